@@ -1,0 +1,50 @@
+# Lockgate: `make demo` shows it, `make test` proves it. `make help` lists every target.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV     := .venv
+PY       := $(VENV)/bin/python
+PROTO_SRC := $(wildcard protos/lockgate/v1/*.proto)
+STAMP    := $(VENV)/.lockgate-install-stamp
+
+.PHONY: help install protos lint test test-unit demo cluster-up cluster-down cluster-status bench clean
+
+help: ## List every target with what it does
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+install: ## Set up .venv, the Kafka broker jars (Maven Central) and PostgreSQL's binaries; idempotent
+	@bash deploy/scripts/install.sh
+
+protos: install ## Regenerate the Python stubs (+ .pyi) from protos/lockgate/v1/*.proto
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I protos \
+	  --python_out=clients/python --grpc_python_out=clients/python \
+	  --mypy_out=clients/python --mypy_grpc_out=clients/python $(PROTO_SRC)
+
+lint: install ## buf lint (+ buf breaking against main), ruff and mypy --strict
+	@bash deploy/scripts/lint.sh
+
+test: install lint ## What CI runs: install, lint, then every test (unit, integration, fault)
+	$(VENV)/bin/pytest -q
+
+test-unit: install ## Only the fast tests that start no process
+	$(VENV)/bin/pytest -q tests/unit
+
+demo: install ## Bring the local cluster up and run the demo against it
+	@bash deploy/scripts/demo.sh
+
+cluster-up: install ## Start the local cluster (Kafka broker on 127.0.0.1:9092, the services)
+	$(PY) -m lockgate.localcluster.cluster up
+
+cluster-status: ## One line per local-cluster process: name, pid, address, up/down
+	@$(PY) -m lockgate.localcluster.cluster status
+
+cluster-down: ## Stop exactly the local-cluster processes started by cluster-up (harmless twice)
+	@$(PY) -m lockgate.localcluster.cluster down
+
+bench: install ## Run the benchmarks in bench/ (figures printed, not pass/fail)
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean: ## Stop the local cluster and remove build outputs and its data (.lockgate/, caches)
+	-@[ -x $(PY) ] && $(PY) -m lockgate.localcluster.cluster down || true
+	rm -rf .lockgate .pytest_cache .mypy_cache .ruff_cache .hypothesis spark-warehouse metastore_db derby.log
+	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +

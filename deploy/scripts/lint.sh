@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# make lint: the contracts (buf lint, buf breaking against main), then ruff and mypy --strict.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin=.venv/bin
+
+echo "== buf lint"
+(cd protos && "../$bin/buf" lint)
+# Breaking-change check against main's protos (WIRE_JSON), once main has them.
+if git rev-parse --verify -q main >/dev/null && git cat-file -e main:protos/buf.yaml 2>/dev/null; then
+  echo "== buf breaking (against main)"
+  "$bin/buf" breaking protos --against '.git#branch=main,subdir=protos'
+fi
+echo "== ruff"
+"$bin/ruff" check .
+"$bin/ruff" format --check .
+echo "== mypy --strict"
+"$bin/mypy" common/lockgate coordinator/lockgate executor/lockgate schema_registry/lockgate \
+  clients/python/lockgate/client deploy/local/lockgate
+echo "== lint: clean"
