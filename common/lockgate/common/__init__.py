@@ -1,0 +1,1 @@
+"""Shared runtime pieces every Lockgate service uses."""

@@ -1,0 +1,270 @@
+"""Domain errors every Lockgate service raises, independent of gRPC.
+
+Domain and store code raise these plain exceptions; ``lockgate.common.grpc_server`` maps
+them, in one interceptor, to a gRPC status code plus ``google.rpc`` error details
+(``BadRequest``, ``PreconditionFailure``, ``ResourceInfo``, ``ErrorInfo``, ``RetryInfo``),
+so a client in any language can read which field was wrong. This module imports no
+``grpc`` and no ``*_pb2``: domain code can use it without a network stack.
+
+Each class corresponds to exactly one gRPC status code (see ``grpc_server.STATUS_CODES``).
+Every error carries a machine-readable ``reason`` (UPPER_SNAKE_CASE, the ``ErrorInfo``
+reason) and string ``metadata``; the human ``message`` should say what was wrong and how to
+fix it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
+
+# The ``ErrorInfo.domain`` of every error Lockgate raises: the logical owner of ``reason``.
+ERROR_DOMAIN = "lockgate.dev"
+
+# Trailing metadata key of a follower's UNAVAILABLE answer: the leader's ``host:port``.
+LEADER_METADATA_KEY = "lockgate-leader"
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One bad field of a request: ``field`` is a path such as ``pipeline.sources[0].topic``."""
+
+    field: str
+    description: str
+
+
+@dataclass(frozen=True)
+class PreconditionViolation:
+    """One unmet precondition: ``type`` (e.g. ``PIPELINE_STATE``), ``subject``, what is wrong."""
+
+    type: str
+    subject: str
+    description: str
+
+
+class LockgateError(Exception):
+    """Base class of the errors a Lockgate RPC may return to its caller.
+
+    ``message`` is sent to the caller verbatim, so it must never contain a secret.
+    """
+
+    default_reason: ClassVar[str] = "ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason or self.default_reason
+        self.metadata: Mapping[str, str] = MappingProxyType(dict(metadata or {}))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, reason={self.reason!r})"
+
+
+class InvalidArgument(LockgateError):
+    """The request itself is wrong, whatever the system's state (``INVALID_ARGUMENT``)."""
+
+    default_reason = "INVALID_ARGUMENT"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        violations: Sequence[FieldViolation] = (),
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, reason=reason, metadata=metadata)
+        self.violations: tuple[FieldViolation, ...] = tuple(violations)
+
+    @classmethod
+    def for_field(cls, field: str, description: str) -> InvalidArgument:
+        """An error about a single field; the message names the field and the fix."""
+        return cls(f"{field}: {description}", violations=[FieldViolation(field, description)])
+
+
+class _ResourceError(LockgateError):
+    """An error about one named resource (``google.rpc.ResourceInfo``)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        resource_type: str = "",
+        resource_name: str = "",
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, reason=reason, metadata=metadata)
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+
+
+class NotFound(_ResourceError):
+    """The named resource does not exist (``NOT_FOUND``)."""
+
+    default_reason = "NOT_FOUND"
+
+
+class AlreadyExists(_ResourceError):
+    """A resource with that name already exists (``ALREADY_EXISTS``)."""
+
+    default_reason = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(LockgateError):
+    """The request is valid but the system is not in a state to run it (``FAILED_PRECONDITION``).
+
+    The caller should not retry until the state changes (e.g. resume the pipeline first).
+    """
+
+    default_reason = "FAILED_PRECONDITION"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        violations: Sequence[PreconditionViolation] = (),
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, reason=reason, metadata=metadata)
+        self.violations: tuple[PreconditionViolation, ...] = tuple(violations)
+
+
+class Aborted(LockgateError):
+    """A concurrency conflict (version mismatch, lost compare-and-set); retry the whole
+    read-modify-write (``ABORTED``)."""
+
+    default_reason = "ABORTED"
+
+
+class PermissionDenied(LockgateError):
+    """The caller may not do this (``PERMISSION_DENIED``)."""
+
+    default_reason = "PERMISSION_DENIED"
+
+
+class FencedEpoch(PermissionDenied):
+    """A call carried a leader epoch older than one already seen: it comes from a deposed
+    leader (a zombie) and must be refused, as Kafka refuses a stale controller epoch.
+
+    Mapped to ``PERMISSION_DENIED`` with reason ``FENCED_LEADER_EPOCH``: the sender has lost
+    its authority and retrying the same call can never succeed.
+    """
+
+    default_reason = "FENCED_LEADER_EPOCH"
+
+    def __init__(self, *, received_epoch: int, current_epoch: int, message: str = "") -> None:
+        super().__init__(
+            message
+            or (
+                f"leader epoch {received_epoch} is stale: epoch {current_epoch} has been seen; "
+                "the sender is no longer the leader and must stop"
+            ),
+            metadata={
+                "received_leader_epoch": str(received_epoch),
+                "current_leader_epoch": str(current_epoch),
+            },
+        )
+        self.received_epoch = received_epoch
+        self.current_epoch = current_epoch
+
+
+class ResourceExhausted(LockgateError):
+    """A quota or capacity limit was hit (``RESOURCE_EXHAUSTED``)."""
+
+    default_reason = "RESOURCE_EXHAUSTED"
+
+
+class Unimplemented(LockgateError):
+    """This server does not support the operation (``UNIMPLEMENTED``)."""
+
+    default_reason = "UNIMPLEMENTED"
+
+
+class DeadlineExceeded(LockgateError):
+    """Work did not finish in time; it may or may not have happened (``DEADLINE_EXCEEDED``)."""
+
+    default_reason = "DEADLINE_EXCEEDED"
+
+
+class Unavailable(LockgateError):
+    """The service cannot serve this now; the caller may retry (``UNAVAILABLE``).
+
+    ``leader_address`` is set by a follower coordinator: the call must go to the leader at
+    that address instead. It travels as the trailing metadata ``lockgate-leader`` and in the
+    ``ErrorInfo`` metadata. ``retry_after_seconds`` becomes ``google.rpc.RetryInfo``.
+    """
+
+    default_reason = "UNAVAILABLE"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        leader_address: str | None = None,
+        retry_after_seconds: float | None = None,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        merged = dict(metadata or {})
+        if leader_address:
+            merged["leader_address"] = leader_address
+        super().__init__(message, reason=reason, metadata=merged)
+        self.leader_address = leader_address
+        self.retry_after_seconds = retry_after_seconds
+
+
+class NotLeader(Unavailable):
+    """A follower was asked to do leader-only work; the caller must go to ``leader_address``
+    (``None`` while no leader is known: retry later)."""
+
+    default_reason = "NOT_LEADER"
+
+    def __init__(self, *, leader_address: str | None, message: str = "") -> None:
+        super().__init__(
+            message
+            or (
+                f"this coordinator is not the leader; send the call to {leader_address}"
+                if leader_address
+                else "this coordinator is not the leader and no leader is elected yet; retry"
+            ),
+            leader_address=leader_address,
+            retry_after_seconds=None if leader_address else 1.0,
+        )
+
+
+class Internal(LockgateError):
+    """A bug or broken invariant (``INTERNAL``). Prefer letting unexpected exceptions
+    propagate: the interceptor logs them and sends the caller only an incident id."""
+
+    default_reason = "INTERNAL"
+
+
+__all__ = [
+    "ERROR_DOMAIN",
+    "LEADER_METADATA_KEY",
+    "Aborted",
+    "AlreadyExists",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "FencedEpoch",
+    "FieldViolation",
+    "Internal",
+    "InvalidArgument",
+    "LockgateError",
+    "NotFound",
+    "NotLeader",
+    "PermissionDenied",
+    "PreconditionViolation",
+    "ResourceExhausted",
+    "Unavailable",
+    "Unimplemented",
+]

@@ -1,0 +1,507 @@
+"""How every Lockgate service serves gRPC: one builder, one error mapping.
+
+``build_server`` gives each service the same server: tracing interceptor (when telemetry is
+on), the error-mapping interceptor, ``grpc.health.v1``, server reflection, a bind that names
+the address (and the process holding it) when the port is taken, and a graceful stop on
+SIGTERM.
+
+The error mapping is the one place where domain errors (``lockgate.common.errors``) become
+gRPC statuses with ``google.rpc`` details; servicers just let them propagate. Anything else
+a servicer raises is a bug: the caller gets ``INTERNAL`` with an incident id, the log gets
+the traceback, and the exception's text (which may hold a secret) stays on the server.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import re
+import signal
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from grpc_status import rpc_status
+from lockgate.common.errors import (
+    ERROR_DOMAIN,
+    LEADER_METADATA_KEY,
+    Aborted,
+    AlreadyExists,
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    LockgateError,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unavailable,
+    Unimplemented,
+)
+from lockgate.common.telemetry import Telemetry
+from opentelemetry import trace
+
+_LOG = logging.getLogger(__name__)
+
+# The one table from domain error class to gRPC status code. Subclasses (NotLeader,
+# FencedEpoch) inherit their parent's code; lookup walks the class's MRO.
+STATUS_CODES: dict[type[LockgateError], grpc.StatusCode] = {
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    Aborted: grpc.StatusCode.ABORTED,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
+    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+    Internal: grpc.StatusCode.INTERNAL,
+}
+
+# Probes and reflection pass through untouched: the health servicer's Watch relies on a
+# non-blocking attribute of its own method that a wrapper would hide.
+_PASS_THROUGH_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+class _Status(
+    collections.namedtuple("_Status", ("code", "details", "trailing_metadata")),
+    grpc.Status,
+):
+    """A concrete ``grpc.Status`` (grpc only ships the abstract class)."""
+
+
+def status_code_for(error: LockgateError) -> grpc.StatusCode:
+    """The gRPC status code of a domain error (``INTERNAL`` for an unmapped subclass)."""
+    for cls in type(error).__mro__:
+        code = STATUS_CODES.get(cls)
+        if code is not None:
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def _pack(message: Any) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def rpc_status_for_error(error: LockgateError) -> grpc.Status:
+    """The status (code, message, ``google.rpc`` details, trailing metadata) sent for ``error``.
+
+    Details: always ``ErrorInfo`` (reason, domain, metadata); ``BadRequest`` for field
+    violations, ``PreconditionFailure``, ``ResourceInfo``, ``RetryInfo`` when the error has
+    them. A follower's ``Unavailable`` also carries ``lockgate-leader: <address>``.
+    """
+    code = status_code_for(error)
+    details: list[any_pb2.Any] = [
+        _pack(
+            error_details_pb2.ErrorInfo(
+                reason=error.reason, domain=ERROR_DOMAIN, metadata=dict(error.metadata)
+            )
+        )
+    ]
+    if isinstance(error, InvalidArgument) and error.violations:
+        details.append(
+            _pack(
+                error_details_pb2.BadRequest(
+                    field_violations=[
+                        error_details_pb2.BadRequest.FieldViolation(
+                            field=v.field, description=v.description
+                        )
+                        for v in error.violations
+                    ]
+                )
+            )
+        )
+    if isinstance(error, FailedPrecondition) and error.violations:
+        details.append(
+            _pack(
+                error_details_pb2.PreconditionFailure(
+                    violations=[
+                        error_details_pb2.PreconditionFailure.Violation(
+                            type=v.type, subject=v.subject, description=v.description
+                        )
+                        for v in error.violations
+                    ]
+                )
+            )
+        )
+    if isinstance(error, NotFound | AlreadyExists) and (error.resource_type or error.resource_name):
+        details.append(
+            _pack(
+                error_details_pb2.ResourceInfo(
+                    resource_type=error.resource_type,
+                    resource_name=error.resource_name,
+                    description=error.message,
+                )
+            )
+        )
+    trailing: list[tuple[str, str | bytes]] = []
+    if isinstance(error, Unavailable):
+        if error.retry_after_seconds is not None:
+            delay = duration_pb2.Duration()
+            delay.FromNanoseconds(int(error.retry_after_seconds * 1e9))
+            details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
+        if error.leader_address:
+            trailing.append((LEADER_METADATA_KEY, error.leader_address))
+    status = status_pb2.Status(code=code.value[0], message=error.message, details=details)
+    grpc_status: grpc.Status = rpc_status.to_status(status)
+    return _Status(
+        code=grpc_status.code,
+        details=grpc_status.details,
+        trailing_metadata=tuple(grpc_status.trailing_metadata) + tuple(trailing),
+    )
+
+
+def internal_error_status(incident_id: str) -> grpc.Status:
+    """The status for an unexpected exception: a generic message and the incident id that
+    finds the traceback in the server log; never the exception's own text."""
+    message = (
+        f"internal error (incident {incident_id}); the server logged the details, "
+        "report the incident id to the operator"
+    )
+    status = status_pb2.Status(
+        code=code_pb2.INTERNAL,
+        message=message,
+        details=[
+            _pack(
+                error_details_pb2.ErrorInfo(
+                    reason="INTERNAL", domain=ERROR_DOMAIN, metadata={"incident_id": incident_id}
+                )
+            )
+        ],
+    )
+    grpc_status: grpc.Status = rpc_status.to_status(status)
+    return grpc_status
+
+
+def _is_grpc_abort(exc: BaseException) -> bool:
+    # ServicerContext.abort() ends the RPC by raising a bare Exception() after recording the
+    # status; it must propagate unchanged, not become INTERNAL.
+    return type(exc) is Exception and not exc.args
+
+
+class ErrorMappingInterceptor(grpc.ServerInterceptor):
+    """Turns exceptions escaping a servicer into gRPC statuses (see module docstring)."""
+
+    def __init__(self, *, service_name: str) -> None:
+        self._service_name = service_name
+
+    def _fail(self, exc: Exception, context: grpc.ServicerContext, method: str) -> None:
+        """Abort the RPC for ``exc`` (raises), or return if ``exc`` already is an abort."""
+        if _is_grpc_abort(exc):
+            return
+        span = trace.get_current_span()
+        if isinstance(exc, LockgateError):
+            status = rpc_status_for_error(exc)
+            _LOG.info(
+                "%s %s -> %s %s: %s",
+                self._service_name,
+                method,
+                status.code.name,
+                exc.reason,
+                exc.message,
+            )
+        else:
+            incident_id = uuid.uuid4().hex[:16]
+            _LOG.error(
+                "%s %s failed unexpectedly (incident %s)",
+                self._service_name,
+                method,
+                incident_id,
+                exc_info=exc,
+            )
+            span.record_exception(exc)
+            status = internal_error_status(incident_id)
+        span.set_attribute("rpc.grpc.status_code", status.code.value[0])
+        span.set_status(trace.Status(trace.StatusCode.ERROR, status.code.name))
+        context.abort_with_status(status)
+
+    def _wrap_unary_response(
+        self, behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
+    ) -> Callable[[Any, grpc.ServicerContext], Any]:
+        def call(request: Any, context: grpc.ServicerContext) -> Any:
+            try:
+                return behavior(request, context)
+            except Exception as exc:
+                self._fail(exc, context, method)
+                raise
+
+        return call
+
+    def _wrap_stream_response(
+        self, behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]], method: str
+    ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
+        def call(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            try:
+                yield from behavior(request, context)
+            except Exception as exc:
+                self._fail(exc, context, method)
+                raise
+
+        return call
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Wrap the method's handler, whatever its streaming shape."""
+        handler = continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or method.startswith(_PASS_THROUGH_PREFIXES):
+            return handler
+        codec: dict[str, Any] = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._wrap_unary_response(handler.unary_unary, method), **codec
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream_response(handler.unary_stream, method), **codec
+            )
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                self._wrap_unary_response(handler.stream_unary, method), **codec
+            )
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._wrap_stream_response(handler.stream_stream, method), **codec
+            )
+        return handler
+
+
+class ServerBindError(OSError):
+    """The server could not listen on the requested address."""
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as lines:
+                next(lines, None)
+                for line in lines:
+                    fields = line.split()
+                    # fields[1] is local "HEXADDR:HEXPORT", fields[3] the state (0A = LISTEN).
+                    if (
+                        len(fields) > 9
+                        and fields[3] == "0A"
+                        and int(fields[1].rsplit(":", 1)[1], 16) == port
+                    ):
+                        inodes.add(fields[9])
+        except OSError:
+            continue
+    return inodes
+
+
+def describe_port_holder(port: int) -> str | None:
+    """``"pid N (command)"`` of a process listening on TCP ``port``, if Linux's /proc says."""
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return None
+    targets = {f"socket:[{inode}]" for inode in inodes}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            for fd in fds:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in targets:
+                    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                        command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+                    return f"pid {pid} ({command.strip()[:120]})"
+        except OSError:
+            continue
+    return "another process"
+
+
+_LISTEN_RE = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:\[\]]+):(?P<port>\d{1,5})$")
+
+
+def _parse_listen(listen: str) -> tuple[str, int]:
+    match = _LISTEN_RE.match(listen)
+    if match is None or int(match["port"]) > 65535:
+        raise ValueError(
+            f"listen address {listen!r} is not HOST:PORT; "
+            "use e.g. 127.0.0.1:50051, 0.0.0.0:50051, [::]:50051 (port 0 picks a free port)"
+        )
+    return match["host"], int(match["port"])
+
+
+# Clients ping every 30 s (grpc_client); accept that instead of the 5-minute default that
+# would answer our keepalives with GOAWAY "too_many_pings".
+SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
+    # gRPC enables SO_REUSEPORT by default: two servers could then share a port silently.
+    ("grpc.so_reuseport", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+)
+
+
+@dataclass
+class LockgateServer:
+    """A started gRPC server of one service, with its health servicer."""
+
+    server: grpc.Server
+    service_name: str
+    host: str
+    port: int
+    health: health.HealthServicer
+    service_full_names: tuple[str, ...]
+    telemetry: Telemetry
+    grace_seconds: float
+
+    @property
+    def address(self) -> str:
+        """``host:port`` actually bound (the real port when ``listen`` asked for port 0)."""
+        return f"{self.host}:{self.port}"
+
+    def set_serving(self, serving: bool) -> None:
+        """Report SERVING or NOT_SERVING for "" and every service on ``grpc.health.v1``."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", *self.service_full_names):
+            self.health.set(name, status)
+
+    def stop(self, grace_seconds: float | None = None) -> None:
+        """Report NOT_SERVING, refuse new calls, let running ones finish for the grace
+        period, then cancel them. Returns once the server is stopped."""
+        grace = self.grace_seconds if grace_seconds is None else grace_seconds
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace).wait()
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        """Block until the server stops (True) or ``timeout`` seconds pass (False)."""
+        return bool(self.server.wait_for_termination(timeout))
+
+    def serve_until_signal(
+        self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
+    ) -> signal.Signals:
+        """Serve until one of ``signals`` arrives, then stop gracefully and flush telemetry.
+
+        Must run in the main thread (Python only delivers signals there). Returns the
+        signal that ended serving.
+        """
+        received: list[signal.Signals] = []
+        arrived = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            received.append(signal.Signals(signum))
+            arrived.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in signals}
+        try:
+            # A timed wait keeps the main thread returning to the interpreter, where
+            # signal handlers run.
+            while not arrived.wait(timeout=0.5):
+                pass
+            _LOG.info("%s: %s received, stopping", self.service_name, received[0].name)
+            self.stop()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.telemetry.shutdown()
+        return received[0]
+
+
+def build_server(
+    *,
+    service_name: str,
+    listen: str,
+    register: Callable[[grpc.Server], None],
+    service_full_names: Sequence[str],
+    telemetry: Telemetry | None = None,
+    max_workers: int = 16,
+    grace_seconds: float = 10.0,
+    extra_interceptors: Sequence[grpc.ServerInterceptor] = (),
+    options: Sequence[tuple[str, Any]] = (),
+) -> LockgateServer:
+    """Create, bind and start the gRPC server of one Lockgate service.
+
+    ``register`` adds the servicers (e.g. ``add_CoordinatorServiceServicer_to_server``);
+    ``service_full_names`` are their full names (``lockgate.v1.CoordinatorService``), reported
+    SERVING on ``grpc.health.v1`` (with "") and listed by reflection. ``listen`` is
+    ``HOST:PORT``; port 0 picks a free one (see ``LockgateServer.port``). Raises
+    ``ServerBindError`` naming the address, and the process holding it, if the bind fails.
+    """
+    host, _ = _parse_listen(listen)
+    telemetry = telemetry or Telemetry.disabled(service_name)
+    interceptors: list[grpc.ServerInterceptor] = [
+        # Outermost first: the SERVER span also covers the error mapping, so a failed call's
+        # span carries its status code.
+        *telemetry.server_interceptors(),
+        ErrorMappingInterceptor(service_name=service_name),
+        *extra_interceptors,
+    ]
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=service_name),
+        interceptors=interceptors,
+        options=[*SERVER_OPTIONS, *options],
+    )
+    register(server)
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = tuple(service_full_names)
+    reflection.enable_server_reflection(
+        (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError:
+        _, requested_port = _parse_listen(listen)
+        holder = describe_port_holder(requested_port) if requested_port else None
+        raise ServerBindError(
+            f"{service_name} cannot listen on {listen}: "
+            + (
+                f"port {requested_port} is in use by {holder}; stop it or choose another port"
+                if holder
+                else "the address is in use or not assignable; choose another listen address"
+            )
+        ) from None
+    server.start()
+    running = LockgateServer(
+        server=server,
+        service_name=service_name,
+        host=host,
+        port=port,
+        health=health_servicer,
+        service_full_names=names,
+        telemetry=telemetry,
+        grace_seconds=grace_seconds,
+    )
+    running.set_serving(True)
+    _LOG.info("%s listening on %s", service_name, running.address)
+    return running
+
+
+__all__ = [
+    "SERVER_OPTIONS",
+    "STATUS_CODES",
+    "ErrorMappingInterceptor",
+    "LockgateServer",
+    "ServerBindError",
+    "build_server",
+    "describe_port_holder",
+    "internal_error_status",
+    "rpc_status_for_error",
+    "status_code_for",
+]

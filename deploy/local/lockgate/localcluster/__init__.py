@@ -1,0 +1,1 @@
+"""Local cluster and test processes: Kafka broker, PostgreSQL, services, without Docker."""
