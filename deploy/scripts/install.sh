@@ -46,7 +46,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if [ "$(cat "$venv_stamp" 2>/dev/null)" != "$venv_hash" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -c deploy/requirements.lock -e '.[dev]'
+  PYTHONWARNINGS=ignore .venv/bin/python -m pip install --quiet -c deploy/requirements.lock -e '.[dev]'
   echo "$venv_hash" > "$venv_stamp"
   note python "installed the pinned packages of pyproject.toml into .venv"
 else

@@ -1,0 +1,626 @@
+"""Two-phase commit over Kafka transactions: pre-commit in one process, commit from any other.
+
+The executor's Kafka sink uses this module in two halves:
+
+* **Pre-commit** (the process that writes): :func:`open_transactional_producer` creates a
+  confluent-kafka transactional producer, calls ``init_transactions()`` (which fences older
+  producers of the same ``transactional.id`` and aborts their open transaction), and reads the
+  producer id and epoch that librdkafka only exposes in its statistics JSON. The caller begins
+  a transaction, produces, ``flush()``es, then calls :meth:`TransactionalProducer.precommit`,
+  which returns the :class:`TransactionHandle` to store in SQL. From then on the transaction is
+  open on the broker and the producer must be let go of **without aborting** (see
+  :meth:`TransactionalProducer.release_without_abort`).
+* **Commit / abort** (any process, any time later, before ``transaction.timeout.ms``):
+  :func:`commit_transaction` / :func:`abort_transaction` send ``FindCoordinator(TRANSACTION,
+  transactional.id)`` and then ``EndTxn(transactional.id, producer id, epoch, committed)``
+  straight to the transaction coordinator, with kafka-python's protocol classes over a plain
+  socket. No ``init_transactions()`` is called: that would abort the transaction. This is what
+  Flink's ``FlinkKafkaInternalProducer.resumeTransaction`` achieves with reflection.
+
+EndTxn is sent at version <= 4, the classic transaction protocol. Version 5 is KIP-890's
+"transaction version 2", in which the coordinator bumps the epoch at the end of every
+transaction, so a stored epoch would stop describing the transaction once it ends. Measured on
+Kafka 4.3.1 (formatted with ``transaction.version=2``) with confluent-kafka 2.16.1: librdkafka
+keeps the same producer id and epoch across init, commit and abort, and an EndTxn v4 commit
+repeated with the same epoch answers NONE, so commit is idempotent; abort after commit answers
+INVALID_TXN_STATE; a handle older than a later ``init_transactions`` answers PRODUCER_FENCED.
+
+Error codes (Kafka protocol) this module handles, and what they mean here:
+
+=====  ===============================  =====================================================
+code   name                             handling
+=====  ===============================  =====================================================
+0      NONE                             done (also for a repeated commit / repeated abort)
+7      REQUEST_TIMED_OUT                retried until the deadline
+14     COORDINATOR_LOAD_IN_PROGRESS     retried until the deadline
+15     COORDINATOR_NOT_AVAILABLE        coordinator looked up again, retried
+16     NOT_COORDINATOR                  coordinator looked up again, retried
+51     CONCURRENT_TRANSACTIONS          markers of this id still being written: retried
+47     INVALID_PRODUCER_EPOCH           :class:`ProducerFencedError`
+90     PRODUCER_FENCED                  :class:`ProducerFencedError` (a newer producer, or the
+                                        broker's timeout abort, bumped the epoch)
+48     INVALID_TXN_STATE                :class:`InvalidTransactionStateError` (e.g. abort
+                                        after commit, commit after abort)
+49     INVALID_PRODUCER_ID_MAPPING      :class:`UnknownTransactionError` (id unknown or
+                                        expired, or producer id does not match)
+53     TRANSACTIONAL_ID_AUTHORIZATION   :class:`TransactionResumeError`
+=====  ===============================  =====================================================
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, NewType
+
+from confluent_kafka import Producer
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    CoordinatorType,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
+from kafka.protocol.producer import EndTxnRequest, EndTxnResponse
+
+TransactionalId = NewType("TransactionalId", str)
+
+#: Highest EndTxn version this module sends (see the module docstring for why not 5).
+MAX_END_TXN_VERSION = 4
+_CLIENT_ID = "lockgate-txn-resume"
+
+# Kafka protocol error codes (org.apache.kafka.common.protocol.Errors).
+NONE = 0
+REQUEST_TIMED_OUT = 7
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+UNSUPPORTED_VERSION = 35
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+CONCURRENT_TRANSACTIONS = 51
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+PRODUCER_FENCED = 90
+
+_ERROR_NAMES = {
+    NONE: "NONE",
+    REQUEST_TIMED_OUT: "REQUEST_TIMED_OUT",
+    COORDINATOR_LOAD_IN_PROGRESS: "COORDINATOR_LOAD_IN_PROGRESS",
+    COORDINATOR_NOT_AVAILABLE: "COORDINATOR_NOT_AVAILABLE",
+    NOT_COORDINATOR: "NOT_COORDINATOR",
+    UNSUPPORTED_VERSION: "UNSUPPORTED_VERSION",
+    INVALID_PRODUCER_EPOCH: "INVALID_PRODUCER_EPOCH",
+    INVALID_TXN_STATE: "INVALID_TXN_STATE",
+    INVALID_PRODUCER_ID_MAPPING: "INVALID_PRODUCER_ID_MAPPING",
+    CONCURRENT_TRANSACTIONS: "CONCURRENT_TRANSACTIONS",
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    PRODUCER_FENCED: "PRODUCER_FENCED",
+}
+
+#: Errors after which the same request is simply sent again.
+_RETRY_SAME_COORDINATOR = frozenset(
+    {REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS}
+)
+#: Errors after which the coordinator is looked up again first.
+_RETRY_NEW_COORDINATOR = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
+
+
+def error_name(code: int) -> str:
+    """The Kafka name of protocol error ``code`` (``UNKNOWN(<code>)`` if not listed here)."""
+    return _ERROR_NAMES.get(code, f"UNKNOWN({code})")
+
+
+@dataclass(frozen=True)
+class TransactionHandle:
+    """What another process needs to commit or abort a pre-committed Kafka transaction."""
+
+    transactional_id: TransactionalId
+    producer_id: int
+    producer_epoch: int
+
+    def to_json(self) -> str:
+        """Serialise for storage (SQL column, file)."""
+        return json.dumps(
+            {
+                "transactional_id": self.transactional_id,
+                "producer_id": self.producer_id,
+                "producer_epoch": self.producer_epoch,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> TransactionHandle:
+        """Parse what :meth:`to_json` wrote; raises ValueError naming the bad field."""
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"transaction handle is not valid JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ValueError("transaction handle must be a JSON object")
+        tid, pid, epoch = (
+            raw.get("transactional_id"),
+            raw.get("producer_id"),
+            raw.get("producer_epoch"),
+        )
+        if not isinstance(tid, str) or not tid:
+            raise ValueError(
+                "transaction handle field 'transactional_id' must be a non-empty string"
+            )
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid < 0:
+            raise ValueError("transaction handle field 'producer_id' must be an integer >= 0")
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch <= 32767:
+            raise ValueError(
+                "transaction handle field 'producer_epoch' must be an integer 0..32767"
+            )
+        return cls(transactional_id=TransactionalId(tid), producer_id=pid, producer_epoch=epoch)
+
+
+class TransactionResumeError(RuntimeError):
+    """Committing or aborting a transaction from its handle failed."""
+
+    def __init__(self, message: str, *, handle: TransactionHandle, error_code: int | None) -> None:
+        self.handle = handle
+        self.error_code = error_code
+        super().__init__(message)
+
+
+class ProducerFencedError(TransactionResumeError):
+    """The handle's epoch is no longer current (PRODUCER_FENCED / INVALID_PRODUCER_EPOCH).
+
+    A newer producer called ``init_transactions()`` on the id, or the broker aborted the
+    transaction after ``transaction.timeout.ms`` (which bumps the epoch). The transaction's
+    data is not committed and cannot be any more.
+    """
+
+
+class InvalidTransactionStateError(TransactionResumeError):
+    """The transaction is in a state that refuses this end (INVALID_TXN_STATE).
+
+    E.g. abort after it was committed, or commit after it was aborted.
+    """
+
+
+class UnknownTransactionError(TransactionResumeError):
+    """The coordinator does not know this transactional id with this producer id.
+
+    (INVALID_PRODUCER_ID_MAPPING: the id never existed, expired after
+    ``transactional.id.expiration.ms``, or now belongs to another producer id.)
+    """
+
+
+class TransactionTimeoutError(TransactionResumeError):
+    """The deadline passed while the coordinator kept answering with retriable errors."""
+
+
+class ProducerHandleError(RuntimeError):
+    """The transactional producer's id and epoch could not be read from its statistics."""
+
+
+# ---------------------------------------------------------------------------------------
+# the pre-committing side (confluent-kafka)
+
+
+@dataclass(frozen=True)
+class _EosStats:
+    seq: int
+    producer_id: int
+    producer_epoch: int
+    txn_state: str
+
+
+class TransactionalProducer:
+    """A confluent-kafka transactional producer whose producer id and epoch can be read.
+
+    Use :attr:`producer` for ``begin_transaction`` / ``produce`` / ``flush`` /
+    ``commit_transaction`` as usual. For two-phase commit call :meth:`precommit` after the
+    flush instead of committing, store the handle, then :meth:`release_without_abort`.
+    """
+
+    def __init__(self, producer: Producer, transactional_id: TransactionalId) -> None:
+        self._producer: Producer | None = producer
+        self._transactional_id = transactional_id
+        self._lock = threading.Lock()
+        self._latest: _EosStats | None = None
+        self._seq = 0
+
+    @property
+    def producer(self) -> Producer:
+        """The underlying ``confluent_kafka.Producer``; unusable after release."""
+        if self._producer is None:
+            raise RuntimeError(
+                f"the producer of transactional.id {self._transactional_id!r} was released"
+            )
+        return self._producer
+
+    @property
+    def transactional_id(self) -> TransactionalId:
+        """The producer's ``transactional.id``."""
+        return self._transactional_id
+
+    def _on_stats(self, stats_json: str) -> None:
+        # Runs on the thread calling poll()/flush(); only the eos block matters here.
+        eos = json.loads(stats_json).get("eos", {})
+        with self._lock:
+            self._seq += 1
+            self._latest = _EosStats(
+                seq=self._seq,
+                producer_id=int(eos.get("producer_id", -1)),
+                producer_epoch=int(eos.get("producer_epoch", -1)),
+                txn_state=str(eos.get("txn_state", "")),
+            )
+
+    def current_handle(self, *, timeout_s: float = 10.0) -> TransactionHandle:
+        """The producer id and epoch from a statistics report emitted *after* this call.
+
+        Waiting for a fresh report matters: the epoch can change (``init_transactions``, an
+        epoch bump after an abortable error), and a report from before would be stale.
+        Raises :class:`ProducerHandleError` if none arrives within ``timeout_s``.
+        """
+        with self._lock:
+            seen = self._seq
+        deadline = time.monotonic() + timeout_s
+        producer = self.producer
+        while time.monotonic() < deadline:
+            # poll() serves the statistics callback; it returns early when one fires.
+            producer.poll(0.05)
+            with self._lock:
+                latest = self._latest
+            if latest is not None and latest.seq > seen and latest.producer_id >= 0:
+                return TransactionHandle(
+                    transactional_id=self._transactional_id,
+                    producer_id=latest.producer_id,
+                    producer_epoch=latest.producer_epoch,
+                )
+        raise ProducerHandleError(
+            f"no statistics report with a producer id arrived within {timeout_s:.1f}s for "
+            f"transactional.id {self._transactional_id!r}; is statistics.interval.ms set?"
+        )
+
+    def precommit(self, *, timeout_s: float = 30.0) -> TransactionHandle:
+        """Flush the open transaction and return its handle; the transaction stays open.
+
+        Raises RuntimeError if records are still undelivered after ``timeout_s``.
+        """
+        remaining = self.producer.flush(timeout_s)
+        if remaining:
+            raise RuntimeError(
+                f"{remaining} records of transactional.id {self._transactional_id!r} were not "
+                f"delivered within {timeout_s:.1f}s; abort this transaction"
+            )
+        return self.current_handle(timeout_s=timeout_s)
+
+    def release_without_abort(self) -> None:
+        """Let go of a pre-committed producer so that its open transaction survives.
+
+        ``Producer.close()`` (and leaving a ``with Producer(...)`` block) **aborts** the open
+        transaction: measured on Kafka 4.3.1 with confluent-kafka 2.16.1, a later
+        :func:`commit_transaction` then fails with INVALID_TXN_STATE (48). Destroying the
+        producer without ``close()`` -- dropping the last reference, normal interpreter exit,
+        ``os._exit``, SIGKILL -- leaves the transaction open (measured: the later commit
+        succeeds). So this method only drops this wrapper's reference and never calls
+        ``close()``, ``abort_transaction()`` or ``flush()``; callers must drop theirs too and
+        must not use the producer again (its local state stays "in transaction" even after
+        another process committed it: create a new producer for the next transaction).
+        """
+        self._producer = None
+
+
+def open_transactional_producer(
+    *,
+    bootstrap_servers: str,
+    transactional_id: str,
+    transaction_timeout_ms: int = 60_000,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = 30.0,
+) -> tuple[TransactionalProducer, TransactionHandle]:
+    """Create a transactional producer, ``init_transactions()`` it, and read its handle.
+
+    ``init_transactions()`` fences any older producer of ``transactional_id`` and aborts its
+    open transaction: never call this for an id whose transaction may still need committing
+    (commit it with :func:`commit_transaction` first). ``config`` adds librdkafka settings.
+    Returns the producer and the handle right after initialisation (the epoch the next
+    transaction will use).
+    """
+    if not transactional_id:
+        raise ValueError("transactional_id must be a non-empty string")
+    holder: list[TransactionalProducer] = []
+
+    def on_stats(stats_json: str) -> None:
+        if holder:
+            holder[0]._on_stats(stats_json)
+
+    settings: dict[str, Any] = {
+        "bootstrap.servers": bootstrap_servers,
+        "transactional.id": transactional_id,
+        "transaction.timeout.ms": transaction_timeout_ms,
+        "enable.idempotence": True,
+        "acks": "all",
+        # librdkafka reports the producer id and epoch only through statistics.
+        "statistics.interval.ms": 100,
+        "stats_cb": on_stats,
+        **(config or {}),
+    }
+    producer = Producer(settings)
+    wrapped = TransactionalProducer(producer, TransactionalId(transactional_id))
+    holder.append(wrapped)
+    producer.init_transactions(timeout_s)
+    return wrapped, wrapped.current_handle(timeout_s=timeout_s)
+
+
+# ---------------------------------------------------------------------------------------
+# the committing side (raw protocol, any process)
+
+
+class _Connection:
+    """One blocking TCP connection speaking the Kafka protocol to one broker."""
+
+    def __init__(self, host: str, port: int, *, timeout_s: float) -> None:
+        self._sock = socket.create_connection((host, port), timeout=timeout_s)
+        self._correlation_id = 0
+        self._versions: dict[int, tuple[int, int]] = {}
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> _Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _recv_exact(self, size: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < size:
+            chunk = self._sock.recv(size - len(chunks))
+            if not chunk:
+                raise ConnectionError("broker closed the connection")
+            chunks += chunk
+        return bytes(chunks)
+
+    def send(self, request: Any, response_class: Any, version: int) -> Any:
+        """Send ``request`` at ``version`` and decode the matching response."""
+        self._correlation_id += 1
+        request.API_VERSION = version
+        request.with_header(correlation_id=self._correlation_id, client_id=_CLIENT_ID)
+        self._sock.sendall(request.encode(version=version, header=True, framed=True))
+        (size,) = struct.unpack(">i", self._recv_exact(4))
+        payload = self._recv_exact(size)
+        response = response_class.decode(payload, version=version, header=True)
+        if response.header.correlation_id != self._correlation_id:
+            raise ConnectionError("response correlation id does not match the request")
+        return response
+
+    def api_version(self, api_key: int, *, wanted_max: int, wanted_min: int = 0) -> int:
+        """The highest version of ``api_key`` both sides support, within the wanted range."""
+        if not self._versions:
+            # The broker validates the software name/version of a v3 request.
+            request = ApiVersionsRequest(
+                client_software_name="lockgate", client_software_version="0.1.0"
+            )
+            response = self.send(request, ApiVersionsResponse, 3)
+            if response.error_code != NONE:
+                response = self.send(ApiVersionsRequest(), ApiVersionsResponse, 0)
+            self._versions = {
+                item.api_key: (item.min_version, item.max_version) for item in response.api_keys
+            }
+        return negotiate_version(
+            api_key, self._versions.get(api_key), wanted_min=wanted_min, wanted_max=wanted_max
+        )
+
+
+class UnsupportedBrokerError(RuntimeError):
+    """The broker does not speak a version of a request this module can send."""
+
+
+def negotiate_version(
+    api_key: int, broker_range: tuple[int, int] | None, *, wanted_min: int, wanted_max: int
+) -> int:
+    """The highest version in both the broker's range and ``wanted_min..wanted_max``.
+
+    Raises :class:`UnsupportedBrokerError` if the ranges do not overlap (or the broker does
+    not list the API at all).
+    """
+    if broker_range is None:
+        raise UnsupportedBrokerError(f"the broker does not support Kafka API {api_key}")
+    broker_min, broker_max = broker_range
+    version = min(broker_max, wanted_max)
+    if version < max(broker_min, wanted_min):
+        raise UnsupportedBrokerError(
+            f"the broker supports Kafka API {api_key} versions {broker_min}..{broker_max}; "
+            f"this client needs one of {wanted_min}..{wanted_max}"
+        )
+    return version
+
+
+def _split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"bootstrap server {address!r} must look like host:port")
+    return host.strip("[]"), int(port)
+
+
+def _find_coordinator(
+    bootstrap: list[tuple[str, int]], transactional_id: str, *, timeout_s: float
+) -> tuple[int, tuple[str, int] | None, str]:
+    """Ask a bootstrap broker for the transaction coordinator of ``transactional_id``.
+
+    Returns (error code, coordinator address or None, error text).
+    """
+    last_error: Exception | None = None
+    for host, port in bootstrap:
+        try:
+            with _Connection(host, port, timeout_s=timeout_s) as conn:
+                version = conn.api_version(
+                    FindCoordinatorRequest.API_KEY, wanted_max=6, wanted_min=1
+                )
+                if version >= 4:
+                    request = FindCoordinatorRequest(
+                        key_type=CoordinatorType.TRANSACTION.value,
+                        coordinator_keys=[transactional_id],
+                    )
+                    found = conn.send(request, FindCoordinatorResponse, version).coordinators[0]
+                else:
+                    request = FindCoordinatorRequest(
+                        key=transactional_id, key_type=CoordinatorType.TRANSACTION.value
+                    )
+                    found = conn.send(request, FindCoordinatorResponse, version)
+                if found.error_code != NONE:
+                    return found.error_code, None, str(found.error_message or "")
+                return NONE, (found.host, found.port), ""
+        except OSError as exc:  # includes ConnectionError and socket timeouts
+            last_error = exc
+    return -1, None, f"no bootstrap server answered: {last_error}"
+
+
+def _end_transaction(
+    *, bootstrap_servers: str, handle: TransactionHandle, committed: bool, timeout_s: float
+) -> None:
+    verb = "commit" if committed else "abort"
+    bootstrap = [_split_address(a) for a in bootstrap_servers.split(",") if a.strip()]
+    if not bootstrap:
+        raise ValueError("bootstrap_servers must name at least one host:port")
+    deadline = time.monotonic() + timeout_s
+    last = "no attempt made"
+    last_code: int | None = None
+    backoff_s = 0.05
+    while True:
+        remaining = max(deadline - time.monotonic(), 0.1)
+        io_timeout = min(remaining, 10.0)
+        code, coordinator, text = _find_coordinator(
+            bootstrap, handle.transactional_id, timeout_s=io_timeout
+        )
+        if coordinator is None:
+            if code >= 0:  # a broker answered; -1 means none could be reached
+                end_txn_outcome(code, handle=handle, verb=verb)  # raises if not retriable
+            last, last_code = f"FindCoordinator: {error_name(code)} {text}".strip(), code
+        else:
+            try:
+                with _Connection(*coordinator, timeout_s=io_timeout) as conn:
+                    while True:
+                        version = conn.api_version(
+                            EndTxnRequest.API_KEY, wanted_max=MAX_END_TXN_VERSION
+                        )
+                        request = EndTxnRequest(
+                            transactional_id=handle.transactional_id,
+                            producer_id=handle.producer_id,
+                            producer_epoch=handle.producer_epoch,
+                            committed=committed,
+                        )
+                        code = conn.send(request, EndTxnResponse, version).error_code
+                        outcome = end_txn_outcome(code, handle=handle, verb=verb)
+                        if outcome is EndTxnOutcome.DONE:
+                            return
+                        last, last_code = f"EndTxn: {error_name(code)}", code
+                        if (
+                            outcome is EndTxnOutcome.FIND_COORDINATOR_AGAIN
+                            or time.monotonic() >= deadline
+                        ):
+                            break
+                        # CONCURRENT_TRANSACTIONS & co. clear within milliseconds: back off
+                        # briefly and ask the same coordinator again.
+                        time.sleep(backoff_s)
+                        backoff_s = min(backoff_s * 2, 1.0)
+            except OSError as exc:
+                last, last_code = f"connection to coordinator {coordinator}: {exc}", None
+        if time.monotonic() >= deadline:
+            raise TransactionTimeoutError(
+                f"could not {verb} transaction of transactional.id {handle.transactional_id!r} "
+                f"(producer id {handle.producer_id}, epoch {handle.producer_epoch}) within "
+                f"{timeout_s:.1f}s; last answer: {last}",
+                handle=handle,
+                error_code=last_code,
+            )
+        time.sleep(backoff_s)
+        backoff_s = min(backoff_s * 2, 1.0)
+
+
+class EndTxnOutcome(Enum):
+    """What to do after an EndTxn (or FindCoordinator) answer."""
+
+    DONE = "done"
+    RETRY = "retry"
+    FIND_COORDINATOR_AGAIN = "find_coordinator_again"
+
+
+def end_txn_outcome(code: int, *, handle: TransactionHandle, verb: str) -> EndTxnOutcome:
+    """Classify broker error ``code`` for ending ``handle``; raise the typed error if final.
+
+    ``verb`` is "commit" or "abort" and only shapes the messages.
+    """
+    if code == NONE:
+        return EndTxnOutcome.DONE
+    if code in _RETRY_SAME_COORDINATOR:
+        return EndTxnOutcome.RETRY
+    if code in _RETRY_NEW_COORDINATOR:
+        return EndTxnOutcome.FIND_COORDINATOR_AGAIN
+    what = (
+        f"cannot {verb} transaction of transactional.id {handle.transactional_id!r} "
+        f"(producer id {handle.producer_id}, epoch {handle.producer_epoch}): broker answered "
+        f"{error_name(code)} ({code})"
+    )
+    if code in (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH):
+        raise ProducerFencedError(
+            f"{what}; a newer producer or the broker's transaction timeout bumped the epoch, "
+            "so this transaction was aborted and can no longer be committed",
+            handle=handle,
+            error_code=code,
+        )
+    if code == INVALID_TXN_STATE:
+        raise InvalidTransactionStateError(
+            f"{what}; the transaction was already ended the other way",
+            handle=handle,
+            error_code=code,
+        )
+    if code == INVALID_PRODUCER_ID_MAPPING:
+        raise UnknownTransactionError(
+            f"{what}; the coordinator does not know this id with this producer id "
+            "(never used, expired, or taken over by another producer id)",
+            handle=handle,
+            error_code=code,
+        )
+    raise TransactionResumeError(what, handle=handle, error_code=code)
+
+
+def commit_transaction(
+    *, bootstrap_servers: str, handle: TransactionHandle, timeout_s: float = 30.0
+) -> None:
+    """Commit the pre-committed transaction ``handle`` from any process, idempotently.
+
+    Sends FindCoordinator + EndTxn(committed=True) without ``init_transactions()``. Returns
+    when the coordinator has accepted the commit (the markers are then written by the
+    coordinator; read_committed consumers see the records once they land). Committing an
+    already committed transaction with the same epoch succeeds (the coordinator answers NONE
+    in state CompleteCommit). Retries COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR,
+    COORDINATOR_NOT_AVAILABLE, CONCURRENT_TRANSACTIONS, REQUEST_TIMED_OUT and connection
+    errors until ``timeout_s`` (:class:`TransactionTimeoutError`). Raises
+    :class:`ProducerFencedError` (PRODUCER_FENCED 90 / INVALID_PRODUCER_EPOCH 47) if the
+    epoch is stale, :class:`InvalidTransactionStateError` (INVALID_TXN_STATE 48) if it was
+    aborted, :class:`UnknownTransactionError` (INVALID_PRODUCER_ID_MAPPING 49) if the id or
+    producer id is unknown.
+    """
+    _end_transaction(
+        bootstrap_servers=bootstrap_servers, handle=handle, committed=True, timeout_s=timeout_s
+    )
+
+
+def abort_transaction(
+    *, bootstrap_servers: str, handle: TransactionHandle, timeout_s: float = 30.0
+) -> None:
+    """Abort the pre-committed transaction ``handle`` from any process, idempotently.
+
+    Same protocol, retries and errors as :func:`commit_transaction` with
+    EndTxn(committed=False). Aborting an already aborted transaction with the same epoch
+    succeeds; aborting a committed one raises :class:`InvalidTransactionStateError`
+    (INVALID_TXN_STATE 48).
+    """
+    _end_transaction(
+        bootstrap_servers=bootstrap_servers, handle=handle, committed=False, timeout_s=timeout_s
+    )

@@ -1,0 +1,169 @@
+"""``python -m lockgate.localcluster.cluster up|status|down``: the local cluster without Docker.
+
+The cluster is the ordered list :func:`cluster_processes` returns. ``up`` starts them in
+order (skipping those already up), ``down`` stops them in reverse order, ``status`` prints
+one line each. To add a service (coordinator replicas c1..c3, executors, the registry),
+append its :class:`~lockgate.localcluster.process.ProcessSpec` to that list.
+
+Settings: ``--home`` (else ``$LOCKGATE_HOME``, else ``<repo>/.lockgate``), ``--kafka-port``
+(else ``$LOCKGATE_KAFKA_PORT``, else 9092), ``--kafka-controller-port``
+(else ``$LOCKGATE_KAFKA_CONTROLLER_PORT``, else 9093).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lockgate.localcluster.kafka import KafkaBrokerConfig, KafkaSetupError, broker_spec
+from lockgate.localcluster.process import (
+    ProcessError,
+    ProcessSpec,
+    ProcessState,
+    lockgate_home,
+    process_status,
+    start_process,
+    stop_process,
+)
+
+KAFKA_PORT_ENV = "LOCKGATE_KAFKA_PORT"
+KAFKA_CONTROLLER_PORT_ENV = "LOCKGATE_KAFKA_CONTROLLER_PORT"
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Where the cluster lives and which ports it uses."""
+
+    home: Path
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+
+    @property
+    def kafka(self) -> KafkaBrokerConfig:
+        """The broker's configuration."""
+        return KafkaBrokerConfig(
+            home=self.home, port=self.kafka_port, controller_port=self.kafka_controller_port
+        )
+
+
+def cluster_processes(settings: ClusterSettings) -> list[ProcessSpec]:
+    """The cluster's processes, in start order. Later services are appended here."""
+    return [broker_spec(settings.kafka)]
+
+
+def _port(value: str | None, *, default: int, source: str) -> int:
+    if value is None or value == "":
+        return default
+    try:
+        port = int(value)
+    except ValueError:
+        raise SystemExit(f"error: {source} must be a TCP port number, got {value!r}") from None
+    if not 1 <= port <= 65535:
+        raise SystemExit(f"error: {source} must be between 1 and 65535, got {port}")
+    return port
+
+
+def settings_from_args(args: argparse.Namespace) -> ClusterSettings:
+    """Resolve flags, then environment variables, then defaults."""
+    kafka_port = _port(
+        args.kafka_port if args.kafka_port is not None else os.environ.get(KAFKA_PORT_ENV),
+        default=9092,
+        source=f"--kafka-port / ${KAFKA_PORT_ENV}",
+    )
+    controller_port = _port(
+        args.kafka_controller_port
+        if args.kafka_controller_port is not None
+        else os.environ.get(KAFKA_CONTROLLER_PORT_ENV),
+        default=9093,
+        source=f"--kafka-controller-port / ${KAFKA_CONTROLLER_PORT_ENV}",
+    )
+    if kafka_port == controller_port:
+        raise SystemExit(
+            f"error: the Kafka port and the controller port must differ (both {kafka_port})"
+        )
+    return ClusterSettings(
+        home=lockgate_home(args.home),
+        kafka_port=kafka_port,
+        kafka_controller_port=controller_port,
+    )
+
+
+def cluster_up(settings: ClusterSettings) -> int:
+    """Start every process that is not already up; on failure stop what this call started."""
+    started: list[str] = []
+    for spec in cluster_processes(settings):
+        status = process_status(home=settings.home, name=spec.name, address=spec.address)
+        if status.state is ProcessState.UP:
+            print(f"{spec.name}: already up (pid {status.pid}, {spec.address})")
+            continue
+        began = time.monotonic()
+        try:
+            running = start_process(spec, home=settings.home)
+        except (ProcessError, KafkaSetupError) as exc:
+            print(f"error: cannot start {spec.name}: {exc}", file=sys.stderr)
+            for name in reversed(started):
+                stop_process(home=settings.home, name=name)
+                print(f"{name}: stopped again because {spec.name} failed", file=sys.stderr)
+            return 1
+        started.append(spec.name)
+        print(
+            f"{spec.name}: up (pid {running.pid}, {running.address}) in "
+            f"{time.monotonic() - began:.1f}s; log {running.log_file}"
+        )
+    return 0
+
+
+def cluster_status(settings: ClusterSettings) -> int:
+    """Print one line per process: name, pid, address, up/down."""
+    for spec in cluster_processes(settings):
+        status = process_status(home=settings.home, name=spec.name, address=spec.address)
+        pid = str(status.pid) if status.pid is not None else "-"
+        print(f"{status.name:<12} pid={pid:<8} {status.address:<22} {status.state.value}")
+    return 0
+
+
+def cluster_down(settings: ClusterSettings) -> int:
+    """Stop exactly the pids in the pid files, in reverse start order. Harmless twice."""
+    for spec in reversed(cluster_processes(settings)):
+        pid = stop_process(home=settings.home, name=spec.name)
+        if pid is None:
+            print(f"{spec.name}: not running")
+        else:
+            print(f"{spec.name}: stopped pid {pid}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m lockgate.localcluster.cluster``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m lockgate.localcluster.cluster",
+        description="Start, inspect and stop Lockgate's local cluster (Kafka broker, services).",
+    )
+    parser.add_argument("command", choices=("up", "status", "down"))
+    parser.add_argument(
+        "--home", type=Path, default=None, help="cluster home (default $LOCKGATE_HOME or .lockgate)"
+    )
+    parser.add_argument("--kafka-port", default=None, help="broker port (default 9092)")
+    parser.add_argument(
+        "--kafka-controller-port", default=None, help="KRaft controller port (default 9093)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+        if args.command == "up":
+            return cluster_up(settings)
+        if args.command == "status":
+            return cluster_status(settings)
+        return cluster_down(settings)
+    except KafkaSetupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

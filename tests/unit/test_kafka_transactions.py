@@ -1,0 +1,158 @@
+"""Pure logic of lockgate.common.kafka_transactions: handles, error mapping, versions, wire.
+
+No broker here: the broker-facing behaviour is proved in
+tests/integration/test_kafka_transactions.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kafka.protocol.producer import EndTxnRequest
+
+from lockgate.common.kafka_transactions import (
+    CONCURRENT_TRANSACTIONS,
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    INVALID_PRODUCER_EPOCH,
+    INVALID_PRODUCER_ID_MAPPING,
+    INVALID_TXN_STATE,
+    MAX_END_TXN_VERSION,
+    NONE,
+    NOT_COORDINATOR,
+    PRODUCER_FENCED,
+    REQUEST_TIMED_OUT,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    EndTxnOutcome,
+    InvalidTransactionStateError,
+    ProducerFencedError,
+    TransactionalId,
+    TransactionHandle,
+    TransactionResumeError,
+    UnknownTransactionError,
+    UnsupportedBrokerError,
+    end_txn_outcome,
+    error_name,
+    negotiate_version,
+)
+
+HANDLE = TransactionHandle(
+    transactional_id=TransactionalId("pipeline-7-task-3"), producer_id=42, producer_epoch=5
+)
+
+
+@given(
+    tid=st.text(min_size=1, max_size=200),
+    producer_id=st.integers(min_value=0, max_value=2**63 - 1),
+    epoch=st.integers(min_value=0, max_value=32767),
+)
+def test_handle_json_round_trip(tid: str, producer_id: int, epoch: int) -> None:
+    handle = TransactionHandle(
+        transactional_id=TransactionalId(tid), producer_id=producer_id, producer_epoch=epoch
+    )
+    assert TransactionHandle.from_json(handle.to_json()) == handle
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"producer_id": 1, "producer_epoch": 0}', "'transactional_id'"),
+        ('{"transactional_id": "", "producer_id": 1, "producer_epoch": 0}', "'transactional_id'"),
+        ('{"transactional_id": "a", "producer_id": -1, "producer_epoch": 0}', "'producer_id'"),
+        ('{"transactional_id": "a", "producer_id": "1", "producer_epoch": 0}', "'producer_id'"),
+        (
+            '{"transactional_id": "a", "producer_id": 1, "producer_epoch": 40000}',
+            "'producer_epoch'",
+        ),
+        ('{"transactional_id": "a", "producer_id": 1, "producer_epoch": true}', "'producer_epoch'"),
+    ],
+)
+def test_bad_handle_json_names_the_field(text: str, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        TransactionHandle.from_json(text)
+
+
+def test_success_is_done() -> None:
+    assert end_txn_outcome(NONE, handle=HANDLE, verb="commit") is EndTxnOutcome.DONE
+
+
+@pytest.mark.parametrize(
+    "code", [REQUEST_TIMED_OUT, COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS]
+)
+def test_transient_errors_retry_the_same_coordinator(code: int) -> None:
+    assert end_txn_outcome(code, handle=HANDLE, verb="commit") is EndTxnOutcome.RETRY
+
+
+@pytest.mark.parametrize("code", [NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE])
+def test_coordinator_moves_trigger_a_new_lookup(code: int) -> None:
+    assert (
+        end_txn_outcome(code, handle=HANDLE, verb="abort") is EndTxnOutcome.FIND_COORDINATOR_AGAIN
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        (PRODUCER_FENCED, ProducerFencedError),
+        (INVALID_PRODUCER_EPOCH, ProducerFencedError),
+        (INVALID_TXN_STATE, InvalidTransactionStateError),
+        (INVALID_PRODUCER_ID_MAPPING, UnknownTransactionError),
+        (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, TransactionResumeError),
+        (9999, TransactionResumeError),
+    ],
+)
+def test_final_errors_are_typed_and_name_the_transaction(
+    code: int, error: type[TransactionResumeError]
+) -> None:
+    with pytest.raises(error) as info:
+        end_txn_outcome(code, handle=HANDLE, verb="commit")
+    assert info.value.error_code == code
+    assert info.value.handle == HANDLE
+    message = str(info.value)
+    assert "pipeline-7-task-3" in message and "epoch 5" in message
+    assert error_name(code) in message
+
+
+def test_error_names() -> None:
+    assert error_name(PRODUCER_FENCED) == "PRODUCER_FENCED"
+    assert error_name(12345) == "UNKNOWN(12345)"
+
+
+def test_end_txn_is_never_negotiated_above_version_4() -> None:
+    # Kafka 4.x brokers offer EndTxn 0..5; version 5 would switch to KIP-890 epoch bumps.
+    assert MAX_END_TXN_VERSION == 4
+    assert negotiate_version(26, (0, 5), wanted_min=0, wanted_max=MAX_END_TXN_VERSION) == 4
+    assert negotiate_version(26, (0, 3), wanted_min=0, wanted_max=MAX_END_TXN_VERSION) == 3
+
+
+def test_version_negotiation_refuses_disjoint_ranges() -> None:
+    with pytest.raises(UnsupportedBrokerError, match=r"versions 5\.\.6"):
+        negotiate_version(26, (5, 6), wanted_min=0, wanted_max=4)
+    with pytest.raises(UnsupportedBrokerError, match="does not support"):
+        negotiate_version(26, None, wanted_min=0, wanted_max=4)
+
+
+def test_end_txn_v4_request_carries_the_handle() -> None:
+    request = EndTxnRequest(
+        transactional_id=HANDLE.transactional_id,
+        producer_id=HANDLE.producer_id,
+        producer_epoch=HANDLE.producer_epoch,
+        committed=True,
+    )
+    encoded = request.encode(version=4)
+    decoded = EndTxnRequest.decode(encoded, version=4)
+    assert decoded.transactional_id == "pipeline-7-task-3"
+    assert (decoded.producer_id, decoded.producer_epoch, decoded.committed) == (42, 5, True)
+
+
+def test_handle_json_is_stable() -> None:
+    assert json.loads(HANDLE.to_json()) == {
+        "transactional_id": "pipeline-7-task-3",
+        "producer_id": 42,
+        "producer_epoch": 5,
+    }
