@@ -1,0 +1,1 @@
+"""Python client and the lockgate CLI."""

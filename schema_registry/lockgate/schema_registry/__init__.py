@@ -1,0 +1,1 @@
+"""Lockgate schema registry: Avro schemas and their evolution."""

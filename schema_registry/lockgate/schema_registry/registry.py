@@ -1,0 +1,303 @@
+"""The registry's operations, shared by the REST facade and the gRPC servicer.
+
+Transport-free: takes plain values, returns domain values, raises
+:mod:`lockgate.schema_registry.errors`. Schemas are cached by id in memory because a global
+id never changes meaning (the rows are never rewritten), which is what makes lookups by id
+cheap enough for every consumer of every topic.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import TypeVar
+
+import avro.schema
+
+from lockgate.schema_registry.avro_schema import (
+    DEFAULT_MAX_SCHEMA_BYTES,
+    ParsedSchema,
+    parse_schema,
+)
+from lockgate.schema_registry.compatibility import CompatibilityReport, check_compatibility
+from lockgate.schema_registry.errors import (
+    IncompatibleSchemaError,
+    InvalidSchemaError,
+    SchemaNotFoundError,
+    SubjectNotFoundError,
+    VersionNotFoundError,
+)
+from lockgate.schema_registry.model import (
+    DEFAULT_COMPATIBILITY,
+    SCHEMA_TYPE_AVRO,
+    CompatibilityLevel,
+    RegisteredSchema,
+    RegistrationResult,
+    SchemaId,
+    Subject,
+    SubjectVersion,
+    Version,
+    parse_subject,
+    parse_version,
+)
+from lockgate.schema_registry.store import SchemaStore
+
+_V = TypeVar("_V")
+
+#: Most schemas kept in the id caches; past it the caches start over (ids stay valid).
+MAX_CACHED_SCHEMAS = 100_000
+
+
+def check_schema_type(schema_type: str | None) -> str:
+    """Accept AVRO (or nothing, which means AVRO); refuse the types this registry lacks."""
+    if not schema_type or schema_type.strip().upper() == SCHEMA_TYPE_AVRO:
+        return SCHEMA_TYPE_AVRO
+    raise InvalidSchemaError(
+        f"Invalid schema: schemaType {schema_type!r} is not supported; this registry serves"
+        " AVRO only",
+        field="schema_type",
+    )
+
+
+class SchemaRegistry:
+    """Register, look up, check, configure and delete schemas."""
+
+    def __init__(
+        self, store: SchemaStore, *, max_schema_bytes: int = DEFAULT_MAX_SCHEMA_BYTES
+    ) -> None:
+        self._store = store
+        self._max_schema_bytes = max_schema_bytes
+        self._by_id: dict[SchemaId, RegisteredSchema] = {}
+        self._parsed_by_id: dict[SchemaId, avro.schema.Schema] = {}
+        # Guards only the caches' size resets; dict get/set are atomic under the GIL.
+        self._cache_lock = threading.Lock()
+
+    @property
+    def store(self) -> SchemaStore:
+        """The underlying store."""
+        return self._store
+
+    # --- parsing helpers ---------------------------------------------------------------
+
+    def parse(self, schema_text: str, schema_type: str | None = None) -> ParsedSchema:
+        """Validate a schema sent by a caller (defaults checked, size capped)."""
+        check_schema_type(schema_type)
+        if not isinstance(schema_text, str):
+            raise InvalidSchemaError(
+                "Invalid schema: 'schema' must be a JSON string", field="schema"
+            )
+        return parse_schema(schema_text, max_bytes=self._max_schema_bytes)
+
+    def _parsed(self, version: SubjectVersion) -> avro.schema.Schema:
+        cached = self._parsed_by_id.get(version.schema_id)
+        if cached is None:
+            cached = parse_schema(
+                version.schema_text, validate_defaults_too=False, max_bytes=2**31
+            ).avro_schema
+            self._remember(self._parsed_by_id, version.schema_id, cached)
+        return cached
+
+    def _remember(self, cache: dict[SchemaId, _V], key: SchemaId, value: _V) -> None:
+        if len(cache) >= MAX_CACHED_SCHEMAS:
+            with self._cache_lock:
+                cache.clear()
+        cache[key] = value
+
+    # --- schemas by id -----------------------------------------------------------------
+
+    def get_schema(self, schema_id: int) -> RegisteredSchema:
+        """The schema with this global id (soft-deleted versions do not hide it)."""
+        cached = self._by_id.get(SchemaId(schema_id))
+        if cached is not None:
+            return cached
+        found = self._store.get_schema(schema_id=SchemaId(schema_id))
+        if found is None:
+            raise SchemaNotFoundError(f"Schema {schema_id} not found", field="id")
+        self._remember(self._by_id, SchemaId(schema_id), found)
+        return found
+
+    def cached_schema(self, schema_id: int) -> RegisteredSchema | None:
+        """The schema if it is already in memory (no database access), else None."""
+        return self._by_id.get(SchemaId(schema_id))
+
+    def schema_usages(
+        self, schema_id: int, *, include_deleted: bool = False
+    ) -> list[tuple[Subject, Version]]:
+        """(subject, version) pairs using this schema id; 40403 when the id is unknown."""
+        self.get_schema(schema_id)
+        return self._store.schema_usages(
+            schema_id=SchemaId(schema_id), include_deleted=include_deleted
+        )
+
+    # --- registration and lookup -------------------------------------------------------
+
+    def effective_level(self, subject: Subject) -> CompatibilityLevel:
+        """The subject's level, else the global one, else BACKWARD."""
+        return (
+            self._store.get_config(subject=subject)
+            or self._store.get_config(subject=None)
+            or DEFAULT_COMPATIBILITY
+        )
+
+    def register(
+        self, subject: str, schema_text: str, *, schema_type: str | None = None
+    ) -> RegistrationResult:
+        """Register ``schema_text`` under ``subject``; idempotent; 409 with reasons if refused."""
+        valid_subject = parse_subject(subject)
+        parsed = self.parse(schema_text, schema_type)
+        level = self.effective_level(valid_subject)
+
+        def check(live: Sequence[SubjectVersion]) -> None:
+            existing = [(int(version.version), self._parsed(version)) for version in live]
+            report = check_compatibility(level, parsed.avro_schema, existing)
+            if not report.compatible:
+                raise IncompatibleSchemaError(
+                    "Schema being registered is incompatible with an earlier schema for subject"
+                    f' "{valid_subject}", details: [' + "; ".join(report.reasons) + "]",
+                    reasons=report.reasons,
+                )
+
+        result = self._store.register(
+            subject=valid_subject,
+            fingerprint=parsed.fingerprint,
+            schema_text=parsed.normalized_text,
+            schema_type=SCHEMA_TYPE_AVRO,
+            check=check,
+        )
+        if result.schema_id not in self._parsed_by_id:
+            self._remember(self._parsed_by_id, result.schema_id, parsed.avro_schema)
+        return result
+
+    def lookup(
+        self,
+        subject: str,
+        schema_text: str,
+        *,
+        schema_type: str | None = None,
+        include_deleted: bool = False,
+    ) -> SubjectVersion:
+        """The version of ``subject`` holding this schema (40401 subject, 40403 schema)."""
+        valid_subject = parse_subject(subject)
+        parsed = self.parse(schema_text, schema_type)
+        found = self._store.find_in_subject(
+            subject=valid_subject, fingerprint=parsed.fingerprint, include_deleted=include_deleted
+        )
+        if found is not None:
+            return found
+        if not self._store.subject_versions(subject=valid_subject, include_deleted=include_deleted):
+            raise SubjectNotFoundError(f"Subject '{valid_subject}' not found.", field="subject")
+        raise SchemaNotFoundError(
+            f"Schema not found under subject '{valid_subject}'", field="schema"
+        )
+
+    # --- subjects and versions -----------------------------------------------------------
+
+    def list_subjects(self, *, include_deleted: bool = False) -> list[Subject]:
+        """Subject names, sorted."""
+        return self._store.list_subjects(include_deleted=include_deleted)
+
+    def list_versions(self, subject: str, *, include_deleted: bool = False) -> list[SubjectVersion]:
+        """The subject's versions, oldest first; 40401 when it has none."""
+        valid_subject = parse_subject(subject)
+        versions = self._store.subject_versions(
+            subject=valid_subject, include_deleted=include_deleted
+        )
+        if not versions:
+            raise SubjectNotFoundError(f"Subject '{valid_subject}' not found.", field="subject")
+        return versions
+
+    def get_version(
+        self, subject: str, version: str | int, *, include_deleted: bool = False
+    ) -> SubjectVersion:
+        """One version (``latest`` / -1 for the newest live one)."""
+        valid_subject = parse_subject(subject)
+        wanted = parse_version(version)
+        versions = self._store.subject_versions(subject=valid_subject, include_deleted=True)
+        if not versions or (wanted is None and all(v.deleted for v in versions)):
+            raise SubjectNotFoundError(f"Subject '{valid_subject}' not found.", field="subject")
+        if wanted is None:
+            return [v for v in versions if not v.deleted][-1]
+        for candidate in versions:
+            if candidate.version == wanted and (include_deleted or not candidate.deleted):
+                return candidate
+        raise VersionNotFoundError(
+            f"Version {wanted} not found in subject '{valid_subject}'.", field="version"
+        )
+
+    # --- compatibility -------------------------------------------------------------------
+
+    def check(
+        self,
+        subject: str,
+        schema_text: str,
+        *,
+        version: str | int | None = None,
+        schema_type: str | None = None,
+    ) -> CompatibilityReport:
+        """Would ``schema_text`` be accepted? ``version`` None: against what the level names;
+        a version (or ``latest``): against that version only, in the level's direction."""
+        valid_subject = parse_subject(subject)
+        parsed = self.parse(schema_text, schema_type)
+        level = self.effective_level(valid_subject)
+        if version is None:
+            live = self._store.subject_versions(subject=valid_subject, include_deleted=False)
+            targets = live
+        else:
+            wanted = parse_version(version)
+            live = self._store.subject_versions(subject=valid_subject, include_deleted=False)
+            if wanted is None and not live:
+                return CompatibilityReport(compatible=True, level=level)
+            targets = [self.get_version(valid_subject, version)]
+            if level.transitive:
+                # Against one named version, a transitive level means its plain form.
+                level = CompatibilityLevel(level.value.removesuffix("_TRANSITIVE"))
+        existing = [(int(target.version), self._parsed(target)) for target in targets]
+        return check_compatibility(level, parsed.avro_schema, existing)
+
+    # --- configuration ---------------------------------------------------------------------
+
+    def get_config(
+        self, subject: str | None, *, default_to_global: bool = False
+    ) -> CompatibilityLevel | None:
+        """The level set for ``subject`` (None: the global level, never None itself)."""
+        if subject is None:
+            return self._store.get_config(subject=None) or DEFAULT_COMPATIBILITY
+        valid_subject = parse_subject(subject)
+        level = self._store.get_config(subject=valid_subject)
+        if level is None and default_to_global:
+            return self.get_config(None)
+        return level
+
+    def set_config(self, subject: str | None, level: str) -> CompatibilityLevel:
+        """Set the level for ``subject`` (None: global); 42203 for an unknown level name."""
+        parsed_level = CompatibilityLevel.parse(level)
+        valid_subject = None if subject is None else parse_subject(subject)
+        self._store.set_config(subject=valid_subject, level=parsed_level)
+        return parsed_level
+
+    def delete_config(self, subject: str | None) -> CompatibilityLevel:
+        """Remove the level of ``subject`` (None: reset global to BACKWARD); returns the old one."""
+        if subject is None:
+            old = self._store.delete_config(subject=None)
+            return old or DEFAULT_COMPATIBILITY
+        valid_subject = parse_subject(subject)
+        old = self._store.delete_config(subject=valid_subject)
+        if old is None:
+            if not self._store.subject_versions(subject=valid_subject, include_deleted=True):
+                raise SubjectNotFoundError(f"Subject '{valid_subject}' not found.", field="subject")
+            return self.get_config(None) or DEFAULT_COMPATIBILITY
+        return old
+
+    # --- deletes ----------------------------------------------------------------------------
+
+    def delete_subject(self, subject: str, *, permanent: bool = False) -> list[Version]:
+        """Soft-delete a subject, or permanently delete a soft-deleted one; the versions hit."""
+        return self._store.delete_subject(subject=parse_subject(subject), permanent=permanent)
+
+    def delete_version(
+        self, subject: str, version: str | int, *, permanent: bool = False
+    ) -> Version:
+        """Soft-delete one version, or permanently delete a soft-deleted one."""
+        return self._store.delete_version(
+            subject=parse_subject(subject), version=parse_version(version), permanent=permanent
+        )

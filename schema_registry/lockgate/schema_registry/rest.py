@@ -1,0 +1,344 @@
+"""Confluent Schema Registry's REST API on top of :class:`SchemaRegistry` (a plain ASGI app).
+
+A hand-written router rather than a framework's: subject names are matched on the *raw*
+path and percent-decoded segment by segment, so a subject containing ``/`` (sent as ``%2F``)
+still routes; and the hot path (``GET /schemas/ids/{id}`` of a cached id) answers without
+leaving the event loop. Everything that may touch the database runs in a worker thread.
+
+Answers use Confluent's content type and, on error, its ``{"error_code", "message"}`` body.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+import anyio.to_thread
+
+from lockgate.schema_registry.errors import (
+    BadRequestError,
+    InvalidCompatibilityLevelError,
+    InvalidSchemaError,
+    RegistryError,
+    SubjectConfigNotFoundError,
+)
+from lockgate.schema_registry.model import SCHEMA_TYPE_AVRO, SubjectVersion
+from lockgate.schema_registry.registry import SchemaRegistry
+
+_LOG = logging.getLogger(__name__)
+
+CONTENT_TYPE = b"application/vnd.schemaregistry.v1+json"
+_Scope = dict[str, Any]
+_Receive = Callable[[], Awaitable[dict[str, Any]]]
+_Send = Callable[[dict[str, Any]], Awaitable[None]]
+#: Room in a request body for the JSON around the schema text, in bytes.
+_BODY_OVERHEAD = 64 * 1024
+
+
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    segments: list[str]
+    query: dict[str, str]
+    body: bytes
+
+    def flag(self, name: str) -> bool:
+        """A boolean query parameter, case-insensitive (the Python client sends ``False``)."""
+        raw = self.query.get(name)
+        if raw is None or raw == "":
+            return False
+        lowered = raw.strip().lower()
+        if lowered in ("true", "1"):
+            return True
+        if lowered in ("false", "0"):
+            return False
+        raise BadRequestError(f"Query parameter {name}={raw!r} must be true or false")
+
+    def json_body(self) -> dict[str, Any]:
+        """The body as a JSON object, or 400 saying what is wrong with it."""
+        if not self.body.strip():
+            raise BadRequestError("Request body is empty: send a JSON object")
+        try:
+            document = json.loads(self.body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BadRequestError(f"Request body is not valid JSON: {exc}") from None
+        if not isinstance(document, dict):
+            raise BadRequestError('Request body must be a JSON object such as {"schema": "..."}')
+        return document
+
+
+def _version_json(version: SubjectVersion) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "subject": version.subject,
+        "version": version.version,
+        "id": version.schema_id,
+        "schema": version.schema_text,
+    }
+    if version.schema_type != SCHEMA_TYPE_AVRO:
+        body["schemaType"] = version.schema_type
+    return body
+
+
+def _schema_arguments(request: _Request) -> tuple[str, str | None]:
+    body = request.json_body()
+    schema = body.get("schema")
+    if schema is None:
+        raise InvalidSchemaError(
+            "Invalid schema: the request has no 'schema' field", field="schema"
+        )
+    if not isinstance(schema, str):
+        raise InvalidSchemaError(
+            "Invalid schema: 'schema' must be the schema as a JSON *string*", field="schema"
+        )
+    if body.get("references"):
+        raise InvalidSchemaError(
+            "Invalid schema: schema references are not supported; inline the referenced types",
+            field="references",
+        )
+    schema_type = body.get("schemaType")
+    return schema, None if schema_type is None else str(schema_type)
+
+
+class RestApp:
+    """The ASGI application serving Confluent's REST API."""
+
+    def __init__(self, registry: SchemaRegistry, *, max_schema_bytes: int) -> None:
+        self._registry = registry
+        self._max_body = max_schema_bytes * 2 + _BODY_OVERHEAD
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+        path = raw_path.split(b"?", 1)[0].decode("latin-1")
+        segments = [unquote(part) for part in path.strip("/").split("/")] if path.strip("/") else []
+        method = scope["method"]
+        # Hot path: a cached schema by id answers without a thread hop.
+        if (
+            method == "GET"
+            and len(segments) == 3
+            and segments[0] == "schemas"
+            and segments[1] == "ids"
+        ) and segments[2].isdigit():
+            cached = self._registry.cached_schema(int(segments[2]))
+            if cached is not None:
+                await self._send_json(send, 200, {"schema": cached.schema_text})
+                return
+        try:
+            body = await self._read_body(receive) if method in ("POST", "PUT") else b""
+            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+            request = _Request(method=method, segments=segments, query=query, body=body)
+            status, payload = await anyio.to_thread.run_sync(self._dispatch, request)
+        except RegistryError as exc:
+            await self._send_json(
+                send, exc.http_status, {"error_code": exc.error_code, "message": exc.message}
+            )
+            return
+        except Exception:
+            _LOG.exception("unexpected error serving %s %s", method, path)
+            await self._send_json(
+                send, 500, {"error_code": 50001, "message": "Internal server error"}
+            )
+            return
+        await self._send_json(send, status, payload)
+
+    async def _lifespan(self, receive: _Receive, send: _Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _read_body(self, receive: _Receive) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self._max_body:
+                raise InvalidSchemaError(
+                    f"Invalid schema: the request body is larger than {self._max_body} bytes;"
+                    f" a schema may be at most {(self._max_body - _BODY_OVERHEAD) // 2} bytes"
+                    " (raise --max-schema-bytes)",
+                    field="schema",
+                )
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    @staticmethod
+    async def _send_json(send: _Send, status: int, payload: Any) -> None:
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", CONTENT_TYPE),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    # --- routing (runs in a worker thread) ----------------------------------------------------
+
+    def _dispatch(self, request: _Request) -> tuple[int, Any]:
+        segments, method = request.segments, request.method
+        head = segments[0] if segments else ""
+        handler = {
+            "subjects": self._subjects,
+            "schemas": self._schemas,
+            "compatibility": self._compatibility,
+            "config": self._config,
+            "mode": self._mode,
+        }.get(head)
+        if not segments and method == "GET":
+            return 200, {}
+        if handler is None:
+            return 404, {
+                "error_code": 404,
+                "message": f"HTTP 404 Not Found: no endpoint /{'/'.join(segments)}",
+            }
+        return handler(request)
+
+    @staticmethod
+    def _no_route(request: _Request) -> tuple[int, Any]:
+        path = "/" + "/".join(request.segments)
+        return 405 if request.segments else 404, {
+            "error_code": 405,
+            "message": f"HTTP 405 Method Not Allowed: {request.method} {path}",
+        }
+
+    def _subjects(self, request: _Request) -> tuple[int, Any]:
+        registry, segments, method = self._registry, request.segments, request.method
+        deleted = request.flag("deleted")
+        if len(segments) == 1 and method == "GET":
+            return 200, list(registry.list_subjects(include_deleted=deleted))
+        if len(segments) < 2:
+            return self._no_route(request)
+        subject = segments[1]
+        if len(segments) == 2:
+            if method == "POST":
+                schema, schema_type = _schema_arguments(request)
+                found = registry.lookup(
+                    subject, schema, schema_type=schema_type, include_deleted=deleted
+                )
+                return 200, _version_json(found)
+            if method == "DELETE":
+                return 200, registry.delete_subject(subject, permanent=request.flag("permanent"))
+            return self._no_route(request)
+        if segments[2] != "versions":
+            return self._no_route(request)
+        if len(segments) == 3:
+            if method == "GET":
+                return 200, [
+                    v.version for v in registry.list_versions(subject, include_deleted=deleted)
+                ]
+            if method == "POST":
+                schema, schema_type = _schema_arguments(request)
+                result = registry.register(subject, schema, schema_type=schema_type)
+                return 200, {"id": result.schema_id}
+            return self._no_route(request)
+        version = segments[3]
+        if len(segments) == 4:
+            if method == "GET":
+                return 200, _version_json(
+                    registry.get_version(subject, version, include_deleted=deleted)
+                )
+            if method == "DELETE":
+                return 200, registry.delete_version(
+                    subject, version, permanent=request.flag("permanent")
+                )
+            return self._no_route(request)
+        if len(segments) == 5 and method == "GET":
+            if segments[4] == "schema":
+                found = registry.get_version(subject, version, include_deleted=deleted)
+                return 200, json.loads(found.schema_text)
+            if segments[4] == "referencedby":
+                registry.get_version(subject, version, include_deleted=deleted)
+                return 200, []
+        return self._no_route(request)
+
+    def _schemas(self, request: _Request) -> tuple[int, Any]:
+        registry, segments = self._registry, request.segments
+        if request.method != "GET":
+            return self._no_route(request)
+        if segments == ["schemas", "types"]:
+            return 200, [SCHEMA_TYPE_AVRO]
+        if len(segments) < 3 or segments[1] != "ids":
+            return self._no_route(request)
+        if not segments[2].isdigit():
+            raise BadRequestError(f"Schema id {segments[2]!r} is not a positive integer")
+        schema_id = int(segments[2])
+        if len(segments) == 3:
+            return 200, {"schema": registry.get_schema(schema_id).schema_text}
+        tail = segments[3]
+        deleted = request.flag("deleted")
+        if tail == "schema":
+            return 200, json.loads(registry.get_schema(schema_id).schema_text)
+        if tail == "versions":
+            usages = registry.schema_usages(schema_id, include_deleted=deleted)
+            return 200, [{"subject": subject, "version": version} for subject, version in usages]
+        if tail == "subjects":
+            usages = registry.schema_usages(schema_id, include_deleted=deleted)
+            return 200, sorted({subject for subject, _ in usages})
+        return self._no_route(request)
+
+    def _compatibility(self, request: _Request) -> tuple[int, Any]:
+        segments = request.segments
+        if request.method != "POST" or len(segments) not in (4, 5) or segments[1] != "subjects":
+            return self._no_route(request)
+        if segments[3] != "versions":
+            return self._no_route(request)
+        schema, schema_type = _schema_arguments(request)
+        version = segments[4] if len(segments) == 5 else None
+        report = self._registry.check(segments[2], schema, version=version, schema_type=schema_type)
+        body: dict[str, Any] = {"is_compatible": report.compatible}
+        if request.flag("verbose") or not report.compatible:
+            body["messages"] = list(report.reasons)
+        return 200, body
+
+    def _config(self, request: _Request) -> tuple[int, Any]:
+        segments, method = request.segments, request.method
+        if len(segments) > 2:
+            return self._no_route(request)
+        subject = segments[1] if len(segments) == 2 else None
+        if method == "GET":
+            level = self._registry.get_config(
+                subject, default_to_global=request.flag("defaultToGlobal")
+            )
+            if level is None:
+                raise SubjectConfigNotFoundError(
+                    f"Subject '{subject}' does not have subject-level compatibility configured",
+                    field="subject",
+                )
+            return 200, {"compatibilityLevel": level.value}
+        if method == "PUT":
+            body = request.json_body()
+            level_text = body.get("compatibility", body.get("compatibilityLevel"))
+            if not isinstance(level_text, str):
+                raise InvalidCompatibilityLevelError(
+                    'Invalid compatibility level: send {"compatibility": "BACKWARD"} (or'
+                    " another level name)",
+                    field="compatibility",
+                )
+            return 200, {"compatibility": self._registry.set_config(subject, level_text).value}
+        if method == "DELETE":
+            return 200, {"compatibilityLevel": self._registry.delete_config(subject).value}
+        return self._no_route(request)
+
+    def _mode(self, request: _Request) -> tuple[int, Any]:
+        if request.method == "GET" and len(request.segments) <= 2:
+            return 200, {"mode": "READWRITE"}
+        return self._no_route(request)

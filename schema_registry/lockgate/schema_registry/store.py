@@ -1,0 +1,468 @@
+"""SQL storage of schemas, subject versions and compatibility configs (SQLite or PostgreSQL).
+
+The only module that speaks SQL. Ids come from the database, never from process memory, so
+any number of registry processes can share one database:
+
+- a schema's global id is the ``sr_schemas`` row id; the unique constraint on its
+  fingerprint makes a second registration of the same schema (from any process) select the
+  existing row instead of creating one (``INSERT .. ON CONFLICT DO NOTHING`` then ``SELECT``);
+- a version is ``max(version) + 1`` inside the registering transaction; two processes racing
+  for the same number collide on the primary key and the loser retries the whole transaction,
+  re-running the compatibility check against the version that won.
+
+On SQLite every writing transaction starts with ``BEGIN IMMEDIATE`` (the database's one
+writer lock), so writers queue instead of failing on a lock upgrade.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+
+from lockgate.schema_registry import tables
+from lockgate.schema_registry.errors import (
+    StoreUnavailableError,
+    SubjectNotFoundError,
+    SubjectNotSoftDeletedError,
+    SubjectSoftDeletedError,
+    VersionNotFoundError,
+    VersionNotSoftDeletedError,
+    VersionSoftDeletedError,
+)
+from lockgate.schema_registry.model import (
+    CompatibilityLevel,
+    RegisteredSchema,
+    RegistrationResult,
+    SchemaId,
+    Subject,
+    SubjectVersion,
+    Version,
+)
+
+_T = TypeVar("_T")
+
+#: How many times a writing transaction is retried after a conflict before giving up.
+MAX_WRITE_ATTEMPTS = 30
+#: PostgreSQL advisory lock key serialising concurrent migrations ("lockgate-sr" in hex-ish).
+_MIGRATION_LOCK_KEY = 0x10C6A7E5
+#: Validates a registration against the subject's live versions; raises to refuse it.
+RegistrationCheck = Callable[[Sequence[SubjectVersion]], None]
+
+
+def default_database_url() -> str:
+    """SQLite file under ``$LOCKGATE_HOME`` (or ``./.lockgate``): zero setup."""
+    home = Path(os.environ.get("LOCKGATE_HOME", ".lockgate"))
+    home.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(home / 'schema_registry.db').resolve()}"
+
+
+def create_db_engine(url: str) -> Engine:
+    """An engine for ``url`` with the settings the registry needs (SQLite: WAL, immediate)."""
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"timeout": 30.0, "check_same_thread": False})
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Let SQLAlchemy's "begin" event decide how transactions start (pysqlite's own
+            # implicit BEGIN is deferred, which deadlocks two writers upgrading their locks).
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _on_begin(connection: Connection) -> None:
+            if connection.get_execution_options().get("sqlite_write"):
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                connection.exec_driver_sql("BEGIN")
+
+        return engine
+    return sa.create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+
+
+def _is_retryable(exc: sa.exc.DBAPIError) -> bool:
+    if isinstance(exc, sa.exc.IntegrityError):
+        return True
+    # PostgreSQL: serialization_failure / deadlock_detected; SQLite: database is locked.
+    code = getattr(exc.orig, "sqlstate", None)
+    if code in ("40001", "40P01"):
+        return True
+    return "locked" in str(exc.orig).lower()
+
+
+class SchemaStore:
+    """The registry's SQL store; methods take keyword-only arguments and return domain values."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._dialect = engine.dialect.name
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (for tests and shutdown)."""
+        return self._engine
+
+    def migrate(self) -> None:
+        """Bring the tables to the newest Alembic revision (safe to run from several processes)."""
+        script_location = str(resources.files("lockgate.schema_registry") / "migrations")
+        config = Config()
+        config.set_main_option("script_location", script_location)
+        with self._engine.connect() as connection:
+            if self._dialect == "postgresql":
+                # Two registries starting together must not both create the tables.
+                connection.exec_driver_sql(f"SELECT pg_advisory_lock({_MIGRATION_LOCK_KEY})")
+                connection.commit()
+            try:
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+                connection.commit()
+            finally:
+                if self._dialect == "postgresql":
+                    connection.exec_driver_sql(f"SELECT pg_advisory_unlock({_MIGRATION_LOCK_KEY})")
+                    connection.commit()
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self._engine.dispose()
+
+    # --- transactions -------------------------------------------------------------------
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self._engine.connect() as connection, connection.begin():
+            yield connection
+
+    def _write(self, work: Callable[[Connection], _T]) -> _T:
+        """Run ``work`` in one writing transaction, retrying it whole after a conflict."""
+        last: Exception | None = None
+        for attempt in range(MAX_WRITE_ATTEMPTS):
+            try:
+                with self._engine.connect() as raw:
+                    connection = raw.execution_options(sqlite_write=True)
+                    with connection.begin():
+                        return work(connection)
+            except sa.exc.DBAPIError as exc:
+                if not _is_retryable(exc):
+                    raise
+                last = exc
+                # Jittered backoff so racing writers do not collide again in lock step.
+                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+        raise StoreUnavailableError(
+            f"the database kept reporting conflicts after {MAX_WRITE_ATTEMPTS} attempts: {last}"
+        )
+
+    # --- schemas ------------------------------------------------------------------------
+
+    def get_schema(self, *, schema_id: SchemaId) -> RegisteredSchema | None:
+        """The schema with this global id, or None."""
+        with self._read() as connection:
+            row = connection.execute(
+                sa.select(tables.schemas.c.schema_text, tables.schemas.c.schema_type).where(
+                    tables.schemas.c.id == schema_id
+                )
+            ).first()
+        if row is None:
+            return None
+        return RegisteredSchema(schema_id=schema_id, schema_text=row[0], schema_type=row[1])
+
+    def schema_usages(
+        self, *, schema_id: SchemaId, include_deleted: bool
+    ) -> list[tuple[Subject, Version]]:
+        """Every (subject, version) pointing at this schema, sorted."""
+        query = sa.select(
+            tables.subject_versions.c.subject, tables.subject_versions.c.version
+        ).where(tables.subject_versions.c.schema_id == schema_id)
+        if not include_deleted:
+            query = query.where(tables.subject_versions.c.deleted.is_(False))
+        with self._read() as connection:
+            rows = connection.execute(query.order_by("subject", "version")).all()
+        return [(Subject(row[0]), Version(row[1])) for row in rows]
+
+    def max_schema_id(self) -> int:
+        """The highest schema id handed out so far (0 when none)."""
+        with self._read() as connection:
+            value = connection.execute(sa.select(sa.func.max(tables.schemas.c.id))).scalar()
+        return int(value or 0)
+
+    # --- subjects and versions ----------------------------------------------------------
+
+    def _versions_query(self, subject: Subject) -> sa.Select[Any]:
+        sv = tables.subject_versions
+        return (
+            sa.select(
+                sv.c.subject,
+                sv.c.version,
+                sv.c.schema_id,
+                tables.schemas.c.schema_text,
+                sv.c.deleted,
+                tables.schemas.c.schema_type,
+            )
+            .join(tables.schemas, tables.schemas.c.id == sv.c.schema_id)
+            .where(sv.c.subject == subject)
+            .order_by(sv.c.version)
+        )
+
+    @staticmethod
+    def _to_version(row: Sequence[Any]) -> SubjectVersion:
+        return SubjectVersion(
+            subject=Subject(row[0]),
+            version=Version(row[1]),
+            schema_id=SchemaId(row[2]),
+            schema_text=row[3],
+            deleted=bool(row[4]),
+            schema_type=row[5],
+        )
+
+    def subject_versions(self, *, subject: Subject, include_deleted: bool) -> list[SubjectVersion]:
+        """The subject's versions, oldest first (soft-deleted ones only when asked)."""
+        with self._read() as connection:
+            return self._subject_versions(connection, subject, include_deleted)
+
+    def _subject_versions(
+        self, connection: Connection, subject: Subject, include_deleted: bool
+    ) -> list[SubjectVersion]:
+        query = self._versions_query(subject)
+        if not include_deleted:
+            query = query.where(tables.subject_versions.c.deleted.is_(False))
+        return [self._to_version(row) for row in connection.execute(query).all()]
+
+    def list_subjects(self, *, include_deleted: bool) -> list[Subject]:
+        """Subjects with at least one version (live ones only unless ``include_deleted``)."""
+        sv = tables.subject_versions
+        query = sa.select(sv.c.subject).distinct().order_by(sv.c.subject)
+        if not include_deleted:
+            query = query.where(sv.c.deleted.is_(False))
+        with self._read() as connection:
+            return [Subject(row[0]) for row in connection.execute(query).all()]
+
+    def find_in_subject(
+        self, *, subject: Subject, fingerprint: str, include_deleted: bool
+    ) -> SubjectVersion | None:
+        """The newest version of ``subject`` whose schema has this fingerprint, or None."""
+        query = self._versions_query(subject).where(tables.schemas.c.fingerprint == fingerprint)
+        if not include_deleted:
+            query = query.where(tables.subject_versions.c.deleted.is_(False))
+        with self._read() as connection:
+            rows = connection.execute(query).all()
+        return self._to_version(rows[-1]) if rows else None
+
+    def register(
+        self,
+        *,
+        subject: Subject,
+        fingerprint: str,
+        schema_text: str,
+        schema_type: str,
+        check: RegistrationCheck,
+    ) -> RegistrationResult:
+        """Register a schema under ``subject``, idempotently, in one transaction.
+
+        If the schema is already a live version of the subject, that version is returned.
+        Otherwise ``check`` sees the live versions (and raises to refuse), the schema gets its
+        global id (existing or new) and the next version number.
+        """
+
+        def work(connection: Connection) -> RegistrationResult:
+            sv = tables.subject_versions
+            existing = connection.execute(
+                self._versions_query(subject).where(
+                    tables.schemas.c.fingerprint == fingerprint, sv.c.deleted.is_(False)
+                )
+            ).first()
+            if existing is not None:
+                return RegistrationResult(
+                    schema_id=SchemaId(existing[2]),
+                    subject=subject,
+                    version=Version(existing[1]),
+                    created=False,
+                )
+            check(self._subject_versions(connection, subject, include_deleted=False))
+            schema_id = self._insert_or_select_schema(
+                connection, fingerprint, schema_text, schema_type
+            )
+            highest = connection.execute(
+                sa.select(sa.func.max(sv.c.version)).where(sv.c.subject == subject)
+            ).scalar()
+            version = Version(int(highest or 0) + 1)
+            connection.execute(
+                sa.insert(sv).values(
+                    subject=subject, version=version, schema_id=schema_id, deleted=False
+                )
+            )
+            return RegistrationResult(
+                schema_id=schema_id, subject=subject, version=version, created=True
+            )
+
+        return self._write(work)
+
+    def _insert_or_select_schema(
+        self, connection: Connection, fingerprint: str, schema_text: str, schema_type: str
+    ) -> SchemaId:
+        values = {
+            "fingerprint": fingerprint,
+            "schema_text": schema_text,
+            "schema_type": schema_type,
+        }
+        insert: Any
+        if self._dialect == "postgresql":
+            insert = postgresql.insert(tables.schemas)
+        elif self._dialect == "sqlite":
+            insert = sqlite.insert(tables.schemas)
+        else:  # pragma: no cover - only the two supported databases are configured
+            raise StoreUnavailableError(f"unsupported database dialect {self._dialect}")
+        inserted = connection.execute(
+            insert.values(**values)
+            .on_conflict_do_nothing(index_elements=["fingerprint"])
+            .returning(tables.schemas.c.id)
+        ).scalar()
+        if inserted is not None:
+            return SchemaId(int(inserted))
+        # Another transaction (maybe another process) registered it first: use its id.
+        existing = connection.execute(
+            sa.select(tables.schemas.c.id).where(tables.schemas.c.fingerprint == fingerprint)
+        ).scalar_one()
+        return SchemaId(int(existing))
+
+    # --- deletes ------------------------------------------------------------------------
+
+    def delete_subject(self, *, subject: Subject, permanent: bool) -> list[Version]:
+        """Soft-delete the subject's live versions, or permanently remove a soft-deleted subject.
+
+        Returns the versions affected. Confluent's rules: a permanent delete needs a soft
+        delete first (40405); soft-deleting twice is 40404.
+        """
+
+        def work(connection: Connection) -> list[Version]:
+            sv = tables.subject_versions
+            rows = self._subject_versions(connection, subject, include_deleted=True)
+            if not rows:
+                raise SubjectNotFoundError(f"Subject '{subject}' not found.", field="subject")
+            live = [row for row in rows if not row.deleted]
+            if permanent:
+                if live:
+                    raise SubjectNotSoftDeletedError(
+                        f"Subject '{subject}' was not deleted first before being permanently"
+                        " deleted: delete it without permanent=true first",
+                        field="subject",
+                    )
+                connection.execute(sa.delete(sv).where(sv.c.subject == subject))
+                connection.execute(
+                    sa.delete(tables.configs).where(tables.configs.c.subject == subject)
+                )
+                return [row.version for row in rows]
+            if not live:
+                raise SubjectSoftDeletedError(
+                    f"Subject '{subject}' was soft deleted. Set permanent=true to delete"
+                    " permanently",
+                    field="subject",
+                )
+            connection.execute(
+                sa.update(sv)
+                .where(sv.c.subject == subject, sv.c.deleted.is_(False))
+                .values(deleted=True)
+            )
+            return [row.version for row in live]
+
+        return self._write(work)
+
+    def delete_version(
+        self, *, subject: Subject, version: Version | None, permanent: bool
+    ) -> Version:
+        """Soft-delete one version (None: the latest live one), or permanently remove it."""
+
+        def work(connection: Connection) -> Version:
+            sv = tables.subject_versions
+            rows = self._subject_versions(connection, subject, include_deleted=True)
+            if not rows:
+                raise SubjectNotFoundError(f"Subject '{subject}' not found.", field="subject")
+            if version is None:
+                # "latest" means the newest live version, or for a permanent delete the newest.
+                candidates = rows if permanent else [row for row in rows if not row.deleted]
+                if not candidates:
+                    raise SubjectNotFoundError(f"Subject '{subject}' not found.", field="subject")
+                target = candidates[-1]
+            else:
+                matches = [row for row in rows if row.version == version]
+                if not matches:
+                    raise VersionNotFoundError(
+                        f"Version {version} not found in subject '{subject}'.", field="version"
+                    )
+                target = matches[0]
+            where = (sv.c.subject == subject, sv.c.version == target.version)
+            if permanent:
+                if not target.deleted:
+                    raise VersionNotSoftDeletedError(
+                        f"Subject '{subject}' Version {target.version} was not deleted first"
+                        " before being permanently deleted: delete it without permanent=true"
+                        " first",
+                        field="version",
+                    )
+                connection.execute(sa.delete(sv).where(*where))
+            else:
+                if target.deleted:
+                    raise VersionSoftDeletedError(
+                        f"Subject '{subject}' Version {target.version} was soft deleted. Set"
+                        " permanent=true to delete permanently",
+                        field="version",
+                    )
+                connection.execute(sa.update(sv).where(*where).values(deleted=True))
+            return target.version
+
+        return self._write(work)
+
+    # --- compatibility configs ----------------------------------------------------------
+
+    def get_config(self, *, subject: Subject | None) -> CompatibilityLevel | None:
+        """The level set for ``subject`` (None: the global one), or None when not set."""
+        key = tables.GLOBAL_CONFIG_KEY if subject is None else subject
+        with self._read() as connection:
+            value = connection.execute(
+                sa.select(tables.configs.c.compatibility).where(tables.configs.c.subject == key)
+            ).scalar()
+        return None if value is None else CompatibilityLevel(value)
+
+    def set_config(self, *, subject: Subject | None, level: CompatibilityLevel) -> None:
+        """Set the level for ``subject`` (None: the global one)."""
+        key = tables.GLOBAL_CONFIG_KEY if subject is None else subject
+
+        def work(connection: Connection) -> None:
+            updated = connection.execute(
+                sa.update(tables.configs)
+                .where(tables.configs.c.subject == key)
+                .values(compatibility=level.value)
+            ).rowcount
+            if not updated:
+                # A racing insert makes this fail with IntegrityError: _write retries, updates.
+                connection.execute(
+                    sa.insert(tables.configs).values(subject=key, compatibility=level.value)
+                )
+
+        self._write(work)
+
+    def delete_config(self, *, subject: Subject | None) -> CompatibilityLevel | None:
+        """Remove the level set for ``subject``; returns what it was (None: was not set)."""
+        key = tables.GLOBAL_CONFIG_KEY if subject is None else subject
+
+        def work(connection: Connection) -> CompatibilityLevel | None:
+            value = connection.execute(
+                sa.select(tables.configs.c.compatibility).where(tables.configs.c.subject == key)
+            ).scalar()
+            connection.execute(sa.delete(tables.configs).where(tables.configs.c.subject == key))
+            return None if value is None else CompatibilityLevel(value)
+
+        return self._write(work)

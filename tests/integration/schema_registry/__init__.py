@@ -1,0 +1,1 @@
+"""Integration tests of the schema registry (real processes, broker, PostgreSQL)."""

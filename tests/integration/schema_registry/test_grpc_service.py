@@ -1,0 +1,172 @@
+"""SchemaRegistryService over gRPC against a registry process."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from lockgate.v1 import schema_registry_pb2 as pb
+from lockgate.v1 import schema_registry_pb2_grpc as pb_grpc
+from tests.integration.schema_registry.conftest import RegistryProcess
+
+pytestmark = pytest.mark.integration
+
+V1 = json.dumps({"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]})
+V2 = json.dumps(
+    {
+        "type": "record",
+        "name": "Order",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "note", "type": "string", "default": ""},
+        ],
+    }
+)
+V3_BAD = json.dumps(
+    {
+        "type": "record",
+        "name": "Order",
+        "fields": [{"name": "id", "type": "long"}, {"name": "qty", "type": "int"}],
+    }
+)
+
+
+@pytest.fixture
+def stub(sqlite_registry: RegistryProcess) -> Iterator[pb_grpc.SchemaRegistryServiceStub]:
+    """A stub on the registry's gRPC port."""
+    with grpc.insecure_channel(sqlite_registry.grpc_address) as channel:
+        yield pb_grpc.SchemaRegistryServiceStub(channel)
+
+
+def details(error: grpc.RpcError) -> dict[str, object]:
+    """The google.rpc details of a failed call, by type."""
+    status = rpc_status.from_call(error)
+    assert status is not None, "the error carries no google.rpc.Status"
+    found: dict[str, object] = {}
+    for detail in status.details:
+        for kind in (
+            error_details_pb2.ErrorInfo,
+            error_details_pb2.BadRequest,
+            error_details_pb2.PreconditionFailure,
+        ):
+            if detail.Is(kind.DESCRIPTOR):
+                message = kind()
+                detail.Unpack(message)
+                found[kind.DESCRIPTOR.name] = message
+    return found
+
+
+def test_register_get_list_check(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
+    first = stub.RegisterSchema(
+        pb.RegisterSchemaRequest(request_id=str(uuid.uuid4()), subject="orders-value", schema=V1)
+    )
+    assert first.created and first.version == 1
+    again = stub.RegisterSchema(pb.RegisterSchemaRequest(subject="orders-value", schema=V1))
+    assert not again.created and again.schema_id == first.schema_id
+    second = stub.RegisterSchema(pb.RegisterSchemaRequest(subject="orders-value", schema=V2))
+    assert second.version == 2
+
+    got = stub.GetSchema(pb.GetSchemaRequest(schema_id=first.schema_id)).schema
+    assert json.loads(got.schema) == json.loads(V1) and got.schema_type == pb.SCHEMA_TYPE_AVRO
+    latest = stub.GetSubjectVersion(
+        pb.GetSubjectVersionRequest(subject="orders-value")
+    ).subject_version
+    assert (latest.version, latest.schema_id) == (2, second.schema_id)
+    found = stub.LookupSchema(
+        pb.LookupSchemaRequest(subject="orders-value", schema=V2)
+    ).subject_version
+    assert found.version == 2
+
+    for index in range(5):
+        stub.RegisterSchema(pb.RegisterSchemaRequest(subject=f"page-{index}", schema=V1))
+    page1 = stub.ListSubjects(pb.ListSubjectsRequest(page_size=4))
+    page2 = stub.ListSubjects(pb.ListSubjectsRequest(page_size=4, page_token=page1.next_page_token))
+    assert page2.next_page_token == ""
+    assert list(page1.subjects) + list(page2.subjects) == ["orders-value"] + [
+        f"page-{i}" for i in range(5)
+    ]
+    versions = stub.ListSubjectVersions(
+        pb.ListSubjectVersionsRequest(subject="orders-value")
+    ).versions
+    assert [v.version for v in versions] == [1, 2]
+    usages = stub.ListSchemaVersions(
+        pb.ListSchemaVersionsRequest(schema_id=first.schema_id)
+    ).versions
+    assert len(usages) == 6
+
+    ok = stub.CheckCompatibility(pb.CheckCompatibilityRequest(subject="orders-value", schema=V2))
+    assert ok.compatible and ok.level == pb.COMPATIBILITY_LEVEL_BACKWARD
+    bad = stub.CheckCompatibility(
+        pb.CheckCompatibilityRequest(subject="orders-value", schema=V3_BAD)
+    )
+    assert not bad.compatible
+    assert bad.reasons[0].startswith("READER_FIELD_MISSING_DEFAULT_VALUE at /Order/qty")
+
+
+def test_incompatible_registration_status(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
+    stub.RegisterSchema(pb.RegisterSchemaRequest(subject="s", schema=V1))
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.RegisterSchema(pb.RegisterSchemaRequest(subject="s", schema=V3_BAD))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    found = details(caught.value)
+    assert found["ErrorInfo"].metadata["confluent_error_code"] == "409"  # type: ignore[attr-defined]
+    violations = found["PreconditionFailure"].violations  # type: ignore[attr-defined]
+    assert "/Order/qty" in violations[0].description
+
+
+def test_invalid_arguments_name_the_field(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.RegisterSchema(pb.RegisterSchemaRequest(subject="s", schema="{nope"))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    found = details(caught.value)
+    assert found["BadRequest"].field_violations[0].field == "schema"  # type: ignore[attr-defined]
+    assert found["ErrorInfo"].metadata["confluent_error_code"] == "42201"  # type: ignore[attr-defined]
+
+    with pytest.raises(grpc.RpcError) as no_level:
+        stub.UpdateCompatibilityConfig(pb.UpdateCompatibilityConfigRequest(subject="s"))
+    assert no_level.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    with pytest.raises(grpc.RpcError) as bad_token:
+        stub.ListSubjects(pb.ListSubjectsRequest(page_token="%%%"))
+    assert bad_token.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    with pytest.raises(grpc.RpcError) as missing:
+        stub.GetSchema(pb.GetSchemaRequest(schema_id=999))
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    assert details(missing.value)["ErrorInfo"].metadata["confluent_error_code"] == "40403"  # type: ignore[attr-defined]
+
+
+def test_config_and_deletes_with_request_ids(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
+    stub.RegisterSchema(pb.RegisterSchemaRequest(subject="s", schema=V1))
+    updated = stub.UpdateCompatibilityConfig(
+        pb.UpdateCompatibilityConfigRequest(
+            request_id="r1", subject="s", level=pb.COMPATIBILITY_LEVEL_FULL
+        )
+    )
+    assert updated.level == pb.COMPATIBILITY_LEVEL_FULL
+    got = stub.GetCompatibilityConfig(pb.GetCompatibilityConfigRequest(subject="s"))
+    assert got.level == pb.COMPATIBILITY_LEVEL_FULL
+    with pytest.raises(grpc.RpcError) as unset:
+        stub.GetCompatibilityConfig(pb.GetCompatibilityConfigRequest(subject="other"))
+    assert unset.value.code() == grpc.StatusCode.NOT_FOUND
+    fallback = stub.GetCompatibilityConfig(
+        pb.GetCompatibilityConfigRequest(subject="other", default_to_global=True)
+    )
+    assert fallback.level == pb.COMPATIBILITY_LEVEL_BACKWARD
+
+    deleted = stub.DeleteSubject(pb.DeleteSubjectRequest(request_id="d1", subject="s"))
+    assert list(deleted.versions) == [1]
+    # A retry with the same request_id gets the first answer, not 40404.
+    retried = stub.DeleteSubject(pb.DeleteSubjectRequest(request_id="d1", subject="s"))
+    assert list(retried.versions) == [1]
+    with pytest.raises(grpc.RpcError) as twice:
+        stub.DeleteSubject(pb.DeleteSubjectRequest(request_id="d2", subject="s"))
+    assert twice.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    permanent = stub.DeleteSubject(pb.DeleteSubjectRequest(subject="s", permanent=True))
+    assert list(permanent.versions) == [1]

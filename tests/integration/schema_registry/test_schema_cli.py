@@ -1,0 +1,68 @@
+"""``lockgate schema ...`` against a registry process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lockgate.client.schema_cli import app
+from tests.integration.schema_registry.conftest import RegistryProcess
+
+pytestmark = pytest.mark.integration
+
+V1 = {"type": "record", "name": "Click", "fields": [{"name": "url", "type": "string"}]}
+V2 = {**V1, "fields": [*V1["fields"], {"name": "ms", "type": "long", "default": 0}]}
+V3 = {**V1, "fields": [*V1["fields"], {"name": "user", "type": "string"}]}
+
+
+def test_schema_cli(sqlite_registry: RegistryProcess, tmp_path: Path) -> None:
+    runner = CliRunner()
+    url = ["--registry", sqlite_registry.url]
+    files = {}
+    for name, document in (("v1", V1), ("v2", V2), ("v3", V3)):
+        files[name] = tmp_path / f"{name}.avsc"
+        files[name].write_text(json.dumps(document))
+
+    result = runner.invoke(app, ["register", "clicks-value", str(files["v1"]), *url])
+    assert result.exit_code == 0, result.output
+    assert "version 1 with id 1" in result.output
+
+    result = runner.invoke(app, ["register", "clicks-value", str(files["v2"]), "--json", *url])
+    assert result.exit_code == 0 and json.loads(result.output) == {"id": 2}
+
+    result = runner.invoke(app, ["check", "clicks-value", str(files["v3"]), *url])
+    assert result.exit_code == 1
+    assert "READER_FIELD_MISSING_DEFAULT_VALUE at /Click/user" in result.output
+
+    result = runner.invoke(app, ["check", "clicks-value", str(files["v2"]), *url])
+    assert result.exit_code == 0 and "compatible" in result.output
+
+    result = runner.invoke(app, ["versions", "clicks-value", *url])
+    assert result.exit_code == 0 and "url, ms" in result.output
+
+    result = runner.invoke(app, ["subjects", "--json", *url])
+    assert json.loads(result.output) == ["clicks-value"]
+
+    result = runner.invoke(app, ["get", "clicks-value", "1", "--json", *url])
+    assert json.loads(result.output)["id"] == 1
+    result = runner.invoke(app, ["get", "--id", "2", *url])
+    assert result.exit_code == 0 and '"ms"' in result.output
+
+    result = runner.invoke(app, ["config", "clicks-value", "--set", "full", *url])
+    assert "compatibility is FULL" in result.output
+    result = runner.invoke(app, ["config", "--set", "sideways", *url])
+    assert result.exit_code == 1 and "error 42203" in result.output
+
+    result = runner.invoke(app, ["delete", "clicks-value", "--version", "1", *url])
+    assert result.exit_code == 0 and "soft-deleted clicks-value version(s) 1" in result.output
+    result = runner.invoke(app, ["get", "nope", *url])
+    assert result.exit_code == 1 and "error 40401" in result.output
+
+
+def test_unreachable_registry_says_so() -> None:
+    result = CliRunner().invoke(app, ["subjects", "--registry", "http://127.0.0.1:9"])
+    assert result.exit_code == 1
+    assert "cannot reach the schema registry" in result.output
