@@ -1,0 +1,1 @@
+"""Lockgate coordinator: leader election, membership, assignment, checkpoints."""

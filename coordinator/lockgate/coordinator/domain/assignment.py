@@ -1,0 +1,170 @@
+"""Task assignment: balanced, sticky and incremental, as a pure function.
+
+`assign` keeps every task where it is unless balance requires moving it, so a joining
+executor takes only its fair share from the others and a leaving executor's tasks are
+spread without reshuffling the rest (Kafka Connect's incremental cooperative rebalancing
+without its 5-minute default delay).
+
+`plan_assignment` adds the grace period: an executor that stopped heartbeating keeps its
+tasks, unassigned to anyone else, until `reassign_delay_ms` after it was declared dead, so
+a short network blip or a slow restart does not move every task twice.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+
+from lockgate.coordinator.domain.ids import ExecutorId, TaskId
+
+DEFAULT_SESSION_TIMEOUT_MS = 10_000
+DEFAULT_REASSIGN_DELAY_MS = 3_000
+
+
+def assign(
+    current: Mapping[ExecutorId, AbstractSet[TaskId]],
+    live_executors: Iterable[ExecutorId],
+    all_tasks: Iterable[TaskId],
+) -> dict[ExecutorId, frozenset[TaskId]]:
+    """Return the new assignment of `all_tasks` over `live_executors`.
+
+    Guarantees, for the same inputs always the same output:
+    - every task is assigned to exactly one live executor (none if there is no executor);
+    - balanced: task counts of live executors differ by at most one;
+    - sticky: the number of tasks that leave a live executor is the minimum any balanced
+      assignment allows. Tasks on executors absent from `live_executors` and tasks no
+      longer in `all_tasks` are dropped; new tasks go to the least loaded executors.
+    Every live executor appears in the result, possibly with no task.
+    """
+    live = sorted(set(live_executors))
+    tasks = set(all_tasks)
+    if not live:
+        return {}
+    # Tasks each live executor may keep: still existing, and not claimed twice (a corrupt
+    # input; the first executor in id order keeps it).
+    kept: dict[ExecutorId, list[TaskId]] = {}
+    claimed: set[TaskId] = set()
+    for executor in live:
+        mine = sorted((set(current.get(executor, ())) & tasks) - claimed)
+        claimed.update(mine)
+        kept[executor] = mine
+    base, extra = divmod(len(tasks), len(live))
+    # Give the `extra` larger capacities to the executors that already hold the most:
+    # that maximises the tasks that stay (an exchange argument: swapping a +1 from a
+    # larger holder to a smaller one never lets more tasks stay).
+    by_load = sorted(live, key=lambda e: (-len(kept[e]), e))
+    capacity = {e: base + (1 if i < extra else 0) for i, e in enumerate(by_load)}
+    result: dict[ExecutorId, list[TaskId]] = {}
+    pool: list[TaskId] = sorted(tasks - claimed)
+    for executor in live:
+        keep = kept[executor][: capacity[executor]]
+        pool.extend(kept[executor][capacity[executor] :])
+        result[executor] = keep
+    pool.sort()
+    for executor in live:
+        need = capacity[executor] - len(result[executor])
+        if need > 0:
+            result[executor].extend(pool[:need])
+            del pool[:need]
+    assert not pool, "capacities add up to the task count"
+    return {e: frozenset(ts) for e, ts in result.items()}
+
+
+def moved_tasks(
+    before: Mapping[ExecutorId, AbstractSet[TaskId]],
+    after: Mapping[ExecutorId, AbstractSet[TaskId]],
+) -> set[TaskId]:
+    """Return the tasks that were on some executor before and are elsewhere (or nowhere) now."""
+    owner_after = {t: e for e, ts in after.items() for t in ts}
+    return {t for e, ts in before.items() for t in ts if owner_after.get(t) != e}
+
+
+class ExecutorLiveness(enum.StrEnum):
+    """An executor as the leader sees it from its heartbeats."""
+
+    ALIVE = "ALIVE"
+    """Heartbeat within the session timeout."""
+    DEAD_IN_GRACE = "DEAD_IN_GRACE"
+    """Session expired, but its tasks stay put until the reassignment delay has passed."""
+    DEAD = "DEAD"
+    """Session expired and the delay passed: its tasks go to others."""
+
+
+def executor_liveness(
+    *,
+    last_heartbeat_ms: int,
+    now_ms: int,
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+    reassign_delay_ms: int = DEFAULT_REASSIGN_DELAY_MS,
+) -> ExecutorLiveness:
+    """Classify an executor from its last heartbeat; both times are the database's clock."""
+    silent_ms = now_ms - last_heartbeat_ms
+    if silent_ms <= session_timeout_ms:
+        return ExecutorLiveness.ALIVE
+    if silent_ms <= session_timeout_ms + reassign_delay_ms:
+        return ExecutorLiveness.DEAD_IN_GRACE
+    return ExecutorLiveness.DEAD
+
+
+@dataclass(frozen=True)
+class AssignmentPlan:
+    """What the leader should write after one rebalance decision."""
+
+    assignment: dict[ExecutorId, frozenset[TaskId]]
+    """Every assigned task's executor, grace-period executors' tasks included."""
+    moved: frozenset[TaskId]
+    """Tasks whose executor changed (their task generation must grow)."""
+    newly_assigned: frozenset[TaskId]
+    """Tasks that had no executor before and have one now (generation grows too)."""
+    recheck_at_ms: int | None
+    """Database time at which a grace period ends and the plan may change; None if never."""
+
+
+def plan_assignment(
+    *,
+    current: Mapping[ExecutorId, AbstractSet[TaskId]],
+    last_heartbeats_ms: Mapping[ExecutorId, int],
+    all_tasks: Iterable[TaskId],
+    now_ms: int,
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+    reassign_delay_ms: int = DEFAULT_REASSIGN_DELAY_MS,
+) -> AssignmentPlan:
+    """Decide the next assignment from heartbeats, honouring the reassignment delay.
+
+    Executors in `current` but absent from `last_heartbeats_ms` (deregistered) are treated
+    as DEAD. A DEAD_IN_GRACE executor keeps the tasks it has and gets no new ones.
+    """
+    tasks = set(all_tasks)
+    alive: list[ExecutorId] = []
+    held: dict[ExecutorId, frozenset[TaskId]] = {}
+    recheck: int | None = None
+    for executor, heartbeat in last_heartbeats_ms.items():
+        state = executor_liveness(
+            last_heartbeat_ms=heartbeat,
+            now_ms=now_ms,
+            session_timeout_ms=session_timeout_ms,
+            reassign_delay_ms=reassign_delay_ms,
+        )
+        if state is ExecutorLiveness.ALIVE:
+            alive.append(executor)
+            expires = heartbeat + session_timeout_ms + 1
+        elif state is ExecutorLiveness.DEAD_IN_GRACE:
+            held[executor] = frozenset(set(current.get(executor, ())) & tasks)
+            expires = heartbeat + session_timeout_ms + reassign_delay_ms + 1
+        else:
+            continue
+        recheck = expires if recheck is None else min(recheck, expires)
+    held_tasks = {t for ts in held.values() for t in ts}
+    balanced = assign(current, alive, tasks - held_tasks)
+    new_assignment = {**balanced, **held}
+    before_owner = {t: e for e, ts in current.items() for t in ts}
+    after_owner = {t: e for e, ts in new_assignment.items() for t in ts}
+    moved = frozenset(
+        t for t, e in after_owner.items() if t in before_owner and before_owner[t] != e
+    )
+    newly = frozenset(t for t in after_owner if t not in before_owner)
+    return AssignmentPlan(
+        assignment=new_assignment, moved=moved, newly_assigned=newly, recheck_at_ms=recheck
+    )

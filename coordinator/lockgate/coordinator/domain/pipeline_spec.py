@@ -1,0 +1,482 @@
+"""Pipeline configuration: its shape, its defaults, and its validation.
+
+Validation is one pure function that returns every violation at once (field path, what
+is wrong, how to fix it), so a user fixes a config in one round trip rather than one
+error per attempt. Unknown keys are violations too: a misspelt `tasks_mx` silently
+falling back to a default is worse than an error.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from lockgate.coordinator.domain.errors import SpecViolation, invalid_spec
+from lockgate.coordinator.domain.ids import PIPELINE_ID_PATTERN, PipelineId
+
+_E = TypeVar("_E", bound=enum.StrEnum)
+
+
+class RecordFormat(enum.StrEnum):
+    """How record values are encoded on a Kafka topic."""
+
+    BYTES = "bytes"
+    STRING = "string"
+    JSON = "json"
+    AVRO = "avro"
+
+
+class StartingOffsets(enum.StrEnum):
+    """Where a pipeline with no checkpoint yet starts reading a partition."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+
+
+class Delivery(enum.StrEnum):
+    """The delivery guarantee a pipeline asks for."""
+
+    EXACTLY_ONCE = "exactly_once"
+    AT_LEAST_ONCE = "at_least_once"
+
+
+class ErrorTolerance(enum.StrEnum):
+    """What a bad record does: fail the task (`none`) or go to a dead-letter topic (`all`)."""
+
+    NONE = "none"
+    ALL = "all"
+
+
+@dataclass(frozen=True)
+class KafkaSource:
+    """The Kafka topics a pipeline reads."""
+
+    bootstrap_servers: str
+    topics: tuple[str, ...]
+    starting_offsets: StartingOffsets
+    format: RecordFormat
+
+
+@dataclass(frozen=True)
+class Transform:
+    """The PySpark step: a SQL statement over the view `source`, or a Python function."""
+
+    sql: str | None
+    python: str | None
+    """`module:function`, called with a DataFrame and returning a DataFrame."""
+
+
+@dataclass(frozen=True)
+class KafkaSink:
+    """The Kafka topic a pipeline writes."""
+
+    bootstrap_servers: str
+    topic: str
+    format: RecordFormat
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """How often checkpoints run and how long one may take before it aborts."""
+
+    interval_ms: int
+    timeout_ms: int
+
+
+@dataclass(frozen=True)
+class ErrorsConfig:
+    """What happens to records that cannot be processed."""
+
+    tolerance: ErrorTolerance
+    dead_letter_topic: str | None
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """A validated pipeline configuration, defaults filled in."""
+
+    name: PipelineId
+    source: KafkaSource
+    transform: Transform
+    sink: KafkaSink
+    delivery: Delivery
+    checkpoint: CheckpointConfig
+    tasks_max: int
+    errors: ErrorsConfig
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the normalized config as JSON-ready values (what the store keeps)."""
+        transform: dict[str, str] = {}
+        if self.transform.sql is not None:
+            transform["sql"] = self.transform.sql
+        if self.transform.python is not None:
+            transform["python"] = self.transform.python
+        errors: dict[str, str] = {"tolerance": self.errors.tolerance.value}
+        if self.errors.dead_letter_topic is not None:
+            errors["dead_letter_topic"] = self.errors.dead_letter_topic
+        return {
+            "name": self.name,
+            "source": {
+                "kafka": {
+                    "bootstrap_servers": self.source.bootstrap_servers,
+                    "topics": list(self.source.topics),
+                    "starting_offsets": self.source.starting_offsets.value,
+                    "format": self.source.format.value,
+                }
+            },
+            "transform": transform,
+            "sink": {
+                "kafka": {
+                    "bootstrap_servers": self.sink.bootstrap_servers,
+                    "topic": self.sink.topic,
+                    "format": self.sink.format.value,
+                }
+            },
+            "delivery": self.delivery.value,
+            "checkpoint": {
+                "interval_ms": self.checkpoint.interval_ms,
+                "timeout_ms": self.checkpoint.timeout_ms,
+            },
+            "tasks_max": self.tasks_max,
+            "errors": errors,
+        }
+
+
+DEFAULT_CHECKPOINT_INTERVAL_MS = 1_000
+DEFAULT_CHECKPOINT_TIMEOUT_MS = 60_000
+
+_TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_BOOTSTRAP_PATTERN = re.compile(r"^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$")
+_PYTHON_REF_PATTERN = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+)
+
+
+class _Checker:
+    """Collects violations while walking a raw config; never raises."""
+
+    def __init__(self) -> None:
+        self.violations: list[SpecViolation] = []
+
+    def add(self, field: str, description: str, fix: str) -> None:
+        self.violations.append(SpecViolation(field=field, description=description, fix=fix))
+
+    def mapping(
+        self, raw: Mapping[str, Any], key: str, path: str, *, required: bool
+    ) -> Mapping[str, Any] | None:
+        if key not in raw or raw[key] is None:
+            if required:
+                self.add(path, "is missing", f"add a `{path}` section")
+            return None
+        value = raw[key]
+        if not isinstance(value, Mapping):
+            self.add(
+                path, f"must be a mapping, got {type(value).__name__}", "write key: value pairs"
+            )
+            return None
+        return value
+
+    def unknown_keys(self, raw: Mapping[str, Any], allowed: Sequence[str], path: str) -> None:
+        for key in raw:
+            if key not in allowed:
+                where = f"{path}.{key}" if path else str(key)
+                self.add(
+                    where, "is not a known field", f"remove it or use one of: {', '.join(allowed)}"
+                )
+
+    def string(
+        self,
+        raw: Mapping[str, Any],
+        key: str,
+        path: str,
+        *,
+        required: bool,
+        pattern: re.Pattern[str] | None = None,
+        pattern_fix: str = "",
+    ) -> str | None:
+        if key not in raw or raw[key] is None:
+            if required:
+                self.add(path, "is missing", f"set `{path}`")
+            return None
+        value = raw[key]
+        if not isinstance(value, str) or not value.strip():
+            self.add(path, "must be a non-empty string", f"set `{path}` to a string")
+            return None
+        if pattern is not None and not pattern.match(value):
+            self.add(path, f"{value!r} is not valid", pattern_fix)
+            return None
+        return value
+
+    def choice(
+        self,
+        raw: Mapping[str, Any],
+        key: str,
+        path: str,
+        enum_type: type[_E],
+        default: _E | None,
+    ) -> _E | None:
+        choices = ", ".join(e.value for e in enum_type)
+        if key not in raw or raw[key] is None:
+            if default is None:
+                self.add(path, "is missing", f"set `{path}` to one of: {choices}")
+            return default
+        value = raw[key]
+        try:
+            return enum_type(value)
+        except ValueError:
+            self.add(path, f"{value!r} is not supported", f"use one of: {choices}")
+            return None
+
+    def positive_int(
+        self, raw: Mapping[str, Any], key: str, path: str, default: int, minimum: int
+    ) -> int | None:
+        if key not in raw or raw[key] is None:
+            return default
+        value = raw[key]
+        # bool is an int in Python; `tasks_max: true` is a mistake, not 1.
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.add(path, f"must be an integer, got {value!r}", f"set `{path}` to a whole number")
+            return None
+        if value < minimum:
+            self.add(
+                path, f"must be >= {minimum}, got {value}", f"set `{path}` to {minimum} or more"
+            )
+            return None
+        return value
+
+
+def validate_pipeline_spec(raw: object) -> list[SpecViolation]:
+    """Return every violation in a raw pipeline config (empty when it is valid)."""
+    _spec, violations = _parse(raw)
+    return violations
+
+
+def parse_pipeline_spec(raw: object) -> PipelineSpec:
+    """Return the validated config with defaults filled in; InvalidArgument lists all faults."""
+    spec, violations = _parse(raw)
+    if violations or spec is None:
+        raise invalid_spec(violations)
+    return spec
+
+
+_TOP_LEVEL = (
+    "name",
+    "source",
+    "transform",
+    "sink",
+    "delivery",
+    "checkpoint",
+    "tasks_max",
+    "errors",
+)
+
+
+def _parse(raw: object) -> tuple[PipelineSpec | None, list[SpecViolation]]:
+    c = _Checker()
+    if not isinstance(raw, Mapping):
+        c.add(
+            "",
+            f"a pipeline config must be a mapping, got {type(raw).__name__}",
+            "write the config as key: value pairs (YAML or JSON object)",
+        )
+        return None, c.violations
+    c.unknown_keys(raw, _TOP_LEVEL, "")
+    name = c.string(
+        raw,
+        "name",
+        "name",
+        required=True,
+        pattern=PIPELINE_ID_PATTERN,
+        pattern_fix="use 1-63 lowercase letters, digits and '-', starting with a letter",
+    )
+    source = _parse_source(c, raw)
+    transform = _parse_transform(c, raw)
+    sink = _parse_sink(c, raw)
+    delivery = c.choice(raw, "delivery", "delivery", Delivery, Delivery.EXACTLY_ONCE)
+    checkpoint = _parse_checkpoint(c, raw)
+    tasks_max = c.positive_int(raw, "tasks_max", "tasks_max", 1, 1)
+    errors = _parse_errors(c, raw)
+    if c.violations:
+        return None, c.violations
+    assert name is not None and source is not None and transform is not None
+    assert sink is not None and delivery is not None and checkpoint is not None
+    assert tasks_max is not None and errors is not None
+    return (
+        PipelineSpec(
+            name=PipelineId(name),
+            source=source,
+            transform=transform,
+            sink=sink,
+            delivery=delivery,
+            checkpoint=checkpoint,
+            tasks_max=tasks_max,
+            errors=errors,
+        ),
+        [],
+    )
+
+
+def _single_kind(
+    c: _Checker, section: Mapping[str, Any], path: str, noun: str
+) -> Mapping[str, Any] | None:
+    """Sources and sinks are `{kind: {...}}`; only `kafka` exists so far."""
+    kinds = list(section)
+    if not kinds:
+        c.add(path, f"names no {noun} type", f"write `{path}.kafka: {{...}}`")
+        return None
+    for kind in kinds:
+        if kind != "kafka":
+            c.add(f"{path}.{kind}", f"unknown {noun} type {kind!r}", "use `kafka`")
+    if "kafka" not in section:
+        return None
+    return c.mapping(section, "kafka", f"{path}.kafka", required=True)
+
+
+def _parse_source(c: _Checker, raw: Mapping[str, Any]) -> KafkaSource | None:
+    section = c.mapping(raw, "source", "source", required=True)
+    if section is None:
+        return None
+    kafka = _single_kind(c, section, "source", "source")
+    if kafka is None:
+        return None
+    path = "source.kafka"
+    c.unknown_keys(kafka, ("bootstrap_servers", "topics", "starting_offsets", "format"), path)
+    servers = c.string(
+        kafka,
+        "bootstrap_servers",
+        f"{path}.bootstrap_servers",
+        required=True,
+        pattern=_BOOTSTRAP_PATTERN,
+        pattern_fix="write host:port[,host:port...], e.g. 127.0.0.1:9092",
+    )
+    topics = _parse_topics(c, kafka, f"{path}.topics")
+    starting = c.choice(
+        kafka,
+        "starting_offsets",
+        f"{path}.starting_offsets",
+        StartingOffsets,
+        StartingOffsets.EARLIEST,
+    )
+    fmt = c.choice(kafka, "format", f"{path}.format", RecordFormat, RecordFormat.BYTES)
+    if servers is None or topics is None or starting is None or fmt is None:
+        return None
+    return KafkaSource(
+        bootstrap_servers=servers, topics=topics, starting_offsets=starting, format=fmt
+    )
+
+
+def _parse_topics(c: _Checker, raw: Mapping[str, Any], path: str) -> tuple[str, ...] | None:
+    value = raw.get("topics")
+    if value is None:
+        c.add(path, "is missing", f"list the topics to read, e.g. `{path}: [orders]`")
+        return None
+    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
+        c.add(path, "must be a non-empty list of topic names", f"write `{path}: [orders]`")
+        return None
+    topics: list[str] = []
+    for i, topic in enumerate(value):
+        if not isinstance(topic, str) or not _TOPIC_PATTERN.match(topic):
+            c.add(
+                f"{path}[{i}]",
+                f"{topic!r} is not a valid Kafka topic name",
+                "use 1-249 characters from a-z A-Z 0-9 . _ -",
+            )
+        elif topic in topics:
+            c.add(f"{path}[{i}]", f"topic {topic!r} is listed twice", "list each topic once")
+        else:
+            topics.append(topic)
+    return tuple(topics) if len(topics) == len(value) else None
+
+
+def _parse_transform(c: _Checker, raw: Mapping[str, Any]) -> Transform | None:
+    section = c.mapping(raw, "transform", "transform", required=False)
+    if section is None:
+        return Transform(sql=None, python=None)  # identity: records pass unchanged
+    c.unknown_keys(section, ("sql", "python"), "transform")
+    sql = c.string(section, "sql", "transform.sql", required=False)
+    python = c.string(
+        section,
+        "python",
+        "transform.python",
+        required=False,
+        pattern=_PYTHON_REF_PATTERN,
+        pattern_fix="write `package.module:function`",
+    )
+    if sql is not None and python is not None:
+        c.add("transform", "sets both `sql` and `python`", "keep exactly one of them")
+        return None
+    return Transform(sql=sql, python=python)
+
+
+def _parse_sink(c: _Checker, raw: Mapping[str, Any]) -> KafkaSink | None:
+    section = c.mapping(raw, "sink", "sink", required=True)
+    if section is None:
+        return None
+    kafka = _single_kind(c, section, "sink", "sink")
+    if kafka is None:
+        return None
+    path = "sink.kafka"
+    c.unknown_keys(kafka, ("bootstrap_servers", "topic", "format"), path)
+    servers = c.string(
+        kafka,
+        "bootstrap_servers",
+        f"{path}.bootstrap_servers",
+        required=True,
+        pattern=_BOOTSTRAP_PATTERN,
+        pattern_fix="write host:port[,host:port...], e.g. 127.0.0.1:9092",
+    )
+    topic = c.string(
+        kafka,
+        "topic",
+        f"{path}.topic",
+        required=True,
+        pattern=_TOPIC_PATTERN,
+        pattern_fix="use 1-249 characters from a-z A-Z 0-9 . _ -",
+    )
+    fmt = c.choice(kafka, "format", f"{path}.format", RecordFormat, RecordFormat.BYTES)
+    if servers is None or topic is None or fmt is None:
+        return None
+    return KafkaSink(bootstrap_servers=servers, topic=topic, format=fmt)
+
+
+def _parse_checkpoint(c: _Checker, raw: Mapping[str, Any]) -> CheckpointConfig | None:
+    section = c.mapping(raw, "checkpoint", "checkpoint", required=False) or {}
+    c.unknown_keys(section, ("interval_ms", "timeout_ms"), "checkpoint")
+    interval = c.positive_int(
+        section, "interval_ms", "checkpoint.interval_ms", DEFAULT_CHECKPOINT_INTERVAL_MS, 1
+    )
+    timeout = c.positive_int(
+        section, "timeout_ms", "checkpoint.timeout_ms", DEFAULT_CHECKPOINT_TIMEOUT_MS, 1
+    )
+    if interval is None or timeout is None:
+        return None
+    return CheckpointConfig(interval_ms=interval, timeout_ms=timeout)
+
+
+def _parse_errors(c: _Checker, raw: Mapping[str, Any]) -> ErrorsConfig | None:
+    section = c.mapping(raw, "errors", "errors", required=False) or {}
+    c.unknown_keys(section, ("tolerance", "dead_letter_topic"), "errors")
+    tolerance = c.choice(
+        section, "tolerance", "errors.tolerance", ErrorTolerance, ErrorTolerance.NONE
+    )
+    dlq = c.string(
+        section,
+        "dead_letter_topic",
+        "errors.dead_letter_topic",
+        required=False,
+        pattern=_TOPIC_PATTERN,
+        pattern_fix="use 1-249 characters from a-z A-Z 0-9 . _ -",
+    )
+    if tolerance is ErrorTolerance.ALL and dlq is None and "dead_letter_topic" not in section:
+        c.add(
+            "errors.dead_letter_topic",
+            "is required when errors.tolerance is `all` (bad records must go somewhere)",
+            "name a dead-letter topic, or set errors.tolerance to `none`",
+        )
+        return None
+    if tolerance is None:
+        return None
+    return ErrorsConfig(tolerance=tolerance, dead_letter_topic=dlq)

@@ -1,0 +1,1 @@
+"""Alembic migrations of the coordinator's tables (run by `migrate.upgrade_to_head`)."""

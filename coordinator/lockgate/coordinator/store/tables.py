@@ -1,0 +1,177 @@
+"""Table definitions of the coordinator's state (declarations only; statements live in
+`sql_store`). Migrations in `migrations/versions` create exactly these tables.
+
+Times are integer milliseconds since the Unix epoch as read from the *database's* clock
+(`sql_store.db_now_ms`), so replicas with skewed clocks agree on them.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+LEASE_ROW_ID = 1
+
+leader_lease = sa.Table(
+    "leader_lease",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("holder", sa.String(255), nullable=True),
+    sa.Column("holder_address", sa.String(255), nullable=True),
+    sa.Column("leader_epoch", sa.BigInteger, nullable=False),
+    sa.Column("expires_at_ms", sa.BigInteger, nullable=False),
+)
+
+executors = sa.Table(
+    "executors",
+    metadata,
+    sa.Column("executor_id", sa.String(255), primary_key=True),
+    sa.Column("address", sa.String(255), nullable=False),
+    sa.Column("generation", sa.BigInteger, nullable=False),
+    sa.Column("registered_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("last_heartbeat_ms", sa.BigInteger, nullable=False),
+)
+
+pipelines = sa.Table(
+    "pipelines",
+    metadata,
+    sa.Column("pipeline_id", sa.String(63), primary_key=True),
+    sa.Column("spec_json", sa.Text, nullable=False),
+    sa.Column("config_version", sa.BigInteger, nullable=False),
+    sa.Column("target_state", sa.String(16), nullable=False),
+    sa.Column("next_checkpoint_id", sa.BigInteger, nullable=False),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
+)
+
+tasks = sa.Table(
+    "tasks",
+    metadata,
+    sa.Column("task_id", sa.String(127), primary_key=True),
+    sa.Column(
+        "pipeline_id",
+        sa.String(63),
+        sa.ForeignKey("pipelines.pipeline_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("task_index", sa.Integer, nullable=False),
+    sa.Column("partitions_json", sa.Text, nullable=False),
+    sa.Column("executor_id", sa.String(255), nullable=True),
+    sa.Column("generation", sa.BigInteger, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("state_executor_id", sa.String(255), nullable=True),
+    sa.Column("state_executor_generation", sa.BigInteger, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("pipeline_id", "task_index", name="uq_tasks_pipeline_index"),
+)
+
+checkpoints = sa.Table(
+    "checkpoints",
+    metadata,
+    sa.Column(
+        "pipeline_id",
+        sa.String(63),
+        sa.ForeignKey("pipelines.pipeline_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("checkpoint_id", sa.BigInteger, primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("leader_epoch", sa.BigInteger, nullable=False),
+    sa.Column("triggered_at_ms", sa.BigInteger, nullable=False),
+    sa.Column("completed_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("committed_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("aborted_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("abort_reason", sa.Text, nullable=True),
+    sa.Index("ix_checkpoints_state", "state"),
+)
+
+checkpoint_tasks = sa.Table(
+    "checkpoint_tasks",
+    metadata,
+    sa.Column("pipeline_id", sa.String(63), primary_key=True),
+    sa.Column("checkpoint_id", sa.BigInteger, primary_key=True),
+    sa.Column("task_id", sa.String(127), primary_key=True),
+    sa.Column("task_generation", sa.BigInteger, nullable=False),
+    sa.Column("executor_id", sa.String(255), nullable=True),
+    sa.Column("slot", sa.Integer, nullable=False),
+    sa.Column("transactional_id", sa.String(255), nullable=False),
+    sa.Column("precommitted_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("commit_acked_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("abort_acked_at_ms", sa.BigInteger, nullable=True),
+    sa.ForeignKeyConstraint(
+        ["pipeline_id", "checkpoint_id"],
+        ["checkpoints.pipeline_id", "checkpoints.checkpoint_id"],
+        ondelete="CASCADE",
+    ),
+)
+
+precommit_offsets = sa.Table(
+    "precommit_offsets",
+    metadata,
+    sa.Column("pipeline_id", sa.String(63), primary_key=True),
+    sa.Column("checkpoint_id", sa.BigInteger, primary_key=True),
+    sa.Column("topic", sa.String(255), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True),
+    sa.Column("task_id", sa.String(127), nullable=False),
+    sa.Column("start_offset", sa.BigInteger, nullable=False),
+    sa.Column("end_offset", sa.BigInteger, nullable=False),
+    sa.ForeignKeyConstraint(
+        ["pipeline_id", "checkpoint_id"],
+        ["checkpoints.pipeline_id", "checkpoints.checkpoint_id"],
+        ondelete="CASCADE",
+    ),
+)
+
+precommit_handles = sa.Table(
+    "precommit_handles",
+    metadata,
+    sa.Column("pipeline_id", sa.String(63), primary_key=True),
+    sa.Column("checkpoint_id", sa.BigInteger, primary_key=True),
+    sa.Column("task_id", sa.String(127), primary_key=True),
+    sa.Column("transactional_id", sa.String(255), primary_key=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("producer_id", sa.BigInteger, nullable=False),
+    sa.Column("producer_epoch", sa.Integer, nullable=False),
+    sa.ForeignKeyConstraint(
+        ["pipeline_id", "checkpoint_id"],
+        ["checkpoints.pipeline_id", "checkpoints.checkpoint_id"],
+        ondelete="CASCADE",
+    ),
+)
+
+transactional_ids = sa.Table(
+    "transactional_ids",
+    metadata,
+    sa.Column("transactional_id", sa.String(255), primary_key=True),
+    sa.Column(
+        "pipeline_id",
+        sa.String(63),
+        sa.ForeignKey("pipelines.pipeline_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("task_index", sa.Integer, nullable=False),
+    sa.Column("slot", sa.Integer, nullable=False),
+    sa.Column("checkpoint_id", sa.BigInteger, nullable=True),
+    sa.Column("producer_id", sa.BigInteger, nullable=True),
+    sa.Column("producer_epoch", sa.Integer, nullable=True),
+    sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("pipeline_id", "task_index", "slot", name="uq_txid_slot"),
+)
+
+source_offsets = sa.Table(
+    "source_offsets",
+    metadata,
+    sa.Column(
+        "pipeline_id",
+        sa.String(63),
+        sa.ForeignKey("pipelines.pipeline_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("topic", sa.String(255), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True),
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+    sa.Column("checkpoint_id", sa.BigInteger, nullable=True),
+    sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
+)

@@ -1,0 +1,520 @@
+"""The coordinator store against real databases (a SQLite file and a real PostgreSQL):
+leader lease, fencing, membership, pipelines, offsets, migrations.
+
+Every test runs twice, `[sqlite]` and `[postgres]`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from lockgate.common.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    NotLeader,
+)
+from lockgate.coordinator.core import CoordinatorCore
+from lockgate.coordinator.domain.assignment import ExecutorLiveness
+from lockgate.coordinator.domain.errors import FencedError, StaleGeneration
+from lockgate.coordinator.domain.ids import (
+    CoordinatorId,
+    ExecutorId,
+    Generation,
+    PipelineId,
+    TaskId,
+)
+from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.domain.pipeline_spec import PipelineSpec, parse_pipeline_spec
+from lockgate.coordinator.domain.states import LeaseRole, TargetState, TaskState
+from lockgate.coordinator.domain.tasks import TopicPartition, split_partitions
+from lockgate.coordinator.store import SqlStore, open_store
+from lockgate.coordinator.store.tables import pipelines
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+# ---------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database: a SQLite file, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'coordinator.db'}"
+    request.applymarker(pytest.mark.postgres)
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture
+def open_stores(store_url: str) -> Iterator[Callable[..., SqlStore]]:
+    """Open as many stores (separate engines, as separate replicas) as a test needs."""
+    opened: list[SqlStore] = []
+
+    def open_one(**kwargs: Any) -> SqlStore:
+        store = open_store(store_url, **kwargs)
+        opened.append(store)
+        return store
+
+    yield open_one
+    for store in opened:
+        store.close()
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def wait_until(condition: Callable[[], bool], *, timeout_s: float, what: str) -> None:
+    """Poll `condition` until true; fail with `what` after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def lead(store: SqlStore, holder: str = "c1", *, lease_ms: int = 30_000) -> Fence:
+    """Acquire the lease for `holder` and return its fence (fails the test if refused)."""
+    lease = store.try_acquire_lease(
+        holder=CoordinatorId(holder), holder_address=f"{holder}:7070", lease_ms=lease_ms
+    )
+    assert lease.fence is not None and lease.holder == holder, f"{holder} did not get {lease}"
+    return lease.fence
+
+
+def wait_for_expiry(store: SqlStore) -> None:
+    wait_until(lambda: not store.read_lease().is_held, timeout_s=10, what="lease expiry")
+
+
+def spec(name: str, *, tasks_max: int = 2, timeout_ms: int = 60_000) -> PipelineSpec:
+    return parse_pipeline_spec(
+        {
+            "name": name,
+            "source": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topics": ["in"]}},
+            "sink": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic": "out"}},
+            "checkpoint": {"interval_ms": 100, "timeout_ms": timeout_ms},
+            "tasks_max": tasks_max,
+        }
+    )
+
+
+def pipeline_with_tasks(
+    store: SqlStore, fence: Fence, name: str, *, partitions: int = 4, tasks_max: int = 2
+) -> list[TaskId]:
+    store.create_pipeline(fence=fence, spec=spec(name, tasks_max=tasks_max))
+    splits = split_partitions([TopicPartition("in", p) for p in range(partitions)], tasks_max)
+    records = store.set_pipeline_tasks(fence=fence, pipeline_id=PipelineId(name), splits=splits)
+    return [t.task_id for t in records]
+
+
+# ---------------------------------------------------------------------------- lease
+
+
+def test_lease_cas_lets_exactly_one_of_many_contenders_win(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    stores = [open_stores() for _ in range(6)]
+    barrier = threading.Barrier(len(stores))
+    results: dict[int, Any] = {}
+
+    def contend(i: int) -> None:
+        barrier.wait()
+        results[i] = stores[i].try_acquire_lease(
+            holder=CoordinatorId(f"c{i}"), holder_address=f"c{i}:7070", lease_ms=30_000
+        )
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(results) == len(stores)
+    winners = {r.holder for r in results.values() if r.fence is not None}
+    # Everyone reads back the same single holder, with epoch 1.
+    assert len(winners) == 1
+    final = stores[0].read_lease()
+    assert final.holder in winners
+    assert final.leader_epoch == 1
+    won = [i for i, r in results.items() if r.holder == f"c{i}"]
+    assert len(won) == 1
+
+
+def test_epoch_grows_on_change_of_holder_and_not_on_renewal(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    s1, s2 = open_stores(), open_stores()
+    c1, c2 = CoordinatorId("c1"), CoordinatorId("c2")
+    first = s1.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=2_000)
+    assert (first.holder, first.leader_epoch) == (c1, 1)
+    renewed = s1.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=2_000)
+    assert renewed.leader_epoch == 1
+    assert renewed.expires_at_ms >= first.expires_at_ms
+    refused = s2.try_acquire_lease(holder=c2, holder_address="c2:7070", lease_ms=2_000)
+    assert refused.holder == c1 and refused.fence == Fence(c1, renewed.leader_epoch)
+
+    wait_for_expiry(s2)
+    taken = s2.try_acquire_lease(holder=c2, holder_address="c2:7070", lease_ms=2_000)
+    assert (taken.holder, taken.leader_epoch) == (c2, 2)
+    assert taken.holder_address == "c2:7070"
+    late = s1.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=2_000)
+    assert late.holder == c2  # the old leader's renewal fails
+
+    wait_for_expiry(s1)
+    back = s1.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=2_000)
+    assert (back.holder, back.leader_epoch) == (c1, 3)
+
+
+def test_same_holder_reacquiring_after_expiry_gets_a_new_epoch(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    store = open_stores()
+    c1 = CoordinatorId("c1")
+    store.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=200)
+    wait_for_expiry(store)
+    again = store.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=200)
+    assert again.leader_epoch == 2
+
+
+def test_fenced_leader_cannot_write(open_stores: Callable[..., SqlStore]) -> None:
+    old_store, new_store = open_stores(), open_stores()
+    old = lead(old_store, "c1", lease_ms=300)
+    wait_for_expiry(new_store)
+    # Expired, nobody took over yet: the old leader is already fenced.
+    with pytest.raises(FencedError, match="no longer holds the lease"):
+        old_store.create_pipeline(fence=old, spec=spec("zombie-1"))
+    new = lead(new_store, "c2")
+    assert new.leader_epoch == old.leader_epoch + 1
+    with pytest.raises(FencedError) as caught:
+        old_store.create_pipeline(fence=old, spec=spec("zombie-2"))
+    assert caught.value.leader_address == "c2:7070"
+    with pytest.raises(FencedError):
+        old_store.register_executor(fence=old, executor_id=ExecutorId("e1"), address="x")
+    # Nothing landed, as SQL shows; the new leader writes fine.
+    with new_store.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(pipelines)).scalar_one() == 0
+    new_store.create_pipeline(fence=new, spec=spec("fresh"))
+    assert [p.pipeline_id for p in new_store.list_pipelines()[0]] == ["fresh"]
+
+
+def test_contender_waits_for_a_write_that_passed_its_fence_check(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """A leader paused *inside* a write (after its fence check) past its lease: the
+    contender's acquisition waits for that transaction, so every write of epoch 1 is
+    ordered before epoch 2 begins (SQLite: the write lock; PostgreSQL: FOR SHARE)."""
+    old_store, new_store = open_stores(), open_stores()
+    old = lead(old_store, "c1", lease_ms=1_500)
+    taken: dict[str, Any] = {}
+    done = threading.Event()
+
+    def contend() -> None:
+        taken["lease"] = new_store.try_acquire_lease(
+            holder=CoordinatorId("c2"), holder_address="c2:7070", lease_ms=30_000
+        )
+        done.set()
+
+    with old_store._write(old) as conn:  # the fence check passed; the "pause" starts
+        wait_for_expiry(new_store)
+        contender = threading.Thread(target=contend)
+        contender.start()
+        # The lease has expired, yet the contender cannot take it while we write.
+        assert not done.wait(0.5), "the contender acquired the lease during a fenced write"
+        conn.execute(
+            pipelines.insert().values(
+                pipeline_id="written-by-epoch-1",
+                spec_json=json.dumps(spec("written-by-epoch-1").to_json()),
+                config_version=1,
+                target_state="RUNNING",
+                next_checkpoint_id=1,
+                created_at_ms=0,
+                updated_at_ms=0,
+            )
+        )
+    contender.join(timeout=30)
+    assert done.is_set()
+    assert (taken["lease"].holder, taken["lease"].leader_epoch) == ("c2", 2)
+    assert new_store.get_pipeline(pipeline_id=PipelineId("written-by-epoch-1")).config_version == 1
+    with pytest.raises(FencedError):
+        old_store.create_pipeline(fence=old, spec=spec("after-epoch-2"))
+
+
+def test_released_lease_goes_to_the_next_replica_at_once(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    s1, s2 = open_stores(), open_stores()
+    fence = lead(s1, "c1", lease_ms=60_000)
+    s1.release_lease(fence=fence)
+    taken = lead(s2, "c2", lease_ms=60_000)
+    assert taken.leader_epoch == fence.leader_epoch + 1
+
+
+def test_facade_steps_down_when_fenced(open_stores: Callable[..., SqlStore]) -> None:
+    s1, s2 = open_stores(), open_stores()
+    c1 = CoordinatorCore(store=s1, coordinator_id=CoordinatorId("c1"), advertise_address="c1:1")
+    c2 = CoordinatorCore(
+        store=s2, coordinator_id=CoordinatorId("c2"), advertise_address="c2:1", lease_ms=2_000
+    )
+    c2.campaign()
+    assert c2.role is LeaseRole.LEADER
+    c1.campaign()
+    assert c1.role is LeaseRole.FOLLOWER
+    with pytest.raises(NotLeader, match="not the leader") as caught:
+        c1.create_pipeline(spec("x").to_json())
+    assert caught.value.leader_address == "c2:1"
+    # c2 keeps believing it leads (its local clock is frozen) while the lease expires and
+    # c1 takes over: its next write is fenced and it steps down.
+    frozen = CoordinatorCore(
+        store=s2,
+        coordinator_id=CoordinatorId("c2"),
+        advertise_address="c2:1",
+        lease_ms=2_000,
+        monotonic=lambda: 0.0,
+    )
+    frozen.campaign()
+    wait_for_expiry(s1)
+    assert c1.campaign().holder == "c1"
+    with pytest.raises(FencedError):
+        frozen.create_pipeline(spec("late").to_json())
+    assert frozen.role is LeaseRole.FOLLOWER
+    with pytest.raises(NotFound):
+        c1.get_pipeline(PipelineId("late"))
+
+
+# ---------------------------------------------------------------------------- membership
+
+
+def test_register_bumps_generation_and_zombie_reports_are_refused(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    store = open_stores()
+    fence = lead(store)
+    e1 = ExecutorId("e1")
+    first = store.register_executor(fence=fence, executor_id=e1, address="127.0.0.1:8001")
+    assert first.generation == 1
+    second = store.register_executor(fence=fence, executor_id=e1, address="127.0.0.1:8002")
+    assert second.generation == 2 and second.address == "127.0.0.1:8002"
+    with pytest.raises(StaleGeneration, match="generation 1"):
+        store.heartbeat_executor(fence=fence, executor_id=e1, generation=Generation(1))
+    beat = store.heartbeat_executor(fence=fence, executor_id=e1, generation=Generation(2))
+    assert beat.last_heartbeat_ms >= second.last_heartbeat_ms
+
+    tasks = pipeline_with_tasks(store, fence, "members")
+    store.apply_assignment(fence=fence, assignment={e1: set(tasks)})
+    task = store.get_task(task_id=tasks[0])
+    with pytest.raises(StaleGeneration):
+        store.report_task_state(
+            fence=fence,
+            task_id=task.task_id,
+            task_generation=task.generation,
+            executor_id=e1,
+            executor_generation=Generation(1),
+            state=TaskState.RUNNING,
+        )
+    running = store.report_task_state(
+        fence=fence,
+        task_id=task.task_id,
+        task_generation=task.generation,
+        executor_id=e1,
+        executor_generation=Generation(2),
+        state=TaskState.RUNNING,
+    )
+    assert (running.state, running.state_executor_id, running.state_executor_generation) == (
+        TaskState.RUNNING,
+        e1,
+        2,
+    )
+    failed = store.report_task_state(
+        fence=fence,
+        task_id=task.task_id,
+        task_generation=task.generation,
+        executor_id=e1,
+        executor_generation=Generation(2),
+        state=TaskState.FAILED,
+        error="bad record at in-0@17",
+    )
+    assert failed.last_error == "bad record at in-0@17"
+
+
+def test_rebalance_moves_a_dead_executors_tasks_after_the_delay(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    session_ms, delay_ms = 1_000, 1_000
+    store = open_stores()
+    coordinator = CoordinatorCore(
+        store=store,
+        coordinator_id=CoordinatorId("c1"),
+        advertise_address="c1:1",
+        lease_ms=60_000,
+        session_timeout_ms=session_ms,
+        reassign_delay_ms=delay_ms,
+    )
+    coordinator.campaign()
+    tasks = pipeline_with_tasks(store, coordinator.fence(), "moving", partitions=4, tasks_max=4)
+    e1 = coordinator.register_executor(ExecutorId("e1"), "a:1")
+    e2 = coordinator.register_executor(ExecutorId("e2"), "b:1")
+    first = coordinator.rebalance()
+    # Balanced between the two (both heartbeated well within the session timeout).
+    assert sorted(len(ts) for ts in first.plan.assignment.values()) == [2, 2]
+    lost = first.plan.assignment[e2.executor_id]
+    generations = {t.task_id: t.generation for t in store.list_tasks()}
+    e2_last_heartbeat = store.get_executor(executor_id=e2.executor_id).last_heartbeat_ms
+
+    # e2 stops heartbeating, e1 goes on. e2 keeps its tasks until its session timeout
+    # plus the reassignment delay have passed by the database's clock, then they move.
+    def e2_tasks_moved() -> bool:
+        coordinator.heartbeat(e1.executor_id, e1.generation)
+        before_ms = store.db_now_ms()
+        plan = coordinator.rebalance().plan
+        if plan.assignment.get(e2.executor_id) == lost:
+            return False
+        assert before_ms >= e2_last_heartbeat + session_ms, "moved before the session expired"
+        assert plan.assignment[e1.executor_id] == frozenset(tasks)
+        return True
+
+    wait_until(e2_tasks_moved, timeout_s=20, what="e2's tasks to move to e1")
+    assert store.db_now_ms() > e2_last_heartbeat + session_ms + delay_ms
+    after = {t.task_id: t for t in store.list_tasks()}
+    for task in lost:
+        assert after[task].executor_id == e1.executor_id
+        assert after[task].generation == generations[task] + 1
+        assert after[task].state is TaskState.UNASSIGNED
+    views = {v.record.executor_id: v for v in coordinator.list_executors()}
+    assert views[e1.executor_id].tasks == frozenset(tasks)
+    assert views[e2.executor_id].liveness is ExecutorLiveness.DEAD
+
+
+# ---------------------------------------------------------------------------- pipelines
+
+
+def test_pipeline_lifecycle_and_errors(open_stores: Callable[..., SqlStore]) -> None:
+    store = open_stores()
+    fence = lead(store)
+    created = store.create_pipeline(fence=fence, spec=spec("orders"))
+    assert (created.config_version, created.target_state) == (1, TargetState.RUNNING)
+    with pytest.raises(AlreadyExists, match="orders"):
+        store.create_pipeline(fence=fence, spec=spec("orders"))
+    updated = store.update_pipeline(fence=fence, spec=spec("orders", tasks_max=5))
+    assert (updated.config_version, updated.spec.tasks_max) == (2, 5)
+    with pytest.raises(FailedPrecondition, match="config version 2"):
+        store.update_pipeline(fence=fence, spec=spec("orders"), expected_version=1)
+    paused = store.set_target_state(
+        fence=fence, pipeline_id=PipelineId("orders"), target_state=TargetState.PAUSED
+    )
+    assert paused.target_state is TargetState.PAUSED
+    with pytest.raises(NotFound, match="no pipeline named 'nope'"):
+        store.get_pipeline(pipeline_id=PipelineId("nope"))
+    with pytest.raises(NotFound):
+        store.set_target_state(
+            fence=fence, pipeline_id=PipelineId("nope"), target_state=TargetState.PAUSED
+        )
+    for name in ("a-1", "b-2", "c-3"):
+        store.create_pipeline(fence=fence, spec=spec(name))
+    page, token = store.list_pipelines(page_size=2)
+    rest, end = store.list_pipelines(page_size=2, page_token=token)
+    assert [p.pipeline_id for p in page + rest] == ["a-1", "b-2", "c-3", "orders"]
+    assert end == ""
+    pipeline_with_tasks(store, fence, "doomed")
+    store.delete_pipeline(fence=fence, pipeline_id=PipelineId("doomed"))
+    with pytest.raises(NotFound):
+        store.get_pipeline(pipeline_id=PipelineId("doomed"))
+    assert store.list_tasks(pipeline_id=PipelineId("doomed")) == []
+
+
+def test_facade_validates_configs_with_field_errors(open_stores: Callable[..., SqlStore]) -> None:
+    coordinator = CoordinatorCore(
+        store=open_stores(), coordinator_id=CoordinatorId("c1"), advertise_address="c1:1"
+    )
+    coordinator.campaign()
+    bad = spec("ok").to_json()
+    bad["checkpoint"]["interval_ms"] = -1
+    with pytest.raises(InvalidArgument) as caught:
+        coordinator.create_pipeline(bad)
+    assert [v.field for v in caught.value.violations] == ["checkpoint.interval_ms"]
+    assert coordinator.list_pipelines() == ([], "")
+
+
+def test_resplit_bumps_only_changed_tasks(open_stores: Callable[..., SqlStore]) -> None:
+    store = open_stores()
+    fence = lead(store)
+    store.create_pipeline(fence=fence, spec=spec("grow", tasks_max=2))
+    parts = [TopicPartition("in", p) for p in range(2)]
+    before = store.set_pipeline_tasks(
+        fence=fence, pipeline_id=PipelineId("grow"), splits=split_partitions(parts, 2)
+    )
+    parts.append(TopicPartition("in", 2))
+    after = store.set_pipeline_tasks(
+        fence=fence, pipeline_id=PipelineId("grow"), splits=split_partitions(parts, 2)
+    )
+    assert [t.generation for t in before] == [1, 1]
+    # Task 0 got partitions 0-1 (changed), task 1 got partition 2 (changed from 1).
+    assert [[tp.partition for tp in t.partitions] for t in after] == [[0, 1], [2]]
+    assert [t.generation for t in after] == [2, 2]
+    same = store.set_pipeline_tasks(
+        fence=fence, pipeline_id=PipelineId("grow"), splits=split_partitions(parts, 2)
+    )
+    assert [t.generation for t in same] == [2, 2]
+
+
+# ---------------------------------------------------------------------------- offsets
+
+
+def test_offsets_reset_only_when_stopped(open_stores: Callable[..., SqlStore]) -> None:
+    store = open_stores()
+    fence = lead(store)
+    pipeline_with_tasks(store, fence, "resettable")
+    pid = PipelineId("resettable")
+    tp = TopicPartition("in", 0)
+    with pytest.raises(FailedPrecondition, match="stop it"):
+        store.reset_offsets(fence=fence, pipeline_id=pid, offsets={tp: 5})
+    store.set_target_state(fence=fence, pipeline_id=pid, target_state=TargetState.STOPPED)
+    with pytest.raises(InvalidArgument, match=">= 0"):
+        store.reset_offsets(fence=fence, pipeline_id=pid, offsets={tp: -1})
+    got = store.reset_offsets(fence=fence, pipeline_id=pid, offsets={tp: 5})
+    assert [(o.topic, o.partition, o.next_offset, o.checkpoint_id) for o in got] == [
+        ("in", 0, 5, None)
+    ]
+    restored = store.restore_state(task_id=TaskId("resettable/0"))
+    assert restored.start_offsets == {tp: 5}
+    assert store.reset_offsets(fence=fence, pipeline_id=pid, offsets=None) == []
+
+
+# ---------------------------------------------------------------------------- migrations
+
+
+def test_replicas_migrating_at_once_all_start(store_url: str) -> None:
+    code = (
+        "import sys; from lockgate.coordinator.store import open_store; "
+        "s = open_store(sys.argv[1]); print(s.read_lease().leader_epoch); s.close()"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, store_url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for _ in range(3)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+        assert out.strip() == "0"
+    # And a later start is a no-op on the migrated schema.
+    store = open_store(store_url)
+    assert store.read_lease().holder is None
+    store.close()

@@ -1,0 +1,124 @@
+"""Checkpoint decisions and transactional id slots."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lockgate.coordinator.domain.checkpoints import (
+    OffsetRange,
+    PendingCommit,
+    aborts_cascading_from,
+    commit_order,
+    completion_blocker,
+    is_complete,
+    is_timed_out,
+    next_offsets,
+    should_trigger,
+)
+from lockgate.coordinator.domain.ids import CheckpointId, PipelineId, TaskId
+from lockgate.coordinator.domain.states import CheckpointState
+from lockgate.coordinator.domain.tasks import TopicPartition
+from lockgate.coordinator.domain.transactional_ids import (
+    TRANSACTIONAL_ID_SLOTS,
+    choose_slot,
+    transactional_id,
+)
+
+C = CheckpointId
+T, A, K, X = (
+    CheckpointState.TRIGGERED,
+    CheckpointState.ABORTED,
+    CheckpointState.COMPLETE,
+    CheckpointState.COMMITTED,
+)
+
+
+def test_complete_only_when_every_task_precommitted() -> None:
+    a, b = TaskId("p/0"), TaskId("p/1")
+    assert not is_complete(expected={a, b}, precommitted={a})
+    assert is_complete(expected={a, b}, precommitted={a, b})
+    assert not is_complete(expected=set(), precommitted=set())
+
+
+def test_completion_waits_for_earlier_checkpoints() -> None:
+    assert completion_blocker(C(3), {C(1): X, C(2): T, C(3): T}) == C(2)
+    assert completion_blocker(C(3), {C(1): X, C(2): K, C(3): T}) is None
+    assert completion_blocker(C(3), {C(2): A, C(3): T}) == C(2)
+
+
+def test_abort_cascades_to_every_later_in_flight_checkpoint() -> None:
+    states = {C(1): K, C(2): T, C(3): T, C(4): T}
+    assert aborts_cascading_from(C(2), states) == [C(3), C(4)]
+    assert aborts_cascading_from(C(4), states) == []
+
+
+def test_timeout_and_trigger_decisions() -> None:
+    assert not is_timed_out(triggered_at_ms=0, now_ms=1000, timeout_ms=1000)
+    assert is_timed_out(triggered_at_ms=0, now_ms=1001, timeout_ms=1000)
+    assert should_trigger(last_triggered_at_ms=None, now_ms=0, interval_ms=10, in_flight=0)
+    assert not should_trigger(last_triggered_at_ms=5, now_ms=10, interval_ms=10, in_flight=0)
+    assert should_trigger(last_triggered_at_ms=0, now_ms=10, interval_ms=10, in_flight=1)
+    assert not should_trigger(
+        last_triggered_at_ms=0, now_ms=99, interval_ms=10, in_flight=2, max_in_flight=2
+    )
+
+
+def test_commit_order_is_creation_order() -> None:
+    p = PipelineId("p")
+    pending = [PendingCommit(p, C(5), ()), PendingCommit(p, C(2), ())]
+    assert [c.checkpoint_id for c in commit_order(pending)] == [C(2), C(5)]
+
+
+def test_next_offsets_take_the_highest_end() -> None:
+    got = next_offsets([OffsetRange("t", 0, 0, 10), OffsetRange("t", 0, 10, 15)])
+    assert got == {TopicPartition("t", 0): 15}
+
+
+def test_transactional_id_format() -> None:
+    assert transactional_id(PipelineId("orders"), 3, 1) == "lockgate-orders-3-1"
+
+
+def test_slot_not_reused_while_its_checkpoint_may_commit() -> None:
+    assert choose_slot({}) == 0
+    assert choose_slot({0: K}) == 1
+    assert choose_slot({0: K, 1: T}) == 2
+    assert choose_slot({0: K, 1: T, 2: T}) is None
+    assert choose_slot({0: X, 1: T}) == 0
+    assert choose_slot({0: K, 1: A}) == 1
+
+
+@given(st.lists(st.sampled_from(["trigger", "complete", "commit", "abort"]), max_size=60))
+def test_overlapping_checkpoints_never_share_a_live_transactional_id(ops: list[str]) -> None:
+    """Simulate one task's checkpoints; no two TRIGGERED/COMPLETE ones hold one slot."""
+    states: dict[int, CheckpointState] = {}
+    slot_of: dict[int, int] = {}
+    last_use: dict[int, CheckpointState | None] = {}
+    next_id = 1
+    for op in ops:
+        in_flight = sorted(c for c, s in states.items() if s in (T, K))
+        triggered = [c for c in in_flight if states[c] is T]
+        complete = [c for c in in_flight if states[c] is K]
+        if op == "trigger":
+            slot = choose_slot(last_use)
+            if slot is None:
+                assert len(in_flight) == TRANSACTIONAL_ID_SLOTS
+                continue
+            states[next_id] = T
+            slot_of[next_id] = slot
+            next_id += 1
+        elif op == "complete" and triggered:
+            first = triggered[0]
+            if completion_blocker(C(first), {C(c): s for c, s in states.items()}) is None:
+                states[first] = K
+        elif op == "commit" and complete:
+            states[complete[0]] = X
+        elif op == "abort" and triggered:
+            for c in [
+                triggered[0],
+                *aborts_cascading_from(C(triggered[0]), {C(c): s for c, s in states.items()}),
+            ]:
+                states[c] = A
+        last_use = {slot_of[c]: states[c] for c in sorted(states)}
+        live_slots = [slot_of[c] for c, s in states.items() if s in (T, K)]
+        assert len(live_slots) == len(set(live_slots))

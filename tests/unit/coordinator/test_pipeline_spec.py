@@ -1,0 +1,161 @@
+"""Pipeline config validation: every bad field named, with the fix."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from lockgate.common.errors import InvalidArgument
+from lockgate.coordinator.domain.pipeline_spec import (
+    Delivery,
+    ErrorTolerance,
+    RecordFormat,
+    StartingOffsets,
+    parse_pipeline_spec,
+    validate_pipeline_spec,
+)
+
+
+def valid() -> dict[str, Any]:
+    return {
+        "name": "orders-eo",
+        "source": {
+            "kafka": {
+                "bootstrap_servers": "127.0.0.1:9092",
+                "topics": ["orders", "refunds"],
+                "starting_offsets": "latest",
+                "format": "json",
+            }
+        },
+        "transform": {"sql": "SELECT key, value FROM source"},
+        "sink": {
+            "kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic": "out", "format": "json"}
+        },
+        "delivery": "exactly_once",
+        "checkpoint": {"interval_ms": 500, "timeout_ms": 30000},
+        "tasks_max": 4,
+        "errors": {"tolerance": "all", "dead_letter_topic": "orders-dlq"},
+    }
+
+
+def fields(raw: object) -> list[str]:
+    return [v.field for v in validate_pipeline_spec(raw)]
+
+
+def test_valid_config_parses_with_every_value() -> None:
+    spec = parse_pipeline_spec(valid())
+    assert spec.name == "orders-eo"
+    assert spec.source.topics == ("orders", "refunds")
+    assert spec.source.starting_offsets is StartingOffsets.LATEST
+    assert spec.sink.format is RecordFormat.JSON
+    assert spec.delivery is Delivery.EXACTLY_ONCE
+    assert spec.checkpoint.interval_ms == 500
+    assert spec.tasks_max == 4
+    assert spec.errors.tolerance is ErrorTolerance.ALL
+    assert spec.errors.dead_letter_topic == "orders-dlq"
+
+
+def test_round_trip_through_json_is_stable() -> None:
+    spec = parse_pipeline_spec(valid())
+    assert parse_pipeline_spec(spec.to_json()) == spec
+
+
+def test_defaults_fill_optional_sections() -> None:
+    raw = valid()
+    for key in ("transform", "delivery", "checkpoint", "tasks_max", "errors"):
+        del raw[key]
+    spec = parse_pipeline_spec(raw)
+    assert spec.transform.sql is None and spec.transform.python is None
+    assert spec.delivery is Delivery.EXACTLY_ONCE
+    assert spec.checkpoint.interval_ms > 0 and spec.checkpoint.timeout_ms > 0
+    assert spec.tasks_max == 1
+    assert spec.errors.tolerance is ErrorTolerance.NONE
+
+
+def test_unknown_sink_type_is_named() -> None:
+    raw = valid()
+    raw["sink"] = {"s3": {"bucket": "b"}}
+    violations = validate_pipeline_spec(raw)
+    assert [v.field for v in violations] == ["sink.s3"]
+    assert "unknown sink type" in violations[0].description
+    assert "kafka" in violations[0].fix
+
+
+def test_negative_interval_is_named() -> None:
+    raw = valid()
+    raw["checkpoint"]["interval_ms"] = -5
+    violations = validate_pipeline_spec(raw)
+    assert [v.field for v in violations] == ["checkpoint.interval_ms"]
+    assert ">= 1" in violations[0].description
+
+
+def test_missing_sink_topic_is_named() -> None:
+    raw = valid()
+    del raw["sink"]["kafka"]["topic"]
+    assert fields(raw) == ["sink.kafka.topic"]
+
+
+def test_dead_letter_topic_required_with_tolerance_all() -> None:
+    raw = valid()
+    del raw["errors"]["dead_letter_topic"]
+    assert fields(raw) == ["errors.dead_letter_topic"]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (("tasks_max",), 0, "tasks_max"),
+        (("tasks_max",), True, "tasks_max"),
+        (("delivery",), "twice", "delivery"),
+        (("source", "kafka", "format"), "xml", "source.kafka.format"),
+        (("source", "kafka", "starting_offsets"), "middle", "source.kafka.starting_offsets"),
+        (("source", "kafka", "topics"), [], "source.kafka.topics"),
+        (("source", "kafka", "topics"), ["ok", "bad topic"], "source.kafka.topics[1]"),
+        (("source", "kafka", "bootstrap_servers"), "localhost", "source.kafka.bootstrap_servers"),
+        (("transform", "python"), "not a ref", "transform.python"),
+        (("name",), "Has Spaces", "name"),
+        (("checkpoint", "timeout_ms"), 0, "checkpoint.timeout_ms"),
+        (("errors", "tolerance"), "some", "errors.tolerance"),
+    ],
+)
+def test_each_bad_field_is_reported_at_its_path(
+    path: tuple[str, ...], value: object, field: str
+) -> None:
+    raw = valid()
+    target = raw
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    assert fields(raw) == [field]
+
+
+def test_unknown_key_and_typo_are_refused() -> None:
+    raw = valid()
+    raw["tasks_mx"] = 3
+    raw["sink"]["kafka"]["topik"] = "x"
+    assert sorted(fields(raw)) == ["sink.kafka.topik", "tasks_mx"]
+
+
+def test_sql_and_python_together_are_refused() -> None:
+    raw = valid()
+    raw["transform"]["python"] = "pkg.mod:fn"
+    assert fields(raw) == ["transform"]
+
+
+def test_all_violations_reported_at_once_in_one_error() -> None:
+    raw = copy.deepcopy(valid())
+    raw["checkpoint"]["interval_ms"] = -1
+    raw["sink"] = {"s3": {}}
+    del raw["source"]["kafka"]["topics"]
+    with pytest.raises(InvalidArgument) as caught:
+        parse_pipeline_spec(raw)
+    got = sorted(v.field for v in caught.value.violations)
+    assert got == ["checkpoint.interval_ms", "sink.s3", "source.kafka.topics"]
+    assert "fix:" in caught.value.violations[0].description
+    assert "checkpoint.interval_ms" in str(caught.value)
+
+
+def test_not_a_mapping() -> None:
+    assert fields(["name"]) == [""]

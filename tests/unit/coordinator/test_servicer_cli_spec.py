@@ -1,0 +1,69 @@
+"""Pipeline files of `lockgate pipeline create -f`: shorthands, and errors naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lockgate.client.coordinator_cli import SpecFileError, read_spec_file, spec_from_mapping
+from lockgate.coordinator.servicer import spec_from_proto
+from lockgate.v1 import common_pb2
+
+PIPELINE_YAML = """
+name: orders-copy
+source:
+  kafka:
+    bootstrap_servers: 127.0.0.1:9092
+    topics: [orders]
+    starting_offsets: latest
+    format: json
+transform:
+  sql: SELECT key, value FROM orders
+sink:
+  kafka:
+    bootstrap_servers: 127.0.0.1:9092
+    topic: orders-out
+delivery: exactly_once
+checkpoint:
+  interval_ms: 500
+errors:
+  tolerance: all
+  dead_letter_topic: orders-dlq
+tasks_max: 3
+"""
+
+
+def test_yaml_file_with_shorthands_reads_as_the_proto_spec(tmp_path: Path) -> None:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(PIPELINE_YAML)
+    spec = read_spec_file(path)
+    assert spec.source.kafka.starting_offsets == common_pb2.OFFSET_POSITION_LATEST
+    assert spec.source.kafka.format.value_format == common_pb2.DATA_FORMAT_JSON
+    assert spec.delivery == common_pb2.DELIVERY_GUARANTEE_EXACTLY_ONCE
+    assert spec.errors.tolerance == common_pb2.ERROR_TOLERANCE_ALL
+    assert spec.tasks_max == 3
+    # And the coordinator accepts what the CLI sends.
+    assert spec_from_proto(spec).errors.dead_letter_topic == "orders-dlq"
+
+
+def test_unknown_sink_type_names_the_field() -> None:
+    with pytest.raises(SpecFileError) as raised:
+        spec_from_mapping({"name": "x", "sink": {"s3": {"bucket": "b"}}})
+    assert "sink.s3" in str(raised.value)
+    assert "kafka" in str(raised.value)
+
+
+def test_bad_enum_value_lists_the_choices() -> None:
+    with pytest.raises(SpecFileError) as raised:
+        spec_from_mapping({"name": "x", "delivery": "twice"})
+    assert "delivery" in str(raised.value)
+    assert "exactly_once" in str(raised.value)
+
+
+def test_wrong_value_type_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "p.json"
+    path.write_text('{"name": "x", "tasks_max": "many"}')
+    with pytest.raises(SpecFileError) as raised:
+        read_spec_file(path)
+    assert "tasks_max" in str(raised.value)

@@ -1,0 +1,213 @@
+"""The coordinator servicer's pure parts: spec conversion, report parsing, fencing status,
+paging, and the replica's view of leadership. No sockets."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from lockgate.common.errors import InvalidArgument, NotLeader
+from lockgate.coordinator.domain.ids import CoordinatorId, LeaderEpoch
+from lockgate.coordinator.domain.lease import LeaseRecord
+from lockgate.coordinator.domain.pipeline_spec import Delivery, RecordFormat, StartingOffsets
+from lockgate.coordinator.leader import Leadership, RoleChange
+from lockgate.coordinator.servicer import (
+    fencing_status,
+    page_size,
+    precommit_from_proto,
+    spec_from_proto,
+    spec_to_proto,
+    spec_violations,
+)
+from lockgate.v1 import common_pb2, coordinator_pb2
+
+
+def valid_spec() -> common_pb2.PipelineSpec:
+    return common_pb2.PipelineSpec(
+        name="orders-copy",
+        source=common_pb2.SourceSpec(
+            kafka=common_pb2.KafkaSourceSpec(
+                bootstrap_servers="127.0.0.1:9092",
+                topics=["orders"],
+                starting_offsets=common_pb2.OFFSET_POSITION_LATEST,
+                format=common_pb2.FormatSpec(value_format=common_pb2.DATA_FORMAT_JSON),
+            )
+        ),
+        transform=common_pb2.TransformSpec(sql="SELECT key, value FROM orders"),
+        sink=common_pb2.SinkSpec(
+            kafka=common_pb2.KafkaSinkSpec(bootstrap_servers="127.0.0.1:9092", topic="out")
+        ),
+        delivery=common_pb2.DELIVERY_GUARANTEE_AT_LEAST_ONCE,
+        checkpoint=common_pb2.CheckpointSpec(interval_ms=500, timeout_ms=9000),
+        tasks_max=4,
+    )
+
+
+def fields(spec: common_pb2.PipelineSpec) -> dict[str, str]:
+    return {v.field: v.description for v in spec_violations(spec)}
+
+
+def test_valid_spec_converts_and_round_trips() -> None:
+    spec = spec_from_proto(valid_spec())
+    assert spec.name == "orders-copy"
+    assert spec.source.topics == ("orders",)
+    assert spec.source.starting_offsets is StartingOffsets.LATEST
+    assert spec.source.format is RecordFormat.JSON
+    assert spec.delivery is Delivery.AT_LEAST_ONCE
+    assert spec.checkpoint.interval_ms == 500
+    assert spec.tasks_max == 4
+    assert spec.transform.sql == "SELECT key, value FROM orders"
+    again = spec_from_proto(spec_to_proto(spec))
+    assert again == spec
+
+
+def test_unset_fields_take_the_domain_defaults() -> None:
+    minimal = valid_spec()
+    minimal.ClearField("checkpoint")
+    minimal.ClearField("delivery")
+    minimal.ClearField("transform")
+    minimal.tasks_max = 0
+    spec = spec_from_proto(minimal)
+    assert spec.tasks_max == 1
+    assert spec.delivery is Delivery.EXACTLY_ONCE
+    assert spec.transform.sql is None and spec.transform.python is None
+    assert spec.checkpoint.interval_ms > 0
+
+
+def test_unknown_sink_type_from_a_newer_client_names_the_sink() -> None:
+    spec = valid_spec()
+    spec.sink.Clear()
+    spec.sink.MergeFromString(b"\x12\x00")  # SinkSpec field 2: a sink this server lacks
+    violations = fields(spec)
+    assert list(violations) == ["sink"]
+    assert "unknown sink type" in violations["sink"]
+
+
+def test_missing_sections_and_bad_values_name_their_fields() -> None:
+    spec = valid_spec()
+    spec.ClearField("source")
+    spec.sink.kafka.topic = ""
+    spec.checkpoint.interval_ms = -1
+    spec.tasks_max = -2
+    violations = fields(spec)
+    assert {"source", "sink.kafka.topic", "checkpoint.interval_ms", "tasks_max"} <= set(violations)
+    with pytest.raises(InvalidArgument) as raised:
+        spec_from_proto(spec)
+    assert "checkpoint.interval_ms" in raised.value.message
+    assert {v.field for v in raised.value.violations} == set(violations)
+
+
+def test_fields_the_coordinator_cannot_keep_are_refused_not_dropped() -> None:
+    spec = valid_spec()
+    spec.source.kafka.max_records_per_partition = 100
+    spec.sink.kafka.transaction_timeout_ms = 60_000
+    spec.checkpoint.max_concurrent = 5
+    assert set(fields(spec)) == {
+        "source.kafka.max_records_per_partition",
+        "sink.kafka.transaction_timeout_ms",
+        "checkpoint.max_concurrent",
+    }
+
+
+def precommit_request(**overrides: object) -> coordinator_pb2.ReportPrecommitRequest:
+    request = coordinator_pb2.ReportPrecommitRequest(
+        checkpoint_id=3,
+        task_id=common_pb2.TaskId(pipeline_name="orders-copy", task_index=1),
+        task_generation=2,
+        executor_id="e1",
+        executor_generation=4,
+        source_ranges=[
+            common_pb2.OffsetRange(topic="orders", partition=0, start_offset=10, end_offset=15)
+        ],
+        sink_handles=[
+            common_pb2.SinkHandle(
+                kafka=common_pb2.KafkaTransactionHandle(
+                    transactional_id="lockgate-orders-copy-1-0", producer_id=7, producer_epoch=1
+                )
+            )
+        ],
+    )
+    for name, value in overrides.items():
+        setattr(request, name, value)
+    return request
+
+
+def test_precommit_report_converts_to_the_domain() -> None:
+    precommit = precommit_from_proto(precommit_request())
+    assert precommit.task_id == "orders-copy/1"
+    assert precommit.offsets[0].end_offset == 15
+    assert precommit.handles[0].producer_id == 7
+
+
+def test_precommit_without_producer_id_is_refused_by_field() -> None:
+    request = precommit_request()
+    request.sink_handles[0].kafka.ClearField("producer_id")
+    request.source_ranges[0].end_offset = 5  # before its start
+    with pytest.raises(InvalidArgument) as raised:
+        precommit_from_proto(request)
+    assert {v.field for v in raised.value.violations} == {
+        "sink_handles[0].kafka.producer_id",
+        "source_ranges[0]",
+    }
+
+
+def test_fencing_status_carries_a_fencing_failure_detail() -> None:
+    status = fencing_status(
+        token=common_pb2.FENCING_TOKEN_EXECUTOR_GENERATION,
+        subject="e1",
+        presented=3,
+        current=4,
+        message="stale",
+    )
+    assert status.code.name == "FAILED_PRECONDITION"
+    details = dict(status.trailing_metadata)["grpc-status-details-bin"]
+    decoded = status_pb2.Status.FromString(details)
+    failure = common_pb2.FencingFailure()
+    info = error_details_pb2.ErrorInfo()
+    assert decoded.details[0].Unpack(info) and decoded.details[1].Unpack(failure)
+    assert info.reason == "STALE_FENCING_TOKEN"
+    assert info.metadata["token"] == "executor_generation"
+    assert (failure.subject, failure.presented, failure.current) == ("e1", 3, 4)
+
+
+def test_page_size_defaults_caps_and_refuses_negative() -> None:
+    assert page_size(0) == 100
+    assert page_size(5_000) == 1_000
+    with pytest.raises(InvalidArgument):
+        page_size(-1)
+
+
+def lease(holder: str, epoch: int, *, held: bool = True) -> LeaseRecord:
+    return LeaseRecord(
+        holder=CoordinatorId(holder),
+        holder_address=f"{holder}:7070",
+        leader_epoch=LeaderEpoch(epoch),
+        expires_at_ms=2_000 if held else 500,
+        db_now_ms=1_000,
+    )
+
+
+def test_leadership_follows_the_lease_row() -> None:
+    view = Leadership(coordinator_id=CoordinatorId("c1"), lease_ms=3_000, safety_ms=500)
+    now = time.monotonic()
+    assert view.update(lease("c2", 1), sent_at_monotonic_s=now) is RoleChange.NONE
+    assert view.leader_address() == "c2:7070"
+    with pytest.raises(NotLeader):
+        view.require_fence()
+    assert view.update(lease("c1", 2), sent_at_monotonic_s=now) is RoleChange.BECAME_LEADER
+    fence = view.require_fence()
+    assert fence.leader_epoch == 2
+    assert view.update(lease("c1", 2), sent_at_monotonic_s=now) is RoleChange.NONE
+    # Re-acquired after expiry: a new term, recovery runs again.
+    assert view.update(lease("c1", 3), sent_at_monotonic_s=now) is RoleChange.BECAME_LEADER
+    assert view.update(None, sent_at_monotonic_s=now) is RoleChange.LOST_LEADERSHIP
+    assert view.fence() is None
+
+
+def test_leadership_is_not_trusted_past_its_local_deadline() -> None:
+    view = Leadership(coordinator_id=CoordinatorId("c1"), lease_ms=1_000, safety_ms=200)
+    # The acquiring statement was sent 2 s ago (a paused process): the lease is not trusted.
+    view.update(lease("c1", 5), sent_at_monotonic_s=time.monotonic() - 2.0)
+    assert view.fence() is None
