@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 import grpc
+
 from lockgate.common.errors import (
     FencedEpoch,
     FieldViolation,

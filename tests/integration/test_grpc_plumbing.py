@@ -23,6 +23,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
 from lockgate.common.errors import FencedEpoch, InvalidArgument, NotFound
 from lockgate.common.grpc_client import (
     LeaderFollowingChannel,

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 import sqlalchemy as sa
+
 from lockgate.localcluster.postgres import PostgresCluster, PostgresError
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]

@@ -9,6 +9,7 @@ from typing import Any, cast
 import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
+
 from lockgate.common.errors import (
     ERROR_DOMAIN,
     LEADER_METADATA_KEY,

@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+
 from lockgate.common.telemetry import (
     CONSOLE_PATH_ENV,
     ExporterKind,
@@ -13,8 +16,6 @@ from lockgate.common.telemetry import (
     setup_telemetry,
     telemetry_config_from_env,
 )
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 
 
 def test_off_by_default() -> None:

@@ -19,6 +19,11 @@ from typing import TYPE_CHECKING, Any, cast
 import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from opentelemetry import trace
+from opentelemetry.instrumentation.grpc import client_interceptor
+from opentelemetry.instrumentation.grpc.grpcext import intercept_channel
+from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+
 from lockgate.common.errors import (
     LEADER_METADATA_KEY,
     AlreadyExists,
@@ -35,10 +40,6 @@ from lockgate.common.errors import (
 )
 from lockgate.common.grpc_server import STATUS_CODES
 from lockgate.common.telemetry import Telemetry
-from opentelemetry import trace
-from opentelemetry.instrumentation.grpc import client_interceptor
-from opentelemetry.instrumentation.grpc.grpcext import intercept_channel
-from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 
 _Metadata = tuple[tuple[str, str | bytes], ...]
 

@@ -32,6 +32,8 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
+from opentelemetry import trace
+
 from lockgate.common.errors import (
     ERROR_DOMAIN,
     LEADER_METADATA_KEY,
@@ -49,7 +51,6 @@ from lockgate.common.errors import (
     Unimplemented,
 )
 from lockgate.common.telemetry import Telemetry
-from opentelemetry import trace
 
 _LOG = logging.getLogger(__name__)
 
