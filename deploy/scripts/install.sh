@@ -66,7 +66,9 @@ kafka_hash=$(hash_of deploy/kafka/pom.xml)
 kafka_version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' deploy/kafka/pom.xml)
 if [ "$(cat "$kafka_stamp" 2>/dev/null)" != "$kafka_hash" ]; then
   rm -rf deploy/kafka/libs
-  (cd deploy/kafka && mvn -q -B -Dstyle.color=never dependency:copy-dependencies) \
+  # -q leaves only errors; the sed drops the colour codes Maven's console still prints.
+  (cd deploy/kafka && mvn -q -B -Dstyle.color=never dependency:copy-dependencies 2>&1 \
+     | sed 's/\x1b\[[0-9;]*m//g'; exit "${PIPESTATUS[0]}") \
     || fail "mvn could not resolve the Kafka jars (deploy/kafka/pom.xml); see its output above."
   echo "$kafka_hash" > "$kafka_stamp"
   note kafka "copied Apache Kafka $kafka_version and its runtime jars into deploy/kafka/libs"

@@ -1,18 +1,17 @@
-"""The coordinator servicer's pure parts: spec conversion, report parsing, fencing status,
-paging, and the replica's view of leadership. No sockets."""
+"""The coordinator servicer's pure parts (spec conversion, report parsing, fencing status,
+paging) and a replica's view of who leads, over a SQLite file. No sockets."""
 
 from __future__ import annotations
 
-import time
+from pathlib import Path
 
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from lockgate.common.errors import InvalidArgument, NotLeader
-from lockgate.coordinator.domain.ids import CoordinatorId, LeaderEpoch
-from lockgate.coordinator.domain.lease import LeaseRecord
+from lockgate.coordinator.domain.ids import CoordinatorId
 from lockgate.coordinator.domain.pipeline_spec import Delivery, RecordFormat, StartingOffsets
-from lockgate.coordinator.leader import Leadership, RoleChange
+from lockgate.coordinator.leader import Coordinator, CoordinatorSettings
 from lockgate.coordinator.servicer import (
     fencing_status,
     page_size,
@@ -21,6 +20,7 @@ from lockgate.coordinator.servicer import (
     spec_to_proto,
     spec_violations,
 )
+from lockgate.coordinator.store import open_store
 from lockgate.v1 import common_pb2, coordinator_pb2
 
 
@@ -179,35 +179,37 @@ def test_page_size_defaults_caps_and_refuses_negative() -> None:
         page_size(-1)
 
 
-def lease(holder: str, epoch: int, *, held: bool = True) -> LeaseRecord:
-    return LeaseRecord(
-        holder=CoordinatorId(holder),
-        holder_address=f"{holder}:7070",
-        leader_epoch=LeaderEpoch(epoch),
-        expires_at_ms=2_000 if held else 500,
-        db_now_ms=1_000,
-    )
+def test_a_follower_names_the_leader_from_the_lease_row(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        store.try_acquire_lease(
+            holder=CoordinatorId("c2"), holder_address="127.0.0.1:7072", lease_ms=60_000
+        )
+        follower = Coordinator(
+            store=store,
+            settings=CoordinatorSettings(
+                coordinator_id=CoordinatorId("c1"), advertise="127.0.0.1:7071"
+            ),
+        )
+        follower.lease_keeper.attempt()  # loses: c2 holds an unexpired lease
+        with pytest.raises(NotLeader) as raised:
+            follower.require_fence()
+        assert raised.value.leader_address == "127.0.0.1:7072"
+    finally:
+        store.close()
 
 
-def test_leadership_follows_the_lease_row() -> None:
-    view = Leadership(coordinator_id=CoordinatorId("c1"), lease_ms=3_000, safety_ms=500)
-    now = time.monotonic()
-    assert view.update(lease("c2", 1), sent_at_monotonic_s=now) is RoleChange.NONE
-    assert view.leader_address() == "c2:7070"
-    with pytest.raises(NotLeader):
-        view.require_fence()
-    assert view.update(lease("c1", 2), sent_at_monotonic_s=now) is RoleChange.BECAME_LEADER
-    fence = view.require_fence()
-    assert fence.leader_epoch == 2
-    assert view.update(lease("c1", 2), sent_at_monotonic_s=now) is RoleChange.NONE
-    # Re-acquired after expiry: a new term, recovery runs again.
-    assert view.update(lease("c1", 3), sent_at_monotonic_s=now) is RoleChange.BECAME_LEADER
-    assert view.update(None, sent_at_monotonic_s=now) is RoleChange.LOST_LEADERSHIP
-    assert view.fence() is None
-
-
-def test_leadership_is_not_trusted_past_its_local_deadline() -> None:
-    view = Leadership(coordinator_id=CoordinatorId("c1"), lease_ms=1_000, safety_ms=200)
-    # The acquiring statement was sent 2 s ago (a paused process): the lease is not trusted.
-    view.update(lease("c1", 5), sent_at_monotonic_s=time.monotonic() - 2.0)
-    assert view.fence() is None
+def test_the_lease_keeper_makes_a_free_lease_ours(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        leader = Coordinator(
+            store=store,
+            settings=CoordinatorSettings(
+                coordinator_id=CoordinatorId("c1"), advertise="127.0.0.1:7071", lease_ms=5_000
+            ),
+        )
+        leader.lease_keeper.attempt()
+        fence = leader.require_fence()
+        assert (fence.holder, fence.leader_epoch) == ("c1", 1)
+    finally:
+        store.close()
