@@ -248,7 +248,7 @@ def test_domain_errors_cross_the_wire(start_server: Callable[..., ServerProcess]
 
         with pytest.raises(grpc.RpcError) as fenced:
             fail(b"fenced", timeout=10)
-        assert fenced.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert fenced.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         fenced_error = error_details(fenced.value).to_error()
         assert isinstance(fenced_error, FencedEpoch)
         assert fenced_error.current_epoch == 3

@@ -60,7 +60,7 @@ CASES: list[tuple[LockgateError, grpc.StatusCode]] = [
     ),
     (Aborted("version 3 expected, found 4"), grpc.StatusCode.ABORTED),
     (PermissionDenied("not allowed"), grpc.StatusCode.PERMISSION_DENIED),
-    (FencedEpoch(received_epoch=3, current_epoch=5), grpc.StatusCode.PERMISSION_DENIED),
+    (FencedEpoch(received_epoch=3, current_epoch=5), grpc.StatusCode.FAILED_PRECONDITION),
     (ResourceExhausted("too many pipelines"), grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unimplemented("not yet"), grpc.StatusCode.UNIMPLEMENTED),
     (DeadlineExceeded("checkpoint 7 timed out"), grpc.StatusCode.DEADLINE_EXCEEDED),

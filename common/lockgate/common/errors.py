@@ -151,12 +151,13 @@ class PermissionDenied(LockgateError):
     default_reason = "PERMISSION_DENIED"
 
 
-class FencedEpoch(PermissionDenied):
+class FencedEpoch(FailedPrecondition):
     """A call carried a leader epoch older than one already seen: it comes from a deposed
     leader (a zombie) and must be refused, as Kafka refuses a stale controller epoch.
 
-    Mapped to ``PERMISSION_DENIED`` with reason ``FENCED_LEADER_EPOCH``: the sender has lost
-    its authority and retrying the same call can never succeed.
+    Mapped to ``FAILED_PRECONDITION`` with reason ``FENCED_LEADER_EPOCH``, as the v1 protos
+    specify for every fenced call: the sender has lost its authority and retrying the same
+    call can never succeed.
     """
 
     default_reason = "FENCED_LEADER_EPOCH"

@@ -87,13 +87,6 @@ class ErrorDetails:
                 reason=self.reason,
                 metadata=self.metadata,
             )
-        if self.code == grpc.StatusCode.FAILED_PRECONDITION:
-            return FailedPrecondition(
-                self.message,
-                violations=self.precondition_violations,
-                reason=self.reason,
-                metadata=self.metadata,
-            )
         if self.reason == FencedEpoch.default_reason:
             try:
                 return FencedEpoch(
@@ -103,6 +96,13 @@ class ErrorDetails:
                 )
             except (KeyError, ValueError):
                 pass
+        if self.code == grpc.StatusCode.FAILED_PRECONDITION:
+            return FailedPrecondition(
+                self.message,
+                violations=self.precondition_violations,
+                reason=self.reason,
+                metadata=self.metadata,
+            )
         if self.code == grpc.StatusCode.UNAVAILABLE:
             if self.reason == NotLeader.default_reason:
                 return NotLeader(leader_address=self.leader_address, message=self.message)
