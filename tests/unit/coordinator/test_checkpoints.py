@@ -44,7 +44,10 @@ def test_complete_only_when_every_task_precommitted() -> None:
 def test_completion_waits_for_earlier_checkpoints() -> None:
     assert completion_blocker(C(3), {C(1): X, C(2): T, C(3): T}) == C(2)
     assert completion_blocker(C(3), {C(1): X, C(2): K, C(3): T}) is None
-    assert completion_blocker(C(3), {C(2): A, C(3): T}) == C(2)
+    # An earlier ABORTED one does not block: its in-flight successors aborted with it,
+    # so a TRIGGERED one after it started from the last COMPLETE offsets.
+    assert completion_blocker(C(3), {C(2): A, C(3): T}) is None
+    assert completion_blocker(C(4), {C(2): A, C(3): T, C(4): T}) == C(3)
 
 
 def test_abort_cascades_to_every_later_in_flight_checkpoint() -> None:

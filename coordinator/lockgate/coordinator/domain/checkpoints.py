@@ -170,16 +170,18 @@ def is_complete(*, expected: AbstractSet[TaskId], precommitted: AbstractSet[Task
 def completion_blocker(
     checkpoint_id: CheckpointId, states: Mapping[CheckpointId, CheckpointState]
 ) -> CheckpointId | None:
-    """Return the earliest earlier checkpoint still TRIGGERED or ABORTED, if any.
+    """Return the earliest earlier checkpoint still TRIGGERED, if any.
 
     COMPLETE happens in order: N+1 read from where N ended, so N+1 may become the commit
-    point only after N is COMPLETE or COMMITTED. An earlier ABORTED one means N must abort
-    (see `aborts_cascading_from`), a TRIGGERED one means wait.
+    point only after N is COMPLETE or COMMITTED; a TRIGGERED one means wait. An earlier
+    ABORTED one does not block: aborting N aborts every later in-flight checkpoint in the
+    same transaction (`aborts_cascading_from`), so any checkpoint still TRIGGERED after an
+    ABORTED one was triggered after that abort and read from the last COMPLETE offsets.
     """
     for other in sorted(states):
         if other >= checkpoint_id:
             break
-        if states[other] in (CheckpointState.TRIGGERED, CheckpointState.ABORTED):
+        if states[other] is CheckpointState.TRIGGERED:
             return other
     return None
 

@@ -189,6 +189,12 @@ def _configure_sqlite(engine: Engine, *, busy_timeout_ms: int) -> None:
         connection.exec_driver_sql(f"BEGIN {mode}".strip())
 
 
+
+def _belongs_to_slot(transactional_id: str, allotted: str) -> bool:
+    """Whether a reported transactional id is the allotted one or one of its write partitions'."""
+    return transactional_id == allotted or transactional_id.startswith(allotted + "-")
+
+
 class SqlStore:
     """All of the coordinator's state. Thread-safe (one connection per call).
 
@@ -1014,9 +1020,10 @@ class SqlStore:
                         reason="CHECKPOINT_NOT_TRIGGERED",
                     )
                 for handle in p.handles:
-                    if (
-                        handle.kind == "kafka"
-                        and handle.transactional_id != trigger.transactional_id
+                    # The allotted id is the task's prefix: its Spark write partition k
+                    # writes with "<allotted>-<k>" (one producer per write partition).
+                    if handle.kind == "kafka" and not _belongs_to_slot(
+                        handle.transactional_id, trigger.transactional_id
                     ):
                         raise FailedPrecondition(
                             f"handle uses transactional id {handle.transactional_id!r} but "

@@ -1,0 +1,278 @@
+"""The leader's client of `ExecutorService`: every call carries the leader epoch.
+
+The leader calls executors to run steps 1 and 4 of the checkpoint protocol (trigger,
+commit) and to abort what never became COMPLETE. Each call names the executor
+registration it is meant for (`executor_id`, `executor_generation`) and the leader's
+`Fence` (epoch + holder), so an executor that has seen a newer leader refuses it.
+
+Failures come back as three kinds the leader loop acts on differently:
+- `LeaderEpochRefused`: the executor has seen a higher epoch, so this replica no longer
+  leads; stop acting and let the lease loop find out.
+- `ExecutorRegistrationStale`: the address now belongs to another registration of the id
+  (or none); skip this executor until the next heartbeat tells the new one.
+- `ExecutorCallFailed`: anything else (unreachable, timeout, DATA_LOSS, a bug); retried
+  by the caller where the protocol says so (commit: until acked).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from lockgate.common.grpc_client import error_details, open_channel
+from lockgate.coordinator.domain.checkpoints import SinkHandle
+from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.domain.membership import ExecutorRecord
+from lockgate.coordinator.domain.tasks import TopicPartition
+from lockgate.v1 import common_pb2, executor_pb2, executor_pb2_grpc
+
+_R = TypeVar("_R")
+
+DEFAULT_TRIGGER_TIMEOUT_S = 2.0
+DEFAULT_COMMIT_TIMEOUT_S = 5.0
+
+# The executor's refusal reason for a stale token (executor/fencing.py StaleTokenError).
+_STALE_TOKEN_REASON = "STALE_FENCING_TOKEN"
+
+
+class ExecutorCallFailed(Exception):
+    """A call to an executor failed for a reason other than fencing; may be retried."""
+
+    def __init__(self, message: str, *, code: grpc.StatusCode | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class LeaderEpochRefused(ExecutorCallFailed):
+    """The executor has seen a higher leader epoch: this replica is no longer the leader."""
+
+    def __init__(self, message: str, *, highest_seen: int | None) -> None:
+        super().__init__(message, code=grpc.StatusCode.FAILED_PRECONDITION)
+        self.highest_seen = highest_seen
+
+
+class ExecutorRegistrationStale(ExecutorCallFailed):
+    """The executor at that address runs another registration than the one called."""
+
+
+@dataclass(frozen=True)
+class CheckpointTaskCall:
+    """One task of a TriggerCheckpoint: its generation, where it starts, its id prefix."""
+
+    task_index: int
+    task_generation: int
+    start_offsets: dict[TopicPartition, int]
+    transactional_id_prefix: str
+
+
+@dataclass(frozen=True)
+class TriggerResult:
+    """One task's answer to a trigger."""
+
+    task_index: int
+    accepted: bool
+    """ACCEPTED or DUPLICATE: the pre-commit runs and will be reported."""
+    outcome: str
+    """The TriggerOutcome name, e.g. `TRIGGER_OUTCOME_NOT_READY`."""
+    reason: str
+
+
+def leader_epoch_pb(fence: Fence) -> common_pb2.LeaderEpoch:
+    """The `LeaderEpoch` message of a fence."""
+    return common_pb2.LeaderEpoch(epoch=int(fence.leader_epoch), leader_id=str(fence.holder))
+
+
+def sink_handle_pb(handle: SinkHandle, *, bootstrap_servers: str) -> common_pb2.SinkHandle:
+    """The proto form of a stored Kafka handle (the bootstrap servers come from the spec)."""
+    return common_pb2.SinkHandle(
+        kafka=common_pb2.KafkaTransactionHandle(
+            transactional_id=handle.transactional_id,
+            producer_id=handle.producer_id,
+            producer_epoch=handle.producer_epoch,
+            bootstrap_servers=bootstrap_servers,
+        )
+    )
+
+
+class ExecutorClient:
+    """Channels to the executors, one per address, reused across calls. Thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        trigger_timeout_s: float = DEFAULT_TRIGGER_TIMEOUT_S,
+        commit_timeout_s: float = DEFAULT_COMMIT_TIMEOUT_S,
+    ) -> None:
+        self._trigger_timeout_s = trigger_timeout_s
+        self._commit_timeout_s = commit_timeout_s
+        self._lock = threading.Lock()
+        self._stubs: dict[str, tuple[grpc.Channel, executor_pb2_grpc.ExecutorServiceStub]] = {}
+
+    def _stub(self, address: str) -> executor_pb2_grpc.ExecutorServiceStub:
+        with self._lock:
+            cached = self._stubs.get(address)
+            if cached is None:
+                # Executors do not redirect: a plain channel, no leader following.
+                channel = open_channel(address, follow_leader=False)
+                cached = (channel, executor_pb2_grpc.ExecutorServiceStub(channel))
+                self._stubs[address] = cached
+            return cached[1]
+
+    def close(self) -> None:
+        """Close every channel."""
+        with self._lock:
+            channels = [c for c, _ in self._stubs.values()]
+            self._stubs.clear()
+        for channel in channels:
+            channel.close()
+
+    def trigger_checkpoint(
+        self,
+        *,
+        fence: Fence,
+        executor: ExecutorRecord,
+        pipeline_name: str,
+        checkpoint_id: int,
+        config_version: int,
+        tasks: Sequence[CheckpointTaskCall],
+        timeout_ms: int,
+    ) -> list[TriggerResult]:
+        """Ask `executor` to pre-commit checkpoint N on `tasks` (step 1); leader-only.
+
+        Returns at once with each task's outcome; results arrive through ReportPrecommit.
+        """
+        request = executor_pb2.TriggerCheckpointRequest(
+            request_id=uuid.uuid4().hex,
+            leader_epoch=leader_epoch_pb(fence),
+            executor_id=str(executor.executor_id),
+            executor_generation=int(executor.generation),
+            pipeline_name=pipeline_name,
+            checkpoint_id=checkpoint_id,
+            config_version=config_version,
+            timeout_ms=timeout_ms,
+            tasks=[
+                executor_pb2.CheckpointTask(
+                    task_id=common_pb2.TaskId(pipeline_name=pipeline_name, task_index=t.task_index),
+                    task_generation=t.task_generation,
+                    start_offsets=[
+                        common_pb2.PartitionOffset(topic=tp.topic, partition=tp.partition, offset=o)
+                        for tp, o in sorted(t.start_offsets.items())
+                    ],
+                    transactional_id_prefix=t.transactional_id_prefix,
+                )
+                for t in tasks
+            ],
+        )
+        response = self._call(
+            executor,
+            "TriggerCheckpoint",
+            lambda stub: stub.TriggerCheckpoint(request, timeout=self._trigger_timeout_s),
+        )
+        accepted = {
+            executor_pb2.TRIGGER_OUTCOME_ACCEPTED,
+            executor_pb2.TRIGGER_OUTCOME_DUPLICATE,
+        }
+        return [
+            TriggerResult(
+                task_index=r.task_id.task_index,
+                accepted=r.outcome in accepted,
+                outcome=executor_pb2.TriggerOutcome.Name(r.outcome),
+                reason=r.reason,
+            )
+            for r in response.results
+        ]
+
+    def commit_checkpoint(
+        self,
+        *,
+        fence: Fence,
+        executor: ExecutorRecord,
+        pipeline_name: str,
+        checkpoint_id: int,
+        handles: Sequence[common_pb2.SinkHandle],
+    ) -> int:
+        """Commit handles of COMPLETE checkpoint N (step 4); leader-only. Returns the count
+        the executor acked; any exception means "not acked, retry"."""
+        request = executor_pb2.CommitCheckpointRequest(
+            request_id=uuid.uuid4().hex,
+            leader_epoch=leader_epoch_pb(fence),
+            executor_id=str(executor.executor_id),
+            executor_generation=int(executor.generation),
+            pipeline_name=pipeline_name,
+            checkpoint_id=checkpoint_id,
+            handles=list(handles),
+        )
+        response = self._call(
+            executor,
+            "CommitCheckpoint",
+            lambda stub: stub.CommitCheckpoint(request, timeout=self._commit_timeout_s),
+        )
+        return int(response.handles_committed)
+
+    def abort_checkpoint(
+        self,
+        *,
+        fence: Fence,
+        executor: ExecutorRecord,
+        pipeline_name: str,
+        checkpoint_id: int,
+        handles: Sequence[common_pb2.SinkHandle],
+        reason: str,
+    ) -> int:
+        """Abort handles of a checkpoint that will never be COMPLETE; leader-only."""
+        request = executor_pb2.AbortCheckpointRequest(
+            request_id=uuid.uuid4().hex,
+            leader_epoch=leader_epoch_pb(fence),
+            executor_id=str(executor.executor_id),
+            executor_generation=int(executor.generation),
+            pipeline_name=pipeline_name,
+            checkpoint_id=checkpoint_id,
+            handles=list(handles),
+            reason=reason,
+        )
+        response = self._call(
+            executor,
+            "AbortCheckpoint",
+            lambda stub: stub.AbortCheckpoint(request, timeout=self._commit_timeout_s),
+        )
+        return int(response.handles_aborted)
+
+    def _call(
+        self,
+        executor: ExecutorRecord,
+        rpc: str,
+        invoke: Callable[[executor_pb2_grpc.ExecutorServiceStub], _R],
+    ) -> _R:
+        try:
+            return invoke(self._stub(executor.address))
+        except grpc.RpcError as err:
+            raise _classify(err, executor=executor, rpc=rpc) from None
+
+
+def _classify(err: grpc.RpcError, *, executor: ExecutorRecord, rpc: str) -> ExecutorCallFailed:
+    details = error_details(err)
+    where = f"{rpc} on executor {executor.executor_id} ({executor.address})"
+    text = f"{where} failed: {details.code.name} {details.message}"
+    fencing = details.reason == _STALE_TOKEN_REASON or "FENCED" in (details.reason or "")
+    if details.code == grpc.StatusCode.FAILED_PRECONDITION and fencing:
+        token = details.metadata.get("token", "")
+        if token == "executor_generation":
+            return ExecutorRegistrationStale(text, code=details.code)
+        if token in ("leader_epoch", "") or "LEADER" in (details.reason or ""):
+            current = details.metadata.get("current")
+            return LeaderEpochRefused(
+                text, highest_seen=int(current) if current and current.isdigit() else None
+            )
+    if details.code == grpc.StatusCode.PERMISSION_DENIED and details.reason == (
+        "FENCED_LEADER_EPOCH"
+    ):
+        current = details.metadata.get("current_leader_epoch")
+        return LeaderEpochRefused(
+            text, highest_seen=int(current) if current and current.isdigit() else None
+        )
+    return ExecutorCallFailed(text, code=details.code)
