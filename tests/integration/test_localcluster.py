@@ -6,16 +6,27 @@ or the repository's .lockgate/.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
+import httpx
 import pytest
 
+from lockgate.localcluster.cluster import (
+    SCHEMA_REGISTRY,
+    ClusterSettings,
+    is_registry_ready,
+    schema_registry_spec,
+)
 from lockgate.localcluster.kafka import is_broker_ready
 from lockgate.localcluster.process import (
     PidRecord,
@@ -30,17 +41,47 @@ from lockgate.localcluster.process import (
     start_process,
     stop_pid,
     stop_process,
+    wait_until,
 )
+from lockgate.v1 import schema_registry_pb2 as sr_pb
+from lockgate.v1 import schema_registry_pb2_grpc as sr_grpc
 from tests.fixtures.kafka import free_port
 
 pytestmark = pytest.mark.integration
 
+SCHEMA = json.dumps({"type": "record", "name": "Cluster", "fields": [{"name": "a", "type": "int"}]})
 
-def _cluster(
-    home: Path, port: int, controller_port: int, *args: str
-) -> subprocess.CompletedProcess[str]:
+
+@dataclass(frozen=True)
+class _Ports:
+    """The cluster's ports for one test: free ones, never the defaults (9092, 7090, ...)."""
+
+    kafka: int
+    controller: int
+    registry_grpc: int
+    registry_http: int
+
+    @classmethod
+    def free(cls, *, kafka: int | None = None) -> _Ports:
+        return cls(kafka or free_port(), free_port(), free_port(), free_port())
+
+    @property
+    def registry_grpc_address(self) -> str:
+        return f"127.0.0.1:{self.registry_grpc}"
+
+    @property
+    def registry_http_address(self) -> str:
+        return f"127.0.0.1:{self.registry_http}"
+
+
+def _cluster(home: Path, ports: _Ports, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ}
-    env.pop("LOCKGATE_HOME", None)
+    for name in (
+        "LOCKGATE_HOME",
+        "LOCKGATE_SCHEMA_REGISTRY_GRPC_PORT",
+        "LOCKGATE_SCHEMA_REGISTRY_HTTP_PORT",
+    ):
+        env.pop(name, None)
     return subprocess.run(
         [
             sys.executable,
@@ -50,9 +91,13 @@ def _cluster(
             "--home",
             str(home),
             "--kafka-port",
-            str(port),
+            str(ports.kafka),
             "--kafka-controller-port",
-            str(controller_port),
+            str(ports.controller),
+            "--registry-grpc-port",
+            str(ports.registry_grpc),
+            "--registry-http-port",
+            str(ports.registry_http),
         ],
         capture_output=True,
         text=True,
@@ -62,45 +107,151 @@ def _cluster(
     )
 
 
+def _children(pid: int) -> list[int]:
+    """Live processes whose parent is ``pid`` (the registry's workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"
+
+
 def test_cluster_up_status_down(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    port, controller_port = free_port(), free_port()
+    ports = _Ports.free()
+    registry_line = [
+        SCHEMA_REGISTRY,
+        f"grpc={ports.registry_grpc_address},http={ports.registry_http_address}",
+    ]
     try:
-        up = _cluster(home, port, controller_port, "up")
+        up = _cluster(home, ports, "up")
         assert up.returncode == 0, up.stderr
         assert "kafka: up (pid " in up.stdout
+        assert f"{SCHEMA_REGISTRY}: up (pid " in up.stdout
+        # The broker starts first: the registry is a later service.
+        assert up.stdout.index("kafka: up") < up.stdout.index(f"{SCHEMA_REGISTRY}: up")
         record = read_pid_file(home, "kafka")
         assert record is not None and is_alive(record)
+        registry = read_pid_file(home, SCHEMA_REGISTRY)
+        assert registry is not None and is_alive(registry)
         assert (home / "log" / "kafka.log").exists()
-        assert is_broker_ready(f"127.0.0.1:{port}")
+        assert (home / "log" / f"{SCHEMA_REGISTRY}.log").exists()
+        assert is_broker_ready(f"127.0.0.1:{ports.kafka}")
+        workers = _children(registry.pid)
+        assert workers, "the registry serves from worker processes"
 
-        again = _cluster(home, port, controller_port, "up")
+        # The registry works over both APIs, on its SQLite file in the home.
+        rest = f"http://{ports.registry_http_address}"
+        created = httpx.post(f"{rest}/subjects/orders-value/versions", json={"schema": SCHEMA})
+        assert created.status_code == 200, created.text
+        schema_id = created.json()["id"]
+        with grpc.insecure_channel(ports.registry_grpc_address) as channel:
+            found = sr_grpc.SchemaRegistryServiceStub(channel).GetSchema(
+                sr_pb.GetSchemaRequest(schema_id=schema_id), timeout=30
+            )
+        assert json.loads(found.schema.schema) == json.loads(SCHEMA)
+        assert (home / "schema-registry.db").exists()
+
+        again = _cluster(home, ports, "up")
         assert again.returncode == 0, again.stderr
         assert f"already up (pid {record.pid}" in again.stdout
+        assert f"already up (pid {registry.pid}" in again.stdout
 
-        status = _cluster(home, port, controller_port, "status")
+        status = _cluster(home, ports, "status")
         assert status.returncode == 0
-        assert status.stdout.split() == ["kafka", f"pid={record.pid}", f"127.0.0.1:{port}", "up"]
+        assert [line.split() for line in status.stdout.splitlines()] == [
+            ["kafka", f"pid={record.pid}", f"127.0.0.1:{ports.kafka}", "up"],
+            [registry_line[0], f"pid={registry.pid}", registry_line[1], "up"],
+        ]
 
-        down = _cluster(home, port, controller_port, "down")
+        down = _cluster(home, ports, "down")
         assert down.returncode == 0, down.stderr
         assert f"kafka: stopped pid {record.pid}" in down.stdout
+        assert f"{SCHEMA_REGISTRY}: stopped pid {registry.pid}" in down.stdout
+        # Reverse start order: the registry stops before the broker.
+        assert down.stdout.index(SCHEMA_REGISTRY) < down.stdout.index("kafka: stopped")
         assert not is_alive(record)
-        assert port_holder(port) is None
+        assert not is_alive(registry)
+        assert not any(_pid_alive(worker) for worker in workers)
+        for port in (ports.kafka, ports.registry_grpc, ports.registry_http):
+            assert port_holder(port) is None
+        assert not is_registry_ready(ports.registry_http_address, timeout_s=0.5)
         assert not (home / "run" / "kafka.pid").exists()
+        assert not (home / "run" / f"{SCHEMA_REGISTRY}.pid").exists()
 
-        twice = _cluster(home, port, controller_port, "down")
+        twice = _cluster(home, ports, "down")
         assert twice.returncode == 0, twice.stderr
         assert "kafka: not running" in twice.stdout
+        assert f"{SCHEMA_REGISTRY}: not running" in twice.stdout
 
-        status = _cluster(home, port, controller_port, "status")
-        assert status.stdout.split() == ["kafka", "pid=-", f"127.0.0.1:{port}", "down"]
+        status = _cluster(home, ports, "status")
+        assert [line.split() for line in status.stdout.splitlines()] == [
+            ["kafka", "pid=-", f"127.0.0.1:{ports.kafka}", "down"],
+            [registry_line[0], "pid=-", registry_line[1], "down"],
+        ]
 
-        # A second `up` on the formatted home keeps the data and starts again.
-        restarted = _cluster(home, port, controller_port, "up")
+        # A second `up` on the same home keeps the data (the registry's schema too).
+        restarted = _cluster(home, ports, "up")
         assert restarted.returncode == 0, restarted.stderr
+        kept = httpx.get(f"{rest}/schemas/ids/{schema_id}")
+        assert kept.status_code == 200 and json.loads(kept.json()["schema"]) == json.loads(SCHEMA)
     finally:
-        _cluster(home, port, controller_port, "down")
+        _cluster(home, ports, "down")
+
+
+def test_registry_port_taken_is_named_and_nothing_is_left_running(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = int(squatter.getsockname()[1])
+        settings = ClusterSettings(
+            home=tmp_path, registry_grpc_port=taken, registry_http_port=free_port()
+        )
+        with pytest.raises(PortInUseError) as info:
+            start_process(schema_registry_spec(settings), home=tmp_path)
+        assert info.value.port == taken
+        assert f"pid {os.getpid()}" in str(info.value)
+        assert read_pid_file(tmp_path, SCHEMA_REGISTRY) is None
+
+
+def test_registry_workers_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
+    settings = ClusterSettings(
+        home=tmp_path, registry_grpc_port=free_port(), registry_http_port=free_port()
+    )
+    running = start_process(schema_registry_spec(settings), home=tmp_path)
+    try:
+        workers = _children(running.pid)
+        assert workers
+        os.kill(running.pid, signal.SIGKILL)
+        wait_until(
+            lambda: not any(_pid_alive(worker) for worker in workers),
+            timeout_s=30,
+            description="the registry's workers exiting after their supervisor was killed",
+        )
+        wait_until(
+            lambda: (
+                port_holder(settings.registry_http_port) is None
+                and port_holder(settings.registry_grpc_port) is None
+            ),
+            timeout_s=30,
+            description="the registry's ports being released",
+        )
+    finally:
+        stop_process(home=tmp_path, name=SCHEMA_REGISTRY, grace_s=5)
 
 
 def test_cluster_up_names_the_port_taken_and_its_process(tmp_path: Path) -> None:
@@ -109,7 +260,7 @@ def test_cluster_up_names_the_port_taken_and_its_process(tmp_path: Path) -> None
         squatter.listen()
         taken = int(squatter.getsockname()[1])
         home = tmp_path / "home"
-        up = _cluster(home, taken, free_port(), "up")
+        up = _cluster(home, _Ports.free(kafka=taken), "up")
         assert up.returncode == 1
         assert f"port {taken}" in up.stderr
         assert f"pid {os.getpid()}" in up.stderr  # the holder: this test process
@@ -117,9 +268,26 @@ def test_cluster_up_names_the_port_taken_and_its_process(tmp_path: Path) -> None
 
 
 def test_cluster_rejects_bad_port(tmp_path: Path) -> None:
-    result = _cluster(tmp_path, 70000, 9093, "status")
+    ports = _Ports.free()
+    result = _cluster(
+        tmp_path, _Ports(70000, 9093, ports.registry_grpc, ports.registry_http), "status"
+    )
     assert result.returncode != 0
     assert "--kafka-port" in result.stderr and "70000" in result.stderr
+
+
+def test_cluster_rejects_bad_and_clashing_registry_ports(tmp_path: Path) -> None:
+    ports = _Ports.free()
+    bad = _cluster(
+        tmp_path, _Ports(ports.kafka, ports.controller, 0, ports.registry_http), "status"
+    )
+    assert bad.returncode != 0
+    assert "--registry-grpc-port" in bad.stderr and "got 0" in bad.stderr
+    clash = _cluster(
+        tmp_path, _Ports(ports.kafka, ports.controller, ports.kafka, ports.registry_http), "status"
+    )
+    assert clash.returncode != 0
+    assert "--kafka-port and --registry-grpc-port must differ" in clash.stderr
 
 
 def test_port_holder_and_check_ports_free() -> None:

@@ -189,7 +189,6 @@ def _configure_sqlite(engine: Engine, *, busy_timeout_ms: int) -> None:
         connection.exec_driver_sql(f"BEGIN {mode}".strip())
 
 
-
 def _belongs_to_slot(transactional_id: str, allotted: str) -> bool:
     """Whether a reported transactional id is the allotted one or one of its write partitions'."""
     return transactional_id == allotted or transactional_id.startswith(allotted + "-")

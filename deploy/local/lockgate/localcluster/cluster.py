@@ -7,7 +7,13 @@ append its :class:`~lockgate.localcluster.process.ProcessSpec` to that list.
 
 Settings: ``--home`` (else ``$LOCKGATE_HOME``, else ``<repo>/.lockgate``), ``--kafka-port``
 (else ``$LOCKGATE_KAFKA_PORT``, else 9092), ``--kafka-controller-port``
-(else ``$LOCKGATE_KAFKA_CONTROLLER_PORT``, else 9093).
+(else ``$LOCKGATE_KAFKA_CONTROLLER_PORT``, else 9093), ``--registry-grpc-port`` (else
+``$LOCKGATE_SCHEMA_REGISTRY_GRPC_PORT``, else 7090), ``--registry-http-port`` (else
+``$LOCKGATE_SCHEMA_REGISTRY_HTTP_PORT``, else 8081).
+
+Processes: ``kafka`` (the broker), then ``schema-registry`` (``python -m
+lockgate.schema_registry`` on a SQLite file in the home, one worker process per core sharing
+its two ports; stopping its pid stops the workers too).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import argparse
 import os
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +41,10 @@ from lockgate.localcluster.process import (
 
 KAFKA_PORT_ENV = "LOCKGATE_KAFKA_PORT"
 KAFKA_CONTROLLER_PORT_ENV = "LOCKGATE_KAFKA_CONTROLLER_PORT"
+REGISTRY_GRPC_PORT_ENV = "LOCKGATE_SCHEMA_REGISTRY_GRPC_PORT"
+REGISTRY_HTTP_PORT_ENV = "LOCKGATE_SCHEMA_REGISTRY_HTTP_PORT"
+#: Name of the registry's pid and log files (``run/schema-registry.pid``).
+SCHEMA_REGISTRY = "schema-registry"
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,8 @@ class ClusterSettings:
     home: Path
     kafka_port: int = 9092
     kafka_controller_port: int = 9093
+    registry_grpc_port: int = 7090
+    registry_http_port: int = 8081
 
     @property
     def kafka(self) -> KafkaBrokerConfig:
@@ -50,10 +64,52 @@ class ClusterSettings:
             home=self.home, port=self.kafka_port, controller_port=self.kafka_controller_port
         )
 
+    @property
+    def registry_db_url(self) -> str:
+        """The schema registry's SQLite database, in the home."""
+        return f"sqlite:///{self.home / 'schema-registry.db'}"
+
+
+def is_registry_ready(http_address: str, *, timeout_s: float = 2.0) -> bool:
+    """True when the registry's REST API answers ``GET /subjects`` with 200."""
+    # No proxy: loopback must not be sent to an HTTP proxy the environment names.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://{http_address}/subjects", timeout=timeout_s) as answer:
+            return int(answer.status) == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
+    """The schema registry process: gRPC and REST on loopback, SQLite in the home."""
+    grpc_address = f"127.0.0.1:{settings.registry_grpc_port}"
+    http_address = f"127.0.0.1:{settings.registry_http_port}"
+    return ProcessSpec(
+        name=SCHEMA_REGISTRY,
+        argv=(
+            sys.executable,
+            "-m",
+            "lockgate.schema_registry",
+            "--db",
+            settings.registry_db_url,
+            "--grpc",
+            grpc_address,
+            "--http",
+            http_address,
+        ),
+        address=f"grpc={grpc_address},http={http_address}",
+        ports=(settings.registry_grpc_port, settings.registry_http_port),
+        ready=lambda: is_registry_ready(http_address),
+        ready_timeout_s=60.0,
+        # The supervisor stops its workers (gRPC grace 2 s, then REST) before exiting.
+        stop_grace_s=20.0,
+    )
+
 
 def cluster_processes(settings: ClusterSettings) -> list[ProcessSpec]:
     """The cluster's processes, in start order. Later services are appended here."""
-    return [broker_spec(settings.kafka)]
+    return [broker_spec(settings.kafka), schema_registry_spec(settings)]
 
 
 def _port(value: str | None, *, default: int, source: str) -> int:
@@ -82,14 +138,43 @@ def settings_from_args(args: argparse.Namespace) -> ClusterSettings:
         default=9093,
         source=f"--kafka-controller-port / ${KAFKA_CONTROLLER_PORT_ENV}",
     )
+    registry_grpc_port = _port(
+        args.registry_grpc_port
+        if args.registry_grpc_port is not None
+        else os.environ.get(REGISTRY_GRPC_PORT_ENV),
+        default=7090,
+        source=f"--registry-grpc-port / ${REGISTRY_GRPC_PORT_ENV}",
+    )
+    registry_http_port = _port(
+        args.registry_http_port
+        if args.registry_http_port is not None
+        else os.environ.get(REGISTRY_HTTP_PORT_ENV),
+        default=8081,
+        source=f"--registry-http-port / ${REGISTRY_HTTP_PORT_ENV}",
+    )
     if kafka_port == controller_port:
         raise SystemExit(
             f"error: the Kafka port and the controller port must differ (both {kafka_port})"
         )
+    ports = {
+        "--kafka-port": kafka_port,
+        "--kafka-controller-port": controller_port,
+        "--registry-grpc-port": registry_grpc_port,
+        "--registry-http-port": registry_http_port,
+    }
+    for flag, port in ports.items():
+        clashes = [other for other, value in ports.items() if value == port and other != flag]
+        if clashes:
+            raise SystemExit(
+                f"error: {flag} and {clashes[0]} must differ (both {port}); give each"
+                " process its own port"
+            )
     return ClusterSettings(
         home=lockgate_home(args.home),
         kafka_port=kafka_port,
         kafka_controller_port=controller_port,
+        registry_grpc_port=registry_grpc_port,
+        registry_http_port=registry_http_port,
     )
 
 
@@ -123,7 +208,7 @@ def cluster_status(settings: ClusterSettings) -> int:
     for spec in cluster_processes(settings):
         status = process_status(home=settings.home, name=spec.name, address=spec.address)
         pid = str(status.pid) if status.pid is not None else "-"
-        print(f"{status.name:<12} pid={pid:<8} {status.address:<22} {status.state.value}")
+        print(f"{status.name:<16} pid={pid:<8} {status.address:<22} {status.state.value}")
     return 0
 
 
@@ -151,6 +236,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kafka-port", default=None, help="broker port (default 9092)")
     parser.add_argument(
         "--kafka-controller-port", default=None, help="KRaft controller port (default 9093)"
+    )
+    parser.add_argument(
+        "--registry-grpc-port", default=None, help="schema registry gRPC port (default 7090)"
+    )
+    parser.add_argument(
+        "--registry-http-port", default=None, help="schema registry REST port (default 8081)"
     )
     args = parser.parse_args(argv)
     try:
