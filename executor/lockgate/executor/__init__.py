@@ -1,0 +1,1 @@
+"""Lockgate executor: PySpark batch writers with two-phase commit."""

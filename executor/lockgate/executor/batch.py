@@ -1,0 +1,450 @@
+"""One checkpoint's pre-commit batch, and the commit/abort of its Kafka transactions.
+
+``run_precommit_batch`` is the executor's half of step 2 of DESIGN.md's checkpoint
+protocol: read the offset ranges, transform, write the sink in its prepared state (Kafka
+records flushed inside open transactions) and return what ``ReportPrecommit`` needs.
+``commit_handles`` / ``abort_handles`` are steps 4 and 5: they end the transactions from
+their handles, from any process, and are safe to repeat.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NewType
+
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+from pyspark import StorageLevel
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    MapType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from lockgate.common.kafka_transactions import (
+    InvalidTransactionStateError,
+    ProducerFencedError,
+    TransactionHandle,
+    TransactionResumeError,
+    UnknownTransactionError,
+    abort_transaction,
+    commit_transaction,
+)
+from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
+from lockgate.executor.kafka_sink import (
+    ERROR_HEADER_OFFSET,
+    ERROR_HEADER_PARTITION,
+    ERROR_HEADER_REASON,
+    ERROR_HEADER_STAGE,
+    ERROR_HEADER_TOPIC,
+    TARGET_TOPIC_COLUMN,
+    KafkaSink,
+    fence_transactional_id,
+    read_result_file,
+)
+from lockgate.executor.kafka_source import (
+    ERROR_COLUMN,
+    ON_BAD_RECORD_FAIL,
+    ON_BAD_RECORD_MARK,
+    RAW_KEY_COLUMN,
+    RAW_VALUE_COLUMN,
+    KafkaSource,
+    ranges_to_option,
+    source_schema,
+)
+from lockgate.executor.offsets import OffsetRange, topic_partitions
+from lockgate.executor.spec import (
+    DataPlaneSpec,
+    Delivery,
+    ErrorTolerance,
+    OrderGuarantee,
+    PythonTransform,
+    RecordFormat,
+    SqlTransform,
+)
+
+PipelineName = NewType("PipelineName", str)
+TaskId = NewType("TaskId", str)
+CheckpointId = NewType("CheckpointId", int)
+
+INPUT_VIEW = "input"
+_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Process-wide on purpose: it guards the one shared session's temp view names.
+_VIEWS_LOCK = threading.Lock()
+_HEADERS_TYPE = ArrayType(
+    StructType().add("key", StringType()).add("value", BinaryType()), containsNull=True
+)
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """Tuning of one batch; the defaults suit a single machine."""
+
+    # Split a range into chunks of this many offsets, only when the pipeline has no order.
+    max_offsets_per_split: int = 200_000
+    transaction_timeout_ms: int = 600_000
+    stall_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class PrecommitResult:
+    """What the coordinator's ``ReportPrecommit`` needs from one task's checkpoint."""
+
+    handles: tuple[TransactionHandle, ...]
+    consumed_ranges: tuple[OffsetRange, ...]
+    records_in: int
+    records_out: int
+    dead_lettered: int
+    write_partitions: int
+    duration_s: float
+
+
+def _spark_message(exc: BaseException) -> str:
+    text = str(exc)
+    # Py4J wraps the useful part in a long Java stack trace; keep the head.
+    return text if len(text) <= 4000 else text[:4000] + " …"
+
+
+def _views(session: SparkSession, frame: DataFrame, topics: Sequence[str]) -> None:
+    frame.createOrReplaceTempView(INPUT_VIEW)
+    for topic in topics:
+        # Spark refuses view names that are not identifiers (dots, dashes): those topics
+        # are reachable through ``input`` only.
+        if topic != INPUT_VIEW and _IDENTIFIER_RE.match(topic):
+            view = frame if len(topics) == 1 else frame.where(F.col("topic") == topic)
+            view.createOrReplaceTempView(topic)
+
+
+def apply_transform(session: SparkSession, spec: DataPlaneSpec, source: DataFrame) -> DataFrame:
+    """Apply the spec's transform to the source DataFrame; ``TransformError`` on failure.
+
+    SQL runs against the temp view ``input`` (and one named after each source topic).
+    A Python transform ``module:function`` gets the DataFrame and returns one.
+    """
+    transform = spec.transform
+    if transform is None:
+        return source
+    if isinstance(transform, SqlTransform):
+        # Temp views are per session and sessions made by newSession() do not see the
+        # registered Python data sources, so batches share one session: the lock keeps one
+        # batch's views in place until its query is analysed (analysis binds the plan, so
+        # replacing the views afterwards does not change it).
+        with _VIEWS_LOCK:
+            _views(session, source, spec.source.topics)
+            try:
+                return session.sql(transform.sql)
+            except PySparkException as exc:
+                raise TransformError(f"transform.sql failed: {_spark_message(exc)}") from exc
+    assert isinstance(transform, PythonTransform)
+    target = f"{transform.module}:{transform.function}"
+    try:
+        function = getattr(importlib.import_module(transform.module), transform.function)
+    except (ImportError, AttributeError) as exc:
+        raise TransformError(f"transform.python {target!r} cannot be imported: {exc}") from exc
+    try:
+        result = function(source)
+    except PySparkException as exc:
+        raise TransformError(f"transform.python {target!r} failed: {_spark_message(exc)}") from exc
+    if not isinstance(result, DataFrame):
+        raise TransformError(
+            f"transform.python {target!r} must return a DataFrame, got {type(result).__name__}"
+        )
+    return result
+
+
+def _sink_column(frame: DataFrame, name: str, fmt: RecordFormat, field: str) -> Column:
+    data_type: DataType = frame.schema[name].dataType
+    column = F.col(name)
+    if isinstance(data_type, BinaryType | StringType):
+        return column
+    if fmt is RecordFormat.JSON and isinstance(data_type, StructType | MapType | ArrayType):
+        return F.to_json(column)
+    if fmt is RecordFormat.STRING:
+        return column.cast("string")
+    raise TransformError(
+        f"the transform's {name!r} column is {data_type.simpleString()}, but {field} is"
+        f" {fmt.value}: cast it to binary or string in the transform"
+        + (" (or use format json to serialise structs)" if fmt is RecordFormat.BYTES else "")
+    )
+
+
+def prepare_sink_frame(frame: DataFrame, spec: DataPlaneSpec) -> DataFrame:
+    """Select and type the columns the Kafka sink writes: key, value, headers, timestamp.
+
+    ``topic``/``partition``/``offset`` are kept when present, only to locate bad records.
+    """
+    names = frame.columns
+    if "value" not in names:
+        raise TransformError(
+            "the transform must produce a 'value' column (and optionally key, headers,"
+            f" timestamp); it produced: {', '.join(names) or 'nothing'}"
+        )
+    sink = spec.sink
+    columns = [_sink_column(frame, "value", sink.format, "sink.kafka.format").alias("value")]
+    if "key" in names:
+        columns.append(
+            _sink_column(frame, "key", sink.key_format, "sink.kafka.key_format").alias("key")
+        )
+    if "headers" in names:
+        if frame.schema["headers"].dataType.simpleString() != _HEADERS_TYPE.simpleString():
+            raise TransformError(
+                "the transform's 'headers' column must be array<struct<key:string,value:binary>>,"
+                f" got {frame.schema['headers'].dataType.simpleString()}"
+            )
+        columns.append(F.col("headers"))
+    if "timestamp" in names and isinstance(frame.schema["timestamp"].dataType, TimestampType):
+        columns.append(F.col("timestamp"))
+    for locator, spark_type in (("topic", "string"), ("partition", "int"), ("offset", "long")):
+        if locator in names and frame.schema[locator].dataType.simpleString() == spark_type:
+            columns.append(F.col(locator))
+    return frame.select(*columns)
+
+
+def _dead_letter_frame(marked: DataFrame, dead_letter_topic: str) -> DataFrame:
+    def header(name: str, value: Column) -> Column:
+        return F.struct(F.lit(name).alias("key"), value.cast("binary").alias("value"))
+
+    error_headers = F.array(
+        header(ERROR_HEADER_TOPIC, F.col("topic")),
+        header(ERROR_HEADER_PARTITION, F.col("partition").cast("string")),
+        header(ERROR_HEADER_OFFSET, F.col("offset").cast("string")),
+        header(ERROR_HEADER_REASON, F.col(ERROR_COLUMN)),
+        header(ERROR_HEADER_STAGE, F.lit("source")),
+    )
+    return marked.where(F.col(ERROR_COLUMN).isNotNull()).select(
+        F.col(RAW_KEY_COLUMN).alias("key"),
+        F.col(RAW_VALUE_COLUMN).alias("value"),
+        F.concat(F.coalesce(F.col("headers"), F.array().cast(_HEADERS_TYPE)), error_headers).alias(
+            "headers"
+        ),
+        F.col("timestamp"),
+        F.lit(dead_letter_topic).alias(TARGET_TOPIC_COLUMN),
+    )
+
+
+def _count(frame: DataFrame, name: str) -> tuple[DataFrame, Observation]:
+    observation = Observation(name)
+    return frame.observe(observation, F.count(F.lit(1)).alias("n")), observation
+
+
+def _activate(spark: SparkSession) -> None:
+    # Py4J runs each Python thread on its own JVM thread, whose active SparkSession is
+    # unset, and Python data sources are looked up through the active session: without
+    # this a batch on any thread but the one that built the session fails with
+    # DATA_SOURCE_NOT_FOUND.
+    jvm = spark._jvm
+    if jvm is not None:
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+
+
+def validate_transform(spark: SparkSession, spec: DataPlaneSpec) -> tuple[str, ...]:
+    """Analyse the transform against the source schema without reading Kafka.
+
+    For refusing a pipeline at create time: raises ``TransformError`` with Spark's
+    message (unknown column, syntax error, wrong output types), else returns the columns
+    the sink will write.
+    """
+    _activate(spark)
+    schema = source_schema(spec.source.format, spec.source.key_format, marked=False)
+    empty = spark.createDataFrame([], schema)
+    return tuple(prepare_sink_frame(apply_transform(spark, spec, empty), spec).columns)
+
+
+def _check_topics_exist(spec: DataPlaneSpec) -> None:
+    for topic in spec.source.topics:
+        topic_partitions(bootstrap_servers=spec.source.bootstrap_servers, topic=topic)
+    sink_topics = [spec.sink.topic]
+    if spec.errors.dead_letter_topic is not None:
+        sink_topics.append(spec.errors.dead_letter_topic)
+    for topic in sink_topics:
+        try:
+            topic_partitions(bootstrap_servers=spec.sink.bootstrap_servers, topic=topic)
+        except SourceError as exc:
+            raise SinkError(
+                f"sink topic {topic!r} does not exist on {spec.sink.bootstrap_servers};"
+                " create it or fix the spec"
+            ) from exc
+
+
+def run_precommit_batch(
+    spark: SparkSession,
+    spec: DataPlaneSpec,
+    *,
+    pipeline: PipelineName,
+    task: TaskId,
+    checkpoint_id: CheckpointId,
+    offset_ranges: Sequence[OffsetRange],
+    transactional_id_prefix: str,
+    options: BatchOptions | None = None,
+) -> PrecommitResult:
+    """Run checkpoint ``checkpoint_id``'s batch of one task and leave its output prepared.
+
+    ``spark`` must have the Lockgate data sources registered (``build_spark_session`` does).
+
+    Write partition ``i`` uses ``transactional.id`` ``f"{transactional_id_prefix}-{i}"``:
+    the caller must pick a prefix that no pre-committed, not yet committed transaction
+    uses (e.g. one including the checkpoint id), because initialising the id aborts it.
+    On failure the job's transactions are aborted (Spark's ``abort``) and a typed error
+    is raised: ``RecordError`` (bad record, tolerance none), ``TransformError``,
+    ``SourceError`` or ``SinkError``.
+    """
+    options = options or BatchOptions()
+    started = time.monotonic()
+    ranges = tuple(offset_ranges)
+    _check_topics_exist(spec)
+    if all(r.size == 0 for r in ranges):
+        return PrecommitResult((), ranges, 0, 0, 0, 0, time.monotonic() - started)
+
+    session = spark
+    _activate(session)
+    session.sparkContext.setJobGroup(
+        f"lockgate-{pipeline}-{task}-{checkpoint_id}",
+        f"pipeline {pipeline} task {task} checkpoint {checkpoint_id}",
+    )
+    marked = spec.errors.tolerance is ErrorTolerance.ALL
+    split = options.max_offsets_per_split if spec.order is OrderGuarantee.NONE else 0
+    source = (
+        session.read.format(KafkaSource.name())
+        .option("bootstrap_servers", spec.source.bootstrap_servers)
+        .option("offset_ranges", ranges_to_option(ranges))
+        .option("value_format", spec.source.format.value)
+        .option("key_format", spec.source.key_format.value)
+        .option("on_bad_record", ON_BAD_RECORD_MARK if marked else ON_BAD_RECORD_FAIL)
+        .option("max_offsets_per_split", str(split))
+        .option("stall_timeout_s", str(options.stall_timeout_s))
+        .load()
+    )
+    dead_letters: DataFrame | None = None
+    cached: DataFrame | None = None
+    dead_observation: Observation | None = None
+    if marked:
+        # Read once, then split good records from bad ones.
+        cached = source.persist(StorageLevel.MEMORY_AND_DISK)
+        source = cached
+        assert spec.errors.dead_letter_topic is not None
+        dead_letters, dead_observation = _count(
+            _dead_letter_frame(source, spec.errors.dead_letter_topic), "dead"
+        )
+        source = source.where(F.col(ERROR_COLUMN).isNull()).drop(
+            RAW_KEY_COLUMN, RAW_VALUE_COLUMN, ERROR_COLUMN
+        )
+    source, in_observation = _count(source, "in")
+    output = prepare_sink_frame(apply_transform(session, spec, source), spec)
+    if dead_letters is not None:
+        output = output.unionByName(dead_letters, allowMissingColumns=True)
+
+    with tempfile.TemporaryDirectory(prefix="lockgate-precommit-") as scratch:
+        result_path = os.path.join(scratch, "sink-result.json")
+        writer = (
+            output.write.format(KafkaSink.name())
+            .mode("append")
+            .option("bootstrap_servers", spec.sink.bootstrap_servers)
+            .option("topic", spec.sink.topic)
+            .option("delivery", spec.delivery.value)
+            .option("transactional_id_prefix", transactional_id_prefix)
+            .option("value_format", spec.sink.format.value)
+            .option("key_format", spec.sink.key_format.value)
+            .option("tolerance", spec.errors.tolerance.value)
+            .option("dead_letter_topic", spec.errors.dead_letter_topic or "")
+            .option("transaction_timeout_ms", str(options.transaction_timeout_ms))
+            .option("result_path", result_path)
+        )
+        try:
+            writer.save()
+        except (PySparkException, Py4JJavaError) as exc:
+            text = str(exc)
+            record_error = RecordError.from_text(text)
+            if record_error is not None:
+                raise record_error from exc
+            raise SinkError(
+                f"checkpoint {checkpoint_id} of pipeline {pipeline} failed: {_spark_message(exc)}"
+            ) from exc
+        finally:
+            if cached is not None:
+                cached.unpersist()
+        messages = read_result_file(result_path)
+
+    records_in = int(in_observation.get.get("n", 0))
+    dead_lettered = sum(m.dead_lettered for m in messages)
+    if dead_observation is not None:
+        records_in += int(dead_observation.get.get("n", 0))
+    handles = tuple(
+        m.handle for m in sorted(messages, key=lambda m: m.write_partition) if m.handle is not None
+    )
+    if spec.delivery is Delivery.EXACTLY_ONCE and any(
+        m.handle is None and m.records_written + m.dead_lettered > 0 for m in messages
+    ):
+        raise SinkError("a write partition produced records without a transaction handle")
+    return PrecommitResult(
+        handles=handles,
+        consumed_ranges=ranges,
+        records_in=records_in,
+        records_out=sum(m.records_written for m in messages),
+        dead_lettered=dead_lettered,
+        write_partitions=len(messages),
+        duration_s=time.monotonic() - started,
+    )
+
+
+def commit_handles(
+    *, bootstrap_servers: str, handles: Sequence[TransactionHandle], timeout_s: float = 30.0
+) -> None:
+    """Commit pre-committed transactions, in order; idempotent, safe to repeat after a crash.
+
+    Raises ``SinkError`` if one cannot be committed (fenced: its data is lost, the
+    checkpoint must not be acknowledged; or the broker kept failing until ``timeout_s``).
+    """
+    for handle in handles:
+        try:
+            commit_transaction(
+                bootstrap_servers=bootstrap_servers, handle=handle, timeout_s=timeout_s
+            )
+        except TransactionResumeError as exc:
+            raise SinkError(f"commit failed: {exc}", reason="COMMIT_FAILED") from exc
+
+
+def abort_handles(
+    *, bootstrap_servers: str, handles: Sequence[TransactionHandle], timeout_s: float = 30.0
+) -> None:
+    """Abort pre-committed transactions; idempotent.
+
+    A fenced or unknown transaction counts as aborted (nothing of it can become visible).
+    Aborting a committed one raises ``SinkError``: a checkpoint decided COMPLETE must
+    never be aborted.
+    """
+    for handle in handles:
+        try:
+            abort_transaction(
+                bootstrap_servers=bootstrap_servers, handle=handle, timeout_s=timeout_s
+            )
+        except (ProducerFencedError, UnknownTransactionError):
+            continue
+        except InvalidTransactionStateError as exc:
+            raise SinkError(f"abort refused: {exc}", reason="ABORT_AFTER_COMMIT") from exc
+        except TransactionResumeError as exc:
+            raise SinkError(f"abort failed: {exc}", reason="ABORT_FAILED") from exc
+
+
+def fence_transactional_ids(*, bootstrap_servers: str, transactional_ids: Sequence[str]) -> None:
+    """Abort whatever each id has open, for pre-commits whose handles were never reported.
+
+    Uses ``init_transactions``: never call it on an id whose transaction may still need
+    committing (a COMPLETE checkpoint's).
+    """
+    for transactional_id in transactional_ids:
+        fence_transactional_id(
+            bootstrap_servers=bootstrap_servers, transactional_id=transactional_id
+        )

@@ -1,0 +1,231 @@
+"""Fencing rules of the executor: which calls a zombie may no longer make.
+
+Three tokens only grow (common.proto, "Conventions"):
+
+* ``leader_epoch``: one more per change of coordinator leader. The executor remembers the
+  highest epoch it has seen, from any ExecutorService call and from every
+  RegisterExecutor/Heartbeat response, and refuses a call carrying a lower one. An equal
+  or higher epoch is accepted; a higher one becomes the new highest. Kafka's brokers treat
+  the controller epoch the same way.
+* ``executor_generation``: one more per registration of an executor id. A call must name
+  this process's current registration exactly: a lower one was meant for an earlier
+  process on the same address; a higher one means the coordinator registered us again
+  and we never saw the answer, so our tasks are not the ones it thinks.
+* ``task_generation``: one more per (re)assignment or restart of a task. A trigger must
+  carry exactly the generation the executor runs the task at.
+
+Known races, and why they are harmless:
+
+* Two calls from leaders with epochs 4 and 5 may race; whichever the executor sees first,
+  the epoch-4 call is refused once epoch 5 was seen, and accepted before. Accepting it
+  earlier is safe because a deposed leader's SQL writes are conditional on its epoch: its
+  decisions cannot become COMPLETE, and commit/abort of handles is idempotent.
+* A heartbeat response with a new task generation and a trigger at that generation may
+  race: the trigger is refused STALE_GENERATION and the leader retries on the next
+  checkpoint.
+
+This module is pure (no gRPC, no protobuf): the servicer turns its errors into statuses.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from dataclasses import dataclass
+from typing import NewType
+
+from lockgate.common.errors import FailedPrecondition, PreconditionViolation
+
+LeaderEpoch = NewType("LeaderEpoch", int)
+ExecutorGeneration = NewType("ExecutorGeneration", int)
+TaskGeneration = NewType("TaskGeneration", int)
+
+#: The value of an unset leader epoch (proto3 default): "not given".
+NO_EPOCH = LeaderEpoch(0)
+
+
+class FencingToken(enum.Enum):
+    """Which fencing token a refusal is about (``lockgate.v1.FencingToken``)."""
+
+    LEADER_EPOCH = "leader_epoch"
+    EXECUTOR_GENERATION = "executor_generation"
+    TASK_GENERATION = "task_generation"
+
+
+class StaleTokenError(FailedPrecondition):
+    """A call carried a stale fencing token; its sender is a zombie and must stop acting.
+
+    Sent as ``FAILED_PRECONDITION`` with a ``lockgate.v1.FencingFailure`` detail holding the
+    presented and the current value.
+    """
+
+    default_reason = "STALE_FENCING_TOKEN"
+
+    def __init__(
+        self, *, token: FencingToken, subject: str, presented: int, current: int, rpc: str
+    ) -> None:
+        what = f"{token.value} of {subject}" if subject else token.value
+        super().__init__(
+            f"{rpc} refused: {what} {presented} is stale, this executor has seen {current};"
+            " the caller is no longer entitled to act and must stop (a newer leader or"
+            " registration has taken over)",
+            violations=[
+                PreconditionViolation(
+                    type=token.name,
+                    subject=subject,
+                    description=f"presented {presented}, current {current}",
+                )
+            ],
+            metadata={
+                "token": token.value,
+                "subject": subject,
+                "presented": str(presented),
+                "current": str(current),
+            },
+        )
+        self.token = token
+        self.subject = subject
+        self.presented = presented
+        self.current = current
+        self.rpc = rpc
+
+    def log_line(self) -> str:
+        """The stable log line tests and operators grep for."""
+        if self.token is FencingToken.LEADER_EPOCH:
+            return (
+                f"refused leader_epoch={self.presented} highest_seen={self.current} rpc={self.rpc}"
+            )
+        subject = f" subject={self.subject}" if self.subject else ""
+        return (
+            f"refused {self.token.value}={self.presented} current={self.current}"
+            f"{subject} rpc={self.rpc}"
+        )
+
+
+@dataclass(frozen=True)
+class EpochDecision:
+    """Outcome of presenting a leader epoch: accepted or not, and the highest epoch after."""
+
+    accepted: bool
+    highest_seen: LeaderEpoch
+    #: True if the presented epoch is higher than every epoch seen before.
+    is_new_leader: bool
+
+
+def decide_leader_epoch(*, highest_seen: LeaderEpoch, presented: LeaderEpoch) -> EpochDecision:
+    """Accept ``presented`` unless it is lower than ``highest_seen``; pure.
+
+    ``presented`` must be set (>= 1); callers treat an unset epoch before calling.
+    """
+    if presented < highest_seen:
+        return EpochDecision(accepted=False, highest_seen=highest_seen, is_new_leader=False)
+    return EpochDecision(
+        accepted=True,
+        highest_seen=LeaderEpoch(max(highest_seen, presented)),
+        is_new_leader=presented > highest_seen,
+    )
+
+
+class LeaderEpochFence:
+    """The highest leader epoch this process has seen, shared by all its threads."""
+
+    def __init__(self, initial: LeaderEpoch = NO_EPOCH, leader_id: str = "") -> None:
+        self._lock = threading.Lock()
+        self._highest = initial
+        self._leader_id = leader_id
+
+    @property
+    def highest_seen(self) -> tuple[LeaderEpoch, str]:
+        """The highest epoch seen and the id of the leader that presented it."""
+        with self._lock:
+            return self._highest, self._leader_id
+
+    def observe(self, presented: LeaderEpoch, *, leader_id: str = "", rpc: str) -> bool:
+        """Record ``presented`` or raise ``StaleTokenError`` if it is lower than the highest.
+
+        Returns True if ``presented`` is a new highest epoch (a new leader took over).
+        """
+        with self._lock:
+            decision = decide_leader_epoch(highest_seen=self._highest, presented=presented)
+            if not decision.accepted:
+                raise StaleTokenError(
+                    token=FencingToken.LEADER_EPOCH,
+                    subject="",
+                    presented=presented,
+                    current=self._highest,
+                    rpc=rpc,
+                )
+            if decision.is_new_leader or not self._leader_id:
+                self._leader_id = leader_id or self._leader_id
+            self._highest = decision.highest_seen
+            return decision.is_new_leader
+
+
+def check_executor_generation(
+    *,
+    executor_id: str,
+    current: ExecutorGeneration,
+    presented: ExecutorGeneration,
+    rpc: str,
+) -> None:
+    """Raise ``StaleTokenError`` unless ``presented`` is this process's registration."""
+    if presented != current:
+        raise StaleTokenError(
+            token=FencingToken.EXECUTOR_GENERATION,
+            subject=executor_id,
+            presented=presented,
+            current=current,
+            rpc=rpc,
+        )
+
+
+class TriggerVerdict(enum.Enum):
+    """Whether one task of a TriggerCheckpoint may start (``lockgate.v1.TriggerOutcome``)."""
+
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    STALE_GENERATION = "stale_generation"
+    NOT_ASSIGNED = "not_assigned"
+    NOT_READY = "not_ready"
+
+
+def decide_trigger(
+    *,
+    running_generation: TaskGeneration | None,
+    presented_generation: TaskGeneration,
+    ready: bool,
+    config_version_matches: bool,
+    already_triggered: bool,
+) -> TriggerVerdict:
+    """Decide one task's answer to a trigger; pure.
+
+    Order matters: a task this executor does not run is NOT_ASSIGNED whatever else; a
+    generation mismatch (lower: the leader is behind; higher: our assignment is behind)
+    refuses before anything about the task's state, so a zombie's trigger never counts as
+    a duplicate of the current generation's.
+    """
+    if running_generation is None:
+        return TriggerVerdict.NOT_ASSIGNED
+    if presented_generation != running_generation:
+        return TriggerVerdict.STALE_GENERATION
+    if already_triggered:
+        return TriggerVerdict.DUPLICATE
+    if not ready or not config_version_matches:
+        return TriggerVerdict.NOT_READY
+    return TriggerVerdict.ACCEPTED
+
+
+__all__ = [
+    "NO_EPOCH",
+    "EpochDecision",
+    "ExecutorGeneration",
+    "FencingToken",
+    "LeaderEpoch",
+    "LeaderEpochFence",
+    "StaleTokenError",
+    "TaskGeneration",
+    "TriggerVerdict",
+    "check_executor_generation",
+    "decide_leader_epoch",
+    "decide_trigger",
+]

@@ -1,0 +1,339 @@
+"""The Kafka source: a PySpark 4 Python data source that reads explicit offset ranges.
+
+Use: ``spark.read.format(KafkaSource.name()).option("offset_ranges", ranges_to_option(r))
+.option("bootstrap_servers", …).load()``. One Spark input partition per offset range (a
+range is split into chunks only when ``max_offsets_per_split`` is set, which breaks
+per-key order), read with confluent-kafka inside the Spark task, ``read_committed``,
+``assign()`` + seek to the start, stopping when the position reaches the range's end.
+Ranges come from the coordinator's checkpoints, never from consumer-group state.
+
+Runs inside Spark's Python workers: everything reachable from here must be picklable and
+importable there.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from lockgate.executor.errors import RecordError, RecordLocation, SourceError, WorkerRecordError
+from lockgate.executor.formats import DecodeFailure, RecordCodec, codec_for
+from lockgate.executor.offsets import OffsetRange, split_range
+from lockgate.executor.spec import RecordFormat
+
+# Hidden columns added when bad records are marked instead of failing the read.
+RAW_KEY_COLUMN = "__lockgate_raw_key"
+RAW_VALUE_COLUMN = "__lockgate_raw_value"
+ERROR_COLUMN = "__lockgate_error"
+
+ON_BAD_RECORD_FAIL = "fail"
+ON_BAD_RECORD_MARK = "mark"
+
+_ROWS_PER_ARROW_BATCH = 10_000
+_HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def ranges_to_option(ranges: Sequence[OffsetRange]) -> str:
+    """Encode offset ranges as the ``offset_ranges`` option (data source options are strings)."""
+    return json.dumps([[r.topic, r.partition, r.start, r.end] for r in ranges])
+
+
+def ranges_from_option(text: str) -> list[OffsetRange]:
+    """Decode the ``offset_ranges`` option."""
+    return [OffsetRange(str(t), int(p), int(s), int(e)) for t, p, s, e in json.loads(text)]
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The reader's options, parsed once on the driver and shipped to the tasks."""
+
+    bootstrap_servers: str
+    ranges: tuple[OffsetRange, ...]
+    value_format: RecordFormat
+    key_format: RecordFormat
+    on_bad_record: str
+    max_offsets_per_split: int
+    stall_timeout_s: float
+
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> SourceOptions:
+        """Validate the string options Spark hands to the data source."""
+        try:
+            bootstrap_servers = options["bootstrap_servers"]
+            ranges = tuple(ranges_from_option(options["offset_ranges"]))
+        except KeyError as exc:
+            raise SourceError(f"the Kafka source needs the option {exc.args[0]!r}") from exc
+        on_bad = options.get("on_bad_record", ON_BAD_RECORD_FAIL)
+        if on_bad not in (ON_BAD_RECORD_FAIL, ON_BAD_RECORD_MARK):
+            raise SourceError(f"on_bad_record must be fail or mark, got {on_bad!r}")
+        return cls(
+            bootstrap_servers=bootstrap_servers,
+            ranges=ranges,
+            value_format=RecordFormat(options.get("value_format", "bytes")),
+            key_format=RecordFormat(options.get("key_format", "bytes")),
+            on_bad_record=on_bad,
+            max_offsets_per_split=int(options.get("max_offsets_per_split", "0")),
+            stall_timeout_s=float(options.get("stall_timeout_s", "60")),
+        )
+
+
+def _spark_type(fmt: RecordFormat) -> str:
+    return codec_for(fmt).column_type
+
+
+def source_schema(value_format: RecordFormat, key_format: RecordFormat, *, marked: bool) -> str:
+    """The DDL schema of the source; ``marked`` adds the raw bytes and error columns."""
+    columns = [
+        f"key {_spark_type(key_format)}",
+        f"value {_spark_type(value_format)}",
+        "topic string",
+        "partition int",
+        "offset long",
+        "timestamp timestamp",
+        "headers array<struct<key: string, value: binary>>",
+    ]
+    if marked:
+        columns += [
+            f"{RAW_KEY_COLUMN} binary",
+            f"{RAW_VALUE_COLUMN} binary",
+            f"{ERROR_COLUMN} string",
+        ]
+    return ", ".join(columns)
+
+
+class KafkaRangePartition(InputPartition):
+    """One Spark input partition: one offset range."""
+
+    def __init__(self, offset_range: OffsetRange) -> None:
+        super().__init__(offset_range)
+        self.offset_range = offset_range
+
+
+class _BatchBuilder:
+    """Accumulates one range's records column by column into Arrow record batches.
+
+    Topic and partition are constant per range, so they are filled in at build time; the
+    per-record work is kept to appends, the hot loop of the whole source.
+    """
+
+    def __init__(self, options: SourceOptions, offset_range: OffsetRange) -> None:
+        self._key_codec: RecordCodec = codec_for(options.key_format)
+        self._value_codec: RecordCodec = codec_for(options.value_format)
+        self._raw_keys = options.key_format is RecordFormat.BYTES
+        self._raw_values = options.value_format is RecordFormat.BYTES
+        self._marked = options.on_bad_record == ON_BAD_RECORD_MARK
+        self._topic = offset_range.topic
+        self._partition = offset_range.partition
+        self._schema = pa.schema(
+            [
+                ("key", pa.binary() if self._key_codec.column_type == "binary" else pa.string()),
+                (
+                    "value",
+                    pa.binary() if self._value_codec.column_type == "binary" else pa.string(),
+                ),
+                ("topic", pa.string()),
+                ("partition", pa.int32()),
+                ("offset", pa.int64()),
+                ("timestamp", pa.timestamp("us", tz="UTC")),
+                ("headers", _HEADER_TYPE),
+            ]
+            + (
+                [
+                    (RAW_KEY_COLUMN, pa.binary()),
+                    (RAW_VALUE_COLUMN, pa.binary()),
+                    (ERROR_COLUMN, pa.string()),
+                ]
+                if self._marked
+                else []
+            )
+        )
+        self._reset()
+
+    def _reset(self) -> None:
+        self._keys: list[Any] = []
+        self._values: list[Any] = []
+        self._offsets: list[int] = []
+        self._timestamps: list[int | None] = []
+        self._headers: list[Any] = []
+        self._raw: list[tuple[bytes | None, bytes | None, str | None]] = []
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def add(self, msg: Message, offset: int) -> None:
+        """Decode one message and append it; raises ``WorkerRecordError`` when not marking."""
+        raw_key, raw_value = msg.key(), msg.value()
+        key: Any = raw_key
+        value: Any = raw_value
+        error = None
+        try:
+            if not self._raw_keys:
+                key = self._key_codec.decode(raw_key)
+            if not self._raw_values:
+                value = self._value_codec.decode(raw_value)
+        except DecodeFailure as exc:
+            if not self._marked:
+                location = RecordLocation(self._topic, self._partition, offset)
+                raise WorkerRecordError(RecordError(location, str(exc))) from exc
+            key, value, error = None, None, str(exc)
+        self._keys.append(key)
+        self._values.append(value)
+        self._offsets.append(offset)
+        timestamp_ms = msg.timestamp()[1]
+        self._timestamps.append(timestamp_ms * 1000 if timestamp_ms >= 0 else None)
+        headers: list[tuple[str, bytes | None]] | None = msg.headers()  # type: ignore[assignment]
+        self._headers.append([{"key": k, "value": v} for k, v in headers] if headers else None)
+        if self._marked:
+            self._raw.append((raw_key, raw_value, error))
+
+    def build(self) -> pa.RecordBatch:
+        """Return the accumulated rows as one batch and start a new one."""
+        rows = len(self._offsets)
+        arrays = [
+            pa.array(self._keys, type=self._schema.field("key").type),
+            pa.array(self._values, type=self._schema.field("value").type),
+            pa.array([self._topic] * rows, type=pa.string()),
+            pa.array([self._partition] * rows, type=pa.int32()),
+            pa.array(self._offsets, type=pa.int64()),
+            pa.array(self._timestamps, type=pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(self._headers, type=_HEADER_TYPE),
+        ]
+        if self._marked:
+            raw_keys, raw_values, errors = (
+                zip(*self._raw, strict=True) if self._raw else ((), (), ())
+            )
+            arrays += [
+                pa.array(list(raw_keys), type=pa.binary()),
+                pa.array(list(raw_values), type=pa.binary()),
+                pa.array(list(errors), type=pa.string()),
+            ]
+        self._reset()
+        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
+
+def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Read exactly the committed records with offsets in ``offset_range``, in order.
+
+    Stops when the consumer's position reaches the range's end. A range may end on
+    control records or aborted data that is never delivered, so besides delivered
+    offsets the position and the partition-EOF event (whose offset is the last stable
+    offset under read_committed) also count as progress. No progress for
+    ``stall_timeout_s`` is a ``SourceError`` naming where it stuck.
+    """
+    if offset_range.size == 0:
+        return
+    consumer = Consumer(
+        {
+            "bootstrap.servers": options.bootstrap_servers,
+            "group.id": "lockgate-source",  # required by librdkafka; never joined or committed
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            # Silently jumping elsewhere would lose or duplicate data: fail instead.
+            "auto.offset.reset": "error",
+            "fetch.max.bytes": 52_428_800,
+            "queued.max.messages.kbytes": 65_536,
+        }
+    )
+    tp = TopicPartition(offset_range.topic, offset_range.partition, offset_range.start)
+    builder = _BatchBuilder(options, offset_range)
+    position = offset_range.start
+    last_progress = time.monotonic()
+    try:
+        consumer.assign([tp])
+        while position < offset_range.end:
+            messages = consumer.consume(num_messages=_ROWS_PER_ARROW_BATCH, timeout=0.5)
+            before = position
+            for msg in messages:
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        position = max(position, msg.offset() or 0)
+                        continue
+                    raise SourceError(
+                        f"reading {offset_range.topic}[{offset_range.partition}] at offset"
+                        f" {position}: {error.str()}"
+                    )
+                offset = msg.offset() or 0
+                if offset >= offset_range.end:
+                    position = offset
+                    break
+                builder.add(msg, offset)
+                position = offset + 1
+            if not messages:
+                # Skipped control records and aborted data move the position only.
+                current = consumer.position([tp])[0].offset
+                if current >= 0:
+                    position = max(position, current)
+            if len(builder) >= _ROWS_PER_ARROW_BATCH:
+                yield builder.build()
+            if position > before:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > options.stall_timeout_s:
+                raise SourceError(
+                    f"reading {offset_range.topic}[{offset_range.partition}] made no progress"
+                    f" for {options.stall_timeout_s:.0f}s at offset {position}, range end"
+                    f" {offset_range.end}: is the range beyond the last stable offset?"
+                )
+        if len(builder):
+            yield builder.build()
+    finally:
+        consumer.close()
+
+
+class KafkaSourceReader(DataSourceReader):
+    """Plans one partition per range and reads each with its own consumer."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self._options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """One input partition per non-empty range (chunks if splitting is allowed)."""
+        parts: list[InputPartition] = []
+        for offset_range in self._options.ranges:
+            if offset_range.size == 0:
+                continue
+            chunks = (
+                split_range(offset_range, self._options.max_offsets_per_split)
+                if self._options.max_offsets_per_split > 0
+                else [offset_range]
+            )
+            parts.extend(KafkaRangePartition(chunk) for chunk in chunks)
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one range as Arrow record batches."""
+        # With no range at all Spark still runs one task with a placeholder partition.
+        if isinstance(partition, KafkaRangePartition):
+            yield from read_range(self._options, partition.offset_range)
+
+
+class KafkaSource(DataSource):
+    """``spark.read.format("lockgate_kafka")``: explicit offset ranges of Kafka topics."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name registered with Spark."""
+        return "lockgate_kafka"
+
+    def schema(self) -> str:
+        """Columns key, value, topic, partition, offset, timestamp, headers (+ marks)."""
+        options = SourceOptions.parse(dict(self.options))
+        return source_schema(
+            options.value_format,
+            options.key_format,
+            marked=options.on_bad_record == ON_BAD_RECORD_MARK,
+        )
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A reader over the ranges given in the options."""
+        return KafkaSourceReader(SourceOptions.parse(dict(self.options)))

@@ -1,0 +1,348 @@
+"""gRPC ``ExecutorService``: validate, fence, delegate to the runtime, convert back.
+
+Fencing happens here, before anything reaches the runtime: the leader epoch first (and
+recorded when it is a new highest), then the executor registration the call names. A
+refused call is logged with a stable line (``refused leader_epoch=3 highest_seen=4
+rpc=CommitCheckpoint``) and answered ``FAILED_PRECONDITION`` with a
+``lockgate.v1.FencingFailure`` in the status details, next to the usual ``ErrorInfo`` and
+``PreconditionFailure``. Other domain errors propagate to the error-mapping interceptor
+of ``lockgate.common.grpc_server``; ``HandleLostError`` becomes ``DATA_LOSS``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+import grpc
+from google.protobuf import any_pb2, timestamp_pb2
+from google.protobuf.message import Message
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from lockgate.common.errors import (
+    ERROR_DOMAIN,
+    FailedPrecondition,
+    InvalidArgument,
+    Unavailable,
+)
+from lockgate.executor.fencing import (
+    ExecutorGeneration,
+    FencingToken,
+    LeaderEpoch,
+    StaleTokenError,
+    TaskGeneration,
+    TriggerVerdict,
+    check_executor_generation,
+)
+from lockgate.executor.worker import (
+    ExecutorRuntime,
+    HandleLostError,
+    KafkaHandle,
+    TaskRef,
+    TriggerTask,
+    handle_from_proto,
+    task_view_to_proto,
+)
+from lockgate.v1 import common_pb2, executor_pb2, executor_pb2_grpc
+
+_LOG = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+_TOKEN_TO_PROTO = {
+    FencingToken.LEADER_EPOCH: common_pb2.FENCING_TOKEN_LEADER_EPOCH,
+    FencingToken.EXECUTOR_GENERATION: common_pb2.FENCING_TOKEN_EXECUTOR_GENERATION,
+    FencingToken.TASK_GENERATION: common_pb2.FENCING_TOKEN_TASK_GENERATION,
+}
+
+_VERDICT_TO_PROTO = {
+    TriggerVerdict.ACCEPTED: executor_pb2.TRIGGER_OUTCOME_ACCEPTED,
+    TriggerVerdict.DUPLICATE: executor_pb2.TRIGGER_OUTCOME_DUPLICATE,
+    TriggerVerdict.STALE_GENERATION: executor_pb2.TRIGGER_OUTCOME_STALE_GENERATION,
+    TriggerVerdict.NOT_ASSIGNED: executor_pb2.TRIGGER_OUTCOME_NOT_ASSIGNED,
+    TriggerVerdict.NOT_READY: executor_pb2.TRIGGER_OUTCOME_NOT_READY,
+}
+
+
+def _pack(message: Message) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def fencing_status(error: StaleTokenError) -> grpc.Status:
+    """``FAILED_PRECONDITION`` with ErrorInfo, PreconditionFailure and FencingFailure."""
+    status = status_pb2.Status(
+        code=code_pb2.FAILED_PRECONDITION,
+        message=error.message,
+        details=[
+            _pack(
+                error_details_pb2.ErrorInfo(
+                    reason=error.reason, domain=ERROR_DOMAIN, metadata=dict(error.metadata)
+                )
+            ),
+            _pack(
+                error_details_pb2.PreconditionFailure(
+                    violations=[
+                        error_details_pb2.PreconditionFailure.Violation(
+                            type=v.type, subject=v.subject, description=v.description
+                        )
+                        for v in error.violations
+                    ]
+                )
+            ),
+            _pack(
+                common_pb2.FencingFailure(
+                    token=_TOKEN_TO_PROTO[error.token],
+                    subject=error.subject,
+                    presented=error.presented,
+                    current=error.current,
+                )
+            ),
+        ],
+    )
+    result: grpc.Status = rpc_status.to_status(status)
+    return result
+
+
+def fencing_failure_of(err: grpc.RpcError) -> common_pb2.FencingFailure | None:
+    """The ``FencingFailure`` detail of a failed call, if it has one (for clients, tests)."""
+    status = rpc_status.from_call(err)
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(common_pb2.FencingFailure.DESCRIPTOR):
+            failure = common_pb2.FencingFailure()
+            detail.Unpack(failure)
+            return failure
+    return None
+
+
+def _required(value: str, field: str, what: str) -> str:
+    if not value:
+        raise InvalidArgument.for_field(field, f"is required: {what}")
+    return value
+
+
+class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
+    """Serves ``lockgate.v1.ExecutorService`` over an :class:`ExecutorRuntime`."""
+
+    def __init__(
+        self,
+        runtime: ExecutorRuntime,
+        *,
+        coordinator_addresses: tuple[str, ...] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._runtime = runtime
+        self._coordinator_addresses = coordinator_addresses
+        self._clock = clock
+        self._started = clock()
+        self._start_time = timestamp_pb2.Timestamp()
+        self._start_time.GetCurrentTime()
+
+    # -- fencing -------------------------------------------------------------------------
+
+    def _fenced(
+        self,
+        context: grpc.ServicerContext,
+        rpc: str,
+        leader_epoch: common_pb2.LeaderEpoch,
+        check: Callable[[], _T],
+        *,
+        epoch_required: bool = True,
+    ) -> _T:
+        """Check the leader epoch, then run ``check``; refuse stale tokens with details."""
+        try:
+            if leader_epoch.epoch > 0:
+                self._runtime.fence.observe(
+                    LeaderEpoch(leader_epoch.epoch), leader_id=leader_epoch.leader_id, rpc=rpc
+                )
+            elif epoch_required:
+                raise InvalidArgument.for_field(
+                    "leader_epoch.epoch",
+                    "is required (>= 1): the calling leader's fencing token",
+                )
+            return check()
+        except StaleTokenError as error:
+            _LOG.warning(error.log_line())
+            context.abort_with_status(fencing_status(error))
+            raise  # abort_with_status raises; this keeps type checkers honest
+
+    def _check_registration(self, executor_id: str, executor_generation: int, rpc: str) -> None:
+        own_id = self._runtime.settings.executor_id
+        if executor_id != own_id:
+            raise FailedPrecondition(
+                f"{rpc} is for executor {executor_id!r} but this is executor {own_id!r};"
+                " the address was reused: look the executor up again",
+                reason="WRONG_EXECUTOR",
+            )
+        registration = self._runtime.registration
+        if registration is None:
+            raise Unavailable(
+                f"executor {own_id} is not registered with the coordinator yet (starting,"
+                " or its session was lost); retry",
+                retry_after_seconds=1.0,
+            )
+        check_executor_generation(
+            executor_id=own_id,
+            current=registration.executor_generation,
+            presented=ExecutorGeneration(executor_generation),
+            rpc=rpc,
+        )
+
+    @staticmethod
+    def _handles(handles: Iterable[common_pb2.SinkHandle], field: str) -> list[KafkaHandle]:
+        return [handle_from_proto(h, field_name=f"{field}[{i}]") for i, h in enumerate(handles)]
+
+    # -- RPCs ----------------------------------------------------------------------------
+
+    def TriggerCheckpoint(
+        self, request: executor_pb2.TriggerCheckpointRequest, context: grpc.ServicerContext
+    ) -> executor_pb2.TriggerCheckpointResponse:
+        """Start the pre-commit of checkpoint N on the listed tasks (step 1)."""
+        rpc = "TriggerCheckpoint"
+        self._fenced(
+            context,
+            rpc,
+            request.leader_epoch,
+            lambda: self._check_registration(request.executor_id, request.executor_generation, rpc),
+        )
+        pipeline = _required(request.pipeline_name, "pipeline_name", "the pipeline's name")
+        if request.checkpoint_id <= 0:
+            raise InvalidArgument.for_field("checkpoint_id", "must be >= 1")
+        if not request.tasks:
+            raise InvalidArgument.for_field("tasks", "must list at least one task")
+        tasks: list[TriggerTask] = []
+        for index, task in enumerate(request.tasks):
+            field = f"tasks[{index}]"
+            if task.task_id.pipeline_name not in ("", pipeline):
+                raise InvalidArgument.for_field(
+                    f"{field}.task_id.pipeline_name",
+                    f"must be {pipeline!r} (the request's pipeline_name) or empty",
+                )
+            if task.task_generation <= 0:
+                raise InvalidArgument.for_field(f"{field}.task_generation", "must be >= 1")
+            _required(
+                task.transactional_id_prefix,
+                f"{field}.transactional_id_prefix",
+                "the leader allocates the transactional.id prefix of the task's writers",
+            )
+            tasks.append(
+                TriggerTask(
+                    task=TaskRef(pipeline, task.task_id.task_index),
+                    task_generation=TaskGeneration(task.task_generation),
+                    start_offsets={(p.topic, p.partition): p.offset for p in task.start_offsets},
+                    transactional_id_prefix=task.transactional_id_prefix,
+                )
+            )
+        results = self._runtime.trigger_checkpoint(
+            pipeline_name=pipeline,
+            checkpoint_id=request.checkpoint_id,
+            config_version=request.config_version,
+            leader_epoch=request.leader_epoch,
+            tasks=tasks,
+            timeout_ms=request.timeout_ms,
+        )
+        return executor_pb2.TriggerCheckpointResponse(
+            results=[
+                executor_pb2.TaskTriggerResult(
+                    task_id=common_pb2.TaskId(
+                        pipeline_name=r.task.pipeline_name, task_index=r.task.task_index
+                    ),
+                    outcome=_VERDICT_TO_PROTO[r.verdict],
+                    current_task_generation=r.current_generation,
+                    reason=r.reason,
+                )
+                for r in results
+            ]
+        )
+
+    def CommitCheckpoint(
+        self, request: executor_pb2.CommitCheckpointRequest, context: grpc.ServicerContext
+    ) -> executor_pb2.CommitCheckpointResponse:
+        """Commit a COMPLETE checkpoint's handles (step 4); idempotent, the reply is the ack."""
+        rpc = "CommitCheckpoint"
+        self._fenced(
+            context,
+            rpc,
+            request.leader_epoch,
+            lambda: self._check_registration(request.executor_id, request.executor_generation, rpc),
+        )
+        pipeline = _required(request.pipeline_name, "pipeline_name", "the pipeline's name")
+        if request.checkpoint_id <= 0:
+            raise InvalidArgument.for_field("checkpoint_id", "must be >= 1")
+        handles = self._handles(request.handles, "handles")
+        started = self._clock()
+        try:
+            count = self._runtime.commit_handles(
+                pipeline_name=pipeline, checkpoint_id=request.checkpoint_id, handles=handles
+            )
+        except HandleLostError as exc:
+            _LOG.error("%s: %s", rpc, exc.message)
+            context.abort(grpc.StatusCode.DATA_LOSS, exc.message)
+            raise
+        return executor_pb2.CommitCheckpointResponse(
+            handles_committed=count,
+            commit_duration_ms=int((self._clock() - started) * 1000),
+        )
+
+    def AbortCheckpoint(
+        self, request: executor_pb2.AbortCheckpointRequest, context: grpc.ServicerContext
+    ) -> executor_pb2.AbortCheckpointResponse:
+        """Abort a checkpoint's handles and cancel this executor's pre-commit of it."""
+        rpc = "AbortCheckpoint"
+        self._fenced(
+            context,
+            rpc,
+            request.leader_epoch,
+            lambda: self._check_registration(request.executor_id, request.executor_generation, rpc),
+        )
+        pipeline = _required(request.pipeline_name, "pipeline_name", "the pipeline's name")
+        if request.checkpoint_id <= 0:
+            raise InvalidArgument.for_field("checkpoint_id", "must be >= 1")
+        handles = self._handles(request.handles, "handles")
+        started = self._clock()
+        count = self._runtime.abort_checkpoint(
+            pipeline_name=pipeline,
+            checkpoint_id=request.checkpoint_id,
+            handles=handles,
+            reason=request.reason,
+        )
+        return executor_pb2.AbortCheckpointResponse(
+            handles_aborted=count,
+            abort_duration_ms=int((self._clock() - started) * 1000),
+        )
+
+    def GetExecutorStatus(
+        self, request: executor_pb2.GetExecutorStatusRequest, context: grpc.ServicerContext
+    ) -> executor_pb2.GetExecutorStatusResponse:
+        """Identity, highest leader epoch seen and tasks of this executor."""
+        self._fenced(
+            context,
+            "GetExecutorStatus",
+            request.leader_epoch,
+            lambda: None,
+            epoch_required=False,
+        )
+        settings = self._runtime.settings
+        registration = self._runtime.registration
+        highest, leader_id = self._runtime.fence.highest_seen
+        return executor_pb2.GetExecutorStatusResponse(
+            executor_id=settings.executor_id,
+            executor_generation=registration.executor_generation if registration else 0,
+            session_id=registration.session_id if registration else "",
+            highest_leader_epoch_seen=common_pb2.LeaderEpoch(epoch=highest, leader_id=leader_id),
+            tasks=[task_view_to_proto(v) for v in self._runtime.statuses()],
+            spark_master=settings.spark_master,
+            start_time=self._start_time,
+            uptime_ms=int((self._clock() - self._started) * 1000),
+            version=settings.version,
+            coordinator_addresses=list(self._coordinator_addresses),
+        )
+
+
+__all__ = ["ExecutorServicer", "fencing_failure_of", "fencing_status"]

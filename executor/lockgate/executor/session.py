@@ -1,0 +1,120 @@
+"""The executor's one long-lived SparkSession.
+
+Built once at executor start for any master URL (``local[*]``, ``spark://…``, ``k8s://…``),
+with the Lockgate data sources registered and a warm-up job run, so the first checkpoint
+does not pay for JVM start, Python worker start and imports.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator, Mapping
+
+import pyarrow as pa  # type: ignore[import-untyped]
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+
+from lockgate.executor.kafka_sink import KafkaSink
+from lockgate.executor.kafka_source import KafkaSource
+
+_DEFAULT_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    # Batches are small and mostly narrow: many shuffle partitions only cost scheduling.
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    # Keep Python workers (and their imports) alive between tasks.
+    "spark.python.worker.reuse": "true",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.execution.pythonUDF.arrow.enabled": "true",
+    # A speculative copy of a write task would fence the attempt whose commit message
+    # Spark keeps (same transactional.id): speculation must stay off.
+    "spark.speculation": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
+    "spark.log.level": "WARN",
+}
+
+
+def register_data_sources(spark: SparkSession) -> None:
+    """Register ``lockgate_kafka`` (source) and ``lockgate_kafka_sink`` with ``spark``.
+
+    Registrations live in the SparkContext's shared state, so sessions made with
+    ``newSession()`` see them too; registering twice is harmless.
+    """
+    for source in (KafkaSource, KafkaSink):
+        try:
+            spark.dataSource.register(source)
+        except AnalysisException as exc:
+            if exc.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+                raise
+
+
+def _identity(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield from batches
+
+
+def warm_up(spark: SparkSession) -> float:
+    """Run tiny jobs that start Python workers and import the data plane; returns seconds.
+
+    The first use of a Python data source starts Spark's Python planner processes, which
+    takes seconds: an empty read through the Kafka source into the sink pays that here
+    (no range, no row, so no broker is contacted).
+    """
+    started = time.monotonic()
+    parallelism = max(1, spark.sparkContext.defaultParallelism)
+    (
+        spark.range(0, parallelism * 2, numPartitions=parallelism)
+        .mapInArrow(_identity, "id long")
+        .count()
+    )
+    empty = (
+        spark.read.format(KafkaSource.name())
+        .option("bootstrap_servers", "warm-up.invalid:9092")
+        .option("offset_ranges", "[]")
+        .load()
+    )
+    (
+        empty.select("key", "value", "headers")
+        .write.format(KafkaSink.name())
+        .mode("append")
+        .option("bootstrap_servers", "warm-up.invalid:9092")
+        .option("topic", "warm-up")
+        .option("delivery", "at_least_once")
+        .save()
+    )
+    return time.monotonic() - started
+
+
+def build_spark_session(
+    *,
+    master: str,
+    app_name: str = "lockgate-executor",
+    conf: Mapping[str, str] | None = None,
+    run_warm_up: bool = True,
+) -> SparkSession:
+    """Create (or get) the executor's SparkSession with Lockgate's settings.
+
+    ``conf`` overrides the defaults (e.g. ``spark.executor.memory`` for a cluster). Spark's
+    Python workers run the interpreter running this code unless ``spark.pyspark.python``
+    (or the ``PYSPARK_PYTHON`` environment variable) names another one.
+    """
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = {
+        **_DEFAULT_CONF,
+        "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        **(conf or {}),
+    }
+    # PySpark's SparkContext takes the workers' interpreter from PYSPARK_PYTHON, not from
+    # the conf (the conf only matters to spark-submit): without it the workers run the
+    # first python3 on PATH, which cannot import lockgate.
+    os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    register_data_sources(spark)
+    if run_warm_up:
+        warm_up(spark)
+    return spark

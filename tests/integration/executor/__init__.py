@@ -1,0 +1,1 @@
+"""Integration tests of the executor's data plane (real broker, real PySpark)."""

@@ -1,0 +1,140 @@
+"""The Kafka source reads exactly an offset range, transactions and control records included."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from lockgate.executor.errors import SourceError
+from lockgate.executor.kafka_source import KafkaSource, ranges_to_option
+from lockgate.executor.offsets import OffsetRange, snapshot_offset_ranges
+from tests.integration.executor.conftest import produce, produce_transaction
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def _read(spark: SparkSession, bootstrap: str, ranges: list[OffsetRange], **opts: str) -> list[Any]:
+    reader = (
+        spark.read.format(KafkaSource.name())
+        .option("bootstrap_servers", bootstrap)
+        .option("offset_ranges", ranges_to_option(ranges))
+    )
+    for key, value in opts.items():
+        reader = reader.option(key, value)
+    return reader.load().orderBy("partition", "offset").collect()
+
+
+@pytest.fixture
+def mixed_topic(kafka_broker: Any, new_topic: Callable[..., str]) -> str:
+    """Partition 0 holds, by offset:
+
+    0-2 plain a0..a2 | 3-5 committed txn c0..c2, 6 marker | 7-9 aborted txn x0..x2, 10 marker
+    | 11-12 plain b0..b1 | 13-14 aborted y0..y1, 15 marker (the log ends on control records).
+    """
+    topic = new_topic(partitions=1, prefix="src")
+    bootstrap = kafka_broker.bootstrap_servers
+    produce(bootstrap, topic, [(None, f"a{i}".encode()) for i in range(3)], partition=0)
+    tid = f"{topic}-writer"
+    produce_transaction(bootstrap, topic, [b"c0", b"c1", b"c2"], transactional_id=tid, commit=True)
+    produce_transaction(bootstrap, topic, [b"x0", b"x1", b"x2"], transactional_id=tid, commit=False)
+    produce(bootstrap, topic, [(None, b"b0"), (None, b"b1")], partition=0)
+    produce_transaction(bootstrap, topic, [b"y0", b"y1"], transactional_id=tid, commit=False)
+    return topic
+
+
+def test_reads_whole_log_ending_in_control_records(
+    spark: SparkSession, kafka_broker: Any, mixed_topic: str
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    [snapshot] = snapshot_offset_ranges(
+        bootstrap_servers=bootstrap, topics=[mixed_topic], start_offsets={}
+    )
+    assert snapshot == OffsetRange(mixed_topic, 0, 0, 16)
+
+    rows = _read(spark, bootstrap, [snapshot])
+
+    assert [r.value for r in rows] == [b"a0", b"a1", b"a2", b"c0", b"c1", b"c2", b"b0", b"b1"]
+    assert [r.offset for r in rows] == [0, 1, 2, 3, 4, 5, 11, 12]
+    assert {r.topic for r in rows} == {mixed_topic}
+    assert all(r.timestamp is not None for r in rows)
+
+
+def test_reads_exact_subranges(spark: SparkSession, kafka_broker: Any, mixed_topic: str) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    # [4, 11): ends right after the aborted transaction's marker: only c1, c2.
+    assert [r.value for r in _read(spark, bootstrap, [OffsetRange(mixed_topic, 0, 4, 11)])] == [
+        b"c1",
+        b"c2",
+    ]
+    # [7, 12): starts inside the aborted transaction, ends mid plain data.
+    assert [r.value for r in _read(spark, bootstrap, [OffsetRange(mixed_topic, 0, 7, 12)])] == [
+        b"b0"
+    ]
+    # Only an aborted transaction and its marker: nothing, and the read terminates.
+    assert _read(spark, bootstrap, [OffsetRange(mixed_topic, 0, 13, 16)]) == []
+    # Split into chunks of 2 offsets, the union is the same records.
+    split = _read(spark, bootstrap, [OffsetRange(mixed_topic, 0, 0, 16)], max_offsets_per_split="2")
+    assert [r.offset for r in split] == [0, 1, 2, 3, 4, 5, 11, 12]
+
+
+def test_columns_headers_and_keys(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = new_topic(partitions=2, prefix="hdr")
+    produce(
+        bootstrap,
+        topic,
+        [(f"k{i}".encode(), f"v{i}".encode()) for i in range(20)],
+        headers=[("trace", b"t1"), ("trace", b"t2")],
+    )
+    ranges = snapshot_offset_ranges(bootstrap_servers=bootstrap, topics=[topic], start_offsets={})
+    assert sum(r.size for r in ranges) == 20
+    rows = _read(spark, bootstrap, ranges, value_format="string", key_format="string")
+    assert sorted(r.value for r in rows) == sorted(f"v{i}" for i in range(20))
+    assert all(r.value == "v" + r.key[1:] for r in rows)
+    assert all(
+        [(h.key, h.value) for h in r.headers] == [("trace", b"t1"), ("trace", b"t2")] for r in rows
+    )
+
+
+def test_snapshot_stops_before_open_transaction_and_is_bounded(
+    kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    from confluent_kafka import Producer
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = new_topic(partitions=1, prefix="lso")
+    produce(bootstrap, topic, [(None, b"x")] * 10, partition=0)
+    open_txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-open"})
+    open_txn.init_transactions(30)
+    open_txn.begin_transaction()
+    open_txn.produce(topic, value=b"undecided", partition=0)
+    open_txn.flush(30)
+    produce(bootstrap, topic, [(None, b"y")] * 5, partition=0)
+    try:
+        [whole] = snapshot_offset_ranges(
+            bootstrap_servers=bootstrap, topics=[topic], start_offsets={}
+        )
+        assert whole == OffsetRange(topic, 0, 0, 10)  # the open transaction starts at 10
+        [bounded] = snapshot_offset_ranges(
+            bootstrap_servers=bootstrap,
+            topics=[topic],
+            start_offsets={(topic, 0): 4},
+            max_offsets_per_partition=3,
+        )
+        assert bounded == OffsetRange(topic, 0, 4, 7)
+    finally:
+        open_txn.abort_transaction(30)
+
+
+def test_missing_topic_is_named(kafka_broker: Any) -> None:
+    with pytest.raises(SourceError, match="no-such-topic-xyz"):
+        snapshot_offset_ranges(
+            bootstrap_servers=kafka_broker.bootstrap_servers,
+            topics=["no-such-topic-xyz"],
+            start_offsets={},
+        )

@@ -1,0 +1,373 @@
+"""One checkpoint's pre-commit batch: invisible until committed, exactly once after."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lockgate.executor.batch import (
+    CheckpointId,
+    PipelineName,
+    PrecommitResult,
+    TaskId,
+    abort_handles,
+    commit_handles,
+    run_precommit_batch,
+    validate_transform,
+)
+from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
+from lockgate.executor.kafka_sink import (
+    ERROR_HEADER_OFFSET,
+    ERROR_HEADER_PARTITION,
+    ERROR_HEADER_REASON,
+    ERROR_HEADER_TOPIC,
+)
+from lockgate.executor.offsets import OffsetRange, snapshot_offset_ranges
+from lockgate.executor.spec import DataPlaneSpec, parse_data_plane_spec
+from tests.integration.executor.conftest import produce, read_topic, stable_end_offsets
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+KEYS = 10
+
+
+def _spec(bootstrap: str, source: str, sink: str, **extra: Any) -> DataPlaneSpec:
+    raw: dict[str, Any] = {
+        "name": "copy",
+        "source": {"kafka": {"bootstrap_servers": bootstrap, "topics": [source]}},
+        "sink": {"kafka": {"bootstrap_servers": bootstrap, "topic": sink}},
+    }
+    for key, value in extra.items():
+        if key in ("source_kafka", "sink_kafka"):
+            raw[key.split("_")[0]]["kafka"].update(value)
+        else:
+            raw[key] = value
+    return parse_data_plane_spec(raw)
+
+
+def _seed(bootstrap: str, topic: str, count: int) -> list[tuple[bytes, bytes]]:
+    """Keyed records k0..k9 with a per-key sequence number in the value."""
+    records = [(f"k{i % KEYS}".encode(), f"{i % KEYS}:{i // KEYS}".encode()) for i in range(count)]
+    produce(bootstrap, topic, records)
+    return records
+
+
+def _ranges(bootstrap: str, topic: str) -> list[OffsetRange]:
+    return snapshot_offset_ranges(bootstrap_servers=bootstrap, topics=[topic], start_offsets={})
+
+
+def _run(
+    spark: SparkSession, spec: DataPlaneSpec, ranges: list[OffsetRange], prefix: str
+) -> PrecommitResult:
+    return run_precommit_batch(
+        spark,
+        spec,
+        pipeline=PipelineName(spec.name),
+        task=TaskId("t0"),
+        checkpoint_id=CheckpointId(1),
+        offset_ranges=ranges,
+        transactional_id_prefix=prefix,
+    )
+
+
+def _prefix() -> str:
+    return f"lockgate-test-{uuid.uuid4().hex[:8]}"
+
+
+def _wait_visible(bootstrap: str, topic: str, partitions: int, expected: int) -> list[Any]:
+    """Commit markers are written asynchronously after EndTxn returns: wait for them."""
+    deadline = time.monotonic() + 30
+    while True:
+        records = read_topic(bootstrap, topic, partitions=partitions)
+        if len(records) >= expected or time.monotonic() > deadline:
+            return records
+        time.sleep(0.1)
+
+
+def test_precommit_invisible_until_commit_then_exactly_once_in_key_order(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=2, prefix="in"), new_topic(partitions=3, prefix="out")
+    records = _seed(bootstrap, source, 2000)
+    spec = _spec(
+        bootstrap, source, sink, transform={"sql": "SELECT key, value, headers FROM input"}
+    )
+
+    result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
+
+    assert (result.records_in, result.records_out, result.dead_lettered) == (2000, 2000, 0)
+    assert len(result.handles) == 2  # one transaction per source partition's range
+    # Pre-committed: in the log, invisible to read_committed readers.
+    assert len(read_topic(bootstrap, sink, partitions=3, committed=False)) == 2000
+    assert read_topic(bootstrap, sink, partitions=3) == []
+
+    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)  # idempotent
+
+    output = _wait_visible(bootstrap, sink, 3, 2000)
+    assert sorted((r.key, r.value) for r in output) == sorted(records)
+    by_key: dict[bytes, list[int]] = defaultdict(list)
+    for record in output:
+        assert record.key is not None and record.value is not None
+        by_key[record.key].append(int(record.value.split(b":")[1]))
+    assert all(seq == sorted(seq) for seq in by_key.values()), "per-key order broken"
+    # Keys are partitioned with murmur2 like the Java client: one output partition per key.
+    partitions_of_key: dict[bytes | None, set[int]] = defaultdict(set)
+    for record in output:
+        partitions_of_key[record.key].add(record.partition)
+    assert all(len(p) == 1 for p in partitions_of_key.values())
+
+
+def test_abort_handles_makes_output_never_visible(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=2, prefix="in"), new_topic(partitions=1, prefix="out")
+    _seed(bootstrap, source, 300)
+    result = _run(spark, _spec(bootstrap, source, sink), _ranges(bootstrap, source), _prefix())
+
+    abort_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    abort_handles(bootstrap_servers=bootstrap, handles=result.handles)  # idempotent
+
+    # The abort markers move the last stable offset past the data: nothing is pending.
+    deadline = time.monotonic() + 30
+    while stable_end_offsets(bootstrap, sink, 1) != [302] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stable_end_offsets(bootstrap, sink, 1) == [302]  # 300 records + 2 abort markers
+    assert read_topic(bootstrap, sink, partitions=1) == []
+    with pytest.raises(SinkError, match="commit failed"):
+        commit_handles(bootstrap_servers=bootstrap, handles=result.handles, timeout_s=10)
+
+
+def test_retried_attempt_on_same_slot_fences_the_first(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
+    records = _seed(bootstrap, source, 500)
+    spec, ranges, prefix = _spec(bootstrap, source, sink), _ranges(bootstrap, source), _prefix()
+
+    first = _run(spark, spec, ranges, prefix)
+    second = _run(spark, spec, ranges, prefix)  # e.g. Spark retried the write partition
+
+    assert [h.transactional_id for h in first.handles] == [f"{prefix}-0"]
+    assert [h.transactional_id for h in second.handles] == [f"{prefix}-0"]
+    assert second.handles[0].producer_epoch > first.handles[0].producer_epoch
+    with pytest.raises(SinkError, match="commit failed"):
+        commit_handles(bootstrap_servers=bootstrap, handles=first.handles, timeout_s=10)
+    commit_handles(bootstrap_servers=bootstrap, handles=second.handles)
+    output = _wait_visible(bootstrap, sink, 1, 500)
+    assert [(r.key, r.value) for r in output] == records  # once, in order
+
+
+def test_sql_transform_is_applied_and_headers_kept(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
+    produce(
+        bootstrap,
+        source,
+        [(f"k{i}".encode(), f"hello {i}".encode()) for i in range(50)],
+        headers=[("origin", b"test")],
+    )
+    spec = _spec(
+        bootstrap,
+        source,
+        sink,
+        source_kafka={"format": "string", "key_format": "string"},
+        sink_kafka={"format": "string", "key_format": "string"},
+        transform={
+            "sql": "SELECT key, upper(value) AS value, headers FROM input"
+            " WHERE CAST(substring(key, 2) AS INT) % 2 = 0"
+        },
+    )
+    result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
+    assert (result.records_in, result.records_out) == (50, 25)
+    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    output = _wait_visible(bootstrap, sink, 1, 25)
+    assert [r.value for r in output] == [f"HELLO {i}".encode() for i in range(0, 50, 2)]
+    assert all(r.headers == (("origin", b"test"),) for r in output)
+
+
+def test_sql_error_surfaces_spark_message(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
+    _seed(bootstrap, source, 10)
+    spec = _spec(bootstrap, source, sink, transform={"sql": "SELECT no_such_column FROM input"})
+    with pytest.raises(TransformError, match="no_such_column"):
+        _run(spark, spec, _ranges(bootstrap, source), _prefix())
+
+
+def _json_input(bootstrap: str, topic: str) -> None:
+    good = [(f"k{i}".encode(), json.dumps({"n": i}).encode()) for i in range(20)]
+    produce(bootstrap, topic, [*good[:7], (b"bad", b"{not json"), *good[7:]])
+
+
+def test_tolerance_none_fails_with_record_location_and_leaves_nothing_open(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=2, prefix="in"), new_topic(partitions=1, prefix="out")
+    # Partition 0 is clean (its task pre-commits a transaction); partition 1 has a bad record.
+    produce(bootstrap, source, [(None, b'{"ok": true}')] * 300, partition=0)
+    good = [(f"k{i}".encode(), json.dumps({"n": i}).encode()) for i in range(20)]
+    produce(bootstrap, source, [*good[:7], (b"bad", b"{not json"), *good[7:]], partition=1)
+    spec = _spec(bootstrap, source, sink, source_kafka={"format": "json"})
+    with pytest.raises(RecordError) as failure:
+        _run(spark, spec, _ranges(bootstrap, source), _prefix())
+    location = failure.value.location
+    assert (location.topic, location.partition, location.offset) == (source, 1, 7)
+    assert "not valid JSON" in failure.value.record_reason
+    # Whatever the clean task wrote was aborted by the failed job: nothing is visible and
+    # no open transaction holds the last stable offset back.
+    assert read_topic(bootstrap, sink, partitions=1) == []
+    log_end = stable_end_offsets(bootstrap, sink, 1, committed=False)
+    deadline = time.monotonic() + 30
+    while stable_end_offsets(bootstrap, sink, 1) != log_end and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stable_end_offsets(bootstrap, sink, 1) == log_end
+
+
+def test_tolerance_all_routes_bad_records_to_dead_letter_topic(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
+    dlq = new_topic(partitions=1, prefix="dlq")
+    _json_input(bootstrap, source)
+    spec = _spec(
+        bootstrap,
+        source,
+        sink,
+        source_kafka={"format": "json"},
+        sink_kafka={"format": "json"},
+        errors={"tolerance": "all", "dead_letter_topic": dlq},
+        transform={"sql": "SELECT key, value FROM input"},
+    )
+    result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
+    assert (result.records_in, result.records_out, result.dead_lettered) == (21, 20, 1)
+    assert read_topic(bootstrap, dlq, partitions=1) == []  # dead letters are exactly once too
+    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    assert len(_wait_visible(bootstrap, sink, 1, 20)) == 20
+    [dead] = _wait_visible(bootstrap, dlq, 1, 1)
+    assert (dead.key, dead.value) == (b"bad", b"{not json")
+    headers = dict(dead.headers)
+    assert headers[ERROR_HEADER_TOPIC] == source.encode()
+    assert headers[ERROR_HEADER_PARTITION] == b"0"
+    assert headers[ERROR_HEADER_OFFSET] == b"7"
+    assert b"not valid JSON" in (headers[ERROR_HEADER_REASON] or b"")
+
+
+def test_at_least_once_writes_visible_records_without_transactions(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=2, prefix="in"), new_topic(partitions=2, prefix="out")
+    records = _seed(bootstrap, source, 400)
+    spec = _spec(bootstrap, source, sink, delivery="at_least_once")
+    # On another thread, as the executor's task threads run batches.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        result = pool.submit(_run, spark, spec, _ranges(bootstrap, source), _prefix()).result()
+    assert result.handles == () and result.records_out == 400
+    assert sorted((r.key, r.value) for r in read_topic(bootstrap, sink, partitions=2)) == sorted(
+        records
+    )
+
+
+def test_missing_sink_topic_is_named(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source = new_topic(partitions=1, prefix="in")
+    spec = _spec(bootstrap, source, "missing-output-topic")
+    with pytest.raises(SinkError, match="missing-output-topic"):
+        _run(spark, spec, _ranges(bootstrap, source), _prefix())
+    with pytest.raises(SourceError, match="missing-input-topic"):
+        _run(spark, _spec(bootstrap, "missing-input-topic", source), [], _prefix())
+
+
+def upper_values(frame: DataFrame) -> DataFrame:
+    """A ``transform.python`` target used below."""
+    return frame.select("key", F.upper(F.col("value").cast("string")).alias("value"))
+
+
+def test_python_transform_is_applied(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
+    produce(bootstrap, source, [(b"k", b"abc"), (b"k", b"def")])
+    spec = _spec(bootstrap, source, sink, transform={"python": f"{__name__}:upper_values"})
+    result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
+    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    assert [r.value for r in _wait_visible(bootstrap, sink, 1, 2)] == [b"ABC", b"DEF"]
+
+
+def test_validate_transform_at_create_time(spark: SparkSession) -> None:
+    def spec(sql: str, **extra: Any) -> DataPlaneSpec:
+        return _spec("127.0.0.1:1", "orders", "out", transform={"sql": sql}, **extra)
+
+    assert validate_transform(spark, spec("SELECT key, value, headers FROM orders")) == (
+        "value",
+        "key",
+        "headers",
+    )
+    with pytest.raises(TransformError, match="no_such_column"):
+        validate_transform(spark, spec("SELECT no_such_column FROM input"))
+    with pytest.raises(TransformError, match="'value' column"):
+        validate_transform(spark, spec("SELECT key FROM input"))
+    with pytest.raises(TransformError, match="cast it"):
+        validate_transform(spark, spec("SELECT 1 AS value FROM input"))
+
+
+FLAKY_AT = 25_000
+
+
+def fail_first_attempt_midway(frame: DataFrame) -> DataFrame:
+    """A ``transform.python`` whose first task attempt dies after part of its output."""
+
+    # Local, so cloudpickle ships it by value (Spark's workers cannot import tests.*).
+    def check(value: bytes) -> bytes:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is not None and context.attemptNumber() == 0 and value == b"%d" % FLAKY_AT:
+            raise RuntimeError("injected failure of the first attempt")
+        return value
+
+    return frame.select("key", F.udf(check, "binary")(F.col("value")).alias("value"))
+
+
+def test_spark_task_retry_fences_the_failed_attempts_transaction(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
+    count = 30_000
+    produce(bootstrap, source, [(b"k%d" % (i % 7), b"%d" % i) for i in range(count)])
+    spec = _spec(
+        bootstrap, source, sink, transform={"python": f"{__name__}:fail_first_attempt_midway"}
+    )
+
+    result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
+
+    assert result.records_out == count and len(result.handles) == 1
+    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    output = _wait_visible(bootstrap, sink, 1, count)
+    assert [r.value for r in output] == [b"%d" % i for i in range(count)]
+    # The first attempt did write into the log before it died; fencing made it invisible.
+    [log_end] = stable_end_offsets(bootstrap, sink, 1, committed=False)
+    assert log_end > count + 1, "the first attempt wrote nothing: the test proved nothing"

@@ -1,0 +1,322 @@
+"""The executor process against a scripted coordinator: membership, fencing, failpoints.
+
+These run the executor with ``--data-plane none`` (empty pre-commits, no Spark): they
+prove the control path, not the data path (see test_kafka_commit.py and test_end_to_end.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+import pytest
+
+from lockgate.executor.failpoints import FAILPOINT_EXIT_CODE
+from lockgate.executor.servicer import fencing_failure_of
+from lockgate.v1 import common_pb2, executor_pb2
+from tests.integration.executor_process.scripted import (
+    CoordinatorServer,
+    ExecutorProcess,
+    assignment,
+    trigger_request,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _running(coordinator: CoordinatorServer, pipeline: str, index: int, generation: int) -> bool:
+    status = coordinator.coordinator.last_status(pipeline, index)
+    return (
+        status is not None
+        and status.task_generation == generation
+        and status.state == common_pb2.TASK_STATE_RUNNING
+    )
+
+
+def _logged(executor: ExecutorProcess, line: str) -> Callable[[], bool]:
+    return lambda: line in executor.log_text()
+
+
+def test_registers_heartbeats_takes_and_drops_tasks_and_deregisters(
+    coordinator: CoordinatorServer, launch_executor: Callable[..., ExecutorProcess]
+) -> None:
+    script = coordinator.coordinator
+    executor = launch_executor("e1")
+    registration = script.registrations[0]
+    assert registration.executor_id == "e1"
+    assert registration.address == executor.address
+    assert registration.spark_master == "local[2]"
+
+    wait_for(lambda: len(script.heartbeats) >= 3, timeout_s=20, what="three heartbeats")
+    assert {h.executor_id for h in script.heartbeats} == {"e1"}
+    assert {h.executor_generation for h in script.heartbeats} == {1}
+    assert script.heartbeats[-1].highest_leader_epoch_seen.epoch == 1
+
+    status = executor.stub.GetExecutorStatus(executor_pb2.GetExecutorStatusRequest(), timeout=5)
+    assert (status.executor_id, status.executor_generation) == ("e1", 1)
+    assert status.highest_leader_epoch_seen.epoch == 1
+    assert status.session_id == "session-1"
+
+    script.set_assignments([assignment(pipeline="copy", task_index=0, generation=1)])
+    wait_for(lambda: _running(coordinator, "copy", 0, 1), timeout_s=20, what="task RUNNING")
+    script.set_assignments([])
+    wait_for(
+        lambda: (
+            script.last_status("copy", 0) is None and len(script.heartbeats[-1].task_statuses) == 0
+        ),
+        timeout_s=20,
+        what="task dropped",
+    )
+
+    assert executor.stop() == 0
+    assert [(d.executor_id, d.executor_generation) for d in script.deregistrations] == [("e1", 1)]
+
+
+def test_refuses_calls_with_a_lower_leader_epoch_and_logs_them(
+    coordinator: CoordinatorServer, launch_executor: Callable[..., ExecutorProcess]
+) -> None:
+    script = coordinator.coordinator
+    script.leader_epoch = 4
+    executor = launch_executor("e1")
+
+    for rpc, call in (
+        (
+            "TriggerCheckpoint",
+            lambda: executor.stub.TriggerCheckpoint(
+                trigger_request(
+                    executor, script, pipeline="p", checkpoint_id=1, tasks=[(0, 1)], leader_epoch=3
+                ),
+                timeout=5,
+            ),
+        ),
+        (
+            "CommitCheckpoint",
+            lambda: executor.stub.CommitCheckpoint(
+                executor_pb2.CommitCheckpointRequest(
+                    leader_epoch=common_pb2.LeaderEpoch(epoch=3, leader_id="c0"),
+                    executor_id="e1",
+                    executor_generation=1,
+                    pipeline_name="p",
+                    checkpoint_id=1,
+                ),
+                timeout=5,
+            ),
+        ),
+    ):
+        with pytest.raises(grpc.RpcError) as refused:
+            call()
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, rpc
+        failure = fencing_failure_of(refused.value)
+        assert failure is not None
+        assert failure.token == common_pb2.FENCING_TOKEN_LEADER_EPOCH
+        assert (failure.presented, failure.current) == (3, 4)
+        line = f"refused leader_epoch=3 highest_seen=4 rpc={rpc}"
+        wait_for(_logged(executor, line), timeout_s=5, what=f"log {line!r}")
+
+    # A newer leader (epoch 5) shows up: from then on the epoch-4 leader is the zombie.
+    status = executor.stub.GetExecutorStatus(
+        executor_pb2.GetExecutorStatusRequest(
+            leader_epoch=common_pb2.LeaderEpoch(epoch=5, leader_id="c2")
+        ),
+        timeout=5,
+    )
+    assert status.highest_leader_epoch_seen.epoch == 5
+    with pytest.raises(grpc.RpcError) as refused:
+        executor.stub.AbortCheckpoint(
+            executor_pb2.AbortCheckpointRequest(
+                leader_epoch=script.epoch(),
+                executor_id="e1",
+                executor_generation=1,
+                pipeline_name="p",
+                checkpoint_id=1,
+            ),
+            timeout=5,
+        )
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    # The old leader's heartbeat answers are refused too, and the executor tells it so.
+    wait_for(
+        lambda: (
+            "refused leader_epoch=4 highest_seen=5 rpc=HeartbeatResponse" in executor.log_text()
+        ),
+        timeout_s=10,
+        what="heartbeat response refused",
+    )
+    wait_for(
+        lambda: script.heartbeats[-1].highest_leader_epoch_seen.epoch == 5,
+        timeout_s=10,
+        what="heartbeat carrying epoch 5",
+    )
+
+
+def test_stale_task_and_executor_generations_are_refused(
+    coordinator: CoordinatorServer, launch_executor: Callable[..., ExecutorProcess]
+) -> None:
+    script = coordinator.coordinator
+    script.executor_generation = 7
+    script.set_assignments([assignment(pipeline="p", task_index=0, generation=2)])
+    executor = launch_executor("e1")
+    wait_for(lambda: _running(coordinator, "p", 0, 2), timeout_s=20, what="task RUNNING")
+    offsets = [common_pb2.PartitionOffset(topic="input", partition=0, offset=5)]
+
+    response = executor.stub.TriggerCheckpoint(
+        trigger_request(
+            executor,
+            script,
+            pipeline="p",
+            checkpoint_id=1,
+            tasks=[(0, 1), (3, 1), (0, 2)],
+            start_offsets=offsets,
+        ),
+        timeout=5,
+    )
+    outcomes = [
+        (r.task_id.task_index, r.outcome, r.current_task_generation) for r in response.results
+    ]
+    assert outcomes == [
+        (0, executor_pb2.TRIGGER_OUTCOME_STALE_GENERATION, 2),
+        (3, executor_pb2.TRIGGER_OUTCOME_NOT_ASSIGNED, 0),
+        (0, executor_pb2.TRIGGER_OUTCOME_ACCEPTED, 2),
+    ]
+    assert "refused task_generation=1 current=2 subject=p/0 rpc=TriggerCheckpoint" in (
+        executor.log_text()
+    )
+    wait_for(lambda: len(script.precommits) == 1, timeout_s=20, what="ReportPrecommit")
+    report = script.precommits[0]
+    assert (report.checkpoint_id, report.task_generation, report.executor_generation) == (1, 2, 7)
+    assert report.leader_epoch.epoch == 1
+    assert [(r.topic, r.partition, r.start_offset, r.end_offset) for r in report.source_ranges] == [
+        ("input", 0, 5, 5)
+    ]
+
+    again = executor.stub.TriggerCheckpoint(
+        trigger_request(executor, script, pipeline="p", checkpoint_id=1, tasks=[(0, 2)]), timeout=5
+    )
+    assert again.results[0].outcome == executor_pb2.TRIGGER_OUTCOME_DUPLICATE
+
+    # A call meant for an earlier registration of e1 is refused as a whole.
+    with pytest.raises(grpc.RpcError) as refused:
+        executor.stub.TriggerCheckpoint(
+            trigger_request(
+                executor,
+                script,
+                pipeline="p",
+                checkpoint_id=2,
+                tasks=[(0, 2)],
+                executor_generation=6,
+            ),
+            timeout=5,
+        )
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    failure = fencing_failure_of(refused.value)
+    assert failure is not None
+    assert failure.token == common_pb2.FENCING_TOKEN_EXECUTOR_GENERATION
+    assert (failure.subject, failure.presented, failure.current) == ("e1", 6, 7)
+
+    # The task is reassigned at generation 3: generation 2's triggers are now stale.
+    script.set_assignments([assignment(pipeline="p", task_index=0, generation=3)])
+    wait_for(lambda: _running(coordinator, "p", 0, 3), timeout_s=20, what="generation 3")
+    stale = executor.stub.TriggerCheckpoint(
+        trigger_request(executor, script, pipeline="p", checkpoint_id=2, tasks=[(0, 2)]), timeout=5
+    )
+    assert stale.results[0].outcome == executor_pb2.TRIGGER_OUTCOME_STALE_GENERATION
+    assert stale.results[0].current_task_generation == 3
+    assert len(script.precommits) == 1
+
+
+def test_lost_session_stops_tasks_and_registers_again(
+    coordinator: CoordinatorServer, launch_executor: Callable[..., ExecutorProcess]
+) -> None:
+    script = coordinator.coordinator
+    script.set_assignments([assignment(pipeline="p", task_index=0, generation=1)])
+    executor = launch_executor("e1")
+    wait_for(lambda: _running(coordinator, "p", 0, 1), timeout_s=20, what="task RUNNING")
+
+    # The leader expired the session: its next registration will be generation 2.
+    with script.lock:
+        script.executor_generation = 2
+        script.expired_below_generation = 2
+    wait_for(lambda: len(script.registrations) == 2, timeout_s=20, what="second registration")
+    wait_for(
+        lambda: script.heartbeats[-1].executor_generation == 2 and _running(coordinator, "p", 0, 1),
+        timeout_s=20,
+        what="heartbeats of generation 2 with the task running again",
+    )
+    log = executor.log_text()
+    assert "session of executor e1 lost" in log
+    assert "stopped task p/0 generation 1: session lost" in log
+    # Calls for the expired registration are refused.
+    with pytest.raises(grpc.RpcError) as refused:
+        executor.stub.TriggerCheckpoint(
+            trigger_request(
+                executor,
+                script,
+                pipeline="p",
+                checkpoint_id=1,
+                tasks=[(0, 1)],
+                executor_generation=1,
+            ),
+            timeout=5,
+        )
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_bad_requests_name_the_field(
+    coordinator: CoordinatorServer, launch_executor: Callable[..., ExecutorProcess]
+) -> None:
+    script = coordinator.coordinator
+    executor = launch_executor("e1")
+    request = trigger_request(executor, script, pipeline="p", checkpoint_id=1, tasks=[(0, 1)])
+    request.tasks[0].transactional_id_prefix = ""
+    with pytest.raises(grpc.RpcError) as refused:
+        executor.stub.TriggerCheckpoint(request, timeout=5)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "tasks[0].transactional_id_prefix" in (refused.value.details() or "")
+
+    request = trigger_request(executor, script, pipeline="p", checkpoint_id=1, tasks=[(0, 1)])
+    request.leader_epoch.epoch = 0
+    with pytest.raises(grpc.RpcError) as refused:
+        executor.stub.TriggerCheckpoint(request, timeout=5)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "leader_epoch.epoch" in (refused.value.details() or "")
+
+    with pytest.raises(grpc.RpcError) as refused:
+        executor.stub.CommitCheckpoint(
+            executor_pb2.CommitCheckpointRequest(
+                leader_epoch=script.epoch(),
+                executor_id="e1",
+                executor_generation=1,
+                pipeline_name="p",
+                checkpoint_id=1,
+                handles=[
+                    common_pb2.SinkHandle(
+                        kafka=common_pb2.KafkaTransactionHandle(
+                            transactional_id="lg-x-0", bootstrap_servers="127.0.0.1:1"
+                        )
+                    )
+                ],
+            ),
+            timeout=5,
+        )
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "handles[0].kafka.producer_id" in (refused.value.details() or "")
+
+
+def test_failpoint_after_precommit_before_report_kills_the_process_there(
+    coordinator: CoordinatorServer, launch_executor: Callable[..., ExecutorProcess]
+) -> None:
+    script = coordinator.coordinator
+    script.set_assignments([assignment(pipeline="p", task_index=0, generation=1)])
+    executor = launch_executor("e1", failpoints="after_precommit_before_report")
+    wait_for(lambda: _running(coordinator, "p", 0, 1), timeout_s=20, what="task RUNNING")
+
+    response = executor.stub.TriggerCheckpoint(
+        trigger_request(executor, script, pipeline="p", checkpoint_id=1, tasks=[(0, 1)]), timeout=5
+    )
+    assert response.results[0].outcome == executor_pb2.TRIGGER_OUTCOME_ACCEPTED
+    assert executor.wait_exit(timeout_s=30) == FAILPOINT_EXIT_CODE
+    assert "failpoint after_precommit_before_report hit (task p/0 checkpoint 1)" in (
+        executor.log_text()
+    )
+    assert script.precommits == []
+    assert script.deregistrations == []

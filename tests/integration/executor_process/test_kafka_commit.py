@@ -1,0 +1,225 @@
+"""CommitCheckpoint, AbortCheckpoint and task restore against a real Kafka broker.
+
+The transactions are pre-committed by the test (as a sink writer would) and finished by
+the executor process through the resume path; failpoints kill it midway through.
+"""
+
+from __future__ import annotations
+
+import gc
+import uuid
+from collections.abc import Callable, Sequence
+
+import grpc
+import pytest
+
+from lockgate.common.kafka_transactions import open_transactional_producer
+from lockgate.executor.failpoints import FAILPOINT_EXIT_CODE
+from lockgate.localcluster.kafka import read_visible
+from lockgate.v1 import common_pb2, coordinator_pb2, executor_pb2
+from tests.fixtures.kafka import KafkaBroker
+from tests.integration.executor_process.scripted import (
+    CoordinatorServer,
+    ExecutorProcess,
+    assignment,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _precommit(
+    broker: KafkaBroker, topic: str, values: Sequence[bytes], *, with_producer_id: bool = True
+) -> common_pb2.SinkHandle:
+    """Write ``values`` to ``topic`` in a transaction left open, as a pre-commit does."""
+    transactional_id = f"lg-test-{uuid.uuid4().hex[:10]}"
+    txn, _ = open_transactional_producer(
+        bootstrap_servers=broker.bootstrap_servers, transactional_id=transactional_id
+    )
+    txn.producer.begin_transaction()
+    for value in values:
+        txn.producer.produce(topic, value=value, partition=0)
+    handle = txn.precommit()
+    txn.release_without_abort()
+    del txn
+    gc.collect()
+    kafka = common_pb2.KafkaTransactionHandle(
+        transactional_id=transactional_id, bootstrap_servers=broker.bootstrap_servers
+    )
+    if with_producer_id:
+        kafka.producer_id = handle.producer_id
+        kafka.producer_epoch = handle.producer_epoch
+    return common_pb2.SinkHandle(kafka=kafka)
+
+
+def _values(broker: KafkaBroker, topic: str) -> list[bytes]:
+    return sorted(r.value or b"" for r in read_visible(broker.bootstrap_servers, topic))
+
+
+def _commit(
+    executor: ExecutorProcess,
+    coordinator: CoordinatorServer,
+    handles: Sequence[common_pb2.SinkHandle],
+    checkpoint_id: int = 1,
+) -> executor_pb2.CommitCheckpointResponse:
+    response: executor_pb2.CommitCheckpointResponse = executor.stub.CommitCheckpoint(
+        executor_pb2.CommitCheckpointRequest(
+            request_id=str(uuid.uuid4()),
+            leader_epoch=coordinator.coordinator.epoch(),
+            executor_id=executor.executor_id,
+            executor_generation=coordinator.coordinator.executor_generation,
+            pipeline_name="p",
+            checkpoint_id=checkpoint_id,
+            handles=handles,
+        ),
+        timeout=60,
+    )
+    return response
+
+
+def _abort(
+    executor: ExecutorProcess,
+    coordinator: CoordinatorServer,
+    handles: Sequence[common_pb2.SinkHandle],
+) -> executor_pb2.AbortCheckpointResponse:
+    response: executor_pb2.AbortCheckpointResponse = executor.stub.AbortCheckpoint(
+        executor_pb2.AbortCheckpointRequest(
+            request_id=str(uuid.uuid4()),
+            leader_epoch=coordinator.coordinator.epoch(),
+            executor_id=executor.executor_id,
+            executor_generation=coordinator.coordinator.executor_generation,
+            pipeline_name="p",
+            checkpoint_id=1,
+            handles=handles,
+            reason="test",
+        ),
+        timeout=60,
+    )
+    return response
+
+
+def _batch(name: str, count: int = 20) -> list[bytes]:
+    return [f"{name}-{i:03d}".encode() for i in range(count)]
+
+
+def test_commit_makes_output_visible_is_idempotent_and_never_aborts_after(
+    kafka_broker: KafkaBroker,
+    new_topic: Callable[..., str],
+    coordinator: CoordinatorServer,
+    launch_executor: Callable[..., ExecutorProcess],
+) -> None:
+    topic_a, topic_b = new_topic(), new_topic()
+    handles = [
+        _precommit(kafka_broker, topic_a, _batch("a")),
+        _precommit(kafka_broker, topic_b, _batch("b")),
+    ]
+    executor = launch_executor("e1")
+
+    assert _commit(executor, coordinator, handles).handles_committed == 2
+    assert _values(kafka_broker, topic_a) == _batch("a")
+    assert _values(kafka_broker, topic_b) == _batch("b")
+    # The leader retries until acked: a repeat must succeed and change nothing.
+    assert _commit(executor, coordinator, handles).handles_committed == 2
+    assert _values(kafka_broker, topic_a) == _batch("a")
+
+    with pytest.raises(grpc.RpcError) as refused:
+        _abort(executor, coordinator, handles[:1])
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "already committed" in (refused.value.details() or "")
+
+
+def test_abort_finishes_handles_with_and_without_producer_id_idempotently(
+    kafka_broker: KafkaBroker,
+    new_topic: Callable[..., str],
+    coordinator: CoordinatorServer,
+    launch_executor: Callable[..., ExecutorProcess],
+) -> None:
+    topic_a, topic_b = new_topic(), new_topic()
+    handles = [
+        _precommit(kafka_broker, topic_a, _batch("a")),
+        # The writer died before reporting its producer id: only init_transactions ends it.
+        _precommit(kafka_broker, topic_b, _batch("b"), with_producer_id=False),
+    ]
+    executor = launch_executor("e1")
+    assert _abort(executor, coordinator, handles).handles_aborted == 2
+    assert _abort(executor, coordinator, handles).handles_aborted == 2
+    # read_visible only returns once every transaction before its sentinel is decided.
+    assert _values(kafka_broker, topic_a) == []
+    assert _values(kafka_broker, topic_b) == []
+
+
+def test_death_midway_through_commit_then_retry_on_another_executor(
+    kafka_broker: KafkaBroker,
+    new_topic: Callable[..., str],
+    coordinator: CoordinatorServer,
+    launch_executor: Callable[..., ExecutorProcess],
+) -> None:
+    topic_a, topic_b = new_topic(), new_topic()
+    handles = [
+        _precommit(kafka_broker, topic_a, _batch("a")),
+        _precommit(kafka_broker, topic_b, _batch("b")),
+    ]
+    first = launch_executor("e1", failpoints="mid_commit_handles")
+    with pytest.raises(grpc.RpcError):
+        _commit(first, coordinator, handles)
+    assert first.wait_exit(timeout_s=30) == FAILPOINT_EXIT_CODE
+    assert "failpoint mid_commit_handles hit" in first.log_text()
+    assert _values(kafka_broker, topic_a) == _batch("a")
+
+    second = launch_executor("e2")
+    assert _commit(second, coordinator, handles).handles_committed == 2
+    assert _values(kafka_broker, topic_a) == _batch("a")
+    assert _values(kafka_broker, topic_b) == _batch("b")
+
+
+def test_death_after_commit_before_ack_then_retry_succeeds(
+    kafka_broker: KafkaBroker,
+    new_topic: Callable[..., str],
+    coordinator: CoordinatorServer,
+    launch_executor: Callable[..., ExecutorProcess],
+) -> None:
+    topic = new_topic()
+    handles = [_precommit(kafka_broker, topic, _batch("a"))]
+    first = launch_executor("e1", failpoints="after_commit_before_ack")
+    with pytest.raises(grpc.RpcError) as lost:
+        _commit(first, coordinator, handles)
+    assert lost.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert first.wait_exit(timeout_s=30) == FAILPOINT_EXIT_CODE
+    assert _values(kafka_broker, topic) == _batch("a")
+
+    second = launch_executor("e2")
+    assert _commit(second, coordinator, handles).handles_committed == 1
+    assert _values(kafka_broker, topic) == _batch("a")
+
+
+def test_restore_commits_then_aborts_before_the_task_runs(
+    kafka_broker: KafkaBroker,
+    new_topic: Callable[..., str],
+    coordinator: CoordinatorServer,
+    launch_executor: Callable[..., ExecutorProcess],
+) -> None:
+    topic_a, topic_b, topic_c = new_topic(), new_topic(), new_topic()
+    complete_2 = _precommit(kafka_broker, topic_a, _batch("ckpt2"))
+    complete_3 = _precommit(kafka_broker, topic_b, _batch("ckpt3"))
+    never_complete = _precommit(kafka_broker, topic_c, _batch("ckpt4"))
+    restore = coordinator_pb2.TaskRestoreState(
+        restored_checkpoint_id=3,
+        start_offsets=[common_pb2.PartitionOffset(topic="input", partition=0, offset=40)],
+        commit_before_start=[
+            common_pb2.CheckpointHandles(checkpoint_id=2, handles=[complete_2]),
+            common_pb2.CheckpointHandles(checkpoint_id=3, handles=[complete_3]),
+        ],
+        abort_before_start=[never_complete],
+    )
+    script = coordinator.coordinator
+    script.set_assignments([assignment(pipeline="p", task_index=0, generation=1, restore=restore)])
+    launch_executor("e1")
+
+    def running() -> bool:
+        status = script.last_status("p", 0)
+        return status is not None and status.state == common_pb2.TASK_STATE_RUNNING
+
+    wait_for(running, timeout_s=60, what="task RUNNING after restore")
+    assert _values(kafka_broker, topic_a) == _batch("ckpt2")
+    assert _values(kafka_broker, topic_b) == _batch("ckpt3")
+    assert _values(kafka_broker, topic_c) == []

@@ -1,0 +1,1 @@
+"""Unit tests of the executor's data plane (pure logic, no sockets)."""
