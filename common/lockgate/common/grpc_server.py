@@ -345,8 +345,6 @@ def _parse_listen(listen: str) -> tuple[str, int]:
 # Clients ping every 30 s (grpc_client); accept that instead of the 5-minute default that
 # would answer our keepalives with GOAWAY "too_many_pings".
 SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
-    # gRPC enables SO_REUSEPORT by default: two servers could then share a port silently.
-    ("grpc.so_reuseport", 0),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
     ("grpc.http2.max_ping_strikes", 0),
@@ -435,6 +433,7 @@ def build_server(
     grace_seconds: float = 10.0,
     extra_interceptors: Sequence[grpc.ServerInterceptor] = (),
     options: Sequence[tuple[str, Any]] = (),
+    reuse_port: bool = False,
 ) -> LockgateServer:
     """Create, bind and start the gRPC server of one Lockgate service.
 
@@ -443,6 +442,10 @@ def build_server(
     SERVING on ``grpc.health.v1`` (with "") and listed by reflection. ``listen`` is
     ``HOST:PORT``; port 0 picks a free one (see ``LockgateServer.port``). Raises
     ``ServerBindError`` naming the address, and the process holding it, if the bind fails.
+
+    ``reuse_port`` binds with ``SO_REUSEPORT`` so that several worker processes serve one
+    port; the caller must have checked that nobody else holds it. Off by default, because
+    gRPC's own default (on) would let two servers share a port silently.
     """
     host, _ = _parse_listen(listen)
     telemetry = telemetry or Telemetry.disabled(service_name)
@@ -456,7 +459,8 @@ def build_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=service_name),
         interceptors=interceptors,
-        options=[*SERVER_OPTIONS, *options],
+        # gRPC keeps the first value of a repeated option, so ours come first.
+        options=[("grpc.so_reuseport", int(reuse_port)), *SERVER_OPTIONS, *options],
     )
     register(server)
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
