@@ -82,6 +82,9 @@ def _cluster(home: Path, ports: _Ports, *args: str) -> subprocess.CompletedProce
         "LOCKGATE_SCHEMA_REGISTRY_HTTP_PORT",
     ):
         env.pop(name, None)
+    # These tests are about the broker and the registry; the coordinators and executors
+    # (fixed ports, a Spark start each) are tested end to end in tests/integration/e2e.
+    env["LOCKGATE_CLUSTER_SERVICES"] = "none"
     return subprocess.run(
         [
             sys.executable,
@@ -151,8 +154,8 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
         assert (home / "log" / "kafka.log").exists()
         assert (home / "log" / f"{SCHEMA_REGISTRY}.log").exists()
         assert is_broker_ready(f"127.0.0.1:{ports.kafka}")
+        # One worker process per core (none on a single core): all must stop with `down`.
         workers = _children(registry.pid)
-        assert workers, "the registry serves from worker processes"
 
         # The registry works over both APIs, on its SQLite file in the home.
         rest = f"http://{ports.registry_http_address}"
@@ -230,12 +233,15 @@ def test_registry_port_taken_is_named_and_nothing_is_left_running(tmp_path: Path
 
 def test_registry_workers_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
     settings = ClusterSettings(
-        home=tmp_path, registry_grpc_port=free_port(), registry_http_port=free_port()
+        home=tmp_path,
+        registry_grpc_port=free_port(),
+        registry_http_port=free_port(),
+        registry_processes=2,
     )
     running = start_process(schema_registry_spec(settings), home=tmp_path)
     try:
         workers = _children(running.pid)
-        assert workers
+        assert len(workers) == 2
         os.kill(running.pid, signal.SIGKILL)
         wait_until(
             lambda: not any(_pid_alive(worker) for worker in workers),
@@ -360,3 +366,62 @@ def test_home_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
     monkeypatch.setenv("LOCKGATE_HOME", str(tmp_path / "env-home"))
     assert lockgate_home() == tmp_path / "env-home"
     assert lockgate_home(tmp_path / "flag-home") == tmp_path / "flag-home"
+
+
+def test_registry_stops_whole_when_one_worker_dies(tmp_path: Path) -> None:
+    settings = ClusterSettings(
+        home=tmp_path,
+        registry_grpc_port=free_port(),
+        registry_http_port=free_port(),
+        registry_processes=2,
+    )
+    running = start_process(schema_registry_spec(settings), home=tmp_path)
+    record = read_pid_file(tmp_path, SCHEMA_REGISTRY)
+    assert record is not None
+    try:
+        workers = _children(running.pid)
+        assert len(workers) == 2
+        os.kill(workers[0], signal.SIGKILL)
+        # A registry missing a worker would refuse a share of connections: it stops instead,
+        # so that `cluster status` shows it down rather than half up.
+        wait_until(
+            lambda: not is_alive(record),
+            timeout_s=30,
+            description="the registry supervisor exiting after a worker died",
+        )
+        assert not any(_pid_alive(worker) for worker in workers)
+        log = (tmp_path / "log" / f"{SCHEMA_REGISTRY}.log").read_text()
+        assert f"worker pid {workers[0]} exited with code -9" in log
+        assert port_holder(settings.registry_http_port) is None
+    finally:
+        stop_process(home=tmp_path, name=SCHEMA_REGISTRY, grace_s=5)
+
+
+def test_registry_names_the_holder_of_a_taken_grpc_port(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = int(squatter.getsockname()[1])
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "lockgate.schema_registry",
+                "--db",
+                f"sqlite:///{tmp_path / 'r.db'}",
+                "--grpc",
+                f"127.0.0.1:{taken}",
+                "--http",
+                "127.0.0.1:0",
+                "--processes",
+                "2",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 2
+    assert f"cannot listen on --grpc 127.0.0.1:{taken}: port {taken} is in use by" in result.stderr
+    assert f"pid {os.getpid()}" in result.stderr
+    assert "Traceback" not in result.stderr

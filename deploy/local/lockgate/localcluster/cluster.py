@@ -38,6 +38,7 @@ from lockgate.localcluster.process import (
     start_process,
     stop_process,
 )
+from lockgate.localcluster.services import ServiceSettings, service_processes
 
 KAFKA_PORT_ENV = "LOCKGATE_KAFKA_PORT"
 KAFKA_CONTROLLER_PORT_ENV = "LOCKGATE_KAFKA_CONTROLLER_PORT"
@@ -56,6 +57,8 @@ class ClusterSettings:
     kafka_controller_port: int = 9093
     registry_grpc_port: int = 7090
     registry_http_port: int = 8081
+    #: The registry's ``--processes``; None: its default (one worker per core).
+    registry_processes: int | None = None
 
     @property
     def kafka(self) -> KafkaBrokerConfig:
@@ -97,6 +100,11 @@ def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
             grpc_address,
             "--http",
             http_address,
+            *(
+                ("--processes", str(settings.registry_processes))
+                if settings.registry_processes
+                else ()
+            ),
         ),
         address=f"grpc={grpc_address},http={http_address}",
         ports=(settings.registry_grpc_port, settings.registry_http_port),
@@ -109,7 +117,12 @@ def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
 
 def cluster_processes(settings: ClusterSettings) -> list[ProcessSpec]:
     """The cluster's processes, in start order. Later services are appended here."""
-    return [broker_spec(settings.kafka), schema_registry_spec(settings)]
+    return [
+        broker_spec(settings.kafka),
+        schema_registry_spec(settings),
+        # Coordinators c1..c3 (7070-7072) and executors e1..e2 (7080-7081): services.py.
+        *service_processes(ServiceSettings.from_env(settings.home)),
+    ]
 
 
 def _port(value: str | None, *, default: int, source: str) -> int:
