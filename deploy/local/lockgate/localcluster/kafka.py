@@ -196,7 +196,12 @@ def is_formatted(config: KafkaBrokerConfig) -> bool:
 
 def new_cluster_id() -> str:
     """A random Kafka cluster id (16 random bytes, URL-safe base64, as ``random-uuid``)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        # As Kafka's Uuid.randomUuid(): an id starting with "-" would be read as an option
+        # by kafka-storage's argument parser (1 run in 64 failed to format).
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def format_storage(config: KafkaBrokerConfig, *, timeout_s: float = 120.0) -> bool:
