@@ -97,6 +97,7 @@ from lockgate.coordinator.executor_client import (
     sink_handle_pb,
 )
 from lockgate.coordinator.store.sql_store import SqlStore
+from lockgate.executor.failpoints import Failpoint, Failpoints
 from lockgate.v1 import common_pb2
 
 _LOG = logging.getLogger(__name__)
@@ -332,6 +333,9 @@ class Coordinator:
         self._recover_term: Fence | None = None
         self._recover_lock = threading.Lock()
         self._backoff = _Backoff()
+        # LOCKGATE_FAILPOINTS=after_complete_before_commit[@N] makes this process exit hard
+        # between a COMPLETE checkpoint and its commit calls (fault tests only).
+        self._failpoints = Failpoints.from_env()
         # One leader duty at a time: the work loop's pass, or a servicer thread finishing a
         # deleted pipeline's checkpoints (they share the retry schedule).
         self._duty_lock = threading.Lock()
@@ -892,6 +896,10 @@ class Coordinator:
                 sink_handle_pb(h, bootstrap_servers=pipeline.spec.sink.bootstrap_servers)
                 for h in task_handles.handles
             )
+        self._failpoints.reach(
+            Failpoint.AFTER_COMPLETE_BEFORE_COMMIT,
+            detail=f"checkpoint {commit.checkpoint_id} of {commit.pipeline_id} is COMPLETE",
+        )
         for executor_id, handles in sorted(groups.items()):
             try:
                 self._executors.commit_checkpoint(

@@ -466,7 +466,24 @@ def task_to_proto(
                 task_generation=record.generation,
             )
         )
+        location = _BAD_RECORD_RE.search(record.last_error)
+        if location is not None:
+            result.last_error.record.CopyFrom(
+                common_pb2.RecordLocation(
+                    topic=location["topic"],
+                    partition=int(location["partition"]),
+                    offset=int(location["offset"]),
+                )
+            )
     return result
+
+
+# The store keeps a task's last error as text; a bad record's location is written into it
+# as "TOPIC[PARTITION]@OFFSET" (by the executor's RecordError and by ReportTaskFailure),
+# from which GetPipelineStatus gives TaskError.record back to clients.
+_BAD_RECORD_RE = re.compile(
+    r"(?:bad record at |\(record )(?P<topic>[A-Za-z0-9._-]+)\[(?P<partition>\d+)\]@(?P<offset>\d+)"
+)
 
 
 def _duration(start: int | None, end: int | None) -> int:
