@@ -1,0 +1,440 @@
+"""A whole Lockgate cluster of real processes for end-to-end tests.
+
+Coordinator replicas and executors are started from the same
+:mod:`lockgate.localcluster.services` specs ``make cluster-up`` uses, on free ports, with
+their state, logs and pid files under a test directory. Processes are killed with SIGKILL
+by pid (read from their own pid files) and restarted under the same id. The ``lockgate``
+CLI is run as a subprocess, as a user would.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from lockgate.localcluster.kafka import ConsumedRecord, read_visible
+from lockgate.localcluster.process import (
+    PortInUseError,
+    ProcessSpec,
+    ProcessStartError,
+    RunningProcess,
+    read_pid_file,
+    start_process,
+    stop_process,
+    tail,
+    wait_until,
+)
+from lockgate.localcluster.services import coordinator_spec, executor_spec
+from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+
+#: Failpoint environment variable of the executor (see lockgate.executor.failpoints).
+FAILPOINTS_ENV = "LOCKGATE_FAILPOINTS"
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServiceCluster:
+    """Coordinators and executors of one test, as separate processes."""
+
+    home: Path
+    bootstrap_servers: str
+    lease_ms: int = 2000
+    coordinator_args: Sequence[str] = ()
+    coordinator_ports: dict[str, int] = field(default_factory=dict)
+    executor_ports: dict[str, int] = field(default_factory=dict)
+    running: dict[str, RunningProcess] = field(default_factory=dict)
+    #: Every name ever started here, so teardown stops them all.
+    names: set[str] = field(default_factory=set)
+
+    # ------------------------------------------------------------------ processes
+
+    @property
+    def db_url(self) -> str:
+        """The replicas' shared SQLite file."""
+        return f"sqlite:///{self.home / 'coordinator.db'}"
+
+    @property
+    def coordinator_addresses(self) -> list[str]:
+        """Every replica's address, in id order."""
+        return [f"127.0.0.1:{port}" for _, port in sorted(self.coordinator_ports.items())]
+
+    def _start(
+        self, make_spec: Callable[[int], ProcessSpec], ports: dict[str, int], key: str
+    ) -> RunningProcess:
+        last: Exception | None = None
+        for _ in range(3):
+            port = ports.get(key) or free_port()
+            spec = make_spec(port)
+            try:
+                process = start_process(spec, home=self.home)
+            except PortInUseError as exc:
+                # Someone took the port between free_port() and the bind: pick another.
+                ports.pop(key, None)
+                last = exc
+                continue
+            ports[key] = port
+            self.running[spec.name] = process
+            self.names.add(spec.name)
+            return process
+        raise RuntimeError(f"could not start {key}: {last}")
+
+    def start_coordinator(self, coordinator_id: str, *, failpoints: str = "") -> RunningProcess:
+        """Start (or restart) replica ``coordinator_id`` and wait until it serves."""
+        env = {FAILPOINTS_ENV: failpoints} if failpoints else {}
+        return self._start(
+            lambda port: coordinator_spec(
+                coordinator_id=coordinator_id,
+                port=port,
+                db_url=self.db_url,
+                lease_ms=self.lease_ms,
+                extra_args=self.coordinator_args,
+                env=env,
+            ),
+            self.coordinator_ports,
+            coordinator_id,
+        )
+
+    def start_executor(
+        self, executor_id: str, *, failpoints: str = "", spark_master: str = "local[1]"
+    ) -> RunningProcess:
+        """Start (or restart) executor ``executor_id`` and wait until it registered."""
+        env = {FAILPOINTS_ENV: failpoints} if failpoints else {}
+        return self._start(
+            lambda port: executor_spec(
+                executor_id=executor_id,
+                port=port,
+                coordinators=self.coordinator_addresses,
+                spark_master=spark_master,
+                env=env,
+            ),
+            self.executor_ports,
+            executor_id,
+        )
+
+    def pid(self, name: str) -> int | None:
+        """Pid of process ``name`` if it runs."""
+        record = read_pid_file(self.home, name)
+        if record is None:
+            return None
+        from lockgate.localcluster.process import is_alive
+
+        return record.pid if is_alive(record) else None
+
+    def is_running(self, name: str) -> bool:
+        """True if process ``name`` is alive."""
+        return self.pid(name) is not None
+
+    def kill(self, name: str) -> int:
+        """SIGKILL process ``name`` (by its pid file) and wait until it is gone."""
+        record = read_pid_file(self.home, name)
+        assert record is not None, f"{name} has no pid file"
+        from lockgate.localcluster.process import is_alive
+
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(record.pid, signal.SIGKILL)
+        wait_until(lambda: not is_alive(record), timeout_s=15, description=f"{name} gone")
+        self.running.pop(name, None)
+        return record.pid
+
+    def stop_all(self) -> None:
+        """Stop every process this cluster started (executors first)."""
+        for name in sorted(self.names, key=lambda n: (not n.startswith("executor"), n)):
+            stop_process(home=self.home, name=name, grace_s=10)
+
+    def log(self, name: str) -> str:
+        """The whole log of process ``name``."""
+        path = self.home / "log" / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def logs_tail(self, lines: int = 30) -> str:
+        """The last lines of every log, for assertion messages."""
+        return "\n".join(
+            f"== {name}\n{tail(self.home / 'log' / f'{name}.log', lines=lines)}"
+            for name in sorted(self.names)
+        )
+
+    # ------------------------------------------------------------------ coordinator API
+
+    def stub(self) -> tuple[grpc.Channel, coordinator_pb2_grpc.CoordinatorServiceStub]:
+        """A leader-following stub over every replica."""
+        from lockgate.common.grpc_client import open_channel
+
+        channel = open_channel(self.coordinator_addresses)
+        return channel, coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+
+    def call(self, invoke: Callable[[coordinator_pb2_grpc.CoordinatorServiceStub], Any]) -> Any:
+        """One call through a fresh leader-following channel."""
+        channel, stub = self.stub()
+        with channel:
+            return invoke(stub)
+
+    def cluster_info(self) -> coordinator_pb2.GetClusterInfoResponse:
+        """Leader, epoch, members and executors."""
+        answer: coordinator_pb2.GetClusterInfoResponse = self.call(
+            lambda s: s.GetClusterInfo(coordinator_pb2.GetClusterInfoRequest(), timeout=10)
+        )
+        return answer
+
+    def leader_id(self) -> str:
+        """Id of the current leader ('' if none)."""
+        try:
+            return str(self.cluster_info().leader_epoch.leader_id)
+        except grpc.RpcError:
+            return ""
+
+    def pipeline_status(self, name: str) -> coordinator_pb2.GetPipelineStatusResponse:
+        """GetPipelineStatus of pipeline ``name``."""
+        answer: coordinator_pb2.GetPipelineStatusResponse = self.call(
+            lambda s: s.GetPipelineStatus(
+                coordinator_pb2.GetPipelineStatusRequest(name=name), timeout=10
+            )
+        )
+        return answer
+
+    def offsets(self, name: str) -> dict[tuple[str, int], int]:
+        """The pipeline's committed offsets (topic, partition) -> offset."""
+        answer = self.call(
+            lambda s: s.GetOffsets(
+                coordinator_pb2.GetOffsetsRequest(pipeline_name=name), timeout=10
+            )
+        )
+        return {(o.topic, o.partition): int(o.offset) for o in answer.offsets}
+
+    def checkpoints(self, name: str, page_size: int = 50) -> list[common_pb2.Checkpoint]:
+        """The newest checkpoints of pipeline ``name``."""
+        answer = self.call(
+            lambda s: s.ListCheckpoints(
+                coordinator_pb2.ListCheckpointsRequest(pipeline_name=name, page_size=page_size),
+                timeout=10,
+            )
+        )
+        return list(answer.checkpoints)
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run ``lockgate ARGS`` against this cluster's coordinators."""
+        env = {
+            **os.environ,
+            "LOCKGATE_COORDINATOR": ",".join(self.coordinator_addresses),
+            # Wide enough that rich does not wrap table cells mid-word.
+            "COLUMNS": "400",
+        }
+        result = subprocess.run(
+            [sys.executable, "-m", "lockgate.client.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"lockgate {' '.join(args)} exited {result.returncode}:\n"
+                f"{result.stdout}\n{result.stderr}"
+            )
+        return result
+
+    def status_json(self, name: str) -> dict[str, Any]:
+        """``lockgate pipeline status NAME --json``, parsed."""
+        return dict(json.loads(self.cli("pipeline", "status", name, "--json").stdout))
+
+
+# ---------------------------------------------------------------------- data helpers
+
+
+def pipeline_yaml(
+    *,
+    name: str,
+    bootstrap_servers: str,
+    source_topic: str,
+    sink_topic: str,
+    sql: str | None = None,
+    delivery: str = "exactly_once",
+    interval_ms: int = 1000,
+    timeout_ms: int = 60000,
+    tasks_max: int = 2,
+    tolerance: str = "none",
+    dead_letter_topic: str | None = None,
+    extra_source: Mapping[str, Any] | None = None,
+) -> str:
+    """A pipeline file in the shape of examples/copy.yaml."""
+    import yaml
+
+    source: dict[str, Any] = {
+        "bootstrap_servers": bootstrap_servers,
+        "topics": [source_topic],
+        "starting_offsets": "earliest",
+        **(extra_source or {}),
+    }
+    errors: dict[str, Any] = {"tolerance": tolerance}
+    if dead_letter_topic:
+        errors["dead_letter_topic"] = dead_letter_topic
+    spec: dict[str, Any] = {
+        "name": name,
+        "source": {"kafka": source},
+        "transform": {"sql": sql or "SELECT key, value, headers FROM input"},
+        "sink": {"kafka": {"bootstrap_servers": bootstrap_servers, "topic": sink_topic}},
+        "delivery": delivery,
+        "checkpoint": {"interval_ms": interval_ms, "timeout_ms": timeout_ms},
+        "tasks_max": tasks_max,
+        "errors": errors,
+    }
+    return str(yaml.safe_dump(spec, sort_keys=False))
+
+
+def unique(prefix: str) -> str:
+    """A unique name for a topic or pipeline."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def produce_keyed(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    records: int,
+    partitions: int,
+    keys: int = 100,
+    offset: int = 0,
+) -> list[tuple[bytes, bytes, int]]:
+    """Write ``records`` small records numbered ``offset``.. ``offset + records - 1``.
+
+    Record ``i`` has key ``k<i % keys>`` and value ``<key>:<i // keys>`` (the key's own
+    sequence number, so per-key order can be checked), in partition ``key % partitions``.
+    Returns (key, value, partition) in write order.
+    """
+    producer = Producer(
+        {"bootstrap.servers": bootstrap_servers, "linger.ms": 20, "enable.idempotence": True}
+    )
+    written: list[tuple[bytes, bytes, int]] = []
+    for i in range(offset, offset + records):
+        k = i % keys
+        key = f"k{k:04d}".encode()
+        value = f"k{k:04d}:{i // keys:08d}".encode()
+        partition = k % partitions
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, partition=partition)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        written.append((key, value, partition))
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0, "input records not all delivered"
+    return written
+
+
+def end_offsets(bootstrap_servers: str, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """High watermarks (read_committed: the last stable offsets) per partition."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"lockgate-e2e-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        return {
+            p: int(
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[
+                    1
+                ]
+            )
+            for p in partitions
+        }
+    finally:
+        consumer.close()
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """Output compared with input as multisets, plus per-key order."""
+
+    records_in: int
+    records_out: int
+    duplicates: int
+    missing: int
+    order_violations: int
+
+
+def check_output(
+    expected: Sequence[tuple[bytes, bytes, int]], output: Sequence[ConsumedRecord]
+) -> OutputCheck:
+    """Compare ``output`` (read_committed) with the ``expected`` input records."""
+    want = collections.Counter((k, v) for k, v, _ in expected)
+    got = collections.Counter((r.key or b"", r.value or b"") for r in output)
+    duplicates = sum(max(0, n - want.get(item, 0)) for item, n in got.items())
+    missing = sum(max(0, n - got.get(item, 0)) for item, n in want.items())
+    # Per-key order: within each output partition, a key's sequence numbers must grow.
+    last: dict[tuple[int, bytes], int] = {}
+    violations = 0
+    for record in sorted(output, key=lambda r: (r.partition, r.offset)):
+        key = record.key or b""
+        seq = int((record.value or b"0:0").rsplit(b":", 1)[1])
+        previous = last.get((record.partition, key))
+        if previous is not None and seq < previous:
+            violations += 1
+        last[(record.partition, key)] = seq
+    return OutputCheck(
+        records_in=len(expected),
+        records_out=len(output),
+        duplicates=duplicates,
+        missing=missing,
+        order_violations=violations,
+    )
+
+
+def read_output(bootstrap_servers: str, topic: str) -> list[ConsumedRecord]:
+    """Everything read_committed readers see in ``topic``, settled."""
+    return read_visible(bootstrap_servers, topic, timeout_s=60)
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    *,
+    timeout_s: float,
+    what: str,
+    cluster: ServiceCluster | None = None,
+) -> None:
+    """Wait for ``condition`` with a deadline; on timeout, show the processes' logs."""
+    try:
+        wait_until(condition, timeout_s=timeout_s, description=what, interval_s=0.25)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{cluster.logs_tail() if cluster else ''}") from None
+
+
+__all__ = [
+    "ConsumedRecord",
+    "OutputCheck",
+    "ProcessStartError",
+    "ServiceCluster",
+    "check_output",
+    "end_offsets",
+    "pipeline_yaml",
+    "produce_keyed",
+    "read_output",
+    "time",
+    "unique",
+    "wait_for",
+]
