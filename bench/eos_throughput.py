@@ -1,0 +1,411 @@
+"""Exactly-once throughput: Lockgate against its baselines on one broker.
+
+    .venv/bin/python bench/eos_throughput.py [--records 1000000] [--partitions 4]
+
+Starts its own Kafka broker, one coordinator and one executor (``--spark-master``,
+default ``local[2]``) in a temporary home, writes N records (``--value-bytes`` each) to an
+input topic, then copies them four times, each into its own output topic:
+
+(a) a Lockgate pipeline with ``delivery: exactly_once``;
+(b) the same pipeline with ``delivery: at_least_once``;
+(c) a plain confluent-kafka consume -> produce loop (no transactions, one process);
+(d) Kafka's ``TransactionalMessageCopier`` (kafka-tools jar), one per input partition,
+    in parallel.
+
+For each it prints records/s, MB/s (of values) and, for (a) and (b), the executor's RSS
+(its Python process plus the Spark JVM and Python workers under it), then the ratios a/b
+and a/d. A Lockgate run is timed from pipeline creation to the moment its committed
+offsets reach the end of the input (the executor's Spark start is excluded: an executor is
+long-lived). Figures, not pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import yaml
+from confluent_kafka import Consumer, KafkaError, Producer
+
+from lockgate.common.grpc_client import open_channel
+from lockgate.localcluster.kafka import (
+    KafkaBrokerConfig,
+    broker_spec,
+    create_topic,
+    java_argv,
+    read_visible,
+    tools_log4j2,
+)
+from lockgate.localcluster.process import (
+    ProcessSpec,
+    RunningProcess,
+    start_process,
+    stop_process,
+    wait_until,
+)
+from lockgate.localcluster.services import coordinator_spec, executor_spec
+from lockgate.v1 import coordinator_pb2, coordinator_pb2_grpc
+
+COPIER = "org.apache.kafka.tools.TransactionalMessageCopier"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One contender's result."""
+
+    name: str
+    records: int
+    seconds: float
+    value_bytes: int
+    rss_mb: float | None = None
+
+    @property
+    def records_per_s(self) -> float:
+        """Throughput in records per second."""
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        """Throughput in MB (10^6 bytes) of values per second."""
+        return self.records * self.value_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and all its descendants, in MB."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            status = (proc / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        ppid = int(fields.get("PPid", "0").strip())
+        children.setdefault(ppid, []).append(int(proc.name))
+        rss[int(proc.name)] = int(fields.get("VmRSS", "0 kB").split()[0])
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        total += rss.get(current, 0)
+        stack.extend(children.get(current, []))
+    return total / 1024
+
+
+def produce_input(bootstrap: str, topic: str, *, records: int, partitions: int, size: int) -> None:
+    """Write ``records`` keyed records of ``size`` value bytes, round-robin over partitions."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1 << 20})
+    pad = b"x" * max(0, size - 10)
+    for n in range(records):
+        value = f"{n:010d}".encode() + pad
+        while True:
+            try:
+                producer.produce(
+                    topic, key=str(n % 1000).encode(), value=value, partition=n % partitions
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(300)
+
+
+def run_plain_loop(bootstrap: str, source: str, sink: str, *, records: int) -> float:
+    """(c): consume -> produce with confluent-kafka, no transactions; returns seconds."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-plain-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20})
+    began = time.monotonic()
+    consumer.subscribe([source])
+    copied = 0
+    try:
+        while copied < records:
+            for message in consumer.consume(num_messages=10_000, timeout=1.0):
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise RuntimeError(str(error))
+                while True:
+                    try:
+                        producer.produce(
+                            sink,
+                            key=message.key(),
+                            value=message.value(),
+                            headers=message.headers(),
+                        )
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                copied += 1
+            producer.poll(0)
+        producer.flush(120)
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return time.monotonic() - began
+
+
+def run_copiers(bootstrap: str, source: str, sink: str, *, partitions: int, home: Path) -> float:
+    """(d): one TransactionalMessageCopier per input partition, in parallel; returns seconds."""
+    began = time.monotonic()
+    procs = [
+        subprocess.Popen(
+            java_argv(
+                COPIER,
+                "--broker-list",
+                bootstrap,
+                "--input-topic",
+                source,
+                "--input-partition",
+                str(p),
+                "--output-topic",
+                sink,
+                "--transactional-id",
+                f"bench-copier-{uuid.uuid4().hex[:6]}-{p}",
+                "--consumer-group",
+                f"bench-copier-{uuid.uuid4().hex[:6]}",
+                "--transaction-size",
+                "5000",
+                "--max-messages",
+                "-1",
+                log4j2=tools_log4j2(home),
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for p in range(partitions)
+    ]
+    for proc in procs:
+        if proc.wait(timeout=1800) != 0:
+            raise RuntimeError(f"TransactionalMessageCopier exited {proc.returncode}")
+    return time.monotonic() - began
+
+
+def run_pipeline(
+    stub: coordinator_pb2_grpc.CoordinatorServiceStub,
+    *,
+    bootstrap: str,
+    source: str,
+    sink: str,
+    records: int,
+    delivery: str,
+    tasks_max: int,
+    executor_pid: int,
+    directory: Path,
+    coordinators: str,
+) -> tuple[float, float]:
+    """(a)/(b): create the pipeline, wait until its committed offsets reach the input's end.
+    Returns (seconds, peak executor RSS in MB)."""
+    name = f"bench-{delivery.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+    spec = {
+        "name": name,
+        "source": {
+            "kafka": {
+                "bootstrap_servers": bootstrap,
+                "topics": [source],
+                "starting_offsets": "earliest",
+            }
+        },
+        "transform": {"sql": "SELECT key, value, headers FROM input"},
+        "sink": {"kafka": {"bootstrap_servers": bootstrap, "topic": sink}},
+        "delivery": delivery,
+        "checkpoint": {"interval_ms": 1000, "timeout_ms": 120000},
+        "tasks_max": tasks_max,
+        "errors": {"tolerance": "none"},
+    }
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    began = time.monotonic()
+    created = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lockgate.client.cli",
+            "pipeline",
+            "create",
+            "-f",
+            str(path),
+            "-c",
+            coordinators,
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    if created.returncode != 0:
+        raise RuntimeError(f"lockgate pipeline create failed:\n{created.stdout}{created.stderr}")
+    peak = 0.0
+    complete_at = 0
+
+    def done() -> bool:
+        # Done when a COMMITTED checkpoint covers the whole input (GetOffsets answers the
+        # last COMPLETE one's offsets, whose commit may still be under way).
+        nonlocal peak, complete_at
+        peak = max(peak, tree_rss_mb(executor_pid))
+        try:
+            if not complete_at:
+                answer = stub.GetOffsets(
+                    coordinator_pb2.GetOffsetsRequest(pipeline_name=name), timeout=5
+                )
+                if sum(int(o.offset) for o in answer.offsets) >= records:
+                    complete_at = int(answer.checkpoint_id)
+                return False
+            status = stub.GetPipelineStatus(
+                coordinator_pb2.GetPipelineStatusRequest(name=name), timeout=5
+            )
+        except grpc.RpcError:
+            return False
+        return int(status.last_committed_checkpoint_id) >= complete_at
+
+    wait_until(
+        done, timeout_s=3600, description=f"{name} to copy {records} records", interval_s=0.2
+    )
+    seconds = time.monotonic() - began
+    stub.StopPipeline(coordinator_pb2.StopPipelineRequest(name=name), timeout=30)
+    return seconds, peak
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the four contenders and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--spark-master", default="local[2]")
+    args = parser.parse_args(argv)
+    if args.records < 1 or args.partitions < 1 or args.value_bytes < 10:
+        parser.error("--records and --partitions must be >= 1, --value-bytes >= 10")
+
+    with tempfile.TemporaryDirectory(prefix="lockgate-bench-") as tmp:
+        home = Path(tmp)
+        started: list[tuple[Path, RunningProcess]] = []
+
+        def start(spec: ProcessSpec, where: Path) -> RunningProcess:
+            process = start_process(spec, home=where)
+            started.append((where, process))
+            return process
+
+        try:
+            config = KafkaBrokerConfig(
+                home=home / "kafka", port=_free_port(), controller_port=_free_port()
+            )
+            start(broker_spec(config), config.home)
+            bootstrap = config.bootstrap_servers
+            coordinator_port, executor_port = _free_port(), _free_port()
+            coordinator = f"127.0.0.1:{coordinator_port}"
+            start(
+                coordinator_spec(
+                    coordinator_id="c1", port=coordinator_port, db_url=f"sqlite:///{home / 'c.db'}"
+                ),
+                home,
+            )
+            t0 = time.monotonic()
+            executor = start(
+                executor_spec(
+                    executor_id="e1",
+                    port=executor_port,
+                    coordinators=[coordinator],
+                    spark_master=args.spark_master,
+                    spark_conf={},
+                ),
+                home,
+            )
+            print(
+                f"executor ready (Spark {args.spark_master}, warm-up included) in "
+                f"{time.monotonic() - t0:.1f}s"
+            )
+            source = f"bench-in-{uuid.uuid4().hex[:6]}"
+            create_topic(bootstrap, source, partitions=args.partitions)
+            t0 = time.monotonic()
+            produce_input(
+                bootstrap,
+                source,
+                records=args.records,
+                partitions=args.partitions,
+                size=args.value_bytes,
+            )
+            print(
+                f"input: {args.records:,} records x {args.value_bytes} B in "
+                f"{time.monotonic() - t0:.1f}s"
+            )
+
+            figures: dict[str, Figure] = {}
+            with open_channel([coordinator]) as channel:
+                stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+                for key, delivery in (("a", "exactly_once"), ("b", "at_least_once")):
+                    sink = f"bench-out-{key}-{uuid.uuid4().hex[:6]}"
+                    create_topic(bootstrap, sink, partitions=args.partitions)
+                    seconds, rss = run_pipeline(
+                        stub,
+                        bootstrap=bootstrap,
+                        source=source,
+                        sink=sink,
+                        records=args.records,
+                        delivery=delivery,
+                        tasks_max=args.partitions,
+                        executor_pid=executor.pid,
+                        directory=home,
+                        coordinators=coordinator,
+                    )
+                    out = len(read_visible(bootstrap, sink, timeout_s=300))
+                    assert out >= args.records, f"{delivery}: only {out} records visible"
+                    figures[key] = Figure(
+                        f"({key}) lockgate {delivery}", args.records, seconds, args.value_bytes, rss
+                    )
+            sink = f"bench-out-c-{uuid.uuid4().hex[:6]}"
+            create_topic(bootstrap, sink, partitions=args.partitions)
+            figures["c"] = Figure(
+                "(c) confluent-kafka loop",
+                args.records,
+                run_plain_loop(bootstrap, source, sink, records=args.records),
+                args.value_bytes,
+            )
+            sink = f"bench-out-d-{uuid.uuid4().hex[:6]}"
+            create_topic(bootstrap, sink, partitions=args.partitions)
+            figures["d"] = Figure(
+                "(d) TransactionalMessageCopier",
+                args.records,
+                run_copiers(bootstrap, source, sink, partitions=args.partitions, home=home),
+                args.value_bytes,
+            )
+        finally:
+            for where, process in reversed(started):
+                stop_process(home=where, name=process.name)
+
+    print(f"\n{'contender':<34}{'records/s':>12}{'MB/s':>9}{'seconds':>9}{'executor RSS':>14}")
+    for figure in figures.values():
+        shown = f"{figure.rss_mb:,.0f} MB" if figure.rss_mb is not None else "-"
+        print(
+            f"{figure.name:<34}{figure.records_per_s:>12,.0f}{figure.mb_per_s:>9.2f}"
+            f"{figure.seconds:>9.1f}{shown:>14}"
+        )
+    a, b, d = figures["a"].records_per_s, figures["b"].records_per_s, figures["d"].records_per_s
+    print(f"\na/b = {a / b:.2f} (target >= 0.8)    a/d = {a / d:.2f} (target >= 1.0)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
