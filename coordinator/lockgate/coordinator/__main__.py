@@ -18,6 +18,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from lockgate.common.errors import LockgateError
+from lockgate.common.failpoints import FailpointConfigError, Failpoints
 from lockgate.common.grpc_server import ServerBindError, build_server
 from lockgate.common.telemetry import TelemetryConfigError, setup_telemetry
 from lockgate.coordinator.domain.assignment import (
@@ -166,7 +167,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         heartbeat_interval_ms=args.heartbeat_interval_ms,
         reassign_delay_ms=args.reassign_delay_ms,
     )
-    coordinator = Coordinator(store=store, settings=settings)
+    try:
+        failpoints = Failpoints.from_env()
+    except FailpointConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        store.close()
+        return 2
+    if failpoints.armed:
+        _LOG.warning(
+            "failpoints armed: %s",
+            ", ".join(f"{a.failpoint.value}@{a.on_hit}" for a in failpoints.armed),
+        )
+    coordinator = Coordinator(store=store, settings=settings, failpoints=failpoints)
     servicer = CoordinatorServicer(coordinator)
     try:
         server = build_server(

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from lockgate.common.errors import FieldViolation
+from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.coordinator.core import CoordinatorCore
 from lockgate.coordinator.domain.assignment import (
     DEFAULT_REASSIGN_DELAY_MS,
@@ -97,7 +98,6 @@ from lockgate.coordinator.executor_client import (
     sink_handle_pb,
 )
 from lockgate.coordinator.store.sql_store import SqlStore
-from lockgate.executor.failpoints import Failpoint, Failpoints
 from lockgate.v1 import common_pb2
 
 _LOG = logging.getLogger(__name__)
@@ -314,6 +314,7 @@ class Coordinator:
         settings: CoordinatorSettings,
         executor_client: ExecutorClient | None = None,
         topics: TopicPartitions | None = None,
+        failpoints: Failpoints | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -335,7 +336,7 @@ class Coordinator:
         self._backoff = _Backoff()
         # LOCKGATE_FAILPOINTS=after_complete_before_commit[@N] makes this process exit hard
         # between a COMPLETE checkpoint and its commit calls (fault tests only).
-        self._failpoints = Failpoints.from_env()
+        self._failpoints = failpoints or Failpoints()
         # One leader duty at a time: the work loop's pass, or a servicer thread finishing a
         # deleted pipeline's checkpoints (they share the retry schedule).
         self._duty_lock = threading.Lock()

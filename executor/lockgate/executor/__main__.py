@@ -21,10 +21,10 @@ from collections.abc import Sequence
 
 import grpc
 
+from lockgate.common.failpoints import FailpointConfigError, Failpoints
 from lockgate.common.grpc_client import open_channel
 from lockgate.common.grpc_server import ServerBindError, build_server
 from lockgate.common.telemetry import setup_telemetry
-from lockgate.executor.failpoints import FailpointConfigError, Failpoints
 from lockgate.executor.fencing import LeaderEpochFence
 from lockgate.executor.servicer import ExecutorServicer
 from lockgate.executor.worker import (

@@ -49,6 +49,7 @@ from lockgate.common.errors import (
     LockgateError,
     Unavailable,
 )
+from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.grpc_client import error_details
 from lockgate.common.kafka_transactions import (
     InvalidTransactionStateError,
@@ -62,7 +63,6 @@ from lockgate.common.kafka_transactions import (
     open_transactional_producer,
 )
 from lockgate.executor.errors import RecordError
-from lockgate.executor.failpoints import Failpoint, Failpoints
 from lockgate.executor.fencing import (
     ExecutorGeneration,
     LeaderEpoch,

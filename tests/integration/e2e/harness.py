@@ -41,7 +41,7 @@ from lockgate.localcluster.process import (
 from lockgate.localcluster.services import coordinator_spec, executor_spec
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
-#: Failpoint environment variable of the executor (see lockgate.executor.failpoints).
+#: Failpoint environment variable of the services (see lockgate.common.failpoints).
 FAILPOINTS_ENV = "LOCKGATE_FAILPOINTS"
 
 

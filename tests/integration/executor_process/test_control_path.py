@@ -11,7 +11,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from lockgate.executor.failpoints import FAILPOINT_EXIT_CODE
+from lockgate.common.failpoints import FAILPOINT_EXIT_CODE
 from lockgate.executor.servicer import fencing_failure_of
 from lockgate.v1 import common_pb2, executor_pb2
 from tests.integration.executor_process.scripted import (

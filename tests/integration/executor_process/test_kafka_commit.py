@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 import grpc
 import pytest
 
+from lockgate.common.failpoints import FAILPOINT_EXIT_CODE
 from lockgate.common.kafka_transactions import open_transactional_producer
-from lockgate.executor.failpoints import FAILPOINT_EXIT_CODE
 from lockgate.localcluster.kafka import read_visible
 from lockgate.v1 import common_pb2, coordinator_pb2, executor_pb2
 from tests.fixtures.kafka import KafkaBroker

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockgate.executor.failpoints import (
+from lockgate.common.failpoints import (
     FAILPOINTS_ENV,
     ArmedFailpoint,
     Failpoint,
