@@ -258,6 +258,8 @@ def _raw_kafka_source(
         value = _raw_format(source.format, f"{path}.format", extra)
         if value is not None:
             raw["format"] = value
+        if source.format.schema_registry_url:
+            raw["schema_registry_url"] = source.format.schema_registry_url
     if source.max_records_per_partition < 0:
         extra.append(
             _unsupported(
@@ -288,6 +290,8 @@ def _raw_kafka_sink(sink: common_pb2.KafkaSinkSpec, extra: list[SpecViolation]) 
         value = _raw_format(sink.format, f"{path}.format", extra)
         if value is not None:
             raw["format"] = value
+        if sink.format.schema_registry_url:
+            raw["schema_registry_url"] = sink.format.schema_registry_url
     if sink.transaction_timeout_ms < 0:
         extra.append(
             _unsupported(
@@ -314,14 +318,6 @@ def _raw_format(fmt: common_pb2.FormatSpec, path: str, extra: list[SpecViolation
                 f"{path}.key_format",
                 "key formats other than BYTES are not supported by this coordinator yet",
                 "leave key_format unset",
-            )
-        )
-    if fmt.schema_registry_url:
-        extra.append(
-            _unsupported(
-                f"{path}.schema_registry_url",
-                "is not supported by this coordinator version yet",
-                "leave it empty",
             )
         )
     if not fmt.value_format:
@@ -362,7 +358,8 @@ def spec_to_proto(spec: PipelineSpec) -> common_pb2.PipelineSpec:
                 topics=list(spec.source.topics),
                 starting_offsets=_STARTING_TO_PB[spec.source.starting_offsets],  # type: ignore[arg-type]
                 format=common_pb2.FormatSpec(
-                    value_format=_FORMAT_TO_PB[spec.source.format]  # type: ignore[arg-type]
+                    value_format=_FORMAT_TO_PB[spec.source.format],  # type: ignore[arg-type]
+                    schema_registry_url=spec.source.schema_registry_url or "",
                 ),
             )
         ),
@@ -371,7 +368,8 @@ def spec_to_proto(spec: PipelineSpec) -> common_pb2.PipelineSpec:
                 bootstrap_servers=spec.sink.bootstrap_servers,
                 topic=spec.sink.topic,
                 format=common_pb2.FormatSpec(
-                    value_format=_FORMAT_TO_PB[spec.sink.format]  # type: ignore[arg-type]
+                    value_format=_FORMAT_TO_PB[spec.sink.format],  # type: ignore[arg-type]
+                    schema_registry_url=spec.sink.schema_registry_url or "",
                 ),
             )
         ),

@@ -75,6 +75,7 @@ from lockgate.executor.spec import (
     RecordFormat,
     SqlTransform,
 )
+from lockgate.schema_registry.serde import RestSchemaFetcher, SerdeError
 
 PipelineName = NewType("PipelineName", str)
 TaskId = NewType("TaskId", str)
@@ -170,14 +171,16 @@ def _sink_column(frame: DataFrame, name: str, fmt: RecordFormat, field: str) -> 
     column = F.col(name)
     if isinstance(data_type, BinaryType | StringType):
         return column
-    if fmt is RecordFormat.JSON and isinstance(data_type, StructType | MapType | ArrayType):
+    if fmt in (RecordFormat.JSON, RecordFormat.AVRO) and isinstance(
+        data_type, StructType | MapType | ArrayType
+    ):
         return F.to_json(column)
     if fmt is RecordFormat.STRING:
         return column.cast("string")
     raise TransformError(
         f"the transform's {name!r} column is {data_type.simpleString()}, but {field} is"
         f" {fmt.value}: cast it to binary or string in the transform"
-        + (" (or use format json to serialise structs)" if fmt is RecordFormat.BYTES else "")
+        + (" (or use format json or avro for structs)" if fmt is RecordFormat.BYTES else "")
     )
 
 
@@ -277,6 +280,13 @@ def _check_topics_exist(spec: DataPlaneSpec) -> None:
                 f"sink topic {topic!r} does not exist on {spec.sink.bootstrap_servers};"
                 " create it or fix the spec"
             ) from exc
+    if spec.sink.format is RecordFormat.AVRO and spec.sink.schema_registry_url is not None:
+        # The writers encode with the subject's newest schema: a missing one fails here,
+        # once and plainly, rather than in every Spark task.
+        try:
+            RestSchemaFetcher(spec.sink.schema_registry_url).latest(spec.sink.value_subject)
+        except SerdeError as exc:
+            raise SinkError(f"sink.kafka.format avro: {exc}") from exc
 
 
 def run_precommit_batch(
@@ -322,6 +332,7 @@ def run_precommit_batch(
         .option("offset_ranges", ranges_to_option(ranges))
         .option("value_format", spec.source.format.value)
         .option("key_format", spec.source.key_format.value)
+        .option("schema_registry_url", spec.source.schema_registry_url or "")
         .option("on_bad_record", ON_BAD_RECORD_MARK if marked else ON_BAD_RECORD_FAIL)
         .option("max_offsets_per_split", str(split))
         .option("stall_timeout_s", str(options.stall_timeout_s))
@@ -357,6 +368,7 @@ def run_precommit_batch(
             .option("transactional_id_prefix", transactional_id_prefix)
             .option("value_format", spec.sink.format.value)
             .option("key_format", spec.sink.key_format.value)
+            .option("schema_registry_url", spec.sink.schema_registry_url or "")
             .option("tolerance", spec.errors.tolerance.value)
             .option("dead_letter_topic", spec.errors.dead_letter_topic or "")
             .option("transaction_timeout_ms", str(options.transaction_timeout_ms))

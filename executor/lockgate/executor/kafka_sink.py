@@ -77,6 +77,8 @@ class SinkOptions:
     transactional_id_prefix: str
     value_format: RecordFormat
     key_format: RecordFormat
+    #: The schema registry's REST URL, for the avro format ("" when unused).
+    schema_registry_url: str
     tolerance: ErrorTolerance
     dead_letter_topic: str | None
     result_path: str | None
@@ -106,6 +108,7 @@ class SinkOptions:
             transactional_id_prefix=prefix,
             value_format=RecordFormat(options.get("value_format", "bytes")),
             key_format=RecordFormat(options.get("key_format", "bytes")),
+            schema_registry_url=options.get("schema_registry_url", ""),
             tolerance=tolerance,
             dead_letter_topic=dead_letter_topic,
             result_path=options.get("result_path") or None,
@@ -159,8 +162,11 @@ class _PartitionWriter:
     def __init__(self, options: SinkOptions, write_partition: int) -> None:
         self._options = options
         self._write_partition = write_partition
-        self._key_codec: RecordCodec = codec_for(options.key_format)
-        self._value_codec: RecordCodec = codec_for(options.value_format)
+        url = options.schema_registry_url
+        self._key_codec: RecordCodec = codec_for(options.key_format, schema_registry_url=url)
+        self._value_codec: RecordCodec = codec_for(
+            options.value_format, schema_registry_url=url, subject=f"{options.topic}-value"
+        )
         self._producer: Producer | None = None
         self._txn: Any = None
         self._delivery_errors: list[str] = []

@@ -60,6 +60,8 @@ class SourceOptions:
     value_format: RecordFormat
     key_format: RecordFormat
     on_bad_record: str
+    #: The schema registry's REST URL, for the avro format ("" when unused).
+    schema_registry_url: str
     max_offsets_per_split: int
     stall_timeout_s: float
 
@@ -80,13 +82,15 @@ class SourceOptions:
             value_format=RecordFormat(options.get("value_format", "bytes")),
             key_format=RecordFormat(options.get("key_format", "bytes")),
             on_bad_record=on_bad,
+            schema_registry_url=options.get("schema_registry_url", ""),
             max_offsets_per_split=int(options.get("max_offsets_per_split", "0")),
             stall_timeout_s=float(options.get("stall_timeout_s", "60")),
         )
 
 
 def _spark_type(fmt: RecordFormat) -> str:
-    return codec_for(fmt).column_type
+    # Every codec but the bytes one yields text (avro and json as JSON text).
+    return "binary" if fmt is RecordFormat.BYTES else "string"
 
 
 def source_schema(value_format: RecordFormat, key_format: RecordFormat, *, marked: bool) -> str:
@@ -125,8 +129,9 @@ class _BatchBuilder:
     """
 
     def __init__(self, options: SourceOptions, offset_range: OffsetRange) -> None:
-        self._key_codec: RecordCodec = codec_for(options.key_format)
-        self._value_codec: RecordCodec = codec_for(options.value_format)
+        url = options.schema_registry_url
+        self._key_codec: RecordCodec = codec_for(options.key_format, schema_registry_url=url)
+        self._value_codec: RecordCodec = codec_for(options.value_format, schema_registry_url=url)
         self._raw_keys = options.key_format is RecordFormat.BYTES
         self._raw_values = options.value_format is RecordFormat.BYTES
         self._marked = options.on_bad_record == ON_BAD_RECORD_MARK

@@ -58,6 +58,8 @@ class KafkaSourceSpec:
     starting_offsets: StartingOffsets = "earliest"
     format: RecordFormat = RecordFormat.BYTES
     key_format: RecordFormat = RecordFormat.BYTES
+    #: Base URL of the schema registry's REST facade; required by the avro format.
+    schema_registry_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,13 @@ class KafkaSinkSpec:
     topic: str
     format: RecordFormat = RecordFormat.BYTES
     key_format: RecordFormat = RecordFormat.BYTES
+    #: Base URL of the schema registry's REST facade; required by the avro format.
+    schema_registry_url: str | None = None
+
+    @property
+    def value_subject(self) -> str:
+        """The subject whose newest schema avro values are written with (TopicNameStrategy)."""
+        return f"{self.topic}-value"
 
 
 @dataclass(frozen=True)
@@ -144,16 +153,29 @@ def _enum(enum_type: type[enum.Enum], value: object, field: str, default: Any) -
     return enum_type(value)
 
 
-def _check_format(fmt: RecordFormat, field: str) -> RecordFormat:
-    if fmt is RecordFormat.AVRO:
-        # Seam: Avro goes through lockgate.schema_registry.serde (Confluent wire format);
-        # formats.codec_for() is where it plugs in once that module exists.
+def _check_format(fmt: RecordFormat, field: str, *, registry_url: str | None, side: str) -> None:
+    if fmt is not RecordFormat.AVRO:
+        return
+    if field.endswith("key_format"):
+        raise SpecError(field, "avro keys are not supported; use bytes, string or json keys")
+    if registry_url is None:
         raise SpecError(
-            field,
-            "avro needs the schema registry serde, which this executor does not wire yet;"
-            " use bytes, string or json",
+            f"{side}.kafka.schema_registry_url",
+            "is required when the format is avro, e.g. http://127.0.0.1:8081",
         )
-    return fmt
+
+
+def _registry_url(kafka: Mapping[str, Any], side: str) -> str | None:
+    raw = kafka.get("schema_registry_url")
+    if raw is None or raw == "":
+        return None
+    url = _string(raw, f"{side}.kafka.schema_registry_url")
+    if not url.startswith(("http://", "https://")):
+        raise SpecError(
+            f"{side}.kafka.schema_registry_url",
+            f"must be an http:// or https:// URL, got {url!r}",
+        )
+    return url.rstrip("/")
 
 
 def _source(raw: Mapping[str, Any]) -> KafkaSourceSpec:
@@ -173,12 +195,16 @@ def _source(raw: Mapping[str, Any]) -> KafkaSourceSpec:
     key_fmt = _enum(
         RecordFormat, kafka.get("key_format"), "source.kafka.key_format", RecordFormat.BYTES
     )
+    registry_url = _registry_url(kafka, "source")
+    _check_format(fmt, "source.kafka.format", registry_url=registry_url, side="source")
+    _check_format(key_fmt, "source.kafka.key_format", registry_url=registry_url, side="source")
     return KafkaSourceSpec(
         bootstrap_servers=_string(kafka.get("bootstrap_servers"), "source.kafka.bootstrap_servers"),
         topics=topics,
         starting_offsets=str(starting),
-        format=_check_format(fmt, "source.kafka.format"),
-        key_format=_check_format(key_fmt, "source.kafka.key_format"),
+        format=fmt,
+        key_format=key_fmt,
+        schema_registry_url=registry_url,
     )
 
 
@@ -205,11 +231,15 @@ def _sink(raw: Mapping[str, Any]) -> KafkaSinkSpec:
     key_fmt = _enum(
         RecordFormat, kafka.get("key_format"), "sink.kafka.key_format", RecordFormat.BYTES
     )
+    registry_url = _registry_url(kafka, "sink")
+    _check_format(fmt, "sink.kafka.format", registry_url=registry_url, side="sink")
+    _check_format(key_fmt, "sink.kafka.key_format", registry_url=registry_url, side="sink")
     return KafkaSinkSpec(
         bootstrap_servers=_string(kafka.get("bootstrap_servers"), "sink.kafka.bootstrap_servers"),
         topic=_topic(kafka.get("topic"), "sink.kafka.topic"),
-        format=_check_format(fmt, "sink.kafka.format"),
-        key_format=_check_format(key_fmt, "sink.kafka.key_format"),
+        format=fmt,
+        key_format=key_fmt,
+        schema_registry_url=registry_url,
     )
 
 

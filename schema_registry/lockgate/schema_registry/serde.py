@@ -38,6 +38,11 @@ class SerdeError(ValueError):
     """A record cannot be framed, unframed, encoded or decoded; the message says why."""
 
 
+class RegistryUnavailable(SerdeError):
+    """The registry could not be asked (unreachable, or a 5xx answer): the record itself may
+    be fine, so callers must retry or fail, never treat the record as bad."""
+
+
 def frame(schema_id: int, payload: bytes) -> bytes:
     """Prefix an Avro payload with the magic byte and the schema id."""
     if not 0 <= schema_id <= 0xFFFFFFFF:
@@ -73,21 +78,41 @@ class RestSchemaFetcher:
         self.registry_url = registry_url.rstrip("/")
         self.timeout_s = timeout_s
 
-    def __call__(self, schema_id: int) -> str:
-        """The schema text of ``schema_id``; SerdeError if the registry does not know it."""
-        url = f"{self.registry_url}/schemas/ids/{schema_id}"
+    def _get(self, path: str, *, what: str, not_found: str | None = None) -> Any:
+        """GET ``path`` of the REST facade as JSON. A 404 is ``SerdeError(not_found)`` when
+        given; unreachable or 5xx is ``RegistryUnavailable``; other answers ``SerdeError``."""
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as response:
-                body = json.loads(response.read())
+            with urllib.request.urlopen(self.registry_url + path, timeout=self.timeout_s) as r:
+                return json.loads(r.read())
         except urllib.error.HTTPError as exc:
-            raise SerdeError(
-                f"schema id {schema_id}: the registry at {self.registry_url} answered {exc.code}"
+            if exc.code == 404 and not_found is not None:
+                raise SerdeError(not_found) from None
+            error = RegistryUnavailable if exc.code >= 500 else SerdeError
+            raise error(
+                f"{what}: the registry at {self.registry_url} answered {exc.code}"
             ) from None
         except urllib.error.URLError as exc:
-            raise SerdeError(
+            raise RegistryUnavailable(
                 f"cannot reach the schema registry at {self.registry_url}: {exc.reason}"
             ) from None
+
+    def __call__(self, schema_id: int) -> str:
+        """The schema text of ``schema_id``; SerdeError if the registry does not know it."""
+        body = self._get(f"/schemas/ids/{schema_id}", what=f"schema id {schema_id}")
         return str(body["schema"])
+
+    def latest(self, subject: str) -> tuple[int, str]:
+        """The id and text of the newest version under ``subject``; SerdeError if none."""
+        body = self._get(
+            f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest",
+            what=f"subject {subject!r}",
+            not_found=(
+                f"the schema registry at {self.registry_url} has no schema under subject"
+                f" {subject!r}: register the output schema first, e.g."
+                f" `lockgate schema register {subject} schema.avsc`"
+            ),
+        )
+        return int(body["id"]), str(body["schema"])
 
     def register(self, subject: str, schema: str) -> int:
         """Register ``schema`` under ``subject`` (idempotent) and return its id."""

@@ -6,11 +6,14 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -33,6 +36,7 @@ from lockgate.executor.kafka_sink import (
 )
 from lockgate.executor.offsets import OffsetRange, snapshot_offset_ranges
 from lockgate.executor.spec import DataPlaneSpec, parse_data_plane_spec
+from tests.fixtures.schema_registry import RegistryProcess, start_registry
 from tests.integration.executor.conftest import produce, read_topic, stable_end_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -371,3 +375,155 @@ def test_spark_task_retry_fences_the_failed_attempts_transaction(
     # The first attempt did write into the log before it died; fencing made it invisible.
     [log_end] = stable_end_offsets(bootstrap, sink, 1, committed=False)
     assert log_end > count + 1, "the first attempt wrote nothing: the test proved nothing"
+
+
+# ---------------------------------------------------------------------------------------
+# Avro through the schema registry (Confluent's own serializer in, deserializer out)
+
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "item", "type": "string"},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+SHIPMENT = {
+    "type": "record",
+    "name": "Shipment",
+    "namespace": "shop",
+    "fields": [
+        {"name": "order_id", "type": "long"},
+        {"name": "item", "type": "string"},
+        {"name": "priority", "type": "boolean", "default": False},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryProcess]:
+    """Lockgate's schema registry as a process, shared by the Avro tests of this module."""
+    running = start_registry(f"sqlite:///{tmp_path_factory.mktemp('registry') / 'r.db'}")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _produce_avro(
+    bootstrap: str, registry: RegistryProcess, topic: str, orders: list[dict[str, Any]]
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    serializer = AvroSerializer(client, json.dumps(ORDER))
+    produce(
+        bootstrap,
+        topic,
+        [
+            (
+                str(order["id"]).encode(),
+                serializer(order, SerializationContext(topic, MessageField.VALUE)),
+            )
+            for order in orders
+        ],
+        partition=0,
+    )
+
+
+def _avro_spec(bootstrap: str, url: str, source: str, sink: str, **extra: Any) -> DataPlaneSpec:
+    return _spec(
+        bootstrap,
+        source,
+        sink,
+        source_kafka={"format": "avro", "schema_registry_url": url},
+        sink_kafka={"format": "avro", "schema_registry_url": url},
+        **extra,
+    )
+
+
+def test_avro_in_sql_avro_out_read_by_confluents_deserializer(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str], registry: Any
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
+    orders = [{"id": i, "item": f"item-{i}", "note": None if i % 2 else "gift"} for i in range(30)]
+    _produce_avro(bootstrap, registry, source, orders)
+    client = SchemaRegistryClient({"url": registry.url})
+    client.register_schema(f"{sink}-value", Schema(json.dumps(SHIPMENT), "AVRO"))
+    spec = _avro_spec(
+        bootstrap,
+        registry.url,
+        source,
+        sink,
+        # The avro value is JSON text in Spark; the output struct is written with the
+        # newest schema of "<sink>-value", its missing field taking the default.
+        transform={
+            "sql": "SELECT key, named_struct("
+            "'order_id', CAST(get_json_object(value, '$.id') AS BIGINT), "
+            "'item', upper(get_json_object(value, '$.item'))) AS value "
+            "FROM input WHERE get_json_object(value, '$.note') IS NULL"
+        },
+    )
+    result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
+    assert (result.records_in, result.records_out) == (30, 15)
+    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    output = _wait_visible(bootstrap, sink, 1, 15)
+    deserializer = AvroDeserializer(client)
+    decoded = [
+        deserializer(r.value, SerializationContext(sink, MessageField.VALUE)) for r in output
+    ]
+    assert decoded == [
+        {"order_id": i, "item": f"ITEM-{i}", "priority": False} for i in range(1, 30, 2)
+    ]
+
+
+def test_undecodable_avro_fails_the_task_with_its_location_or_goes_to_the_dead_letters(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str], registry: Any
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
+    dlq = new_topic(partitions=1, prefix="dlq")
+    _produce_avro(bootstrap, registry, source, [{"id": i, "item": "x"} for i in range(5)])
+    produce(bootstrap, source, [(b"bad", b"plain text, not Avro")], partition=0)  # offset 5
+    _produce_avro(bootstrap, registry, source, [{"id": i, "item": "y"} for i in range(5, 9)])
+    SchemaRegistryClient({"url": registry.url}).register_schema(
+        f"{sink}-value", Schema(json.dumps(ORDER), "AVRO")
+    )
+
+    with pytest.raises(RecordError) as failure:
+        _run(
+            spark,
+            _avro_spec(bootstrap, registry.url, source, sink),
+            _ranges(bootstrap, source),
+            _prefix(),
+        )
+    location = failure.value.location
+    assert (location.topic, location.partition, location.offset) == (source, 0, 5)
+    assert "magic byte" in failure.value.record_reason
+
+    spec = _avro_spec(
+        bootstrap, registry.url, source, sink, errors={"tolerance": "all", "dead_letter_topic": dlq}
+    )
+    result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
+    assert (result.records_in, result.records_out, result.dead_lettered) == (10, 9, 1)
+    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    assert len(_wait_visible(bootstrap, sink, 1, 9)) == 9
+    [dead] = _wait_visible(bootstrap, dlq, 1, 1)
+    assert (dead.key, dead.value) == (b"bad", b"plain text, not Avro")
+    assert dict(dead.headers)[ERROR_HEADER_OFFSET] == b"5"
+
+
+def test_avro_sink_without_a_registered_schema_names_the_subject(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str], registry: Any
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
+    _produce_avro(bootstrap, registry, source, [{"id": 1, "item": "x"}])
+    with pytest.raises(SinkError, match=f"{sink}-value.*lockgate schema register"):
+        _run(
+            spark,
+            _avro_spec(bootstrap, registry.url, source, sink),
+            _ranges(bootstrap, source),
+            _prefix(),
+        )

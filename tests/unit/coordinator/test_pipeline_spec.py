@@ -159,3 +159,20 @@ def test_all_violations_reported_at_once_in_one_error() -> None:
 
 def test_not_a_mapping() -> None:
     assert fields(["name"]) == [""]
+
+
+def test_avro_needs_the_registry_url_on_its_side() -> None:
+    raw = valid()
+    raw["source"]["kafka"]["format"] = "avro"
+    raw["sink"]["kafka"]["format"] = "avro"
+    assert fields(raw) == ["source.kafka.schema_registry_url", "sink.kafka.schema_registry_url"]
+    raw["source"]["kafka"]["schema_registry_url"] = "http://127.0.0.1:8081/"
+    raw["sink"]["kafka"]["schema_registry_url"] = "127.0.0.1:8081"
+    violations = validate_pipeline_spec(raw)
+    assert [v.field for v in violations] == ["sink.kafka.schema_registry_url"]
+    assert "http://" in violations[0].description + (violations[0].fix or "")
+    raw["sink"]["kafka"]["schema_registry_url"] = "https://registry.example:8081"
+    spec = parse_pipeline_spec(raw)
+    assert spec.source.schema_registry_url == "http://127.0.0.1:8081"
+    assert spec.sink.format is RecordFormat.AVRO
+    assert parse_pipeline_spec(spec.to_json()) == spec

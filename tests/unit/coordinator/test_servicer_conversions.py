@@ -213,3 +213,20 @@ def test_the_lease_keeper_makes_a_free_lease_ours(tmp_path: Path) -> None:
         assert (fence.holder, fence.leader_epoch) == ("c1", 1)
     finally:
         store.close()
+
+
+def test_avro_format_and_registry_url_survive_the_round_trip() -> None:
+    proto = valid_spec()
+    avro = common_pb2.FormatSpec(
+        value_format=common_pb2.DATA_FORMAT_AVRO, schema_registry_url="http://127.0.0.1:8081"
+    )
+    proto.source.kafka.format.CopyFrom(avro)
+    proto.sink.kafka.format.CopyFrom(avro)
+    spec = spec_from_proto(proto)
+    assert spec.sink.format is RecordFormat.AVRO
+    assert spec.sink.schema_registry_url == "http://127.0.0.1:8081"
+    back = spec_to_proto(spec)
+    assert back.sink.kafka.format == avro
+    assert back.source.kafka.format == avro
+    proto.sink.kafka.format.schema_registry_url = ""
+    assert "sink.kafka.schema_registry_url" in fields(proto)

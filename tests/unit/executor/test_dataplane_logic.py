@@ -81,7 +81,10 @@ def _with(path: str, value: Any) -> dict[str, Any]:
         ("source.kafka.topics", [], "source.kafka.topics", "non-empty"),
         ("source.kafka.topics", ["bad topic!"], "source.kafka.topics[0]", "legal Kafka topic"),
         ("source.kafka.format", "xml", "source.kafka.format", "bytes, string, json, avro"),
-        ("source.kafka.format", "avro", "source.kafka.format", "schema registry"),
+        ("source.kafka.format", "avro", "source.kafka.schema_registry_url", "required"),
+        ("sink.kafka.format", "avro", "sink.kafka.schema_registry_url", "required"),
+        ("source.kafka.key_format", "avro", "source.kafka.key_format", "avro keys"),
+        ("sink.kafka.schema_registry_url", "localhost:1", "sink.kafka.schema_registry_url", "http"),
         ("source.kafka.starting_offsets", "middle", "source.kafka.starting_offsets", "earliest"),
         ("sink.kafka.topic", None, "sink.kafka.topic", "non-empty"),
         ("delivery", "twice", "delivery", "exactly_once, at_least_once"),
@@ -139,8 +142,13 @@ def test_codecs() -> None:
     with pytest.raises(DecodeFailure, match="not valid JSON"):
         JsonCodec().encode("{nope")
     assert JsonCodec().decode(None) is None
-    with pytest.raises(NotImplementedError, match="schema_registry"):
+    with pytest.raises(ValueError, match="schema_registry_url"):
         codec_for(RecordFormat.AVRO)
+    avro = codec_for(RecordFormat.AVRO, schema_registry_url="http://127.0.0.1:8081")
+    assert avro.column_type == "string"
+    assert source_schema(RecordFormat.AVRO, RecordFormat.BYTES, marked=False).startswith(
+        "key binary, value string"
+    )
 
 
 def test_source_schema_types_follow_formats() -> None:

@@ -872,7 +872,8 @@ class FormatSpec(_message.Message):
     """Encoding of record values; unset means BYTES."""
     schema_registry_url: _builtins.str
     """Base URL of the schema registry (Confluent-compatible REST), e.g.
-    "http://127.0.0.1:8081"; required when key_format or value_format is AVRO.
+    "http://127.0.0.1:8081"; required when value_format is AVRO (AVRO keys are not
+    supported).
     """
     def __init__(
         self,
@@ -1019,8 +1020,9 @@ class KafkaSinkSpec(_message.Message):
     """
     @_builtins.property
     def format(self) -> Global___FormatSpec:
-        """How the sink records are encoded; unset means bytes keys and values. Avro value
-        schemas are registered under the subject "<topic>-value".
+        """How the sink records are encoded; unset means bytes keys and values. Avro values
+        are written with the newest schema registered under the subject "<topic>-value"
+        (register it before the pipeline runs).
         """
 
     def __init__(

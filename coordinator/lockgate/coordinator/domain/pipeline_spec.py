@@ -58,6 +58,8 @@ class KafkaSource:
     topics: tuple[str, ...]
     starting_offsets: StartingOffsets
     format: RecordFormat
+    schema_registry_url: str | None = None
+    """Base URL of the schema registry's REST facade; required by the avro format."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,9 @@ class KafkaSink:
     bootstrap_servers: str
     topic: str
     format: RecordFormat
+    schema_registry_url: str | None = None
+    """Base URL of the schema registry's REST facade; required by the avro format.
+    Avro values are written with the newest schema registered under `<topic>-value`."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,7 @@ class PipelineSpec:
                     "topics": list(self.source.topics),
                     "starting_offsets": self.source.starting_offsets.value,
                     "format": self.source.format.value,
+                    **_registry_json(self.source.schema_registry_url),
                 }
             },
             "transform": transform,
@@ -133,6 +139,7 @@ class PipelineSpec:
                     "bootstrap_servers": self.sink.bootstrap_servers,
                     "topic": self.sink.topic,
                     "format": self.sink.format.value,
+                    **_registry_json(self.sink.schema_registry_url),
                 }
             },
             "delivery": self.delivery.value,
@@ -150,6 +157,7 @@ DEFAULT_CHECKPOINT_TIMEOUT_MS = 60_000
 
 _TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _BOOTSTRAP_PATTERN = re.compile(r"^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$")
+_REGISTRY_URL_PATTERN = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 _PYTHON_REF_PATTERN = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 )
@@ -343,7 +351,11 @@ def _parse_source(c: _Checker, raw: Mapping[str, Any]) -> KafkaSource | None:
     if kafka is None:
         return None
     path = "source.kafka"
-    c.unknown_keys(kafka, ("bootstrap_servers", "topics", "starting_offsets", "format"), path)
+    c.unknown_keys(
+        kafka,
+        ("bootstrap_servers", "topics", "starting_offsets", "format", "schema_registry_url"),
+        path,
+    )
     servers = c.string(
         kafka,
         "bootstrap_servers",
@@ -361,10 +373,15 @@ def _parse_source(c: _Checker, raw: Mapping[str, Any]) -> KafkaSource | None:
         StartingOffsets.EARLIEST,
     )
     fmt = c.choice(kafka, "format", f"{path}.format", RecordFormat, RecordFormat.BYTES)
+    registry = _parse_registry_url(c, kafka, path, fmt)
     if servers is None or topics is None or starting is None or fmt is None:
         return None
     return KafkaSource(
-        bootstrap_servers=servers, topics=topics, starting_offsets=starting, format=fmt
+        bootstrap_servers=servers,
+        topics=topics,
+        starting_offsets=starting,
+        format=fmt,
+        schema_registry_url=registry,
     )
 
 
@@ -419,7 +436,7 @@ def _parse_sink(c: _Checker, raw: Mapping[str, Any]) -> KafkaSink | None:
     if kafka is None:
         return None
     path = "sink.kafka"
-    c.unknown_keys(kafka, ("bootstrap_servers", "topic", "format"), path)
+    c.unknown_keys(kafka, ("bootstrap_servers", "topic", "format", "schema_registry_url"), path)
     servers = c.string(
         kafka,
         "bootstrap_servers",
@@ -437,9 +454,37 @@ def _parse_sink(c: _Checker, raw: Mapping[str, Any]) -> KafkaSink | None:
         pattern_fix="use 1-249 characters from a-z A-Z 0-9 . _ -",
     )
     fmt = c.choice(kafka, "format", f"{path}.format", RecordFormat, RecordFormat.BYTES)
+    registry = _parse_registry_url(c, kafka, path, fmt)
     if servers is None or topic is None or fmt is None:
         return None
-    return KafkaSink(bootstrap_servers=servers, topic=topic, format=fmt)
+    return KafkaSink(
+        bootstrap_servers=servers, topic=topic, format=fmt, schema_registry_url=registry
+    )
+
+
+def _registry_json(url: str | None) -> dict[str, str]:
+    return {} if url is None else {"schema_registry_url": url}
+
+
+def _parse_registry_url(
+    c: _Checker, kafka: Mapping[str, Any], path: str, fmt: RecordFormat | None
+) -> str | None:
+    """`schema_registry_url`: an http(s) URL, required when the format is avro."""
+    url = c.string(
+        kafka,
+        "schema_registry_url",
+        f"{path}.schema_registry_url",
+        required=False,
+        pattern=_REGISTRY_URL_PATTERN,
+        pattern_fix="write the registry's REST address, e.g. http://127.0.0.1:8081",
+    )
+    if fmt is RecordFormat.AVRO and kafka.get("schema_registry_url") is None:
+        c.add(
+            f"{path}.schema_registry_url",
+            "is required when the format is avro",
+            "add the registry's REST address, e.g. `schema_registry_url: http://127.0.0.1:8081`",
+        )
+    return url.rstrip("/") if url is not None else None
 
 
 def _parse_checkpoint(c: _Checker, raw: Mapping[str, Any]) -> CheckpointConfig | None:
