@@ -206,13 +206,15 @@ def raw_spec_from_proto(
             checkpoint["interval_ms"] = spec.checkpoint.interval_ms
         if spec.checkpoint.timeout_ms:
             checkpoint["timeout_ms"] = spec.checkpoint.timeout_ms
-        if not 0 <= spec.checkpoint.max_concurrent <= MAX_CONCURRENT_CHECKPOINTS:
+        # The leader overlaps exactly MAX_CONCURRENT_CHECKPOINTS checkpoints per pipeline;
+        # another value would be silently not honoured, so it is refused.
+        if spec.checkpoint.max_concurrent not in (0, MAX_CONCURRENT_CHECKPOINTS):
             extra.append(
                 _unsupported(
                     "checkpoint.max_concurrent",
-                    f"must be between 0 and {MAX_CONCURRENT_CHECKPOINTS}, got "
-                    f"{spec.checkpoint.max_concurrent}",
-                    f"set it to 0 (default) or at most {MAX_CONCURRENT_CHECKPOINTS}",
+                    f"{spec.checkpoint.max_concurrent} is not supported by this coordinator,"
+                    f" which runs {MAX_CONCURRENT_CHECKPOINTS} checkpoints of a pipeline at once",
+                    f"set it to 0 (default) or {MAX_CONCURRENT_CHECKPOINTS}",
                 )
             )
         raw["checkpoint"] = checkpoint

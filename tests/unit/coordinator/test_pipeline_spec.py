@@ -29,7 +29,7 @@ def valid() -> dict[str, Any]:
                 "format": "json",
             }
         },
-        "transform": {"sql": "SELECT key, value FROM source"},
+        "transform": {"sql": "SELECT key, value FROM input"},
         "sink": {
             "kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic": "out", "format": "json"}
         },

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from lockgate.client.coordinator_cli import SpecFileError, read_spec_file, spec_from_mapping
-from lockgate.coordinator.servicer import spec_from_proto
+from lockgate.coordinator.servicer import spec_from_proto, spec_to_proto
+from lockgate.executor.spec import RecordFormat, parse_data_plane_spec
+from lockgate.executor.worker import pipeline_spec_to_mapping
 from lockgate.v1 import common_pb2
 
 PIPELINE_YAML = """
@@ -67,3 +69,19 @@ def test_wrong_value_type_is_reported(tmp_path: Path) -> None:
     with pytest.raises(SpecFileError) as raised:
         read_spec_file(path)
     assert "tasks_max" in str(raised.value)
+
+
+def test_avro_formats_in_a_pipeline_file_reach_the_executor_spec(tmp_path: Path) -> None:
+    avro = "{value_format: avro, schema_registry_url: 'http://127.0.0.1:8081'}"
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(
+        PIPELINE_YAML.replace("format: json", f"format: {avro}").replace(
+            "topic: orders-out", f"topic: orders-out\n    format: {avro}"
+        )
+    )
+    stored = spec_to_proto(spec_from_proto(read_spec_file(path)))
+    data_plane = parse_data_plane_spec(pipeline_spec_to_mapping(stored))
+    assert data_plane.source.format is RecordFormat.AVRO
+    assert data_plane.sink.format is RecordFormat.AVRO
+    assert data_plane.sink.schema_registry_url == "http://127.0.0.1:8081"
+    assert data_plane.sink.value_subject == "orders-out-value"

@@ -109,6 +109,10 @@ def test_fields_the_coordinator_cannot_keep_are_refused_not_dropped() -> None:
         "sink.kafka.transaction_timeout_ms",
         "checkpoint.max_concurrent",
     }
+    spec.checkpoint.max_concurrent = 1
+    assert "checkpoint.max_concurrent" in fields(spec)
+    spec.checkpoint.max_concurrent = 2
+    assert "checkpoint.max_concurrent" not in fields(spec)
 
 
 def precommit_request(**overrides: object) -> coordinator_pb2.ReportPrecommitRequest:

@@ -966,7 +966,8 @@ Global___SourceSpec: _TypeAlias = SourceSpec  # noqa: Y015
 class TransformSpec(_message.Message):
     """TransformSpec is what a pipeline does to each batch of source records. The input
     columns are key, value, topic, partition, offset, timestamp and headers; the output
-    must have a value column and may have key, headers and partition.
+    must have a value column and may have key, headers and timestamp (the sink picks the
+    output partition from the key, murmur2 as the Java clients do).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -1077,14 +1078,14 @@ class CheckpointSpec(_message.Message):
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     MAX_CONCURRENT_FIELD_NUMBER: _builtins.int
     interval_ms: _builtins.int
-    """Time between the triggers of two checkpoints, in milliseconds; > 0; 0 means 2000."""
+    """Time between the triggers of two checkpoints, in milliseconds; > 0; 0 means 1000."""
     timeout_ms: _builtins.int
     """Time after its trigger within which every task must pre-commit, or the checkpoint
     is aborted, in milliseconds; 0 means 60000.
     """
     max_concurrent: _builtins.int
     """Most checkpoints of the pipeline in flight at once (N+1 may pre-commit while N
-    commits); 0 means 2.
+    commits); 0 means 2, the only other value accepted.
     """
     def __init__(
         self,
@@ -1147,7 +1148,9 @@ class PipelineSpec(_message.Message):
     ERRORS_FIELD_NUMBER: _builtins.int
     ALLOW_REORDERING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    """Unique name of the pipeline: 1 to 100 characters of [a-zA-Z0-9._-]; cannot change."""
+    """Unique name of the pipeline: 1 to 63 lowercase letters, digits and '-', starting
+    with a letter; cannot change.
+    """
     delivery: Global___DeliveryGuarantee.ValueType
     """Delivery guarantee; unset means EXACTLY_ONCE."""
     tasks_max: _builtins.int

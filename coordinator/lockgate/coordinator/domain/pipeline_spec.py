@@ -64,7 +64,7 @@ class KafkaSource:
 
 @dataclass(frozen=True)
 class Transform:
-    """The PySpark step: a SQL statement over the view `source`, or a Python function."""
+    """The PySpark step: a SQL statement over the view `input`, or a Python function."""
 
     sql: str | None
     python: str | None

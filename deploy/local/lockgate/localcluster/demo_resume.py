@@ -3,8 +3,8 @@
 The foundation demo: a process pre-commits a Kafka transaction and is SIGKILLed; this
 process then commits that transaction from the recorded (transactional.id, producer id,
 epoch) without ever calling ``init_transactions``, and a ``read_committed`` consumer sees the
-dead process's records exactly once. It starts nothing itself (``make demo`` runs
-``cluster up`` first).
+dead process's records exactly once. It starts nothing itself: run ``make cluster-up``
+first (``make demo`` runs the pipeline demo, ``lockgate.localcluster.demo``).
 """
 
 from __future__ import annotations
