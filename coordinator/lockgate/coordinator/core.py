@@ -454,6 +454,15 @@ class CoordinatorCore:
             lambda f: self._store.record_precommit(fence=f, precommit=precommit)
         )
 
+    def precommits(self, precommits: Sequence[Precommit]) -> list[CheckpointRecord]:
+        """`precommit` for many reports in one transaction, all or nothing; returns each
+        report's checkpoint as it is afterwards. Leader-only."""
+        records = self._leader_call(
+            lambda f: self._store.record_precommits(fence=f, precommits=precommits)
+        )
+        by_checkpoint = {(r.pipeline_id, r.checkpoint_id): r for r in records}
+        return [by_checkpoint[(p.pipeline_id, p.checkpoint_id)] for p in precommits]
+
     def commit_acked(
         self, pipeline_id: PipelineId, checkpoint_id: CheckpointId, task_id: TaskId
     ) -> CheckpointRecord:

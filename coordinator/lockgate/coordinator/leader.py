@@ -97,6 +97,7 @@ from lockgate.coordinator.executor_client import (
     LeaderEpochRefused,
     sink_handle_pb,
 )
+from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.store.sql_store import SqlStore
 from lockgate.v1 import common_pb2
 
@@ -337,6 +338,10 @@ class Coordinator:
         # LOCKGATE_FAILPOINTS=after_complete_before_commit[@N] makes this process exit hard
         # between a COMPLETE checkpoint and its commit calls (fault tests only).
         self._failpoints = failpoints or Failpoints()
+        self._precommits: GroupCommit[Precommit, CheckpointRecord] = GroupCommit(
+            write_batch=lambda batch: self._leader(lambda: self.core.precommits(batch)),
+            write_one=lambda one: self._leader(lambda: self.core.precommit(one)),
+        )
         # One leader duty at a time: the work loop's pass, or a servicer thread finishing a
         # deleted pipeline's checkpoints (they share the retry schedule).
         self._duty_lock = threading.Lock()
@@ -654,8 +659,9 @@ class Coordinator:
 
     def report_precommit(self, *, precommit: Precommit) -> CheckpointRecord:
         """Record a task's pre-commit of N; COMPLETE is written in the same transaction when
-        it was the last one. Leader-only. Wakes the loop to commit at once."""
-        record = self._leader(lambda: self.core.precommit(precommit))
+        it was the last one. Leader-only. Wakes the loop to commit at once. Reports that
+        arrive together share one transaction (group commit)."""
+        record = self._precommits.submit(precommit)
         if record.state is CheckpointState.COMPLETE:
             self.wake()
         return record

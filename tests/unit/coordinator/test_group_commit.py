@@ -1,0 +1,131 @@
+"""Group commit of concurrent reports: batched when they overlap, each answered on its own."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from lockgate.coordinator.group_commit import GroupCommit
+
+
+class Writes:
+    """A store that records its batches; the first batch blocks until released, so the
+    test can queue callers behind a running write deterministically."""
+
+    def __init__(self, *, refuse: int | None = None) -> None:
+        self.batches: list[list[int]] = []
+        self.singles: list[int] = []
+        self.refuse = refuse
+        self.first_started = threading.Event()
+        self.release_first = threading.Event()
+        self._lock = threading.Lock()
+
+    def _hold_first(self) -> None:
+        if not self.first_started.is_set():
+            self.first_started.set()
+            assert self.release_first.wait(10), "the test never released the first write"
+
+    def batch(self, items: Sequence[int]) -> list[int]:
+        with self._lock:
+            self.batches.append(list(items))
+        if self.refuse in items:
+            raise ValueError(f"item {self.refuse} refused")
+        return [item * 10 for item in items]
+
+    def one(self, item: int) -> int:
+        self._hold_first()
+        with self._lock:
+            self.singles.append(item)
+        if item == self.refuse:
+            raise ValueError(f"item {item} refused")
+        return item * 10
+
+
+def _queue_behind_first_write(
+    group: GroupCommit[int, int], writes: Writes, items: Sequence[int], pool: ThreadPoolExecutor
+) -> list[object]:
+    first = pool.submit(group.submit, items[0])
+    assert writes.first_started.wait(10)
+    rest = [pool.submit(group.submit, item) for item in items[1:]]
+    # Wait (with a deadline) until every later caller is queued behind the running write.
+    deadline = time.monotonic() + 10
+    while True:
+        with group._lock:
+            if len(group._queue) == len(items) - 1:
+                break
+        assert time.monotonic() < deadline, "callers did not queue up"
+        time.sleep(0.001)  # polling pace of the condition above
+    writes.release_first.set()
+    return [first, *rest]
+
+
+def test_callers_that_arrive_during_a_write_share_the_next_one() -> None:
+    writes = Writes()
+    group: GroupCommit[int, int] = GroupCommit(write_batch=writes.batch, write_one=writes.one)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = _queue_behind_first_write(group, writes, list(range(1, 9)), pool)
+        results = [f.result(timeout=10) for f in futures]  # type: ignore[attr-defined]
+    assert results == [i * 10 for i in range(1, 9)]
+    assert writes.singles == [1]  # the first was alone
+    assert writes.batches == [list(range(2, 9))]  # the seven that waited: one write
+
+
+def test_a_refused_item_fails_alone_and_the_rest_of_its_batch_succeeds() -> None:
+    writes = Writes(refuse=5)
+    group: GroupCommit[int, int] = GroupCommit(write_batch=writes.batch, write_one=writes.one)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = _queue_behind_first_write(group, writes, list(range(1, 9)), pool)
+        outcomes: list[object] = []
+        for future in futures:
+            try:
+                outcomes.append(future.result(timeout=10))  # type: ignore[attr-defined]
+            except ValueError as exc:
+                outcomes.append(str(exc))
+    assert outcomes == [10, 20, 30, 40, "item 5 refused", 60, 70, 80]
+    assert sorted(writes.singles) == list(range(1, 9))  # 1 alone, then 2..8 one by one
+
+
+def test_batches_are_bounded_and_every_caller_is_answered() -> None:
+    writes = Writes()
+    group: GroupCommit[int, int] = GroupCommit(
+        write_batch=writes.batch, write_one=writes.one, max_batch=3
+    )
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        futures = _queue_behind_first_write(group, writes, list(range(1, 11)), pool)
+        results = [f.result(timeout=10) for f in futures]  # type: ignore[attr-defined]
+    assert results == [i * 10 for i in range(1, 11)]
+    assert all(len(b) <= 3 for b in writes.batches)
+    assert sorted(i for b in writes.batches for i in b) + writes.singles == [
+        *range(2, 11),
+        1,
+    ]
+
+
+def test_many_concurrent_callers_each_get_their_own_result() -> None:
+    lock = threading.Lock()
+    written: list[int] = []
+
+    def batch(items: Sequence[int]) -> list[int]:
+        with lock:
+            written.extend(items)
+        return [-i for i in items]
+
+    def one(item: int) -> int:
+        with lock:
+            written.append(item)
+        return -item
+
+    group: GroupCommit[int, int] = GroupCommit(write_batch=batch, write_one=one)
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(group.submit, range(2000)))
+    assert results == [-i for i in range(2000)]
+    assert sorted(written) == list(range(2000))  # each written exactly once
+
+
+def test_max_batch_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_batch"):
+        GroupCommit(write_batch=lambda b: list(b), write_one=lambda i: i, max_batch=0)
