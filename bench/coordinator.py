@@ -765,7 +765,7 @@ def print_round_trip(result: RoundTripResult) -> None:
     per_report = percentile(result.precommit_ms, 0.5) / result.tasks
     print(
         f"          = {per_report:.1f} ms per task report at p50 (the {result.tasks} reports "
-        "are one write transaction each, serialised on the database)"
+        "arrive as separate RPCs; those that overlap share one write transaction)"
     )
     if result.leader_refusals:
         print(
