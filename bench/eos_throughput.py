@@ -52,7 +52,7 @@ from lockgate.localcluster.process import (
     wait_until,
 )
 from lockgate.localcluster.services import coordinator_spec, executor_spec
-from lockgate.v1 import coordinator_pb2, coordinator_pb2_grpc
+from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 COPIER = "org.apache.kafka.tools.TransactionalMessageCopier"
 
@@ -285,7 +285,28 @@ def run_pipeline(
     )
     seconds = time.monotonic() - began
     stub.StopPipeline(coordinator_pb2.StopPipelineRequest(name=name), timeout=30)
+    print_checkpoints(stub, name, delivery)
     return seconds, peak
+
+
+def print_checkpoints(
+    stub: coordinator_pb2_grpc.CoordinatorServiceStub, name: str, delivery: str
+) -> None:
+    """Where a Lockgate run's time went: its checkpoints, pre-commit and commit times."""
+    history = stub.ListCheckpoints(
+        coordinator_pb2.ListCheckpointsRequest(pipeline_name=name, page_size=1000), timeout=30
+    ).checkpoints
+    committed = [c for c in history if c.state == common_pb2.CHECKPOINT_STATE_COMMITTED]
+    if not committed:
+        return
+    precommit = sorted(c.precommit_duration_ms for c in committed)
+    commit = sorted(c.commit_duration_ms for c in committed)
+    print(
+        f"    {delivery}: {len(committed)} checkpoints committed of {len(history)}; "
+        f"pre-commit ms p50 {precommit[len(precommit) // 2]} max {precommit[-1]}"
+        f" (sum {sum(precommit)}); commit ms p50 {commit[len(commit) // 2]} max {commit[-1]}"
+        f" (sum {sum(commit)})"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
