@@ -373,16 +373,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"executor ready (Spark {args.spark_master}, warm-up included) in "
                 f"{time.monotonic() - t0:.1f}s"
             )
-            source = f"bench-in-{uuid.uuid4().hex[:6]}"
-            create_topic(bootstrap, source, partitions=args.partitions)
+
+            def new_topic(prefix: str, records: int = 0) -> str:
+                """A fresh topic, filled with ``records`` input records."""
+                topic = f"{prefix}-{uuid.uuid4().hex[:6]}"
+                create_topic(bootstrap, topic, partitions=args.partitions)
+                if records:
+                    produce_input(
+                        bootstrap,
+                        topic,
+                        records=records,
+                        partitions=args.partitions,
+                        size=args.value_bytes,
+                    )
+                return topic
+
             t0 = time.monotonic()
-            produce_input(
-                bootstrap,
-                source,
-                records=args.records,
-                partitions=args.partitions,
-                size=args.value_bytes,
-            )
+            source = new_topic("bench-in", args.records)
             print(
                 f"input: {args.records:,} records x {args.value_bytes} B in "
                 f"{time.monotonic() - t0:.1f}s"
@@ -391,63 +398,50 @@ def main(argv: Sequence[str] | None = None) -> int:
             figures: dict[str, Figure] = {}
             with open_channel([coordinator]) as channel:
                 stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
-                if args.warmup_records > 0:
-                    warmup_in = f"bench-warmup-in-{uuid.uuid4().hex[:6]}"
-                    warmup_out = f"bench-warmup-out-{uuid.uuid4().hex[:6]}"
-                    create_topic(bootstrap, warmup_in, partitions=args.partitions)
-                    create_topic(bootstrap, warmup_out, partitions=args.partitions)
-                    produce_input(
-                        bootstrap,
-                        warmup_in,
-                        records=args.warmup_records,
-                        partitions=args.partitions,
-                        size=args.value_bytes,
-                    )
-                    seconds, _ = run_pipeline(
-                        stub,
-                        bootstrap=bootstrap,
-                        source=warmup_in,
-                        sink=warmup_out,
-                        records=args.warmup_records,
-                        delivery="exactly_once",
-                        tasks_max=args.partitions,
-                        executor_pid=executor.pid,
-                        directory=home,
-                        coordinators=coordinator,
-                    )
-                    print(f"warm-up: {args.warmup_records:,} records in {seconds:.1f}s (untimed)")
-                runs = {"a": "exactly_once", "b": "at_least_once"}
-                for key in args.order:
-                    delivery = runs[key]
-                    sink = f"bench-out-{key}-{uuid.uuid4().hex[:6]}"
-                    create_topic(bootstrap, sink, partitions=args.partitions)
-                    seconds, rss = run_pipeline(
+
+                def copy(
+                    source: str, sink: str, records: int, delivery: str
+                ) -> tuple[float, float]:
+                    return run_pipeline(
                         stub,
                         bootstrap=bootstrap,
                         source=source,
                         sink=sink,
-                        records=args.records,
+                        records=records,
                         delivery=delivery,
                         tasks_max=args.partitions,
                         executor_pid=executor.pid,
                         directory=home,
                         coordinators=coordinator,
                     )
+
+                if args.warmup_records > 0:
+                    warmup_in = new_topic("bench-warmup-in", args.warmup_records)
+                    seconds, _ = copy(
+                        warmup_in,
+                        new_topic("bench-warmup-out"),
+                        args.warmup_records,
+                        "exactly_once",
+                    )
+                    print(f"warm-up: {args.warmup_records:,} records in {seconds:.1f}s (untimed)")
+                runs = {"a": "exactly_once", "b": "at_least_once"}
+                for key in args.order:
+                    delivery = runs[key]
+                    sink = new_topic(f"bench-out-{key}")
+                    seconds, rss = copy(source, sink, args.records, delivery)
                     out = len(read_visible(bootstrap, sink, timeout_s=300))
                     assert out >= args.records, f"{delivery}: only {out} records visible"
                     figures[key] = Figure(
                         f"({key}) lockgate {delivery}", args.records, seconds, args.value_bytes, rss
                     )
-            sink = f"bench-out-c-{uuid.uuid4().hex[:6]}"
-            create_topic(bootstrap, sink, partitions=args.partitions)
+            sink = new_topic("bench-out-c")
             figures["c"] = Figure(
                 "(c) confluent-kafka loop",
                 args.records,
                 run_plain_loop(bootstrap, source, sink, records=args.records),
                 args.value_bytes,
             )
-            sink = f"bench-out-d-{uuid.uuid4().hex[:6]}"
-            create_topic(bootstrap, sink, partitions=args.partitions)
+            sink = new_topic("bench-out-d")
             figures["d"] = Figure(
                 "(d) TransactionalMessageCopier",
                 args.records,
