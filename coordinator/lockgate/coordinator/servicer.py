@@ -927,7 +927,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     def _assignments(self, tasks: Iterable[TaskRecord]) -> list[coordinator_pb2.TaskAssignment]:
         pipelines: dict[PipelineId, PipelineRecord] = {}
         restored: dict[PipelineId, int] = {}
-        result: list[coordinator_pb2.TaskAssignment] = []
+        running: list[TaskRecord] = []
         for task in tasks:
             pipeline = pipelines.get(task.pipeline_id)
             if pipeline is None:
@@ -936,15 +936,22 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 restored[task.pipeline_id] = _restored_checkpoint(
                     self._store.get_offsets(pipeline_id=task.pipeline_id)
                 )
-            if pipeline.target_state is TargetState.STOPPED:
-                continue
-            restore = self._store.restore_state(task_id=task.task_id)
+            if pipeline.target_state is not TargetState.STOPPED:
+                running.append(task)
+        # One read for every task's restore state (a heartbeat of an executor with many
+        # tasks used to read each task's on its own).
+        restores = self._store.restore_states(task_ids=[t.task_id for t in running])
+        result: list[coordinator_pb2.TaskAssignment] = []
+        specs = {pid: spec_to_proto(p.spec) for pid, p in pipelines.items()}
+        for task in running:
+            pipeline = pipelines[task.pipeline_id]
+            restore = restores[task.task_id]
             result.append(
                 coordinator_pb2.TaskAssignment(
                     task_id=task_id_to_proto(task.task_id),
                     task_generation=task.generation,
                     config_version=pipeline.config_version,
-                    pipeline_spec=spec_to_proto(pipeline.spec),
+                    pipeline_spec=specs[task.pipeline_id],
                     source_partitions=[
                         common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
                         for tp in task.partitions

@@ -361,6 +361,11 @@ def test_new_leader_recovers_pending_commits_in_order(
     restore = third.restore_state(t0)
     assert restore.start_offsets == {TopicPartition("in", 0): 20, TopicPartition("in", 1): 20}
     assert [c.checkpoint_id for c in restore.to_commit] == [2]
+    # A heartbeat reads every task's restore state at once: each gets its own handles only.
+    both = third.store.restore_states(task_ids=[t0, t1])
+    assert both[t0] == restore
+    assert [[h.task_id for h in c.handles] for c in both[t1].to_commit] == [[t1]]
+    assert {(t.checkpoint_id, t.task_id) for t in both[t1].to_abort} == {(3, t1)}
     for task in (t0, t1):
         third.commit_acked(pid, C(2), task)
     assert third.store.list_pending_commits() == []

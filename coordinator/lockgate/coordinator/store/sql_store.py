@@ -21,6 +21,7 @@ conditional `UPDATE ... WHERE state = ...` statements check their row counts.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 from collections import defaultdict
@@ -1696,31 +1697,45 @@ class SqlStore:
         """What a (re)assigned task needs before reading (DESIGN.md step 5): the next offset
         of each of its partitions, its handles of COMPLETE-not-COMMITTED checkpoints
         (oldest first) to re-commit, and its never-COMPLETE transactions to abort."""
+        return self.restore_states(task_ids=[task_id])[task_id]
+
+    def restore_states(self, *, task_ids: Sequence[TaskId]) -> dict[TaskId, RestoreState]:
+        """`restore_state` of many tasks (a heartbeat's whole assignment) in one read
+        transaction, with a handful of queries per pipeline however many tasks it has."""
+        result: dict[TaskId, RestoreState] = {}
         with self._read() as conn:
-            task = self._task(conn, task_id)
-            offsets = {
-                TopicPartition(r.topic, int(r.partition)): int(r.next_offset)
-                for r in conn.execute(
-                    sa.select(source_offsets).where(
-                        source_offsets.c.pipeline_id == task.pipeline_id
+            by_pipeline: dict[PipelineId, list[TaskRecord]] = defaultdict(list)
+            for task_id in dict.fromkeys(task_ids):
+                task = self._task(conn, task_id)
+                by_pipeline[task.pipeline_id].append(task)
+            for pipeline_id, pipeline_tasks in by_pipeline.items():
+                offsets = {
+                    TopicPartition(r.topic, int(r.partition)): int(r.next_offset)
+                    for r in conn.execute(
+                        sa.select(source_offsets).where(source_offsets.c.pipeline_id == pipeline_id)
                     )
+                }
+                pending = self._pending_commits(conn, pipeline_id, task=None)
+                lingering = self._lingering(
+                    conn,
+                    pipeline_id,
+                    None,
+                    [CheckpointState.ABORTED.value, CheckpointState.TRIGGERED.value],
                 )
-            }
-            mine = {tp: offsets[tp] for tp in task.partitions if tp in offsets}
-            return RestoreState(
-                task_id=task_id,
-                task_generation=task.generation,
-                start_offsets=mine,
-                to_commit=tuple(self._pending_commits(conn, task.pipeline_id, task=task_id)),
-                to_abort=tuple(
-                    self._lingering(
-                        conn,
-                        task.pipeline_id,
-                        task_id,
-                        [CheckpointState.ABORTED.value, CheckpointState.TRIGGERED.value],
+                for task in pipeline_tasks:
+                    to_commit: list[PendingCommit] = []
+                    for commit in pending:
+                        mine = tuple(h for h in commit.handles if h.task_id == task.task_id)
+                        if mine:
+                            to_commit.append(dataclasses.replace(commit, handles=mine))
+                    result[task.task_id] = RestoreState(
+                        task_id=task.task_id,
+                        task_generation=task.generation,
+                        start_offsets={tp: offsets[tp] for tp in task.partitions if tp in offsets},
+                        to_commit=tuple(to_commit),
+                        to_abort=tuple(t for t in lingering if t.task_id == task.task_id),
                     )
-                ),
-            )
+        return result
 
     # ------------------------------------------------------------------ offsets
 
