@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -124,6 +125,9 @@ class CoordinatorCore:
         self._session_timeout_ms = session_timeout_ms
         self._reassign_delay_ms = reassign_delay_ms
         self._monotonic = monotonic
+        # This process's incarnation: a restarted replica of the same id never renews the
+        # term of the process before it (which may be paused, not dead).
+        self._incarnation = uuid.uuid4().hex
         self._role = LeaseRole.FOLLOWER
         self._fence: Fence | None = None
         self._trusted_until = 0.0
@@ -150,7 +154,10 @@ class CoordinatorCore:
         sent_at = self._monotonic()
         try:
             lease = self._store.try_acquire_lease(
-                holder=self._id, holder_address=self._address, lease_ms=self._lease_ms
+                holder=self._id,
+                holder_address=self._address,
+                lease_ms=self._lease_ms,
+                incarnation=self._incarnation,
             )
         except Exception:
             self._become(None, sent_at)
@@ -159,7 +166,9 @@ class CoordinatorCore:
         return lease
 
     def _become(self, lease: LeaseRecord | None, sent_at: float) -> None:
-        self._role = next_role(current=self._role, me=self._id, lease=lease)
+        self._role = next_role(
+            current=self._role, me=self._id, lease=lease, incarnation=self._incarnation
+        )
         if lease is not None:
             self._last_lease = lease
         if self._role is LeaseRole.LEADER and lease is not None:

@@ -189,6 +189,44 @@ def test_same_holder_reacquiring_after_expiry_gets_a_new_epoch(
     assert again.leader_epoch == 2
 
 
+def test_restarted_process_of_the_leader_gets_a_new_epoch_not_the_old_term(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """A coordinator restarted under the same id is a new incarnation: it must not renew
+    the term of the process before it (which may be paused, not dead), so it leads only
+    after that lease expires, with epoch + 1, and the old process's fence stops working."""
+    old_store, new_store = open_stores(), open_stores()
+    old = CoordinatorCore(
+        store=old_store,
+        coordinator_id=CoordinatorId("c1"),
+        advertise_address="c1:1",
+        lease_ms=1_000,
+    )
+    old.campaign()
+    assert old.role is LeaseRole.LEADER
+    old_fence = old.fence()
+    restarted = CoordinatorCore(
+        store=new_store,
+        coordinator_id=CoordinatorId("c1"),
+        advertise_address="c1:1",
+        lease_ms=1_000,
+    )
+    restarted.campaign()
+    assert restarted.role is LeaseRole.FOLLOWER, "took over an unexpired term of its old process"
+    assert new_store.read_lease().leader_epoch == old_fence.leader_epoch
+    old.campaign()  # the old process may still renew its own term
+    assert old.role is LeaseRole.LEADER
+
+    wait_for_expiry(new_store)
+    restarted.campaign()
+    assert restarted.role is LeaseRole.LEADER
+    assert restarted.fence().leader_epoch == old_fence.leader_epoch + 1
+    old.campaign()
+    assert old.role is LeaseRole.FOLLOWER
+    with pytest.raises(FencedError, match="no longer holds the lease"):
+        old_store.create_pipeline(fence=old_fence, spec=spec("zombie-incarnation"))
+
+
 def test_fenced_leader_cannot_write(open_stores: Callable[..., SqlStore]) -> None:
     old_store, new_store = open_stores(), open_stores()
     old = lead(old_store, "c1", lease_ms=300)
@@ -265,18 +303,7 @@ def test_released_lease_goes_to_the_next_replica_at_once(
 def test_facade_steps_down_when_fenced(open_stores: Callable[..., SqlStore]) -> None:
     s1, s2 = open_stores(), open_stores()
     c1 = CoordinatorCore(store=s1, coordinator_id=CoordinatorId("c1"), advertise_address="c1:1")
-    c2 = CoordinatorCore(
-        store=s2, coordinator_id=CoordinatorId("c2"), advertise_address="c2:1", lease_ms=2_000
-    )
-    c2.campaign()
-    assert c2.role is LeaseRole.LEADER
-    c1.campaign()
-    assert c1.role is LeaseRole.FOLLOWER
-    with pytest.raises(NotLeader, match="not the leader") as caught:
-        c1.create_pipeline(spec("x").to_json())
-    assert caught.value.leader_address == "c2:1"
-    # c2 keeps believing it leads (its local clock is frozen) while the lease expires and
-    # c1 takes over: its next write is fenced and it steps down.
+    # c2's local clock is frozen: it keeps believing it leads while its lease expires.
     frozen = CoordinatorCore(
         store=s2,
         coordinator_id=CoordinatorId("c2"),
@@ -285,6 +312,13 @@ def test_facade_steps_down_when_fenced(open_stores: Callable[..., SqlStore]) -> 
         monotonic=lambda: 0.0,
     )
     frozen.campaign()
+    assert frozen.role is LeaseRole.LEADER
+    c1.campaign()
+    assert c1.role is LeaseRole.FOLLOWER
+    with pytest.raises(NotLeader, match="not the leader") as caught:
+        c1.create_pipeline(spec("x").to_json())
+    assert caught.value.leader_address == "c2:1"
+    # The lease expires and c1 takes over: c2's next write is fenced and it steps down.
     wait_for_expiry(s1)
     assert c1.campaign().holder == "c1"
     with pytest.raises(FencedError):

@@ -32,6 +32,25 @@ def test_leads_only_with_an_unexpired_lease_in_its_name() -> None:
     assert next_role(current=LeaseRole.LEADER, me=ME, lease=None) is LeaseRole.FOLLOWER
 
 
+def test_a_term_of_another_incarnation_of_the_same_id_is_not_ours() -> None:
+    previous = LeaseRecord(
+        holder=ME,
+        holder_address="127.0.0.1:7070",
+        leader_epoch=LeaderEpoch(3),
+        expires_at_ms=10,
+        db_now_ms=5,
+        holder_incarnation="process-a",
+    )
+    assert (
+        next_role(current=LeaseRole.FOLLOWER, me=ME, lease=previous, incarnation="process-b")
+        is LeaseRole.FOLLOWER
+    )
+    assert (
+        next_role(current=LeaseRole.FOLLOWER, me=ME, lease=previous, incarnation="process-a")
+        is LeaseRole.LEADER
+    )
+
+
 def test_fence_only_when_held() -> None:
     assert lease("c1", 10, 5, epoch=7).fence == Fence(ME, LeaderEpoch(7))
     assert lease("c1", 5, 5).fence is None

@@ -4,10 +4,12 @@ Rules (the store's SQL implements them, these are the words):
 
 1. Acquire and renew are one compare-and-set statement whose expiry is computed from the
    *database's* clock inside the statement; a replica's own clock never decides who leads.
-2. Renewal (same holder, lease not yet expired) keeps `leader_epoch`. Any other successful
-   acquisition, including the same holder re-acquiring after its lease expired, adds one:
-   the old term may have been a paused process whose in-memory view is stale, so the new
-   term gets a new token.
+2. Renewal (same holder *and* same incarnation -- the same process --, lease not yet
+   expired) keeps `leader_epoch`. Any other successful acquisition, including the same
+   holder re-acquiring after its lease expired or a restarted process of the same id, adds
+   one: the old term may have been a paused process whose in-memory view is stale, so the
+   new term gets a new token. A restarted replica therefore waits for its previous
+   process's lease to expire like any other contender.
 3. Every state-changing transaction of the leader first checks, under a lock that keeps
    the lease row from changing until the transaction ends, that the row still names it
    with its epoch and an unexpired lease (`Fence`); otherwise nothing is written and
@@ -57,6 +59,8 @@ class LeaseRecord:
     leader_epoch: LeaderEpoch
     expires_at_ms: int
     db_now_ms: int
+    holder_incarnation: str = ""
+    """Which process of `holder` took the term ("" when the store was given none)."""
 
     @property
     def is_held(self) -> bool:
@@ -79,11 +83,23 @@ def local_deadline(*, sent_at_monotonic_s: float, lease_ms: int, safety_ms: int)
     return sent_at_monotonic_s + max(0, lease_ms - safety_ms) / 1000.0
 
 
-def next_role(*, current: LeaseRole, me: CoordinatorId, lease: LeaseRecord | None) -> LeaseRole:
+def next_role(
+    *,
+    current: LeaseRole,
+    me: CoordinatorId,
+    lease: LeaseRecord | None,
+    incarnation: str = "",
+) -> LeaseRole:
     """Return a replica's role after a lease attempt that left the row as `lease`.
 
     `lease` None means the attempt itself failed (database unreachable): a leader steps
-    down, because it can no longer prove it leads.
+    down, because it can no longer prove it leads. A row naming this id but another
+    incarnation is a previous process's term, not this one's.
     """
-    leads = lease is not None and lease.holder == me and lease.is_held
+    leads = (
+        lease is not None
+        and lease.holder == me
+        and lease.holder_incarnation == incarnation
+        and lease.is_held
+    )
     return transition_lease_role(current, LeaseRole.LEADER if leads else LeaseRole.FOLLOWER)

@@ -271,18 +271,31 @@ class SqlStore:
     # ------------------------------------------------------------------ leader lease
 
     def try_acquire_lease(
-        self, *, holder: CoordinatorId, holder_address: str, lease_ms: int
+        self,
+        *,
+        holder: CoordinatorId,
+        holder_address: str,
+        lease_ms: int,
+        incarnation: str = "",
     ) -> LeaseRecord:
         """Acquire or renew the lease in one compare-and-set statement; return the row after.
 
-        Succeeds when the lease is free or expired (epoch + 1) or already held by `holder`
-        and unexpired (renewal: epoch kept). The caller leads iff the returned row names it
-        and `is_held`. Expiry = database clock + `lease_ms`, computed inside the statement.
+        Succeeds when the lease is free or expired (epoch + 1) or already held, unexpired,
+        by this very process: `holder` *and* `incarnation` (renewal: epoch kept). A
+        restarted replica is a new incarnation of the same id: it waits for its previous
+        process's lease to expire and then leads with a new epoch, because that process may
+        only be paused, not dead. The caller leads iff the returned row names it and its
+        incarnation and `is_held`. Expiry = database clock + `lease_ms`, computed inside
+        the statement.
         """
         if lease_ms <= 0:
             raise InvalidArgument.for_field("lease_ms", f"must be > 0, got {lease_ms}")
         now = db_now_ms()
-        renewal = sa.and_(leader_lease.c.holder == holder, leader_lease.c.expires_at_ms > now)
+        renewal = sa.and_(
+            leader_lease.c.holder == holder,
+            sa.func.coalesce(leader_lease.c.holder_incarnation, "") == incarnation,
+            leader_lease.c.expires_at_ms > now,
+        )
         with self._write(None) as conn:
             conn.execute(
                 leader_lease.update()
@@ -296,6 +309,7 @@ class SqlStore:
                         else_=leader_lease.c.leader_epoch + 1,
                     ),
                     holder=holder,
+                    holder_incarnation=incarnation,
                     holder_address=holder_address,
                     expires_at_ms=now + lease_ms,
                 )
@@ -323,6 +337,7 @@ class SqlStore:
         row = conn.execute(
             sa.select(
                 leader_lease.c.holder,
+                leader_lease.c.holder_incarnation,
                 leader_lease.c.holder_address,
                 leader_lease.c.leader_epoch,
                 leader_lease.c.expires_at_ms,
@@ -331,6 +346,7 @@ class SqlStore:
         ).one()
         return LeaseRecord(
             holder=CoordinatorId(row.holder) if row.holder is not None else None,
+            holder_incarnation=row.holder_incarnation or "",
             holder_address=row.holder_address,
             leader_epoch=LeaderEpoch(int(row.leader_epoch)),
             expires_at_ms=int(row.expires_at_ms),

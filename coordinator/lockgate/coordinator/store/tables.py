@@ -18,6 +18,8 @@ leader_lease = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("holder", sa.String(255), nullable=True),
+    # Which process of `holder` took the term (a restarted replica is a new incarnation).
+    sa.Column("holder_incarnation", sa.String(64), nullable=True),
     sa.Column("holder_address", sa.String(255), nullable=True),
     sa.Column("leader_epoch", sa.BigInteger, nullable=False),
     sa.Column("expires_at_ms", sa.BigInteger, nullable=False),
