@@ -13,6 +13,16 @@ deregisters. Exit status: 0 after a signal, 2 for bad arguments, 1 if start-up f
 
 from __future__ import annotations
 
+import os
+
+# This process forks only to exec at once (PySpark launching the JVM of the SparkSession),
+# while gRPC's server and channel threads run. gRPC's fork handlers are for children that
+# go on using gRPC; run in a child about to exec they broke it now and then (measured: the
+# child died before exec, "Java gateway process exited before sending its port number",
+# with "Other threads are currently calling into gRPC, skipping fork() handlers" and an
+# epoll EBADF in the log). gRPC's own advice for fork+exec is to switch them off.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import argparse
 import dataclasses
 import logging
