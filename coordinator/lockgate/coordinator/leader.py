@@ -483,33 +483,12 @@ class Coordinator:
         except (StaleGeneration, IllegalTransition, NotFound) as exc:
             _LOG.info("task %s report ignored: %s", report.task_id, exc)
             return
-        if report.state in (TaskState.RUNNING, TaskState.PAUSED) and task.state not in (
-            TaskState.RUNNING,
-            TaskState.PAUSED,
-        ):
-            self._ack_restore(report.task_id)
+        # A task that restored re-committed and aborted handles of its restore state, but
+        # that state was read when the assignment was sent, not now: what it did is not
+        # recorded here. The commit and abort loops call the executors and record only
+        # what they were answered (a COMMITTED checkpoint whose handles were never
+        # committed would be lost for good when its slot is reused).
         self.wake()
-
-    def _ack_restore(self, task: TaskId) -> None:
-        """A task reporting RUNNING at a new generation has finished its restore state:
-        its commits and aborts are done (TaskRestoreState's contract)."""
-        try:
-            restore = self.core.restore_state(task)
-            for pending in restore.to_commit:
-                self._leader(
-                    lambda p=pending: self.core.commit_acked(  # type: ignore[misc]
-                        p.pipeline_id, p.checkpoint_id, task
-                    )
-                )
-            for lingering in restore.to_abort:
-                if lingering.checkpoint_state is CheckpointState.ABORTED:
-                    self._leader(
-                        lambda item=lingering: self.core.handles_aborted(  # type: ignore[misc]
-                            item.pipeline_id, item.checkpoint_id, task
-                        )
-                    )
-        except (FailedPrecondition, NotFound) as exc:
-            _LOG.info("restore ack of %s skipped: %s", task, exc)
 
     def deregister_executor(self, *, executor_id: ExecutorId, generation: Generation) -> None:
         """Remove an executor; its tasks move on the next pass. Leader-only."""

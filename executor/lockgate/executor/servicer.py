@@ -52,6 +52,10 @@ _LOG = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
+#: How long AbortCheckpoint waits for a running batch of the checkpoint when the call has
+#: no deadline.
+_ABORT_WAIT_DEFAULT_S = 30.0
+
 _TOKEN_TO_PROTO = {
     FencingToken.LEADER_EPOCH: common_pb2.FENCING_TOKEN_LEADER_EPOCH,
     FencingToken.EXECUTOR_GENERATION: common_pb2.FENCING_TOKEN_EXECUTOR_GENERATION,
@@ -306,11 +310,16 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             raise InvalidArgument.for_field("checkpoint_id", "must be >= 1")
         handles = self._handles(request.handles, "handles")
         started = self._clock()
+        remaining = context.time_remaining()
         count = self._runtime.abort_checkpoint(
             pipeline_name=pipeline,
             checkpoint_id=request.checkpoint_id,
             handles=handles,
             reason=request.reason,
+            # Answer before the caller's deadline, leaving time for the handles' aborts.
+            timeout_s=_ABORT_WAIT_DEFAULT_S
+            if remaining is None
+            else max(0.0, min(_ABORT_WAIT_DEFAULT_S, remaining / 2)),
         )
         return executor_pb2.AbortCheckpointResponse(
             handles_aborted=count,

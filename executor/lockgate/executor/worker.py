@@ -23,6 +23,14 @@ report was sent, or the very first report was refused). Once a report may have a
 the handles belong to the leader's decision: aborting them could destroy a COMPLETE
 checkpoint. The leader times out and aborts whatever it never completed.
 
+An aborted checkpoint's batch may still be running here (its task moved to another
+executor, or the leader gave up on it). That batch opens producers on its task slot's
+transactional ids, and ``init_transactions`` on one of them aborts whatever transaction the
+id has open -- once the leader reuses the slot, a later checkpoint's pre-committed one. So
+``AbortCheckpoint`` answers only when no batch of that checkpoint runs on this executor any
+more (``UNAVAILABLE`` while one does, and the leader retries); the leader reuses a slot only
+after every abort of its last checkpoint was answered.
+
 The data plane (Spark batch) is injected as a :class:`DataPlane`: :class:`SparkDataPlane`
 in production, :class:`ControlOnlyDataPlane` for tests of the control path only.
 """
@@ -702,6 +710,8 @@ class _Task:
     triggered: set[int] = field(default_factory=set)
     in_flight: set[int] = field(default_factory=set)
     cancelled: set[int] = field(default_factory=set)
+    #: Checkpoints whose batch has started and not yet ended (a subset of ``in_flight``).
+    running: set[int] = field(default_factory=set)
 
     def move(self, target: TaskPhase) -> None:
         if target is not self.phase:
@@ -768,8 +778,12 @@ class ExecutorRuntime:
         )
         self._clock = clock
         self._lock = threading.Lock()
+        #: Notified (under ``_lock``) whenever a batch ends.
+        self._batch_ended = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._tasks: dict[TaskRef, _Task] = {}
+        #: Stopped tasks whose batch is still running (see the module docstring).
+        self._draining: list[_Task] = []
         self._registration: Registration | None = None
         self._heartbeat_interval_s = settings.heartbeat_interval_ms / 1000
         self._session_timeout_s = settings.session_timeout_ms / 1000
@@ -1021,14 +1035,19 @@ class ExecutorRuntime:
         with self._lock:
             task.move(TaskPhase.STOPPED)
             task.cancelled.update(task.in_flight)
+            if task.running:
+                self._draining.append(task)
         # Queued pre-commits see STOPPED and skip; a running one aborts its own handles.
         task.queue.shutdown(wait=False, cancel_futures=True)
         _LOG.info("stopped task %s generation %d: %s", task.ref, task.generation, why)
 
     def _is_current(self, task: _Task, checkpoint_id: int | None = None) -> bool:
         with self._lock:
-            current = self._tasks.get(task.ref) is task and task.phase is not TaskPhase.STOPPED
-            return current and (checkpoint_id is None or checkpoint_id not in task.cancelled)
+            return self._is_current_locked(task, checkpoint_id)
+
+    def _is_current_locked(self, task: _Task, checkpoint_id: int | None = None) -> bool:
+        current = self._tasks.get(task.ref) is task and task.phase is not TaskPhase.STOPPED
+        return current and (checkpoint_id is None or checkpoint_id not in task.cancelled)
 
     # -- restore (step 5) ----------------------------------------------------------------
 
@@ -1235,6 +1254,10 @@ class ExecutorRuntime:
         finally:
             with self._lock:
                 task.in_flight.discard(work.checkpoint_id)
+                task.running.discard(work.checkpoint_id)
+                if not task.running and task in self._draining:
+                    self._draining.remove(task)
+                self._batch_ended.notify_all()
 
     def _precommit_and_report(
         self,
@@ -1245,9 +1268,13 @@ class ExecutorRuntime:
         deadline: float,
     ) -> None:
         what = f"task {task.ref} checkpoint {work.checkpoint_id}"
-        if not self._is_current(task, work.checkpoint_id):
-            _LOG.info("%s skipped: stopped or aborted before it started", what)
-            return
+        with self._lock:
+            # Checked and marked in one step: an abort either sees the batch running (and
+            # waits for it) or the batch sees the abort (and never starts).
+            if not self._is_current_locked(task, work.checkpoint_id):
+                _LOG.info("%s skipped: stopped or aborted before it started", what)
+                return
+            task.running.add(work.checkpoint_id)
         try:
             output = self._data_plane.run_precommit(work)
         except Exception as exc:
@@ -1433,13 +1460,36 @@ class ExecutorRuntime:
         checkpoint_id: int,
         handles: Sequence[KafkaHandle],
         reason: str,
+        timeout_s: float = 30.0,
     ) -> int:
-        """Cancel this executor's in-flight pre-commit of N and abort the given handles."""
+        """Cancel this executor's pre-commit of N, wait until no batch of N runs here any
+        more, then abort the given handles.
+
+        ``Unavailable`` if a batch of N still runs after ``timeout_s``: the caller retries,
+        and must not reuse N's transactional ids before this call succeeded (see the module
+        docstring).
+        """
+        what = f"abort of {pipeline_name} checkpoint {checkpoint_id}"
+
+        def batches_of_n() -> list[_Task]:
+            return [
+                t
+                for t in [*self._tasks.values(), *self._draining]
+                if t.ref.pipeline_name == pipeline_name and checkpoint_id in t.running
+            ]
+
         with self._lock:
             for task in self._tasks.values():
                 if task.ref.pipeline_name == pipeline_name:
                     task.cancelled.add(checkpoint_id)
-        what = f"abort of {pipeline_name} checkpoint {checkpoint_id}"
+            if not self._batch_ended.wait_for(lambda: not batches_of_n(), timeout=timeout_s):
+                running = ", ".join(str(t.ref) for t in batches_of_n())
+                raise Unavailable(
+                    f"{what}: the batch of {running} still runs on executor"
+                    f" {self.settings.executor_id} and may still open transactions on its"
+                    " transactional ids; retry once it ended",
+                    retry_after_seconds=1.0,
+                )
         count = self._finisher.abort(handles, what=what)
         _LOG.info("%s (%s): %d handles aborted", what, reason or "no reason given", count)
         return count

@@ -124,9 +124,13 @@ class ExecutorServiceServicer:
     def AbortCheckpoint(self, request, context):
         """AbortCheckpoint aborts the given sink handles of a checkpoint that will never be
         COMPLETE, and cancels the executor's own in-flight pre-commit of it, aborting what
-        that had opened. Idempotent: aborting an aborted or unknown handle succeeds.
-        Errors: FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
-        generation), UNAVAILABLE (Kafka unreachable: retry).
+        that had opened. It answers only once no batch of the checkpoint runs on this
+        executor any more, so after a success nothing of the checkpoint can still open a
+        transaction on its transactional ids (the leader reuses them only then).
+        Idempotent: aborting an aborted or unknown handle succeeds. Errors:
+        FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
+        generation), UNAVAILABLE (Kafka unreachable, or a batch of the checkpoint still
+        running: retry).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

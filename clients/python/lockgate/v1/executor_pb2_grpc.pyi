@@ -78,9 +78,13 @@ class ExecutorServiceStub:
     AbortCheckpoint: _grpc.UnaryUnaryMultiCallable[_executor_pb2.AbortCheckpointRequest, _executor_pb2.AbortCheckpointResponse]
     """AbortCheckpoint aborts the given sink handles of a checkpoint that will never be
     COMPLETE, and cancels the executor's own in-flight pre-commit of it, aborting what
-    that had opened. Idempotent: aborting an aborted or unknown handle succeeds.
-    Errors: FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
-    generation), UNAVAILABLE (Kafka unreachable: retry).
+    that had opened. It answers only once no batch of the checkpoint runs on this
+    executor any more, so after a success nothing of the checkpoint can still open a
+    transaction on its transactional ids (the leader reuses them only then).
+    Idempotent: aborting an aborted or unknown handle succeeds. Errors:
+    FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
+    generation), UNAVAILABLE (Kafka unreachable, or a batch of the checkpoint still
+    running: retry).
     """
     GetExecutorStatus: _grpc.UnaryUnaryMultiCallable[_executor_pb2.GetExecutorStatusRequest, _executor_pb2.GetExecutorStatusResponse]
     """GetExecutorStatus returns the executor's identity, the highest leader epoch it has
@@ -133,9 +137,13 @@ class ExecutorServiceAsyncStub(ExecutorServiceStub):
     AbortCheckpoint: _aio.UnaryUnaryMultiCallable[_executor_pb2.AbortCheckpointRequest, _executor_pb2.AbortCheckpointResponse]  # type: ignore[assignment]
     """AbortCheckpoint aborts the given sink handles of a checkpoint that will never be
     COMPLETE, and cancels the executor's own in-flight pre-commit of it, aborting what
-    that had opened. Idempotent: aborting an aborted or unknown handle succeeds.
-    Errors: FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
-    generation), UNAVAILABLE (Kafka unreachable: retry).
+    that had opened. It answers only once no batch of the checkpoint runs on this
+    executor any more, so after a success nothing of the checkpoint can still open a
+    transaction on its transactional ids (the leader reuses them only then).
+    Idempotent: aborting an aborted or unknown handle succeeds. Errors:
+    FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
+    generation), UNAVAILABLE (Kafka unreachable, or a batch of the checkpoint still
+    running: retry).
     """
     GetExecutorStatus: _aio.UnaryUnaryMultiCallable[_executor_pb2.GetExecutorStatusRequest, _executor_pb2.GetExecutorStatusResponse]  # type: ignore[assignment]
     """GetExecutorStatus returns the executor's identity, the highest leader epoch it has
@@ -203,9 +211,13 @@ class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_executor_pb2.AbortCheckpointResponse, _abc.Awaitable[_executor_pb2.AbortCheckpointResponse]]:
         """AbortCheckpoint aborts the given sink handles of a checkpoint that will never be
         COMPLETE, and cancels the executor's own in-flight pre-commit of it, aborting what
-        that had opened. Idempotent: aborting an aborted or unknown handle succeeds.
-        Errors: FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
-        generation), UNAVAILABLE (Kafka unreachable: retry).
+        that had opened. It answers only once no batch of the checkpoint runs on this
+        executor any more, so after a success nothing of the checkpoint can still open a
+        transaction on its transactional ids (the leader reuses them only then).
+        Idempotent: aborting an aborted or unknown handle succeeds. Errors:
+        FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
+        generation), UNAVAILABLE (Kafka unreachable, or a batch of the checkpoint still
+        running: retry).
         """
 
     @_abc_1.abstractmethod
