@@ -22,6 +22,7 @@ restarts are paired (one executor restarts while the other works) and each execu
 
 from __future__ import annotations
 
+import collections
 import random
 import threading
 import time
@@ -31,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.localcluster.kafka import TRANSACTIONS_COMMAND, create_topic
-from lockgate.v1 import common_pb2
+from lockgate.localcluster.kafka import TRANSACTIONS_COMMAND, ConsumedRecord, create_topic
+from lockgate.v1 import common_pb2, coordinator_pb2
 from tests.fixtures.kafka import KafkaBroker
 from tests.integration.e2e.harness import (
     ServiceCluster,
@@ -213,6 +214,68 @@ def _wait_all_copied(
     wait_for(copied, timeout_s=timeout_s, what=f"{pipeline} to copy all input", cluster=cluster)
 
 
+def _explain_difference(
+    cluster: ServiceCluster,
+    pipeline: str,
+    written: list[tuple[bytes, bytes, int]],
+    output: list[ConsumedRecord],
+) -> str:
+    """For a failure: the input offsets missing (or duplicated) from the output, as ranges,
+    and every checkpoint whose source ranges touch them (state, tasks, executors, handles)."""
+    # The input topic was new and written by one idempotent producer: a record's offset is
+    # its index among the records of its partition.
+    seen = collections.Counter((r.key or b"", r.value or b"") for r in output)
+    next_offset: dict[int, int] = collections.defaultdict(int)
+    wrong: dict[int, list[int]] = collections.defaultdict(list)
+    for key, value, partition in written:
+        offset = next_offset[partition]
+        next_offset[partition] += 1
+        if seen[(key, value)] != 1:
+            wrong[partition].append(offset)
+    lines: list[str] = []
+    spans: list[tuple[int, int, int]] = []
+    for partition, offsets in sorted(wrong.items()):
+        start = previous = offsets[0]
+        for offset in [*offsets[1:], -1]:
+            if offset != previous + 1:
+                spans.append((partition, start, previous + 1))
+                start = offset
+            previous = offset
+    lines.append(
+        "input offsets not seen exactly once: "
+        + ", ".join(f"p{p}[{a},{b})" for p, a, b in spans[:20])
+    )
+    for summary in sorted(
+        cluster.checkpoints(pipeline, page_size=500), key=lambda c: c.checkpoint_id
+    ):
+        detail = cluster.call(
+            lambda s, n=summary.checkpoint_id: s.GetCheckpoint(
+                coordinator_pb2.GetCheckpointRequest(pipeline_name=pipeline, checkpoint_id=n),
+                timeout=10,
+            )
+        ).checkpoint
+        touched = [
+            (task, r)
+            for task in detail.tasks
+            for r in task.source_ranges
+            if any(
+                p == r.partition and a < r.end_offset and r.start_offset < b for p, a, b in spans
+            )
+        ]
+        for task, r in touched:
+            lines.append(
+                f"checkpoint {detail.checkpoint_id} "
+                f"{common_pb2.CheckpointState.Name(detail.state)} ({detail.abort_reason}) task "
+                f"{task.task_id.task_index} on {task.executor_id} gen {task.task_generation}: "
+                f"p{r.partition}[{r.start_offset},{r.end_offset}) handles "
+                + ", ".join(
+                    f"{h.kafka.transactional_id}/{h.kafka.producer_id}/{h.kafka.producer_epoch}"
+                    for h in task.sink_handles
+                )
+            )
+    return "\n".join(lines)
+
+
 def _no_hanging_transactions(broker: KafkaBroker) -> str:
     hanging = broker.run_tool(
         TRANSACTIONS_COMMAND,
@@ -322,8 +385,9 @@ def test_exactly_once_under_sigkill_of_executors_and_leader(
         f"\nexactly_once (seed {seed}): {result}; {elapsed:.0f}s; events: {events}; "
         f"find-hanging: {hanging.strip()!r}"
     )
-    assert result.records_out == RECORDS, result
-    assert (result.duplicates, result.missing) == (0, 0), result
+    assert (result.records_out, result.duplicates, result.missing) == (RECORDS, 0, 0), (
+        f"{result}\n{_explain_difference(cluster, pipeline, producer.written, output)}"
+    )
     assert result.order_violations == 0, result
     checkpoints = cluster.checkpoints(pipeline, page_size=200)
     states = {c.state for c in checkpoints}
