@@ -60,6 +60,7 @@ from enum import Enum
 from typing import Any, NewType
 
 from confluent_kafka import Producer
+from kafka.admin import KafkaAdminClient
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -624,3 +625,61 @@ def abort_transaction(
     _end_transaction(
         bootstrap_servers=bootstrap_servers, handle=handle, committed=False, timeout_s=timeout_s
     )
+
+
+# ---------------------------------------------------------------------------------------
+# finding what a dead writer left open
+
+
+class TransactionListError(RuntimeError):
+    """Kafka could not be asked which transactions are open (unreachable, or refused)."""
+
+
+def open_transactions_of_slot(
+    *, bootstrap_servers: str, slot_id: str, timeout_s: float = 30.0
+) -> list[TransactionalId]:
+    """The transactional ids ``slot_id`` and ``<slot_id>-<k>`` that have a transaction open.
+
+    A pre-commit that was never reported has no handle: it may have opened one transaction
+    per Spark write partition ``k`` on ``<slot_id>-<k>``, and only the broker knows which.
+    This asks every broker (Kafka's ListTransactions, KIP-664) for its Ongoing transactions
+    and keeps the slot's own. Raises :class:`TransactionListError` if Kafka does not
+    answer within ``timeout_s``.
+    """
+    deadline_ms = int(timeout_s * 1000)
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap_servers,
+            client_id=_CLIENT_ID,
+            request_timeout_ms=deadline_ms,
+            bootstrap_timeout_ms=deadline_ms,
+        )
+    except Exception as exc:
+        raise TransactionListError(
+            f"could not reach Kafka at {bootstrap_servers} to list the open transactions of"
+            f" {slot_id!r}: {exc}"
+        ) from exc
+    try:
+        listings = admin.list_transactions(state_filters=["Ongoing"])
+    except Exception as exc:
+        raise TransactionListError(
+            f"listing the open transactions of {slot_id!r} on {bootstrap_servers} failed: {exc}"
+        ) from exc
+    finally:
+        admin.close()
+    found = {
+        listing.transactional_id
+        for per_broker in listings.values()
+        for listing in per_broker
+        if belongs_to_slot(listing.transactional_id, slot_id)
+    }
+    return [TransactionalId(t) for t in sorted(found)]
+
+
+def belongs_to_slot(transactional_id: str, slot_id: str) -> bool:
+    """Whether ``transactional_id`` is ``slot_id`` or one of its write partitions'
+    ``<slot_id>-<k>`` (and not, say, the slot ``<slot_id>0`` of another task)."""
+    if transactional_id == slot_id:
+        return True
+    suffix = transactional_id.removeprefix(slot_id + "-")
+    return suffix != transactional_id and suffix.isdigit()

@@ -28,10 +28,13 @@ Fencing rules and known races (see also `domain/lease.py`):
 - An RPC sent by an old leader just before it was deposed may still reach an executor
   that has not seen the new epoch: harmless, because its SQL decisions cannot become
   COMPLETE, and commit/abort of a handle is idempotent.
-- Aborting a handle whose producer id is unknown re-initialises its transactional id,
-  which would also abort a later transaction on the same id. The id's slot is reusable
-  once its checkpoint is ABORTED, so the loop never triggers a pipeline that still has
-  un-acked aborts: the abort always lands before the slot is reused.
+- Aborting a handle whose producer id is unknown re-initialises the ids of its slot
+  that have a transaction open, which would also abort a later transaction on them. The
+  slot is reusable once its checkpoint is ABORTED, so the loop never triggers a pipeline
+  that still has un-acked aborts, and an executor answers an abort only once no batch of
+  that checkpoint runs on it any more: the abort, and the last producer a batch of the
+  checkpoint opens, land before the slot is reused. An entry whose slot a later
+  checkpoint took anyway is not sent (that checkpoint's init_transactions aborted it).
 - Checkpoint N+1 is triggered only when no checkpoint of the pipeline is TRIGGERED: its
   start offsets are then N's end offsets, known in SQL (N is COMPLETE), while N may still
   be committing (the overlap the design allows).
@@ -961,6 +964,7 @@ class Coordinator:
                     )
                 )
                 for i in group
+                if i.must_be_sent
             ]
             try:
                 self._executors.abort_checkpoint(

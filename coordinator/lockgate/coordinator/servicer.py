@@ -579,6 +579,7 @@ def restore_to_proto(
                 servers=servers,
             )
             for item in restore.to_abort
+            if item.must_be_sent
         ],
     )
 

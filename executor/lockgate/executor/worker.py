@@ -69,6 +69,7 @@ from lockgate.common.kafka_transactions import (
     abort_transaction,
     commit_transaction,
     open_transactional_producer,
+    open_transactions_of_slot,
 )
 from lockgate.executor.errors import RecordError
 from lockgate.executor.fencing import (
@@ -433,7 +434,8 @@ class HandleFinisher:
     def abort(self, handles: Sequence[KafkaHandle], *, what: str) -> int:
         """Abort every handle; idempotent (fenced or unknown counts as aborted).
 
-        A handle without producer id is aborted by ``init_transactions`` on its id.
+        A handle without producer id names a task slot whose pre-commit was never reported:
+        every transaction open on the slot's ids is ended by ``init_transactions``.
         ``FailedPrecondition`` if one was already committed (a decided checkpoint must never
         be aborted), ``Unavailable`` if Kafka did not answer in time.
         """
@@ -469,14 +471,22 @@ class HandleFinisher:
         return len(handles)
 
     def _fence(self, handle: KafkaHandle) -> None:
-        # init_transactions aborts whatever the id has open; no transaction is open after it,
-        # so letting go of the producer aborts nothing further.
-        txn, _ = open_transactional_producer(
+        # A handle without producer id names a task slot whose pre-commit was never
+        # reported: its batch may have opened one transaction per Spark write partition on
+        # "<slot id>-<k>". Kafka lists which are open; init_transactions on each aborts it.
+        # Safe only because the leader reuses the slot after this abort succeeded.
+        for transactional_id in open_transactions_of_slot(
             bootstrap_servers=handle.bootstrap_servers,
-            transactional_id=handle.transactional_id,
+            slot_id=handle.transactional_id,
             timeout_s=self._timeout_s,
-        )
-        txn.release_without_abort()
+        ):
+            txn, _ = open_transactional_producer(
+                bootstrap_servers=handle.bootstrap_servers,
+                transactional_id=transactional_id,
+                timeout_s=self._timeout_s,
+            )
+            # No transaction is open after init_transactions: letting go aborts nothing more.
+            txn.release_without_abort()
 
 
 # ---------------------------------------------------------------------------------------

@@ -65,8 +65,13 @@ def precommit(
     end: int,
     producer_id: int = 1000,
     pipeline: str = "p",
+    write_partitions: int | None = None,
 ) -> CheckpointState:
-    """Pre-commit `task` of checkpoint N over [start, end) of each of its partitions."""
+    """Pre-commit `task` of checkpoint N over [start, end) of each of its partitions.
+
+    One handle on the slot's id, or, with `write_partitions`, one per Spark write
+    partition k on `<slot id>-<k>` as the executor's sink reports them.
+    """
     record = store.get_checkpoint(pipeline_id=PipelineId(pipeline), checkpoint_id=C(checkpoint_id))
     trigger = next(t for t in record.tasks if t.task_id == task)
     task_record = store.get_task(task_id=task)
@@ -84,12 +89,17 @@ def precommit(
             offsets=tuple(
                 OffsetRange(tp.topic, tp.partition, start, end) for tp in task_record.partitions
             ),
-            handles=(
+            handles=tuple(
                 SinkHandle(
-                    transactional_id=trigger.transactional_id,
-                    producer_id=producer_id + int(task.rsplit("/", 1)[1]),
+                    transactional_id=transactional_id,
+                    producer_id=producer_id + int(task.rsplit("/", 1)[1]) + 10 * k,
                     producer_epoch=checkpoint_id,
-                ),
+                )
+                for k, transactional_id in enumerate(
+                    [trigger.transactional_id]
+                    if write_partitions is None
+                    else [f"{trigger.transactional_id}-{k}" for k in range(write_partitions)]
+                )
             ),
         ),
     )
@@ -266,6 +276,49 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
         (t.checkpoint_id, t.task_id) for t in store.list_lingering_transactions() if t.slot_reused
     }
     assert reused == {(3, t0), (3, t1)}
+
+
+def test_aborts_name_each_write_partitions_transaction_and_skip_in_flight_checkpoints(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """The sink reports one handle per Spark write partition, on "<slot id>-<k>": those are
+    the transactions to abort. A task that never reported is named by its slot's id with no
+    producer id (the executor ends what is open on the slot's ids), unless a later
+    checkpoint reused the slot. A TRIGGERED checkpoint's pre-commits are never in a restore
+    state: they may still become COMPLETE."""
+    store = open_stores()
+    fence = lead(store)
+    t0, t1 = running_pipeline(store, fence)
+    pid = PipelineId("p")
+    store.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    precommit(store, fence, 1, t0, start=0, end=10, write_partitions=2)
+    store.abort_checkpoint(fence=fence, pipeline_id=pid, checkpoint_id=C(1), reason="x")
+    lingering = sorted(
+        (t.task_id, t.transactional_id, t.producer_id, t.must_be_sent)
+        for t in store.list_lingering_transactions()
+    )
+    assert lingering == [
+        (t0, "lockgate-p-0-0-0", 1000, True),
+        (t0, "lockgate-p-0-0-1", 1010, True),
+        (t1, "lockgate-p-1-0", None, True),
+    ]
+    assert sorted(t.transactional_id for t in store.restore_state(task_id=t0).to_abort) == [
+        "lockgate-p-0-0-0",
+        "lockgate-p-0-0-1",
+    ]
+
+    # N=2 reuses the aborted slot 0: N=1's unreported entry must not be sent any more.
+    n2 = store.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    assert sorted(t.slot for t in n2.tasks) == [0, 0]
+    assert {
+        t.transactional_id: t.must_be_sent
+        for t in store.list_lingering_transactions()
+        if t.task_id == t1
+    } == {"lockgate-p-1-0": False}
+    precommit(store, fence, 2, t0, start=0, end=10, write_partitions=1)
+    assert [
+        (t.checkpoint_id, t.transactional_id) for t in store.restore_state(task_id=t0).to_abort
+    ] == [(1, "lockgate-p-0-0-0"), (1, "lockgate-p-0-0-1")]
 
 
 def test_out_of_order_precommits_complete_in_order(open_stores: Callable[..., SqlStore]) -> None:

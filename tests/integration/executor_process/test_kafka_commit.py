@@ -29,10 +29,15 @@ pytestmark = pytest.mark.integration
 
 
 def _precommit(
-    broker: KafkaBroker, topic: str, values: Sequence[bytes], *, with_producer_id: bool = True
+    broker: KafkaBroker,
+    topic: str,
+    values: Sequence[bytes],
+    *,
+    with_producer_id: bool = True,
+    transactional_id: str | None = None,
 ) -> common_pb2.SinkHandle:
     """Write ``values`` to ``topic`` in a transaction left open, as a pre-commit does."""
-    transactional_id = f"lg-test-{uuid.uuid4().hex[:10]}"
+    transactional_id = transactional_id or f"lg-test-{uuid.uuid4().hex[:10]}"
     txn, _ = open_transactional_producer(
         bootstrap_servers=broker.bootstrap_servers, transactional_id=transactional_id
     )
@@ -146,6 +151,37 @@ def test_abort_finishes_handles_with_and_without_producer_id_idempotently(
     # read_visible only returns once every transaction before its sentinel is decided.
     assert _values(kafka_broker, topic_a) == []
     assert _values(kafka_broker, topic_b) == []
+
+
+def test_abort_of_an_unreported_precommit_ends_every_write_partitions_transaction(
+    kafka_broker: KafkaBroker,
+    new_topic: Callable[..., str],
+    coordinator: CoordinatorServer,
+    launch_executor: Callable[..., ExecutorProcess],
+) -> None:
+    """A pre-commit that died before reporting left one open transaction per Spark write
+    partition on "<slot id>-<k>"; the leader only knows the slot's id. The executor must end
+    exactly those (found through Kafka's ListTransactions), and nothing of another slot."""
+    slot = f"lockgate-p-0-{uuid.uuid4().hex[:8]}"
+    topic, neighbour_topic = new_topic(), new_topic()
+    for k in range(3):
+        _precommit(kafka_broker, topic, _batch(f"w{k}"), transactional_id=f"{slot}-{k}")
+    # Another slot whose id starts like this one's: its transaction must survive.
+    neighbour = _precommit(
+        kafka_broker, neighbour_topic, _batch("n"), transactional_id=f"{slot}0-0"
+    )
+    executor = launch_executor("e1")
+    unreported = common_pb2.SinkHandle(
+        kafka=common_pb2.KafkaTransactionHandle(
+            transactional_id=slot, bootstrap_servers=kafka_broker.bootstrap_servers
+        )
+    )
+    assert _abort(executor, coordinator, [unreported]).handles_aborted == 1
+    assert _values(kafka_broker, topic) == []  # all decided (read_visible), none committed
+    assert _commit(executor, coordinator, [neighbour]).handles_committed == 1
+    assert _values(kafka_broker, neighbour_topic) == _batch("n")
+    # Nothing left open: a second abort finds nothing to end and succeeds.
+    assert _abort(executor, coordinator, [unreported]).handles_aborted == 1
 
 
 def test_death_midway_through_commit_then_retry_on_another_executor(

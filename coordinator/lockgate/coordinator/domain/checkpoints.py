@@ -130,8 +130,10 @@ class PendingCommit:
 class LingeringTransaction:
     """A task's transaction in a checkpoint that never became COMPLETE: it must be aborted.
 
-    `producer_id`/`producer_epoch` are None when the task never reported its pre-commit;
-    then `init_transactions` on `transactional_id` is the way to abort it.
+    A reported pre-commit gives one entry per handle, on the handle's own id
+    (`<slot id>-<k>` for Spark write partition k). `producer_id`/`producer_epoch` are None
+    when the task never reported its pre-commit; `transactional_id` is then the slot's id
+    and the executor ends every transaction open on its ids with `init_transactions`.
     """
 
     pipeline_id: PipelineId
@@ -145,6 +147,13 @@ class LingeringTransaction:
     """A later checkpoint already took this id's slot: its next producer's
     `init_transactions` aborted (or will abort) this transaction. Do NOT re-initialise the
     id to abort it; an EndTxn with the stored producer epoch is safe (fenced if stale)."""
+
+    @property
+    def must_be_sent(self) -> bool:
+        """Whether an executor must be asked to abort it: not when it has no producer id
+        and its slot was reused (re-initialising the ids would abort the later checkpoint's
+        transaction, and the later checkpoint's own init_transactions aborted this one)."""
+        return self.producer_id is not None or not self.slot_reused
 
 
 @dataclass(frozen=True)

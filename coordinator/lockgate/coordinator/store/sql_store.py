@@ -38,6 +38,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
 
+from lockgate.common.kafka_transactions import belongs_to_slot
 from lockgate.coordinator.domain.checkpoints import (
     DEFAULT_MAX_IN_FLIGHT,
     CheckpointRecord,
@@ -189,11 +190,6 @@ def _configure_sqlite(engine: Engine, *, busy_timeout_ms: int) -> None:
     def _on_begin(connection: Connection) -> None:
         mode = "IMMEDIATE" if connection.get_execution_options().get("lockgate_write") else ""
         connection.exec_driver_sql(f"BEGIN {mode}".strip())
-
-
-def _belongs_to_slot(transactional_id: str, allotted: str) -> bool:
-    """Whether a reported transactional id is the allotted one or one of its write partitions'."""
-    return transactional_id == allotted or transactional_id.startswith(allotted + "-")
 
 
 class SqlStore:
@@ -1044,7 +1040,7 @@ class SqlStore:
                 for handle in p.handles:
                     # The allotted id is the task's prefix: its Spark write partition k
                     # writes with "<allotted>-<k>" (one producer per write partition).
-                    if handle.kind == "kafka" and not _belongs_to_slot(
+                    if handle.kind == "kafka" and not belongs_to_slot(
                         handle.transactional_id, trigger.transactional_id
                     ):
                         raise FailedPrecondition(
@@ -1626,13 +1622,15 @@ class SqlStore:
         yet recorded: ABORTED ones, and TRIGGERED ones too with `include_in_flight` (a
         new leader, after `abort_in_flight`, needs only the default).
 
-        Includes tasks that never reported a pre-commit: they may have opened a
-        transaction on their allotted id before dying; `producer_id` is then None and the
-        way to abort is `init_transactions` on the id (it aborts and fences). The slot of
-        an ABORTED checkpoint may already be reused by a later one: then an EndTxn abort
-        with the stored producer epoch is refused by the broker as fenced, which means the
-        transaction is already gone; never `init_transactions` on such an id
-        (`slot_reused` says so: it would abort the later checkpoint's transaction).
+        A reported pre-commit gives one entry per handle, on the handle's own id
+        (`<slot id>-<k>`, one per Spark write partition). A task that never reported may
+        have opened transactions on its slot's ids before dying: its entry has the slot's
+        id and no producer id, and the executor ends whatever is open on the slot's ids
+        with `init_transactions` (it aborts and fences). The slot of an ABORTED checkpoint
+        may already be reused by a later one: then an EndTxn abort with the stored producer
+        epoch is refused by the broker as fenced, which means the transaction is already
+        gone; never re-initialise such ids (`slot_reused` says so: it would abort the later
+        checkpoint's transaction).
         """
         wanted = [CheckpointState.ABORTED.value]
         if include_in_flight:
@@ -1654,6 +1652,7 @@ class SqlStore:
                 checkpoint_tasks.c.task_id,
                 checkpoint_tasks.c.transactional_id,
                 checkpoints.c.state,
+                precommit_handles.c.transactional_id.label("handle_transactional_id"),
                 precommit_handles.c.producer_id,
                 precommit_handles.c.producer_epoch,
                 transactional_ids.c.checkpoint_id.label("slot_checkpoint_id"),
@@ -1666,13 +1665,15 @@ class SqlStore:
                         checkpoints.c.checkpoint_id == checkpoint_tasks.c.checkpoint_id,
                     ),
                 )
+                # A reported pre-commit has one handle per Spark write partition, each on
+                # its own id "<slot id>-<k>": abort exactly those. An unreported one has
+                # none; its row keeps the slot's id and no producer id.
                 .outerjoin(
                     precommit_handles,
                     sa.and_(
                         precommit_handles.c.pipeline_id == checkpoint_tasks.c.pipeline_id,
                         precommit_handles.c.checkpoint_id == checkpoint_tasks.c.checkpoint_id,
                         precommit_handles.c.task_id == checkpoint_tasks.c.task_id,
-                        precommit_handles.c.transactional_id == checkpoint_tasks.c.transactional_id,
                     ),
                 )
                 .outerjoin(
@@ -1688,6 +1689,7 @@ class SqlStore:
                 checkpoint_tasks.c.pipeline_id,
                 checkpoint_tasks.c.checkpoint_id,
                 checkpoint_tasks.c.task_id,
+                precommit_handles.c.transactional_id,
             )
         )
         if pipeline_id is not None:
@@ -1700,7 +1702,7 @@ class SqlStore:
                 checkpoint_id=CheckpointId(int(r.checkpoint_id)),
                 checkpoint_state=CheckpointState(r.state),
                 task_id=TaskId(r.task_id),
-                transactional_id=r.transactional_id,
+                transactional_id=r.handle_transactional_id or r.transactional_id,
                 producer_id=_opt_int(r.producer_id),
                 producer_epoch=_opt_int(r.producer_epoch),
                 slot_reused=r.slot_checkpoint_id is not None
@@ -1712,7 +1714,9 @@ class SqlStore:
     def restore_state(self, *, task_id: TaskId) -> RestoreState:
         """What a (re)assigned task needs before reading (DESIGN.md step 5): the next offset
         of each of its partitions, its handles of COMPLETE-not-COMMITTED checkpoints
-        (oldest first) to re-commit, and its never-COMPLETE transactions to abort."""
+        (oldest first) to re-commit, and its transactions of ABORTED checkpoints whose
+        abort is not recorded yet (not of TRIGGERED ones: a pre-commit the task's previous
+        process reported may still become COMPLETE)."""
         return self.restore_states(task_ids=[task_id])[task_id]
 
     def restore_states(self, *, task_ids: Sequence[TaskId]) -> dict[TaskId, RestoreState]:
@@ -1732,11 +1736,10 @@ class SqlStore:
                     )
                 }
                 pending = self._pending_commits(conn, pipeline_id, task=None)
+                # Only ABORTED ones: a TRIGGERED checkpoint whose pre-commit of this task was
+                # reported by the task's previous process may still become COMPLETE.
                 lingering = self._lingering(
-                    conn,
-                    pipeline_id,
-                    None,
-                    [CheckpointState.ABORTED.value, CheckpointState.TRIGGERED.value],
+                    conn, pipeline_id, None, [CheckpointState.ABORTED.value]
                 )
                 for task in pipeline_tasks:
                     to_commit: list[PendingCommit] = []
