@@ -196,21 +196,18 @@ def test_restarted_process_of_the_leader_gets_a_new_epoch_not_the_old_term(
     the term of the process before it (which may be paused, not dead), so it leads only
     after that lease expires, with epoch + 1, and the old process's fence stops working."""
     old_store, new_store = open_stores(), open_stores()
-    old = CoordinatorCore(
-        store=old_store,
-        coordinator_id=CoordinatorId("c1"),
-        advertise_address="c1:1",
-        lease_ms=1_000,
+    old, restarted = (
+        CoordinatorCore(
+            store=store,
+            coordinator_id=CoordinatorId("c1"),
+            advertise_address="c1:1",
+            lease_ms=1_000,
+        )
+        for store in (old_store, new_store)
     )
     old.campaign()
     assert old.role is LeaseRole.LEADER
     old_fence = old.fence()
-    restarted = CoordinatorCore(
-        store=new_store,
-        coordinator_id=CoordinatorId("c1"),
-        advertise_address="c1:1",
-        lease_ms=1_000,
-    )
     restarted.campaign()
     assert restarted.role is LeaseRole.FOLLOWER, "took over an unexpired term of its old process"
     assert new_store.read_lease().leader_epoch == old_fence.leader_epoch

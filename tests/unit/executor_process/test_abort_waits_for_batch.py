@@ -182,6 +182,14 @@ def trigger(runtime: ExecutorRuntime, checkpoint_id: int, generation: int = 1) -
     assert [r.reason for r in results] == [""]
 
 
+def start_batch(runtime: ExecutorRuntime, data_plane: BlockingDataPlane, n: int) -> threading.Event:
+    """Trigger checkpoint ``n``, wait until its batch runs; return the event that ends it."""
+    trigger(runtime, n)
+    started, release = data_plane.events(n)
+    assert started.wait(WAIT_S), f"the batch of checkpoint {n} did not start"
+    return release
+
+
 def abort_in_background(runtime: ExecutorRuntime, checkpoint_id: int) -> threading.Event:
     answered = threading.Event()
 
@@ -203,10 +211,7 @@ def test_abort_of_a_running_batch_answers_only_after_the_batch_ended(
     cluster: tuple[ExecutorRuntime, FakeCoordinator, BlockingDataPlane],
 ) -> None:
     runtime, coordinator, data_plane = cluster
-    trigger(runtime, 1)
-    started, release = data_plane.events(1)
-    assert started.wait(WAIT_S)
-
+    release = start_batch(runtime, data_plane, 1)
     with pytest.raises(Unavailable, match="still runs"):
         runtime.abort_checkpoint(
             pipeline_name=PIPELINE, checkpoint_id=1, handles=[], reason="t", timeout_s=0.2
@@ -223,9 +228,7 @@ def test_abort_waits_for_the_batch_of_a_task_that_moved_away(
     cluster: tuple[ExecutorRuntime, FakeCoordinator, BlockingDataPlane],
 ) -> None:
     runtime, coordinator, data_plane = cluster
-    trigger(runtime, 1)
-    started, release = data_plane.events(1)
-    assert started.wait(WAIT_S)
+    release = start_batch(runtime, data_plane, 1)
     coordinator.assignments = []  # the task moved to another executor
     wait_until(lambda: runtime.statuses() == [], "the task to stop")
 
@@ -239,9 +242,7 @@ def test_abort_of_a_queued_checkpoint_answers_at_once_and_it_never_runs(
     cluster: tuple[ExecutorRuntime, FakeCoordinator, BlockingDataPlane],
 ) -> None:
     runtime, coordinator, data_plane = cluster
-    trigger(runtime, 1)
-    started, release = data_plane.events(1)
-    assert started.wait(WAIT_S)
+    release = start_batch(runtime, data_plane, 1)
     trigger(runtime, 2)  # queued behind 1 on the task's queue
 
     runtime.abort_checkpoint(
@@ -249,9 +250,6 @@ def test_abort_of_a_queued_checkpoint_answers_at_once_and_it_never_runs(
     )
     release.set()
     wait_until(lambda: coordinator.precommits == [1], "checkpoint 1's report")
-    trigger(runtime, 3)
-    third, release_third = data_plane.events(3)
-    assert third.wait(WAIT_S)
-    release_third.set()
+    start_batch(runtime, data_plane, 3).set()
     wait_until(lambda: coordinator.precommits == [1, 3], "checkpoint 3's report")
     assert data_plane.ran == [1, 3], "the aborted checkpoint 2 ran"
