@@ -29,7 +29,10 @@ transactional ids, and ``init_transactions`` on one of them aborts whatever tran
 id has open -- once the leader reuses the slot, a later checkpoint's pre-committed one. So
 ``AbortCheckpoint`` answers only when no batch of that checkpoint runs on this executor any
 more (``UNAVAILABLE`` while one does, and the leader retries); the leader reuses a slot only
-after every abort of its last checkpoint was answered.
+after every abort of its last checkpoint was answered. Known race: the leader sends the abort
+to the executor that ran the task only while that one is alive to it; an executor whose
+session expired (paused, cut off) while a batch ran is not waited for, and that batch could
+still open a producer on a slot the leader reused.
 
 The data plane (Spark batch) is injected as a :class:`DataPlane`: :class:`SparkDataPlane`
 in production, :class:`ControlOnlyDataPlane` for tests of the control path only.
