@@ -1074,6 +1074,47 @@ def test_dead_executor_tasks_move_after_the_delay_and_zombie_reports_are_refused
         assert failure.current == moved.task_generation
 
 
+def test_a_failed_precommit_aborts_its_checkpoint_and_the_next_ones_commit(
+    sqlite_cluster: CoordinatorCluster,
+    kafka_broker: KafkaBroker,
+    new_topic: Callable[..., str],
+) -> None:
+    """A task that reports its pre-commit failed (ReportCheckpointFailure): the leader aborts
+    the checkpoint with the task's reason, without waiting for the timeout, asks the
+    executors to abort its transactions, and later checkpoints commit again."""
+    with checkpoint_setup(sqlite_cluster, kafka_broker, new_topic, replicas=1) as setup:
+        stub, peers, name = setup.stub, setup.peers, setup.name
+        wait_for(
+            "a first committed checkpoint",
+            lambda: first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_COMMITTED),
+            timeout_s=30,
+        )
+        peers[1].script.precommit = "fail"
+        after = max(checkpoints(stub, name))
+        aborted = wait_for(
+            "a checkpoint to abort on the reported failure",
+            lambda: first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_ABORTED, after=after),
+            timeout_s=20,
+        )
+        assert "failed to pre-commit" in aborted.abort_reason, aborted.abort_reason
+        assert "scripted failure" in aborted.abort_reason, aborted.abort_reason
+        assert "timed out" not in aborted.abort_reason
+        wait_for(
+            "the failed checkpoint's transactions to be aborted",
+            lambda: any(
+                a.checkpoint_id == aborted.checkpoint_id for p in peers for a in p.log.aborts
+            ),
+        )
+        peers[1].script.precommit = "report"
+        wait_for(
+            "commits to resume after the failure",
+            lambda: first_in_state(
+                stub, name, common_pb2.CHECKPOINT_STATE_COMMITTED, after=aborted.checkpoint_id
+            ),
+            timeout_s=20,
+        )
+
+
 def test_checkpoints_complete_again_after_an_abort(
     sqlite_cluster: CoordinatorCluster,
     kafka_broker: KafkaBroker,
