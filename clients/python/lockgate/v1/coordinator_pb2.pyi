@@ -1677,7 +1677,9 @@ Global___TaskAssignment: _TypeAlias = TaskAssignment  # noqa: Y015
 class TaskRestoreState(_message.Message):
     """TaskRestoreState is what a (re)assigned task finishes before its first batch (step 5).
     The executor reports the task RUNNING (or PAUSED) at this generation only once every
-    commit and abort below is done; the leader takes that report as their ack.
+    commit and abort below is done. The leader does not take that report as their ack (the
+    state was read when the assignment was sent): it records commits and aborts only as
+    CommitCheckpoint and AbortCheckpoint calls answer them.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -1700,7 +1702,9 @@ class TaskRestoreState(_message.Message):
 
     @_builtins.property
     def abort_before_start(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.SinkHandle]:
-        """Handles of pre-commits that never became COMPLETE, to abort."""
+        """Handles of pre-commits of ABORTED checkpoints, to abort (a handle without producer id
+        names a task slot whose pre-commit was never reported).
+        """
 
     def __init__(
         self,
