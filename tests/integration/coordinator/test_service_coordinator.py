@@ -643,19 +643,19 @@ def violations_of(err: grpc.RpcError) -> dict[str, str]:
 
 
 def test_pipeline_crud_and_bad_input(
-    sqlite_cluster: CoordinatorCluster,
+    cluster: CoordinatorCluster,
     kafka_broker: KafkaBroker,
     new_topic: Callable[..., str],
 ) -> None:
     """Create/get/list/update/pause/resume/stop/offsets/delete, and every bad input gets
     the right status code and names its field."""
-    (coordinator,) = sqlite_cluster.start(1)
+    (coordinator,) = cluster.start(1)
     bootstrap = kafka_broker.bootstrap_servers
     source, sink = new_topic(partitions=3), new_topic()
     name = unique_name("crud")
     with open_channel(coordinator.address) as channel:
         stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
-        sqlite_cluster.leader()
+        cluster.leader()
         spec = pipeline_spec(
             name, bootstrap=bootstrap, source_topic=source, sink_topic=sink, tasks_max=2
         )
@@ -989,13 +989,13 @@ def test_checkpoints_commit_and_a_new_leader_finishes_a_commit(
 
 
 def test_a_silent_task_times_the_checkpoint_out(
-    sqlite_cluster: CoordinatorCluster,
+    cluster: CoordinatorCluster,
     kafka_broker: KafkaBroker,
     new_topic: Callable[..., str],
 ) -> None:
     """A task that never reports: its checkpoint aborts at the timeout (1.5 s here) and the
     leader aborts the checkpoint's transactions on the executors."""
-    with checkpoint_setup(sqlite_cluster, kafka_broker, new_topic, replicas=1) as setup:
+    with checkpoint_setup(cluster, kafka_broker, new_topic, replicas=1) as setup:
         stub, peers, name = setup.stub, setup.peers, setup.name
         wait_for(
             "a first committed checkpoint",
@@ -1020,14 +1020,14 @@ def test_a_silent_task_times_the_checkpoint_out(
 
 
 def test_dead_executor_tasks_move_after_the_delay_and_zombie_reports_are_refused(
-    sqlite_cluster: CoordinatorCluster,
+    cluster: CoordinatorCluster,
     kafka_broker: KafkaBroker,
     new_topic: Callable[..., str],
 ) -> None:
     """An executor vanishes: its task moves to the other one after the session timeout
     (3 s) plus the reassignment delay (0.5 s); a late report from it is refused with
     FAILED_PRECONDITION and a FencingFailure naming the stale task generation."""
-    with checkpoint_setup(sqlite_cluster, kafka_broker, new_topic, replicas=1) as setup:
+    with checkpoint_setup(cluster, kafka_broker, new_topic, replicas=1) as setup:
         stub, peers, name = setup.stub, setup.peers, setup.name
         wait_for(
             "a first committed checkpoint",
