@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,7 +75,11 @@ class _Ports:
         return f"127.0.0.1:{self.registry_http}"
 
 
-def _cluster(home: Path, ports: _Ports, *args: str) -> subprocess.CompletedProcess[str]:
+def _cluster(
+    home: Path, ports: _Ports, *args: str, services: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``lockgate.localcluster.cluster ARGS`` on ``ports``; ``services`` (the service
+    port variables) brings the coordinators and executors in too."""
     env = {**os.environ}
     for name in (
         "LOCKGATE_HOME",
@@ -82,9 +87,13 @@ def _cluster(home: Path, ports: _Ports, *args: str) -> subprocess.CompletedProce
         "LOCKGATE_SCHEMA_REGISTRY_HTTP_PORT",
     ):
         env.pop(name, None)
-    # These tests are about the broker and the registry; the coordinators and executors
-    # (fixed ports, a Spark start each) are tested end to end in tests/integration/e2e.
-    env["LOCKGATE_CLUSTER_SERVICES"] = "none"
+    # Most of these tests are about the broker and the registry; the coordinators and
+    # executors (a Spark start each) only where ``services`` gives their ports.
+    if services is None:
+        env["LOCKGATE_CLUSTER_SERVICES"] = "none"
+    else:
+        env.pop("LOCKGATE_CLUSTER_SERVICES", None)
+        env.update(services)
     return subprocess.run(
         [
             sys.executable,
@@ -123,6 +132,63 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid and fields[0] != "Z":
             found.append(int(entry.name))
     return found
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (an executor's Spark JVM and its Python workers)."""
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        for child in _children(stack.pop()):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def test_cluster_up_with_services_status_down_leaves_nothing_running(tmp_path: Path) -> None:
+    """`make cluster-up` with the coordinators and an executor (its SparkSession included):
+    every process is up and listed, and `down` stops all of them and everything they started
+    (the executor's JVM and Python workers), freeing every port."""
+    home = tmp_path / "home"
+    ports = _Ports.free()
+    coordinator_ports = [free_port() for _ in range(3)]
+    executor_port = free_port()
+    services = {
+        "LOCKGATE_COORDINATOR_PORTS": ",".join(str(p) for p in coordinator_ports),
+        "LOCKGATE_EXECUTOR_PORTS": str(executor_port),
+    }
+    names = ["kafka", SCHEMA_REGISTRY, "coordinator-c1", "coordinator-c2", "coordinator-c3"]
+    names.append("executor-e1")
+    try:
+        up = _cluster(home, ports, "up", services=services)
+        assert up.returncode == 0, up.stdout + up.stderr
+        for name in names:
+            assert f"{name}: up (pid " in up.stdout, up.stdout
+        records = {name: read_pid_file(home, name) for name in names}
+        assert all(r is not None and is_alive(r) for r in records.values()), records
+        executor = records["executor-e1"]
+        assert executor is not None
+        spark = _descendants(executor.pid)
+        assert spark, "the executor started no SparkSession process"
+
+        status = _cluster(home, ports, "status", services=services)
+        assert status.returncode == 0
+        listed = {line.split()[0]: line.split()[-1] for line in status.stdout.splitlines()}
+        assert listed == dict.fromkeys(names, "up"), status.stdout
+
+        down = _cluster(home, ports, "down", services=services)
+        assert down.returncode == 0, down.stderr
+        for name in names:
+            record = records[name]
+            assert record is not None
+            assert f"{name}: stopped pid {record.pid}" in down.stdout, down.stdout
+            assert not is_alive(record)
+        left = [pid for pid in spark if _pid_alive(pid)]
+        assert not left, f"processes the executor started outlived `down`: {left}"
+        for port in (ports.kafka, *coordinator_ports, executor_port):
+            assert port_holder(port) is None, f"port {port} still held"
+    finally:
+        _cluster(home, ports, "down", services=services)
 
 
 def _pid_alive(pid: int) -> bool:
