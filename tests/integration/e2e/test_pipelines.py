@@ -1,10 +1,10 @@
 """Pipelines through the whole cluster, as a user drives them with ``lockgate``.
 
 ``examples/copy.yaml`` (the keys of issue #5) copies a topic end to end; then bad input
-(issue #5): an undecodable record with tolerance none and all, a SQL error, a missing
-topic. One coordinator and one executor (real processes) serve the module. Each test
-creates its own topics and pipeline through ``lockgate pipeline create -f`` and looks at
-``lockgate pipeline status`` as a user would.
+(issue #5): an undecodable record (JSON, and Avro through Lockgate's schema registry) with
+tolerance none and all, a SQL error, a missing topic. One coordinator and one executor (real
+processes) serve the module. Each test creates its own topics and pipeline through
+``lockgate pipeline create -f`` and looks at ``lockgate pipeline status`` as a user would.
 """
 
 from __future__ import annotations
@@ -17,10 +17,14 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import Producer
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from lockgate.localcluster.kafka import create_topic
 from lockgate.localcluster.process import repo_root
 from tests.fixtures.kafka import KafkaBroker
+from tests.fixtures.schema_registry import RegistryProcess, start_registry
 from tests.integration.e2e.harness import (
     ServiceCluster,
     check_output,
@@ -77,8 +81,46 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     assert producer.flush(30) == 0
 
 
-def _json_input(bad_at: int, count: int = 20) -> list[bytes]:
-    return [b"{not json" if i == bad_at else json.dumps({"n": i}).encode() for i in range(count)]
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [{"name": "n", "type": "long"}],
+}
+#: What the bad record holds: neither JSON nor Confluent's Avro framing (no magic byte).
+NOT_DECODABLE = b"{not json, not avro"
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryProcess]:
+    """Lockgate's schema registry as a process, for the Avro pipelines."""
+    running = start_registry(f"sqlite:///{tmp_path_factory.mktemp('registry') / 'r.db'}")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _bad_input(
+    fmt: str, registry: RegistryProcess, topic: str, *, bad_at: int, count: int = 20
+) -> tuple[list[bytes], dict[str, Any]]:
+    """``count`` records of ``{"n": i}`` in ``fmt`` with an undecodable one at ``bad_at``,
+    and the source keys that read them."""
+    if fmt == "json":
+        encode = lambda record: json.dumps(record).encode()  # noqa: E731
+        source: dict[str, Any] = {"format": "json"}
+    else:
+        serializer = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(ORDER))
+        context = SerializationContext(topic, MessageField.VALUE)
+        encode = lambda record: bytes(serializer(record, context))  # noqa: E731
+        source = {"format": {"value_format": "avro", "schema_registry_url": registry.url}}
+    values = [NOT_DECODABLE if i == bad_at else encode({"n": i}) for i in range(count)]
+    return values, source
+
+
+def _decoded(value: bytes) -> Any:
+    """A good record as the sink wrote it: the JSON text of the record."""
+    return json.loads(value)
 
 
 COPY_EXAMPLE = repo_root() / "examples" / "copy.yaml"
@@ -128,14 +170,16 @@ def test_examples_copy_yaml_copies_a_topic_exactly_once(
     assert int(status["last_committed_checkpoint_id"]) >= 1
 
 
+@pytest.mark.parametrize("fmt", ["json", "avro"])
 def test_undecodable_record_with_tolerance_none_fails_the_task_and_shows_where(
-    cluster: ServiceCluster, tmp_path: Path
+    cluster: ServiceCluster, registry: RegistryProcess, tmp_path: Path, fmt: str
 ) -> None:
     bootstrap = cluster.bootstrap_servers
     source, sink = unique("bad_in"), unique("bad_out")
     create_topic(bootstrap, source)
     create_topic(bootstrap, sink)
-    _produce(bootstrap, source, _json_input(bad_at=7))
+    values, source_keys = _bad_input(fmt, registry, source, bad_at=7)
+    _produce(bootstrap, source, values)
     name = unique("strict")
     code, output = _create(
         cluster,
@@ -146,7 +190,7 @@ def test_undecodable_record_with_tolerance_none_fails_the_task_and_shows_where(
             source_topic=source,
             sink_topic=sink,
             tasks_max=1,
-            extra_source={"format": "json"},
+            extra_source=source_keys,
         ),
     )
     assert code == 0, output
@@ -166,14 +210,15 @@ def test_undecodable_record_with_tolerance_none_fails_the_task_and_shows_where(
     assert read_output(bootstrap, sink) == []
 
 
+@pytest.mark.parametrize("fmt", ["json", "avro"])
 def test_undecodable_record_with_tolerance_all_goes_to_the_dead_letter_topic(
-    cluster: ServiceCluster, tmp_path: Path
+    cluster: ServiceCluster, registry: RegistryProcess, tmp_path: Path, fmt: str
 ) -> None:
     bootstrap = cluster.bootstrap_servers
     source, sink, dead = unique("dlq_in"), unique("dlq_out"), unique("dlq")
     for topic in (source, sink, dead):
         create_topic(bootstrap, topic)
-    values = _json_input(bad_at=3)
+    values, source_keys = _bad_input(fmt, registry, source, bad_at=3)
     _produce(bootstrap, source, values)
     name = unique("tolerant")
     code, output = _create(
@@ -187,7 +232,7 @@ def test_undecodable_record_with_tolerance_all_goes_to_the_dead_letter_topic(
             tasks_max=1,
             tolerance="all",
             dead_letter_topic=dead,
-            extra_source={"format": "json"},
+            extra_source=source_keys,
         ),
     )
     assert code == 0, output
@@ -196,10 +241,10 @@ def test_undecodable_record_with_tolerance_all_goes_to_the_dead_letter_topic(
         return cluster.offsets(name).get((source, 0), 0) >= len(values)
 
     wait_for(copied, timeout_s=120, what="the tolerant pipeline to pass the input", cluster=cluster)
-    good = sorted(r.value or b"" for r in read_output(bootstrap, sink))
-    assert good == sorted(v for i, v in enumerate(values) if i != 3)
+    good = sorted((_decoded(r.value or b"") for r in read_output(bootstrap, sink)), key=str)
+    assert good == sorted(({"n": i} for i in range(len(values)) if i != 3), key=str)
     dead_letters = read_output(bootstrap, dead)
-    assert [r.value for r in dead_letters] == [b"{not json"]
+    assert [r.value for r in dead_letters] == [NOT_DECODABLE]
     assert end_offsets(bootstrap, dead, [0])[0] >= 1
 
 
