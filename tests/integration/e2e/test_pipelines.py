@@ -107,13 +107,19 @@ def _bad_input(
     """``count`` records of ``{"n": i}`` in ``fmt`` with an undecodable one at ``bad_at``,
     and the source keys that read them."""
     if fmt == "json":
-        encode = lambda record: json.dumps(record).encode()  # noqa: E731
         source: dict[str, Any] = {"format": "json"}
+
+        def encode(record: dict[str, int]) -> bytes:
+            return json.dumps(record).encode()
+
     else:
         serializer = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(ORDER))
         context = SerializationContext(topic, MessageField.VALUE)
-        encode = lambda record: bytes(serializer(record, context))  # noqa: E731
         source = {"format": {"value_format": "avro", "schema_registry_url": registry.url}}
+
+        def encode(record: dict[str, int]) -> bytes:
+            return bytes(serializer(record, context))
+
     values = [NOT_DECODABLE if i == bad_at else encode({"n": i}) for i in range(count)]
     return values, source
 
