@@ -117,7 +117,12 @@ class ServiceCluster:
         )
 
     def start_executor(
-        self, executor_id: str, *, failpoints: str = "", spark_master: str = "local[1]"
+        self,
+        executor_id: str,
+        *,
+        failpoints: str = "",
+        spark_master: str = "local[1]",
+        extra_args: Sequence[str] = (),
     ) -> RunningProcess:
         """Start (or restart) executor ``executor_id`` and wait until it registered."""
         env = {FAILPOINTS_ENV: failpoints} if failpoints else {}
@@ -128,6 +133,7 @@ class ServiceCluster:
                 coordinators=self.coordinator_addresses,
                 spark_master=spark_master,
                 env=env,
+                extra_args=extra_args,
             ),
             self.executor_ports,
             executor_id,

@@ -132,11 +132,13 @@ def executor_spec(
     spark_conf: Mapping[str, str] = LOCAL_SPARK_CONF,
     env: Mapping[str, str] | None = None,
     ready_timeout_s: float = 240.0,
+    extra_args: Sequence[str] = (),
 ) -> ProcessSpec:
     """One executor on ``127.0.0.1:port`` that registers with ``coordinators``.
 
     Ready only once registered: its SparkSession (JVM start and warm-up job, 20-80 s on a
-    busy machine) comes first, hence the long default deadline.
+    busy machine) comes first, hence the long default deadline. ``extra_args`` go to its
+    command line as they are (e.g. ``--data-plane none`` for tests of the control path).
     """
     address = f"127.0.0.1:{port}"
     conf_args = [
@@ -157,6 +159,7 @@ def executor_spec(
             "--spark-master",
             spark_master,
             *conf_args,
+            *extra_args,
         ),
         address=address,
         ports=(port,),
