@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.kafka",
     "tests.fixtures.postgres",
+    "tests.fixtures.schema_registry",
 ]

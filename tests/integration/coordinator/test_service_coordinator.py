@@ -988,6 +988,30 @@ def test_checkpoints_commit_and_a_new_leader_finishes_a_commit(
         )
 
 
+def _abort_one_by_script(setup: CheckpointSetup, *, precommit: str) -> common_pb2.Checkpoint:
+    """Once a checkpoint committed, script e2's pre-commits as `precommit` (`silent` or
+    `fail`); return the first checkpoint that aborts then, after the leader asked the
+    executors to abort its transactions."""
+    stub, peers, name = setup.stub, setup.peers, setup.name
+    wait_for(
+        "a first committed checkpoint",
+        lambda: first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_COMMITTED),
+        timeout_s=30,
+    )
+    peers[1].script.precommit = precommit
+    after = max(checkpoints(stub, name))
+    aborted = wait_for(
+        f"a checkpoint to abort with a {precommit} task",
+        lambda: first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_ABORTED, after=after),
+        timeout_s=20,
+    )
+    wait_for(
+        "the aborted checkpoint's transactions to be aborted",
+        lambda: any(a.checkpoint_id == aborted.checkpoint_id for p in peers for a in p.log.aborts),
+    )
+    return aborted
+
+
 def test_a_silent_task_times_the_checkpoint_out(
     cluster: CoordinatorCluster,
     kafka_broker: KafkaBroker,
@@ -996,27 +1020,8 @@ def test_a_silent_task_times_the_checkpoint_out(
     """A task that never reports: its checkpoint aborts at the timeout (1.5 s here) and the
     leader aborts the checkpoint's transactions on the executors."""
     with checkpoint_setup(cluster, kafka_broker, new_topic, replicas=1) as setup:
-        stub, peers, name = setup.stub, setup.peers, setup.name
-        wait_for(
-            "a first committed checkpoint",
-            lambda: first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_COMMITTED),
-            timeout_s=30,
-        )
-        # 2. A silent task: the checkpoint times out, aborts, and its handles are aborted.
-        peers[1].script.precommit = "silent"
-        after = max(checkpoints(stub, name))
-        aborted = wait_for(
-            "a checkpoint to time out",
-            lambda: first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_ABORTED, after=after),
-            timeout_s=20,
-        )
+        aborted = _abort_one_by_script(setup, precommit="silent")
         assert "timed out" in aborted.abort_reason
-        wait_for(
-            "the aborted checkpoint's transactions to be aborted",
-            lambda: any(
-                a.checkpoint_id == aborted.checkpoint_id for p in peers for a in p.log.aborts
-            ),
-        )
 
 
 def test_dead_executor_tasks_move_after_the_delay_and_zombie_reports_are_refused(
@@ -1084,27 +1089,10 @@ def test_a_failed_precommit_aborts_its_checkpoint_and_the_next_ones_commit(
     executors to abort its transactions, and later checkpoints commit again."""
     with checkpoint_setup(sqlite_cluster, kafka_broker, new_topic, replicas=1) as setup:
         stub, peers, name = setup.stub, setup.peers, setup.name
-        wait_for(
-            "a first committed checkpoint",
-            lambda: first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_COMMITTED),
-            timeout_s=30,
-        )
-        peers[1].script.precommit = "fail"
-        after = max(checkpoints(stub, name))
-        aborted = wait_for(
-            "a checkpoint to abort on the reported failure",
-            lambda: first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_ABORTED, after=after),
-            timeout_s=20,
-        )
+        aborted = _abort_one_by_script(setup, precommit="fail")
         assert "failed to pre-commit" in aborted.abort_reason, aborted.abort_reason
         assert "scripted failure" in aborted.abort_reason, aborted.abort_reason
         assert "timed out" not in aborted.abort_reason
-        wait_for(
-            "the failed checkpoint's transactions to be aborted",
-            lambda: any(
-                a.checkpoint_id == aborted.checkpoint_id for p in peers for a in p.log.aborts
-            ),
-        )
         peers[1].script.precommit = "report"
         wait_for(
             "commits to resume after the failure",

@@ -24,7 +24,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from lockgate.localcluster.kafka import create_topic
 from lockgate.localcluster.process import repo_root
 from tests.fixtures.kafka import KafkaBroker
-from tests.fixtures.schema_registry import RegistryProcess, start_registry
+from tests.fixtures.schema_registry import RegistryProcess
 from tests.integration.e2e.harness import (
     ServiceCluster,
     check_output,
@@ -89,16 +89,6 @@ ORDER = {
 }
 #: What the bad record holds: neither JSON nor Confluent's Avro framing (no magic byte).
 NOT_DECODABLE = b"{not json, not avro"
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryProcess]:
-    """Lockgate's schema registry as a process, for the Avro pipelines."""
-    running = start_registry(f"sqlite:///{tmp_path_factory.mktemp('registry') / 'r.db'}")
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 def _bad_input(
@@ -178,13 +168,13 @@ def test_examples_copy_yaml_copies_a_topic_exactly_once(
 
 @pytest.mark.parametrize("fmt", ["json", "avro"])
 def test_undecodable_record_with_tolerance_none_fails_the_task_and_shows_where(
-    cluster: ServiceCluster, registry: RegistryProcess, tmp_path: Path, fmt: str
+    cluster: ServiceCluster, module_registry: RegistryProcess, tmp_path: Path, fmt: str
 ) -> None:
     bootstrap = cluster.bootstrap_servers
     source, sink = unique("bad_in"), unique("bad_out")
     create_topic(bootstrap, source)
     create_topic(bootstrap, sink)
-    values, source_keys = _bad_input(fmt, registry, source, bad_at=7)
+    values, source_keys = _bad_input(fmt, module_registry, source, bad_at=7)
     _produce(bootstrap, source, values)
     name = unique("strict")
     code, output = _create(
@@ -218,13 +208,13 @@ def test_undecodable_record_with_tolerance_none_fails_the_task_and_shows_where(
 
 @pytest.mark.parametrize("fmt", ["json", "avro"])
 def test_undecodable_record_with_tolerance_all_goes_to_the_dead_letter_topic(
-    cluster: ServiceCluster, registry: RegistryProcess, tmp_path: Path, fmt: str
+    cluster: ServiceCluster, module_registry: RegistryProcess, tmp_path: Path, fmt: str
 ) -> None:
     bootstrap = cluster.bootstrap_servers
     source, sink, dead = unique("dlq_in"), unique("dlq_out"), unique("dlq")
     for topic in (source, sink, dead):
         create_topic(bootstrap, topic)
-    values, source_keys = _bad_input(fmt, registry, source, bad_at=3)
+    values, source_keys = _bad_input(fmt, module_registry, source, bad_at=3)
     _produce(bootstrap, source, values)
     name = unique("tolerant")
     code, output = _create(

@@ -6,7 +6,7 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -36,7 +36,7 @@ from lockgate.executor.kafka_sink import (
 )
 from lockgate.executor.offsets import OffsetRange, snapshot_offset_ranges
 from lockgate.executor.spec import DataPlaneSpec, parse_data_plane_spec
-from tests.fixtures.schema_registry import RegistryProcess, start_registry
+from tests.fixtures.schema_registry import RegistryProcess
 from tests.integration.executor.conftest import produce, read_topic, stable_end_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -402,16 +402,6 @@ SHIPMENT = {
 }
 
 
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryProcess]:
-    """Lockgate's schema registry as a process, shared by the Avro tests of this module."""
-    running = start_registry(f"sqlite:///{tmp_path_factory.mktemp('registry') / 'r.db'}")
-    try:
-        yield running
-    finally:
-        running.stop()
-
-
 def _produce_avro(
     bootstrap: str, registry: RegistryProcess, topic: str, orders: list[dict[str, Any]]
 ) -> None:
@@ -443,17 +433,17 @@ def _avro_spec(bootstrap: str, url: str, source: str, sink: str, **extra: Any) -
 
 
 def test_avro_in_sql_avro_out_read_by_confluents_deserializer(
-    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str], registry: Any
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str], module_registry: Any
 ) -> None:
     bootstrap = kafka_broker.bootstrap_servers
     source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
     orders = [{"id": i, "item": f"item-{i}", "note": None if i % 2 else "gift"} for i in range(30)]
-    _produce_avro(bootstrap, registry, source, orders)
-    client = SchemaRegistryClient({"url": registry.url})
+    _produce_avro(bootstrap, module_registry, source, orders)
+    client = SchemaRegistryClient({"url": module_registry.url})
     client.register_schema(f"{sink}-value", Schema(json.dumps(SHIPMENT), "AVRO"))
     spec = _avro_spec(
         bootstrap,
-        registry.url,
+        module_registry.url,
         source,
         sink,
         # The avro value is JSON text in Spark; the output struct is written with the
@@ -479,22 +469,22 @@ def test_avro_in_sql_avro_out_read_by_confluents_deserializer(
 
 
 def test_undecodable_avro_fails_the_task_with_its_location_or_goes_to_the_dead_letters(
-    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str], registry: Any
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str], module_registry: Any
 ) -> None:
     bootstrap = kafka_broker.bootstrap_servers
     source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
     dlq = new_topic(partitions=1, prefix="dlq")
-    _produce_avro(bootstrap, registry, source, [{"id": i, "item": "x"} for i in range(5)])
+    _produce_avro(bootstrap, module_registry, source, [{"id": i, "item": "x"} for i in range(5)])
     produce(bootstrap, source, [(b"bad", b"plain text, not Avro")], partition=0)  # offset 5
-    _produce_avro(bootstrap, registry, source, [{"id": i, "item": "y"} for i in range(5, 9)])
-    SchemaRegistryClient({"url": registry.url}).register_schema(
+    _produce_avro(bootstrap, module_registry, source, [{"id": i, "item": "y"} for i in range(5, 9)])
+    SchemaRegistryClient({"url": module_registry.url}).register_schema(
         f"{sink}-value", Schema(json.dumps(ORDER), "AVRO")
     )
 
     with pytest.raises(RecordError) as failure:
         _run(
             spark,
-            _avro_spec(bootstrap, registry.url, source, sink),
+            _avro_spec(bootstrap, module_registry.url, source, sink),
             _ranges(bootstrap, source),
             _prefix(),
         )
@@ -503,7 +493,11 @@ def test_undecodable_avro_fails_the_task_with_its_location_or_goes_to_the_dead_l
     assert "magic byte" in failure.value.record_reason
 
     spec = _avro_spec(
-        bootstrap, registry.url, source, sink, errors={"tolerance": "all", "dead_letter_topic": dlq}
+        bootstrap,
+        module_registry.url,
+        source,
+        sink,
+        errors={"tolerance": "all", "dead_letter_topic": dlq},
     )
     result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
     assert (result.records_in, result.records_out, result.dead_lettered) == (10, 9, 1)
@@ -515,15 +509,15 @@ def test_undecodable_avro_fails_the_task_with_its_location_or_goes_to_the_dead_l
 
 
 def test_avro_sink_without_a_registered_schema_names_the_subject(
-    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str], registry: Any
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str], module_registry: Any
 ) -> None:
     bootstrap = kafka_broker.bootstrap_servers
     source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
-    _produce_avro(bootstrap, registry, source, [{"id": 1, "item": "x"}])
+    _produce_avro(bootstrap, module_registry, source, [{"id": 1, "item": "x"}])
     with pytest.raises(SinkError, match=f"{sink}-value.*lockgate schema register"):
         _run(
             spark,
-            _avro_spec(bootstrap, registry.url, source, sink),
+            _avro_spec(bootstrap, module_registry.url, source, sink),
             _ranges(bootstrap, source),
             _prefix(),
         )

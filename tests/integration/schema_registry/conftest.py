@@ -33,14 +33,3 @@ def sqlite_registry(
 ) -> RegistryProcess:
     """A registry on a fresh SQLite file."""
     return registry_factory(f"sqlite:///{tmp_path / 'registry.db'}")
-
-
-@pytest.fixture(scope="module")
-def module_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryProcess]:
-    """One registry on a fresh SQLite file shared by a test module (tests that do not care
-    about each other's subjects)."""
-    running = start_registry(f"sqlite:///{tmp_path_factory.mktemp('registry') / 'registry.db'}")
-    try:
-        yield running
-    finally:
-        running.stop()
