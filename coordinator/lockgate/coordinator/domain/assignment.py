@@ -17,7 +17,9 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
+from lockgate.coordinator.domain.errors import NotFound
 from lockgate.coordinator.domain.ids import ExecutorId, TaskId
+from lockgate.coordinator.domain.pipelines import TaskRecord
 
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 DEFAULT_REASSIGN_DELAY_MS = 3_000
@@ -168,3 +170,21 @@ def plan_assignment(
     return AssignmentPlan(
         assignment=new_assignment, moved=moved, newly_assigned=newly, recheck_at_ms=recheck
     )
+
+
+def assignment_changes(
+    tasks: Iterable[TaskRecord], assignment: Mapping[ExecutorId, AbstractSet[TaskId]]
+) -> list[TaskRecord]:
+    """The tasks whose executor a new assignment changes (tasks absent from it lose their
+    executor); NotFound if it names a task that does not exist. Each one changed gets a new
+    generation and UNASSIGNED, and the TRIGGERED checkpoints it is in abort."""
+    owner = {t: e for e, ts in assignment.items() for t in ts}
+    all_tasks = list(tasks)
+    unknown = sorted(set(owner) - {t.task_id for t in all_tasks})
+    if unknown:
+        raise NotFound(
+            f"cannot assign unknown tasks {unknown}; list the tasks again",
+            resource_type="task",
+            resource_name=unknown[0],
+        )
+    return [t for t in all_tasks if owner.get(t.task_id) != t.executor_id]

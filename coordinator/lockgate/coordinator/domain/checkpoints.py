@@ -6,14 +6,19 @@ those tasks has pre-committed, and every earlier checkpoint of the pipeline is C
 or COMMITTED, the leader writes COMPLETE (the commit point), then commits the handles and
 marks it COMMITTED. Because N+1 reads from where N ended, N aborting aborts every later
 in-flight checkpoint of the pipeline, and COMPLETE happens in checkpoint order.
+
+The store applies these decisions inside its fenced transactions: it reads a snapshot,
+calls a function here (`plan_trigger`, `checkpoints_to_complete`, `plan_abort`,
+`first_timed_out`, `restore_states_of`), and writes what it returns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from lockgate.coordinator.domain.errors import FailedPrecondition
 from lockgate.coordinator.domain.ids import (
     CheckpointId,
     ExecutorId,
@@ -22,12 +27,21 @@ from lockgate.coordinator.domain.ids import (
     PipelineId,
     TaskId,
 )
-from lockgate.coordinator.domain.states import CheckpointState
+from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.states import CheckpointState, TargetState, transition_checkpoint
 from lockgate.coordinator.domain.tasks import TopicPartition
+from lockgate.coordinator.domain.transactional_ids import (
+    TRANSACTIONAL_ID_SLOTS,
+    choose_slot,
+    transactional_id,
+)
 
 DEFAULT_MAX_IN_FLIGHT = 2
 """Checkpoints of one pipeline that may be TRIGGERED or COMPLETE at once (N commits while
-N+1 pre-commits). Must stay below the transactional id pool size."""
+N+1 pre-commits). Must stay below the transactional id pool size. The one statement of
+the limit: the store's `trigger_checkpoint` enforces it through `plan_trigger`."""
+
+assert 1 <= DEFAULT_MAX_IN_FLIGHT <= TRANSACTIONAL_ID_SLOTS, "a task needs a slot per checkpoint"
 
 
 @dataclass(frozen=True)
@@ -235,4 +249,192 @@ def next_offsets(ranges: Iterable[OffsetRange]) -> dict[TopicPartition, int]:
     for r in ranges:
         tp = r.topic_partition
         result[tp] = max(result.get(tp, r.end_offset), r.end_offset)
+    return result
+
+
+@dataclass(frozen=True)
+class TriggerPlan:
+    """What triggering checkpoint N writes: N, and each task's slot and transactional id."""
+
+    pipeline_id: PipelineId
+    checkpoint_id: CheckpointId
+    tasks: tuple[TaskTrigger, ...]
+
+
+def plan_trigger(
+    *,
+    pipeline: PipelineRecord,
+    tasks: Sequence[TaskRecord],
+    states: Mapping[CheckpointId, CheckpointState],
+    slot_use: Mapping[int, Mapping[int, CheckpointState | None]],
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+) -> TriggerPlan:
+    """Decide whether the pipeline's next checkpoint may start now, and with which slots.
+
+    `states` are the pipeline's checkpoints not yet COMMITTED; `slot_use` maps a task
+    index to its slots and the state of the checkpoint that last used each (see
+    `transactional_ids.py`). Raises FailedPrecondition when the pipeline is not RUNNING,
+    has no tasks, has a task without an executor, already has `max_in_flight`
+    checkpoints in flight, or a task has no free slot.
+    """
+    pipeline_id = pipeline.pipeline_id
+    if pipeline.target_state is not TargetState.RUNNING:
+        raise FailedPrecondition(
+            f"pipeline {pipeline_id!r} is {pipeline.target_state.value}; resume it to "
+            "run checkpoints",
+            reason="PIPELINE_NOT_RUNNING",
+        )
+    if not tasks:
+        raise FailedPrecondition(f"pipeline {pipeline_id!r} has no tasks yet", reason="NO_TASKS")
+    unassigned = [t.task_id for t in tasks if t.executor_id is None]
+    if unassigned:
+        raise FailedPrecondition(
+            f"tasks {unassigned} have no executor yet", reason="TASKS_UNASSIGNED"
+        )
+    in_flight = sum(
+        1 for s in states.values() if s in (CheckpointState.TRIGGERED, CheckpointState.COMPLETE)
+    )
+    if in_flight >= max_in_flight:
+        raise FailedPrecondition(
+            f"pipeline {pipeline_id!r} has {in_flight} checkpoints in flight (max {max_in_flight})",
+            reason="TOO_MANY_IN_FLIGHT",
+        )
+    triggers: list[TaskTrigger] = []
+    for task in tasks:
+        slot = choose_slot(slot_use.get(task.task_index, {}))
+        if slot is None:
+            raise FailedPrecondition(
+                f"task {task.task_id} has no free transactional id slot (all used "
+                "by checkpoints not yet committed or aborted)",
+                reason="NO_FREE_SLOT",
+            )
+        triggers.append(
+            TaskTrigger(
+                task_id=task.task_id,
+                task_generation=task.generation,
+                executor_id=task.executor_id,
+                transactional_id=transactional_id(pipeline_id, task.task_index, slot),
+                slot=slot,
+            )
+        )
+    return TriggerPlan(
+        pipeline_id=pipeline_id,
+        checkpoint_id=pipeline.next_checkpoint_id,
+        tasks=tuple(triggers),
+    )
+
+
+def checkpoints_to_complete(
+    start: CheckpointId,
+    *,
+    states: Mapping[CheckpointId, CheckpointState],
+    triggered: Mapping[CheckpointId, CheckpointRecord],
+) -> list[CheckpointId]:
+    """Return the checkpoints that become COMPLETE now, from `start` on, in order.
+
+    `states` are the pipeline's checkpoints not yet COMMITTED, `triggered` the TRIGGERED
+    ones with their pre-commits. N completes when every task it was triggered for has
+    pre-committed (`is_complete`) and no earlier one is still TRIGGERED
+    (`completion_blocker`); completing N may unblock N+1 (all its tasks pre-committed
+    earlier), so the walk goes on until one is not ready.
+    """
+    walked = dict(states)
+    done: list[CheckpointId] = []
+    current = start
+    while walked.get(current) is CheckpointState.TRIGGERED and current in triggered:
+        record = triggered[current]
+        ready = is_complete(expected=record.task_ids, precommitted=record.precommitted)
+        if not ready or completion_blocker(current, walked) is not None:
+            break
+        walked[current] = transition_checkpoint(walked[current], CheckpointState.COMPLETE)
+        done.append(current)
+        current = CheckpointId(current + 1)
+    return done
+
+
+def plan_abort(
+    checkpoint_id: CheckpointId,
+    *,
+    current: CheckpointState,
+    states: Mapping[CheckpointId, CheckpointState],
+) -> list[CheckpointId]:
+    """Return the checkpoints aborting N takes down: N and every later TRIGGERED one.
+
+    Empty if N is already ABORTED (aborting is idempotent); IllegalTransition if N is
+    COMPLETE or COMMITTED, because the commit point is final.
+    """
+    if current is CheckpointState.ABORTED:
+        return []
+    transition_checkpoint(current, CheckpointState.ABORTED)
+    return [checkpoint_id, *aborts_cascading_from(checkpoint_id, states)]
+
+
+def abort_reason(victim: CheckpointId, *, first: CheckpointId, reason: str) -> str:
+    """The reason stored on an aborted checkpoint: its own, or the cascade's origin."""
+    return reason if victim == first else f"checkpoint {first} aborted ({reason})"
+
+
+@dataclass(frozen=True)
+class TriggeredCheckpoint:
+    """A TRIGGERED checkpoint with when it started and its pipeline's timeout."""
+
+    pipeline_id: PipelineId
+    checkpoint_id: CheckpointId
+    triggered_at_ms: int
+    timeout_ms: int
+
+
+def first_timed_out(
+    triggered: Iterable[TriggeredCheckpoint], *, now_ms: int
+) -> list[TriggeredCheckpoint]:
+    """The earliest timed-out checkpoint of each pipeline (pipeline order): aborting it
+    takes the later in-flight ones of its pipeline along (`plan_abort`)."""
+    first: dict[PipelineId, TriggeredCheckpoint] = {}
+    for c in sorted(triggered, key=lambda c: (c.pipeline_id, c.checkpoint_id)):
+        if c.pipeline_id in first:
+            continue
+        if is_timed_out(triggered_at_ms=c.triggered_at_ms, now_ms=now_ms, timeout_ms=c.timeout_ms):
+            first[c.pipeline_id] = c
+    return list(first.values())
+
+
+def check_handles_abortable(checkpoint: CheckpointRecord) -> None:
+    """Refuse to record aborted transactions of a checkpoint that is not ABORTED."""
+    if checkpoint.state is not CheckpointState.ABORTED:
+        raise FailedPrecondition(
+            f"checkpoint {checkpoint.checkpoint_id} of {checkpoint.pipeline_id!r} is "
+            f"{checkpoint.state.value}; only an ABORTED checkpoint's transactions may "
+            "be aborted",
+            reason="CHECKPOINT_NOT_ABORTED",
+        )
+
+
+def restore_states_of(
+    tasks: Sequence[TaskRecord],
+    *,
+    offsets: Mapping[TopicPartition, int],
+    pending: Sequence[PendingCommit],
+    lingering: Sequence[LingeringTransaction],
+) -> dict[TaskId, RestoreState]:
+    """What each task of one pipeline needs before it reads (DESIGN.md step 5).
+
+    `offsets` are the pipeline's restore offsets, `pending` its COMPLETE-not-COMMITTED
+    checkpoints (oldest first), `lingering` its transactions of ABORTED checkpoints whose
+    abort is not recorded yet. Only ABORTED ones: a TRIGGERED checkpoint whose pre-commit
+    of a task was reported by the task's previous process may still become COMPLETE.
+    """
+    result: dict[TaskId, RestoreState] = {}
+    for task in tasks:
+        to_commit: list[PendingCommit] = []
+        for commit in pending:
+            mine = tuple(h for h in commit.handles if h.task_id == task.task_id)
+            if mine:
+                to_commit.append(replace(commit, handles=mine))
+        result[task.task_id] = RestoreState(
+            task_id=task.task_id,
+            task_generation=task.generation,
+            start_offsets={tp: offsets[tp] for tp in task.partitions if tp in offsets},
+            to_commit=tuple(to_commit),
+            to_abort=tuple(t for t in lingering if t.task_id == task.task_id),
+        )
     return result

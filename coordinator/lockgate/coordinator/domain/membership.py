@@ -4,7 +4,8 @@ Each `register` of an executor id starts a new session and grows its generation 
 every later report (heartbeat, task status, pre-commit, commit ack) carries the generation
 it registered with. A report with an older generation comes from a process that the
 cluster already replaced (a zombie: paused, partitioned, or a previous incarnation) and is
-refused, so it cannot overwrite what its successor reported.
+refused, so it cannot overwrite what its successor reported. A task's reports are
+checked the same way against its assignment (`check_task_owner`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 from lockgate.coordinator.domain.errors import StaleGeneration
 from lockgate.coordinator.domain.ids import ExecutorId, Generation
+from lockgate.coordinator.domain.pipelines import TaskRecord
 
 
 @dataclass(frozen=True)
@@ -33,3 +35,29 @@ def check_generation(*, what: str, reported: Generation, current: Generation) ->
             f"{what} reported generation {reported} but the current generation is {current}: "
             "this process was replaced; register again to get a new generation"
         )
+
+
+def check_executor_session(
+    executor_id: ExecutorId, *, reported: Generation, current: Generation | None
+) -> None:
+    """Refuse a report of an executor whose session is gone (`current` None: it is not
+    registered) or was replaced (StaleGeneration)."""
+    if current is None:
+        raise StaleGeneration(
+            f"executor {executor_id!r} is not registered (its session expired or it "
+            "deregistered); register again"
+        )
+    check_generation(what=f"executor {executor_id}", reported=reported, current=current)
+
+
+def check_task_owner(
+    task: TaskRecord, executor_id: ExecutorId, task_generation: Generation
+) -> None:
+    """Refuse a report about a task that is no longer that executor's in that generation:
+    a zombie whose task moved is told so (StaleGeneration), whatever it reports."""
+    if task.executor_id != executor_id:
+        raise StaleGeneration(
+            f"task {task.task_id} is assigned to {task.executor_id or 'no executor'}, "
+            f"not {executor_id}; stop running it"
+        )
+    check_generation(what=f"task {task.task_id}", reported=task_generation, current=task.generation)

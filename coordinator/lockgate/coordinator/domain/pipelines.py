@@ -1,13 +1,23 @@
-"""Pipelines and tasks as the store returns them (desired state apart from observed)."""
+"""Pipelines and tasks as the store returns them (desired state apart from observed),
+and the decisions the store applies to them: config versions, re-splitting, restarts,
+who may reset offsets.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from lockgate.coordinator.domain.errors import FailedPrecondition, InvalidArgument
 from lockgate.coordinator.domain.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.coordinator.domain.pipeline_spec import PipelineSpec
-from lockgate.coordinator.domain.states import TargetState, TaskState
-from lockgate.coordinator.domain.tasks import TopicPartition
+from lockgate.coordinator.domain.states import (
+    CheckpointState,
+    TargetState,
+    TaskState,
+    transition_task_state,
+)
+from lockgate.coordinator.domain.tasks import TaskSplit, TopicPartition
 
 
 @dataclass(frozen=True)
@@ -56,3 +66,89 @@ class PartitionOffset:
     next_offset: int
     checkpoint_id: int | None
     """The COMPLETE checkpoint that set it; None when set by an offset reset."""
+
+
+def check_config_version(pipeline: PipelineRecord, expected_version: int | None) -> None:
+    """Optimistic concurrency for read-modify-write clients: FailedPrecondition unless the
+    stored config version is the one the client read (None: no check)."""
+    if expected_version is not None and expected_version != pipeline.config_version:
+        raise FailedPrecondition(
+            f"pipeline {pipeline.pipeline_id!r} is at config version "
+            f"{pipeline.config_version}, not {expected_version}; read it again and re-apply "
+            "your change",
+            reason="CONFIG_VERSION_MISMATCH",
+        )
+
+
+@dataclass(frozen=True)
+class TaskSplitPlan:
+    """How a pipeline's tasks change to match a new split."""
+
+    removed: tuple[TaskId, ...]
+    """Tasks whose index is no longer in the split: deleted."""
+    added: tuple[TaskSplit, ...]
+    """New indexes: created UNASSIGNED with no executor."""
+    changed: tuple[tuple[TaskId, TaskSplit], ...]
+    """Tasks whose partitions changed: they keep their executor, their generation grows
+    and they become UNASSIGNED until the executor restarts them."""
+
+
+def plan_task_split(existing: Sequence[TaskRecord], splits: Sequence[TaskSplit]) -> TaskSplitPlan:
+    """Diff a pipeline's tasks against `splits` (from `split_partitions`); unchanged tasks
+    are left alone."""
+    by_index = {t.task_index: t for t in existing}
+    wanted = {s.index: s for s in splits}
+    changed: list[tuple[TaskId, TaskSplit]] = []
+    added: list[TaskSplit] = []
+    for index, split in wanted.items():
+        old = by_index.get(index)
+        if old is None:
+            added.append(split)
+        elif old.partitions != tuple(sorted(split.partitions)):
+            changed.append((old.task_id, split))
+    return TaskSplitPlan(
+        removed=tuple(t.task_id for i, t in by_index.items() if i not in wanted),
+        added=tuple(added),
+        changed=tuple(changed),
+    )
+
+
+def tasks_to_restart(tasks: Sequence[TaskRecord], *, only_failed: bool) -> list[TaskRecord]:
+    """The tasks a restart moves to RESTARTING (all, or only FAILED ones); IllegalTransition
+    if one of them may not restart."""
+    chosen = [t for t in tasks if not only_failed or t.state is TaskState.FAILED]
+    for task in chosen:
+        transition_task_state(task.state, TaskState.RESTARTING)
+    return chosen
+
+
+def check_reset_offsets(offsets: Mapping[TopicPartition, int] | None) -> None:
+    """Refuse a negative offset in an offset reset (InvalidArgument naming the partition)."""
+    for tp, offset in (offsets or {}).items():
+        if offset < 0:
+            raise InvalidArgument.for_field(
+                f"offsets[{tp.topic}:{tp.partition}]",
+                f"must be >= 0, got {offset}; omit the partition to use starting_offsets",
+            )
+
+
+def check_offsets_resettable(
+    pipeline: PipelineRecord, states: Mapping[CheckpointId, CheckpointState]
+) -> None:
+    """Offsets may be reset only while the pipeline is STOPPED and no checkpoint is in
+    flight (as Kafka Connect's offsets API); FailedPrecondition otherwise."""
+    if pipeline.target_state is not TargetState.STOPPED:
+        raise FailedPrecondition(
+            f"pipeline {pipeline.pipeline_id!r} is {pipeline.target_state.value}; stop it "
+            "before resetting its offsets",
+            reason="PIPELINE_NOT_STOPPED",
+        )
+    in_flight = [
+        c for c, s in states.items() if s in (CheckpointState.TRIGGERED, CheckpointState.COMPLETE)
+    ]
+    if in_flight:
+        raise FailedPrecondition(
+            f"pipeline {pipeline.pipeline_id!r} still has checkpoints {sorted(in_flight)} in "
+            "flight; wait until they are committed or aborted",
+            reason="CHECKPOINTS_IN_FLIGHT",
+        )

@@ -1,0 +1,225 @@
+"""The decisions the store applies to checkpoints: trigger, completion, abort, timeouts,
+restore states (pure functions of `domain/checkpoints.py`, no database)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lockgate.coordinator.domain.checkpoints import (
+    DEFAULT_MAX_IN_FLIGHT,
+    CheckpointRecord,
+    LingeringTransaction,
+    PendingCommit,
+    SinkHandle,
+    TaskHandles,
+    TaskTrigger,
+    TriggeredCheckpoint,
+    abort_reason,
+    check_handles_abortable,
+    checkpoints_to_complete,
+    first_timed_out,
+    plan_abort,
+    plan_trigger,
+    restore_states_of,
+)
+from lockgate.coordinator.domain.errors import FailedPrecondition, IllegalTransition
+from lockgate.coordinator.domain.ids import (
+    CheckpointId,
+    ExecutorId,
+    Generation,
+    LeaderEpoch,
+    PipelineId,
+    TaskId,
+)
+from lockgate.coordinator.domain.pipeline_spec import parse_pipeline_spec
+from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
+from lockgate.coordinator.domain.tasks import TopicPartition
+from lockgate.coordinator.domain.transactional_ids import TRANSACTIONAL_ID_SLOTS
+
+C = CheckpointId
+P = PipelineId("p")
+T, A, K, X = (
+    CheckpointState.TRIGGERED,
+    CheckpointState.ABORTED,
+    CheckpointState.COMPLETE,
+    CheckpointState.COMMITTED,
+)
+SPEC = parse_pipeline_spec(
+    {
+        "name": "p",
+        "source": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topics": ["in"]}},
+        "sink": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic": "out"}},
+    }
+)
+
+
+def pipeline(target: TargetState = TargetState.RUNNING, next_id: int = 1) -> PipelineRecord:
+    return PipelineRecord(P, SPEC, 1, target, C(next_id), 0, 0)
+
+
+def task(index: int, executor: str | None = "e1", generation: int = 1) -> TaskRecord:
+    return TaskRecord(
+        task_id=TaskId(f"p/{index}"),
+        pipeline_id=P,
+        task_index=index,
+        partitions=(TopicPartition("in", index),),
+        executor_id=ExecutorId(executor) if executor else None,
+        generation=Generation(generation),
+        state=TaskState.RUNNING,
+        state_executor_id=None,
+        state_executor_generation=None,
+        last_error=None,
+        updated_at_ms=0,
+    )
+
+
+def record(n: int, state: CheckpointState, tasks: int, precommitted: int) -> CheckpointRecord:
+    triggers = tuple(
+        TaskTrigger(TaskId(f"p/{i}"), Generation(1), ExecutorId("e1"), f"lockgate-p-{i}-0", 0)
+        for i in range(tasks)
+    )
+    return CheckpointRecord(
+        pipeline_id=P,
+        checkpoint_id=C(n),
+        state=state,
+        leader_epoch=LeaderEpoch(1),
+        tasks=triggers,
+        precommitted=frozenset(t.task_id for t in triggers[:precommitted]),
+        triggered_at_ms=0,
+        completed_at_ms=None,
+        committed_at_ms=None,
+        aborted_at_ms=None,
+        abort_reason=None,
+    )
+
+
+def refusal(**kwargs: object) -> str:
+    with pytest.raises(FailedPrecondition) as caught:
+        plan_trigger(**kwargs)  # type: ignore[arg-type]
+    return caught.value.reason
+
+
+def test_trigger_allots_each_task_its_lowest_free_slot() -> None:
+    plan = plan_trigger(
+        pipeline=pipeline(next_id=7),
+        tasks=[task(0), task(1)],
+        states={C(6): K},
+        slot_use={0: {0: K}, 1: {0: X}},
+    )
+    assert plan.checkpoint_id == 7
+    assert [(t.task_id, t.slot, t.transactional_id) for t in plan.tasks] == [
+        ("p/0", 1, "lockgate-p-0-1"),
+        ("p/1", 0, "lockgate-p-1-0"),
+    ]
+
+
+def test_trigger_refusals_write_nothing_and_say_why() -> None:
+    ok = {"tasks": [task(0)], "states": {}, "slot_use": {}}
+    assert refusal(pipeline=pipeline(TargetState.PAUSED), **ok) == "PIPELINE_NOT_RUNNING"
+    assert refusal(pipeline=pipeline(), tasks=[], states={}, slot_use={}) == "NO_TASKS"
+    unassigned = {**ok, "tasks": [task(0, executor=None)]}
+    assert refusal(pipeline=pipeline(), **unassigned) == "TASKS_UNASSIGNED"
+    full = {**ok, "states": {C(n): T for n in range(DEFAULT_MAX_IN_FLIGHT)}}
+    assert refusal(pipeline=pipeline(), **full) == "TOO_MANY_IN_FLIGHT"
+    busy = {**ok, "slot_use": {0: {s: K for s in range(TRANSACTIONAL_ID_SLOTS)}}}
+    assert refusal(pipeline=pipeline(), **busy) == "NO_FREE_SLOT"
+
+
+@given(
+    st.dictionaries(st.integers(1, 8), st.sampled_from([T, K, A])),
+    st.dictionaries(
+        st.integers(0, TRANSACTIONAL_ID_SLOTS - 1), st.sampled_from([None, T, K, A, X])
+    ),
+)
+def test_a_trigger_never_exceeds_the_limit_or_takes_a_live_slot(
+    states: dict[int, CheckpointState], slots: dict[int, CheckpointState | None]
+) -> None:
+    in_flight = sum(1 for s in states.values() if s in (T, K))
+    try:
+        plan = plan_trigger(
+            pipeline=pipeline(next_id=9),
+            tasks=[task(0)],
+            states={C(c): s for c, s in states.items()},
+            slot_use={0: slots},
+        )
+    except FailedPrecondition:
+        return
+    assert in_flight < DEFAULT_MAX_IN_FLIGHT
+    assert slots.get(plan.tasks[0].slot) not in (T, K)
+
+
+def test_completion_walks_on_while_checkpoints_are_ready() -> None:
+    states = {C(1): T, C(2): T, C(3): T}
+    triggered = {C(1): record(1, T, 2, 2), C(2): record(2, T, 2, 2), C(3): record(3, T, 2, 1)}
+    assert checkpoints_to_complete(C(1), states=states, triggered=triggered) == [1, 2]
+    # N+1 waits for N, even if all of N+1's tasks pre-committed.
+    assert checkpoints_to_complete(C(2), states=states, triggered=triggered) == []
+    assert checkpoints_to_complete(C(3), states={C(3): K}, triggered={}) == []
+
+
+@given(st.lists(st.tuples(st.sampled_from([T, K, A]), st.integers(0, 2)), max_size=6))
+def test_completion_is_in_order_and_only_of_fully_precommitted_checkpoints(
+    shape: list[tuple[CheckpointState, int]],
+) -> None:
+    states = {C(n + 1): s for n, (s, _) in enumerate(shape)}
+    triggered = {C(n + 1): record(n + 1, s, 2, done) for n, (s, done) in enumerate(shape) if s is T}
+    for start in states:
+        done = checkpoints_to_complete(start, states=states, triggered=triggered)
+        assert done == list(range(start, start + len(done)))
+        for c in done:
+            assert triggered[c].precommitted == triggered[c].task_ids
+            assert all(states[e] is not T for e in states if e < start)
+
+
+def test_abort_takes_later_in_flight_checkpoints_and_is_idempotent() -> None:
+    states = {C(1): K, C(2): T, C(3): T}
+    assert plan_abort(C(2), current=T, states=states) == [2, 3]
+    assert plan_abort(C(2), current=A, states=states) == []
+    with pytest.raises(IllegalTransition):
+        plan_abort(C(1), current=K, states=states)
+    assert abort_reason(C(2), first=C(2), reason="slow") == "slow"
+    assert abort_reason(C(3), first=C(2), reason="slow") == "checkpoint 2 aborted (slow)"
+
+
+def test_only_the_first_timed_out_checkpoint_of_each_pipeline_is_named() -> None:
+    def at(pipeline_id: str, n: int, ms: int) -> TriggeredCheckpoint:
+        return TriggeredCheckpoint(PipelineId(pipeline_id), C(n), ms, 100)
+
+    late = first_timed_out(
+        [at("b", 2, 0), at("a", 1, 950), at("a", 2, 0), at("b", 1, 0), at("c", 1, 900)],
+        now_ms=1000,
+    )
+    assert [(c.pipeline_id, c.checkpoint_id) for c in late] == [("a", 2), ("b", 1)]
+
+
+def test_handles_are_recorded_aborted_only_for_aborted_checkpoints() -> None:
+    check_handles_abortable(record(1, A, 1, 0))
+    with pytest.raises(FailedPrecondition, match="only an ABORTED"):
+        check_handles_abortable(record(1, K, 1, 1))
+
+
+def test_each_task_restores_its_own_offsets_handles_and_aborts() -> None:
+    t0, t1 = task(0), dataclasses.replace(task(1), generation=Generation(4))
+    handles = (
+        TaskHandles(t0.task_id, (SinkHandle("lockgate-p-0-0", 1, 0),)),
+        TaskHandles(t1.task_id, (SinkHandle("lockgate-p-1-0", 2, 0),)),
+    )
+    abort = LingeringTransaction(P, C(3), A, t1.task_id, "lockgate-p-1-1", 5, 0)
+    got = restore_states_of(
+        [t0, t1],
+        offsets={TopicPartition("in", 0): 10, TopicPartition("other", 0): 3},
+        pending=[PendingCommit(P, C(2), handles)],
+        lingering=[abort],
+    )
+    assert got[t0.task_id].start_offsets == {TopicPartition("in", 0): 10}
+    assert got[t0.task_id].to_commit == (PendingCommit(P, C(2), handles[:1]),)
+    assert got[t0.task_id].to_abort == ()
+    assert got[t1.task_id].task_generation == 4
+    assert got[t1.task_id].start_offsets == {}
+    assert got[t1.task_id].to_commit == (PendingCommit(P, C(2), handles[1:]),)
+    assert got[t1.task_id].to_abort == (abort,)

@@ -1,0 +1,249 @@
+"""Which pre-commit reports the leader accepts (`domain/precommits.py`), and the other
+ownership and pipeline decisions the store applies (`membership`, `pipelines`,
+`assignment`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lockgate.coordinator.domain.assignment import assignment_changes
+from lockgate.coordinator.domain.checkpoints import (
+    CheckpointRecord,
+    OffsetRange,
+    Precommit,
+    SinkHandle,
+    TaskTrigger,
+)
+from lockgate.coordinator.domain.errors import (
+    FailedPrecondition,
+    IllegalTransition,
+    InvalidArgument,
+    NotFound,
+    StaleGeneration,
+)
+from lockgate.coordinator.domain.ids import (
+    CheckpointId,
+    ExecutorId,
+    Generation,
+    LeaderEpoch,
+    PipelineId,
+    TaskId,
+)
+from lockgate.coordinator.domain.membership import check_executor_session
+from lockgate.coordinator.domain.pipeline_spec import parse_pipeline_spec
+from lockgate.coordinator.domain.pipelines import (
+    PipelineRecord,
+    TaskRecord,
+    TaskSplitPlan,
+    check_config_version,
+    check_offsets_resettable,
+    check_reset_offsets,
+    plan_task_split,
+    tasks_to_restart,
+)
+from lockgate.coordinator.domain.precommits import accept_precommits
+from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
+from lockgate.coordinator.domain.tasks import TopicPartition, split_partitions
+
+C = CheckpointId
+P = PipelineId("p")
+E1, E2 = ExecutorId("e1"), ExecutorId("e2")
+T0, T1 = TaskId("p/0"), TaskId("p/1")
+KEY = (P, C(1))
+
+
+def task(task_id: TaskId, executor: ExecutorId | None = E1, generation: int = 1) -> TaskRecord:
+    index = int(task_id.rsplit("/", 1)[1])
+    return TaskRecord(
+        task_id=task_id,
+        pipeline_id=P,
+        task_index=index,
+        partitions=(TopicPartition("in", index),),
+        executor_id=executor,
+        generation=Generation(generation),
+        state=TaskState.RUNNING,
+        state_executor_id=None,
+        state_executor_generation=None,
+        last_error=None,
+        updated_at_ms=0,
+    )
+
+
+def checkpoint(
+    state: CheckpointState = CheckpointState.TRIGGERED,
+    precommitted: frozenset[TaskId] = frozenset(),
+) -> CheckpointRecord:
+    return CheckpointRecord(
+        pipeline_id=P,
+        checkpoint_id=C(1),
+        state=state,
+        leader_epoch=LeaderEpoch(1),
+        tasks=tuple(
+            TaskTrigger(t, Generation(1), E1, f"lockgate-p-{t[-1]}-0", 0) for t in (T0, T1)
+        ),
+        precommitted=precommitted,
+        triggered_at_ms=0,
+        completed_at_ms=None,
+        committed_at_ms=None,
+        aborted_at_ms=None,
+        abort_reason=None,
+    )
+
+
+def report(task_id: TaskId = T0, **changes: object) -> Precommit:
+    base = Precommit(
+        pipeline_id=P,
+        checkpoint_id=C(1),
+        task_id=task_id,
+        task_generation=Generation(1),
+        executor_id=E1,
+        executor_generation=Generation(3),
+        offsets=(OffsetRange("in", int(task_id[-1]), 0, 10),),
+        handles=(SinkHandle(f"lockgate-p-{task_id[-1]}-0-0", 7, 0),),
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def accept(
+    *reports: Precommit,
+    record: CheckpointRecord | None = None,
+    generations: dict[ExecutorId, Generation] | None = None,
+    tasks: dict[TaskId, TaskRecord] | None = None,
+) -> dict[tuple[PipelineId, CheckpointId], tuple[Precommit, ...]]:
+    return accept_precommits(
+        reports,
+        checkpoints={KEY: checkpoint() if record is None else record},
+        executor_generations={E1: Generation(3)} if generations is None else generations,
+        tasks={T0: task(T0), T1: task(T1)} if tasks is None else tasks,
+    )
+
+
+def test_fresh_reports_are_accepted_once_and_retries_are_left_out() -> None:
+    first = report(T0)
+    assert accept(first, report(T1), first) == {KEY: (first, report(T1))}
+    done = checkpoint(precommitted=frozenset({T0}))
+    assert accept(first, record=done) == {}
+    # A retry of a pre-commit N already recorded is fine even once N moved on.
+    assert accept(first, record=checkpoint(CheckpointState.COMPLETE, frozenset({T0}))) == {}
+
+
+def test_reports_of_replaced_sessions_and_moved_tasks_are_refused() -> None:
+    with pytest.raises(StaleGeneration, match="not registered"):
+        accept(report(), generations={})
+    with pytest.raises(StaleGeneration, match="executor e1"):
+        accept(report(executor_generation=Generation(2)))
+    with pytest.raises(StaleGeneration, match="in checkpoint 1"):
+        accept(report(task_generation=Generation(2)))
+    with pytest.raises(StaleGeneration, match="assigned to e2"):
+        accept(report(), tasks={T0: task(T0, executor=E2)})
+    # Even a retried report of a zombie is refused, not acknowledged.
+    with pytest.raises(StaleGeneration):
+        accept(
+            report(),
+            record=checkpoint(precommitted=frozenset({T0})),
+            tasks={T0: task(T0, generation=2)},
+        )
+
+
+def test_reports_of_unknown_checkpoints_and_tasks_are_not_found() -> None:
+    with pytest.raises(NotFound, match="no checkpoint 1"):
+        accept_precommits([report()], checkpoints={KEY: None}, executor_generations={}, tasks={})
+    with pytest.raises(NotFound, match="not part of checkpoint"):
+        accept(report(TaskId("p/7")))
+    with pytest.raises(NotFound, match="no task"):
+        accept(report(), tasks={})
+
+
+def test_an_aborted_checkpoint_and_a_foreign_transactional_id_are_refused() -> None:
+    with pytest.raises(FailedPrecondition, match="abort this pre-commit") as aborted:
+        accept(report(), record=checkpoint(CheckpointState.ABORTED))
+    assert aborted.value.reason == "CHECKPOINT_NOT_TRIGGERED"
+    wrong = report(handles=(SinkHandle("lockgate-p-0-1", 7, 0),))
+    with pytest.raises(FailedPrecondition) as foreign:
+        accept(wrong)
+    assert foreign.value.reason == "WRONG_TRANSACTIONAL_ID"
+    # The allotted id itself and its write partitions' ids are the task's own.
+    for own in ("lockgate-p-0-0", "lockgate-p-0-0-12"):
+        assert accept(report(handles=(SinkHandle(own, 7, 0),)))
+    # Non-Kafka handles carry no transactional id to check.
+    assert accept(report(handles=(SinkHandle("anything", 7, 0, kind="file"),)))
+
+
+def test_executor_session_check() -> None:
+    check_executor_session(E1, reported=Generation(2), current=Generation(2))
+    with pytest.raises(StaleGeneration):
+        check_executor_session(E1, reported=Generation(1), current=Generation(2))
+
+
+def test_config_version_and_offset_reset_preconditions() -> None:
+    spec = parse_pipeline_spec(
+        {
+            "name": "p",
+            "source": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topics": ["in"]}},
+            "sink": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic": "out"}},
+        }
+    )
+    stopped = PipelineRecord(P, spec, 4, TargetState.STOPPED, C(3), 0, 0)
+    check_config_version(stopped, None)
+    check_config_version(stopped, 4)
+    with pytest.raises(FailedPrecondition, match="config version 4, not 3"):
+        check_config_version(stopped, 3)
+    check_offsets_resettable(stopped, {C(1): CheckpointState.ABORTED})
+    with pytest.raises(FailedPrecondition, match="in flight"):
+        check_offsets_resettable(stopped, {C(2): CheckpointState.COMPLETE})
+    running = dataclasses.replace(stopped, target_state=TargetState.RUNNING)
+    with pytest.raises(FailedPrecondition, match="stop it"):
+        check_offsets_resettable(running, {})
+    check_reset_offsets(None)
+    with pytest.raises(InvalidArgument, match=">= 0"):
+        check_reset_offsets({TopicPartition("in", 0): -1})
+
+
+def test_restart_takes_all_or_only_failed_tasks() -> None:
+    failed = dataclasses.replace(task(T1), state=TaskState.FAILED)
+    assert tasks_to_restart([task(T0), failed], only_failed=True) == [failed]
+    assert tasks_to_restart([task(T0), failed], only_failed=False) == [task(T0), failed]
+    # An unassigned task has no instance to restart: it starts when it is assigned.
+    unassigned = dataclasses.replace(task(T0), state=TaskState.UNASSIGNED)
+    with pytest.raises(IllegalTransition):
+        tasks_to_restart([unassigned], only_failed=False)
+
+
+@given(
+    st.sets(st.integers(0, 5), max_size=6),
+    st.sets(st.integers(0, 5), max_size=6),
+    st.integers(1, 4),
+    st.integers(1, 4),
+)
+def test_a_resplit_touches_only_what_changed(
+    old_parts: set[int], new_parts: set[int], old_max: int, new_max: int
+) -> None:
+    old = split_partitions([TopicPartition("in", p) for p in old_parts], old_max)
+    new = split_partitions([TopicPartition("in", p) for p in new_parts], new_max)
+    existing = [
+        dataclasses.replace(task(TaskId(f"p/{s.index}")), partitions=s.partitions) for s in old
+    ]
+    plan = plan_task_split(existing, new)
+    assert set(plan.removed) == {TaskId(f"p/{s.index}") for s in old} - {
+        TaskId(f"p/{s.index}") for s in new
+    }
+    assert {s.index for s in plan.added} == {s.index for s in new} - {s.index for s in old}
+    old_by_index = {s.index: s.partitions for s in old}
+    for task_id, split in plan.changed:
+        assert old_by_index[split.index] != split.partitions and task_id == f"p/{split.index}"
+    unchanged = {s.index for s in new if old_by_index.get(s.index) == s.partitions}
+    assert unchanged.isdisjoint({s.index for _, s in plan.changed})
+    assert plan_task_split(existing, old) == TaskSplitPlan(removed=(), added=(), changed=())
+
+
+def test_assignment_changes_name_moved_tasks_and_refuse_unknown_ones() -> None:
+    tasks = [task(T0, executor=E1), task(T1, executor=None)]
+    assert assignment_changes(tasks, {E1: {T0}}) == []
+    assert assignment_changes(tasks, {E2: {T0, T1}}) == tasks
+    assert assignment_changes(tasks, {}) == [tasks[0]]
+    with pytest.raises(NotFound, match="unknown tasks"):
+        assignment_changes(tasks, {E1: {TaskId("p/9")}})
