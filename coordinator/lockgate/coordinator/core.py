@@ -153,7 +153,7 @@ class CoordinatorCore:
         """
         sent_at = self._monotonic()
         try:
-            lease = self._store.try_acquire_lease(
+            lease = self._store.lease.try_acquire_lease(
                 holder=self._id,
                 holder_address=self._address,
                 lease_ms=self._lease_ms,
@@ -199,14 +199,14 @@ class CoordinatorCore:
 
     def leader(self) -> LeaseRecord:
         """Who leads now, read from the store (any replica may call it)."""
-        return self._store.read_lease()
+        return self._store.lease.read_lease()
 
     def resign(self) -> None:
         """Release the lease if this replica holds it (graceful shutdown)."""
         if self._fence is not None:
             # FencedError: someone else leads already, there is nothing to give up.
             with contextlib.suppress(FencedError):
-                self._store.release_lease(fence=self._fence)
+                self._store.lease.release_lease(fence=self._fence)
         self._become(None, self._monotonic())
 
     def _leader_call(self, write: Callable[[Fence], _R]) -> _R:
@@ -222,7 +222,9 @@ class CoordinatorCore:
     def create_pipeline(self, raw_spec: Mapping[str, object]) -> PipelineRecord:
         """Validate a config (InvalidArgument lists every bad field) and create it."""
         spec = parse_pipeline_spec(raw_spec)
-        return self._leader_call(lambda f: self._store.create_pipeline(fence=f, spec=spec))
+        return self._leader_call(
+            lambda f: self._store.pipelines.create_pipeline(fence=f, spec=spec)
+        )
 
     def update_pipeline(
         self, raw_spec: Mapping[str, object], *, expected_version: int | None = None
@@ -230,24 +232,26 @@ class CoordinatorCore:
         """Validate and replace a pipeline's config; its config version grows by one."""
         spec = parse_pipeline_spec(raw_spec)
         return self._leader_call(
-            lambda f: self._store.update_pipeline(
+            lambda f: self._store.pipelines.update_pipeline(
                 fence=f, spec=spec, expected_version=expected_version
             )
         )
 
     def get_pipeline(self, pipeline_id: PipelineId) -> PipelineRecord:
         """One pipeline (NotFound if unknown)."""
-        return self._store.get_pipeline(pipeline_id=pipeline_id)
+        return self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
 
     def list_pipelines(
         self, *, page_size: int = 100, page_token: str = ""
     ) -> tuple[list[PipelineRecord], str]:
         """A page of pipelines in name order and the next page's token ("" at the end)."""
-        return self._store.list_pipelines(page_size=page_size, page_token=page_token)
+        return self._store.pipelines.list_pipelines(page_size=page_size, page_token=page_token)
 
     def delete_pipeline(self, pipeline_id: PipelineId) -> None:
         """Delete a pipeline and everything it owns."""
-        self._leader_call(lambda f: self._store.delete_pipeline(fence=f, pipeline_id=pipeline_id))
+        self._leader_call(
+            lambda f: self._store.pipelines.delete_pipeline(fence=f, pipeline_id=pipeline_id)
+        )
 
     def pause_pipeline(self, pipeline_id: PipelineId) -> PipelineRecord:
         """Ask the pipeline's tasks to pause (target state PAUSED)."""
@@ -263,7 +267,7 @@ class CoordinatorCore:
 
     def _set_target(self, pipeline_id: PipelineId, target: TargetState) -> PipelineRecord:
         return self._leader_call(
-            lambda f: self._store.set_target_state(
+            lambda f: self._store.pipelines.set_target_state(
                 fence=f, pipeline_id=pipeline_id, target_state=target
             )
         )
@@ -278,45 +282,50 @@ class CoordinatorCore:
         pipeline has no separate connector instance): the pipeline must exist, no task moves.
         """
         if not include_tasks:
-            self._store.get_pipeline(pipeline_id=pipeline_id)
+            self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
             return []
         return self._leader_call(
-            lambda f: self._store.restart_tasks(
+            lambda f: self._store.pipelines.restart_tasks(
                 fence=f, pipeline_id=pipeline_id, only_failed=only_failed
             )
         )
 
     def pipeline_status(self, pipeline_id: PipelineId) -> PipelineStatus:
         """The pipeline's target state with each task's observed state, executor, error."""
-        pipeline = self._store.get_pipeline(pipeline_id=pipeline_id)
+        pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
         return PipelineStatus(
-            pipeline=pipeline, tasks=tuple(self._store.list_tasks(pipeline_id=pipeline_id))
+            pipeline=pipeline,
+            tasks=tuple(self._store.pipelines.list_tasks(pipeline_id=pipeline_id)),
         )
 
     def get_offsets(self, pipeline_id: PipelineId) -> list[PartitionOffset]:
         """Where the pipeline resumes each source partition."""
-        return self._store.get_offsets(pipeline_id=pipeline_id)
+        return self._store.offsets.get_offsets(pipeline_id=pipeline_id)
 
     def reset_offsets(
         self, pipeline_id: PipelineId, offsets: Mapping[TopicPartition, int] | None
     ) -> list[PartitionOffset]:
         """Set (or with None forget) a STOPPED pipeline's offsets; FailedPrecondition else."""
         return self._leader_call(
-            lambda f: self._store.reset_offsets(fence=f, pipeline_id=pipeline_id, offsets=offsets)
+            lambda f: self._store.offsets.reset_offsets(
+                fence=f, pipeline_id=pipeline_id, offsets=offsets
+            )
         )
 
     def list_checkpoints(
         self, pipeline_id: PipelineId, *, limit: int = 100, before: CheckpointId | None = None
     ) -> list[CheckpointRecord]:
         """Checkpoint history with timings, newest first."""
-        return self._store.list_checkpoints(pipeline_id=pipeline_id, limit=limit, before=before)
+        return self._store.checkpoints.list_checkpoints(
+            pipeline_id=pipeline_id, limit=limit, before=before
+        )
 
     # ------------------------------------------------------------------ membership
 
     def register_executor(self, executor_id: ExecutorId, address: str) -> ExecutorRecord:
         """Start a new session for an executor; returns its new generation."""
         return self._leader_call(
-            lambda f: self._store.register_executor(
+            lambda f: self._store.executors.register_executor(
                 fence=f, executor_id=executor_id, address=address
             )
         )
@@ -324,24 +333,24 @@ class CoordinatorCore:
     def heartbeat(self, executor_id: ExecutorId, generation: Generation) -> list[TaskRecord]:
         """Record a heartbeat (StaleGeneration for a zombie); return the executor's tasks."""
         self._leader_call(
-            lambda f: self._store.heartbeat_executor(
+            lambda f: self._store.executors.heartbeat_executor(
                 fence=f, executor_id=executor_id, generation=generation
             )
         )
-        return [t for t in self._store.list_tasks() if t.executor_id == executor_id]
+        return [t for t in self._store.pipelines.list_tasks() if t.executor_id == executor_id]
 
     def deregister_executor(self, executor_id: ExecutorId, generation: Generation) -> None:
         """Remove an executor that shuts down cleanly."""
         self._leader_call(
-            lambda f: self._store.deregister_executor(
+            lambda f: self._store.executors.deregister_executor(
                 fence=f, executor_id=executor_id, generation=generation
             )
         )
 
     def list_executors(self) -> list[ExecutorView]:
         """Every registered executor, its liveness by the database's clock, its tasks."""
-        records, now = self._store.list_executors()
-        assignment = self._store.current_assignment()
+        records, now = self._store.executors.list_executors()
+        assignment = self._store.pipelines.current_assignment()
         return [
             ExecutorView(
                 record=r,
@@ -368,7 +377,7 @@ class CoordinatorCore:
     ) -> TaskRecord:
         """Record a task's observed state; stale generations are refused."""
         return self._leader_call(
-            lambda f: self._store.report_task_state(
+            lambda f: self._store.pipelines.report_task_state(
                 fence=f,
                 task_id=task_id,
                 task_generation=task_generation,
@@ -386,10 +395,10 @@ class CoordinatorCore:
     ) -> list[TaskRecord]:
         """Split the pipeline over its source partitions (from Kafka metadata) and store
         the tasks. Leader-only."""
-        pipeline = self._store.get_pipeline(pipeline_id=pipeline_id)
+        pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
         splits = split_partitions(partitions, pipeline.spec.tasks_max)
         return self._leader_call(
-            lambda f: self._store.set_pipeline_tasks(
+            lambda f: self._store.pipelines.set_pipeline_tasks(
                 fence=f, pipeline_id=pipeline_id, splits=splits
             )
         )
@@ -399,9 +408,9 @@ class CoordinatorCore:
         delay for dead executors). Leader-only. `plan.recheck_at_ms` says when to call
         again at the latest."""
         fence = self.fence()
-        records, now = self._store.list_executors()
-        current = self._store.current_assignment()
-        all_tasks = [t.task_id for t in self._store.list_tasks()]
+        records, now = self._store.executors.list_executors()
+        current = self._store.pipelines.current_assignment()
+        all_tasks = [t.task_id for t in self._store.pipelines.list_tasks()]
         plan = plan_assignment(
             current=current,
             last_heartbeats_ms={r.executor_id: r.last_heartbeat_ms for r in records},
@@ -411,7 +420,9 @@ class CoordinatorCore:
             reassign_delay_ms=self._reassign_delay_ms,
         )
         try:
-            changed = self._store.apply_assignment(fence=fence, assignment=plan.assignment)
+            changed = self._store.pipelines.apply_assignment(
+                fence=fence, assignment=plan.assignment
+            )
         except FencedError:
             self._become(None, self._monotonic())
             raise
@@ -430,11 +441,13 @@ class CoordinatorCore:
         triggered: list[CheckpointRecord] = []
         token = ""
         while True:
-            page, token = self._store.list_pipelines(page_token=token)
+            page, token = self._store.pipelines.list_pipelines(page_token=token)
             for pipeline in page:
                 if pipeline.target_state is not TargetState.RUNNING:
                     continue
-                recent = self._store.list_checkpoints(pipeline_id=pipeline.pipeline_id, limit=4)
+                recent = self._store.checkpoints.list_checkpoints(
+                    pipeline_id=pipeline.pipeline_id, limit=4
+                )
                 last = recent[0].triggered_at_ms if recent else None
                 in_flight = sum(1 for c in recent if c.in_flight)
                 if not should_trigger(
@@ -454,40 +467,30 @@ class CoordinatorCore:
 
     def _trigger(self, pipeline_id: PipelineId) -> CheckpointRecord:
         return self._leader_call(
-            lambda f: self._store.trigger_checkpoint(fence=f, pipeline_id=pipeline_id)
+            lambda f: self._store.checkpoints.trigger_checkpoint(fence=f, pipeline_id=pipeline_id)
         )
 
     def precommit(self, precommit: Precommit) -> CheckpointRecord:
         """Record a task's pre-commit; writes COMPLETE when it was the last. Leader-only."""
         return self._leader_call(
-            lambda f: self._store.record_precommit(fence=f, precommit=precommit)
+            lambda f: self._store.checkpoints.record_precommit(fence=f, precommit=precommit)
         )
 
     def precommits(self, precommits: Sequence[Precommit]) -> list[CheckpointRecord]:
         """`precommit` for many reports in one transaction, all or nothing; returns each
         report's checkpoint as it is afterwards. Leader-only."""
         records = self._leader_call(
-            lambda f: self._store.record_precommits(fence=f, precommits=precommits)
+            lambda f: self._store.checkpoints.record_precommits(fence=f, precommits=precommits)
         )
         by_checkpoint = {(r.pipeline_id, r.checkpoint_id): r for r in records}
         return [by_checkpoint[(p.pipeline_id, p.checkpoint_id)] for p in precommits]
-
-    def commit_acked(
-        self, pipeline_id: PipelineId, checkpoint_id: CheckpointId, task_id: TaskId
-    ) -> CheckpointRecord:
-        """Record a task's commit ack; the checkpoint is COMMITTED once all acked."""
-        return self._leader_call(
-            lambda f: self._store.record_commit_ack(
-                fence=f, pipeline_id=pipeline_id, checkpoint_id=checkpoint_id, task_id=task_id
-            )
-        )
 
     def mark_committed(
         self, pipeline_id: PipelineId, checkpoint_id: CheckpointId
     ) -> CheckpointRecord:
         """Mark a COMPLETE checkpoint COMMITTED after the leader committed every handle."""
         return self._leader_call(
-            lambda f: self._store.mark_committed(
+            lambda f: self._store.checkpoints.mark_committed(
                 fence=f, pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
             )
         )
@@ -497,21 +500,21 @@ class CoordinatorCore:
     ) -> list[CheckpointId]:
         """Abort a TRIGGERED checkpoint and the later in-flight ones of its pipeline."""
         return self._leader_call(
-            lambda f: self._store.abort_checkpoint(
+            lambda f: self._store.checkpoints.abort_checkpoint(
                 fence=f, pipeline_id=pipeline_id, checkpoint_id=checkpoint_id, reason=reason
             )
         )
 
     def abort_timed_out(self) -> list[tuple[PipelineId, CheckpointId]]:
         """Abort checkpoints older than their pipeline's timeout. Leader-only."""
-        return self._leader_call(lambda f: self._store.abort_timed_out(fence=f))
+        return self._leader_call(lambda f: self._store.checkpoints.abort_timed_out(fence=f))
 
     def handles_aborted(
         self, pipeline_id: PipelineId, checkpoint_id: CheckpointId, task_id: TaskId
     ) -> None:
         """Record that a task's transactions of an ABORTED checkpoint were aborted."""
         self._leader_call(
-            lambda f: self._store.mark_handles_aborted(
+            lambda f: self._store.checkpoints.mark_handles_aborted(
                 fence=f, pipeline_id=pipeline_id, checkpoint_id=checkpoint_id, task_id=task_id
             )
         )
@@ -520,14 +523,14 @@ class CoordinatorCore:
         """A new leader's first step: abort in-flight checkpoints, then list what to
         commit again (oldest first) and what to abort. Leader-only."""
         aborted = self._leader_call(
-            lambda f: self._store.abort_in_flight(fence=f, reason="leader changed")
+            lambda f: self._store.checkpoints.abort_in_flight(fence=f, reason="leader changed")
         )
         return RecoveryPlan(
             aborted=tuple(aborted),
-            to_commit=tuple(commit_order(self._store.list_pending_commits())),
-            to_abort=tuple(self._store.list_lingering_transactions()),
+            to_commit=tuple(commit_order(self._store.checkpoints.list_pending_commits())),
+            to_abort=tuple(self._store.checkpoints.list_lingering_transactions()),
         )
 
     def restore_state(self, task_id: TaskId) -> RestoreState:
         """What a (re)assigned task needs before it reads a record."""
-        return self._store.restore_state(task_id=task_id)
+        return self._store.checkpoints.restore_state(task_id=task_id)

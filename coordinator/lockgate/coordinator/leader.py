@@ -432,7 +432,7 @@ class Coordinator:
         if a newer registration of the id exists.
         """
         self.require_fence()
-        executors, now_ms = self.store.list_executors()
+        executors, now_ms = self.store.executors.list_executors()
         current = next((e for e in executors if e.executor_id == executor_id), None)
         if current is None:
             raise NotFound(
@@ -451,10 +451,10 @@ class Coordinator:
                 reason="SESSION_EXPIRED",
             )
         self._leader(lambda: self.core.heartbeat(executor_id, generation))
-        tasks = {t.task_id: t for t in self.store.list_tasks()}
+        tasks = {t.task_id: t for t in self.store.pipelines.list_tasks()}
         for report in reports:
             self._apply_task_report(executor_id, generation, report, tasks)
-        return [t for t in self.store.list_tasks() if t.executor_id == executor_id]
+        return [t for t in self.store.pipelines.list_tasks() if t.executor_id == executor_id]
 
     def _apply_task_report(
         self,
@@ -663,7 +663,9 @@ class Coordinator:
         """A task could not pre-commit N: abort N and every later in-flight checkpoint of
         the pipeline (a decided N stays as it is). Leader-only."""
         self.require_fence()
-        checkpoint = self.store.get_checkpoint(pipeline_id=pipeline_id, checkpoint_id=checkpoint_id)
+        checkpoint = self.store.checkpoints.get_checkpoint(
+            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+        )
         trigger = next((t for t in checkpoint.tasks if t.task_id == task), None)
         if trigger is None:
             raise NotFound(
@@ -676,7 +678,7 @@ class Coordinator:
                 f"task {task} reported generation {task_generation} but checkpoint "
                 f"{checkpoint_id} was triggered at generation {trigger.task_generation}"
             )
-        executor = self.store.get_executor(executor_id=executor_id)
+        executor = self.store.executors.get_executor(executor_id=executor_id)
         if executor.generation != executor_generation:
             raise StaleGeneration(
                 f"executor {executor_id} reported generation {executor_generation} but the "
@@ -696,7 +698,9 @@ class Coordinator:
                 error=error,
             )
         self.wake()
-        return self.store.get_checkpoint(pipeline_id=pipeline_id, checkpoint_id=checkpoint_id).state
+        return self.store.checkpoints.get_checkpoint(
+            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+        ).state
 
     def report_task_failure(
         self,
@@ -778,9 +782,9 @@ class Coordinator:
     def _rebalance(self, fence: Fence) -> None:
         """Move tasks of executors dead past the reassignment delay, spread new tasks, and
         release the tasks of STOPPED pipelines. Leader-only."""
-        executors, now_ms = self.store.list_executors()
+        executors, now_ms = self.store.executors.list_executors()
         pipelines = {p.pipeline_id: p for p in self._all_pipelines()}
-        tasks = self.store.list_tasks()
+        tasks = self.store.pipelines.list_tasks()
         wanted = [
             t.task_id
             for t in tasks
@@ -802,7 +806,7 @@ class Coordinator:
         new = {e: frozenset(ts) for e, ts in plan.assignment.items() if ts}
         old = {e: frozenset(ts) for e, ts in current.items() if ts}
         if new != old:
-            changed = self.store.apply_assignment(fence=fence, assignment=new)
+            changed = self.store.pipelines.apply_assignment(fence=fence, assignment=new)
             _LOG.info(
                 "rebalanced: %d tasks changed executor (%s)",
                 len(changed),
@@ -817,7 +821,7 @@ class Coordinator:
     def _abort_triggered(self, pipeline_id: PipelineId, *, reason: str) -> None:
         """Abort the pipeline's TRIGGERED checkpoints (the earliest takes the later ones
         along). Leader-only."""
-        triggered = self.store.list_checkpoints(
+        triggered = self.store.checkpoints.list_checkpoints(
             pipeline_id=pipeline_id, limit=100, states=[CheckpointState.TRIGGERED]
         )
         if triggered:
@@ -825,7 +829,7 @@ class Coordinator:
             self._leader(lambda: self.core.abort_checkpoint(pipeline_id, first, reason))
 
     def _alive_executors(self) -> dict[ExecutorId, ExecutorRecord]:
-        executors, now_ms = self.store.list_executors()
+        executors, now_ms = self.store.executors.list_executors()
         return {e.executor_id: e for e in executors if self.is_alive(e, now_ms)}
 
     def _pick_executor(
@@ -844,7 +848,7 @@ class Coordinator:
     def _commit_pending(self, fence: Fence, *, only: PipelineId | None = None) -> None:
         """Commit every COMPLETE-not-COMMITTED checkpoint, oldest first per pipeline, until
         each is acked; then mark it COMMITTED (DESIGN.md step 4). Leader-only."""
-        pending = self.store.list_pending_commits(pipeline_id=only)
+        pending = self.store.checkpoints.list_pending_commits(pipeline_id=only)
         if not pending:
             return
         alive = self._alive_executors()
@@ -864,8 +868,8 @@ class Coordinator:
     def _commit_one(
         self, fence: Fence, commit: PendingCommit, alive: Mapping[ExecutorId, ExecutorRecord]
     ) -> bool:
-        pipeline = self.store.get_pipeline(pipeline_id=commit.pipeline_id)
-        checkpoint = self.store.get_checkpoint(
+        pipeline = self.store.pipelines.get_pipeline(pipeline_id=commit.pipeline_id)
+        checkpoint = self.store.checkpoints.get_checkpoint(
             pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
         )
         owner = {t.task_id: t.executor_id for t in checkpoint.tasks}
@@ -910,7 +914,7 @@ class Coordinator:
     def _send_aborts(self, fence: Fence, *, only: PipelineId | None = None) -> None:
         """Abort the transactions of checkpoints that never became COMPLETE, then record
         it so they leave the lingering list. Leader-only."""
-        lingering = self.store.list_lingering_transactions(pipeline_id=only)
+        lingering = self.store.checkpoints.list_lingering_transactions(pipeline_id=only)
         if not lingering:
             return
         alive = self._alive_executors()
@@ -937,8 +941,8 @@ class Coordinator:
         alive: Mapping[ExecutorId, ExecutorRecord],
     ) -> bool:
         try:
-            pipeline = self.store.get_pipeline(pipeline_id=pipeline_id)
-            checkpoint = self.store.get_checkpoint(
+            pipeline = self.store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+            checkpoint = self.store.checkpoints.get_checkpoint(
                 pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
             )
         except NotFound:
@@ -994,12 +998,12 @@ class Coordinator:
         pipelines = [p for p in self._all_pipelines() if p.target_state is TargetState.RUNNING]
         if not pipelines:
             return
-        executors, now_ms = self.store.list_executors()
+        executors, now_ms = self.store.executors.list_executors()
         alive = {e.executor_id: e for e in executors if self.is_alive(e, now_ms)}
         tasks_by_pipeline: dict[PipelineId, list[TaskRecord]] = defaultdict(list)
-        for t in self.store.list_tasks():
+        for t in self.store.pipelines.list_tasks():
             tasks_by_pipeline[t.pipeline_id].append(t)
-        lingering = {t.pipeline_id for t in self.store.list_lingering_transactions()}
+        lingering = {t.pipeline_id for t in self.store.checkpoints.list_lingering_transactions()}
         for pipeline in pipelines:
             tasks = tasks_by_pipeline.get(pipeline.pipeline_id, [])
             if not tasks or pipeline.pipeline_id in lingering:
@@ -1011,7 +1015,9 @@ class Coordinator:
                 for t in tasks
             ):
                 continue
-            recent = self.store.list_checkpoints(pipeline_id=pipeline.pipeline_id, limit=4)
+            recent = self.store.checkpoints.list_checkpoints(
+                pipeline_id=pipeline.pipeline_id, limit=4
+            )
             if any(c.state is CheckpointState.TRIGGERED for c in recent):
                 continue
             in_flight = sum(1 for c in recent if c.in_flight)
@@ -1023,7 +1029,7 @@ class Coordinator:
             ):
                 continue
             try:
-                checkpoint = self.store.trigger_checkpoint(
+                checkpoint = self.store.checkpoints.trigger_checkpoint(
                     fence=fence, pipeline_id=pipeline.pipeline_id
                 )
             except FailedPrecondition as exc:
@@ -1041,7 +1047,7 @@ class Coordinator:
     ) -> None:
         offsets = {
             TopicPartition(o.topic, o.partition): o.next_offset
-            for o in self.store.get_offsets(pipeline_id=pipeline.pipeline_id)
+            for o in self.store.offsets.get_offsets(pipeline_id=pipeline.pipeline_id)
         }
         task_by_id = {t.task_id: t for t in tasks}
         calls: dict[ExecutorId, list[CheckpointTaskCall]] = defaultdict(list)
@@ -1107,7 +1113,7 @@ class Coordinator:
         result: list[PipelineRecord] = []
         token = ""
         while True:
-            page, token = self.store.list_pipelines(page_size=500, page_token=token)
+            page, token = self.store.pipelines.list_pipelines(page_size=500, page_token=token)
             result.extend(page)
             if not token:
                 return result

@@ -752,7 +752,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         self, request: coordinator_pb2.GetClusterInfoRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.GetClusterInfoResponse:
         """Leader, replicas and executors as this replica reads them from SQL."""
-        lease = self._store.read_lease()
+        lease = self._store.lease.read_lease()
         settings = self._coordinator.settings
         response = coordinator_pb2.GetClusterInfoResponse(responder_id=settings.coordinator_id)
         if lease.is_held and lease.holder is not None:
@@ -778,9 +778,9 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 last_seen_time=timestamp(lease.db_now_ms),
             )
         response.coordinators.extend(members[k] for k in sorted(members))
-        executors, now_ms = self._store.list_executors()
+        executors, now_ms = self._store.executors.list_executors()
         tasks_by_executor: dict[str, list[TaskId]] = {}
-        for task in self._store.list_tasks():
+        for task in self._store.pipelines.list_tasks():
             if task.executor_id is not None:
                 tasks_by_executor.setdefault(task.executor_id, []).append(task.task_id)
         for executor in executors:
@@ -839,7 +839,9 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
             executor_id=ExecutorId(request.executor_id), address=request.address
         )
         fence = self._coordinator.require_fence()
-        tasks = [t for t in self._store.list_tasks() if t.executor_id == record.executor_id]
+        tasks = [
+            t for t in self._store.pipelines.list_tasks() if t.executor_id == record.executor_id
+        ]
         settings = self._coordinator.settings
         return coordinator_pb2.RegisterExecutorResponse(
             executor_generation=record.generation,
@@ -883,7 +885,9 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 reports=reports,
             )
         except StaleGeneration as exc:
-            current = self._store.get_executor(executor_id=ExecutorId(request.executor_id))
+            current = self._store.executors.get_executor(
+                executor_id=ExecutorId(request.executor_id)
+            )
             self._abort_fenced(
                 context,
                 token=common_pb2.FENCING_TOKEN_EXECUTOR_GENERATION,
@@ -913,7 +917,9 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 generation=Generation(request.executor_generation),
             )
         except StaleGeneration as exc:
-            current = self._store.get_executor(executor_id=ExecutorId(request.executor_id))
+            current = self._store.executors.get_executor(
+                executor_id=ExecutorId(request.executor_id)
+            )
             self._abort_fenced(
                 context,
                 token=common_pb2.FENCING_TOKEN_EXECUTOR_GENERATION,
@@ -932,16 +938,16 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         for task in tasks:
             pipeline = pipelines.get(task.pipeline_id)
             if pipeline is None:
-                pipeline = self._store.get_pipeline(pipeline_id=task.pipeline_id)
+                pipeline = self._store.pipelines.get_pipeline(pipeline_id=task.pipeline_id)
                 pipelines[task.pipeline_id] = pipeline
                 restored[task.pipeline_id] = _restored_checkpoint(
-                    self._store.get_offsets(pipeline_id=task.pipeline_id)
+                    self._store.offsets.get_offsets(pipeline_id=task.pipeline_id)
                 )
             if pipeline.target_state is not TargetState.STOPPED:
                 running.append(task)
         # One read for every task's restore state (a heartbeat of an executor with many
         # tasks used to read each task's on its own).
-        restores = self._store.restore_states(task_ids=[t.task_id for t in running])
+        restores = self._store.checkpoints.restore_states(task_ids=[t.task_id for t in running])
         result: list[coordinator_pb2.TaskAssignment] = []
         specs = {pid: spec_to_proto(p.spec) for pid, p in pipelines.items()}
         for task in running:
@@ -984,14 +990,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> coordinator_pb2.GetPipelineResponse:
         """Any replica: one pipeline."""
         name = _require(request.name, "name", "the pipeline's name")
-        record = self._store.get_pipeline(pipeline_id=PipelineId(name))
+        record = self._store.pipelines.get_pipeline(pipeline_id=PipelineId(name))
         return coordinator_pb2.GetPipelineResponse(pipeline=pipeline_to_proto(record))
 
     def ListPipelines(
         self, request: coordinator_pb2.ListPipelinesRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.ListPipelinesResponse:
         """Any replica: pipelines ordered by name, a page at a time."""
-        records, token = self._store.list_pipelines(
+        records, token = self._store.pipelines.list_pipelines(
             page_size=page_size(request.page_size), page_token=request.page_token
         )
         return coordinator_pb2.ListPipelinesResponse(
@@ -1017,7 +1023,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 f"{paths} names a field PipelineSpec does not have; use paths such as "
                 "'checkpoint.interval_ms' or 'tasks_max'",
             )
-        current = self._store.get_pipeline(pipeline_id=PipelineId(name))
+        current = self._store.pipelines.get_pipeline(pipeline_id=PipelineId(name))
         if request.expected_config_version and (
             request.expected_config_version != current.config_version
         ):
@@ -1072,7 +1078,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         name_taken = False
         if request.spec.name:
             try:
-                self._store.get_pipeline(pipeline_id=PipelineId(request.spec.name))
+                self._store.pipelines.get_pipeline(pipeline_id=PipelineId(request.spec.name))
                 name_taken = True
             except NotFound:
                 name_taken = False
@@ -1092,7 +1098,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> coordinator_pb2.PausePipelineResponse:
         """Leader only: target PAUSED (refused for a STOPPED pipeline)."""
         name = _require(request.name, "name", "the pipeline's name")
-        current = self._store.get_pipeline(pipeline_id=PipelineId(name))
+        current = self._store.pipelines.get_pipeline(pipeline_id=PipelineId(name))
         if current.target_state is TargetState.STOPPED:
             raise FailedPrecondition(
                 f"pipeline {name!r} is STOPPED; resume it first, then pause it",
@@ -1129,7 +1135,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         """Leader only: re-plan the tasks; with include_tasks, new generations."""
         name = _require(request.name, "name", "the pipeline's name")
         pipeline_id = PipelineId(name)
-        current = self._store.get_pipeline(pipeline_id=pipeline_id)
+        current = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
         if current.target_state is TargetState.STOPPED:
             raise FailedPrecondition(
                 f"pipeline {name!r} is STOPPED; resume it to restart it",
@@ -1142,7 +1148,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 pipeline_id=pipeline_id, only_failed=request.only_failed
             )
         return coordinator_pb2.RestartPipelineResponse(
-            pipeline=pipeline_to_proto(self._store.get_pipeline(pipeline_id=pipeline_id)),
+            pipeline=pipeline_to_proto(self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)),
             restarted_tasks=[task_id_to_proto(t.task_id) for t in restarted],
         )
 
@@ -1152,17 +1158,17 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         """Any replica: desired state, each task's observed state, latest checkpoints."""
         name = _require(request.name, "name", "the pipeline's name")
         pipeline_id = PipelineId(name)
-        pipeline = self._store.get_pipeline(pipeline_id=pipeline_id)
-        tasks = self._store.list_tasks(pipeline_id=pipeline_id)
-        complete = self._store.list_checkpoints(
+        pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        tasks = self._store.pipelines.list_tasks(pipeline_id=pipeline_id)
+        complete = self._store.checkpoints.list_checkpoints(
             pipeline_id=pipeline_id,
             limit=1,
             states=[CheckpointState.COMPLETE, CheckpointState.COMMITTED],
         )
-        committed = self._store.list_checkpoints(
+        committed = self._store.checkpoints.list_checkpoints(
             pipeline_id=pipeline_id, limit=1, states=[CheckpointState.COMMITTED]
         )
-        in_flight = self._store.list_checkpoints(
+        in_flight = self._store.checkpoints.list_checkpoints(
             pipeline_id=pipeline_id,
             limit=100,
             states=[CheckpointState.TRIGGERED, CheckpointState.COMPLETE],
@@ -1196,17 +1202,19 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         pipeline_id = PipelineId(request.pipeline_name) if request.pipeline_name else None
         pipelines: dict[PipelineId, PipelineRecord] = {}
         if pipeline_id is not None:
-            pipelines[pipeline_id] = self._store.get_pipeline(pipeline_id=pipeline_id)
+            pipelines[pipeline_id] = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
         tasks = [
             t
-            for t in self._store.list_tasks(pipeline_id=pipeline_id)
+            for t in self._store.pipelines.list_tasks(pipeline_id=pipeline_id)
             if not request.executor_id or t.executor_id == request.executor_id
         ]
         page = tasks[start : start + size]
         result: list[common_pb2.Task] = []
         for t in page:
             if t.pipeline_id not in pipelines:
-                pipelines[t.pipeline_id] = self._store.get_pipeline(pipeline_id=t.pipeline_id)
+                pipelines[t.pipeline_id] = self._store.pipelines.get_pipeline(
+                    pipeline_id=t.pipeline_id
+                )
             p = pipelines[t.pipeline_id]
             result.append(
                 task_to_proto(t, target_state=p.target_state, config_version=p.config_version)
@@ -1222,7 +1230,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> coordinator_pb2.RestartTaskResponse:
         """Not available yet: the store restarts a pipeline's tasks, not a single one."""
         task = task_id_from_proto(request.task_id, "task_id")
-        self._store.get_task(task_id=task)
+        self._store.pipelines.get_task(task_id=task)
         raise Unimplemented(
             "RestartTask of a single task is not available yet; use RestartPipeline with "
             "include_tasks (and only_failed to restart just the failed tasks)"
@@ -1235,8 +1243,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> coordinator_pb2.GetOffsetsResponse:
         """Any replica: where each source partition resumes."""
         name = _require(request.pipeline_name, "pipeline_name", "the pipeline's name")
-        pipeline = self._store.get_pipeline(pipeline_id=PipelineId(name))
-        offsets = self._store.get_offsets(pipeline_id=PipelineId(name))
+        pipeline = self._store.pipelines.get_pipeline(pipeline_id=PipelineId(name))
+        offsets = self._store.offsets.get_offsets(pipeline_id=PipelineId(name))
         return coordinator_pb2.GetOffsetsResponse(
             offsets=[
                 common_pb2.PartitionOffset(
@@ -1255,7 +1263,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         """Leader only: set where a STOPPED pipeline resumes."""
         name = _require(request.pipeline_name, "pipeline_name", "the pipeline's name")
         pipeline_id = PipelineId(name)
-        pipeline = self._store.get_pipeline(pipeline_id=pipeline_id)
+        pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
         kind = request.WhichOneof("reset")
         if kind is None:
             raise InvalidArgument.for_field(
@@ -1274,7 +1282,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 )
             self._coordinator.reset_offsets(pipeline_id=pipeline_id, offsets=None)
             return coordinator_pb2.ResetOffsetsResponse(default_position=request.position)
-        known = {tp for t in self._store.list_tasks(pipeline_id=pipeline_id) for tp in t.partitions}
+        known = {
+            tp
+            for t in self._store.pipelines.list_tasks(pipeline_id=pipeline_id)
+            for tp in t.partitions
+        }
         wanted: dict[TopicPartition, int] = {}
         violations: list[FieldViolation] = []
         for i, o in enumerate(request.offsets.offsets):
@@ -1298,7 +1310,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 violations=violations,
             )
         self._coordinator.reset_offsets(pipeline_id=pipeline_id, offsets=wanted)
-        stored = self._store.get_offsets(pipeline_id=pipeline_id)
+        stored = self._store.offsets.get_offsets(pipeline_id=pipeline_id)
         return coordinator_pb2.ResetOffsetsResponse(
             offsets=[
                 common_pb2.PartitionOffset(
@@ -1325,7 +1337,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 if state is None:
                     raise InvalidArgument.for_field(f"states[{i}]", "is not a checkpoint state")
                 states.append(state)
-        records = self._store.list_checkpoints(
+        records = self._store.checkpoints.list_checkpoints(
             pipeline_id=PipelineId(name),
             limit=size + 1,
             before=CheckpointId(before) if before is not None else None,
@@ -1342,8 +1354,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> coordinator_pb2.GetCheckpointResponse:
         """Any replica: one checkpoint with each task's part."""
         name = _require(request.pipeline_name, "pipeline_name", "the pipeline's name")
-        self._store.get_pipeline(pipeline_id=PipelineId(name))
-        record = self._store.get_checkpoint(
+        self._store.pipelines.get_pipeline(pipeline_id=PipelineId(name))
+        record = self._store.checkpoints.get_checkpoint(
             pipeline_id=PipelineId(name), checkpoint_id=CheckpointId(request.checkpoint_id)
         )
         return coordinator_pb2.GetCheckpointResponse(
@@ -1481,7 +1493,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> None:
         """Answer a StaleGeneration with the token that was stale and its current value."""
         try:
-            executor = self._store.get_executor(executor_id=executor_id)
+            executor = self._store.executors.get_executor(executor_id=executor_id)
             current_executor = int(executor.generation)
         except NotFound:
             current_executor = 0
@@ -1496,13 +1508,13 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
             )
         current_task = 0
         if checkpoint_id is not None:
-            checkpoint = self._store.get_checkpoint(
+            checkpoint = self._store.checkpoints.get_checkpoint(
                 pipeline_id=split_task_id(task)[0], checkpoint_id=checkpoint_id
             )
             trigger = next((t for t in checkpoint.tasks if t.task_id == task), None)
             current_task = int(trigger.task_generation) if trigger else 0
         else:
-            current_task = int(self._store.get_task(task_id=task).generation)
+            current_task = int(self._store.pipelines.get_task(task_id=task).generation)
         self._abort_fenced(
             context,
             token=common_pb2.FENCING_TOKEN_TASK_GENERATION,

@@ -89,7 +89,7 @@ def wait_until(condition: Callable[[], bool], *, timeout_s: float, what: str) ->
 
 def lead(store: SqlStore, holder: str = "c1", *, lease_ms: int = 30_000) -> Fence:
     """Acquire the lease for `holder` and return its fence (fails the test if refused)."""
-    lease = store.try_acquire_lease(
+    lease = store.lease.try_acquire_lease(
         holder=CoordinatorId(holder), holder_address=f"{holder}:7070", lease_ms=lease_ms
     )
     assert lease.fence is not None and lease.holder == holder, f"{holder} did not get {lease}"
@@ -97,7 +97,7 @@ def lead(store: SqlStore, holder: str = "c1", *, lease_ms: int = 30_000) -> Fenc
 
 
 def wait_for_expiry(store: SqlStore) -> None:
-    wait_until(lambda: not store.read_lease().is_held, timeout_s=10, what="lease expiry")
+    wait_until(lambda: not store.lease.read_lease().is_held, timeout_s=10, what="lease expiry")
 
 
 def spec(name: str, *, tasks_max: int = 2, timeout_ms: int = 60_000) -> PipelineSpec:
@@ -115,9 +115,11 @@ def spec(name: str, *, tasks_max: int = 2, timeout_ms: int = 60_000) -> Pipeline
 def pipeline_with_tasks(
     store: SqlStore, fence: Fence, name: str, *, partitions: int = 4, tasks_max: int = 2
 ) -> list[TaskId]:
-    store.create_pipeline(fence=fence, spec=spec(name, tasks_max=tasks_max))
+    store.pipelines.create_pipeline(fence=fence, spec=spec(name, tasks_max=tasks_max))
     splits = split_partitions([TopicPartition("in", p) for p in range(partitions)], tasks_max)
-    records = store.set_pipeline_tasks(fence=fence, pipeline_id=PipelineId(name), splits=splits)
+    records = store.pipelines.set_pipeline_tasks(
+        fence=fence, pipeline_id=PipelineId(name), splits=splits
+    )
     return [t.task_id for t in records]
 
 
@@ -133,7 +135,7 @@ def test_lease_cas_lets_exactly_one_of_many_contenders_win(
 
     def contend(i: int) -> None:
         barrier.wait()
-        results[i] = stores[i].try_acquire_lease(
+        results[i] = stores[i].lease.try_acquire_lease(
             holder=CoordinatorId(f"c{i}"), holder_address=f"c{i}:7070", lease_ms=30_000
         )
 
@@ -146,7 +148,7 @@ def test_lease_cas_lets_exactly_one_of_many_contenders_win(
     winners = {r.holder for r in results.values() if r.fence is not None}
     # Everyone reads back the same single holder, with epoch 1.
     assert len(winners) == 1
-    final = stores[0].read_lease()
+    final = stores[0].lease.read_lease()
     assert final.holder in winners
     assert final.leader_epoch == 1
     won = [i for i, r in results.items() if r.holder == f"c{i}"]
@@ -158,23 +160,23 @@ def test_epoch_grows_on_change_of_holder_and_not_on_renewal(
 ) -> None:
     s1, s2 = open_stores(), open_stores()
     c1, c2 = CoordinatorId("c1"), CoordinatorId("c2")
-    first = s1.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=2_000)
+    first = s1.lease.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=2_000)
     assert (first.holder, first.leader_epoch) == (c1, 1)
-    renewed = s1.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=2_000)
+    renewed = s1.lease.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=2_000)
     assert renewed.leader_epoch == 1
     assert renewed.expires_at_ms >= first.expires_at_ms
-    refused = s2.try_acquire_lease(holder=c2, holder_address="c2:7070", lease_ms=2_000)
+    refused = s2.lease.try_acquire_lease(holder=c2, holder_address="c2:7070", lease_ms=2_000)
     assert refused.holder == c1 and refused.fence == Fence(c1, renewed.leader_epoch)
 
     wait_for_expiry(s2)
-    taken = s2.try_acquire_lease(holder=c2, holder_address="c2:7070", lease_ms=2_000)
+    taken = s2.lease.try_acquire_lease(holder=c2, holder_address="c2:7070", lease_ms=2_000)
     assert (taken.holder, taken.leader_epoch) == (c2, 2)
     assert taken.holder_address == "c2:7070"
-    late = s1.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=2_000)
+    late = s1.lease.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=2_000)
     assert late.holder == c2  # the old leader's renewal fails
 
     wait_for_expiry(s1)
-    back = s1.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=2_000)
+    back = s1.lease.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=2_000)
     assert (back.holder, back.leader_epoch) == (c1, 3)
 
 
@@ -183,9 +185,9 @@ def test_same_holder_reacquiring_after_expiry_gets_a_new_epoch(
 ) -> None:
     store = open_stores()
     c1 = CoordinatorId("c1")
-    store.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=200)
+    store.lease.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=200)
     wait_for_expiry(store)
-    again = store.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=200)
+    again = store.lease.try_acquire_lease(holder=c1, holder_address="c1:7070", lease_ms=200)
     assert again.leader_epoch == 2
 
 
@@ -210,7 +212,7 @@ def test_restarted_process_of_the_leader_gets_a_new_epoch_not_the_old_term(
     old_fence = old.fence()
     restarted.campaign()
     assert restarted.role is LeaseRole.FOLLOWER, "took over an unexpired term of its old process"
-    assert new_store.read_lease().leader_epoch == old_fence.leader_epoch
+    assert new_store.lease.read_lease().leader_epoch == old_fence.leader_epoch
     old.campaign()  # the old process may still renew its own term
     assert old.role is LeaseRole.LEADER
 
@@ -221,7 +223,7 @@ def test_restarted_process_of_the_leader_gets_a_new_epoch_not_the_old_term(
     old.campaign()
     assert old.role is LeaseRole.FOLLOWER
     with pytest.raises(FencedError, match="no longer holds the lease"):
-        old_store.create_pipeline(fence=old_fence, spec=spec("zombie-incarnation"))
+        old_store.pipelines.create_pipeline(fence=old_fence, spec=spec("zombie-incarnation"))
 
 
 def test_fenced_leader_cannot_write(open_stores: Callable[..., SqlStore]) -> None:
@@ -230,19 +232,19 @@ def test_fenced_leader_cannot_write(open_stores: Callable[..., SqlStore]) -> Non
     wait_for_expiry(new_store)
     # Expired, nobody took over yet: the old leader is already fenced.
     with pytest.raises(FencedError, match="no longer holds the lease"):
-        old_store.create_pipeline(fence=old, spec=spec("zombie-1"))
+        old_store.pipelines.create_pipeline(fence=old, spec=spec("zombie-1"))
     new = lead(new_store, "c2")
     assert new.leader_epoch == old.leader_epoch + 1
     with pytest.raises(FencedError) as caught:
-        old_store.create_pipeline(fence=old, spec=spec("zombie-2"))
+        old_store.pipelines.create_pipeline(fence=old, spec=spec("zombie-2"))
     assert caught.value.leader_address == "c2:7070"
     with pytest.raises(FencedError):
-        old_store.register_executor(fence=old, executor_id=ExecutorId("e1"), address="x")
+        old_store.executors.register_executor(fence=old, executor_id=ExecutorId("e1"), address="x")
     # Nothing landed, as SQL shows; the new leader writes fine.
     with new_store.engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(pipelines)).scalar_one() == 0
-    new_store.create_pipeline(fence=new, spec=spec("fresh"))
-    assert [p.pipeline_id for p in new_store.list_pipelines()[0]] == ["fresh"]
+    new_store.pipelines.create_pipeline(fence=new, spec=spec("fresh"))
+    assert [p.pipeline_id for p in new_store.pipelines.list_pipelines()[0]] == ["fresh"]
 
 
 def test_contender_waits_for_a_write_that_passed_its_fence_check(
@@ -257,12 +259,12 @@ def test_contender_waits_for_a_write_that_passed_its_fence_check(
     done = threading.Event()
 
     def contend() -> None:
-        taken["lease"] = new_store.try_acquire_lease(
+        taken["lease"] = new_store.lease.try_acquire_lease(
             holder=CoordinatorId("c2"), holder_address="c2:7070", lease_ms=30_000
         )
         done.set()
 
-    with old_store._write(old) as conn:  # the fence check passed; the "pause" starts
+    with old_store.database.transaction(old) as conn:  # the fence check passed; the "pause" starts
         wait_for_expiry(new_store)
         contender = threading.Thread(target=contend)
         contender.start()
@@ -282,9 +284,14 @@ def test_contender_waits_for_a_write_that_passed_its_fence_check(
     contender.join(timeout=30)
     assert done.is_set()
     assert (taken["lease"].holder, taken["lease"].leader_epoch) == ("c2", 2)
-    assert new_store.get_pipeline(pipeline_id=PipelineId("written-by-epoch-1")).config_version == 1
+    assert (
+        new_store.pipelines.get_pipeline(
+            pipeline_id=PipelineId("written-by-epoch-1")
+        ).config_version
+        == 1
+    )
     with pytest.raises(FencedError):
-        old_store.create_pipeline(fence=old, spec=spec("after-epoch-2"))
+        old_store.pipelines.create_pipeline(fence=old, spec=spec("after-epoch-2"))
 
 
 def test_released_lease_goes_to_the_next_replica_at_once(
@@ -292,7 +299,7 @@ def test_released_lease_goes_to_the_next_replica_at_once(
 ) -> None:
     s1, s2 = open_stores(), open_stores()
     fence = lead(s1, "c1", lease_ms=60_000)
-    s1.release_lease(fence=fence)
+    s1.lease.release_lease(fence=fence)
     taken = lead(s2, "c2", lease_ms=60_000)
     assert taken.leader_epoch == fence.leader_epoch + 1
 
@@ -334,20 +341,22 @@ def test_register_bumps_generation_and_zombie_reports_are_refused(
     store = open_stores()
     fence = lead(store)
     e1 = ExecutorId("e1")
-    first = store.register_executor(fence=fence, executor_id=e1, address="127.0.0.1:8001")
+    first = store.executors.register_executor(fence=fence, executor_id=e1, address="127.0.0.1:8001")
     assert first.generation == 1
-    second = store.register_executor(fence=fence, executor_id=e1, address="127.0.0.1:8002")
+    second = store.executors.register_executor(
+        fence=fence, executor_id=e1, address="127.0.0.1:8002"
+    )
     assert second.generation == 2 and second.address == "127.0.0.1:8002"
     with pytest.raises(StaleGeneration, match="generation 1"):
-        store.heartbeat_executor(fence=fence, executor_id=e1, generation=Generation(1))
-    beat = store.heartbeat_executor(fence=fence, executor_id=e1, generation=Generation(2))
+        store.executors.heartbeat_executor(fence=fence, executor_id=e1, generation=Generation(1))
+    beat = store.executors.heartbeat_executor(fence=fence, executor_id=e1, generation=Generation(2))
     assert beat.last_heartbeat_ms >= second.last_heartbeat_ms
 
     tasks = pipeline_with_tasks(store, fence, "members")
-    store.apply_assignment(fence=fence, assignment={e1: set(tasks)})
-    task = store.get_task(task_id=tasks[0])
+    store.pipelines.apply_assignment(fence=fence, assignment={e1: set(tasks)})
+    task = store.pipelines.get_task(task_id=tasks[0])
     with pytest.raises(StaleGeneration):
-        store.report_task_state(
+        store.pipelines.report_task_state(
             fence=fence,
             task_id=task.task_id,
             task_generation=task.generation,
@@ -355,7 +364,7 @@ def test_register_bumps_generation_and_zombie_reports_are_refused(
             executor_generation=Generation(1),
             state=TaskState.RUNNING,
         )
-    running = store.report_task_state(
+    running = store.pipelines.report_task_state(
         fence=fence,
         task_id=task.task_id,
         task_generation=task.generation,
@@ -368,7 +377,7 @@ def test_register_bumps_generation_and_zombie_reports_are_refused(
         e1,
         2,
     )
-    failed = store.report_task_state(
+    failed = store.pipelines.report_task_state(
         fence=fence,
         task_id=task.task_id,
         task_generation=task.generation,
@@ -401,8 +410,8 @@ def test_rebalance_moves_a_dead_executors_tasks_after_the_delay(
     # Balanced between the two (both heartbeated well within the session timeout).
     assert sorted(len(ts) for ts in first.plan.assignment.values()) == [2, 2]
     lost = first.plan.assignment[e2.executor_id]
-    generations = {t.task_id: t.generation for t in store.list_tasks()}
-    e2_last_heartbeat = store.get_executor(executor_id=e2.executor_id).last_heartbeat_ms
+    generations = {t.task_id: t.generation for t in store.pipelines.list_tasks()}
+    e2_last_heartbeat = store.executors.get_executor(executor_id=e2.executor_id).last_heartbeat_ms
 
     # e2 stops heartbeating, e1 goes on. e2 keeps its tasks until its session timeout
     # plus the reassignment delay have passed by the database's clock, then they move.
@@ -418,7 +427,7 @@ def test_rebalance_moves_a_dead_executors_tasks_after_the_delay(
 
     wait_until(e2_tasks_moved, timeout_s=20, what="e2's tasks to move to e1")
     assert store.db_now_ms() > e2_last_heartbeat + session_ms + delay_ms
-    after = {t.task_id: t for t in store.list_tasks()}
+    after = {t.task_id: t for t in store.pipelines.list_tasks()}
     for task in lost:
         assert after[task].executor_id == e1.executor_id
         assert after[task].generation == generations[task] + 1
@@ -434,35 +443,35 @@ def test_rebalance_moves_a_dead_executors_tasks_after_the_delay(
 def test_pipeline_lifecycle_and_errors(open_stores: Callable[..., SqlStore]) -> None:
     store = open_stores()
     fence = lead(store)
-    created = store.create_pipeline(fence=fence, spec=spec("orders"))
+    created = store.pipelines.create_pipeline(fence=fence, spec=spec("orders"))
     assert (created.config_version, created.target_state) == (1, TargetState.RUNNING)
     with pytest.raises(AlreadyExists, match="orders"):
-        store.create_pipeline(fence=fence, spec=spec("orders"))
-    updated = store.update_pipeline(fence=fence, spec=spec("orders", tasks_max=5))
+        store.pipelines.create_pipeline(fence=fence, spec=spec("orders"))
+    updated = store.pipelines.update_pipeline(fence=fence, spec=spec("orders", tasks_max=5))
     assert (updated.config_version, updated.spec.tasks_max) == (2, 5)
     with pytest.raises(FailedPrecondition, match="config version 2"):
-        store.update_pipeline(fence=fence, spec=spec("orders"), expected_version=1)
-    paused = store.set_target_state(
+        store.pipelines.update_pipeline(fence=fence, spec=spec("orders"), expected_version=1)
+    paused = store.pipelines.set_target_state(
         fence=fence, pipeline_id=PipelineId("orders"), target_state=TargetState.PAUSED
     )
     assert paused.target_state is TargetState.PAUSED
     with pytest.raises(NotFound, match="no pipeline named 'nope'"):
-        store.get_pipeline(pipeline_id=PipelineId("nope"))
+        store.pipelines.get_pipeline(pipeline_id=PipelineId("nope"))
     with pytest.raises(NotFound):
-        store.set_target_state(
+        store.pipelines.set_target_state(
             fence=fence, pipeline_id=PipelineId("nope"), target_state=TargetState.PAUSED
         )
     for name in ("a-1", "b-2", "c-3"):
-        store.create_pipeline(fence=fence, spec=spec(name))
-    page, token = store.list_pipelines(page_size=2)
-    rest, end = store.list_pipelines(page_size=2, page_token=token)
+        store.pipelines.create_pipeline(fence=fence, spec=spec(name))
+    page, token = store.pipelines.list_pipelines(page_size=2)
+    rest, end = store.pipelines.list_pipelines(page_size=2, page_token=token)
     assert [p.pipeline_id for p in page + rest] == ["a-1", "b-2", "c-3", "orders"]
     assert end == ""
     pipeline_with_tasks(store, fence, "doomed")
-    store.delete_pipeline(fence=fence, pipeline_id=PipelineId("doomed"))
+    store.pipelines.delete_pipeline(fence=fence, pipeline_id=PipelineId("doomed"))
     with pytest.raises(NotFound):
-        store.get_pipeline(pipeline_id=PipelineId("doomed"))
-    assert store.list_tasks(pipeline_id=PipelineId("doomed")) == []
+        store.pipelines.get_pipeline(pipeline_id=PipelineId("doomed"))
+    assert store.pipelines.list_tasks(pipeline_id=PipelineId("doomed")) == []
 
 
 def test_facade_validates_configs_with_field_errors(open_stores: Callable[..., SqlStore]) -> None:
@@ -481,20 +490,20 @@ def test_facade_validates_configs_with_field_errors(open_stores: Callable[..., S
 def test_resplit_bumps_only_changed_tasks(open_stores: Callable[..., SqlStore]) -> None:
     store = open_stores()
     fence = lead(store)
-    store.create_pipeline(fence=fence, spec=spec("grow", tasks_max=2))
+    store.pipelines.create_pipeline(fence=fence, spec=spec("grow", tasks_max=2))
     parts = [TopicPartition("in", p) for p in range(2)]
-    before = store.set_pipeline_tasks(
+    before = store.pipelines.set_pipeline_tasks(
         fence=fence, pipeline_id=PipelineId("grow"), splits=split_partitions(parts, 2)
     )
     parts.append(TopicPartition("in", 2))
-    after = store.set_pipeline_tasks(
+    after = store.pipelines.set_pipeline_tasks(
         fence=fence, pipeline_id=PipelineId("grow"), splits=split_partitions(parts, 2)
     )
     assert [t.generation for t in before] == [1, 1]
     # Task 0 got partitions 0-1 (changed), task 1 got partition 2 (changed from 1).
     assert [[tp.partition for tp in t.partitions] for t in after] == [[0, 1], [2]]
     assert [t.generation for t in after] == [2, 2]
-    same = store.set_pipeline_tasks(
+    same = store.pipelines.set_pipeline_tasks(
         fence=fence, pipeline_id=PipelineId("grow"), splits=split_partitions(parts, 2)
     )
     assert [t.generation for t in same] == [2, 2]
@@ -510,17 +519,17 @@ def test_offsets_reset_only_when_stopped(open_stores: Callable[..., SqlStore]) -
     pid = PipelineId("resettable")
     tp = TopicPartition("in", 0)
     with pytest.raises(FailedPrecondition, match="stop it"):
-        store.reset_offsets(fence=fence, pipeline_id=pid, offsets={tp: 5})
-    store.set_target_state(fence=fence, pipeline_id=pid, target_state=TargetState.STOPPED)
+        store.offsets.reset_offsets(fence=fence, pipeline_id=pid, offsets={tp: 5})
+    store.pipelines.set_target_state(fence=fence, pipeline_id=pid, target_state=TargetState.STOPPED)
     with pytest.raises(InvalidArgument, match=">= 0"):
-        store.reset_offsets(fence=fence, pipeline_id=pid, offsets={tp: -1})
-    got = store.reset_offsets(fence=fence, pipeline_id=pid, offsets={tp: 5})
+        store.offsets.reset_offsets(fence=fence, pipeline_id=pid, offsets={tp: -1})
+    got = store.offsets.reset_offsets(fence=fence, pipeline_id=pid, offsets={tp: 5})
     assert [(o.topic, o.partition, o.next_offset, o.checkpoint_id) for o in got] == [
         ("in", 0, 5, None)
     ]
-    restored = store.restore_state(task_id=TaskId("resettable/0"))
+    restored = store.checkpoints.restore_state(task_id=TaskId("resettable/0"))
     assert restored.start_offsets == {tp: 5}
-    assert store.reset_offsets(fence=fence, pipeline_id=pid, offsets=None) == []
+    assert store.offsets.reset_offsets(fence=fence, pipeline_id=pid, offsets=None) == []
 
 
 # ---------------------------------------------------------------------------- migrations
@@ -529,7 +538,7 @@ def test_offsets_reset_only_when_stopped(open_stores: Callable[..., SqlStore]) -
 def test_replicas_migrating_at_once_all_start(store_url: str) -> None:
     code = (
         "import sys; from lockgate.coordinator.store import open_store; "
-        "s = open_store(sys.argv[1]); print(s.read_lease().leader_epoch); s.close()"
+        "s = open_store(sys.argv[1]); print(s.lease.read_lease().leader_epoch); s.close()"
     )
     procs = [
         subprocess.Popen(
@@ -547,5 +556,5 @@ def test_replicas_migrating_at_once_all_start(store_url: str) -> None:
         assert out.strip() == "0"
     # And a later start is a no-op on the migrated schema.
     store = open_store(store_url)
-    assert store.read_lease().holder is None
+    assert store.lease.read_lease().holder is None
     store.close()

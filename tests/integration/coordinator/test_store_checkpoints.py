@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 import sqlalchemy as sa
 
-from lockgate.common.errors import FailedPrecondition, NotFound
+from lockgate.common.errors import FailedPrecondition
 from lockgate.coordinator.core import CoordinatorCore
 from lockgate.coordinator.domain.checkpoints import OffsetRange, Precommit, SinkHandle
 from lockgate.coordinator.domain.errors import FencedError, IllegalTransition, StaleGeneration
@@ -45,13 +45,17 @@ def running_pipeline(
     store: SqlStore, fence: Fence, name: str = "p", *, timeout_ms: int = 60_000
 ) -> list[TaskId]:
     """A pipeline over partitions in-0..3 with two tasks, task 0 on e1 and task 1 on e2."""
-    store.create_pipeline(fence=fence, spec=spec(name, tasks_max=2, timeout_ms=timeout_ms))
+    store.pipelines.create_pipeline(
+        fence=fence, spec=spec(name, tasks_max=2, timeout_ms=timeout_ms)
+    )
     splits = split_partitions([TopicPartition("in", p) for p in range(4)], 2)
-    records = store.set_pipeline_tasks(fence=fence, pipeline_id=PipelineId(name), splits=splits)
+    records = store.pipelines.set_pipeline_tasks(
+        fence=fence, pipeline_id=PipelineId(name), splits=splits
+    )
     ids = [t.task_id for t in records]
-    store.register_executor(fence=fence, executor_id=E1, address="e1:1")
-    store.register_executor(fence=fence, executor_id=E2, address="e2:1")
-    store.apply_assignment(fence=fence, assignment={E1: {ids[0]}, E2: {ids[1]}})
+    store.executors.register_executor(fence=fence, executor_id=E1, address="e1:1")
+    store.executors.register_executor(fence=fence, executor_id=E2, address="e2:1")
+    store.pipelines.apply_assignment(fence=fence, assignment={E1: {ids[0]}, E2: {ids[1]}})
     return ids
 
 
@@ -72,12 +76,14 @@ def precommit(
     One handle on the slot's id, or, with `write_partitions`, one per Spark write
     partition k on `<slot id>-<k>` as the executor's sink reports them.
     """
-    record = store.get_checkpoint(pipeline_id=PipelineId(pipeline), checkpoint_id=C(checkpoint_id))
+    record = store.checkpoints.get_checkpoint(
+        pipeline_id=PipelineId(pipeline), checkpoint_id=C(checkpoint_id)
+    )
     trigger = next(t for t in record.tasks if t.task_id == task)
-    task_record = store.get_task(task_id=task)
+    task_record = store.pipelines.get_task(task_id=task)
     assert trigger.executor_id is not None
-    executor = store.get_executor(executor_id=trigger.executor_id)
-    result = store.record_precommit(
+    executor = store.executors.get_executor(executor_id=trigger.executor_id)
+    result = store.checkpoints.record_precommit(
         fence=fence,
         precommit=Precommit(
             pipeline_id=PipelineId(pipeline),
@@ -118,7 +124,7 @@ def test_complete_is_written_with_offsets_when_the_last_task_precommits(
     store = open_stores()
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
-    n1 = store.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
+    n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
     assert (n1.checkpoint_id, n1.state, n1.leader_epoch) == (1, CheckpointState.TRIGGERED, 1)
     assert sorted(t.transactional_id for t in n1.tasks) == ["lockgate-p-0-0", "lockgate-p-1-0"]
 
@@ -128,23 +134,20 @@ def test_complete_is_written_with_offsets_when_the_last_task_precommits(
     assert precommit(store, fence, 1, t0, start=0, end=10) is CheckpointState.TRIGGERED
     assert precommit(store, fence, 1, t1, start=0, end=7) is CheckpointState.COMPLETE
     assert offsets_table(store) == {("in", 0): 10, ("in", 1): 10, ("in", 2): 7, ("in", 3): 7}
-    done = store.get_checkpoint(pipeline_id=PipelineId("p"), checkpoint_id=C(1))
+    done = store.checkpoints.get_checkpoint(pipeline_id=PipelineId("p"), checkpoint_id=C(1))
     assert done.completed_at_ms is not None and done.completed_at_ms >= done.triggered_at_ms
-    pending = store.list_pending_commits()
+    pending = store.checkpoints.list_pending_commits()
     assert [(p.checkpoint_id, [h.task_id for h in p.handles]) for p in pending] == [(1, [t0, t1])]
     assert pending[0].handles[0].handles == (SinkHandle("lockgate-p-0-0", 1000, 1),)
 
-    assert store.record_commit_ack(
-        fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1), task_id=t0
-    ).state is (CheckpointState.COMPLETE)
-    committed = store.record_commit_ack(
-        fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1), task_id=t1
+    committed = store.checkpoints.mark_committed(
+        fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1)
     )
     assert committed.state is CheckpointState.COMMITTED
     assert committed.committed_at_ms is not None
-    assert store.list_pending_commits() == []
+    assert store.checkpoints.list_pending_commits() == []
     with pytest.raises(IllegalTransition):
-        store.abort_checkpoint(
+        store.checkpoints.abort_checkpoint(
             fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1), reason="late"
         )
 
@@ -153,7 +156,7 @@ def test_fenced_leader_cannot_write_complete(open_stores: Callable[..., SqlStore
     old_store, new_store = open_stores(), open_stores()
     old = lead(old_store, "c1", lease_ms=3_000)
     t0, t1 = running_pipeline(old_store, old)
-    old_store.trigger_checkpoint(fence=old, pipeline_id=PipelineId("p"))
+    old_store.checkpoints.trigger_checkpoint(fence=old, pipeline_id=PipelineId("p"))
     precommit(old_store, old, 1, t0, start=0, end=10)
     wait_for_expiry(new_store)
     lead(new_store, "c2")
@@ -175,10 +178,10 @@ def test_stale_task_generation_precommit_is_refused(open_stores: Callable[..., S
     store = open_stores()
     fence = lead(store)
     t0, _t1 = running_pipeline(store, fence)
-    n1 = store.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
+    n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
     trigger = next(t for t in n1.tasks if t.task_id == t0)
     with pytest.raises(StaleGeneration):
-        store.record_precommit(
+        store.checkpoints.record_precommit(
             fence=fence,
             precommit=Precommit(
                 pipeline_id=PipelineId("p"),
@@ -192,7 +195,7 @@ def test_stale_task_generation_precommit_is_refused(open_stores: Callable[..., S
             ),
         )
     with pytest.raises(FailedPrecondition, match="allotted"):
-        store.record_precommit(
+        store.checkpoints.record_precommit(
             fence=fence,
             precommit=Precommit(
                 pipeline_id=PipelineId("p"),
@@ -212,16 +215,16 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     pid = PipelineId("p")
-    store.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
     precommit(store, fence, 1, t0, start=0, end=10)
     precommit(store, fence, 1, t1, start=0, end=10)  # N=1 COMPLETE, commit pending
-    n2 = store.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    n2 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
     # N=1's ids may still need committing: N=2 writes with the next slot.
     assert sorted(t.transactional_id for t in n2.tasks) == ["lockgate-p-0-1", "lockgate-p-1-1"]
     with pytest.raises(FailedPrecondition, match="in flight"):
-        store.trigger_checkpoint(fence=fence, pipeline_id=pid)
-    store.mark_committed(fence=fence, pipeline_id=pid, checkpoint_id=C(1))
-    n3 = store.trigger_checkpoint(fence=fence, pipeline_id=pid)
+        store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    store.checkpoints.mark_committed(fence=fence, pipeline_id=pid, checkpoint_id=C(1))
+    n3 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
     assert sorted(t.transactional_id for t in n3.tasks) == ["lockgate-p-0-0", "lockgate-p-1-0"]
 
     precommit(store, fence, 2, t0, start=10, end=20, producer_id=2000)
@@ -229,22 +232,24 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
     precommit(store, fence, 3, t0, start=20, end=30)
     assert precommit(store, fence, 3, t1, start=20, end=30) is CheckpointState.TRIGGERED
 
-    aborted = store.abort_checkpoint(fence=fence, pipeline_id=pid, checkpoint_id=C(2), reason="x")
+    aborted = store.checkpoints.abort_checkpoint(
+        fence=fence, pipeline_id=pid, checkpoint_id=C(2), reason="x"
+    )
     assert aborted == [2, 3]
-    states = {c.checkpoint_id: c.state for c in store.list_checkpoints(pipeline_id=pid)}
+    states = {c.checkpoint_id: c.state for c in store.checkpoints.list_checkpoints(pipeline_id=pid)}
     assert states == {
         1: CheckpointState.COMMITTED,
         2: CheckpointState.ABORTED,
         3: CheckpointState.ABORTED,
     }
-    n3_record = store.get_checkpoint(pipeline_id=pid, checkpoint_id=C(3))
+    n3_record = store.checkpoints.get_checkpoint(pipeline_id=pid, checkpoint_id=C(3))
     assert n3_record.abort_reason == "checkpoint 2 aborted (x)"
     # Restore resumes from N=1's end, not from the aborted ranges.
     assert offsets_table(store) == {("in", p): 10 for p in range(4)}
 
     lingering = {
         (t.checkpoint_id, t.task_id): (t.transactional_id, t.producer_id)
-        for t in store.list_lingering_transactions()
+        for t in store.checkpoints.list_lingering_transactions()
     }
     assert lingering == {
         (2, t0): ("lockgate-p-0-1", 2000),
@@ -252,7 +257,7 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
         (3, t0): ("lockgate-p-0-0", 1000),
         (3, t1): ("lockgate-p-1-0", 1001),
     }
-    restore = store.restore_state(task_id=t1)
+    restore = store.checkpoints.restore_state(task_id=t1)
     assert restore.start_offsets == {TopicPartition("in", 2): 10, TopicPartition("in", 3): 10}
     assert restore.to_commit == ()
     assert sorted((t.checkpoint_id, t.transactional_id) for t in restore.to_abort) == [
@@ -260,20 +265,26 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
         (3, "lockgate-p-1-0"),
     ]
     reused = {
-        (t.checkpoint_id, t.task_id) for t in store.list_lingering_transactions() if t.slot_reused
+        (t.checkpoint_id, t.task_id)
+        for t in store.checkpoints.list_lingering_transactions()
+        if t.slot_reused
     }
     assert reused == set()  # N=2 and N=3 still hold the latest use of their slots
-    store.mark_handles_aborted(fence=fence, pipeline_id=pid, checkpoint_id=C(2), task_id=t1)
+    store.checkpoints.mark_handles_aborted(
+        fence=fence, pipeline_id=pid, checkpoint_id=C(2), task_id=t1
+    )
     assert (2, t1) not in {
-        (t.checkpoint_id, t.task_id) for t in store.list_lingering_transactions()
+        (t.checkpoint_id, t.task_id) for t in store.checkpoints.list_lingering_transactions()
     }
     # Aborted slots are free again.
-    n4 = store.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    n4 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
     assert n4.checkpoint_id == 4
     assert sorted(t.slot for t in n4.tasks) == [0, 0]
     # N=3's slot 0 now belongs to N=4: its lingering entries say not to re-initialise.
     reused = {
-        (t.checkpoint_id, t.task_id) for t in store.list_lingering_transactions() if t.slot_reused
+        (t.checkpoint_id, t.task_id)
+        for t in store.checkpoints.list_lingering_transactions()
+        if t.slot_reused
     }
     assert reused == {(3, t0), (3, t1)}
 
@@ -290,34 +301,37 @@ def test_aborts_name_each_write_partitions_transaction_and_skip_in_flight_checkp
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     pid = PipelineId("p")
-    store.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
     precommit(store, fence, 1, t0, start=0, end=10, write_partitions=2)
-    store.abort_checkpoint(fence=fence, pipeline_id=pid, checkpoint_id=C(1), reason="x")
+    store.checkpoints.abort_checkpoint(fence=fence, pipeline_id=pid, checkpoint_id=C(1), reason="x")
     lingering = sorted(
         (t.task_id, t.transactional_id, t.producer_id, t.must_be_sent)
-        for t in store.list_lingering_transactions()
+        for t in store.checkpoints.list_lingering_transactions()
     )
     assert lingering == [
         (t0, "lockgate-p-0-0-0", 1000, True),
         (t0, "lockgate-p-0-0-1", 1010, True),
         (t1, "lockgate-p-1-0", None, True),
     ]
-    assert sorted(t.transactional_id for t in store.restore_state(task_id=t0).to_abort) == [
+    assert sorted(
+        t.transactional_id for t in store.checkpoints.restore_state(task_id=t0).to_abort
+    ) == [
         "lockgate-p-0-0-0",
         "lockgate-p-0-0-1",
     ]
 
     # N=2 reuses the aborted slot 0: N=1's unreported entry must not be sent any more.
-    n2 = store.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    n2 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
     assert sorted(t.slot for t in n2.tasks) == [0, 0]
     assert {
         t.transactional_id: t.must_be_sent
-        for t in store.list_lingering_transactions()
+        for t in store.checkpoints.list_lingering_transactions()
         if t.task_id == t1
     } == {"lockgate-p-1-0": False}
     precommit(store, fence, 2, t0, start=0, end=10, write_partitions=1)
     assert [
-        (t.checkpoint_id, t.transactional_id) for t in store.restore_state(task_id=t0).to_abort
+        (t.checkpoint_id, t.transactional_id)
+        for t in store.checkpoints.restore_state(task_id=t0).to_abort
     ] == [(1, "lockgate-p-0-0-0"), (1, "lockgate-p-0-0-1")]
 
 
@@ -326,18 +340,21 @@ def test_out_of_order_precommits_complete_in_order(open_stores: Callable[..., Sq
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     pid = PipelineId("p")
-    store.trigger_checkpoint(fence=fence, pipeline_id=pid)
-    store.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
     precommit(store, fence, 2, t0, start=10, end=20)
     assert precommit(store, fence, 2, t1, start=10, end=20) is CheckpointState.TRIGGERED
     precommit(store, fence, 1, t0, start=0, end=10)
     assert precommit(store, fence, 1, t1, start=0, end=10) is CheckpointState.COMPLETE
     # The same transaction completed N=2 as well, and the offsets are N=2's.
-    assert store.get_checkpoint(pipeline_id=pid, checkpoint_id=C(2)).state is (
+    assert store.checkpoints.get_checkpoint(pipeline_id=pid, checkpoint_id=C(2)).state is (
         CheckpointState.COMPLETE
     )
     assert offsets_table(store) == {("in", p): 20 for p in range(4)}
-    assert [p.checkpoint_id for p in store.list_pending_commits(pipeline_id=pid)] == [1, 2]
+    assert [p.checkpoint_id for p in store.checkpoints.list_pending_commits(pipeline_id=pid)] == [
+        1,
+        2,
+    ]
 
 
 def test_moving_a_task_aborts_its_in_flight_checkpoint(
@@ -347,11 +364,11 @@ def test_moving_a_task_aborts_its_in_flight_checkpoint(
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     pid = PipelineId("p")
-    store.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
     precommit(store, fence, 1, t0, start=0, end=5)
-    changed = store.apply_assignment(fence=fence, assignment={E1: {t0, t1}})
+    changed = store.pipelines.apply_assignment(fence=fence, assignment={E1: {t0, t1}})
     assert [t.task_id for t in changed] == [t1]
-    assert store.get_checkpoint(pipeline_id=pid, checkpoint_id=C(1)).state is (
+    assert store.checkpoints.get_checkpoint(pipeline_id=pid, checkpoint_id=C(1)).state is (
         CheckpointState.ABORTED
     )
     # The zombie's late pre-commit for the aborted checkpoint is refused.
@@ -364,13 +381,13 @@ def test_timed_out_checkpoint_aborts(open_stores: Callable[..., SqlStore]) -> No
     fence = lead(store)
     running_pipeline(store, fence, timeout_ms=1_500)
     pid = PipelineId("p")
-    n1 = store.trigger_checkpoint(fence=fence, pipeline_id=pid)
-    assert store.abort_timed_out(fence=fence) == []
+    n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    assert store.checkpoints.abort_timed_out(fence=fence) == []
     wait_until(
         lambda: store.db_now_ms() - n1.triggered_at_ms > 1_500, timeout_s=10, what="the timeout"
     )
-    assert store.abort_timed_out(fence=fence) == [(pid, 1)]
-    aborted = store.get_checkpoint(pipeline_id=pid, checkpoint_id=C(1))
+    assert store.checkpoints.abort_timed_out(fence=fence) == [(pid, 1)]
+    aborted = store.checkpoints.get_checkpoint(pipeline_id=pid, checkpoint_id=C(1))
     assert aborted.state is CheckpointState.ABORTED
     assert aborted.abort_reason == "timed out after 1500 ms"
 
@@ -383,7 +400,7 @@ def test_new_leader_recovers_pending_commits_in_order(
     t0, t1 = running_pipeline(old_store, old)
     pid = PipelineId("p")
     for n in (1, 2):
-        old_store.trigger_checkpoint(fence=old, pipeline_id=pid)
+        old_store.checkpoints.trigger_checkpoint(fence=old, pipeline_id=pid)
         precommit(old_store, old, n, t0, start=(n - 1) * 10, end=n * 10)
         precommit(old_store, old, n, t1, start=(n - 1) * 10, end=n * 10)
     # N=1 and N=2 COMPLETE but never committed; the leader dies.
@@ -415,23 +432,22 @@ def test_new_leader_recovers_pending_commits_in_order(
     assert restore.start_offsets == {TopicPartition("in", 0): 20, TopicPartition("in", 1): 20}
     assert [c.checkpoint_id for c in restore.to_commit] == [2]
     # A heartbeat reads every task's restore state at once: each gets its own handles only.
-    both = third.store.restore_states(task_ids=[t0, t1])
+    both = third.store.checkpoints.restore_states(task_ids=[t0, t1])
     assert both[t0] == restore
     assert [[h.task_id for h in c.handles] for c in both[t1].to_commit] == [[t1]]
     assert {(t.checkpoint_id, t.task_id) for t in both[t1].to_abort} == {(3, t1)}
-    for task in (t0, t1):
-        third.commit_acked(pid, C(2), task)
-    assert third.store.list_pending_commits() == []
+    third.mark_committed(pid, C(2))
+    assert third.store.checkpoints.list_pending_commits() == []
 
 
-def test_batched_precommits_and_acks_are_all_or_nothing(
+def test_batched_precommits_are_all_or_nothing(
     open_stores: Callable[..., SqlStore],
 ) -> None:
     store = open_stores()
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     pid = PipelineId("p")
-    n1 = store.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
     good = {
         t.task_id: Precommit(
             pipeline_id=pid,
@@ -456,17 +472,14 @@ def test_batched_precommits_and_acks_are_all_or_nothing(
         handles=(),
     )
     with pytest.raises(StaleGeneration):
-        store.record_precommits(fence=fence, precommits=[good[t0], stale])
+        store.checkpoints.record_precommits(fence=fence, precommits=[good[t0], stale])
     # Nothing of the batch landed, not even the good report.
-    assert store.get_checkpoint(pipeline_id=pid, checkpoint_id=C(1)).precommitted == frozenset()
-    [after] = store.record_precommits(fence=fence, precommits=[good[t0], good[t1], good[t0]])
+    assert (
+        store.checkpoints.get_checkpoint(pipeline_id=pid, checkpoint_id=C(1)).precommitted
+        == frozenset()
+    )
+    [after] = store.checkpoints.record_precommits(
+        fence=fence, precommits=[good[t0], good[t1], good[t0]]
+    )
     assert after.state is CheckpointState.COMPLETE
     assert offsets_table(store) == {("in", 0): 3, ("in", 2): 3}
-    with pytest.raises(NotFound):
-        store.record_commit_acks(
-            fence=fence, pipeline_id=pid, checkpoint_id=C(1), task_ids=[TaskId("p/9")]
-        )
-    done = store.record_commit_acks(
-        fence=fence, pipeline_id=pid, checkpoint_id=C(1), task_ids=[t0, t1]
-    )
-    assert done.state is CheckpointState.COMMITTED

@@ -186,7 +186,7 @@ def test_page_size_defaults_caps_and_refuses_negative() -> None:
 def test_a_follower_names_the_leader_from_the_lease_row(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
-        store.try_acquire_lease(
+        store.lease.try_acquire_lease(
             holder=CoordinatorId("c2"), holder_address="127.0.0.1:7072", lease_ms=60_000
         )
         follower = Coordinator(

@@ -1,0 +1,664 @@
+"""Checkpoints: triggers, pre-commits, the commit point, commits, aborts, restore states.
+
+Tables `checkpoints`, `checkpoint_tasks`, `precommit_offsets`, `precommit_handles` and
+`transactional_ids`. Every write is: read a snapshot inside the fenced transaction
+(`engine.Database.transaction`), let a pure function of `domain/` decide
+(`plan_trigger`, `accept_precommits`, `checkpoints_to_complete`, `plan_abort`,
+`first_timed_out`), write what it returned. COMPLETE and the pipeline's restore offsets
+are written in one transaction: that row is the commit point (DESIGN.md step 3).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from lockgate.coordinator.domain.checkpoints import (
+    CheckpointRecord,
+    LingeringTransaction,
+    OffsetRange,
+    PendingCommit,
+    Precommit,
+    RestoreState,
+    TaskTrigger,
+    TriggeredCheckpoint,
+    TriggerPlan,
+    abort_reason,
+    check_handles_abortable,
+    checkpoints_to_complete,
+    first_timed_out,
+    next_offsets,
+    plan_abort,
+    plan_trigger,
+    restore_states_of,
+)
+from lockgate.coordinator.domain.errors import NotFound
+from lockgate.coordinator.domain.ids import (
+    CheckpointId,
+    ExecutorId,
+    Generation,
+    LeaderEpoch,
+    PipelineId,
+    TaskId,
+    split_task_id,
+)
+from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.domain.pipelines import TaskRecord
+from lockgate.coordinator.domain.precommits import (
+    CheckpointKey,
+    accept_precommits,
+    group_by_checkpoint,
+)
+from lockgate.coordinator.domain.states import CheckpointState, transition_checkpoint
+from lockgate.coordinator.store.engine import Database, db_now_ms, upsert
+from lockgate.coordinator.store.offset_store import OFFSET_KEY, next_offsets_of
+from lockgate.coordinator.store.recovery_queries import lingering_transactions, pending_commits
+from lockgate.coordinator.store.rows import (
+    checkpoint_states,
+    executor_generations,
+    opt_int,
+    read_pipeline,
+    read_task,
+    read_tasks,
+    read_tasks_by_id,
+)
+from lockgate.coordinator.store.tables import (
+    checkpoint_tasks,
+    checkpoints,
+    pipelines,
+    precommit_handles,
+    precommit_offsets,
+    source_offsets,
+    transactional_ids,
+)
+
+
+class CheckpointStore:
+    """The checkpoint protocol's state (DESIGN.md, two-phase commit)."""
+
+    def __init__(self, *, database: Database) -> None:
+        self._db = database
+
+    def trigger_checkpoint(self, *, fence: Fence, pipeline_id: PipelineId) -> CheckpointRecord:
+        """Start the pipeline's next checkpoint N over all its tasks. Leader-only.
+
+        Allocates each task a transactional id slot (see `transactional_ids.py`). Raises
+        FailedPrecondition, writing nothing, when the pipeline is not RUNNING, has no tasks,
+        has a task without an executor, already has `DEFAULT_MAX_IN_FLIGHT` checkpoints in
+        flight, or a task has no free slot (`domain.checkpoints.plan_trigger`).
+        """
+        with self._db.transaction(fence) as conn:
+            plan = plan_trigger(
+                pipeline=read_pipeline(conn, pipeline_id, for_update=True),
+                tasks=read_tasks(conn, pipeline_id),
+                states=checkpoint_states(conn, pipeline_id),
+                slot_use=_slot_use(conn, pipeline_id),
+            )
+            _write_trigger(conn, plan, fence.leader_epoch)
+            return read_checkpoint(conn, pipeline_id, plan.checkpoint_id)
+
+    def record_precommit(
+        self, *, fence: Fence, precommit: Precommit, complete_if_ready: bool = True
+    ) -> CheckpointRecord:
+        """Store one task's pre-commit of N; write COMPLETE in the same transaction if it
+        was the last one and every earlier checkpoint is COMPLETE. Leader-only.
+
+        Idempotent: the same task pre-committing again is a no-op. StaleGeneration if the
+        report comes from a replaced executor session or task assignment;
+        FailedPrecondition if N was aborted (the executor must abort its handles) or the
+        handles name a transactional id other than the one N allotted to the task
+        (`domain/precommits.py`).
+        """
+        with self._db.transaction(fence) as conn:
+            read_pipeline(conn, precommit.pipeline_id, for_update=True)
+            _store_precommits(conn, [precommit])
+            if complete_if_ready:
+                _complete_ready(conn, precommit.pipeline_id, precommit.checkpoint_id)
+            return read_checkpoint(conn, precommit.pipeline_id, precommit.checkpoint_id)
+
+    def record_precommits(
+        self, *, fence: Fence, precommits: Sequence[Precommit]
+    ) -> list[CheckpointRecord]:
+        """`record_precommit` for many reports in ONE transaction (one fsync), as the
+        leader batches the reports that arrived together. All or nothing: one stale or
+        refused report fails the batch, so callers batch only reports already checked or
+        retry the rest one by one. Returns each touched checkpoint as it is afterwards."""
+        touched = list(group_by_checkpoint(precommits))
+        with self._db.transaction(fence) as conn:
+            for pipeline_id in sorted({p.pipeline_id for p in precommits}):
+                read_pipeline(conn, pipeline_id, for_update=True)
+            _store_precommits(conn, precommits)
+            for pipeline_id, checkpoint_id in sorted(touched):
+                _complete_ready(conn, pipeline_id, checkpoint_id)
+            return [read_checkpoint(conn, p, c) for p, c in touched]
+
+    def mark_committed(
+        self, *, fence: Fence, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    ) -> CheckpointRecord:
+        """Mark COMPLETE checkpoint N COMMITTED (every handle acked). Leader-only; idempotent.
+
+        IllegalTransition if N is not COMPLETE or COMMITTED.
+        """
+        with self._db.transaction(fence) as conn:
+            read_pipeline(conn, pipeline_id, for_update=True)
+            checkpoint = read_checkpoint(conn, pipeline_id, checkpoint_id)
+            transition_checkpoint(checkpoint.state, CheckpointState.COMMITTED)
+            conn.execute(
+                checkpoints.update()
+                .where(
+                    checkpoints.c.pipeline_id == pipeline_id,
+                    checkpoints.c.checkpoint_id == checkpoint_id,
+                    checkpoints.c.state == CheckpointState.COMPLETE.value,
+                )
+                .values(state=CheckpointState.COMMITTED.value, committed_at_ms=db_now_ms())
+            )
+            return read_checkpoint(conn, pipeline_id, checkpoint_id)
+
+    def abort_checkpoint(
+        self,
+        *,
+        fence: Fence,
+        pipeline_id: PipelineId,
+        checkpoint_id: CheckpointId,
+        reason: str,
+    ) -> list[CheckpointId]:
+        """Abort TRIGGERED checkpoint N and every later TRIGGERED one. Leader-only.
+
+        Returns the checkpoints aborted now (empty if N was already ABORTED).
+        IllegalTransition if N is COMPLETE or COMMITTED: the commit point is final.
+        """
+        with self._db.transaction(fence) as conn:
+            read_pipeline(conn, pipeline_id, for_update=True)
+            return apply_abort(conn, pipeline_id, checkpoint_id, reason)
+
+    def abort_in_flight(
+        self, *, fence: Fence, reason: str
+    ) -> list[tuple[PipelineId, CheckpointId]]:
+        """Abort every TRIGGERED checkpoint of every pipeline (a new leader's first step:
+        it cannot know which pre-commit RPCs its predecessor had outstanding). Leader-only.
+        """
+        aborted: list[tuple[PipelineId, CheckpointId]] = []
+        with self._db.transaction(fence) as conn:
+            rows = conn.execute(
+                sa.select(checkpoints.c.pipeline_id, sa.func.min(checkpoints.c.checkpoint_id))
+                .where(checkpoints.c.state == CheckpointState.TRIGGERED.value)
+                .group_by(checkpoints.c.pipeline_id)
+                .order_by(checkpoints.c.pipeline_id)
+            ).all()
+            for pipeline_id, first in rows:
+                read_pipeline(conn, PipelineId(pipeline_id), for_update=True)
+                for c in apply_abort(conn, PipelineId(pipeline_id), CheckpointId(first), reason):
+                    aborted.append((PipelineId(pipeline_id), c))
+        return aborted
+
+    def abort_timed_out(self, *, fence: Fence) -> list[tuple[PipelineId, CheckpointId]]:
+        """Abort every TRIGGERED checkpoint older than its pipeline's `checkpoint.timeout_ms`
+        (database clock), with the later ones it takes along. Leader-only."""
+        aborted: list[tuple[PipelineId, CheckpointId]] = []
+        with self._db.transaction(fence) as conn:
+            rows = conn.execute(
+                sa.select(
+                    checkpoints.c.pipeline_id,
+                    checkpoints.c.checkpoint_id,
+                    checkpoints.c.triggered_at_ms,
+                    pipelines.c.spec_json,
+                )
+                .join(pipelines, pipelines.c.pipeline_id == checkpoints.c.pipeline_id)
+                .where(checkpoints.c.state == CheckpointState.TRIGGERED.value)
+            ).all()
+            triggered = [
+                TriggeredCheckpoint(
+                    pipeline_id=PipelineId(r.pipeline_id),
+                    checkpoint_id=CheckpointId(int(r.checkpoint_id)),
+                    triggered_at_ms=int(r.triggered_at_ms),
+                    timeout_ms=int(json.loads(r.spec_json)["checkpoint"]["timeout_ms"]),
+                )
+                for r in rows
+            ]
+            if not triggered:
+                return aborted
+            now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
+            for late in first_timed_out(triggered, now_ms=now):
+                read_pipeline(conn, late.pipeline_id, for_update=True)
+                reason = f"timed out after {late.timeout_ms} ms"
+                for c in apply_abort(conn, late.pipeline_id, late.checkpoint_id, reason):
+                    aborted.append((late.pipeline_id, c))
+        return aborted
+
+    def mark_handles_aborted(
+        self,
+        *,
+        fence: Fence,
+        pipeline_id: PipelineId,
+        checkpoint_id: CheckpointId,
+        task_id: TaskId,
+    ) -> None:
+        """Record that a task's transactions of ABORTED checkpoint N were aborted, so they
+        leave the lingering list. Leader-only. Idempotent."""
+        with self._db.transaction(fence) as conn:
+            check_handles_abortable(read_checkpoint(conn, pipeline_id, checkpoint_id))
+            conn.execute(
+                checkpoint_tasks.update()
+                .where(
+                    checkpoint_tasks.c.pipeline_id == pipeline_id,
+                    checkpoint_tasks.c.checkpoint_id == checkpoint_id,
+                    checkpoint_tasks.c.task_id == task_id,
+                    checkpoint_tasks.c.abort_acked_at_ms.is_(None),
+                )
+                .values(abort_acked_at_ms=db_now_ms())
+            )
+
+    def get_checkpoint(
+        self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    ) -> CheckpointRecord:
+        """One checkpoint with its tasks and timings; NotFound if absent."""
+        with self._db.read() as conn:
+            return read_checkpoint(conn, pipeline_id, checkpoint_id)
+
+    def list_checkpoints(
+        self,
+        *,
+        pipeline_id: PipelineId,
+        limit: int = 100,
+        before: CheckpointId | None = None,
+        states: Iterable[CheckpointState] | None = None,
+    ) -> list[CheckpointRecord]:
+        """Checkpoint history of a pipeline, newest first, `limit` at most (older than
+        `before` when given)."""
+        with self._db.read() as conn:
+            read_pipeline(conn, pipeline_id)
+            stmt = (
+                sa.select(checkpoints.c.checkpoint_id)
+                .where(checkpoints.c.pipeline_id == pipeline_id)
+                .order_by(checkpoints.c.checkpoint_id.desc())
+                .limit(limit)
+            )
+            if before is not None:
+                stmt = stmt.where(checkpoints.c.checkpoint_id < before)
+            if states is not None:
+                stmt = stmt.where(checkpoints.c.state.in_([s.value for s in states]))
+            ids = [CheckpointId(int(r[0])) for r in conn.execute(stmt)]
+            return [read_checkpoint(conn, pipeline_id, c) for c in ids]
+
+    def list_pending_commits(self, *, pipeline_id: PipelineId | None = None) -> list[PendingCommit]:
+        """COMPLETE but not COMMITTED checkpoints with all their handles, oldest first per
+        pipeline: what a new leader (re-)commits before anything else."""
+        with self._db.read() as conn:
+            return pending_commits(conn, pipeline_id)
+
+    def list_lingering_transactions(
+        self,
+        *,
+        pipeline_id: PipelineId | None = None,
+        include_in_flight: bool = False,
+    ) -> list[LingeringTransaction]:
+        """Transactions of checkpoints that never became COMPLETE and whose abort is not
+        yet recorded: ABORTED ones, and TRIGGERED ones too with `include_in_flight` (a
+        new leader, after `abort_in_flight`, needs only the default).
+
+        A reported pre-commit gives one entry per handle, on the handle's own id
+        (`<slot id>-<k>`, one per Spark write partition). A task that never reported may
+        have opened transactions on its slot's ids before dying: its entry has the slot's
+        id and no producer id, and the executor ends whatever is open on the slot's ids
+        with `init_transactions` (it aborts and fences). The slot of an ABORTED checkpoint
+        may already be reused by a later one: then an EndTxn abort with the stored producer
+        epoch is refused by the broker as fenced, which means the transaction is already
+        gone; never re-initialise such ids (`slot_reused` says so: it would abort the later
+        checkpoint's transaction).
+        """
+        wanted = [CheckpointState.ABORTED]
+        if include_in_flight:
+            wanted.append(CheckpointState.TRIGGERED)
+        with self._db.read() as conn:
+            return lingering_transactions(conn, pipeline_id, wanted)
+
+    def restore_state(self, *, task_id: TaskId) -> RestoreState:
+        """What a (re)assigned task needs before reading (DESIGN.md step 5): the next offset
+        of each of its partitions, its handles of COMPLETE-not-COMMITTED checkpoints
+        (oldest first) to re-commit, and its transactions of ABORTED checkpoints whose
+        abort is not recorded yet (not of TRIGGERED ones: a pre-commit the task's previous
+        process reported may still become COMPLETE)."""
+        return self.restore_states(task_ids=[task_id])[task_id]
+
+    def restore_states(self, *, task_ids: Sequence[TaskId]) -> dict[TaskId, RestoreState]:
+        """`restore_state` of many tasks (a heartbeat's whole assignment) in one read
+        transaction, with a handful of queries per pipeline however many tasks it has."""
+        result: dict[TaskId, RestoreState] = {}
+        with self._db.read() as conn:
+            by_pipeline: dict[PipelineId, list[TaskRecord]] = defaultdict(list)
+            for task_id in dict.fromkeys(task_ids):
+                task = read_task(conn, task_id)
+                by_pipeline[task.pipeline_id].append(task)
+            for pipeline_id, pipeline_tasks in by_pipeline.items():
+                result.update(
+                    restore_states_of(
+                        pipeline_tasks,
+                        offsets=next_offsets_of(conn, pipeline_id),
+                        pending=pending_commits(conn, pipeline_id),
+                        lingering=lingering_transactions(
+                            conn, pipeline_id, [CheckpointState.ABORTED]
+                        ),
+                    )
+                )
+        return result
+
+
+# ---------------------------------------------------------------------- snapshot reads
+
+
+def find_checkpoint(
+    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+) -> CheckpointRecord | None:
+    """Checkpoint N with its tasks; None if it does not exist."""
+    row = conn.execute(
+        sa.select(checkpoints).where(
+            checkpoints.c.pipeline_id == pipeline_id,
+            checkpoints.c.checkpoint_id == checkpoint_id,
+        )
+    ).first()
+    if row is None:
+        return None
+    task_rows = conn.execute(
+        sa.select(checkpoint_tasks)
+        .where(
+            checkpoint_tasks.c.pipeline_id == pipeline_id,
+            checkpoint_tasks.c.checkpoint_id == checkpoint_id,
+        )
+        .order_by(checkpoint_tasks.c.task_id)
+    ).all()
+    return CheckpointRecord(
+        pipeline_id=pipeline_id,
+        checkpoint_id=checkpoint_id,
+        state=CheckpointState(row.state),
+        leader_epoch=LeaderEpoch(int(row.leader_epoch)),
+        tasks=tuple(
+            TaskTrigger(
+                task_id=TaskId(t.task_id),
+                task_generation=Generation(int(t.task_generation)),
+                executor_id=ExecutorId(t.executor_id) if t.executor_id else None,
+                transactional_id=t.transactional_id,
+                slot=int(t.slot),
+            )
+            for t in task_rows
+        ),
+        precommitted=frozenset(
+            TaskId(t.task_id) for t in task_rows if t.precommitted_at_ms is not None
+        ),
+        triggered_at_ms=int(row.triggered_at_ms),
+        completed_at_ms=opt_int(row.completed_at_ms),
+        committed_at_ms=opt_int(row.committed_at_ms),
+        aborted_at_ms=opt_int(row.aborted_at_ms),
+        abort_reason=row.abort_reason,
+    )
+
+
+def read_checkpoint(
+    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+) -> CheckpointRecord:
+    """Checkpoint N with its tasks; NotFound if it does not exist."""
+    record = find_checkpoint(conn, pipeline_id, checkpoint_id)
+    if record is None:
+        raise NotFound(
+            f"pipeline {pipeline_id!r} has no checkpoint {checkpoint_id}",
+            resource_type="checkpoint",
+            resource_name=f"{pipeline_id}/{checkpoint_id}",
+        )
+    return record
+
+
+def _slot_use(
+    conn: Connection, pipeline_id: PipelineId
+) -> dict[int, dict[int, CheckpointState | None]]:
+    """task index -> slot -> state of the checkpoint that last used the slot."""
+    rows = conn.execute(
+        sa.select(
+            transactional_ids.c.task_index,
+            transactional_ids.c.slot,
+            checkpoints.c.state,
+        )
+        .select_from(
+            transactional_ids.outerjoin(
+                checkpoints,
+                sa.and_(
+                    checkpoints.c.pipeline_id == transactional_ids.c.pipeline_id,
+                    checkpoints.c.checkpoint_id == transactional_ids.c.checkpoint_id,
+                ),
+            )
+        )
+        .where(transactional_ids.c.pipeline_id == pipeline_id)
+    ).all()
+    result: dict[int, dict[int, CheckpointState | None]] = defaultdict(dict)
+    for index, slot, state in rows:
+        result[int(index)][int(slot)] = CheckpointState(state) if state else None
+    return result
+
+
+# ---------------------------------------------------------------------- applying plans
+
+
+def _write_trigger(conn: Connection, plan: TriggerPlan, leader_epoch: LeaderEpoch) -> None:
+    pipeline_id, checkpoint_id = plan.pipeline_id, plan.checkpoint_id
+    conn.execute(
+        pipelines.update()
+        .where(pipelines.c.pipeline_id == pipeline_id)
+        .values(next_checkpoint_id=pipelines.c.next_checkpoint_id + 1)
+    )
+    conn.execute(
+        checkpoints.insert().values(
+            pipeline_id=pipeline_id,
+            checkpoint_id=checkpoint_id,
+            state=CheckpointState.TRIGGERED.value,
+            leader_epoch=leader_epoch,
+            triggered_at_ms=db_now_ms(),
+        )
+    )
+    conn.execute(
+        checkpoint_tasks.insert(),
+        [
+            {
+                "pipeline_id": pipeline_id,
+                "checkpoint_id": checkpoint_id,
+                "task_id": t.task_id,
+                "task_generation": t.task_generation,
+                "executor_id": t.executor_id,
+                "slot": t.slot,
+                "transactional_id": t.transactional_id,
+            }
+            for t in plan.tasks
+        ],
+    )
+    upsert(
+        conn,
+        transactional_ids,
+        [
+            {
+                "transactional_id": t.transactional_id,
+                "pipeline_id": pipeline_id,
+                "task_index": split_task_id(t.task_id)[1],
+                "slot": t.slot,
+                "checkpoint_id": checkpoint_id,
+                "producer_id": None,
+                "producer_epoch": None,
+            }
+            for t in plan.tasks
+        ],
+        key=["transactional_id"],
+    )
+
+
+def _store_precommits(conn: Connection, precommits: Sequence[Precommit]) -> None:
+    """Check and store pre-commits with a handful of statements per checkpoint, however
+    many tasks report (a 100-task checkpoint is one round of bulk writes)."""
+    accepted = accept_precommits(
+        precommits,
+        checkpoints={
+            key: find_checkpoint(conn, *key) for key in sorted(group_by_checkpoint(precommits))
+        },
+        executor_generations=executor_generations(conn, (p.executor_id for p in precommits)),
+        tasks=read_tasks_by_id(conn, [p.task_id for p in precommits]),
+    )
+    for key, fresh in accepted.items():
+        _write_precommits(conn, key, fresh)
+
+
+def _write_precommits(conn: Connection, key: CheckpointKey, fresh: Sequence[Precommit]) -> None:
+    pipeline_id, checkpoint_id = key
+    where = {"pipeline_id": pipeline_id, "checkpoint_id": checkpoint_id}
+    offset_rows = [
+        {
+            **where,
+            "topic": r.topic,
+            "partition": r.partition,
+            "task_id": p.task_id,
+            "start_offset": r.start_offset,
+            "end_offset": r.end_offset,
+        }
+        for p in fresh
+        for r in p.offsets
+    ]
+    if offset_rows:
+        conn.execute(precommit_offsets.insert(), offset_rows)
+    handle_rows = [
+        {
+            **where,
+            "task_id": p.task_id,
+            "transactional_id": h.transactional_id,
+            "kind": h.kind,
+            "producer_id": h.producer_id,
+            "producer_epoch": h.producer_epoch,
+        }
+        for p in fresh
+        for h in p.handles
+    ]
+    if handle_rows:
+        conn.execute(precommit_handles.insert(), handle_rows)
+        conn.execute(
+            transactional_ids.update()
+            .where(transactional_ids.c.transactional_id == sa.bindparam("txid"))
+            .values(
+                producer_id=sa.bindparam("pid"),
+                producer_epoch=sa.bindparam("pepoch"),
+                updated_at_ms=db_now_ms(),
+            ),
+            [
+                {
+                    "txid": h["transactional_id"],
+                    "pid": h["producer_id"],
+                    "pepoch": h["producer_epoch"],
+                }
+                for h in handle_rows
+            ],
+        )
+    conn.execute(
+        checkpoint_tasks.update()
+        .where(
+            checkpoint_tasks.c.pipeline_id == pipeline_id,
+            checkpoint_tasks.c.checkpoint_id == checkpoint_id,
+            checkpoint_tasks.c.task_id.in_(sorted({p.task_id for p in fresh})),
+        )
+        .values(precommitted_at_ms=db_now_ms())
+    )
+
+
+def _complete_ready(conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId) -> None:
+    """Write COMPLETE, with the pipeline's restore offsets, for each checkpoint from N on
+    that `checkpoints_to_complete` says is ready: the commit point (DESIGN.md step 3)."""
+    states = checkpoint_states(conn, pipeline_id)
+    triggered = {
+        c: read_checkpoint(conn, pipeline_id, c)
+        for c, s in sorted(states.items())
+        if s is CheckpointState.TRIGGERED and c >= checkpoint_id
+    }
+    for current in checkpoints_to_complete(checkpoint_id, states=states, triggered=triggered):
+        done = conn.execute(
+            checkpoints.update()
+            .where(
+                checkpoints.c.pipeline_id == pipeline_id,
+                checkpoints.c.checkpoint_id == current,
+                checkpoints.c.state == CheckpointState.TRIGGERED.value,
+            )
+            .values(state=CheckpointState.COMPLETE.value, completed_at_ms=db_now_ms())
+        )
+        if done.rowcount != 1:
+            return
+        ranges = [
+            OffsetRange(r.topic, int(r.partition), int(r.start_offset), int(r.end_offset))
+            for r in conn.execute(
+                sa.select(precommit_offsets).where(
+                    precommit_offsets.c.pipeline_id == pipeline_id,
+                    precommit_offsets.c.checkpoint_id == current,
+                )
+            )
+        ]
+        upsert(
+            conn,
+            source_offsets,
+            [
+                {
+                    "pipeline_id": pipeline_id,
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "next_offset": end,
+                    "checkpoint_id": current,
+                }
+                for tp, end in sorted(next_offsets(ranges).items())
+            ],
+            key=OFFSET_KEY,
+        )
+
+
+def apply_abort(
+    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId, reason: str
+) -> list[CheckpointId]:
+    """Abort N and the later in-flight checkpoints `plan_abort` takes down with it; return
+    them (empty if N was already ABORTED). The caller holds the pipeline row's lock."""
+    states = checkpoint_states(conn, pipeline_id)
+    # Raises NotFound if N does not exist; COMMITTED ones are not in `states`.
+    current = read_checkpoint(conn, pipeline_id, checkpoint_id).state
+    victims = plan_abort(checkpoint_id, current=current, states=states)
+    for victim in victims:
+        conn.execute(
+            checkpoints.update()
+            .where(
+                checkpoints.c.pipeline_id == pipeline_id,
+                checkpoints.c.checkpoint_id == victim,
+                checkpoints.c.state == CheckpointState.TRIGGERED.value,
+            )
+            .values(
+                state=CheckpointState.ABORTED.value,
+                aborted_at_ms=db_now_ms(),
+                abort_reason=abort_reason(victim, first=checkpoint_id, reason=reason),
+            )
+        )
+    return victims
+
+
+def abort_checkpoints_of_tasks(
+    conn: Connection, task_ids: AbstractSet[TaskId], *, reason: str
+) -> None:
+    """Abort the TRIGGERED checkpoints any of these tasks is in (moved or restarted tasks:
+    their new instance restarts from the last COMPLETE checkpoint), with the later ones."""
+    if not task_ids:
+        return
+    rows = conn.execute(
+        sa.select(checkpoint_tasks.c.pipeline_id, sa.func.min(checkpoints.c.checkpoint_id))
+        .join(
+            checkpoints,
+            sa.and_(
+                checkpoints.c.pipeline_id == checkpoint_tasks.c.pipeline_id,
+                checkpoints.c.checkpoint_id == checkpoint_tasks.c.checkpoint_id,
+            ),
+        )
+        .where(
+            checkpoint_tasks.c.task_id.in_(sorted(task_ids)),
+            checkpoints.c.state == CheckpointState.TRIGGERED.value,
+        )
+        .group_by(checkpoint_tasks.c.pipeline_id)
+    ).all()
+    for pipeline_id, first in rows:
+        apply_abort(conn, PipelineId(pipeline_id), CheckpointId(first), reason)

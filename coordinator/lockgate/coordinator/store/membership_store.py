@@ -1,0 +1,101 @@
+"""Executor membership: the `executors` table (address, session generation, heartbeats).
+
+Each registration starts a new session (generation + 1); reports carrying an older
+generation are refused (`domain/membership.py`).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from lockgate.coordinator.domain.errors import InvalidArgument
+from lockgate.coordinator.domain.ids import ExecutorId, Generation
+from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.domain.membership import ExecutorRecord, check_generation
+from lockgate.coordinator.store.engine import Database, db_now_ms
+from lockgate.coordinator.store.rows import executor_record, read_executor
+from lockgate.coordinator.store.tables import executors
+
+
+class MembershipStore:
+    """The executors and their sessions."""
+
+    def __init__(self, *, database: Database) -> None:
+        self._db = database
+
+    def register_executor(
+        self, *, fence: Fence, executor_id: ExecutorId, address: str
+    ) -> ExecutorRecord:
+        """Start a new session for an executor: its generation grows by one. Leader-only.
+
+        Reports carrying the previous generation are refused from now on.
+        """
+        if not executor_id:
+            raise InvalidArgument.for_field("executor_id", "must not be empty")
+        with self._db.transaction(fence) as conn:
+            updated = conn.execute(
+                executors.update()
+                .where(executors.c.executor_id == executor_id)
+                .values(
+                    address=address,
+                    generation=executors.c.generation + 1,
+                    registered_at_ms=db_now_ms(),
+                    last_heartbeat_ms=db_now_ms(),
+                )
+            )
+            if updated.rowcount == 0:
+                conn.execute(
+                    executors.insert().values(
+                        executor_id=executor_id,
+                        address=address,
+                        generation=1,
+                        registered_at_ms=db_now_ms(),
+                        last_heartbeat_ms=db_now_ms(),
+                    )
+                )
+            return read_executor(conn, executor_id)
+
+    def heartbeat_executor(
+        self, *, fence: Fence, executor_id: ExecutorId, generation: Generation
+    ) -> ExecutorRecord:
+        """Record a heartbeat; StaleGeneration if `generation` is not the current one.
+
+        Leader-only.
+        """
+        with self._db.transaction(fence) as conn:
+            current = read_executor(conn, executor_id, for_update=True)
+            check_generation(
+                what=f"executor {executor_id}", reported=generation, current=current.generation
+            )
+            conn.execute(
+                executors.update()
+                .where(executors.c.executor_id == executor_id)
+                .values(last_heartbeat_ms=db_now_ms())
+            )
+            return read_executor(conn, executor_id)
+
+    def deregister_executor(
+        self, *, fence: Fence, executor_id: ExecutorId, generation: Generation
+    ) -> None:
+        """Remove an executor that shuts down cleanly (its tasks move at the next rebalance).
+
+        Leader-only; StaleGeneration if a newer session of the same id exists.
+        """
+        with self._db.transaction(fence) as conn:
+            current = read_executor(conn, executor_id, for_update=True)
+            check_generation(
+                what=f"executor {executor_id}", reported=generation, current=current.generation
+            )
+            conn.execute(executors.delete().where(executors.c.executor_id == executor_id))
+
+    def get_executor(self, *, executor_id: ExecutorId) -> ExecutorRecord:
+        """One executor; NotFound if it never registered (or deregistered)."""
+        with self._db.read() as conn:
+            return read_executor(conn, executor_id)
+
+    def list_executors(self) -> tuple[list[ExecutorRecord], int]:
+        """Every registered executor (id order) and the database's clock at reading time."""
+        with self._db.read() as conn:
+            rows = conn.execute(sa.select(executors).order_by(executors.c.executor_id)).all()
+            now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
+            return [executor_record(r) for r in rows], now

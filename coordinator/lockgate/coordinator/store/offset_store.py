@@ -1,0 +1,100 @@
+"""Source offsets: where each pipeline resumes each source partition.
+
+A row is written when a checkpoint becomes COMPLETE (in the same transaction: that row
+is the commit point, `checkpoint_store`) or by an offset reset of a STOPPED pipeline.
+Partitions without a row start from the pipeline's `starting_offsets`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from lockgate.coordinator.domain.ids import PipelineId
+from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.domain.pipelines import (
+    PartitionOffset,
+    check_offsets_resettable,
+    check_reset_offsets,
+)
+from lockgate.coordinator.domain.tasks import TopicPartition
+from lockgate.coordinator.store.engine import Database, upsert
+from lockgate.coordinator.store.rows import checkpoint_states, opt_int, read_pipeline
+from lockgate.coordinator.store.tables import source_offsets
+
+OFFSET_KEY = ("pipeline_id", "topic", "partition")
+"""The key of a `source_offsets` row (for upserts)."""
+
+
+def next_offsets_of(conn: Connection, pipeline_id: PipelineId) -> dict[TopicPartition, int]:
+    """The pipeline's restore position per partition (partitions without one are absent)."""
+    return {
+        TopicPartition(r.topic, int(r.partition)): int(r.next_offset)
+        for r in conn.execute(
+            sa.select(source_offsets).where(source_offsets.c.pipeline_id == pipeline_id)
+        )
+    }
+
+
+class OffsetStore:
+    """Where pipelines resume reading."""
+
+    def __init__(self, *, database: Database) -> None:
+        self._db = database
+
+    def get_offsets(self, *, pipeline_id: PipelineId) -> list[PartitionOffset]:
+        """Where the pipeline resumes each source partition (from the last COMPLETE
+        checkpoint or a reset); partitions absent start from `starting_offsets`."""
+        with self._db.read() as conn:
+            read_pipeline(conn, pipeline_id)
+            rows = conn.execute(
+                sa.select(source_offsets)
+                .where(source_offsets.c.pipeline_id == pipeline_id)
+                .order_by(source_offsets.c.topic, source_offsets.c.partition)
+            ).all()
+        return [
+            PartitionOffset(
+                topic=r.topic,
+                partition=int(r.partition),
+                next_offset=int(r.next_offset),
+                checkpoint_id=opt_int(r.checkpoint_id),
+            )
+            for r in rows
+        ]
+
+    def reset_offsets(
+        self,
+        *,
+        fence: Fence,
+        pipeline_id: PipelineId,
+        offsets: Mapping[TopicPartition, int] | None,
+    ) -> list[PartitionOffset]:
+        """Set where a STOPPED pipeline resumes (None: forget all, back to
+        `starting_offsets`). Leader-only. FailedPrecondition unless the target state is
+        STOPPED and no checkpoint is still in flight (as Kafka Connect's offsets API)."""
+        check_reset_offsets(offsets)
+        with self._db.transaction(fence) as conn:
+            pipeline = read_pipeline(conn, pipeline_id, for_update=True)
+            check_offsets_resettable(pipeline, checkpoint_states(conn, pipeline_id))
+            if offsets is None:
+                conn.execute(
+                    source_offsets.delete().where(source_offsets.c.pipeline_id == pipeline_id)
+                )
+            upsert(
+                conn,
+                source_offsets,
+                [
+                    {
+                        "pipeline_id": pipeline_id,
+                        "topic": tp.topic,
+                        "partition": tp.partition,
+                        "next_offset": offset,
+                        "checkpoint_id": None,
+                    }
+                    for tp, offset in (offsets or {}).items()
+                ],
+                key=OFFSET_KEY,
+            )
+        return self.get_offsets(pipeline_id=pipeline_id)

@@ -1,0 +1,335 @@
+"""Pipelines (config, target state, version) and their tasks (split, assignment, state).
+
+Kafka Connect's config and status backing stores in one: what the user asked for (the
+spec, `TargetState`) beside what executors observed (`TaskState`, stamped with the
+reporting executor and its generation). Re-splits, reassignments and restarts bump task
+generations so the old instance's reports become stale; reassigning or restarting a task
+aborts the TRIGGERED checkpoints it is in, in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+
+import sqlalchemy as sa
+
+from lockgate.coordinator.domain.assignment import assignment_changes
+from lockgate.coordinator.domain.errors import AlreadyExists, InvalidArgument
+from lockgate.coordinator.domain.ids import ExecutorId, Generation, PipelineId, TaskId, task_id
+from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.domain.membership import check_executor_session, check_task_owner
+from lockgate.coordinator.domain.pipeline_spec import PipelineSpec
+from lockgate.coordinator.domain.pipelines import (
+    PipelineRecord,
+    TaskRecord,
+    check_config_version,
+    plan_task_split,
+    tasks_to_restart,
+)
+from lockgate.coordinator.domain.states import (
+    TargetState,
+    TaskState,
+    transition_target_state,
+    transition_task_state,
+)
+from lockgate.coordinator.domain.tasks import TaskSplit
+from lockgate.coordinator.store.checkpoint_store import abort_checkpoints_of_tasks
+from lockgate.coordinator.store.engine import Database, db_now_ms
+from lockgate.coordinator.store.rows import (
+    executor_generations,
+    partitions_json,
+    pipeline_record,
+    read_pipeline,
+    read_task,
+    read_tasks,
+)
+from lockgate.coordinator.store.tables import (
+    checkpoint_tasks,
+    checkpoints,
+    pipelines,
+    precommit_handles,
+    precommit_offsets,
+    source_offsets,
+    tasks,
+    transactional_ids,
+)
+
+
+class PipelineStore:
+    """Pipelines, their tasks and the assignment of tasks to executors."""
+
+    def __init__(self, *, database: Database) -> None:
+        self._db = database
+
+    def create_pipeline(self, *, fence: Fence, spec: PipelineSpec) -> PipelineRecord:
+        """Store a new pipeline (target RUNNING, config version 1). Leader-only.
+
+        AlreadyExists if the name is taken.
+        """
+        with self._db.transaction(fence) as conn:
+            exists = conn.execute(
+                sa.select(pipelines.c.pipeline_id).where(pipelines.c.pipeline_id == spec.name)
+            ).first()
+            if exists is not None:
+                raise AlreadyExists(
+                    f"a pipeline named {spec.name!r} already exists; pick another name or "
+                    "update that pipeline",
+                    resource_type="pipeline",
+                    resource_name=spec.name,
+                )
+            conn.execute(
+                pipelines.insert().values(
+                    pipeline_id=spec.name,
+                    spec_json=json.dumps(spec.to_json(), sort_keys=True),
+                    config_version=1,
+                    target_state=TargetState.RUNNING.value,
+                    next_checkpoint_id=1,
+                    created_at_ms=db_now_ms(),
+                    updated_at_ms=db_now_ms(),
+                )
+            )
+            return read_pipeline(conn, PipelineId(spec.name))
+
+    def update_pipeline(
+        self, *, fence: Fence, spec: PipelineSpec, expected_version: int | None = None
+    ) -> PipelineRecord:
+        """Replace a pipeline's config; its config version grows by one. Leader-only.
+
+        With `expected_version`, FailedPrecondition unless the stored version matches
+        (optimistic concurrency for read-modify-write clients). The caller re-splits tasks
+        if the topics or `tasks_max` changed (`set_pipeline_tasks`).
+        """
+        pipeline_id = PipelineId(spec.name)
+        with self._db.transaction(fence) as conn:
+            check_config_version(
+                read_pipeline(conn, pipeline_id, for_update=True), expected_version
+            )
+            conn.execute(
+                pipelines.update()
+                .where(pipelines.c.pipeline_id == pipeline_id)
+                .values(
+                    spec_json=json.dumps(spec.to_json(), sort_keys=True),
+                    config_version=pipelines.c.config_version + 1,
+                    updated_at_ms=db_now_ms(),
+                )
+            )
+            return read_pipeline(conn, pipeline_id)
+
+    def delete_pipeline(self, *, fence: Fence, pipeline_id: PipelineId) -> None:
+        """Delete a pipeline with its tasks, checkpoints and offsets. Leader-only.
+
+        Open transactions of its in-flight checkpoints are left to the broker's
+        `transaction.timeout.ms`; stop the pipeline first to end them cleanly.
+        """
+        with self._db.transaction(fence) as conn:
+            read_pipeline(conn, pipeline_id, for_update=True)
+            # Explicit deletes, child tables first: SQLite enforces ON DELETE CASCADE only
+            # when the connection enabled foreign keys, and we would rather not depend on it.
+            for table in (
+                precommit_handles,
+                precommit_offsets,
+                checkpoint_tasks,
+                checkpoints,
+                transactional_ids,
+                source_offsets,
+                tasks,
+            ):
+                conn.execute(table.delete().where(table.c.pipeline_id == pipeline_id))
+            conn.execute(pipelines.delete().where(pipelines.c.pipeline_id == pipeline_id))
+
+    def set_target_state(
+        self, *, fence: Fence, pipeline_id: PipelineId, target_state: TargetState
+    ) -> PipelineRecord:
+        """Pause, resume or stop a pipeline (what the user wants). Leader-only."""
+        with self._db.transaction(fence) as conn:
+            current = read_pipeline(conn, pipeline_id, for_update=True)
+            new_state = transition_target_state(current.target_state, target_state)
+            conn.execute(
+                pipelines.update()
+                .where(pipelines.c.pipeline_id == pipeline_id)
+                .values(target_state=new_state.value, updated_at_ms=db_now_ms())
+            )
+            return read_pipeline(conn, pipeline_id)
+
+    def get_pipeline(self, *, pipeline_id: PipelineId) -> PipelineRecord:
+        """One pipeline; NotFound if there is none by that name."""
+        with self._db.read() as conn:
+            return read_pipeline(conn, pipeline_id)
+
+    def list_pipelines(
+        self, *, page_size: int = 100, page_token: str = ""
+    ) -> tuple[list[PipelineRecord], str]:
+        """Pipelines in name order, a page at a time; the token is "" after the last page."""
+        if page_size <= 0:
+            raise InvalidArgument.for_field("page_size", f"must be > 0, got {page_size}")
+        with self._db.read() as conn:
+            stmt = sa.select(pipelines).order_by(pipelines.c.pipeline_id).limit(page_size + 1)
+            if page_token:
+                stmt = stmt.where(pipelines.c.pipeline_id > page_token)
+            rows = conn.execute(stmt).all()
+        records = [pipeline_record(r) for r in rows[:page_size]]
+        next_token = records[-1].pipeline_id if len(rows) > page_size else ""
+        return records, next_token
+
+    def set_pipeline_tasks(
+        self, *, fence: Fence, pipeline_id: PipelineId, splits: Sequence[TaskSplit]
+    ) -> list[TaskRecord]:
+        """Make the pipeline's tasks match `splits` (from `split_partitions`). Leader-only.
+
+        A task whose partitions changed keeps its executor but its generation grows and its
+        state becomes UNASSIGNED until the executor restarts it; removed tasks are deleted,
+        new ones start UNASSIGNED with no executor. Unchanged tasks are untouched
+        (`domain.pipelines.plan_task_split`).
+        """
+        with self._db.transaction(fence) as conn:
+            read_pipeline(conn, pipeline_id, for_update=True)
+            plan = plan_task_split(read_tasks(conn, pipeline_id), splits)
+            for removed in plan.removed:
+                conn.execute(tasks.delete().where(tasks.c.task_id == removed))
+            for split in plan.added:
+                conn.execute(
+                    tasks.insert().values(
+                        task_id=task_id(pipeline_id, split.index),
+                        pipeline_id=pipeline_id,
+                        task_index=split.index,
+                        partitions_json=partitions_json(split.partitions),
+                        executor_id=None,
+                        generation=1,
+                        state=TaskState.UNASSIGNED.value,
+                        updated_at_ms=db_now_ms(),
+                    )
+                )
+            for changed, split in plan.changed:
+                conn.execute(
+                    tasks.update()
+                    .where(tasks.c.task_id == changed)
+                    .values(
+                        partitions_json=partitions_json(split.partitions),
+                        generation=tasks.c.generation + 1,
+                        state=TaskState.UNASSIGNED.value,
+                        updated_at_ms=db_now_ms(),
+                    )
+                )
+            return read_tasks(conn, pipeline_id)
+
+    def list_tasks(self, *, pipeline_id: PipelineId | None = None) -> list[TaskRecord]:
+        """Tasks of one pipeline, or of all, in (pipeline, index) order."""
+        with self._db.read() as conn:
+            return read_tasks(conn, pipeline_id)
+
+    def get_task(self, *, task_id: TaskId) -> TaskRecord:
+        """One task; NotFound if it does not exist."""
+        with self._db.read() as conn:
+            return read_task(conn, task_id)
+
+    def current_assignment(self) -> dict[ExecutorId, frozenset[TaskId]]:
+        """Which tasks each executor holds now (executors with none are absent)."""
+        result: dict[ExecutorId, set[TaskId]] = defaultdict(set)
+        for task in self.list_tasks():
+            if task.executor_id is not None:
+                result[task.executor_id].add(task.task_id)
+        return {e: frozenset(ts) for e, ts in result.items()}
+
+    def apply_assignment(
+        self,
+        *,
+        fence: Fence,
+        assignment: Mapping[ExecutorId, AbstractSet[TaskId]],
+    ) -> list[TaskRecord]:
+        """Write a new assignment (from `plan_assignment`); return the tasks that changed.
+
+        Leader-only. Every task whose executor changes gets generation + 1 and state
+        UNASSIGNED (its old executor's reports become stale); tasks absent from
+        `assignment` lose their executor. Checkpoints still TRIGGERED that include a moved
+        task abort (with every later in-flight one of the pipeline), in the same
+        transaction: the moved task's new owner restarts from the last COMPLETE one.
+        """
+        owner = {t: e for e, ts in assignment.items() for t in ts}
+        with self._db.transaction(fence) as conn:
+            changed = assignment_changes(read_tasks(conn, None), assignment)
+            for pipeline_id in sorted({t.pipeline_id for t in changed}):
+                read_pipeline(conn, pipeline_id, for_update=True)
+            for task in changed:
+                conn.execute(
+                    tasks.update()
+                    .where(tasks.c.task_id == task.task_id)
+                    .values(
+                        executor_id=owner.get(task.task_id),
+                        generation=tasks.c.generation + 1,
+                        state=TaskState.UNASSIGNED.value,
+                        state_executor_id=None,
+                        state_executor_generation=None,
+                        updated_at_ms=db_now_ms(),
+                    )
+                )
+            changed_ids = {t.task_id for t in changed}
+            abort_checkpoints_of_tasks(conn, changed_ids, reason="task reassigned")
+            return [t for t in read_tasks(conn, None) if t.task_id in changed_ids]
+
+    def report_task_state(
+        self,
+        *,
+        fence: Fence,
+        task_id: TaskId,
+        task_generation: Generation,
+        executor_id: ExecutorId,
+        executor_generation: Generation,
+        state: TaskState,
+        error: str | None = None,
+    ) -> TaskRecord:
+        """Record a task state observed by its executor. Leader-only.
+
+        StaleGeneration unless the executor's session and the task's assignment are both
+        current and the task is assigned to that executor; IllegalTransition if the state
+        table forbids the move (e.g. FAILED -> RUNNING without a restart).
+        """
+        with self._db.transaction(fence) as conn:
+            check_executor_session(
+                executor_id,
+                reported=executor_generation,
+                current=executor_generations(conn, [executor_id]).get(executor_id),
+            )
+            task = read_task(conn, task_id, for_update=True)
+            check_task_owner(task, executor_id, task_generation)
+            new_state = transition_task_state(task.state, state)
+            conn.execute(
+                tasks.update()
+                .where(tasks.c.task_id == task_id)
+                .values(
+                    state=new_state.value,
+                    state_executor_id=executor_id,
+                    state_executor_generation=executor_generation,
+                    last_error=error if new_state is TaskState.FAILED else None,
+                    updated_at_ms=db_now_ms(),
+                )
+            )
+            return read_task(conn, task_id)
+
+    def restart_tasks(
+        self, *, fence: Fence, pipeline_id: PipelineId, only_failed: bool = False
+    ) -> list[TaskRecord]:
+        """Mark a pipeline's tasks RESTARTING with a new generation. Leader-only.
+
+        The new generation makes the old instance's reports stale; its executor restarts
+        the task with restore state. Returns the tasks restarted.
+        """
+        with self._db.transaction(fence) as conn:
+            read_pipeline(conn, pipeline_id, for_update=True)
+            chosen = tasks_to_restart(read_tasks(conn, pipeline_id), only_failed=only_failed)
+            for task in chosen:
+                conn.execute(
+                    tasks.update()
+                    .where(tasks.c.task_id == task.task_id)
+                    .values(
+                        state=TaskState.RESTARTING.value,
+                        generation=tasks.c.generation + 1,
+                        last_error=None,
+                        updated_at_ms=db_now_ms(),
+                    )
+                )
+            chosen_ids = {t.task_id for t in chosen}
+            abort_checkpoints_of_tasks(conn, chosen_ids, reason="task restarted")
+            return [t for t in read_tasks(conn, pipeline_id) if t.task_id in chosen_ids]

@@ -1,0 +1,136 @@
+"""The reads recovery starts from (DESIGN.md step 5): COMPLETE checkpoints still to be
+committed, and transactions of checkpoints that never became COMPLETE, still to be aborted.
+
+A new leader reads them for every pipeline; a (re)assigned task gets its share in its
+restore state (`CheckpointStore.restore_states`). Plain reads, no decisions: which of
+them a task gets is `domain.checkpoints.restore_states_of`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from lockgate.coordinator.domain.checkpoints import (
+    LingeringTransaction,
+    PendingCommit,
+    SinkHandle,
+    TaskHandles,
+)
+from lockgate.coordinator.domain.ids import CheckpointId, PipelineId, TaskId
+from lockgate.coordinator.domain.states import CheckpointState
+from lockgate.coordinator.store.rows import opt_int, sink_handle
+from lockgate.coordinator.store.tables import (
+    checkpoint_tasks,
+    checkpoints,
+    precommit_handles,
+    transactional_ids,
+)
+
+
+def pending_commits(conn: Connection, pipeline_id: PipelineId | None) -> list[PendingCommit]:
+    """COMPLETE, not COMMITTED checkpoints (of one pipeline, or all) with their handles,
+    oldest first per pipeline."""
+    stmt = (
+        sa.select(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id)
+        .where(checkpoints.c.state == CheckpointState.COMPLETE.value)
+        .order_by(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id)
+    )
+    if pipeline_id is not None:
+        stmt = stmt.where(checkpoints.c.pipeline_id == pipeline_id)
+    result: list[PendingCommit] = []
+    for pid, cid in conn.execute(stmt).all():
+        hstmt = (
+            sa.select(precommit_handles)
+            .where(
+                precommit_handles.c.pipeline_id == pid,
+                precommit_handles.c.checkpoint_id == cid,
+            )
+            .order_by(precommit_handles.c.task_id, precommit_handles.c.transactional_id)
+        )
+        by_task: dict[TaskId, list[SinkHandle]] = defaultdict(list)
+        for h in conn.execute(hstmt):
+            by_task[TaskId(h.task_id)].append(sink_handle(h))
+        result.append(
+            PendingCommit(
+                pipeline_id=PipelineId(pid),
+                checkpoint_id=CheckpointId(int(cid)),
+                handles=tuple(
+                    TaskHandles(task_id=t, handles=tuple(hs)) for t, hs in sorted(by_task.items())
+                ),
+            )
+        )
+    return result
+
+
+def lingering_transactions(
+    conn: Connection, pipeline_id: PipelineId | None, states: Sequence[CheckpointState]
+) -> list[LingeringTransaction]:
+    """Transactions of checkpoints in `states` (ABORTED, maybe TRIGGERED) whose abort is
+    not recorded yet, of one pipeline or all (see `LingeringTransaction`)."""
+    stmt = (
+        sa.select(
+            checkpoint_tasks.c.pipeline_id,
+            checkpoint_tasks.c.checkpoint_id,
+            checkpoint_tasks.c.task_id,
+            checkpoint_tasks.c.transactional_id,
+            checkpoints.c.state,
+            precommit_handles.c.transactional_id.label("handle_transactional_id"),
+            precommit_handles.c.producer_id,
+            precommit_handles.c.producer_epoch,
+            transactional_ids.c.checkpoint_id.label("slot_checkpoint_id"),
+        )
+        .select_from(
+            checkpoint_tasks.join(
+                checkpoints,
+                sa.and_(
+                    checkpoints.c.pipeline_id == checkpoint_tasks.c.pipeline_id,
+                    checkpoints.c.checkpoint_id == checkpoint_tasks.c.checkpoint_id,
+                ),
+            )
+            # A reported pre-commit has one handle per Spark write partition, each on
+            # its own id "<slot id>-<k>": abort exactly those. An unreported one has
+            # none; its row keeps the slot's id and no producer id.
+            .outerjoin(
+                precommit_handles,
+                sa.and_(
+                    precommit_handles.c.pipeline_id == checkpoint_tasks.c.pipeline_id,
+                    precommit_handles.c.checkpoint_id == checkpoint_tasks.c.checkpoint_id,
+                    precommit_handles.c.task_id == checkpoint_tasks.c.task_id,
+                ),
+            )
+            .outerjoin(
+                transactional_ids,
+                transactional_ids.c.transactional_id == checkpoint_tasks.c.transactional_id,
+            )
+        )
+        .where(
+            checkpoints.c.state.in_([s.value for s in states]),
+            checkpoint_tasks.c.abort_acked_at_ms.is_(None),
+        )
+        .order_by(
+            checkpoint_tasks.c.pipeline_id,
+            checkpoint_tasks.c.checkpoint_id,
+            checkpoint_tasks.c.task_id,
+            precommit_handles.c.transactional_id,
+        )
+    )
+    if pipeline_id is not None:
+        stmt = stmt.where(checkpoint_tasks.c.pipeline_id == pipeline_id)
+    return [
+        LingeringTransaction(
+            pipeline_id=PipelineId(r.pipeline_id),
+            checkpoint_id=CheckpointId(int(r.checkpoint_id)),
+            checkpoint_state=CheckpointState(r.state),
+            task_id=TaskId(r.task_id),
+            transactional_id=r.handle_transactional_id or r.transactional_id,
+            producer_id=opt_int(r.producer_id),
+            producer_epoch=opt_int(r.producer_epoch),
+            slot_reused=r.slot_checkpoint_id is not None
+            and int(r.slot_checkpoint_id) != int(r.checkpoint_id),
+        )
+        for r in conn.execute(stmt)
+    ]

@@ -1,0 +1,198 @@
+"""Rows to domain records, and the keyed reads several sub-stores share.
+
+A pipeline, its tasks and an executor are read by more than one sub-store (a trigger
+reads the pipeline and its tasks, a pre-commit the executors' generations): those reads
+live here, once, with the mapping of each row to its frozen domain record. Reads with
+`for_update` lock the row on PostgreSQL (pipeline row first, then the rows under it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from lockgate.coordinator.domain.checkpoints import SinkHandle
+from lockgate.coordinator.domain.errors import NotFound
+from lockgate.coordinator.domain.ids import (
+    CheckpointId,
+    ExecutorId,
+    Generation,
+    PipelineId,
+    TaskId,
+    split_task_id,
+)
+from lockgate.coordinator.domain.membership import ExecutorRecord
+from lockgate.coordinator.domain.pipeline_spec import parse_pipeline_spec
+from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
+from lockgate.coordinator.domain.tasks import TopicPartition
+from lockgate.coordinator.store.tables import checkpoints, executors, pipelines, tasks
+
+
+def opt_int(value: Any) -> int | None:
+    """An optional integer column."""
+    return None if value is None else int(value)
+
+
+def executor_record(row: Any) -> ExecutorRecord:
+    """An `executors` row."""
+    return ExecutorRecord(
+        executor_id=ExecutorId(row.executor_id),
+        address=row.address,
+        generation=Generation(int(row.generation)),
+        registered_at_ms=int(row.registered_at_ms),
+        last_heartbeat_ms=int(row.last_heartbeat_ms),
+    )
+
+
+def pipeline_record(row: Any) -> PipelineRecord:
+    """A `pipelines` row, its spec parsed."""
+    return PipelineRecord(
+        pipeline_id=PipelineId(row.pipeline_id),
+        spec=parse_pipeline_spec(json.loads(row.spec_json)),
+        config_version=int(row.config_version),
+        target_state=TargetState(row.target_state),
+        next_checkpoint_id=CheckpointId(int(row.next_checkpoint_id)),
+        created_at_ms=int(row.created_at_ms),
+        updated_at_ms=int(row.updated_at_ms),
+    )
+
+
+def partitions_json(partitions: Iterable[TopicPartition]) -> str:
+    """A task's partitions as stored in `tasks.partitions_json` (sorted)."""
+    return json.dumps([[tp.topic, tp.partition] for tp in sorted(partitions)])
+
+
+def task_record(row: Any) -> TaskRecord:
+    """A `tasks` row."""
+    pipeline_id, index = split_task_id(TaskId(row.task_id))
+    return TaskRecord(
+        task_id=TaskId(row.task_id),
+        pipeline_id=pipeline_id,
+        task_index=index,
+        partitions=tuple(TopicPartition(t, int(p)) for t, p in json.loads(row.partitions_json)),
+        executor_id=ExecutorId(row.executor_id) if row.executor_id else None,
+        generation=Generation(int(row.generation)),
+        state=TaskState(row.state),
+        state_executor_id=ExecutorId(row.state_executor_id) if row.state_executor_id else None,
+        state_executor_generation=(
+            Generation(int(row.state_executor_generation))
+            if row.state_executor_generation is not None
+            else None
+        ),
+        last_error=row.last_error,
+        updated_at_ms=int(row.updated_at_ms),
+    )
+
+
+def sink_handle(row: Any) -> SinkHandle:
+    """A `precommit_handles` row."""
+    return SinkHandle(
+        transactional_id=row.transactional_id,
+        producer_id=int(row.producer_id),
+        producer_epoch=int(row.producer_epoch),
+        kind=row.kind,
+    )
+
+
+def read_executor(
+    conn: Connection, executor_id: ExecutorId, *, for_update: bool = False
+) -> ExecutorRecord:
+    """One executor; NotFound if it is not registered."""
+    stmt = sa.select(executors).where(executors.c.executor_id == executor_id)
+    if for_update:
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).first()
+    if row is None:
+        raise NotFound(
+            f"executor {executor_id!r} is not registered; register it first",
+            resource_type="executor",
+            resource_name=executor_id,
+        )
+    return executor_record(row)
+
+
+def executor_generations(
+    conn: Connection, executor_ids: Iterable[ExecutorId]
+) -> dict[ExecutorId, Generation]:
+    """The current generation of each of these executors that is registered."""
+    return {
+        ExecutorId(r.executor_id): Generation(int(r.generation))
+        for r in conn.execute(
+            sa.select(executors.c.executor_id, executors.c.generation).where(
+                executors.c.executor_id.in_(sorted(set(executor_ids)))
+            )
+        )
+    }
+
+
+def read_pipeline(
+    conn: Connection, pipeline_id: PipelineId, *, for_update: bool = False
+) -> PipelineRecord:
+    """One pipeline; NotFound if there is none by that name."""
+    stmt = sa.select(pipelines).where(pipelines.c.pipeline_id == pipeline_id)
+    if for_update:
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).first()
+    if row is None:
+        raise NotFound(
+            f"no pipeline named {pipeline_id!r}; list pipelines to see the names",
+            resource_type="pipeline",
+            resource_name=pipeline_id,
+        )
+    return pipeline_record(row)
+
+
+def read_tasks(conn: Connection, pipeline_id: PipelineId | None) -> list[TaskRecord]:
+    """Tasks of one pipeline (None: of all), in (pipeline, index) order."""
+    stmt = sa.select(tasks).order_by(tasks.c.pipeline_id, tasks.c.task_index)
+    if pipeline_id is not None:
+        stmt = stmt.where(tasks.c.pipeline_id == pipeline_id)
+    return [task_record(r) for r in conn.execute(stmt)]
+
+
+def read_tasks_by_id(conn: Connection, task_ids: Sequence[TaskId]) -> dict[TaskId, TaskRecord]:
+    """These tasks, those that exist."""
+    return {
+        TaskId(r.task_id): task_record(r)
+        for r in conn.execute(sa.select(tasks).where(tasks.c.task_id.in_(sorted(set(task_ids)))))
+    }
+
+
+def read_task(conn: Connection, task: TaskId, *, for_update: bool = False) -> TaskRecord:
+    """One task; NotFound if it does not exist."""
+    stmt = sa.select(tasks).where(tasks.c.task_id == task)
+    if for_update:
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).first()
+    if row is None:
+        raise NotFound(
+            f"no task {task!r}; the pipeline may have been deleted or re-split",
+            resource_type="task",
+            resource_name=task,
+        )
+    return task_record(row)
+
+
+def checkpoint_states(
+    conn: Connection, pipeline_id: PipelineId
+) -> dict[CheckpointId, CheckpointState]:
+    """The state of each checkpoint of the pipeline that is not COMMITTED (the snapshot
+    the checkpoint decisions take: in flight, aborted, completion order)."""
+    rows = conn.execute(
+        sa.select(checkpoints.c.checkpoint_id, checkpoints.c.state).where(
+            checkpoints.c.pipeline_id == pipeline_id,
+            checkpoints.c.state.in_(
+                [
+                    CheckpointState.TRIGGERED.value,
+                    CheckpointState.COMPLETE.value,
+                    CheckpointState.ABORTED.value,
+                ]
+            ),
+        )
+    ).all()
+    return {CheckpointId(int(r[0])): CheckpointState(r[1]) for r in rows}
