@@ -1,8 +1,9 @@
 """Table definitions of the coordinator's state (declarations only; statements live in
-`sql_store`). Migrations in `migrations/versions` create exactly these tables.
+the sub-stores beside this module). Migrations in `migrations/versions` create exactly
+these tables, as tests/integration/test_migrations.py checks.
 
 Times are integer milliseconds since the Unix epoch as read from the *database's* clock
-(`sql_store.db_now_ms`), so replicas with skewed clocks agree on them.
+(`engine.db_now_ms`), so replicas with skewed clocks agree on them.
 """
 
 from __future__ import annotations
