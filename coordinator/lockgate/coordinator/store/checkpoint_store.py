@@ -25,7 +25,6 @@ from lockgate.coordinator.domain.checkpoints import (
     PendingCommit,
     Precommit,
     RestoreState,
-    TaskTrigger,
     TriggeredCheckpoint,
     TriggerPlan,
     abort_reason,
@@ -37,11 +36,8 @@ from lockgate.coordinator.domain.checkpoints import (
     plan_trigger,
     restore_states_of,
 )
-from lockgate.coordinator.domain.errors import NotFound
 from lockgate.coordinator.domain.ids import (
     CheckpointId,
-    ExecutorId,
-    Generation,
     LeaderEpoch,
     PipelineId,
     TaskId,
@@ -61,7 +57,8 @@ from lockgate.coordinator.store.recovery_queries import lingering_transactions, 
 from lockgate.coordinator.store.rows import (
     checkpoint_states,
     executor_generations,
-    opt_int,
+    find_checkpoint,
+    read_checkpoint,
     read_pipeline,
     read_task,
     read_tasks,
@@ -349,66 +346,6 @@ class CheckpointStore:
 
 
 # ---------------------------------------------------------------------- snapshot reads
-
-
-def find_checkpoint(
-    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
-) -> CheckpointRecord | None:
-    """Checkpoint N with its tasks; None if it does not exist."""
-    row = conn.execute(
-        sa.select(checkpoints).where(
-            checkpoints.c.pipeline_id == pipeline_id,
-            checkpoints.c.checkpoint_id == checkpoint_id,
-        )
-    ).first()
-    if row is None:
-        return None
-    task_rows = conn.execute(
-        sa.select(checkpoint_tasks)
-        .where(
-            checkpoint_tasks.c.pipeline_id == pipeline_id,
-            checkpoint_tasks.c.checkpoint_id == checkpoint_id,
-        )
-        .order_by(checkpoint_tasks.c.task_id)
-    ).all()
-    return CheckpointRecord(
-        pipeline_id=pipeline_id,
-        checkpoint_id=checkpoint_id,
-        state=CheckpointState(row.state),
-        leader_epoch=LeaderEpoch(int(row.leader_epoch)),
-        tasks=tuple(
-            TaskTrigger(
-                task_id=TaskId(t.task_id),
-                task_generation=Generation(int(t.task_generation)),
-                executor_id=ExecutorId(t.executor_id) if t.executor_id else None,
-                transactional_id=t.transactional_id,
-                slot=int(t.slot),
-            )
-            for t in task_rows
-        ),
-        precommitted=frozenset(
-            TaskId(t.task_id) for t in task_rows if t.precommitted_at_ms is not None
-        ),
-        triggered_at_ms=int(row.triggered_at_ms),
-        completed_at_ms=opt_int(row.completed_at_ms),
-        committed_at_ms=opt_int(row.committed_at_ms),
-        aborted_at_ms=opt_int(row.aborted_at_ms),
-        abort_reason=row.abort_reason,
-    )
-
-
-def read_checkpoint(
-    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
-) -> CheckpointRecord:
-    """Checkpoint N with its tasks; NotFound if it does not exist."""
-    record = find_checkpoint(conn, pipeline_id, checkpoint_id)
-    if record is None:
-        raise NotFound(
-            f"pipeline {pipeline_id!r} has no checkpoint {checkpoint_id}",
-            resource_type="checkpoint",
-            resource_name=f"{pipeline_id}/{checkpoint_id}",
-        )
-    return record
 
 
 def _slot_use(

@@ -1,8 +1,9 @@
-"""Rows to domain records, and the keyed reads several sub-stores share.
+"""Rows to domain records, and the keyed reads the sub-stores share.
 
-A pipeline, its tasks and an executor are read by more than one sub-store (a trigger
-reads the pipeline and its tasks, a pre-commit the executors' generations): those reads
-live here, once, with the mapping of each row to its frozen domain record. Reads with
+A pipeline, its tasks, an executor, a checkpoint are read by more than one sub-store (a
+trigger reads the pipeline and its tasks, a pre-commit the executors' generations and the
+checkpoint): those reads live here, once, with the mapping of each row to its frozen
+domain record. They are the snapshots the domain's decisions take. Reads with
 `for_update` lock the row on PostgreSQL (pipeline row first, then the rows under it).
 """
 
@@ -15,12 +16,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from lockgate.coordinator.domain.checkpoints import SinkHandle
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord, SinkHandle, TaskTrigger
 from lockgate.coordinator.domain.errors import NotFound
 from lockgate.coordinator.domain.ids import (
     CheckpointId,
     ExecutorId,
     Generation,
+    LeaderEpoch,
     PipelineId,
     TaskId,
     split_task_id,
@@ -30,7 +32,13 @@ from lockgate.coordinator.domain.pipeline_spec import parse_pipeline_spec
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
 from lockgate.coordinator.domain.tasks import TopicPartition
-from lockgate.coordinator.store.tables import checkpoints, executors, pipelines, tasks
+from lockgate.coordinator.store.tables import (
+    checkpoint_tasks,
+    checkpoints,
+    executors,
+    pipelines,
+    tasks,
+)
 
 
 def opt_int(value: Any) -> int | None:
@@ -196,3 +204,63 @@ def checkpoint_states(
         )
     ).all()
     return {CheckpointId(int(r[0])): CheckpointState(r[1]) for r in rows}
+
+
+def find_checkpoint(
+    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+) -> CheckpointRecord | None:
+    """Checkpoint N with its tasks; None if it does not exist."""
+    row = conn.execute(
+        sa.select(checkpoints).where(
+            checkpoints.c.pipeline_id == pipeline_id,
+            checkpoints.c.checkpoint_id == checkpoint_id,
+        )
+    ).first()
+    if row is None:
+        return None
+    task_rows = conn.execute(
+        sa.select(checkpoint_tasks)
+        .where(
+            checkpoint_tasks.c.pipeline_id == pipeline_id,
+            checkpoint_tasks.c.checkpoint_id == checkpoint_id,
+        )
+        .order_by(checkpoint_tasks.c.task_id)
+    ).all()
+    return CheckpointRecord(
+        pipeline_id=pipeline_id,
+        checkpoint_id=checkpoint_id,
+        state=CheckpointState(row.state),
+        leader_epoch=LeaderEpoch(int(row.leader_epoch)),
+        tasks=tuple(
+            TaskTrigger(
+                task_id=TaskId(t.task_id),
+                task_generation=Generation(int(t.task_generation)),
+                executor_id=ExecutorId(t.executor_id) if t.executor_id else None,
+                transactional_id=t.transactional_id,
+                slot=int(t.slot),
+            )
+            for t in task_rows
+        ),
+        precommitted=frozenset(
+            TaskId(t.task_id) for t in task_rows if t.precommitted_at_ms is not None
+        ),
+        triggered_at_ms=int(row.triggered_at_ms),
+        completed_at_ms=opt_int(row.completed_at_ms),
+        committed_at_ms=opt_int(row.committed_at_ms),
+        aborted_at_ms=opt_int(row.aborted_at_ms),
+        abort_reason=row.abort_reason,
+    )
+
+
+def read_checkpoint(
+    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+) -> CheckpointRecord:
+    """Checkpoint N with its tasks; NotFound if it does not exist."""
+    record = find_checkpoint(conn, pipeline_id, checkpoint_id)
+    if record is None:
+        raise NotFound(
+            f"pipeline {pipeline_id!r} has no checkpoint {checkpoint_id}",
+            resource_type="checkpoint",
+            resource_name=f"{pipeline_id}/{checkpoint_id}",
+        )
+    return record
