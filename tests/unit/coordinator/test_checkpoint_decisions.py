@@ -25,6 +25,7 @@ from lockgate.coordinator.domain.checkpoints import (
     plan_abort,
     plan_trigger,
     restore_states_of,
+    trigger_due,
 )
 from lockgate.coordinator.domain.errors import FailedPrecondition, IllegalTransition
 from lockgate.coordinator.domain.ids import (
@@ -223,3 +224,33 @@ def test_each_task_restores_its_own_offsets_handles_and_aborts() -> None:
     assert got[t1.task_id].start_offsets == {}
     assert got[t1.task_id].to_commit == (PendingCommit(P, C(2), handles[1:]),)
     assert got[t1.task_id].to_abort == (abort,)
+
+
+def test_the_trigger_loop_waits_for_running_tasks_lingering_aborts_and_the_interval() -> None:
+    live = frozenset({ExecutorId("e1")})
+    running = dataclasses.replace(task(0), state_executor_id=ExecutorId("e1"))
+    last = dataclasses.replace(record(1, X, 1, 1), triggered_at_ms=1_000)
+
+    def due(**changes: object) -> bool:
+        args: dict[str, object] = {
+            "pipeline": pipeline(),
+            "tasks": [running],
+            "live_executors": live,
+            "recent": [last],
+            "has_lingering": False,
+            "now_ms": 1_000 + SPEC.checkpoint.interval_ms,
+        }
+        return trigger_due(**{**args, **changes})  # type: ignore[arg-type]
+
+    assert due()
+    assert not due(now_ms=999 + SPEC.checkpoint.interval_ms)
+    assert not due(pipeline=pipeline(TargetState.PAUSED))
+    assert not due(tasks=[])
+    assert not due(has_lingering=True)
+    assert not due(live_executors=frozenset())
+    assert not due(tasks=[dataclasses.replace(running, state=TaskState.RESTARTING)])
+    # RUNNING as reported by the task's previous executor is not RUNNING here.
+    assert not due(tasks=[dataclasses.replace(running, state_executor_id=ExecutorId("e0"))])
+    assert not due(recent=[record(2, T, 1, 0), last])
+    assert not due(recent=[record(n, K, 1, 1) for n in range(DEFAULT_MAX_IN_FLIGHT)])
+    assert due(recent=[])

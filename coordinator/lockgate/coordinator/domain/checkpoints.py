@@ -9,7 +9,8 @@ in-flight checkpoint of the pipeline, and COMPLETE happens in checkpoint order.
 
 The store applies these decisions inside its fenced transactions: it reads a snapshot,
 calls a function here (`plan_trigger`, `checkpoints_to_complete`, `plan_abort`,
-`first_timed_out`, `restore_states_of`), and writes what it returns.
+`first_timed_out`, `restore_states_of`), and writes what it returns. `trigger_due` is
+the leader's side of the same rule: which pipelines its trigger loop should try.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ from lockgate.coordinator.domain.ids import (
     TaskId,
 )
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
-from lockgate.coordinator.domain.states import CheckpointState, TargetState, transition_checkpoint
+from lockgate.coordinator.domain.states import (
+    CheckpointState,
+    TargetState,
+    TaskState,
+    transition_checkpoint,
+)
 from lockgate.coordinator.domain.tasks import TopicPartition
 from lockgate.coordinator.domain.transactional_ids import (
     TRANSACTIONAL_ID_SLOTS,
@@ -438,3 +444,42 @@ def restore_states_of(
             to_abort=tuple(t for t in lingering if t.task_id == task.task_id),
         )
     return result
+
+
+def trigger_due(
+    *,
+    pipeline: PipelineRecord,
+    tasks: Sequence[TaskRecord],
+    live_executors: AbstractSet[ExecutorId],
+    recent: Sequence[CheckpointRecord],
+    has_lingering: bool,
+    now_ms: int,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+) -> bool:
+    """Whether the leader's trigger loop should start the pipeline's next checkpoint now.
+
+    The pipeline is RUNNING; it has tasks and each is RUNNING on a live executor, as
+    reported by that very executor (a trigger to a task not running yet would only time
+    out); no transaction of an aborted checkpoint of it is still to be aborted (the next
+    checkpoint's producers could otherwise find them open); none of `recent` (its latest
+    checkpoints, newest first) is still TRIGGERED; and `should_trigger` agrees (interval,
+    in-flight limit). `trigger_checkpoint` re-checks what it can inside its transaction.
+    """
+    if pipeline.target_state is not TargetState.RUNNING or not tasks or has_lingering:
+        return False
+    if not all(
+        t.executor_id in live_executors
+        and t.state is TaskState.RUNNING
+        and t.state_executor_id == t.executor_id
+        for t in tasks
+    ):
+        return False
+    if any(c.state is CheckpointState.TRIGGERED for c in recent):
+        return False
+    return should_trigger(
+        last_triggered_at_ms=recent[0].triggered_at_ms if recent else None,
+        now_ms=now_ms,
+        interval_ms=pipeline.spec.checkpoint.interval_ms,
+        in_flight=sum(1 for c in recent if c.in_flight),
+        max_in_flight=max_in_flight,
+    )
