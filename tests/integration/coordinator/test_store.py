@@ -264,7 +264,8 @@ def test_contender_waits_for_a_write_that_passed_its_fence_check(
         )
         done.set()
 
-    with old_store.database.transaction(old) as conn:  # the fence check passed; the "pause" starts
+    # The fence check passed on entering; the "pause" starts.
+    with old_store.database.transaction(fence=old) as conn:
         wait_for_expiry(new_store)
         contender = threading.Thread(target=contend)
         contender.start()

@@ -89,7 +89,7 @@ class CheckpointStore:
         has a task without an executor, already has `DEFAULT_MAX_IN_FLIGHT` checkpoints in
         flight, or a task has no free slot (`domain.checkpoints.plan_trigger`).
         """
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             plan = plan_trigger(
                 pipeline=read_pipeline(conn, pipeline_id, for_update=True),
                 tasks=read_tasks(conn, pipeline_id),
@@ -111,7 +111,7 @@ class CheckpointStore:
         handles name a transactional id other than the one N allotted to the task
         (`domain/precommits.py`).
         """
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, precommit.pipeline_id, for_update=True)
             _store_precommits(conn, [precommit])
             if complete_if_ready:
@@ -126,7 +126,7 @@ class CheckpointStore:
         refused report fails the batch, so callers batch only reports already checked or
         retry the rest one by one. Returns each touched checkpoint as it is afterwards."""
         touched = list(group_by_checkpoint(precommits))
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             for pipeline_id in sorted({p.pipeline_id for p in precommits}):
                 read_pipeline(conn, pipeline_id, for_update=True)
             _store_precommits(conn, precommits)
@@ -141,7 +141,7 @@ class CheckpointStore:
 
         IllegalTransition if N is not COMPLETE or COMMITTED.
         """
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
             checkpoint = read_checkpoint(conn, pipeline_id, checkpoint_id)
             transition_checkpoint(checkpoint.state, CheckpointState.COMMITTED)
@@ -169,7 +169,7 @@ class CheckpointStore:
         Returns the checkpoints aborted now (empty if N was already ABORTED).
         IllegalTransition if N is COMPLETE or COMMITTED: the commit point is final.
         """
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
             return apply_abort(conn, pipeline_id, checkpoint_id, reason)
 
@@ -180,7 +180,7 @@ class CheckpointStore:
         it cannot know which pre-commit RPCs its predecessor had outstanding). Leader-only.
         """
         aborted: list[tuple[PipelineId, CheckpointId]] = []
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             rows = conn.execute(
                 sa.select(checkpoints.c.pipeline_id, sa.func.min(checkpoints.c.checkpoint_id))
                 .where(checkpoints.c.state == CheckpointState.TRIGGERED.value)
@@ -197,7 +197,7 @@ class CheckpointStore:
         """Abort every TRIGGERED checkpoint older than its pipeline's `checkpoint.timeout_ms`
         (database clock), with the later ones it takes along. Leader-only."""
         aborted: list[tuple[PipelineId, CheckpointId]] = []
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             rows = conn.execute(
                 sa.select(
                     checkpoints.c.pipeline_id,
@@ -237,7 +237,7 @@ class CheckpointStore:
     ) -> None:
         """Record that a task's transactions of ABORTED checkpoint N were aborted, so they
         leave the lingering list. Leader-only. Idempotent."""
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             check_handles_abortable(read_checkpoint(conn, pipeline_id, checkpoint_id))
             conn.execute(
                 checkpoint_tasks.update()

@@ -1,7 +1,7 @@
 """The store's one engine: the SQLAlchemy engine, the database's clock, and transactions.
 
 Every sub-store (`lease_store`, `membership_store`, `pipeline_store`, `checkpoint_store`,
-`offset_store`) runs its statements inside `Database.transaction(fence)` (a write) or
+`offset_store`) runs its statements inside `Database.transaction(fence=...)` (a write) or
 `Database.read()` (a snapshot), so the fencing below is written once.
 
 SQLite (a file in WAL mode shared by the replicas on one machine) or PostgreSQL, through
@@ -140,7 +140,7 @@ class Database:
             yield conn
 
     @contextlib.contextmanager
-    def transaction(self, fence: Fence | None) -> Iterator[Connection]:
+    def transaction(self, *, fence: Fence | None) -> Iterator[Connection]:
         """A write transaction; with a `fence`, conditional on the caller still leading
         (FencedError before anything is written otherwise). None only for the lease's own
         compare-and-set, which is its own condition."""

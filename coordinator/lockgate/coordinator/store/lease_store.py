@@ -47,7 +47,7 @@ class LeaseStore:
             sa.func.coalesce(leader_lease.c.holder_incarnation, "") == incarnation,
             leader_lease.c.expires_at_ms > now,
         )
-        with self._db.transaction(None) as conn:
+        with self._db.transaction(fence=None) as conn:
             conn.execute(
                 leader_lease.update()
                 .where(
@@ -72,7 +72,7 @@ class LeaseStore:
 
         Leader-only. The epoch stays; the next holder's acquisition adds one.
         """
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             conn.execute(
                 leader_lease.update()
                 .where(leader_lease.c.id == LEASE_ROW_ID)

@@ -32,7 +32,7 @@ class MembershipStore:
         """
         if not executor_id:
             raise InvalidArgument.for_field("executor_id", "must not be empty")
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             updated = conn.execute(
                 executors.update()
                 .where(executors.c.executor_id == executor_id)
@@ -62,7 +62,7 @@ class MembershipStore:
 
         Leader-only.
         """
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             current = read_executor(conn, executor_id, for_update=True)
             check_generation(
                 what=f"executor {executor_id}", reported=generation, current=current.generation
@@ -81,7 +81,7 @@ class MembershipStore:
 
         Leader-only; StaleGeneration if a newer session of the same id exists.
         """
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             current = read_executor(conn, executor_id, for_update=True)
             check_generation(
                 what=f"executor {executor_id}", reported=generation, current=current.generation

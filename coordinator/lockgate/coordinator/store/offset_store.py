@@ -75,7 +75,7 @@ class OffsetStore:
         `starting_offsets`). Leader-only. FailedPrecondition unless the target state is
         STOPPED and no checkpoint is still in flight (as Kafka Connect's offsets API)."""
         check_reset_offsets(offsets)
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             pipeline = read_pipeline(conn, pipeline_id, for_update=True)
             check_offsets_resettable(pipeline, checkpoint_states(conn, pipeline_id))
             if offsets is None:

@@ -69,7 +69,7 @@ class PipelineStore:
 
         AlreadyExists if the name is taken.
         """
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             exists = conn.execute(
                 sa.select(pipelines.c.pipeline_id).where(pipelines.c.pipeline_id == spec.name)
             ).first()
@@ -103,7 +103,7 @@ class PipelineStore:
         if the topics or `tasks_max` changed (`set_pipeline_tasks`).
         """
         pipeline_id = PipelineId(spec.name)
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             check_config_version(
                 read_pipeline(conn, pipeline_id, for_update=True), expected_version
             )
@@ -124,7 +124,7 @@ class PipelineStore:
         Open transactions of its in-flight checkpoints are left to the broker's
         `transaction.timeout.ms`; stop the pipeline first to end them cleanly.
         """
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
             # Explicit deletes, child tables first: SQLite enforces ON DELETE CASCADE only
             # when the connection enabled foreign keys, and we would rather not depend on it.
@@ -144,7 +144,7 @@ class PipelineStore:
         self, *, fence: Fence, pipeline_id: PipelineId, target_state: TargetState
     ) -> PipelineRecord:
         """Pause, resume or stop a pipeline (what the user wants). Leader-only."""
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             current = read_pipeline(conn, pipeline_id, for_update=True)
             new_state = transition_target_state(current.target_state, target_state)
             conn.execute(
@@ -184,7 +184,7 @@ class PipelineStore:
         new ones start UNASSIGNED with no executor. Unchanged tasks are untouched
         (`domain.pipelines.plan_task_split`).
         """
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
             plan = plan_task_split(read_tasks(conn, pipeline_id), splits)
             for removed in plan.removed:
@@ -248,7 +248,7 @@ class PipelineStore:
         transaction: the moved task's new owner restarts from the last COMPLETE one.
         """
         owner = {t: e for e, ts in assignment.items() for t in ts}
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             changed = assignment_changes(read_tasks(conn, None), assignment)
             for pipeline_id in sorted({t.pipeline_id for t in changed}):
                 read_pipeline(conn, pipeline_id, for_update=True)
@@ -286,7 +286,7 @@ class PipelineStore:
         current and the task is assigned to that executor; IllegalTransition if the state
         table forbids the move (e.g. FAILED -> RUNNING without a restart).
         """
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             check_executor_session(
                 executor_id,
                 reported=executor_generation,
@@ -316,7 +316,7 @@ class PipelineStore:
         The new generation makes the old instance's reports stale; its executor restarts
         the task with restore state. Returns the tasks restarted.
         """
-        with self._db.transaction(fence) as conn:
+        with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
             chosen = tasks_to_restart(read_tasks(conn, pipeline_id), only_failed=only_failed)
             for task in chosen:

@@ -48,7 +48,7 @@ class SqlStore:
 
     def __init__(self, *, engine: Engine) -> None:
         self.database = Database(engine)
-        """The shared engine and its `transaction(fence)` / `read()`."""
+        """The shared engine and its `transaction(fence=...)` / `read()`."""
         self.lease = LeaseStore(database=self.database)
         self.executors = MembershipStore(database=self.database)
         self.pipelines = PipelineStore(database=self.database)
