@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from lockgate.common.kafka_transactions import belongs_to_slot
-from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit, TaskTrigger
 from lockgate.coordinator.domain.errors import FailedPrecondition, NotFound
 from lockgate.coordinator.domain.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.coordinator.domain.membership import (
@@ -66,12 +66,13 @@ def accept_precommits(
                 resource_type="checkpoint",
                 resource_name=f"{pipeline_id}/{checkpoint_id}",
             )
+        triggers = {t.task_id: t for t in checkpoint.tasks}
         fresh: dict[TaskId, Precommit] = {}
         for p in group:
-            _check_reporter(p, checkpoint, executor_generations, tasks)
+            trigger = _check_reporter(p, checkpoint, triggers, executor_generations, tasks)
             if p.task_id in checkpoint.precommitted or p.task_id in fresh:
                 continue  # a retried report
-            _check_new_precommit(p, checkpoint)
+            _check_new_precommit(p, checkpoint, trigger)
             fresh[p.task_id] = p
         if fresh:
             accepted[key] = tuple(fresh.values())
@@ -81,10 +82,13 @@ def accept_precommits(
 def _check_reporter(
     p: Precommit,
     checkpoint: CheckpointRecord,
+    triggers: Mapping[TaskId, TaskTrigger],
     executor_generations: Mapping[ExecutorId, Generation],
     tasks: Mapping[TaskId, TaskRecord],
-) -> None:
-    trigger = next((t for t in checkpoint.tasks if t.task_id == p.task_id), None)
+) -> TaskTrigger:
+    """Check who reports: the task is in N, its executor's session and its assignment are
+    current. Returns what N asked of the task."""
+    trigger = triggers.get(p.task_id)
     if trigger is None:
         raise NotFound(
             f"task {p.task_id} is not part of checkpoint {checkpoint.checkpoint_id} of "
@@ -112,16 +116,18 @@ def _check_reporter(
     # The task must still be that executor's, in that generation: a zombie whose task
     # moved since the trigger is refused, not merely told N aborted.
     check_task_owner(task, p.executor_id, p.task_generation)
+    return trigger
 
 
-def _check_new_precommit(p: Precommit, checkpoint: CheckpointRecord) -> None:
+def _check_new_precommit(p: Precommit, checkpoint: CheckpointRecord, trigger: TaskTrigger) -> None:
+    """Check what a first report of the task brings: N still open, its own ids."""
     if checkpoint.state is not CheckpointState.TRIGGERED:
         raise FailedPrecondition(
             f"checkpoint {checkpoint.checkpoint_id} of {checkpoint.pipeline_id!r} is "
             f"{checkpoint.state.value}; abort this pre-commit's transactions",
             reason="CHECKPOINT_NOT_TRIGGERED",
         )
-    allotted = next(t.transactional_id for t in checkpoint.tasks if t.task_id == p.task_id)
+    allotted = trigger.transactional_id
     for handle in p.handles:
         # The allotted id is the task's prefix: its Spark write partition k writes with
         # "<allotted>-<k>" (one producer per write partition).

@@ -52,7 +52,7 @@ from lockgate.coordinator.domain.precommits import (
 )
 from lockgate.coordinator.domain.states import CheckpointState, transition_checkpoint
 from lockgate.coordinator.store.engine import Database, db_now_ms, upsert
-from lockgate.coordinator.store.offset_store import OFFSET_KEY, next_offsets_of
+from lockgate.coordinator.store.offset_store import next_offsets_of, write_next_offsets
 from lockgate.coordinator.store.recovery_queries import lingering_transactions, pending_commits
 from lockgate.coordinator.store.rows import (
     checkpoint_states,
@@ -70,7 +70,6 @@ from lockgate.coordinator.store.tables import (
     pipelines,
     precommit_handles,
     precommit_offsets,
-    source_offsets,
     transactional_ids,
 )
 
@@ -532,21 +531,7 @@ def _complete_ready(conn: Connection, pipeline_id: PipelineId, checkpoint_id: Ch
                 )
             )
         ]
-        upsert(
-            conn,
-            source_offsets,
-            [
-                {
-                    "pipeline_id": pipeline_id,
-                    "topic": tp.topic,
-                    "partition": tp.partition,
-                    "next_offset": end,
-                    "checkpoint_id": current,
-                }
-                for tp, end in sorted(next_offsets(ranges).items())
-            ],
-            key=OFFSET_KEY,
-        )
+        write_next_offsets(conn, pipeline_id, next_offsets(ranges), checkpoint_id=current)
 
 
 def apply_abort(

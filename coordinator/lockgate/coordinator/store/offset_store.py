@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from lockgate.coordinator.domain.ids import PipelineId
+from lockgate.coordinator.domain.ids import CheckpointId, PipelineId
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.pipelines import (
     PartitionOffset,
@@ -24,9 +24,6 @@ from lockgate.coordinator.store.engine import Database, upsert
 from lockgate.coordinator.store.rows import checkpoint_states, opt_int, read_pipeline
 from lockgate.coordinator.store.tables import source_offsets
 
-OFFSET_KEY = ("pipeline_id", "topic", "partition")
-"""The key of a `source_offsets` row (for upserts)."""
-
 
 def next_offsets_of(conn: Connection, pipeline_id: PipelineId) -> dict[TopicPartition, int]:
     """The pipeline's restore position per partition (partitions without one are absent)."""
@@ -36,6 +33,32 @@ def next_offsets_of(conn: Connection, pipeline_id: PipelineId) -> dict[TopicPart
             sa.select(source_offsets).where(source_offsets.c.pipeline_id == pipeline_id)
         )
     }
+
+
+def write_next_offsets(
+    conn: Connection,
+    pipeline_id: PipelineId,
+    offsets: Mapping[TopicPartition, int],
+    *,
+    checkpoint_id: CheckpointId | None,
+) -> None:
+    """Set where the pipeline resumes these partitions: from the COMPLETE checkpoint that
+    read up to them (in its commit-point transaction), or None for an offset reset."""
+    upsert(
+        conn,
+        source_offsets,
+        [
+            {
+                "pipeline_id": pipeline_id,
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "next_offset": offset,
+                "checkpoint_id": checkpoint_id,
+            }
+            for tp, offset in sorted(offsets.items())
+        ],
+        key=("pipeline_id", "topic", "partition"),
+    )
 
 
 class OffsetStore:
@@ -82,19 +105,5 @@ class OffsetStore:
                 conn.execute(
                     source_offsets.delete().where(source_offsets.c.pipeline_id == pipeline_id)
                 )
-            upsert(
-                conn,
-                source_offsets,
-                [
-                    {
-                        "pipeline_id": pipeline_id,
-                        "topic": tp.topic,
-                        "partition": tp.partition,
-                        "next_offset": offset,
-                        "checkpoint_id": None,
-                    }
-                    for tp, offset in (offsets or {}).items()
-                ],
-                key=OFFSET_KEY,
-            )
+            write_next_offsets(conn, pipeline_id, offsets or {}, checkpoint_id=None)
         return self.get_offsets(pipeline_id=pipeline_id)
