@@ -13,6 +13,7 @@ with the handle (it is the pipeline's), and sets it when it sends the handle.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 
 from lockgate.common.model.ids import TransactionalId
@@ -53,3 +54,48 @@ class TransactionHandle:
     def on(self, bootstrap_servers: str) -> TransactionHandle:
         """The same handle, naming the sink cluster it lives on."""
         return replace(self, bootstrap_servers=bootstrap_servers)
+
+    def to_json(self) -> str:
+        """The handle as a JSON object (a file another process resumes it from)."""
+        raw: dict[str, object] = {
+            "transactional_id": self.transactional_id,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+        }
+        if self.bootstrap_servers:
+            raw["bootstrap_servers"] = self.bootstrap_servers
+        return json.dumps(raw, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TransactionHandle:
+        """Parse what `to_json` wrote of a resumable handle; ValueError names the bad field."""
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"transaction handle is not valid JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ValueError("transaction handle must be a JSON object")
+        tid, pid, epoch = (
+            raw.get("transactional_id"),
+            raw.get("producer_id"),
+            raw.get("producer_epoch"),
+        )
+        servers = raw.get("bootstrap_servers", "")
+        if not isinstance(tid, str) or not tid:
+            raise ValueError(
+                "transaction handle field 'transactional_id' must be a non-empty string"
+            )
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid < 0:
+            raise ValueError("transaction handle field 'producer_id' must be an integer >= 0")
+        if (
+            not isinstance(epoch, int)
+            or isinstance(epoch, bool)
+            or not 0 <= epoch <= MAX_PRODUCER_EPOCH
+        ):
+            raise ValueError(
+                "transaction handle field 'producer_epoch' must be an integer "
+                f"0..{MAX_PRODUCER_EPOCH}"
+            )
+        if not isinstance(servers, str):
+            raise ValueError("transaction handle field 'bootstrap_servers' must be a string")
+        return cls(TransactionalId(tid), pid, epoch, servers)

@@ -22,11 +22,8 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from lockgate.common.kafka_transactions import (
-    TransactionHandle,
-    TransactionResumeError,
-    commit_transaction,
-)
+from lockgate.common.kafka_transactions import TransactionResumeError, commit_transaction
+from lockgate.common.model.handles import TransactionHandle
 from lockgate.localcluster.kafka import create_topic, is_broker_ready, read_visible
 from lockgate.localcluster.process import ProcessStartError, wait_until
 
