@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make lint: the contracts (buf lint, buf breaking against main), then ruff and mypy --strict.
+# make lint: the contracts (buf lint, buf breaking against main), ruff, mypy --strict, and the
+# shape of the code (deploy/scripts/check_shape.py: module and function sizes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=.venv/bin
@@ -17,4 +18,6 @@ echo "== ruff"
 echo "== mypy --strict"
 "$bin/mypy" common/lockgate coordinator/lockgate executor/lockgate schema_registry/lockgate \
   clients/python/lockgate/client deploy/local/lockgate
+echo "== shape: no module over 700 lines, no function over 80"
+"$bin/python" deploy/scripts/check_shape.py
 echo "== lint: clean"

@@ -21,11 +21,12 @@ from typing import Any
 import grpc
 
 from lockgate.common.errors import (
-    FencedEpoch,
+    FencingToken,
     FieldViolation,
     InvalidArgument,
     NotFound,
     NotLeader,
+    StaleTokenError,
 )
 from lockgate.common.grpc_server import build_server
 from lockgate.common.telemetry import current_trace_id, setup_telemetry
@@ -69,7 +70,9 @@ def main() -> int:
                 resource_name="orders",
             )
         if kind == "fenced":
-            raise FencedEpoch(received_epoch=2, current_epoch=3)
+            raise StaleTokenError(
+                token=FencingToken.LEADER_EPOCH, subject="", presented=2, current=3
+            )
         raise ValueError(f"unknown failure kind {kind!r}")
 
     def boom(request: bytes, context: grpc.ServicerContext) -> bytes:

@@ -24,7 +24,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from lockgate.common.errors import FencedEpoch, InvalidArgument, NotFound
+from lockgate.common.errors import InvalidArgument, NotFound, StaleTokenError
 from lockgate.common.grpc_client import (
     LeaderFollowingChannel,
     error_details,
@@ -250,8 +250,8 @@ def test_domain_errors_cross_the_wire(start_server: Callable[..., ServerProcess]
             fail(b"fenced", timeout=10)
         assert fenced.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         fenced_error = error_details(fenced.value).to_error()
-        assert isinstance(fenced_error, FencedEpoch)
-        assert fenced_error.current_epoch == 3
+        assert isinstance(fenced_error, StaleTokenError)
+        assert (fenced_error.presented, fenced_error.current) == (2, 3)
 
 
 def test_unexpected_exception_is_internal_without_its_text(

@@ -27,14 +27,14 @@ from lockgate.common.kafka_transactions import (
     PRODUCER_FENCED,
     InvalidTransactionStateError,
     ProducerFencedError,
-    TransactionalId,
-    TransactionHandle,
     TransactionTimeoutError,
     UnknownTransactionError,
     abort_transaction,
     commit_transaction,
     open_transactional_producer,
 )
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import TransactionalId
 from lockgate.localcluster.kafka import TRANSACTIONS_COMMAND, ConsumedRecord, read_visible
 from lockgate.localcluster.precommit_child import record_value
 from lockgate.localcluster.process import wait_until

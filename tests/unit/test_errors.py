@@ -17,7 +17,7 @@ from lockgate.common.errors import (
     AlreadyExists,
     DeadlineExceeded,
     FailedPrecondition,
-    FencedEpoch,
+    FencingToken,
     FieldViolation,
     Internal,
     InvalidArgument,
@@ -27,11 +27,13 @@ from lockgate.common.errors import (
     PermissionDenied,
     PreconditionViolation,
     ResourceExhausted,
+    StaleTokenError,
     Unavailable,
     Unimplemented,
 )
-from lockgate.common.grpc_client import error_details
+from lockgate.common.grpc_client import error_details, fencing_failure_of
 from lockgate.common.grpc_server import ErrorMappingInterceptor, rpc_status_for_error
+from lockgate.v1 import common_pb2
 
 SECRET = "sasl.password=hunter2"
 
@@ -60,7 +62,10 @@ CASES: list[tuple[LockgateError, grpc.StatusCode]] = [
     ),
     (Aborted("version 3 expected, found 4"), grpc.StatusCode.ABORTED),
     (PermissionDenied("not allowed"), grpc.StatusCode.PERMISSION_DENIED),
-    (FencedEpoch(received_epoch=3, current_epoch=5), grpc.StatusCode.FAILED_PRECONDITION),
+    (
+        StaleTokenError(token=FencingToken.LEADER_EPOCH, subject="", presented=3, current=5),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    ),
     (ResourceExhausted("too many pipelines"), grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unimplemented("not yet"), grpc.StatusCode.UNIMPLEMENTED),
     (DeadlineExceeded("checkpoint 7 timed out"), grpc.StatusCode.DEADLINE_EXCEEDED),
@@ -221,12 +226,25 @@ def test_no_leader_yet_asks_to_retry_later() -> None:
     assert details.retry_after_seconds == pytest.approx(1.0)
 
 
-def test_fenced_epoch_round_trips_both_epochs() -> None:
-    status = rpc_status_for_error(FencedEpoch(received_epoch=3, current_epoch=5))
+def test_a_stale_token_round_trips_with_its_fencing_failure_detail() -> None:
+    refused = StaleTokenError(
+        token=FencingToken.TASK_GENERATION, subject="p/1", presented=3, current=5, rpc="Trigger"
+    )
+    status = rpc_status_for_error(refused)
     error = error_details(FakeRpcError(status)).to_error()
-    assert isinstance(error, FencedEpoch)
-    assert (error.received_epoch, error.current_epoch) == (3, 5)
-    assert error.reason == "FENCED_LEADER_EPOCH"
+    assert isinstance(error, StaleTokenError)
+    assert (error.token, error.subject, error.presented, error.current) == (
+        FencingToken.TASK_GENERATION,
+        "p/1",
+        3,
+        5,
+    )
+    assert error.reason == "STALE_FENCING_TOKEN"
+    assert error.message == refused.message
+    failure = fencing_failure_of(FakeRpcError(status))
+    assert failure is not None
+    assert failure.token == common_pb2.FENCING_TOKEN_TASK_GENERATION
+    assert (failure.subject, failure.presented, failure.current) == ("p/1", 3, 5)
 
 
 def test_resource_info_round_trips() -> None:

@@ -14,6 +14,7 @@ fix it.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -151,31 +152,74 @@ class PermissionDenied(LockgateError):
     default_reason = "PERMISSION_DENIED"
 
 
-class FencedEpoch(FailedPrecondition):
-    """A call carried a leader epoch older than one already seen: it comes from a deposed
-    leader (a zombie) and must be refused, as Kafka refuses a stale controller epoch.
+class FencingToken(enum.Enum):
+    """Which fencing token a refusal is about (``lockgate.v1.FencingToken``)."""
 
-    Mapped to ``FAILED_PRECONDITION`` with reason ``FENCED_LEADER_EPOCH``, as the v1 protos
-    specify for every fenced call: the sender has lost its authority and retrying the same
-    call can never succeed.
+    LEADER_EPOCH = "leader_epoch"
+    EXECUTOR_GENERATION = "executor_generation"
+    TASK_GENERATION = "task_generation"
+
+
+class StaleTokenError(FailedPrecondition):
+    """A call carried a stale fencing token; its sender is a zombie and must stop acting.
+
+    Every fenced refusal of every service is this one error, as the v1 protos specify:
+    ``FAILED_PRECONDITION`` with reason ``STALE_FENCING_TOKEN``, a ``PreconditionFailure``
+    and a ``lockgate.v1.FencingFailure`` detail (token, subject, presented and current
+    value), which ``grpc_server`` adds. Retrying the same call can never succeed.
     """
 
-    default_reason = "FENCED_LEADER_EPOCH"
+    default_reason = "STALE_FENCING_TOKEN"
 
-    def __init__(self, *, received_epoch: int, current_epoch: int, message: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        token: FencingToken,
+        subject: str,
+        presented: int,
+        current: int,
+        rpc: str = "",
+        message: str = "",
+    ) -> None:
+        what = f"{token.value} of {subject}" if subject else token.value
         super().__init__(
             message
             or (
-                f"leader epoch {received_epoch} is stale: epoch {current_epoch} has been seen; "
-                "the sender is no longer the leader and must stop"
+                f"{rpc} refused: {what} {presented} is stale, this executor has seen {current};"
+                " the caller is no longer entitled to act and must stop (a newer leader or"
+                " registration has taken over)"
             ),
+            violations=[
+                PreconditionViolation(
+                    type=token.name,
+                    subject=subject,
+                    description=f"presented {presented}, current {current}",
+                )
+            ],
             metadata={
-                "received_leader_epoch": str(received_epoch),
-                "current_leader_epoch": str(current_epoch),
+                "token": token.value,
+                "subject": subject,
+                "presented": str(presented),
+                "current": str(current),
             },
         )
-        self.received_epoch = received_epoch
-        self.current_epoch = current_epoch
+        self.token = token
+        self.subject = subject
+        self.presented = presented
+        self.current = current
+        self.rpc = rpc
+
+    def log_line(self) -> str:
+        """The stable log line tests and operators grep for."""
+        if self.token is FencingToken.LEADER_EPOCH:
+            return (
+                f"refused leader_epoch={self.presented} highest_seen={self.current} rpc={self.rpc}"
+            )
+        subject = f" subject={self.subject}" if self.subject else ""
+        return (
+            f"refused {self.token.value}={self.presented} current={self.current}"
+            f"{subject} rpc={self.rpc}"
+        )
 
 
 class ResourceExhausted(LockgateError):
@@ -256,7 +300,7 @@ __all__ = [
     "AlreadyExists",
     "DeadlineExceeded",
     "FailedPrecondition",
-    "FencedEpoch",
+    "FencingToken",
     "FieldViolation",
     "Internal",
     "InvalidArgument",
@@ -266,6 +310,7 @@ __all__ = [
     "PermissionDenied",
     "PreconditionViolation",
     "ResourceExhausted",
+    "StaleTokenError",
     "Unavailable",
     "Unimplemented",
 ]

@@ -4,7 +4,8 @@
 tracing interceptor (when telemetry is on), keepalive settings, and, unless told not to,
 follows a follower coordinator's ``UNAVAILABLE`` + ``lockgate-leader`` answer to the leader
 and retries other ``UNAVAILABLE`` failures a bounded number of times within the call's
-deadline. ``error_details`` reads the ``google.rpc`` details of a failed call back.
+deadline. ``error_details`` reads the ``google.rpc`` details of a failed call back, and
+``fencing_failure_of`` its ``lockgate.v1.FencingFailure``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from lockgate.common.errors import (
     LEADER_METADATA_KEY,
     AlreadyExists,
     FailedPrecondition,
-    FencedEpoch,
+    FencingToken,
     FieldViolation,
     Internal,
     InvalidArgument,
@@ -36,10 +37,12 @@ from lockgate.common.errors import (
     NotFound,
     NotLeader,
     PreconditionViolation,
+    StaleTokenError,
     Unavailable,
 )
 from lockgate.common.grpc_server import STATUS_CODES
 from lockgate.common.telemetry import Telemetry
+from lockgate.v1 import common_pb2
 
 _Metadata = tuple[tuple[str, str | bytes], ...]
 
@@ -87,11 +90,13 @@ class ErrorDetails:
                 reason=self.reason,
                 metadata=self.metadata,
             )
-        if self.reason == FencedEpoch.default_reason:
+        if self.reason == StaleTokenError.default_reason:
             try:
-                return FencedEpoch(
-                    received_epoch=int(self.metadata["received_leader_epoch"]),
-                    current_epoch=int(self.metadata["current_leader_epoch"]),
+                return StaleTokenError(
+                    token=FencingToken(self.metadata["token"]),
+                    subject=self.metadata.get("subject", ""),
+                    presented=int(self.metadata["presented"]),
+                    current=int(self.metadata["current"]),
                     message=self.message,
                 )
             except (KeyError, ValueError):
@@ -148,6 +153,20 @@ def leader_address_of(err: grpc.RpcError) -> str | None:
     for key, value in _trailing_metadata(err):
         if key == LEADER_METADATA_KEY:
             return value.decode() if isinstance(value, bytes) else value
+    return None
+
+
+def fencing_failure_of(err: grpc.RpcError) -> common_pb2.FencingFailure | None:
+    """The ``lockgate.v1.FencingFailure`` detail of a refused call, if it has one."""
+    try:
+        status = rpc_status.from_call(err) if hasattr(err, "trailing_metadata") else None
+    except ValueError:
+        return None
+    for detail in status.details if status is not None else ():
+        if detail.Is(common_pb2.FencingFailure.DESCRIPTOR):
+            failure = common_pb2.FencingFailure()
+            detail.Unpack(failure)
+            return failure
     return None
 
 

@@ -47,15 +47,17 @@ from lockgate.common.errors import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    StaleTokenError,
     Unavailable,
     Unimplemented,
 )
 from lockgate.common.telemetry import Telemetry
+from lockgate.v1 import common_pb2
 
 _LOG = logging.getLogger(__name__)
 
 # The one table from domain error class to gRPC status code. Subclasses (NotLeader,
-# FencedEpoch) inherit their parent's code; lookup walks the class's MRO.
+# StaleTokenError) inherit their parent's code; lookup walks the class's MRO.
 STATUS_CODES: dict[type[LockgateError], grpc.StatusCode] = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     NotFound: grpc.StatusCode.NOT_FOUND,
@@ -95,6 +97,16 @@ def _pack(message: Any) -> any_pb2.Any:
     packed = any_pb2.Any()
     packed.Pack(message)
     return packed
+
+
+def fencing_failure(error: StaleTokenError) -> common_pb2.FencingFailure:
+    """The ``lockgate.v1.FencingFailure`` detail of a stale-token refusal."""
+    return common_pb2.FencingFailure(
+        token=common_pb2.FencingToken.Value(f"FENCING_TOKEN_{error.token.name}"),
+        subject=error.subject,
+        presented=error.presented,
+        current=error.current,
+    )
 
 
 def rpc_status_for_error(error: LockgateError) -> grpc.Status:
@@ -138,6 +150,8 @@ def rpc_status_for_error(error: LockgateError) -> grpc.Status:
                 )
             )
         )
+    if isinstance(error, StaleTokenError):
+        details.append(_pack(fencing_failure(error)))
     if isinstance(error, NotFound | AlreadyExists) and (error.resource_type or error.resource_name):
         details.append(
             _pack(

@@ -57,7 +57,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, NewType
+from typing import Any
 
 from confluent_kafka import Producer
 from kafka.admin import KafkaAdminClient
@@ -70,7 +70,8 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import EndTxnRequest, EndTxnResponse
 
-TransactionalId = NewType("TransactionalId", str)
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import TransactionalId
 
 #: Highest EndTxn version this module sends (see the module docstring for why not 5).
 MAX_END_TXN_VERSION = 4
@@ -116,52 +117,6 @@ _RETRY_NEW_COORDINATOR = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
 def error_name(code: int) -> str:
     """The Kafka name of protocol error ``code`` (``UNKNOWN(<code>)`` if not listed here)."""
     return _ERROR_NAMES.get(code, f"UNKNOWN({code})")
-
-
-@dataclass(frozen=True)
-class TransactionHandle:
-    """What another process needs to commit or abort a pre-committed Kafka transaction."""
-
-    transactional_id: TransactionalId
-    producer_id: int
-    producer_epoch: int
-
-    def to_json(self) -> str:
-        """Serialise for storage (SQL column, file)."""
-        return json.dumps(
-            {
-                "transactional_id": self.transactional_id,
-                "producer_id": self.producer_id,
-                "producer_epoch": self.producer_epoch,
-            },
-            sort_keys=True,
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> TransactionHandle:
-        """Parse what :meth:`to_json` wrote; raises ValueError naming the bad field."""
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"transaction handle is not valid JSON: {exc}") from exc
-        if not isinstance(raw, dict):
-            raise ValueError("transaction handle must be a JSON object")
-        tid, pid, epoch = (
-            raw.get("transactional_id"),
-            raw.get("producer_id"),
-            raw.get("producer_epoch"),
-        )
-        if not isinstance(tid, str) or not tid:
-            raise ValueError(
-                "transaction handle field 'transactional_id' must be a non-empty string"
-            )
-        if not isinstance(pid, int) or isinstance(pid, bool) or pid < 0:
-            raise ValueError("transaction handle field 'producer_id' must be an integer >= 0")
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch <= 32767:
-            raise ValueError(
-                "transaction handle field 'producer_epoch' must be an integer 0..32767"
-            )
-        return cls(transactional_id=TransactionalId(tid), producer_id=pid, producer_epoch=epoch)
 
 
 class TransactionResumeError(RuntimeError):
@@ -485,6 +440,11 @@ def _end_transaction(
     *, bootstrap_servers: str, handle: TransactionHandle, committed: bool, timeout_s: float
 ) -> None:
     verb = "commit" if committed else "abort"
+    if handle.producer_id is None or handle.producer_epoch is None:
+        raise ValueError(
+            f"cannot {verb} transaction {handle.transactional_id!r} with EndTxn: its producer "
+            "id and epoch are unknown (re-initialise the id to abort it instead)"
+        )
     bootstrap = [_split_address(a) for a in bootstrap_servers.split(",") if a.strip()]
     if not bootstrap:
         raise ValueError("bootstrap_servers must name at least one host:port")

@@ -504,6 +504,42 @@ def _stop_workers(workers: dict[int, int]) -> None:
         time.sleep(0.05)
 
 
+def _reserve_ports(listens: tuple[_Listen, ...]) -> list[socket.socket]:
+    """Bind every address now, so a taken port fails before any worker starts (and port 0
+    becomes a real port the workers share); _ListenError names the one that failed."""
+    reservations: list[socket.socket] = []
+    try:
+        for listen in listens:
+            reservations.append(_reserve_port(listen))
+    except _ListenError:
+        for sock in reservations:
+            sock.close()
+        raise
+    return reservations
+
+
+def _watch_workers(workers: dict[int, int], wake: threading.Event, stop_signal: list[int]) -> int:
+    """Wait for a stop signal (exit 0) or a worker's death (exit 1: the registry stops)."""
+    while not stop_signal:
+        wake.wait(timeout=1.0)
+        wake.clear()
+        for pid in list(workers):
+            code = _exited(pid)
+            if code is not None and not stop_signal:
+                del workers[pid]
+                _LOG.error("worker pid %d exited with code %d; stopping the registry", pid, code)
+                return 1
+    _LOG.info("%s: %s received, stopping", SERVICE_NAME, signal.Signals(stop_signal[0]).name)
+    return 0
+
+
+def _announce_ready(workers: dict[int, int], *, grpc_listen: str, http: str) -> None:
+    """Log the workers' pids and print the ready line the local cluster waits for."""
+    pids = " ".join(str(pid) for pid in workers)
+    _LOG.info("%s serving from %d worker processes: %s", SERVICE_NAME, len(workers), pids)
+    print(f"{SERVICE_NAME} ready grpc={grpc_listen} http={http}", flush=True)
+
+
 def _supervise(options: ServerOptions) -> int:
     """Run ``options.processes`` workers sharing both ports; the exit status."""
     try:
@@ -517,13 +553,9 @@ def _supervise(options: ServerOptions) -> int:
         return 2
     # Workers open their own connections: a pooled connection must not cross a fork.
     store.close()
-    reservations: list[socket.socket] = []
     try:
-        for listen in (http, grpc_at):
-            reservations.append(_reserve_port(listen))
+        reservations = _reserve_ports((http, grpc_at))
     except _ListenError as exc:
-        for sock in reservations:
-            sock.close()
         print(str(exc), file=sys.stderr)
         return 2
     http = _Listen(http.flag, http.text, http.host, reservations[0].getsockname()[1])
@@ -570,29 +602,8 @@ def _supervise(options: ServerOptions) -> int:
         for sock in reservations:
             sock.close()  # the workers' listening sockets hold the ports from here on
         reservations.clear()
-        _LOG.info(
-            "%s serving from %d worker processes: %s",
-            SERVICE_NAME,
-            len(workers),
-            " ".join(str(pid) for pid in workers),
-        )
-        print(
-            f"{SERVICE_NAME} ready grpc={grpc_listen} http={http.with_port(http.port)}",
-            flush=True,
-        )
-        while not stop_signal:
-            wake.wait(timeout=1.0)
-            wake.clear()
-            for pid in list(workers):
-                code = _exited(pid)
-                if code is not None and not stop_signal:
-                    del workers[pid]
-                    _LOG.error(
-                        "worker pid %d exited with code %d; stopping the registry", pid, code
-                    )
-                    return 1
-        _LOG.info("%s: %s received, stopping", SERVICE_NAME, signal.Signals(stop_signal[0]).name)
-        return 0
+        _announce_ready(workers, grpc_listen=grpc_listen, http=http.with_port(http.port))
+        return _watch_workers(workers, wake, stop_signal)
     finally:
         _stop_workers(workers)
         for sock in reservations:

@@ -11,7 +11,10 @@ main CLI::
 A pipeline file (YAML or JSON) has the shape of ``lockgate.v1.PipelineSpec`` with two
 conveniences: enum values may be written short and lower-case (``delivery: exactly_once``,
 ``starting_offsets: earliest``), and ``format: json`` stands for
-``format: {value_format: json}``.
+``format: {value_format: json}``. Before a file is sent, the same parser the coordinator and
+the executors use (``lockgate.common.model``) checks it, so a bad file is refused at once,
+every bad field listed, without a coordinator; only what needs Kafka (do the topics exist?)
+is left to the coordinator.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from rich.console import Console
 from rich.table import Table
 
 from lockgate.common.grpc_client import error_details, open_channel
+from lockgate.common.model.pipeline_spec import invalid_spec
+from lockgate.common.model.proto import spec_violations
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 DEFAULT_COORDINATOR = "127.0.0.1:7070"
@@ -134,6 +139,17 @@ def spec_from_mapping(raw: Any) -> common_pb2.PipelineSpec:
     except json_format.ParseError as exc:
         raise SpecFileError(str(exc)) from None
     return spec
+
+
+def check_spec(spec: common_pb2.PipelineSpec) -> None:
+    """Exit 2 listing every violation if the coordinator would refuse `spec` as invalid,
+    in the shape the coordinator's INVALID_ARGUMENT is printed."""
+    violations = spec_violations(spec)
+    if violations:
+        error = invalid_spec(violations)
+        lines = [f"INVALID_ARGUMENT: {error.message}"]
+        lines.extend(f"  {v.field}: {v.description}" for v in error.violations)
+        _fail("\n".join(lines), code=2)
 
 
 def read_spec_file(path: Path) -> common_pb2.PipelineSpec:
@@ -282,6 +298,7 @@ def pipeline_create(
         spec = read_spec_file(file)
     except SpecFileError as exc:
         _fail(str(exc), code=2)
+    check_spec(spec)
     request = coordinator_pb2.CreatePipelineRequest(
         request_id=uuid.uuid4().hex,
         spec=spec,

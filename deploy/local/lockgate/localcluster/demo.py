@@ -153,7 +153,6 @@ def check(bootstrap_servers: str, sink: str, *, records: int, began: float) -> D
 def run(args: argparse.Namespace) -> int:
     """The demo; returns the exit status."""
     home = lockgate_home(args.home)
-    coordinators = ",".join(args.coordinator)
     run_id = uuid.uuid4().hex[:6]
     source, sink, name = f"demo-input-{run_id}", f"demo-output-{run_id}", f"copy-{run_id}"
     bootstrap = args.bootstrap_servers
@@ -165,72 +164,18 @@ def run(args: argparse.Namespace) -> int:
     create_topic(bootstrap, source, partitions=args.partitions)
     create_topic(bootstrap, sink, partitions=args.partitions)
     seed_input(bootstrap, source, records=args.records, partitions=args.partitions)
-
-    with tempfile.TemporaryDirectory(prefix="lockgate-demo-") as tmp:
-        spec = pipeline_file(
-            example=args.example,
-            name=name,
-            bootstrap_servers=bootstrap,
-            source=source,
-            sink=sink,
-            directory=Path(tmp),
-        )
-        _console.print(f"[bold]2.[/bold] lockgate pipeline create -f {spec}  (from {args.example})")
-        began = time.monotonic()
-        created = subprocess.run(
-            [sys.executable, "-m", "lockgate.client.cli", "pipeline", "create", "-f", str(spec)],
-            env={**os.environ, "LOCKGATE_COORDINATOR": coordinators},
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if created.returncode != 0:
-            _console.print(f"[red]pipeline create failed:[/red]\n{created.stdout}{created.stderr}")
-            return 1
+    began = time.monotonic()
+    if not _create_pipeline(args, name=name, source=source, sink=sink):
+        return 1
 
     _console.print(
         f"[bold]3.[/bold] copying {source} -> {sink} exactly once; {args.kill} is SIGKILLed midway"
     )
-    killed: int | None = None
-    deadline = began + args.timeout
     with open_channel(list(args.coordinator)) as channel:
         stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
-        with Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=_console,
-        ) as progress:
-            bar = progress.add_task("committed", total=args.records)
-            while True:
-                now = pipeline_progress(stub, name)
-                if now is not None:
-                    progress.update(bar, completed=now.committed)
-                    if now.committed >= args.records:
-                        break
-                    # Midway: before half the input is committed, while a checkpoint's
-                    # pre-commit is running (the whole backlog may fit in one checkpoint).
-                    if (
-                        killed is None
-                        and now.in_flight
-                        and time.monotonic() - began >= args.kill_after
-                    ):
-                        killed = kill_executor(home, f"executor-{args.kill}")
-                        progress.console.print(
-                            f"  SIGKILL executor {args.kill} (pid {killed}) with "
-                            f"{now.committed:,} records committed and a checkpoint in flight"
-                            if killed
-                            else f"  executor {args.kill} was not running: nothing to kill"
-                        )
-                        killed = killed or -1
-                if time.monotonic() > deadline:
-                    _console.print(
-                        f"[red]not all records committed within {args.timeout:.0f} s[/red]"
-                    )
-                    return 1
-                time.sleep(0.2)  # polling pace of the progress bar
-
+        killed = _follow_the_copy(args, stub, name=name, home=home, began=began)
+        if killed is None:
+            return 1
         history = stub.ListCheckpoints(
             coordinator_pb2.ListCheckpointsRequest(pipeline_name=name, page_size=1000), timeout=10
         ).checkpoints
@@ -243,6 +188,87 @@ def run(args: argparse.Namespace) -> int:
     )
     _console.print("[bold]4.[/bold] reading the output with a read_committed consumer")
     result = check(bootstrap, sink, records=args.records, began=began)
+    _print_check(name, result)
+    if killed > 0:
+        _console.print(f"executor {args.kill} stays down; `make cluster-up` starts it again.")
+    if result.exactly_once:
+        _console.print("[green]exactly once: every record once, none missing[/green]")
+        return 0
+    _console.print("[red]NOT exactly once[/red]")
+    return 1
+
+
+def _create_pipeline(args: argparse.Namespace, *, name: str, source: str, sink: str) -> bool:
+    """Step 2: `lockgate pipeline create -f` on the example, named for this run."""
+    with tempfile.TemporaryDirectory(prefix="lockgate-demo-") as tmp:
+        spec = pipeline_file(
+            example=args.example,
+            name=name,
+            bootstrap_servers=args.bootstrap_servers,
+            source=source,
+            sink=sink,
+            directory=Path(tmp),
+        )
+        _console.print(f"[bold]2.[/bold] lockgate pipeline create -f {spec}  (from {args.example})")
+        created = subprocess.run(
+            [sys.executable, "-m", "lockgate.client.cli", "pipeline", "create", "-f", str(spec)],
+            env={**os.environ, "LOCKGATE_COORDINATOR": ",".join(args.coordinator)},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if created.returncode != 0:
+        _console.print(f"[red]pipeline create failed:[/red]\n{created.stdout}{created.stderr}")
+        return False
+    return True
+
+
+def _follow_the_copy(
+    args: argparse.Namespace,
+    stub: coordinator_pb2_grpc.CoordinatorServiceStub,
+    *,
+    name: str,
+    home: Path,
+    began: float,
+) -> int | None:
+    """Step 3: a progress bar of committed records until all are, SIGKILLing the chosen
+    executor midway. The killed pid (-1: it was not running, 0: not killed yet when the copy
+    ended), or None if the copy did not finish within the timeout."""
+    killed = 0
+    deadline = began + args.timeout
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=_console,
+    ) as progress:
+        bar = progress.add_task("committed", total=args.records)
+        while True:
+            now = pipeline_progress(stub, name)
+            if now is not None:
+                progress.update(bar, completed=now.committed)
+                if now.committed >= args.records:
+                    return killed
+                # Midway: before half the input is committed, while a checkpoint's
+                # pre-commit is running (the whole backlog may fit in one checkpoint).
+                if not killed and now.in_flight and time.monotonic() - began >= args.kill_after:
+                    pid = kill_executor(home, f"executor-{args.kill}")
+                    progress.console.print(
+                        f"  SIGKILL executor {args.kill} (pid {pid}) with "
+                        f"{now.committed:,} records committed and a checkpoint in flight"
+                        if pid
+                        else f"  executor {args.kill} was not running: nothing to kill"
+                    )
+                    killed = pid or -1
+            if time.monotonic() > deadline:
+                _console.print(f"[red]not all records committed within {args.timeout:.0f} s[/red]")
+                return None
+            time.sleep(0.2)  # polling pace of the progress bar
+
+
+def _print_check(name: str, result: DemoResult) -> None:
+    """Step 4's table: records in and out, duplicates, missing, wall time, records/s."""
     table = Table(title=f"pipeline {name}: read_committed check")
     for column in ("records in", "records out", "duplicates", "missing", "wall time", "records/s"):
         table.add_column(column, justify="right")
@@ -255,13 +281,6 @@ def run(args: argparse.Namespace) -> int:
         f"{result.records_in / result.wall_time_s:,.0f}",
     )
     _console.print(table)
-    if killed is not None and killed > 0:
-        _console.print(f"executor {args.kill} stays down; `make cluster-up` starts it again.")
-    if result.exactly_once:
-        _console.print("[green]exactly once: every record once, none missing[/green]")
-        return 0
-    _console.print("[red]NOT exactly once[/red]")
-    return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

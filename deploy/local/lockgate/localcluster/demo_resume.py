@@ -22,11 +22,8 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from lockgate.common.kafka_transactions import (
-    TransactionHandle,
-    TransactionResumeError,
-    commit_transaction,
-)
+from lockgate.common.kafka_transactions import TransactionResumeError, commit_transaction
+from lockgate.common.model.handles import TransactionHandle
 from lockgate.localcluster.kafka import create_topic, is_broker_ready, read_visible
 from lockgate.localcluster.process import ProcessStartError, wait_until
 
@@ -67,20 +64,11 @@ def visible_now(bootstrap_servers: str, topic: str, *, isolation_level: str) -> 
         consumer.close()
 
 
-def run_demo(bootstrap_servers: str, *, records: int) -> int:
-    """The resume-commit round trip, narrated. Returns the process exit code."""
-    if not is_broker_ready(bootstrap_servers, timeout_s=5.0):
-        print(
-            f"error: no Kafka broker answers at {bootstrap_servers}; start one with "
-            "`make cluster-up` (or pass --bootstrap-servers)",
-            file=sys.stderr,
-        )
-        return 1
-    topic = f"lockgate-demo-{uuid.uuid4().hex[:8]}"
-    transactional_id = f"lockgate-demo-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap_servers, topic)
-    _say("1", f"created topic {topic} on {bootstrap_servers}")
-
+def _precommit_and_die(
+    bootstrap_servers: str, *, topic: str, transactional_id: str, records: int
+) -> tuple[TransactionHandle, int]:
+    """Steps 1-2: process A pre-commits `records` records and is SIGKILLed; its handle and
+    exit status."""
     with tempfile.TemporaryDirectory(prefix="lockgate-demo-") as scratch:
         handle_file = Path(scratch) / "handle.json"
         child = subprocess.Popen(
@@ -125,6 +113,26 @@ def run_demo(bootstrap_servers: str, *, records: int) -> int:
             if child.poll() is None:
                 child.kill()
                 child.wait(timeout=30)
+    return handle, code
+
+
+def run_demo(bootstrap_servers: str, *, records: int) -> int:
+    """The resume-commit round trip, narrated. Returns the process exit code."""
+    if not is_broker_ready(bootstrap_servers, timeout_s=5.0):
+        print(
+            f"error: no Kafka broker answers at {bootstrap_servers}; start one with "
+            "`make cluster-up` (or pass --bootstrap-servers)",
+            file=sys.stderr,
+        )
+        return 1
+    topic = f"lockgate-demo-{uuid.uuid4().hex[:8]}"
+    transactional_id = f"lockgate-demo-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap_servers, topic)
+    _say("1", f"created topic {topic} on {bootstrap_servers}")
+
+    handle, code = _precommit_and_die(
+        bootstrap_servers, topic=topic, transactional_id=transactional_id, records=records
+    )
     _say("3", f"process A killed with SIGKILL (exit status {code}); its transaction stays open")
 
     uncommitted = visible_now(bootstrap_servers, topic, isolation_level="read_uncommitted")

@@ -335,6 +335,26 @@ class ConsumedRecord:
     value: bytes | None
 
 
+def _write_sentinels(
+    bootstrap_servers: str, topic: str, *, timeout_s: float
+) -> tuple[list[int], bytes]:
+    """Write one fresh sentinel record to every partition of `topic`; the partitions and
+    the sentinel's value."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    metadata = admin.list_topics(topic=topic, timeout=timeout_s)
+    topic_metadata = metadata.topics.get(topic)
+    if topic_metadata is None or topic_metadata.error is not None:
+        raise ValueError(f"topic {topic!r} does not exist on {bootstrap_servers}")
+    partitions = sorted(topic_metadata.partitions)
+    sentinel = SENTINEL_PREFIX + uuid.uuid4().hex.encode()
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "acks": "all"})
+    for partition in partitions:
+        producer.produce(topic, value=sentinel, partition=partition)
+    if producer.flush(timeout_s) != 0:
+        raise TimeoutError(f"could not write sentinels to {topic!r} within {timeout_s:.1f}s")
+    return partitions, sentinel
+
+
 def read_visible(
     bootstrap_servers: str,
     topic: str,
@@ -356,18 +376,7 @@ def read_visible(
             f"isolation_level must be 'read_committed' or 'read_uncommitted', "
             f"got {isolation_level!r}"
         )
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    metadata = admin.list_topics(topic=topic, timeout=timeout_s)
-    topic_metadata = metadata.topics.get(topic)
-    if topic_metadata is None or topic_metadata.error is not None:
-        raise ValueError(f"topic {topic!r} does not exist on {bootstrap_servers}")
-    partitions = sorted(topic_metadata.partitions)
-    sentinel = SENTINEL_PREFIX + uuid.uuid4().hex.encode()
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "acks": "all"})
-    for partition in partitions:
-        producer.produce(topic, value=sentinel, partition=partition)
-    if producer.flush(timeout_s) != 0:
-        raise TimeoutError(f"could not write sentinels to {topic!r} within {timeout_s:.1f}s")
+    partitions, sentinel = _write_sentinels(bootstrap_servers, topic, timeout_s=timeout_s)
 
     consumer = Consumer(
         {

@@ -3,7 +3,7 @@
 ``python -m lockgate.localcluster.precommit_child --bootstrap-servers H:P --topic T
 --transactional-id ID --records N --handle-file F`` opens a transactional producer, produces
 ``N`` records (values ``<ID>:<i>``) inside one transaction, flushes, writes the
-:class:`~lockgate.common.kafka_transactions.TransactionHandle` as JSON to ``F`` (atomically:
+:class:`~lockgate.common.model.handles.TransactionHandle` as JSON to ``F`` (atomically:
 the file appears complete or not at all) and then blocks until a signal ends it. The resume
 tests and the demo SIGKILL it at that point, as a crash right after pre-commit.
 """

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lockgate.common.errors import InvalidArgument
-from lockgate.coordinator.domain.pipeline_spec import (
+from lockgate.common.model.pipeline_spec import (
     Delivery,
     ErrorTolerance,
     RecordFormat,
@@ -176,3 +176,48 @@ def test_avro_needs_the_registry_url_on_its_side() -> None:
     assert spec.source.schema_registry_url == "http://127.0.0.1:8081"
     assert spec.sink.format is RecordFormat.AVRO
     assert parse_pipeline_spec(spec.to_json()) == spec
+
+
+def test_key_formats_parse_and_are_stored_only_when_set() -> None:
+    raw = valid()
+    assert "key_format" not in parse_pipeline_spec(raw).to_json()["source"]["kafka"]
+    raw["source"]["kafka"]["key_format"] = "string"
+    raw["sink"]["kafka"]["key_format"] = "json"
+    spec = parse_pipeline_spec(raw)
+    assert spec.source.key_format is RecordFormat.STRING
+    assert spec.sink.key_format is RecordFormat.JSON
+    assert parse_pipeline_spec(spec.to_json()) == spec
+
+
+def test_avro_keys_are_refused_at_their_side() -> None:
+    raw = valid()
+    raw["sink"]["kafka"]["key_format"] = "avro"
+    violations = validate_pipeline_spec(raw)
+    assert [v.field for v in violations] == ["sink.kafka.key_format"]
+    assert "json" in violations[0].fix
+
+
+def test_allow_reordering_is_a_boolean_kept_in_the_stored_form() -> None:
+    raw = valid()
+    assert parse_pipeline_spec(raw).allow_reordering is False
+    raw["allow_reordering"] = True
+    spec = parse_pipeline_spec(raw)
+    assert spec.allow_reordering is True
+    assert parse_pipeline_spec(spec.to_json()) == spec
+    raw["allow_reordering"] = "yes"
+    assert fields(raw) == ["allow_reordering"]
+
+
+def test_the_dead_letter_topic_must_not_be_the_sink_topic() -> None:
+    raw = valid()
+    raw["errors"]["dead_letter_topic"] = raw["sink"]["kafka"]["topic"]
+    violations = validate_pipeline_spec(raw)
+    assert [v.field for v in violations] == ["errors.dead_letter_topic"]
+    assert "sink topic" in violations[0].description
+
+
+def test_python_target_splits_module_and_function() -> None:
+    raw = valid()
+    raw["transform"] = {"python": "pkg.mod:fn"}
+    assert parse_pipeline_spec(raw).transform.python_target == ("pkg.mod", "fn")
+    assert parse_pipeline_spec(valid()).transform.python_target is None

@@ -1,0 +1,207 @@
+"""The model's proto converters: specs, handles, offset ranges and task ids, both ways.
+
+A spec travels CLI file -> proto -> coordinator (validated, stored as JSON) -> proto ->
+executor; every hop uses these functions, so the property tests here are what makes "a spec
+the coordinator accepts is one the executor runs" hold for every spec, not a few examples.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lockgate.common.errors import InvalidArgument
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import TaskId, TransactionalId
+from lockgate.common.model.offsets import OffsetRange, next_offsets, split_range
+from lockgate.common.model.pipeline_spec import (
+    Delivery,
+    ErrorTolerance,
+    PipelineSpec,
+    RecordFormat,
+    StartingOffsets,
+    parse_pipeline_spec,
+)
+from lockgate.common.model.proto import (
+    handle_from_proto,
+    handle_to_proto,
+    offset_range_from_proto,
+    offset_range_to_proto,
+    spec_from_proto,
+    spec_to_proto,
+    spec_violations,
+    task_id_from_proto,
+    task_id_to_proto,
+)
+from lockgate.v1 import common_pb2
+
+_TOPIC = st.from_regex(r"\A[a-z][a-z0-9._-]{0,20}\Z")
+_KEY_FORMATS = st.sampled_from([RecordFormat.BYTES, RecordFormat.STRING, RecordFormat.JSON])
+
+
+@st.composite
+def raw_specs(draw: st.DrawFn) -> dict[str, Any]:
+    """Pipeline configs the parser accepts, over every field it knows."""
+    value_formats = st.sampled_from(list(RecordFormat))
+    source_format, sink_format = draw(value_formats), draw(value_formats)
+    registry = "http://127.0.0.1:8081"
+    sink_topic = draw(_TOPIC)
+    raw: dict[str, Any] = {
+        "name": draw(st.from_regex(r"\A[a-z][a-z0-9-]{0,20}\Z")),
+        "source": {
+            "kafka": {
+                "bootstrap_servers": "127.0.0.1:9092",
+                "topics": draw(st.lists(_TOPIC, min_size=1, max_size=3, unique=True)),
+                "starting_offsets": draw(st.sampled_from(list(StartingOffsets))).value,
+                "format": source_format.value,
+                "key_format": draw(_KEY_FORMATS).value,
+            }
+        },
+        "sink": {
+            "kafka": {
+                "bootstrap_servers": "127.0.0.1:9092,127.0.0.1:9093",
+                "topic": sink_topic,
+                "format": sink_format.value,
+                "key_format": draw(_KEY_FORMATS).value,
+            }
+        },
+        "delivery": draw(st.sampled_from(list(Delivery))).value,
+        "checkpoint": {
+            "interval_ms": draw(st.integers(1, 10**6)),
+            "timeout_ms": draw(st.integers(1, 10**7)),
+        },
+        "tasks_max": draw(st.integers(1, 64)),
+        "allow_reordering": draw(st.booleans()),
+    }
+    if source_format is RecordFormat.AVRO or draw(st.booleans()):
+        raw["source"]["kafka"]["schema_registry_url"] = registry
+    if sink_format is RecordFormat.AVRO or draw(st.booleans()):
+        raw["sink"]["kafka"]["schema_registry_url"] = registry
+    transform = draw(st.sampled_from(["none", "sql", "python"]))
+    if transform == "sql":
+        raw["transform"] = {"sql": "SELECT key, value FROM input"}
+    elif transform == "python":
+        raw["transform"] = {"python": "pkg.mod:fn"}
+    if draw(st.booleans()):
+        dead_letter = draw(_TOPIC.filter(lambda t: t != sink_topic))
+        raw["errors"] = {"tolerance": ErrorTolerance.ALL.value, "dead_letter_topic": dead_letter}
+    return raw
+
+
+@given(raw_specs())
+def test_every_accepted_spec_crosses_every_hop_unchanged(raw: dict[str, Any]) -> None:
+    spec = parse_pipeline_spec(raw)
+    # CLI/any client -> coordinator: the proto form is accepted as the same spec.
+    sent = spec_to_proto(spec)
+    assert spec_violations(sent) == []
+    accepted = spec_from_proto(sent)
+    assert accepted == spec
+    # Coordinator's store (JSON) -> proto -> executor: the executor reads the same spec.
+    stored = parse_pipeline_spec(accepted.to_json())
+    assert spec_from_proto(spec_to_proto(stored)) == spec
+
+
+def _spec() -> PipelineSpec:
+    return parse_pipeline_spec(
+        {
+            "name": "p",
+            "source": {"kafka": {"bootstrap_servers": "h:1", "topics": ["in"]}},
+            "sink": {"kafka": {"bootstrap_servers": "h:1", "topic": "out"}},
+        }
+    )
+
+
+def test_key_format_and_reordering_reach_the_proto_and_back() -> None:
+    proto = spec_to_proto(_spec())
+    assert proto.sink.kafka.format.key_format == common_pb2.DATA_FORMAT_UNSPECIFIED
+    proto.source.kafka.format.key_format = common_pb2.DATA_FORMAT_STRING
+    proto.sink.kafka.format.key_format = common_pb2.DATA_FORMAT_JSON
+    proto.allow_reordering = True
+    spec = spec_from_proto(proto)
+    assert spec.source.key_format is RecordFormat.STRING
+    assert spec.sink.key_format is RecordFormat.JSON
+    assert spec.allow_reordering
+    assert spec_to_proto(spec) == proto
+
+
+def test_an_unknown_key_format_number_is_named_by_its_proto_path() -> None:
+    proto = spec_to_proto(_spec())
+    proto.sink.kafka.format.key_format = 99  # type: ignore[assignment]
+    assert [v.field for v in spec_violations(proto)] == ["sink.kafka.format.key_format"]
+    with pytest.raises(InvalidArgument) as raised:
+        spec_from_proto(proto)
+    assert raised.value.reason == "INVALID_PIPELINE_CONFIG"
+
+
+def test_handles_round_trip_with_and_without_producer_ids() -> None:
+    full = TransactionHandle(TransactionalId("lg-p-0-1-0"), 12, 3, "h:1")
+    partial = TransactionHandle(TransactionalId("lg-p-0-1"), bootstrap_servers="h:1")
+    assert handle_from_proto(handle_to_proto(full), "h") == full
+    assert handle_from_proto(handle_to_proto(partial), "h") == partial
+    assert not handle_to_proto(partial).kafka.HasField("producer_id")
+    assert full.resumable and not partial.resumable
+    assert partial.on("other:2").bootstrap_servers == "other:2"
+
+
+@pytest.mark.parametrize(
+    ("handle", "field"),
+    [
+        (common_pb2.SinkHandle(), "sink_handles[0]"),
+        (
+            common_pb2.SinkHandle(kafka=common_pb2.KafkaTransactionHandle(producer_id=1)),
+            "sink_handles[0].kafka.transactional_id",
+        ),
+        (
+            common_pb2.SinkHandle(
+                kafka=common_pb2.KafkaTransactionHandle(
+                    transactional_id="t", producer_id=1, producer_epoch=40_000
+                )
+            ),
+            "sink_handles[0].kafka",
+        ),
+    ],
+)
+def test_a_bad_handle_is_refused_naming_its_field(
+    handle: common_pb2.SinkHandle, field: str
+) -> None:
+    with pytest.raises(InvalidArgument) as raised:
+        handle_from_proto(handle, "sink_handles[0]")
+    assert [v.field for v in raised.value.violations] == [field]
+
+
+def test_a_resumable_handle_needs_its_producer_id_and_epoch() -> None:
+    proto = handle_to_proto(TransactionHandle(TransactionalId("t")))
+    with pytest.raises(InvalidArgument) as raised:
+        handle_from_proto(proto, "sink_handles[2]", resumable=True)
+    assert raised.value.violations[0].field == "sink_handles[2].kafka.producer_id"
+    assert "ReportCheckpointFailure" in raised.value.message
+
+
+def test_offset_ranges_convert_and_bad_ones_name_their_field() -> None:
+    good = OffsetRange("in", 2, 10, 15)
+    assert offset_range_from_proto(offset_range_to_proto(good), "r") == good
+    bad = common_pb2.OffsetRange(topic="in", partition=0, start_offset=9, end_offset=3)
+    with pytest.raises(InvalidArgument) as raised:
+        offset_range_from_proto(bad, "source_ranges[1]")
+    assert raised.value.violations[0].field == "source_ranges[1]"
+
+
+@given(st.integers(0, 10**6), st.integers(0, 10**5), st.integers(1, 10**4))
+def test_split_ranges_cover_the_range_once_in_order(start: int, size: int, chunk: int) -> None:
+    whole = OffsetRange("t", 0, start, start + size)
+    parts = split_range(whole, chunk)
+    assert parts[0].start_offset == start and parts[-1].end_offset == start + size
+    assert all(a.end_offset == b.start_offset for a, b in itertools.pairwise(parts))
+    assert all(p.size <= chunk for p in parts)
+    assert next_offsets(parts) == {whole.topic_partition: whole.end_offset}
+
+
+def test_task_ids_convert_and_an_unnamed_pipeline_is_refused() -> None:
+    assert task_id_from_proto(task_id_to_proto(TaskId("p/3")), "t") == TaskId("p/3")
+    with pytest.raises(InvalidArgument) as raised:
+        task_id_from_proto(common_pb2.TaskId(task_index=1), "task_id")
+    assert raised.value.violations[0].field == "task_id.pipeline_name"
