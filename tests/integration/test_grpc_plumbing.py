@@ -34,8 +34,6 @@ from lockgate.common.grpc_client import (
 from lockgate.common.grpc_server import ServerBindError, build_server
 from lockgate.common.telemetry import CONSOLE_PATH_ENV, setup_telemetry
 
-pytestmark = pytest.mark.integration
-
 SERVER_SCRIPT = Path(__file__).with_name("grpc_plumbing_server.py")
 SERVICE = "lockgate.test.v1.Echo"
 START_TIMEOUT = 60.0
