@@ -7,10 +7,10 @@ PY       := $(VENV)/bin/python
 PROTO_SRC := $(wildcard protos/lockgate/v1/*.proto)
 STAMP    := $(VENV)/.lockgate-install-stamp
 
-.PHONY: help install protos lint test test-unit demo cluster-up cluster-down cluster-status bench clean
+.PHONY: help install protos lint test test-unit test-integration test-e2e demo cluster-up cluster-down cluster-status bench clean
 
 help: ## List every target with what it does
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 install: ## Set up .venv, the Kafka broker jars (Maven Central) and PostgreSQL's binaries; idempotent
 	@bash deploy/scripts/install.sh
@@ -26,8 +26,14 @@ lint: install ## buf lint (+ buf breaking against main), ruff and mypy --strict
 test: install lint ## What CI runs: install, lint, then every test (unit, integration, fault)
 	$(VENV)/bin/pytest -q
 
-test-unit: install ## Only the fast tests that start no process
-	$(VENV)/bin/pytest -q tests/unit
+test-unit: install ## Only the unit tier (tests/unit): fast, no process, no socket
+	$(VENV)/bin/pytest -q -m unit
+
+test-integration: install ## Only the integration tier: real Kafka, PostgreSQL, Spark, single services
+	$(VENV)/bin/pytest -q -m integration
+
+test-e2e: install ## Only the end-to-end tier (tests/integration/e2e): the whole cluster, the slow one
+	$(VENV)/bin/pytest -q -m e2e
 
 demo: install ## Bring the local cluster up and run the demo against it
 	@bash deploy/scripts/demo.sh

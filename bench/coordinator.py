@@ -40,7 +40,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -55,7 +54,9 @@ from typing import TypeVar
 import grpc
 
 from lockgate.common.grpc_client import open_channel
+from lockgate.localcluster.commands import coordinator_command, executor_command
 from lockgate.localcluster.kafka import KafkaBrokerConfig, broker_spec, create_topic
+from lockgate.localcluster.ports import free_port
 from lockgate.localcluster.postgres import PostgresCluster, unique_database_name
 from lockgate.localcluster.process import (
     PidRecord,
@@ -92,13 +93,6 @@ class BenchError(RuntimeError):
 
 # ---------------------------------------------------------------------------------------
 # small helpers
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -195,20 +189,14 @@ class Processes:
 
         spec = ProcessSpec(
             name=coordinator_id,
-            argv=(
-                sys.executable,
-                "-m",
-                "lockgate.coordinator",
-                "--id",
-                coordinator_id,
-                "--db",
-                self.db_url,
-                "--listen",
-                address,
-                "--advertise",
-                address,
-                "--lease-ms",
-                str(lease_ms),
+            argv=tuple(
+                coordinator_command(
+                    coordinator_id=coordinator_id,
+                    db_url=self.db_url,
+                    listen=address,
+                    advertise=address,
+                    lease_ms=lease_ms,
+                )
             ),
             address=address,
             ready=answers,
@@ -237,18 +225,13 @@ class Processes:
 
         spec = ProcessSpec(
             name=executor_id,
-            argv=(
-                sys.executable,
-                "-m",
-                "lockgate.executor",
-                "--id",
-                executor_id,
-                "--coordinator",
-                ",".join(coordinators),
-                "--listen",
-                address,
-                "--data-plane",
-                "none",
+            argv=tuple(
+                executor_command(
+                    executor_id=executor_id,
+                    listen=address,
+                    coordinators=coordinators,
+                    data_plane="none",
+                )
             ),
             address=address,
             ready=registered,

@@ -45,6 +45,7 @@ from lockgate.localcluster.kafka import (
     read_visible,
     tools_log4j2,
 )
+from lockgate.localcluster.ports import free_port
 from lockgate.localcluster.process import (
     ProcessSpec,
     RunningProcess,
@@ -77,14 +78,6 @@ class Figure:
     def mb_per_s(self) -> float:
         """Throughput in MB (10^6 bytes) of values per second."""
         return self.records * self.value_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -346,11 +339,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             config = KafkaBrokerConfig(
-                home=home / "kafka", port=_free_port(), controller_port=_free_port()
+                home=home / "kafka", port=free_port(), controller_port=free_port()
             )
             start(broker_spec(config), config.home)
             bootstrap = config.bootstrap_servers
-            coordinator_port, executor_port = _free_port(), _free_port()
+            coordinator_port, executor_port = free_port(), free_port()
             coordinator = f"127.0.0.1:{coordinator_port}"
             start(
                 coordinator_spec(

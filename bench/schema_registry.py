@@ -35,7 +35,6 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -46,6 +45,7 @@ from pathlib import Path
 import grpc
 import httpx
 
+from lockgate.localcluster.commands import registry_command
 from lockgate.v1 import schema_registry_pb2 as pb
 from lockgate.v1 import schema_registry_pb2_grpc as pb_grpc
 
@@ -163,18 +163,9 @@ def memory_mib(pids: list[int]) -> tuple[float, float]:
 def start_registry(db_url: str, extra_args: list[str]) -> tuple[subprocess.Popen[str], str, str]:
     """Start the registry on free ports; returns (process, gRPC address, HTTP address)."""
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lockgate.schema_registry",
-            "--db",
-            db_url,
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            *extra_args,
-        ],
+        registry_command(
+            db_url=db_url, grpc_listen="127.0.0.1:0", http_listen="127.0.0.1:0", extra=extra_args
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -1,7 +1,75 @@
-"""Shared pytest configuration: the real-process fixtures live in tests/fixtures/."""
+"""Shared pytest configuration: the test tiers, the no-socket rule of unit tests, and the
+real-process fixtures (which live in tests/fixtures/).
+
+A test's tier is its folder, and only its folder: ``tests/unit`` is ``unit`` (pure logic: no
+process, no socket), ``tests/integration/e2e`` is ``e2e`` (the whole cluster as processes; the
+slow tier, ``make test-e2e``), the rest of ``tests/integration`` is ``integration`` (real Kafka,
+PostgreSQL, Spark or one service as a process). ``make test-unit``, ``make test-integration``
+and ``make test-e2e`` select them with ``-m``; a test that marks itself with another tier than
+its folder's is an error, so a selection never runs a test twice or misses one.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
 
 pytest_plugins = [
     "tests.fixtures.kafka",
     "tests.fixtures.postgres",
     "tests.fixtures.schema_registry",
 ]
+
+_TESTS = Path(__file__).resolve().parent
+#: Folder -> tier, most specific first.
+_TIERS: tuple[tuple[Path, str], ...] = (
+    (_TESTS / "unit", "unit"),
+    (_TESTS / "integration" / "e2e", "e2e"),
+    (_TESTS / "integration", "integration"),
+)
+_TIER_NAMES = frozenset(tier for _, tier in _TIERS)
+
+
+def _tier_of(path: Path) -> str | None:
+    for folder, tier in _TIERS:
+        if path.is_relative_to(folder):
+            return tier
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with the tier of its folder; refuse a test marked with another tier."""
+    for item in items:
+        tier = _tier_of(Path(item.path).resolve())
+        if tier is None:
+            continue
+        others = {m.name for m in item.iter_markers() if m.name in _TIER_NAMES} - {tier}
+        if others:
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked {sorted(others)} but its folder makes it {tier!r}: "
+                "a test's tier is its folder; move the test or drop the marker"
+            )
+        item.add_marker(tier)
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_open_no_socket(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """In a unit test, connecting or binding a socket fails the test at once, naming the
+    address: a test that needs the network belongs in tests/integration."""
+    if request.node.get_closest_marker("unit") is not None:
+
+        def refuse(sock: socket.socket, address: object, *_: object) -> NoReturn:
+            pytest.fail(
+                f"a unit test opened a socket to {address!r}; move it to tests/integration",
+                pytrace=True,
+            )
+
+        for method in ("connect", "connect_ex", "bind"):
+            monkeypatch.setattr(socket.socket, method, refuse)
+    yield

@@ -33,8 +33,7 @@ from lockgate.common.grpc_client import (
 )
 from lockgate.common.grpc_server import ServerBindError, build_server
 from lockgate.common.telemetry import CONSOLE_PATH_ENV, setup_telemetry
-
-pytestmark = pytest.mark.integration
+from lockgate.localcluster.ports import free_port
 
 SERVER_SCRIPT = Path(__file__).with_name("grpc_plumbing_server.py")
 SERVICE = "lockgate.test.v1.Echo"
@@ -222,9 +221,7 @@ def test_follower_redirect_is_followed(start_server: Callable[..., ServerProcess
 
 def test_dead_seed_is_skipped(start_server: Callable[..., ServerProcess]) -> None:
     leader = start_server("leader", tracing=False)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    dead = f"127.0.0.1:{free_port()}"  # nobody listens there
     with open_channel([dead, leader.address]) as channel:
         assert _echo(channel, "hi", timeout=20)["server"] == "leader"
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -36,11 +35,11 @@ from lockgate.common.kafka_transactions import (
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import TransactionalId
 from lockgate.localcluster.kafka import TRANSACTIONS_COMMAND, ConsumedRecord, read_visible
+from lockgate.localcluster.ports import free_port
 from lockgate.localcluster.precommit_child import record_value
-from lockgate.localcluster.process import wait_until
-from tests.fixtures.kafka import KafkaBroker, free_port
-
-pytestmark = pytest.mark.integration
+from tests.fixtures.kafka import KafkaBroker
+from tests.support.processes import start_child
+from tests.support.waits import wait_for
 
 RECORDS = 25
 
@@ -60,7 +59,8 @@ def _precommitted_then_killed(
     """Run process A (pre-commit, write handle), SIGKILL it once ready, yield the handle."""
     transactional_id = f"resume-{uuid.uuid4().hex[:10]}"
     handle_file = tmp_path / f"{transactional_id}.json"
-    child = subprocess.Popen(
+    child = start_child(
+        "process A",
         [
             sys.executable,
             "-m",
@@ -76,35 +76,15 @@ def _precommitted_then_killed(
             "--handle-file",
             str(handle_file),
         ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        log_path=tmp_path / f"{transactional_id}.log",
     )
     try:
-
-        def child_died() -> str | None:
-            if child.poll() is None:
-                return None
-            _, err = child.communicate()
-            return f"process A exited with {child.returncode}: {err[-2000:]}"
-
-        wait_until(
-            handle_file.exists,
-            timeout_s=60,
-            description="process A to pre-commit",
-            abort_if=child_died,
-        )
+        wait_for("process A to pre-commit", handle_file.exists, timeout_s=60, abort_if=child.died)
         os.kill(child.pid, signal.SIGKILL)
-        assert child.wait(timeout=30) == -signal.SIGKILL
+        assert child.wait_exit(timeout_s=30) == -signal.SIGKILL
         yield TransactionHandle.from_json(handle_file.read_text())
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(timeout=30)
-        if child.stdout:
-            child.stdout.close()
-        if child.stderr:
-            child.stderr.close()
+        child.stop(grace_s=0)
 
 
 def _open_transaction_start(broker: KafkaBroker, topic: str, producer_id: int) -> int:

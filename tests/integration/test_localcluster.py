@@ -28,7 +28,9 @@ from lockgate.localcluster.cluster import (
     is_registry_ready,
     schema_registry_spec,
 )
+from lockgate.localcluster.commands import registry_command
 from lockgate.localcluster.kafka import is_broker_ready
+from lockgate.localcluster.ports import free_port
 from lockgate.localcluster.process import (
     PidRecord,
     PortInUseError,
@@ -42,13 +44,10 @@ from lockgate.localcluster.process import (
     start_process,
     stop_pid,
     stop_process,
-    wait_until,
 )
 from lockgate.v1 import schema_registry_pb2 as sr_pb
 from lockgate.v1 import schema_registry_pb2_grpc as sr_grpc
-from tests.fixtures.kafka import free_port
-
-pytestmark = pytest.mark.integration
+from tests.support.waits import wait_for
 
 SCHEMA = json.dumps({"type": "record", "name": "Cluster", "fields": [{"name": "a", "type": "int"}]})
 
@@ -309,18 +308,18 @@ def test_registry_workers_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> 
         workers = _children(running.pid)
         assert len(workers) == 2
         os.kill(running.pid, signal.SIGKILL)
-        wait_until(
+        wait_for(
+            "the registry's workers exiting after their supervisor was killed",
             lambda: not any(_pid_alive(worker) for worker in workers),
             timeout_s=30,
-            description="the registry's workers exiting after their supervisor was killed",
         )
-        wait_until(
+        wait_for(
+            "the registry's ports being released",
             lambda: (
                 port_holder(settings.registry_http_port) is None
                 and port_holder(settings.registry_grpc_port) is None
             ),
             timeout_s=30,
-            description="the registry's ports being released",
         )
     finally:
         stop_process(home=tmp_path, name=SCHEMA_REGISTRY, grace_s=5)
@@ -450,10 +449,10 @@ def test_registry_stops_whole_when_one_worker_dies(tmp_path: Path) -> None:
         os.kill(workers[0], signal.SIGKILL)
         # A registry missing a worker would refuse a share of connections: it stops instead,
         # so that `cluster status` shows it down rather than half up.
-        wait_until(
+        wait_for(
+            "the registry supervisor exiting after a worker died",
             lambda: not is_alive(record),
             timeout_s=30,
-            description="the registry supervisor exiting after a worker died",
         )
         assert not any(_pid_alive(worker) for worker in workers)
         log = (tmp_path / "log" / f"{SCHEMA_REGISTRY}.log").read_text()
@@ -469,19 +468,12 @@ def test_registry_names_the_holder_of_a_taken_grpc_port(tmp_path: Path) -> None:
         squatter.listen()
         taken = int(squatter.getsockname()[1])
         result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "lockgate.schema_registry",
-                "--db",
-                f"sqlite:///{tmp_path / 'r.db'}",
-                "--grpc",
-                f"127.0.0.1:{taken}",
-                "--http",
-                "127.0.0.1:0",
-                "--processes",
-                "2",
-            ],
+            registry_command(
+                db_url=f"sqlite:///{tmp_path / 'r.db'}",
+                grpc_listen=f"127.0.0.1:{taken}",
+                http_listen="127.0.0.1:0",
+                processes=2,
+            ),
             capture_output=True,
             text=True,
             timeout=60,

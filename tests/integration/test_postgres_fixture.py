@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from lockgate.localcluster.postgres import PostgresCluster, PostgresError
 
-pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+pytestmark = [pytest.mark.postgres]
 
 
 def test_create_table_insert_and_read(postgres_url: str) -> None:

@@ -1,8 +1,9 @@
 """A whole Lockgate cluster of real processes for end-to-end tests.
 
 Coordinator replicas and executors are started from the same
-:mod:`lockgate.localcluster.services` specs ``make cluster-up`` uses, on free ports, with
-their state, logs and pid files under a test directory. Processes are killed with SIGKILL
+:mod:`lockgate.localcluster.services` specs ``make cluster-up`` uses, on free ports
+(:mod:`lockgate.localcluster.ports`), with their state, logs and pid files under a test
+directory. Processes are killed with SIGKILL
 by pid (read from their own pid files) and restarted under the same id. The ``lockgate``
 CLI is run as a subprocess, as a user would.
 """
@@ -16,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,31 +27,22 @@ import grpc
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from lockgate.localcluster.kafka import ConsumedRecord, read_visible
+from lockgate.localcluster.ports import free_port
 from lockgate.localcluster.process import (
     PortInUseError,
     ProcessSpec,
     ProcessStartError,
     RunningProcess,
+    is_alive,
     read_pid_file,
     start_process,
     stop_process,
     tail,
-    wait_until,
 )
 from lockgate.localcluster.services import coordinator_spec, executor_spec
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
-
-#: Failpoint environment variable of the services (see lockgate.common.failpoints).
-FAILPOINTS_ENV = "LOCKGATE_FAILPOINTS"
-
-
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.processes import failpoint_env
+from tests.support.waits import wait_for
 
 
 @dataclass
@@ -102,7 +93,6 @@ class ServiceCluster:
 
     def start_coordinator(self, coordinator_id: str, *, failpoints: str = "") -> RunningProcess:
         """Start (or restart) replica ``coordinator_id`` and wait until it serves."""
-        env = {FAILPOINTS_ENV: failpoints} if failpoints else {}
         return self._start(
             lambda port: coordinator_spec(
                 coordinator_id=coordinator_id,
@@ -110,7 +100,7 @@ class ServiceCluster:
                 db_url=self.db_url,
                 lease_ms=self.lease_ms,
                 extra_args=self.coordinator_args,
-                env=env,
+                env=failpoint_env(failpoints),
             ),
             self.coordinator_ports,
             coordinator_id,
@@ -122,18 +112,18 @@ class ServiceCluster:
         *,
         failpoints: str = "",
         spark_master: str = "local[1]",
-        extra_args: Sequence[str] = (),
+        data_plane: str | None = None,
     ) -> RunningProcess:
-        """Start (or restart) executor ``executor_id`` and wait until it registered."""
-        env = {FAILPOINTS_ENV: failpoints} if failpoints else {}
+        """Start (or restart) executor ``executor_id`` and wait until it registered
+        (``data_plane="none"``: the control path only, no SparkSession)."""
         return self._start(
             lambda port: executor_spec(
                 executor_id=executor_id,
                 port=port,
                 coordinators=self.coordinator_addresses,
                 spark_master=spark_master,
-                env=env,
-                extra_args=extra_args,
+                env=failpoint_env(failpoints),
+                data_plane=data_plane,
             ),
             self.executor_ports,
             executor_id,
@@ -144,8 +134,6 @@ class ServiceCluster:
         record = read_pid_file(self.home, name)
         if record is None:
             return None
-        from lockgate.localcluster.process import is_alive
-
         return record.pid if is_alive(record) else None
 
     def is_running(self, name: str) -> bool:
@@ -156,11 +144,9 @@ class ServiceCluster:
         """SIGKILL process ``name`` (by its pid file) and wait until it is gone."""
         record = read_pid_file(self.home, name)
         assert record is not None, f"{name} has no pid file"
-        from lockgate.localcluster.process import is_alive
-
         with contextlib.suppress(ProcessLookupError):
             os.kill(record.pid, signal.SIGKILL)
-        wait_until(lambda: not is_alive(record), timeout_s=15, description=f"{name} gone")
+        wait_for(f"{name} gone", lambda: not is_alive(record), timeout_s=15)
         self.running.pop(name, None)
         return record.pid
 
@@ -416,20 +402,6 @@ def read_output(bootstrap_servers: str, topic: str) -> list[ConsumedRecord]:
     return read_visible(bootstrap_servers, topic, timeout_s=60)
 
 
-def wait_for(
-    condition: Callable[[], bool],
-    *,
-    timeout_s: float,
-    what: str,
-    cluster: ServiceCluster | None = None,
-) -> None:
-    """Wait for ``condition`` with a deadline; on timeout, show the processes' logs."""
-    try:
-        wait_until(condition, timeout_s=timeout_s, description=what, interval_s=0.25)
-    except TimeoutError as exc:
-        raise AssertionError(f"{exc}\n{cluster.logs_tail() if cluster else ''}") from None
-
-
 __all__ = [
     "ConsumedRecord",
     "OutputCheck",
@@ -440,7 +412,5 @@ __all__ = [
     "pipeline_yaml",
     "produce_keyed",
     "read_output",
-    "time",
     "unique",
-    "wait_for",
 ]

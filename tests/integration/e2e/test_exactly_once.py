@@ -43,10 +43,10 @@ from tests.integration.e2e.harness import (
     produce_keyed,
     read_output,
     unique,
-    wait_for,
 )
+from tests.support.waits import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = [pytest.mark.spark]
 
 RECORDS = 50_000
 PARTITIONS = 2
@@ -82,7 +82,9 @@ def services(
         cluster.start_coordinator("c1", failpoints=LEADER_FAILPOINT)
         for coordinator_id in ("c2", "c3"):
             cluster.start_coordinator(coordinator_id)
-        wait_for(lambda: bool(cluster.leader_id()), timeout_s=30, what="a leader", cluster=cluster)
+        wait_for(
+            "a leader", lambda: bool(cluster.leader_id()), timeout_s=30, explain=cluster.logs_tail
+        )
         yield cluster
     finally:
         cluster.stop_all()
@@ -136,13 +138,13 @@ def _last_committed(cluster: ServiceCluster, pipeline: str) -> int:
 def _wait_failpoint(cluster: ServiceCluster, executor_id: str, failpoint: str, before: int) -> None:
     name = f"executor-{executor_id}"
     wait_for(
+        f"{executor_id} to die at failpoint {failpoint}",
         lambda: (
             _failpoint_hits(cluster, executor_id, failpoint) > before
             and not cluster.is_running(name)
         ),
         timeout_s=240,
-        what=f"{executor_id} to die at failpoint {failpoint}",
-        cluster=cluster,
+        explain=cluster.logs_tail,
     )
 
 
@@ -152,10 +154,10 @@ def _kill_at_random_moment(
     """SIGKILL ``executor_id`` after a random delay, once the pipeline committed again."""
     start = _last_committed(cluster, pipeline)
     wait_for(
+        f"progress of {pipeline} before killing {executor_id}",
         lambda: _last_committed(cluster, pipeline) > start,
         timeout_s=180,
-        what=f"progress of {pipeline} before killing {executor_id}",
-        cluster=cluster,
+        explain=cluster.logs_tail,
     )
     delay = rng.uniform(0.0, 3.0)
     time.sleep(delay)  # the random moment itself, not a synchronisation
@@ -211,7 +213,9 @@ def _wait_all_copied(
             return False
         return all(offsets.get(tp, -1) >= end for tp, end in wanted.items())
 
-    wait_for(copied, timeout_s=timeout_s, what=f"{pipeline} to copy all input", cluster=cluster)
+    wait_for(
+        f"{pipeline} to copy all input", copied, timeout_s=timeout_s, explain=cluster.logs_tail
+    )
 
 
 def _explain_difference(
@@ -342,13 +346,13 @@ def test_exactly_once_under_sigkill_of_executors_and_leader(
     # The first leader dies between writing COMPLETE and calling any executor: the next
     # leader must commit that checkpoint (DESIGN.md step 5). c1 comes back as a follower.
     wait_for(
+        "leader c1 to die at failpoint after_complete_before_commit",
         lambda: (
             "failpoint after_complete_before_commit hit" in cluster.log("coordinator-c1")
             and not cluster.is_running("coordinator-c1")
         ),
         timeout_s=120,
-        what="leader c1 to die at failpoint after_complete_before_commit",
-        cluster=cluster,
+        explain=cluster.logs_tail,
     )
     events.append(
         f"leader c1 died at after_complete_before_commit ({time.monotonic() - began:.0f}s)"
@@ -429,13 +433,13 @@ def test_at_least_once_loses_nothing_when_an_executor_and_the_leader_die(
     )
     cluster.cli("pipeline", "create", "-f", str(spec))
     wait_for(
+        "a task of the at_least_once pipeline running on e2",
         lambda: any(
             t.executor_id == "e2" and t.state == common_pb2.TASK_STATE_RUNNING
             for t in cluster.pipeline_status(pipeline).tasks
         ),
         timeout_s=60,
-        what="a task of the at_least_once pipeline running on e2",
-        cluster=cluster,
+        explain=cluster.logs_tail,
     )
     cluster.kill("executor-e2")
     # And the leader, while e2's tasks move: the next leader finishes the move and the copy.

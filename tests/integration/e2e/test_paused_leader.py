@@ -22,9 +22,8 @@ from grpc_status import rpc_status
 from lockgate.localcluster.kafka import create_topic
 from lockgate.v1 import common_pb2, executor_pb2, executor_pb2_grpc
 from tests.fixtures.kafka import KafkaBroker
-from tests.integration.e2e.harness import ServiceCluster, pipeline_yaml, unique, wait_for
-
-pytestmark = [pytest.mark.integration]
+from tests.integration.e2e.harness import ServiceCluster, pipeline_yaml, unique
+from tests.support.waits import wait_for
 
 LEASE_MS = 2000
 
@@ -56,8 +55,10 @@ def test_paused_leader_writes_nothing_and_the_executor_refuses_its_epoch(
     try:
         for coordinator_id in ("c1", "c2", "c3"):
             cluster.start_coordinator(coordinator_id)
-        wait_for(lambda: bool(cluster.leader_id()), timeout_s=30, what="a leader", cluster=cluster)
-        cluster.start_executor("e1", extra_args=("--data-plane", "none"))
+        wait_for(
+            "a leader", lambda: bool(cluster.leader_id()), timeout_s=30, explain=cluster.logs_tail
+        )
+        cluster.start_executor("e1", data_plane="none")
         executor_address = f"127.0.0.1:{cluster.executor_ports['e1']}"
         source, sink = unique("paused_in"), unique("paused_out")
         create_topic(kafka_broker.bootstrap_servers, source)
@@ -76,10 +77,10 @@ def test_paused_leader_writes_nothing_and_the_executor_refuses_its_epoch(
         )
         cluster.cli("pipeline", "create", "-f", str(spec))
         wait_for(
+            "a committed checkpoint before the pause",
             lambda: _committed(cluster, pipeline) > 0,
             timeout_s=60,
-            what="a committed checkpoint before the pause",
-            cluster=cluster,
+            explain=cluster.logs_tail,
         )
 
         info = cluster.cluster_info()
@@ -90,12 +91,12 @@ def test_paused_leader_writes_nothing_and_the_executor_refuses_its_epoch(
         os.kill(old_pid, signal.SIGSTOP)
         try:
             wait_for(
+                "the executor to learn a new leader's epoch",
                 lambda: (
                     _executor_status(executor_address).highest_leader_epoch_seen.epoch > old_epoch
                 ),
                 timeout_s=30,
-                what="the executor to learn a new leader's epoch",
-                cluster=cluster,
+                explain=cluster.logs_tail,
             )
             status = _executor_status(executor_address)
             new_epoch = status.highest_leader_epoch_seen.epoch
@@ -131,10 +132,10 @@ def test_paused_leader_writes_nothing_and_the_executor_refuses_its_epoch(
 
         # Woken, the old replica follows; checkpoints go on under the new epoch only.
         wait_for(
+            "a checkpoint committed after the pause",
             lambda: _committed(cluster, pipeline) > before_pause,
             timeout_s=60,
-            what="a checkpoint committed after the pause",
-            cluster=cluster,
+            explain=cluster.logs_tail,
         )
         info = cluster.cluster_info()
         assert info.leader_epoch.epoch >= new_epoch and info.leader_epoch.leader_id != old_id

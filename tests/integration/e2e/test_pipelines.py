@@ -33,10 +33,10 @@ from tests.integration.e2e.harness import (
     produce_keyed,
     read_output,
     unique,
-    wait_for,
 )
+from tests.support.waits import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = [pytest.mark.spark]
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,9 @@ def test_examples_copy_yaml_copies_a_topic_exactly_once(
         offsets = cluster.offsets(raw["name"])
         return offsets.get((source, 0), 0) + offsets.get((source, 1), 0) >= len(written)
 
-    wait_for(copied, timeout_s=120, what="the copy pipeline to copy the topic", cluster=cluster)
+    wait_for(
+        "the copy pipeline to copy the topic", copied, timeout_s=120, explain=cluster.logs_tail
+    )
     output = read_output(bootstrap, sink)
     result = check_output(written, output)
     assert (result.records_out, result.duplicates, result.missing) == (5_000, 0, 0), result
@@ -191,10 +193,10 @@ def test_undecodable_record_with_tolerance_none_fails_the_task_and_shows_where(
     )
     assert code == 0, output
     wait_for(
+        "the task to fail on the undecodable record",
         lambda: bool(_failed_tasks(cluster, name)),
         timeout_s=120,
-        what="the task to fail on the undecodable record",
-        cluster=cluster,
+        explain=cluster.logs_tail,
     )
     error = _failed_tasks(cluster, name)[0]["last_error"]
     assert error.get("record") == {"topic": source, "offset": "7"}  # partition 0 is omitted
@@ -236,7 +238,9 @@ def test_undecodable_record_with_tolerance_all_goes_to_the_dead_letter_topic(
     def copied() -> bool:
         return cluster.offsets(name).get((source, 0), 0) >= len(values)
 
-    wait_for(copied, timeout_s=120, what="the tolerant pipeline to pass the input", cluster=cluster)
+    wait_for(
+        "the tolerant pipeline to pass the input", copied, timeout_s=120, explain=cluster.logs_tail
+    )
     good = sorted((_decoded(r.value or b"") for r in read_output(bootstrap, sink)), key=str)
     assert good == sorted(({"n": i} for i in range(len(values)) if i != 3), key=str)
     dead_letters = read_output(bootstrap, dead)
@@ -269,12 +273,12 @@ def test_sql_error_is_refused_at_create_or_fails_with_sparks_message(
         assert "transform.sql" in output, output
         return
     wait_for(
+        "Spark's parse error in the task's last error",
         lambda: any(
             "PARSE_SYNTAX_ERROR" in e.get("message", "") for e in _task_errors(cluster, name)
         ),
         timeout_s=120,
-        what="Spark's parse error in the task's last error",
-        cluster=cluster,
+        explain=cluster.logs_tail,
     )
     assert "SELEC" in cluster.cli("pipeline", "status", name).stdout
 
@@ -300,8 +304,8 @@ def test_missing_topic_is_reported_by_name(cluster: ServiceCluster, tmp_path: Pa
         assert missing in output, output
         return
     wait_for(
+        f"an error naming {missing}",
         lambda: any(missing in e.get("message", "") for e in _task_errors(cluster, name)),
         timeout_s=120,
-        what=f"an error naming {missing}",
-        cluster=cluster,
+        explain=cluster.logs_tail,
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import grpc
 
+from lockgate.localcluster.commands import executor_command
 from lockgate.v1 import (
     common_pb2,
     coordinator_pb2,
@@ -192,22 +192,14 @@ class ExecutorProcess:
         env = {k: v for k, v in os.environ.items() if k != "LOCKGATE_FAILPOINTS"}
         if failpoints:
             env["LOCKGATE_FAILPOINTS"] = failpoints
-        argv = [
-            sys.executable,
-            "-m",
-            "lockgate.executor",
-            "--id",
-            executor_id,
-            "--coordinator",
-            coordinator_address,
-            "--listen",
-            self.address,
-            "--data-plane",
-            data_plane,
-            "--spark-master",
-            "local[2]",
-            *extra_args,
-        ]
+        argv = executor_command(
+            executor_id=executor_id,
+            listen=self.address,
+            coordinators=[coordinator_address],
+            data_plane=data_plane,
+            spark_master="local[2]",
+            extra=extra_args,
+        )
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
             argv, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.schema_registry import RegistryProcess, start_registry
-
-__all__ = ["RegistryProcess", "start_registry"]
+from tests.support.processes import RegistryProcess, start_registry
 
 
 @pytest.fixture

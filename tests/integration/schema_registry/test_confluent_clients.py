@@ -16,9 +16,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from lockgate.schema_registry.serde import AvroSerde
-from tests.integration.schema_registry.conftest import RegistryProcess
-
-pytestmark = pytest.mark.integration
+from tests.support.processes import RegistryProcess
 
 USER_V1 = {
     "type": "record",

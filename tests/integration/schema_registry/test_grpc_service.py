@@ -13,9 +13,7 @@ from grpc_status import rpc_status
 
 from lockgate.v1 import schema_registry_pb2 as pb
 from lockgate.v1 import schema_registry_pb2_grpc as pb_grpc
-from tests.integration.schema_registry.conftest import RegistryProcess
-
-pytestmark = pytest.mark.integration
+from tests.support.processes import RegistryProcess
 
 V1 = json.dumps({"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]})
 V2 = json.dumps(

@@ -14,9 +14,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from tests.integration.schema_registry.conftest import RegistryProcess
+from tests.support.processes import RegistryProcess
 
-pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+pytestmark = [pytest.mark.postgres]
 
 SCHEMAS = 500
 WRITERS = 8

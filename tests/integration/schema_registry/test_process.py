@@ -10,11 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pytest
 
-from tests.integration.schema_registry.conftest import RegistryProcess
-
-pytestmark = pytest.mark.integration
+from tests.support.processes import RegistryProcess
 
 SCHEMA = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]})
 

@@ -8,9 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.schema_registry.conftest import RegistryProcess
-
-pytestmark = pytest.mark.integration
+from tests.support.processes import RegistryProcess
 
 CT = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
 GOOD = {"type": "record", "name": "User", "fields": [{"name": "name", "type": "string"}]}

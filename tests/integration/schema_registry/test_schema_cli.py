@@ -5,13 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from lockgate.client.schema_cli import app
-from tests.integration.schema_registry.conftest import RegistryProcess
-
-pytestmark = pytest.mark.integration
+from tests.support.processes import RegistryProcess
 
 V1 = {"type": "record", "name": "Click", "fields": [{"name": "url", "type": "string"}]}
 V2 = {**V1, "fields": [*V1["fields"], {"name": "ms", "type": "long", "default": 0}]}

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockgate.localcluster.commands import registry_command
 from lockgate.localcluster.kafka import KafkaBrokerConfig, KafkaSetupError, broker_spec
 from lockgate.localcluster.process import (
     ProcessError,
@@ -90,21 +91,13 @@ def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
     http_address = f"127.0.0.1:{settings.registry_http_port}"
     return ProcessSpec(
         name=SCHEMA_REGISTRY,
-        argv=(
-            sys.executable,
-            "-m",
-            "lockgate.schema_registry",
-            "--db",
-            settings.registry_db_url,
-            "--grpc",
-            grpc_address,
-            "--http",
-            http_address,
-            *(
-                ("--processes", str(settings.registry_processes))
-                if settings.registry_processes
-                else ()
-            ),
+        argv=tuple(
+            registry_command(
+                db_url=settings.registry_db_url,
+                grpc_listen=grpc_address,
+                http_listen=http_address,
+                processes=settings.registry_processes or None,
+            )
         ),
         address=f"grpc={grpc_address},http={http_address}",
         ports=(settings.registry_grpc_port, settings.registry_http_port),

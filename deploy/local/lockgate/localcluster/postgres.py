@@ -19,7 +19,6 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,6 +29,8 @@ from types import TracebackType
 
 import psycopg
 from psycopg import sql
+
+from lockgate.localcluster.ports import free_port
 
 _DATABASE_NAME_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _UNPRIVILEGED_USERS = ("postgres", "nobody")
@@ -103,14 +104,6 @@ def _run_as() -> _RunAs:
         "nor a 'nobody' user exists to run it as; create one (`useradd --system postgres`) "
         "or run as a non-root user"
     )
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the caller must cope with losing the race)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def check_database_name(name: str) -> str:
@@ -452,6 +445,5 @@ __all__ = [
     "PostgresError",
     "check_database_name",
     "find_postgres_bindir",
-    "free_port",
     "unique_database_name",
 ]

@@ -4,7 +4,8 @@
 schema registry), so ``make cluster-up`` starts three coordinator replicas c1..c3 sharing
 one SQLite file in the home (ports 7070-7072) and two executors e1..e2 (ports 7080-7081).
 The end-to-end tests build the same specs on free ports with :func:`coordinator_spec` and
-:func:`executor_spec`, so the tests run what users run.
+:func:`executor_spec`, so the tests run what users run; the command lines themselves are
+spelled in :mod:`lockgate.localcluster.commands`.
 
 Environment: ``LOCKGATE_COORDINATOR_PORTS`` (default ``7070,7071,7072``; one replica per
 port), ``LOCKGATE_EXECUTOR_PORTS`` (default ``7080,7081``), ``LOCKGATE_SPARK_MASTER``
@@ -19,7 +20,6 @@ warmed up and the leader accepted it.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +27,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from lockgate.localcluster.commands import coordinator_command, executor_command
+from lockgate.localcluster.ports import LOOPBACK
 from lockgate.localcluster.process import ProcessSpec
 from lockgate.v1 import executor_pb2, executor_pb2_grpc
 
@@ -95,24 +97,18 @@ def coordinator_spec(
     env: Mapping[str, str] | None = None,
 ) -> ProcessSpec:
     """One coordinator replica listening (and advertised) on ``127.0.0.1:port``."""
-    address = f"127.0.0.1:{port}"
+    address = f"{LOOPBACK}:{port}"
     return ProcessSpec(
         name=f"coordinator-{coordinator_id}",
-        argv=(
-            sys.executable,
-            "-m",
-            "lockgate.coordinator",
-            "--id",
-            coordinator_id,
-            "--db",
-            db_url,
-            "--listen",
-            address,
-            "--advertise",
-            address,
-            "--lease-ms",
-            str(lease_ms),
-            *extra_args,
+        argv=tuple(
+            coordinator_command(
+                coordinator_id=coordinator_id,
+                db_url=db_url,
+                listen=address,
+                advertise=address,
+                lease_ms=lease_ms,
+                extra=extra_args,
+            )
         ),
         address=address,
         ports=(port,),
@@ -132,34 +128,28 @@ def executor_spec(
     spark_conf: Mapping[str, str] = LOCAL_SPARK_CONF,
     env: Mapping[str, str] | None = None,
     ready_timeout_s: float = 240.0,
+    data_plane: str | None = None,
     extra_args: Sequence[str] = (),
 ) -> ProcessSpec:
     """One executor on ``127.0.0.1:port`` that registers with ``coordinators``.
 
     Ready only once registered: its SparkSession (JVM start and warm-up job, 20-80 s on a
-    busy machine) comes first, hence the long default deadline. ``extra_args`` go to its
-    command line as they are (e.g. ``--data-plane none`` for tests of the control path).
+    busy machine) comes first, hence the long default deadline. ``data_plane`` ``"none"`` runs
+    the control path only (tests of it); ``extra_args`` go to its command line as they are.
     """
-    address = f"127.0.0.1:{port}"
-    conf_args = [
-        arg for key, value in spark_conf.items() for arg in ("--spark-conf", f"{key}={value}")
-    ]
+    address = f"{LOOPBACK}:{port}"
     return ProcessSpec(
         name=f"executor-{executor_id}",
-        argv=(
-            sys.executable,
-            "-m",
-            "lockgate.executor",
-            "--id",
-            executor_id,
-            "--coordinator",
-            ",".join(coordinators),
-            "--listen",
-            address,
-            "--spark-master",
-            spark_master,
-            *conf_args,
-            *extra_args,
+        argv=tuple(
+            executor_command(
+                executor_id=executor_id,
+                listen=address,
+                coordinators=coordinators,
+                spark_master=spark_master,
+                spark_conf=spark_conf,
+                data_plane=data_plane,
+                extra=extra_args,
+            )
         ),
         address=address,
         ports=(port,),
@@ -199,7 +189,7 @@ class ServiceSettings:
     @property
     def coordinator_addresses(self) -> tuple[str, ...]:
         """Every replica's address, as executors and the CLI are given them."""
-        return tuple(f"127.0.0.1:{port}" for port in self.coordinator_ports)
+        return tuple(f"{LOOPBACK}:{port}" for port in self.coordinator_ports)
 
 
 def _ports_from_env(name: str, default: tuple[int, ...]) -> tuple[int, ...]:
