@@ -1,9 +1,9 @@
 """The coordinator process: `python -m lockgate.coordinator --id c1 ...` (`lockgate-coordinator`).
 
 Opens the store (running Alembic migrations first: safe from several replicas at once),
-serves CoordinatorService with health and reflection, and runs the lease keeper and the
-leader's work loop until SIGTERM or SIGINT, then gives the lease up so another replica
-takes over at once.
+serves CoordinatorService (`api/`) with health and reflection, and runs the herder (the
+lease keeper and the leader's work loop, `herder/`) until SIGTERM or SIGINT, then gives
+the lease up so another replica takes over at once.
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ from lockgate.common.errors import LockgateError
 from lockgate.common.failpoints import FailpointConfigError, Failpoints
 from lockgate.common.grpc_server import ServerBindError, build_server
 from lockgate.common.telemetry import TelemetryConfigError, setup_telemetry
+from lockgate.coordinator.api import CoordinatorServicer
 from lockgate.coordinator.domain.assignment import (
     DEFAULT_REASSIGN_DELAY_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
 )
 from lockgate.coordinator.domain.ids import CoordinatorId
-from lockgate.coordinator.leader import (
+from lockgate.coordinator.herder import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
-    Coordinator,
     CoordinatorSettings,
+    Herder,
 )
-from lockgate.coordinator.servicer import CoordinatorServicer
 from lockgate.coordinator.store import open_store
 from lockgate.v1 import coordinator_pb2, coordinator_pb2_grpc
 
@@ -178,8 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "failpoints armed: %s",
             ", ".join(f"{a.failpoint.value}@{a.on_hit}" for a in failpoints.armed),
         )
-    coordinator = Coordinator(store=store, settings=settings, failpoints=failpoints)
-    servicer = CoordinatorServicer(coordinator)
+    herder = Herder(store=store, settings=settings, failpoints=failpoints)
+    servicer = CoordinatorServicer(herder)
     try:
         server = build_server(
             service_name=SERVICE_NAME,
@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --listen: {exc}", file=sys.stderr)
         store.close()
         return 1
-    coordinator.start()
+    herder.start()
     _LOG.info(
         "coordinator %s serving on %s (advertised as %s), lease %d ms",
         args.id,
@@ -207,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         server.serve_until_signal()
     finally:
-        coordinator.stop()
+        herder.stop()
         store.close()
     return 0
 
