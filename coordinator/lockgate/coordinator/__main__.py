@@ -32,7 +32,7 @@ from lockgate.coordinator.herder import (
     CoordinatorSettings,
     Herder,
 )
-from lockgate.coordinator.store import open_store
+from lockgate.coordinator.store import SqlStore, open_store
 from lockgate.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 SERVICE_NAME = "lockgate-coordinator"
@@ -114,19 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run a replica until SIGTERM/SIGINT; returns the process exit code."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format=f"%(asctime)s %(levelname)s [{args.id}] %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    if args.reassign_delay_ms < 0:
-        print("error: --reassign-delay-ms must be >= 0", file=sys.stderr)
-        return 2
-    url = args.db or default_database_url()
-    if url.startswith("sqlite:///") and args.db is None:
+def _open_state(db: str | None) -> SqlStore | int:
+    """The migrated store of `--db` (default: the home's SQLite file), or the exit code
+    after printing why it cannot be opened."""
+    url = db or default_database_url()
+    if url.startswith("sqlite:///") and db is None:
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     try:
         shown = sa.make_url(url).render_as_string(hide_password=True)
@@ -144,6 +136,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     _LOG.info("state database %s migrated", shown)
+    return store
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a replica until SIGTERM/SIGINT; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format=f"%(asctime)s %(levelname)s [{args.id}] %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.reassign_delay_ms < 0:
+        print("error: --reassign-delay-ms must be >= 0", file=sys.stderr)
+        return 2
+    store = _open_state(args.db)
+    if isinstance(store, int):
+        return store
     try:
         telemetry = setup_telemetry(SERVICE_NAME, service_instance_id=args.id)
     except TelemetryConfigError as exc:

@@ -51,8 +51,8 @@ from lockgate.coordinator.domain.pipelines import PipelineRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
 from lockgate.coordinator.domain.tasks import TopicPartition
 from lockgate.coordinator.herder import Herder
-from lockgate.coordinator.herder.checkpoints import TaskFailure
 from lockgate.coordinator.herder.membership import ExecutorAssignment, HeartbeatTaskReport
+from lockgate.coordinator.herder.reports import TaskFailure
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 _EXECUTOR_ID = re.compile(r"^[a-zA-Z0-9._-]{1,100}$")
@@ -486,7 +486,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         self, request: coordinator_pb2.ReportPrecommitRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.ReportPrecommitResponse:
         """Leader only: a task's pre-commit of N; COMPLETE when it was the last."""
-        record = self.herder.checkpoints.report_precommit(
+        record = self.herder.reports.report_precommit(
             precommit=precommit_from_proto(request), leader_epoch=request.leader_epoch.epoch
         )
         return coordinator_pb2.ReportPrecommitResponse(
@@ -504,7 +504,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         if request.checkpoint_id <= 0:
             raise InvalidArgument.for_field("checkpoint_id", "must be >= 1")
         require(request.executor_id, "executor_id", "the reporting executor's id")
-        state = self.herder.checkpoints.report_checkpoint_failure(
+        state = self.herder.reports.report_checkpoint_failure(
             checkpoint_id=CheckpointId(request.checkpoint_id),
             failure=TaskFailure(
                 task=task_id_from_proto(request.task_id, "task_id"),
@@ -532,7 +532,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         if request.error.HasField("record"):
             r = request.error.record
             message = f"{message} (record {r.topic}[{r.partition}]@{r.offset})"
-        self.herder.checkpoints.report_task_failure(
+        self.herder.reports.report_task_failure(
             TaskFailure(
                 task=task,
                 task_generation=Generation(request.task_generation),

@@ -114,23 +114,7 @@ def raw_spec_from_proto(
     if spec.delivery:
         raw["delivery"] = _enum_value(_DELIVERY_FROM_PB, spec.delivery, "delivery", extra)
     if spec.HasField("checkpoint"):
-        checkpoint: dict[str, Any] = {}
-        if spec.checkpoint.interval_ms:
-            checkpoint["interval_ms"] = spec.checkpoint.interval_ms
-        if spec.checkpoint.timeout_ms:
-            checkpoint["timeout_ms"] = spec.checkpoint.timeout_ms
-        # The leader overlaps exactly DEFAULT_MAX_IN_FLIGHT checkpoints per pipeline;
-        # another value would be silently not honoured, so it is refused.
-        if spec.checkpoint.max_concurrent not in (0, DEFAULT_MAX_IN_FLIGHT):
-            extra.append(
-                _unsupported(
-                    "checkpoint.max_concurrent",
-                    f"{spec.checkpoint.max_concurrent} is not supported by this coordinator,"
-                    f" which runs {DEFAULT_MAX_IN_FLIGHT} checkpoints of a pipeline at once",
-                    f"set it to 0 (default) or {DEFAULT_MAX_IN_FLIGHT}",
-                )
-            )
-        raw["checkpoint"] = checkpoint
+        raw["checkpoint"] = _raw_checkpoint(spec.checkpoint, extra)
     if spec.tasks_max:
         raw["tasks_max"] = spec.tasks_max
     if spec.HasField("errors"):
@@ -145,6 +129,28 @@ def raw_spec_from_proto(
     # allow_reordering only permits splitting a partition's range; tasks never split one,
     # so ignoring it keeps the stricter guarantee.
     return raw, extra
+
+
+def _raw_checkpoint(
+    checkpoint: common_pb2.CheckpointSpec, extra: list[SpecViolation]
+) -> dict[str, Any]:
+    raw: dict[str, Any] = {}
+    if checkpoint.interval_ms:
+        raw["interval_ms"] = checkpoint.interval_ms
+    if checkpoint.timeout_ms:
+        raw["timeout_ms"] = checkpoint.timeout_ms
+    # The leader overlaps exactly DEFAULT_MAX_IN_FLIGHT checkpoints per pipeline;
+    # another value would be silently not honoured, so it is refused.
+    if checkpoint.max_concurrent not in (0, DEFAULT_MAX_IN_FLIGHT):
+        extra.append(
+            _unsupported(
+                "checkpoint.max_concurrent",
+                f"{checkpoint.max_concurrent} is not supported by this coordinator,"
+                f" which runs {DEFAULT_MAX_IN_FLIGHT} checkpoints of a pipeline at once",
+                f"set it to 0 (default) or {DEFAULT_MAX_IN_FLIGHT}",
+            )
+        )
+    return raw
 
 
 def _enum_value(table: Mapping[int, Any], value: int, path: str, extra: list[SpecViolation]) -> Any:

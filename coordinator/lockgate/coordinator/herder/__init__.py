@@ -3,7 +3,8 @@
 `herder.py` composes the parts: `lease_keeper.py` (lease, role, fence: the one leader
 check), `membership.py` (executor sessions, liveness, assignment), `pipelines.py` (configs,
 target states, restarts, offsets), `checkpoints.py` (the checkpoint driver: trigger,
-reports, commit, abort, recovery) and `executors.py` (the edge that calls executors).
+commit, abort, timeouts, recovery), `reports.py` (executors' pre-commit and failure
+reports) and `executors.py` (the edge that calls executors).
 """
 
 from lockgate.coordinator.herder.herder import Herder

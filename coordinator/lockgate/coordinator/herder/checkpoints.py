@@ -1,14 +1,11 @@
 """The checkpoint driver (Flink's CheckpointCoordinator): the leader's side of the
-two-phase commit (DESIGN.md) -- trigger, pre-commit and failure reports, the COMPLETE
-commit point, commit, abort, timeouts, and a new leader's recovery.
+two-phase commit (DESIGN.md) -- trigger, commit, abort, timeouts, and a new leader's
+recovery. What executors report back (pre-commits, failures) is `reports.py`.
 
 The store applies each decision inside a fenced transaction; this module decides when to
 ask for it and calls the executors (through `herder/executors.py`, which builds the protos).
 
 Rules and known races:
-- A report answering a trigger of an older leader epoch is refused with a stale
-  `LEADER_EPOCH` token (the checkpoint was aborted when this leader took over; the
-  executor aborts its handles); a newer epoch means this replica's term is over.
 - Checkpoint N+1 is triggered only when no checkpoint of the pipeline is TRIGGERED: its
   start offsets are then N's end offsets, known in SQL (N is COMPLETE), while N may still
   be committing (the overlap the design allows). How many may be in flight at once is
@@ -41,7 +38,6 @@ from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
     LingeringTransaction,
     PendingCommit,
-    Precommit,
     SinkHandle,
     commit_order,
     should_trigger,
@@ -50,24 +46,17 @@ from lockgate.coordinator.domain.errors import (
     FailedPrecondition,
     IllegalTransition,
     NotFound,
-    NotLeader,
-    StaleGeneration,
 )
-from lockgate.coordinator.domain.fencing import FencingToken, StaleToken
 from lockgate.coordinator.domain.ids import (
     CheckpointId,
     ExecutorId,
-    Generation,
     PipelineId,
-    TaskId,
-    split_task_id,
 )
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
 from lockgate.coordinator.domain.tasks import TopicPartition
-from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder.executors import (
     CheckpointTaskCall,
     ExecutorCallFailed,
@@ -116,17 +105,6 @@ class RecoveryPlan:
     """Transactions of checkpoints that never became COMPLETE: abort them."""
 
 
-@dataclass(frozen=True)
-class TaskFailure:
-    """A task's report that it failed (with or without a checkpoint it could not finish)."""
-
-    task: TaskId
-    task_generation: Generation
-    executor_id: ExecutorId
-    executor_generation: Generation
-    error: str
-
-
 class CheckpointDriver:
     """Drives every pipeline's checkpoints; every method that writes is leader-only."""
 
@@ -153,12 +131,6 @@ class CheckpointDriver:
         # deleted pipeline's checkpoints (they share the retry schedule).
         self._duty_lock = duty_lock
         self._backoff = _Backoff()
-        self._precommits: GroupCommit[Precommit, CheckpointRecord] = GroupCommit(
-            write_batch=self._write_precommits,
-            write_one=lambda one: self._lease.leader_call(
-                lambda f: self._store.record_precommit(fence=f, precommit=one)
-            ),
-        )
 
     # ------------------------------------------------------------------ reads
 
@@ -183,193 +155,9 @@ class CheckpointDriver:
         self._store.get_pipeline(pipeline_id=pipeline_id)
         return self._store.get_checkpoint(pipeline_id=pipeline_id, checkpoint_id=checkpoint_id)
 
-    # ------------------------------------------------------------------ reports
-
-    def report_precommit(self, *, precommit: Precommit, leader_epoch: int) -> CheckpointRecord:
-        """Record a task's pre-commit of N, answering the trigger of `leader_epoch`;
-        COMPLETE is written in the same transaction when it was the last one. Leader-only.
-        Wakes the loop to commit at once. Reports that arrive together share one
-        transaction (group commit)."""
-        self._check_report_epoch(leader_epoch)
-        try:
-            record = self._precommits.submit(precommit)
-        except StaleGeneration as exc:
-            raise self._stale_report(
-                exc,
-                executor_id=precommit.executor_id,
-                executor_generation=precommit.executor_generation,
-                task=precommit.task_id,
-                task_generation=precommit.task_generation,
-                checkpoint_id=precommit.checkpoint_id,
-            ) from None
-        if record.state is CheckpointState.COMPLETE:
-            self._wake()
-        return record
-
-    def _write_precommits(self, batch: Sequence[Precommit]) -> list[CheckpointRecord]:
-        """Many reports in one transaction, all or nothing; each report's checkpoint as it
-        is afterwards."""
-        records = self._lease.leader_call(
-            lambda f: self._store.record_precommits(fence=f, precommits=batch)
-        )
-        by_checkpoint = {(r.pipeline_id, r.checkpoint_id): r for r in records}
-        return [by_checkpoint[(p.pipeline_id, p.checkpoint_id)] for p in batch]
-
-    def report_checkpoint_failure(
-        self,
-        *,
-        checkpoint_id: CheckpointId,
-        failure: TaskFailure,
-        task_failed: bool,
-        leader_epoch: int,
-    ) -> CheckpointState:
-        """A task could not pre-commit N: abort N and every later in-flight checkpoint of
-        the pipeline (a decided N stays as it is). Leader-only."""
-        self._check_report_epoch(leader_epoch)
-        try:
-            return self._checkpoint_failed(checkpoint_id, failure, task_failed=task_failed)
-        except StaleGeneration as exc:
-            raise self._stale_report(
-                exc,
-                executor_id=failure.executor_id,
-                executor_generation=failure.executor_generation,
-                task=failure.task,
-                task_generation=failure.task_generation,
-                checkpoint_id=checkpoint_id,
-            ) from None
-
-    def _checkpoint_failed(
-        self, checkpoint_id: CheckpointId, failure: TaskFailure, *, task_failed: bool
-    ) -> CheckpointState:
-        pipeline_id, _ = split_task_id(failure.task)
-        task = failure.task
-        checkpoint = self._store.get_checkpoint(
-            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
-        )
-        trigger = next((t for t in checkpoint.tasks if t.task_id == task), None)
-        if trigger is None:
-            raise NotFound(
-                f"task {task} is not part of checkpoint {checkpoint_id} of {pipeline_id!r}",
-                resource_type="checkpoint_task",
-                resource_name=task,
-            )
-        if trigger.task_generation != failure.task_generation:
-            raise StaleGeneration(
-                f"task {task} reported generation {failure.task_generation} but checkpoint "
-                f"{checkpoint_id} was triggered at generation {trigger.task_generation}"
-            )
-        executor = self._store.get_executor(executor_id=failure.executor_id)
-        if executor.generation != failure.executor_generation:
-            raise StaleGeneration(
-                f"executor {failure.executor_id} reported generation "
-                f"{failure.executor_generation} but the current generation is "
-                f"{executor.generation}"
-            )
-        if checkpoint.state is CheckpointState.TRIGGERED:
-            reason = f"task {task} failed to pre-commit: {failure.error}"
-            # Decided meanwhile (IllegalTransition): a late failure report changes nothing.
-            with contextlib.suppress(IllegalTransition):
-                self._abort(pipeline_id, checkpoint_id, reason)
-        if task_failed:
-            self._task_failed(failure)
-        self._wake()
-        return self._store.get_checkpoint(
-            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
-        ).state
-
-    def report_task_failure(self, failure: TaskFailure) -> None:
-        """Mark a task FAILED and abort the pipeline's checkpoints waiting for it.
-
-        Leader-only.
-        """
-        try:
-            self._task_failed(failure)
-        except StaleGeneration as exc:
-            raise self._stale_report(
-                exc,
-                executor_id=failure.executor_id,
-                executor_generation=failure.executor_generation,
-                task=failure.task,
-                task_generation=failure.task_generation,
-                checkpoint_id=None,
-            ) from None
-
-    def _task_failed(self, failure: TaskFailure) -> None:
-        record = self._lease.leader_call(
-            lambda f: self._store.report_task_state(
-                fence=f,
-                task_id=failure.task,
-                task_generation=failure.task_generation,
-                executor_id=failure.executor_id,
-                executor_generation=failure.executor_generation,
-                state=TaskState.FAILED,
-                error=failure.error,
-            )
-        )
-        self.abort_triggered(
-            record.pipeline_id, reason=f"task {failure.task} failed: {failure.error}"
-        )
-        self._wake()
-
-    def _check_report_epoch(self, presented: int) -> None:
-        """Refuse a report answering a trigger of an older leader (its checkpoint was
-        aborted when this leader took over); a newer epoch means this replica is stale."""
-        fence = self._lease.require_fence()
-        if presented and presented < fence.leader_epoch:
-            raise StaleToken(
-                f"the report answers a trigger of leader epoch {presented}, but epoch "
-                f"{fence.leader_epoch} leads now and aborted that checkpoint; abort its "
-                "handles",
-                token=FencingToken.LEADER_EPOCH,
-                subject="",
-                presented=presented,
-                current=int(fence.leader_epoch),
-            )
-        if presented > fence.leader_epoch:
-            raise NotLeader(leader_address=None)  # a newer leader exists: this term is over
-
-    def _stale_report(
-        self,
-        exc: StaleGeneration,
-        *,
-        executor_id: ExecutorId,
-        executor_generation: Generation,
-        task: TaskId,
-        task_generation: Generation,
-        checkpoint_id: CheckpointId | None,
-    ) -> StaleToken:
-        """Which token of a refused report was stale, and its current value."""
-        try:
-            current_executor = int(self._store.get_executor(executor_id=executor_id).generation)
-        except NotFound:
-            current_executor = 0
-        if current_executor != executor_generation:
-            return StaleToken(
-                exc.message,
-                token=FencingToken.EXECUTOR_GENERATION,
-                subject=executor_id,
-                presented=executor_generation,
-                current=current_executor,
-            )
-        if checkpoint_id is not None:
-            checkpoint = self._store.get_checkpoint(
-                pipeline_id=split_task_id(task)[0], checkpoint_id=checkpoint_id
-            )
-            trigger = next((t for t in checkpoint.tasks if t.task_id == task), None)
-            current_task = int(trigger.task_generation) if trigger else 0
-        else:
-            current_task = int(self._store.get_task(task_id=task).generation)
-        return StaleToken(
-            exc.message,
-            token=FencingToken.TASK_GENERATION,
-            subject=task,
-            presented=task_generation,
-            current=current_task,
-        )
-
     # ------------------------------------------------------------------ aborts
 
-    def _abort(
+    def abort_checkpoint(
         self,
         pipeline_id: PipelineId,
         checkpoint_id: CheckpointId,
@@ -377,6 +165,8 @@ class CheckpointDriver:
         *,
         term: Fence | None = None,
     ) -> list[CheckpointId]:
+        """Abort a TRIGGERED checkpoint and the later in-flight ones of its pipeline.
+        Leader-only (`term`: the pass that decided it, if any)."""
         return self._lease.leader_call(
             lambda f: self._store.abort_checkpoint(
                 fence=f, pipeline_id=pipeline_id, checkpoint_id=checkpoint_id, reason=reason
@@ -391,7 +181,7 @@ class CheckpointDriver:
             pipeline_id=pipeline_id, limit=100, states=[CheckpointState.TRIGGERED]
         )
         if triggered:
-            self._abort(pipeline_id, min(c.checkpoint_id for c in triggered), reason)
+            self.abort_checkpoint(pipeline_id, min(c.checkpoint_id for c in triggered), reason)
 
     def abort_timed_out(self, fence: Fence) -> None:
         """Abort checkpoints older than their pipeline's timeout. Leader-only."""
@@ -685,6 +475,6 @@ class CheckpointDriver:
             )
             # Every task may have reported already (IllegalTransition): then N is decided.
             with contextlib.suppress(IllegalTransition):
-                self._abort(
+                self.abort_checkpoint(
                     pipeline.pipeline_id, checkpoint.checkpoint_id, f"trigger failed: {failure}"
                 )

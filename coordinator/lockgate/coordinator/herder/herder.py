@@ -1,17 +1,17 @@
 """The `Herder`: the coordinator's leader (Kafka Connect's DistributedHerder), composing
-the lease keeper, membership, pipelines and the checkpoint driver, and running the work
-loop.
+the lease keeper, membership, pipelines, the checkpoint driver and executors' reports,
+and running the work loop.
 
 Two threads per replica:
 - the `LeaseKeeper` acquires or renews the lease row every `lease_ms / 4` and keeps this
   replica's role and fence;
-- the work loop, which does nothing on a follower and, on the leader: recovery when it
-  becomes leader (abort every TRIGGERED checkpoint, then re-commit every
-  COMPLETE-not-COMMITTED one in creation order and abort what never became COMPLETE),
-  then on every pass: rebalance (expire dead executors after the session timeout, move
-  their tasks after the reassignment delay), abort timed-out checkpoints, send aborts,
-  send commits (retried until acked, then COMMITTED), and trigger each RUNNING pipeline's
-  next checkpoint on its interval.
+- the work loop (its checkpoint duties are in `checkpoints.py`), which does nothing on a
+  follower and, on the leader: recovery when it becomes leader (abort every TRIGGERED
+  checkpoint, then re-commit every COMPLETE-not-COMMITTED one in creation order and
+  abort what never became COMPLETE), then on every pass: rebalance (expire dead
+  executors after the session timeout, move their tasks after the reassignment delay),
+  abort timed-out checkpoints, send aborts, send commits (retried until acked, then
+  COMMITTED), and trigger each RUNNING pipeline's next checkpoint on its interval.
 
 Every write is leader-only and goes through `LeaseKeeper.leader_call` (the one leader
 check): it takes the current term's `Fence` just before the write (or the fence of the
@@ -35,6 +35,7 @@ from lockgate.coordinator.herder.executors import ExecutorClient, LeaderEpochRef
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.membership import Membership
 from lockgate.coordinator.herder.pipelines import Pipelines
+from lockgate.coordinator.herder.reports import Reports
 from lockgate.coordinator.herder.settings import CoordinatorSettings
 from lockgate.coordinator.store.kafka_topics import KafkaTopics
 from lockgate.coordinator.store.sql_store import SqlStore
@@ -45,7 +46,7 @@ _LOG = logging.getLogger(__name__)
 class Herder:
     """One replica's leader: its parts, and the work loop (see the module docstring).
 
-    `membership`, `pipelines` and `checkpoints` are what the api calls; their writes are
+    `membership`, `pipelines`, `checkpoints` and `reports` are what the api calls; their writes are
     leader-only (NotLeader on a follower: UNAVAILABLE with the leader's address, as the
     lease row says now).
     """
@@ -87,6 +88,9 @@ class Herder:
             failpoints=failpoints or Failpoints(),
             wake=self.wake,
             duty_lock=self._duty_lock,
+        )
+        self.reports = Reports(
+            store=store, lease=self.lease_keeper, checkpoints=self.checkpoints, wake=self.wake
         )
         self.pipelines = Pipelines(
             store=store,
