@@ -192,13 +192,7 @@ class Membership:
                 )
             )
         except StaleGeneration as exc:
-            raise StaleToken(
-                exc.message,
-                token=FencingToken.EXECUTOR_GENERATION,
-                subject=executor_id,
-                presented=generation,
-                current=int(current.generation),
-            ) from None
+            raise self._stale_executor(exc, executor_id, generation) from None
         tasks = {t.task_id: t for t in self._store.list_tasks()}
         for report in reports:
             self._apply_task_report(executor_id, generation, report, tasks)
@@ -274,15 +268,21 @@ class Membership:
                 )
             )
         except StaleGeneration as exc:
-            current = self._store.get_executor(executor_id=executor_id)
-            raise StaleToken(
-                exc.message,
-                token=FencingToken.EXECUTOR_GENERATION,
-                subject=executor_id,
-                presented=generation,
-                current=int(current.generation),
-            ) from None
+            raise self._stale_executor(exc, executor_id, generation) from None
         self._wake()
+
+    def _stale_executor(
+        self, exc: StaleGeneration, executor_id: ExecutorId, generation: Generation
+    ) -> StaleToken:
+        """The refusal of a zombie's call, naming the generation that is current now."""
+        current = self._store.get_executor(executor_id=executor_id)
+        return StaleToken(
+            exc.message,
+            token=FencingToken.EXECUTOR_GENERATION,
+            subject=executor_id,
+            presented=generation,
+            current=int(current.generation),
+        )
 
     # ------------------------------------------------------------------ assignment
 
