@@ -52,7 +52,7 @@ from lockgate.coordinator.domain.states import CheckpointState, TargetState
 from lockgate.coordinator.domain.tasks import TopicPartition
 from lockgate.coordinator.herder import Herder
 from lockgate.coordinator.herder.membership import ExecutorAssignment, HeartbeatTaskReport
-from lockgate.coordinator.herder.reports import TaskFailure
+from lockgate.coordinator.herder.reports import TaskReport
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 _EXECUTOR_ID = re.compile(r"^[a-zA-Z0-9._-]{1,100}$")
@@ -506,7 +506,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         require(request.executor_id, "executor_id", "the reporting executor's id")
         state = self.herder.reports.report_checkpoint_failure(
             checkpoint_id=CheckpointId(request.checkpoint_id),
-            failure=TaskFailure(
+            failure=TaskReport(
                 task=task_id_from_proto(request.task_id, "task_id"),
                 task_generation=Generation(request.task_generation),
                 executor_id=ExecutorId(request.executor_id),
@@ -533,7 +533,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
             r = request.error.record
             message = f"{message} (record {r.topic}[{r.partition}]@{r.offset})"
         self.herder.reports.report_task_failure(
-            TaskFailure(
+            TaskReport(
                 task=task,
                 task_generation=Generation(request.task_generation),
                 executor_id=ExecutorId(request.executor_id),

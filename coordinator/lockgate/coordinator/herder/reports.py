@@ -43,14 +43,15 @@ from lockgate.coordinator.store.sql_store import SqlStore
 
 
 @dataclass(frozen=True)
-class TaskFailure:
-    """A task's report that it failed (with or without a checkpoint it could not finish)."""
+class TaskReport:
+    """Who reports about a task (the task's and the executor's generations are the fencing
+    tokens checked), and for a failure what went wrong."""
 
     task: TaskId
     task_generation: Generation
     executor_id: ExecutorId
     executor_generation: Generation
-    error: str
+    error: str = ""
 
 
 class Reports:
@@ -84,14 +85,13 @@ class Reports:
         try:
             record = self._precommits.submit(precommit)
         except StaleGeneration as exc:
-            raise self._stale_report(
-                exc,
-                executor_id=precommit.executor_id,
-                executor_generation=precommit.executor_generation,
+            reporter = TaskReport(
                 task=precommit.task_id,
                 task_generation=precommit.task_generation,
-                checkpoint_id=precommit.checkpoint_id,
-            ) from None
+                executor_id=precommit.executor_id,
+                executor_generation=precommit.executor_generation,
+            )
+            raise self._stale_report(exc, reporter, checkpoint_id=precommit.checkpoint_id) from None
         if record.state is CheckpointState.COMPLETE:
             self._wake()
         return record
@@ -109,7 +109,7 @@ class Reports:
         self,
         *,
         checkpoint_id: CheckpointId,
-        failure: TaskFailure,
+        failure: TaskReport,
         task_failed: bool,
         leader_epoch: int,
     ) -> CheckpointState:
@@ -119,17 +119,10 @@ class Reports:
         try:
             return self._checkpoint_failed(checkpoint_id, failure, task_failed=task_failed)
         except StaleGeneration as exc:
-            raise self._stale_report(
-                exc,
-                executor_id=failure.executor_id,
-                executor_generation=failure.executor_generation,
-                task=failure.task,
-                task_generation=failure.task_generation,
-                checkpoint_id=checkpoint_id,
-            ) from None
+            raise self._stale_report(exc, failure, checkpoint_id=checkpoint_id) from None
 
     def _checkpoint_failed(
-        self, checkpoint_id: CheckpointId, failure: TaskFailure, *, task_failed: bool
+        self, checkpoint_id: CheckpointId, failure: TaskReport, *, task_failed: bool
     ) -> CheckpointState:
         pipeline_id, _ = split_task_id(failure.task)
         task = failure.task
@@ -167,7 +160,7 @@ class Reports:
             pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
         ).state
 
-    def report_task_failure(self, failure: TaskFailure) -> None:
+    def report_task_failure(self, failure: TaskReport) -> None:
         """Mark a task FAILED and abort the pipeline's checkpoints waiting for it.
 
         Leader-only.
@@ -175,16 +168,9 @@ class Reports:
         try:
             self._task_failed(failure)
         except StaleGeneration as exc:
-            raise self._stale_report(
-                exc,
-                executor_id=failure.executor_id,
-                executor_generation=failure.executor_generation,
-                task=failure.task,
-                task_generation=failure.task_generation,
-                checkpoint_id=None,
-            ) from None
+            raise self._stale_report(exc, failure, checkpoint_id=None) from None
 
-    def _task_failed(self, failure: TaskFailure) -> None:
+    def _task_failed(self, failure: TaskReport) -> None:
         record = self._lease.leader_call(
             lambda f: self._store.report_task_state(
                 fence=f,
@@ -219,16 +205,11 @@ class Reports:
             raise NotLeader(leader_address=None)  # a newer leader exists: this term is over
 
     def _stale_report(
-        self,
-        exc: StaleGeneration,
-        *,
-        executor_id: ExecutorId,
-        executor_generation: Generation,
-        task: TaskId,
-        task_generation: Generation,
-        checkpoint_id: CheckpointId | None,
+        self, exc: StaleGeneration, reporter: TaskReport, *, checkpoint_id: CheckpointId | None
     ) -> StaleToken:
         """Which token of a refused report was stale, and its current value."""
+        executor_id, executor_generation = reporter.executor_id, reporter.executor_generation
+        task, task_generation = reporter.task, reporter.task_generation
         try:
             current_executor = int(self._store.get_executor(executor_id=executor_id).generation)
         except NotFound:
