@@ -1,9 +1,9 @@
 """The coordinator process: `python -m lockgate.coordinator --id c1 ...` (`lockgate-coordinator`).
 
 Opens the store (running Alembic migrations first: safe from several replicas at once),
-serves CoordinatorService with health and reflection, and runs the lease keeper and the
-leader's work loop until SIGTERM or SIGINT, then gives the lease up so another replica
-takes over at once.
+serves CoordinatorService (`api/`) with health and reflection, and runs the herder (the
+lease keeper and the leader's work loop, `herder/`) until SIGTERM or SIGINT, then gives
+the lease up so another replica takes over at once.
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ from lockgate.common.errors import LockgateError
 from lockgate.common.failpoints import FailpointConfigError, Failpoints
 from lockgate.common.grpc_server import ServerBindError, build_server
 from lockgate.common.telemetry import TelemetryConfigError, setup_telemetry
+from lockgate.coordinator.api import CoordinatorServicer
 from lockgate.coordinator.domain.assignment import (
     DEFAULT_REASSIGN_DELAY_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
 )
 from lockgate.coordinator.domain.ids import CoordinatorId
-from lockgate.coordinator.leader import (
+from lockgate.coordinator.herder import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
-    Coordinator,
     CoordinatorSettings,
+    Herder,
 )
-from lockgate.coordinator.servicer import CoordinatorServicer
-from lockgate.coordinator.store import open_store
+from lockgate.coordinator.store import SqlStore, open_store
 from lockgate.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 SERVICE_NAME = "lockgate-coordinator"
@@ -114,19 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run a replica until SIGTERM/SIGINT; returns the process exit code."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format=f"%(asctime)s %(levelname)s [{args.id}] %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    if args.reassign_delay_ms < 0:
-        print("error: --reassign-delay-ms must be >= 0", file=sys.stderr)
-        return 2
-    url = args.db or default_database_url()
-    if url.startswith("sqlite:///") and args.db is None:
+def _open_state(db: str | None) -> SqlStore | int:
+    """The migrated store of `--db` (default: the home's SQLite file), or the exit code
+    after printing why it cannot be opened."""
+    url = db or default_database_url()
+    if url.startswith("sqlite:///") and db is None:
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     try:
         shown = sa.make_url(url).render_as_string(hide_password=True)
@@ -144,6 +136,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     _LOG.info("state database %s migrated", shown)
+    return store
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a replica until SIGTERM/SIGINT; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format=f"%(asctime)s %(levelname)s [{args.id}] %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.reassign_delay_ms < 0:
+        print("error: --reassign-delay-ms must be >= 0", file=sys.stderr)
+        return 2
+    store = _open_state(args.db)
+    if isinstance(store, int):
+        return store
     try:
         telemetry = setup_telemetry(SERVICE_NAME, service_instance_id=args.id)
     except TelemetryConfigError as exc:
@@ -178,8 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "failpoints armed: %s",
             ", ".join(f"{a.failpoint.value}@{a.on_hit}" for a in failpoints.armed),
         )
-    coordinator = Coordinator(store=store, settings=settings, failpoints=failpoints)
-    servicer = CoordinatorServicer(coordinator)
+    herder = Herder(store=store, settings=settings, failpoints=failpoints)
+    servicer = CoordinatorServicer(herder)
     try:
         server = build_server(
             service_name=SERVICE_NAME,
@@ -196,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --listen: {exc}", file=sys.stderr)
         store.close()
         return 1
-    coordinator.start()
+    herder.start()
     _LOG.info(
         "coordinator %s serving on %s (advertised as %s), lease %d ms",
         args.id,
@@ -207,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         server.serve_until_signal()
     finally:
-        coordinator.stop()
+        herder.stop()
         store.close()
     return 0
 

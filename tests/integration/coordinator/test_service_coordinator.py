@@ -30,7 +30,7 @@ from google.protobuf import field_mask_pb2
 from grpc_status import rpc_status
 
 from lockgate.common.grpc_client import error_details, leader_address_of, open_channel
-from lockgate.coordinator.servicer import fencing_status
+from lockgate.coordinator.api.fencing import fencing_status
 from lockgate.v1 import (
     common_pb2,
     coordinator_pb2,

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ from lockgate.common.errors import (
     NotFound,
     NotLeader,
 )
-from lockgate.coordinator.core import CoordinatorCore
 from lockgate.coordinator.domain.assignment import ExecutorLiveness
 from lockgate.coordinator.domain.errors import FencedError, StaleGeneration
 from lockgate.coordinator.domain.ids import (
@@ -39,6 +38,8 @@ from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.states import LeaseRole, TargetState, TaskState
 from lockgate.coordinator.domain.tasks import TopicPartition, split_partitions
+from lockgate.coordinator.herder import CoordinatorSettings, Herder
+from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.store import SqlStore, open_store
 from lockgate.coordinator.store.tables import pipelines
 
@@ -98,6 +99,35 @@ def lead(store: SqlStore, holder: str = "c1", *, lease_ms: int = 30_000) -> Fenc
 
 def wait_for_expiry(store: SqlStore) -> None:
     wait_until(lambda: not store.lease.read_lease().is_held, timeout_s=10, what="lease expiry")
+
+
+class FixedTopics:
+    """Kafka metadata without Kafka: every topic exists with `partitions` partitions."""
+
+    def __init__(self, partitions: int = 2) -> None:
+        self._partitions = partitions
+
+    def partitions(
+        self, *, bootstrap_servers: str, topics: Sequence[str], field_path: str
+    ) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t in topics for p in range(self._partitions)]
+
+    def check_exists(self, *, bootstrap_servers: str, topic: str, field_path: str) -> None:
+        return None
+
+
+def herder(
+    store: SqlStore, holder: str, *, monotonic: Callable[[], float] | None = None, **settings: Any
+) -> Herder:
+    """A replica's herder over `store` (Kafka metadata from `FixedTopics`), not started."""
+    return Herder(
+        store=store,
+        settings=CoordinatorSettings(
+            coordinator_id=CoordinatorId(holder), advertise=f"{holder}:1", **settings
+        ),
+        topics=FixedTopics(),  # type: ignore[arg-type]
+        **({} if monotonic is None else {"monotonic": monotonic}),
+    )
 
 
 def spec(name: str, *, tasks_max: int = 2, timeout_ms: int = 60_000) -> PipelineSpec:
@@ -199,17 +229,17 @@ def test_restarted_process_of_the_leader_gets_a_new_epoch_not_the_old_term(
     after that lease expires, with epoch + 1, and the old process's fence stops working."""
     old_store, new_store = open_stores(), open_stores()
     old, restarted = (
-        CoordinatorCore(
+        LeaseKeeper(
             store=store,
-            coordinator_id=CoordinatorId("c1"),
-            advertise_address="c1:1",
-            lease_ms=1_000,
+            settings=CoordinatorSettings(
+                coordinator_id=CoordinatorId("c1"), advertise="c1:1", lease_ms=1_000
+            ),
         )
         for store in (old_store, new_store)
     )
     old.campaign()
     assert old.role is LeaseRole.LEADER
-    old_fence = old.fence()
+    old_fence = old.require_fence()
     restarted.campaign()
     assert restarted.role is LeaseRole.FOLLOWER, "took over an unexpired term of its old process"
     assert new_store.lease.read_lease().leader_epoch == old_fence.leader_epoch
@@ -219,7 +249,7 @@ def test_restarted_process_of_the_leader_gets_a_new_epoch_not_the_old_term(
     wait_for_expiry(new_store)
     restarted.campaign()
     assert restarted.role is LeaseRole.LEADER
-    assert restarted.fence().leader_epoch == old_fence.leader_epoch + 1
+    assert restarted.require_fence().leader_epoch == old_fence.leader_epoch + 1
     old.campaign()
     assert old.role is LeaseRole.FOLLOWER
     with pytest.raises(FencedError, match="no longer holds the lease"):
@@ -305,32 +335,27 @@ def test_released_lease_goes_to_the_next_replica_at_once(
     assert taken.leader_epoch == fence.leader_epoch + 1
 
 
-def test_facade_steps_down_when_fenced(open_stores: Callable[..., SqlStore]) -> None:
+def test_herder_steps_down_when_fenced(open_stores: Callable[..., SqlStore]) -> None:
     s1, s2 = open_stores(), open_stores()
-    c1 = CoordinatorCore(store=s1, coordinator_id=CoordinatorId("c1"), advertise_address="c1:1")
+    c1 = herder(s1, "c1")
     # c2's local clock is frozen: it keeps believing it leads while its lease expires.
-    frozen = CoordinatorCore(
-        store=s2,
-        coordinator_id=CoordinatorId("c2"),
-        advertise_address="c2:1",
-        lease_ms=2_000,
-        monotonic=lambda: 0.0,
-    )
-    frozen.campaign()
-    assert frozen.role is LeaseRole.LEADER
-    c1.campaign()
-    assert c1.role is LeaseRole.FOLLOWER
+    frozen = herder(s2, "c2", lease_ms=2_000, monotonic=lambda: 0.0)
+    frozen.lease_keeper.campaign()
+    assert frozen.lease_keeper.role is LeaseRole.LEADER
+    c1.lease_keeper.campaign()
+    assert c1.lease_keeper.role is LeaseRole.FOLLOWER
     with pytest.raises(NotLeader, match="not the leader") as caught:
-        c1.create_pipeline(spec("x").to_json())
+        c1.pipelines.create(spec=spec("x"), target_state=TargetState.RUNNING)
     assert caught.value.leader_address == "c2:1"
-    # The lease expires and c1 takes over: c2's next write is fenced and it steps down.
+    # The lease expires and c1 takes over: c2's next write is fenced (nothing written,
+    # NotLeader to its caller) and it steps down.
     wait_for_expiry(s1)
-    assert c1.campaign().holder == "c1"
-    with pytest.raises(FencedError):
-        frozen.create_pipeline(spec("late").to_json())
-    assert frozen.role is LeaseRole.FOLLOWER
+    assert c1.lease_keeper.campaign().holder == "c1"
+    with pytest.raises(NotLeader):
+        frozen.pipelines.create(spec=spec("late"), target_state=TargetState.RUNNING)
+    assert frozen.lease_keeper.role is LeaseRole.FOLLOWER
     with pytest.raises(NotFound):
-        c1.get_pipeline(PipelineId("late"))
+        c1.pipelines.get(PipelineId("late"))
 
 
 # ---------------------------------------------------------------------------- membership
@@ -395,19 +420,16 @@ def test_rebalance_moves_a_dead_executors_tasks_after_the_delay(
 ) -> None:
     session_ms, delay_ms = 1_000, 1_000
     store = open_stores()
-    coordinator = CoordinatorCore(
-        store=store,
-        coordinator_id=CoordinatorId("c1"),
-        advertise_address="c1:1",
-        lease_ms=60_000,
-        session_timeout_ms=session_ms,
-        reassign_delay_ms=delay_ms,
+    leader = herder(
+        store, "c1", lease_ms=60_000, session_timeout_ms=session_ms, reassign_delay_ms=delay_ms
     )
-    coordinator.campaign()
-    tasks = pipeline_with_tasks(store, coordinator.fence(), "moving", partitions=4, tasks_max=4)
-    e1 = coordinator.register_executor(ExecutorId("e1"), "a:1")
-    e2 = coordinator.register_executor(ExecutorId("e2"), "b:1")
-    first = coordinator.rebalance()
+    leader.lease_keeper.campaign()
+    fence = leader.require_fence()
+    tasks = pipeline_with_tasks(store, fence, "moving", partitions=4, tasks_max=4)
+    members = leader.membership
+    e1 = members.register_executor(executor_id=ExecutorId("e1"), address="a:1").executor
+    e2 = members.register_executor(executor_id=ExecutorId("e2"), address="b:1").executor
+    first = members.rebalance(fence)
     # Balanced between the two (both heartbeated well within the session timeout).
     assert sorted(len(ts) for ts in first.plan.assignment.values()) == [2, 2]
     lost = first.plan.assignment[e2.executor_id]
@@ -417,9 +439,9 @@ def test_rebalance_moves_a_dead_executors_tasks_after_the_delay(
     # e2 stops heartbeating, e1 goes on. e2 keeps its tasks until its session timeout
     # plus the reassignment delay have passed by the database's clock, then they move.
     def e2_tasks_moved() -> bool:
-        coordinator.heartbeat(e1.executor_id, e1.generation)
+        members.heartbeat(executor_id=e1.executor_id, generation=e1.generation, reports=[])
         before_ms = store.db_now_ms()
-        plan = coordinator.rebalance().plan
+        plan = members.rebalance(fence).plan
         if plan.assignment.get(e2.executor_id) == lost:
             return False
         assert before_ms >= e2_last_heartbeat + session_ms, "moved before the session expired"
@@ -433,8 +455,8 @@ def test_rebalance_moves_a_dead_executors_tasks_after_the_delay(
         assert after[task].executor_id == e1.executor_id
         assert after[task].generation == generations[task] + 1
         assert after[task].state is TaskState.UNASSIGNED
-    views = {v.record.executor_id: v for v in coordinator.list_executors()}
-    assert views[e1.executor_id].tasks == frozenset(tasks)
+    views = {v.record.executor_id: v for v in members.list_executors()}
+    assert frozenset(views[e1.executor_id].tasks) == frozenset(tasks)
     assert views[e2.executor_id].liveness is ExecutorLiveness.DEAD
 
 
@@ -475,17 +497,15 @@ def test_pipeline_lifecycle_and_errors(open_stores: Callable[..., SqlStore]) -> 
     assert store.pipelines.list_tasks(pipeline_id=PipelineId("doomed")) == []
 
 
-def test_facade_validates_configs_with_field_errors(open_stores: Callable[..., SqlStore]) -> None:
-    coordinator = CoordinatorCore(
-        store=open_stores(), coordinator_id=CoordinatorId("c1"), advertise_address="c1:1"
-    )
-    coordinator.campaign()
+def test_configs_are_refused_with_field_errors(open_stores: Callable[..., SqlStore]) -> None:
+    leader = herder(open_stores(), "c1")
+    leader.lease_keeper.campaign()
     bad = spec("ok").to_json()
     bad["checkpoint"]["interval_ms"] = -1
     with pytest.raises(InvalidArgument) as caught:
-        coordinator.create_pipeline(bad)
+        parse_pipeline_spec(bad)
     assert [v.field for v in caught.value.violations] == ["checkpoint.interval_ms"]
-    assert coordinator.list_pipelines() == ([], "")
+    assert leader.pipelines.list_pipelines(page_size=100, page_token="") == ([], "")
 
 
 def test_resplit_bumps_only_changed_tasks(open_stores: Callable[..., SqlStore]) -> None:

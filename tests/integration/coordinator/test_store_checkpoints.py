@@ -10,12 +10,10 @@ import pytest
 import sqlalchemy as sa
 
 from lockgate.common.errors import FailedPrecondition
-from lockgate.coordinator.core import CoordinatorCore
 from lockgate.coordinator.domain.checkpoints import OffsetRange, Precommit, SinkHandle
 from lockgate.coordinator.domain.errors import FencedError, IllegalTransition, StaleGeneration
 from lockgate.coordinator.domain.ids import (
     CheckpointId,
-    CoordinatorId,
     ExecutorId,
     Generation,
     PipelineId,
@@ -27,6 +25,7 @@ from lockgate.coordinator.domain.tasks import TopicPartition, split_partitions
 from lockgate.coordinator.store import SqlStore
 from lockgate.coordinator.store.tables import checkpoints, precommit_offsets, source_offsets
 from tests.integration.coordinator.test_store import (
+    herder,
     lead,
     open_stores,  # noqa: F401 - fixture
     spec,
@@ -405,39 +404,38 @@ def test_new_leader_recovers_pending_commits_in_order(
         precommit(old_store, old, n, t1, start=(n - 1) * 10, end=n * 10)
     # N=1 and N=2 COMPLETE but never committed; the leader dies.
     wait_for_expiry(new_store)
-    coordinator = CoordinatorCore(
-        store=new_store, coordinator_id=CoordinatorId("c2"), advertise_address="c2:1"
-    )
-    coordinator.campaign()
+    second = herder(new_store, "c2")
+    second.lease_keeper.campaign()
+    fence = second.require_fence()
     # Room for one more in-flight checkpoint once 1 is committed.
-    coordinator.mark_committed(pid, C(1))
-    n3 = coordinator.trigger_due_checkpoints()
-    assert [c.checkpoint_id for c in n3] == [3]
-    assert n3[0].leader_epoch == 2
-    precommit(new_store, coordinator.fence(), 3, t0, start=20, end=25)
+    new_store.checkpoints.mark_committed(fence=fence, pipeline_id=pid, checkpoint_id=C(1))
+    n3 = new_store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    assert (n3.checkpoint_id, n3.leader_epoch) == (3, 2)
+    precommit(new_store, fence, 3, t0, start=20, end=25)
 
     # Another change of leader: c2's in-flight N=3 is aborted, N=2 is re-committed.
-    third = CoordinatorCore(
-        store=open_stores(), coordinator_id=CoordinatorId("c3"), advertise_address="c3:1"
-    )
-    coordinator.resign()
-    third.campaign()
-    plan = third.recover()
+    third_store = open_stores()
+    third = herder(third_store, "c3")
+    second.lease_keeper.resign()
+    third.lease_keeper.campaign()
+    plan = third.checkpoints.recover(third.require_fence())
     assert plan.aborted == ((pid, 3),)
     assert [(p.checkpoint_id, [h.task_id for h in p.handles]) for p in plan.to_commit] == [
         (2, [t0, t1])
     ]
     assert {(t.checkpoint_id, t.task_id) for t in plan.to_abort} == {(3, t0), (3, t1)}
-    restore = third.restore_state(t0)
+    restore = third_store.checkpoints.restore_state(task_id=t0)
     assert restore.start_offsets == {TopicPartition("in", 0): 20, TopicPartition("in", 1): 20}
     assert [c.checkpoint_id for c in restore.to_commit] == [2]
     # A heartbeat reads every task's restore state at once: each gets its own handles only.
-    both = third.store.checkpoints.restore_states(task_ids=[t0, t1])
+    both = third_store.checkpoints.restore_states(task_ids=[t0, t1])
     assert both[t0] == restore
     assert [[h.task_id for h in c.handles] for c in both[t1].to_commit] == [[t1]]
     assert {(t.checkpoint_id, t.task_id) for t in both[t1].to_abort} == {(3, t1)}
-    third.mark_committed(pid, C(2))
-    assert third.store.checkpoints.list_pending_commits() == []
+    third_store.checkpoints.mark_committed(
+        fence=third.require_fence(), pipeline_id=pid, checkpoint_id=C(2)
+    )
+    assert third_store.checkpoints.list_pending_commits() == []
 
 
 def test_batched_precommits_are_all_or_nothing(

@@ -1,26 +1,16 @@
-"""The coordinator servicer's pure parts (spec conversion, report parsing, fencing status,
-paging) and a replica's view of who leads, over a SQLite file. No sockets."""
+"""The coordinator api's pure parts (spec conversion, report parsing, fencing status,
+paging). No sockets."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from lockgate.common.errors import InvalidArgument, NotLeader
-from lockgate.coordinator.domain.ids import CoordinatorId
+from lockgate.common.errors import InvalidArgument
+from lockgate.coordinator.api.convert import page_size, precommit_from_proto
+from lockgate.coordinator.api.fencing import fencing_status
+from lockgate.coordinator.api.spec_convert import spec_from_proto, spec_to_proto, spec_violations
 from lockgate.coordinator.domain.pipeline_spec import Delivery, RecordFormat, StartingOffsets
-from lockgate.coordinator.leader import Coordinator, CoordinatorSettings
-from lockgate.coordinator.servicer import (
-    fencing_status,
-    page_size,
-    precommit_from_proto,
-    spec_from_proto,
-    spec_to_proto,
-    spec_violations,
-)
-from lockgate.coordinator.store import open_store
 from lockgate.v1 import common_pb2, coordinator_pb2
 
 
@@ -181,42 +171,6 @@ def test_page_size_defaults_caps_and_refuses_negative() -> None:
     assert page_size(5_000) == 1_000
     with pytest.raises(InvalidArgument):
         page_size(-1)
-
-
-def test_a_follower_names_the_leader_from_the_lease_row(tmp_path: Path) -> None:
-    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
-        store.lease.try_acquire_lease(
-            holder=CoordinatorId("c2"), holder_address="127.0.0.1:7072", lease_ms=60_000
-        )
-        follower = Coordinator(
-            store=store,
-            settings=CoordinatorSettings(
-                coordinator_id=CoordinatorId("c1"), advertise="127.0.0.1:7071"
-            ),
-        )
-        follower.lease_keeper.attempt()  # loses: c2 holds an unexpired lease
-        with pytest.raises(NotLeader) as raised:
-            follower.require_fence()
-        assert raised.value.leader_address == "127.0.0.1:7072"
-    finally:
-        store.close()
-
-
-def test_the_lease_keeper_makes_a_free_lease_ours(tmp_path: Path) -> None:
-    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
-    try:
-        leader = Coordinator(
-            store=store,
-            settings=CoordinatorSettings(
-                coordinator_id=CoordinatorId("c1"), advertise="127.0.0.1:7071", lease_ms=5_000
-            ),
-        )
-        leader.lease_keeper.attempt()
-        fence = leader.require_fence()
-        assert (fence.holder, fence.leader_epoch) == ("c1", 1)
-    finally:
-        store.close()
 
 
 def test_avro_format_and_registry_url_survive_the_round_trip() -> None:

@@ -1,4 +1,6 @@
-"""The leader's client of `ExecutorService`: every call carries the leader epoch.
+"""The herder's edge to executors: the client of `ExecutorService`, where the leader's
+domain values (fence, handles, start offsets) become protos. Every call carries the
+leader epoch.
 
 The leader calls executors to run steps 1 and 4 of the checkpoint protocol (trigger,
 commit) and to abort what never became COMPLETE. Each call names the executor
@@ -25,7 +27,7 @@ from typing import TypeVar
 import grpc
 
 from lockgate.common.grpc_client import error_details, open_channel
-from lockgate.coordinator.domain.checkpoints import SinkHandle
+from lockgate.coordinator.domain.checkpoints import LingeringTransaction, SinkHandle
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.tasks import TopicPartition
@@ -194,10 +196,12 @@ class ExecutorClient:
         executor: ExecutorRecord,
         pipeline_name: str,
         checkpoint_id: int,
-        handles: Sequence[common_pb2.SinkHandle],
+        handles: Sequence[SinkHandle],
+        bootstrap_servers: str,
     ) -> int:
-        """Commit handles of COMPLETE checkpoint N (step 4); leader-only. Returns the count
-        the executor acked; any exception means "not acked, retry"."""
+        """Commit handles of COMPLETE checkpoint N (step 4) on the sink cluster at
+        `bootstrap_servers`; leader-only. Returns the count the executor acked; any
+        exception means "not acked, retry"."""
         request = executor_pb2.CommitCheckpointRequest(
             request_id=uuid.uuid4().hex,
             leader_epoch=leader_epoch_pb(fence),
@@ -205,7 +209,7 @@ class ExecutorClient:
             executor_generation=int(executor.generation),
             pipeline_name=pipeline_name,
             checkpoint_id=checkpoint_id,
-            handles=list(handles),
+            handles=[sink_handle_pb(h, bootstrap_servers=bootstrap_servers) for h in handles],
         )
         response = self._call(
             executor,
@@ -221,10 +225,12 @@ class ExecutorClient:
         executor: ExecutorRecord,
         pipeline_name: str,
         checkpoint_id: int,
-        handles: Sequence[common_pb2.SinkHandle],
+        transactions: Sequence[LingeringTransaction],
+        bootstrap_servers: str,
         reason: str,
     ) -> int:
-        """Abort handles of a checkpoint that will never be COMPLETE; leader-only."""
+        """Abort the transactions of a checkpoint that will never be COMPLETE, on the sink
+        cluster at `bootstrap_servers`; leader-only."""
         request = executor_pb2.AbortCheckpointRequest(
             request_id=uuid.uuid4().hex,
             leader_epoch=leader_epoch_pb(fence),
@@ -232,7 +238,17 @@ class ExecutorClient:
             executor_generation=int(executor.generation),
             pipeline_name=pipeline_name,
             checkpoint_id=checkpoint_id,
-            handles=list(handles),
+            handles=[
+                common_pb2.SinkHandle(
+                    kafka=common_pb2.KafkaTransactionHandle(
+                        transactional_id=t.transactional_id,
+                        producer_id=t.producer_id,
+                        producer_epoch=t.producer_epoch,
+                        bootstrap_servers=bootstrap_servers,
+                    )
+                )
+                for t in transactions
+            ],
             reason=reason,
         )
         response = self._call(

@@ -1,0 +1,406 @@
+"""Proto <-> domain conversion of the coordinator's resources and reports.
+
+Pure functions (no gRPC context, no store): the api's servicer converts each request with
+them, delegates to the herder, and converts the herder's plain values back. Request
+fields are validated here by their proto paths (InvalidArgument naming the field).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from google.protobuf import timestamp_pb2
+
+from lockgate.common.errors import FieldViolation
+from lockgate.coordinator.api.spec_convert import spec_to_proto
+from lockgate.coordinator.domain.assignment import ExecutorLiveness
+from lockgate.coordinator.domain.checkpoints import (
+    CheckpointRecord,
+    OffsetRange,
+    Precommit,
+    RestoreState,
+    SinkHandle,
+)
+from lockgate.coordinator.domain.errors import InvalidArgument
+from lockgate.coordinator.domain.ids import (
+    CheckpointId,
+    ExecutorId,
+    Generation,
+    PipelineId,
+    TaskId,
+    split_task_id,
+    task_id,
+)
+from lockgate.coordinator.domain.membership import ExecutorRecord
+from lockgate.coordinator.domain.pipelines import PartitionOffset, PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
+from lockgate.coordinator.herder.membership import ExecutorView, TaskAssignment
+from lockgate.v1 import common_pb2, coordinator_pb2
+
+TARGET_STATE_TO_PB: Mapping[TargetState, int] = {
+    TargetState.RUNNING: common_pb2.TARGET_STATE_RUNNING,
+    TargetState.PAUSED: common_pb2.TARGET_STATE_PAUSED,
+    TargetState.STOPPED: common_pb2.TARGET_STATE_STOPPED,
+}
+TARGET_STATE_FROM_PB: Mapping[int, TargetState] = {v: k for k, v in TARGET_STATE_TO_PB.items()}
+
+TASK_STATE_TO_PB: Mapping[TaskState, int] = {
+    TaskState.UNASSIGNED: common_pb2.TASK_STATE_UNASSIGNED,
+    TaskState.RUNNING: common_pb2.TASK_STATE_RUNNING,
+    TaskState.PAUSED: common_pb2.TASK_STATE_PAUSED,
+    TaskState.STOPPED: common_pb2.TASK_STATE_STOPPED,
+    TaskState.FAILED: common_pb2.TASK_STATE_FAILED,
+    TaskState.RESTARTING: common_pb2.TASK_STATE_RESTARTING,
+}
+TASK_STATE_FROM_PB: Mapping[int, TaskState] = {v: k for k, v in TASK_STATE_TO_PB.items()}
+
+CHECKPOINT_STATE_TO_PB: Mapping[CheckpointState, int] = {
+    CheckpointState.TRIGGERED: common_pb2.CHECKPOINT_STATE_TRIGGERED,
+    CheckpointState.COMPLETE: common_pb2.CHECKPOINT_STATE_COMPLETE,
+    CheckpointState.COMMITTED: common_pb2.CHECKPOINT_STATE_COMMITTED,
+    CheckpointState.ABORTED: common_pb2.CHECKPOINT_STATE_ABORTED,
+}
+CHECKPOINT_STATE_FROM_PB: Mapping[int, CheckpointState] = {
+    v: k for k, v in CHECKPOINT_STATE_TO_PB.items()
+}
+
+_DEFAULT_PAGE = 100
+_MAX_PAGE = 1000
+
+
+def timestamp(ms: int | None) -> timestamp_pb2.Timestamp | None:
+    """A Timestamp from milliseconds since the Unix epoch (None stays None)."""
+    if ms is None:
+        return None
+    result = timestamp_pb2.Timestamp()
+    result.FromMilliseconds(ms)
+    return result
+
+
+def pipeline_to_proto(record: PipelineRecord) -> common_pb2.Pipeline:
+    """The Pipeline resource of a stored pipeline."""
+    return common_pb2.Pipeline(
+        name=record.pipeline_id,
+        spec=spec_to_proto(record.spec),
+        config_version=record.config_version,
+        target_state=TARGET_STATE_TO_PB[record.target_state],  # type: ignore[arg-type]
+        create_time=timestamp(record.created_at_ms),
+        update_time=timestamp(record.updated_at_ms),
+    )
+
+
+def task_id_to_proto(task: TaskId) -> common_pb2.TaskId:
+    """`<pipeline>/<index>` as a TaskId message."""
+    pipeline, index = split_task_id(task)
+    return common_pb2.TaskId(pipeline_name=pipeline, task_index=index)
+
+
+def task_id_from_proto(task: common_pb2.TaskId, field_path: str) -> TaskId:
+    """The domain id of a TaskId message; InvalidArgument naming `field_path` if empty."""
+    if not task.pipeline_name:
+        raise InvalidArgument.for_field(
+            f"{field_path}.pipeline_name", "must name the task's pipeline"
+        )
+    if task.task_index < 0:
+        raise InvalidArgument.for_field(
+            f"{field_path}.task_index", f"must be >= 0, got {task.task_index}"
+        )
+    return task_id(PipelineId(task.pipeline_name), task.task_index)
+
+
+def task_to_proto(
+    record: TaskRecord, *, target_state: TargetState, config_version: int
+) -> common_pb2.Task:
+    """The Task resource; a released task of a STOPPED pipeline shows as STOPPED."""
+    state = record.state
+    if target_state is TargetState.STOPPED and record.executor_id is None:
+        state = TaskState.STOPPED
+    result = common_pb2.Task(
+        task_id=task_id_to_proto(record.task_id),
+        task_generation=record.generation,
+        config_version=config_version,
+        source_partitions=[
+            common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
+            for tp in record.partitions
+        ],
+        executor_id=record.executor_id or "",
+        executor_generation=record.state_executor_generation or 0,
+        state=TASK_STATE_TO_PB[state],  # type: ignore[arg-type]
+        state_change_time=timestamp(record.updated_at_ms),
+    )
+    if record.last_error:
+        result.last_error.CopyFrom(
+            common_pb2.TaskError(
+                message=record.last_error,
+                executor_id=record.state_executor_id or "",
+                executor_generation=record.state_executor_generation or 0,
+                task_generation=record.generation,
+            )
+        )
+        location = _BAD_RECORD_RE.search(record.last_error)
+        if location is not None:
+            result.last_error.record.CopyFrom(
+                common_pb2.RecordLocation(
+                    topic=location["topic"],
+                    partition=int(location["partition"]),
+                    offset=int(location["offset"]),
+                )
+            )
+    return result
+
+
+# The store keeps a task's last error as text; a bad record's location is written into it
+# as "TOPIC[PARTITION]@OFFSET" (by the executor's RecordError and by ReportTaskFailure),
+# from which GetPipelineStatus gives TaskError.record back to clients.
+_BAD_RECORD_RE = re.compile(
+    r"(?:bad record at |\(record )(?P<topic>[A-Za-z0-9._-]+)\[(?P<partition>\d+)\]@(?P<offset>\d+)"
+)
+
+
+def _duration(start: int | None, end: int | None) -> int:
+    return end - start if start is not None and end is not None else 0
+
+
+def checkpoint_to_proto(record: CheckpointRecord, *, detailed: bool) -> common_pb2.Checkpoint:
+    """The Checkpoint resource with its timings; `detailed` adds each task's part."""
+    end = record.committed_at_ms if record.committed_at_ms is not None else record.aborted_at_ms
+    result = common_pb2.Checkpoint(
+        pipeline_name=record.pipeline_id,
+        checkpoint_id=record.checkpoint_id,
+        state=CHECKPOINT_STATE_TO_PB[record.state],  # type: ignore[arg-type]
+        leader_epoch=common_pb2.LeaderEpoch(epoch=record.leader_epoch),
+        trigger_time=timestamp(record.triggered_at_ms),
+        complete_time=timestamp(record.completed_at_ms),
+        commit_time=timestamp(record.committed_at_ms),
+        abort_time=timestamp(record.aborted_at_ms),
+        precommit_duration_ms=_duration(record.triggered_at_ms, record.completed_at_ms),
+        commit_duration_ms=_duration(record.completed_at_ms, record.committed_at_ms),
+        total_duration_ms=_duration(record.triggered_at_ms, end),
+        abort_reason=record.abort_reason or "",
+    )
+    if detailed:
+        for trigger in record.tasks:
+            result.tasks.append(
+                common_pb2.TaskCheckpoint(
+                    task_id=task_id_to_proto(trigger.task_id),
+                    task_generation=trigger.task_generation,
+                    executor_id=trigger.executor_id or "",
+                    state=_task_checkpoint_state(record, trigger.task_id),  # type: ignore[arg-type]
+                )
+            )
+    return result
+
+
+def _task_checkpoint_state(record: CheckpointRecord, task: TaskId) -> int:
+    if record.state is CheckpointState.COMMITTED:
+        return common_pb2.TASK_CHECKPOINT_STATE_COMMITTED
+    if record.state is CheckpointState.ABORTED:
+        return common_pb2.TASK_CHECKPOINT_STATE_ABORTED
+    if task in record.precommitted:
+        return common_pb2.TASK_CHECKPOINT_STATE_PRECOMMITTED
+    return common_pb2.TASK_CHECKPOINT_STATE_TRIGGERED
+
+
+def sink_handle_to_proto(
+    *, transactional_id: str, producer_id: int | None, producer_epoch: int | None, servers: str
+) -> common_pb2.SinkHandle:
+    """A Kafka sink handle; producer id and epoch stay absent when unknown."""
+    kafka = common_pb2.KafkaTransactionHandle(
+        transactional_id=transactional_id, bootstrap_servers=servers
+    )
+    if producer_id is not None:
+        kafka.producer_id = producer_id
+    if producer_epoch is not None:
+        kafka.producer_epoch = producer_epoch
+    return common_pb2.SinkHandle(kafka=kafka)
+
+
+def restore_to_proto(
+    restore: RestoreState, *, restored_checkpoint_id: int, servers: str
+) -> coordinator_pb2.TaskRestoreState:
+    """What a (re)assigned task must finish before its first batch."""
+    return coordinator_pb2.TaskRestoreState(
+        restored_checkpoint_id=restored_checkpoint_id,
+        start_offsets=[
+            common_pb2.PartitionOffset(topic=tp.topic, partition=tp.partition, offset=offset)
+            for tp, offset in sorted(restore.start_offsets.items())
+        ],
+        commit_before_start=[
+            common_pb2.CheckpointHandles(
+                checkpoint_id=pending.checkpoint_id,
+                handles=[
+                    sink_handle_to_proto(
+                        transactional_id=h.transactional_id,
+                        producer_id=h.producer_id,
+                        producer_epoch=h.producer_epoch,
+                        servers=servers,
+                    )
+                    for task_handles in pending.handles
+                    if task_handles.task_id == restore.task_id
+                    for h in task_handles.handles
+                ],
+            )
+            for pending in restore.to_commit
+        ],
+        abort_before_start=[
+            sink_handle_to_proto(
+                transactional_id=item.transactional_id,
+                producer_id=item.producer_id,
+                producer_epoch=item.producer_epoch,
+                servers=servers,
+            )
+            for item in restore.to_abort
+            if item.must_be_sent
+        ],
+    )
+
+
+def precommit_from_proto(request: coordinator_pb2.ReportPrecommitRequest) -> Precommit:
+    """The domain pre-commit of a ReportPrecommit; InvalidArgument naming each bad field."""
+    violations: list[FieldViolation] = []
+    if request.checkpoint_id <= 0:
+        violations.append(FieldViolation("checkpoint_id", "must be >= 1"))
+    if not request.executor_id:
+        violations.append(FieldViolation("executor_id", "must name the reporting executor"))
+    if not request.task_id.pipeline_name:
+        violations.append(FieldViolation("task_id.pipeline_name", "must name the pipeline"))
+    ranges: list[OffsetRange] = []
+    for i, r in enumerate(request.source_ranges):
+        if not r.topic or r.partition < 0 or r.start_offset < 0 or r.end_offset < r.start_offset:
+            violations.append(
+                FieldViolation(
+                    f"source_ranges[{i}]",
+                    f"{r.topic}[{r.partition}] [{r.start_offset}, {r.end_offset}) is not a "
+                    "half-open range of a named partition with 0 <= start <= end",
+                )
+            )
+        ranges.append(OffsetRange(r.topic, r.partition, r.start_offset, r.end_offset))
+    handles: list[SinkHandle] = []
+    for i, h in enumerate(request.sink_handles):
+        if h.WhichOneof("handle") != "kafka":
+            violations.append(
+                FieldViolation(f"sink_handles[{i}]", "only Kafka transaction handles exist in v1")
+            )
+            continue
+        if not h.kafka.transactional_id:
+            violations.append(
+                FieldViolation(f"sink_handles[{i}].kafka.transactional_id", "must be set")
+            )
+        if not h.kafka.HasField("producer_id") or not h.kafka.HasField("producer_epoch"):
+            violations.append(
+                FieldViolation(
+                    f"sink_handles[{i}].kafka.producer_id",
+                    "a pre-committed transaction needs its producer id and epoch to be "
+                    "committed later; report the failure (ReportCheckpointFailure) instead",
+                )
+            )
+            continue
+        handles.append(
+            SinkHandle(
+                transactional_id=h.kafka.transactional_id,
+                producer_id=h.kafka.producer_id,
+                producer_epoch=h.kafka.producer_epoch,
+            )
+        )
+    if violations:
+        raise InvalidArgument(
+            "invalid ReportPrecommit: "
+            + "; ".join(f"{v.field}: {v.description}" for v in violations),
+            violations=violations,
+        )
+    return Precommit(
+        pipeline_id=PipelineId(request.task_id.pipeline_name),
+        checkpoint_id=CheckpointId(request.checkpoint_id),
+        task_id=task_id_from_proto(request.task_id, "task_id"),
+        task_generation=Generation(request.task_generation),
+        executor_id=ExecutorId(request.executor_id),
+        executor_generation=Generation(request.executor_generation),
+        offsets=tuple(ranges),
+        handles=tuple(handles),
+    )
+
+
+def page_size(value: int, field_path: str = "page_size") -> int:
+    """A request's page size: 0 means the default, larger values are capped."""
+    if value < 0:
+        raise InvalidArgument.for_field(field_path, f"must be >= 0, got {value}")
+    return min(value or _DEFAULT_PAGE, _MAX_PAGE)
+
+
+def int_token(token: str, field_path: str = "page_token") -> int | None:
+    if not token:
+        return None
+    if not token.isdigit():
+        raise InvalidArgument.for_field(
+            field_path, "is not a token this server returned; pass next_page_token unchanged"
+        )
+    return int(token)
+
+
+def require(value: str, field_path: str, what: str) -> str:
+    if not value:
+        raise InvalidArgument.for_field(field_path, f"must be set to {what}")
+    return value
+
+
+def session_id(executor: ExecutorRecord) -> str:
+    """The opaque session id of a registration (unique because the generation is)."""
+    return f"{executor.executor_id}-g{executor.generation}-{executor.registered_at_ms}"
+
+
+def executor_to_proto(view: ExecutorView) -> common_pb2.Executor:
+    """The Executor resource: its registration, liveness and tasks."""
+    alive = view.liveness is ExecutorLiveness.ALIVE
+    executor = view.record
+    return common_pb2.Executor(
+        executor_id=executor.executor_id,
+        address=executor.address,
+        executor_generation=executor.generation,
+        session_id=session_id(executor),
+        state=(common_pb2.EXECUTOR_STATE_ALIVE if alive else common_pb2.EXECUTOR_STATE_EXPIRED),
+        tasks=[task_id_to_proto(t) for t in view.tasks],
+        register_time=timestamp(executor.registered_at_ms),
+        last_heartbeat_time=timestamp(executor.last_heartbeat_ms),
+    )
+
+
+def partition_offsets_to_proto(
+    offsets: Iterable[PartitionOffset],
+) -> list[common_pb2.PartitionOffset]:
+    """Where each source partition resumes."""
+    return [
+        common_pb2.PartitionOffset(topic=o.topic, partition=o.partition, offset=o.next_offset)
+        for o in offsets
+    ]
+
+
+def assignments_to_proto(
+    assignments: Iterable[TaskAssignment],
+) -> list[coordinator_pb2.TaskAssignment]:
+    """The tasks an executor must run, each with its spec and restore state."""
+    specs: dict[PipelineId, common_pb2.PipelineSpec] = {}
+    result: list[coordinator_pb2.TaskAssignment] = []
+    for a in assignments:
+        pipeline = a.pipeline
+        if pipeline.pipeline_id not in specs:
+            specs[pipeline.pipeline_id] = spec_to_proto(pipeline.spec)
+        result.append(
+            coordinator_pb2.TaskAssignment(
+                task_id=task_id_to_proto(a.task.task_id),
+                task_generation=a.task.generation,
+                config_version=pipeline.config_version,
+                pipeline_spec=specs[pipeline.pipeline_id],
+                source_partitions=[
+                    common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
+                    for tp in a.task.partitions
+                ],
+                target_state=TARGET_STATE_TO_PB[pipeline.target_state],  # type: ignore[arg-type]
+                restore=restore_to_proto(
+                    a.restore,
+                    restored_checkpoint_id=a.restored_checkpoint_id,
+                    servers=pipeline.spec.sink.bootstrap_servers,
+                ),
+            )
+        )
+    return result

@@ -1,0 +1,484 @@
+"""The checkpoint driver (Flink's CheckpointCoordinator): the leader's side of the
+two-phase commit (DESIGN.md) -- trigger, commit, abort, timeouts, and a new leader's
+recovery. What executors report back (pre-commits, failures) is `reports.py`.
+
+The store applies each decision inside a fenced transaction; this module decides when to
+ask for it and calls the executors (through `herder/executors.py`, which builds the protos).
+
+Rules and known races:
+- Checkpoint N+1 is triggered only when no checkpoint of the pipeline is TRIGGERED: its
+  start offsets are then N's end offsets, known in SQL (N is COMPLETE), while N may still
+  be committing (the overlap the design allows). How many may be in flight at once is
+  `DEFAULT_MAX_IN_FLIGHT` (domain/checkpoints.py), stated there only.
+- A pipeline is triggered only when every task runs on an alive executor that reported it
+  RUNNING, and when it has no un-acked aborts.
+- Aborting a handle whose producer id is unknown re-initialises the ids of its slot
+  that have a transaction open, which would also abort a later transaction on them. The
+  slot is reusable once its checkpoint is ABORTED, so the loop never triggers a pipeline
+  that still has un-acked aborts, and an executor answers an abort only once no batch of
+  that checkpoint runs on it any more: the abort, and the last producer a batch of the
+  checkpoint opens, land before the slot is reused. An entry whose slot a later
+  checkpoint took anyway is not sent (that checkpoint's init_transactions aborted it).
+- Commits are sent oldest first per pipeline and retried (with backoff) until acked;
+  only then is the checkpoint marked COMMITTED.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from lockgate.common.failpoints import Failpoint, Failpoints
+from lockgate.coordinator.domain.checkpoints import (
+    CheckpointRecord,
+    LingeringTransaction,
+    PendingCommit,
+    SinkHandle,
+    commit_order,
+    should_trigger,
+)
+from lockgate.coordinator.domain.errors import (
+    FailedPrecondition,
+    IllegalTransition,
+    NotFound,
+)
+from lockgate.coordinator.domain.ids import (
+    CheckpointId,
+    ExecutorId,
+    PipelineId,
+)
+from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.domain.membership import ExecutorRecord
+from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
+from lockgate.coordinator.domain.tasks import TopicPartition
+from lockgate.coordinator.herder.executors import (
+    CheckpointTaskCall,
+    ExecutorCallFailed,
+    ExecutorClient,
+    ExecutorRegistrationStale,
+    LeaderEpochRefused,
+)
+from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
+from lockgate.coordinator.herder.membership import Membership, pick_executor
+from lockgate.coordinator.herder.pipelines import all_pipelines
+from lockgate.coordinator.store.sql_store import SqlStore
+
+_LOG = logging.getLogger(__name__)
+_MAX_BACKOFF_S = 2.0
+
+
+@dataclass
+class _Backoff:
+    """Per-key retry schedule of the work loop (commits, aborts)."""
+
+    next_at: dict[object, float] = field(default_factory=dict)
+    delay: dict[object, float] = field(default_factory=dict)
+
+    def due(self, key: object) -> bool:
+        return time.monotonic() >= self.next_at.get(key, 0.0)
+
+    def failed(self, key: object) -> None:
+        delay = min(_MAX_BACKOFF_S, self.delay.get(key, 0.05) * 2)
+        self.delay[key] = delay
+        self.next_at[key] = time.monotonic() + delay
+
+    def succeeded(self, key: object) -> None:
+        self.next_at.pop(key, None)
+        self.delay.pop(key, None)
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    """What a new leader found to do before triggering anything (DESIGN.md step 5)."""
+
+    aborted: tuple[tuple[PipelineId, CheckpointId], ...]
+    """In-flight checkpoints it aborted because it cannot know their outcome."""
+    to_commit: tuple[PendingCommit, ...]
+    """COMPLETE, not COMMITTED checkpoints, in creation order: commit them again."""
+    to_abort: tuple[LingeringTransaction, ...]
+    """Transactions of checkpoints that never became COMPLETE: abort them."""
+
+
+class CheckpointDriver:
+    """Drives every pipeline's checkpoints; every method that writes is leader-only."""
+
+    def __init__(
+        self,
+        *,
+        store: SqlStore,
+        lease: LeaseKeeper,
+        membership: Membership,
+        executors: ExecutorClient,
+        failpoints: Failpoints,
+        wake: Callable[[], None],
+        duty_lock: threading.Lock,
+    ) -> None:
+        self._store = store
+        self._lease = lease
+        self._membership = membership
+        self._executors = executors
+        # LOCKGATE_FAILPOINTS=after_complete_before_commit[@N] makes this process exit hard
+        # between a COMPLETE checkpoint and its commit calls (fault tests only).
+        self._failpoints = failpoints
+        self._wake = wake
+        # One leader duty at a time: the work loop's pass, or a servicer thread finishing a
+        # deleted pipeline's checkpoints (they share the retry schedule).
+        self._duty_lock = duty_lock
+        self._backoff = _Backoff()
+
+    # ------------------------------------------------------------------ reads
+
+    def list_checkpoints(
+        self,
+        *,
+        pipeline_id: PipelineId,
+        limit: int,
+        before: CheckpointId | None = None,
+        states: Sequence[CheckpointState] | None = None,
+    ) -> list[CheckpointRecord]:
+        """Checkpoint history with timings, newest first. Any replica."""
+        return self._store.checkpoints.list_checkpoints(
+            pipeline_id=pipeline_id, limit=limit, before=before, states=states
+        )
+
+    def get_checkpoint(
+        self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    ) -> CheckpointRecord:
+        """One checkpoint with each task's part (NotFound naming the pipeline or the
+        checkpoint). Any replica."""
+        self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        return self._store.checkpoints.get_checkpoint(
+            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+        )
+
+    # ------------------------------------------------------------------ aborts
+
+    def abort_checkpoint(
+        self,
+        pipeline_id: PipelineId,
+        checkpoint_id: CheckpointId,
+        reason: str,
+        *,
+        term: Fence | None = None,
+    ) -> list[CheckpointId]:
+        """Abort a TRIGGERED checkpoint and the later in-flight ones of its pipeline.
+        Leader-only (`term`: the pass that decided it, if any)."""
+        return self._lease.leader_call(
+            lambda f: self._store.checkpoints.abort_checkpoint(
+                fence=f, pipeline_id=pipeline_id, checkpoint_id=checkpoint_id, reason=reason
+            ),
+            term=term,
+        )
+
+    def abort_triggered(self, pipeline_id: PipelineId, *, reason: str) -> None:
+        """Abort the pipeline's TRIGGERED checkpoints (the earliest takes the later ones
+        along). Leader-only."""
+        triggered = self._store.checkpoints.list_checkpoints(
+            pipeline_id=pipeline_id, limit=100, states=[CheckpointState.TRIGGERED]
+        )
+        if triggered:
+            self.abort_checkpoint(pipeline_id, min(c.checkpoint_id for c in triggered), reason)
+
+    def abort_timed_out(self, fence: Fence) -> None:
+        """Abort checkpoints older than their pipeline's timeout. Leader-only."""
+        aborted = self._lease.leader_call(
+            lambda f: self._store.checkpoints.abort_timed_out(fence=f)
+        )
+        for pipeline_id, checkpoint_id in aborted:
+            _LOG.warning("checkpoint %s of %s timed out: aborted", checkpoint_id, pipeline_id)
+
+    def send_aborts(self, fence: Fence, *, only: PipelineId | None = None) -> None:
+        """Abort the transactions of checkpoints that never became COMPLETE, then record
+        it so they leave the lingering list. Leader-only."""
+        lingering = self._store.checkpoints.list_lingering_transactions(pipeline_id=only)
+        if not lingering:
+            return
+        alive = self._membership.alive_executors()
+        by_checkpoint: dict[tuple[PipelineId, CheckpointId], list[LingeringTransaction]] = (
+            defaultdict(list)
+        )
+        for item in lingering:
+            by_checkpoint[(item.pipeline_id, item.checkpoint_id)].append(item)
+        for (pipeline_id, checkpoint_id), items in sorted(by_checkpoint.items()):
+            key = ("abort", pipeline_id, checkpoint_id)
+            if not self._backoff.due(key):
+                continue
+            if self._abort_one(fence, pipeline_id, checkpoint_id, items, alive):
+                self._backoff.succeeded(key)
+            else:
+                self._backoff.failed(key)
+
+    def _abort_one(
+        self,
+        fence: Fence,
+        pipeline_id: PipelineId,
+        checkpoint_id: CheckpointId,
+        items: Sequence[LingeringTransaction],
+        alive: Mapping[ExecutorId, ExecutorRecord],
+    ) -> bool:
+        try:
+            pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+            checkpoint = self._store.checkpoints.get_checkpoint(
+                pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+            )
+        except NotFound:
+            return True  # deleted meanwhile
+        owner = {t.task_id: t.executor_id for t in checkpoint.tasks}
+        groups: dict[ExecutorId, list[LingeringTransaction]] = defaultdict(list)
+        records: dict[ExecutorId, ExecutorRecord] = {}
+        for item in items:
+            executor = pick_executor(owner.get(item.task_id), alive)
+            if executor is None:
+                return False
+            records[executor.executor_id] = executor
+            groups[executor.executor_id].append(item)
+        for executor_id, group in sorted(groups.items()):
+            try:
+                self._executors.abort_checkpoint(
+                    fence=fence,
+                    executor=records[executor_id],
+                    pipeline_name=pipeline_id,
+                    checkpoint_id=checkpoint_id,
+                    transactions=[i for i in group if i.must_be_sent],
+                    bootstrap_servers=pipeline.spec.sink.bootstrap_servers,
+                    reason=checkpoint.abort_reason or "aborted",
+                )
+            except LeaderEpochRefused:
+                raise
+            except ExecutorCallFailed as exc:
+                _LOG.warning("abort not acked yet, will retry: %s", exc)
+                return False
+            for item in group:
+                self._lease.leader_call(
+                    lambda f, task=item.task_id: self._store.checkpoints.mark_handles_aborted(  # type: ignore[misc]
+                        fence=f, pipeline_id=pipeline_id, checkpoint_id=checkpoint_id, task_id=task
+                    )
+                )
+        return True
+
+    # ------------------------------------------------------------------ commits
+
+    def commit_pending(self, fence: Fence, *, only: PipelineId | None = None) -> None:
+        """Commit every COMPLETE-not-COMMITTED checkpoint, oldest first per pipeline, until
+        each is acked; then mark it COMMITTED (DESIGN.md step 4). Leader-only."""
+        pending = self._store.checkpoints.list_pending_commits(pipeline_id=only)
+        if not pending:
+            return
+        alive = self._membership.alive_executors()
+        blocked: set[PipelineId] = set()
+        for commit in pending:
+            if commit.pipeline_id in blocked:
+                continue  # creation order: N+1 waits for N's ack
+            key = ("commit", commit.pipeline_id, commit.checkpoint_id)
+            if not self._backoff.due(key):
+                blocked.add(commit.pipeline_id)
+            elif self._commit_one(fence, commit, alive):
+                self._backoff.succeeded(key)
+            else:
+                self._backoff.failed(key)
+                blocked.add(commit.pipeline_id)
+
+    def _commit_one(
+        self, fence: Fence, commit: PendingCommit, alive: Mapping[ExecutorId, ExecutorRecord]
+    ) -> bool:
+        pipeline = self._store.pipelines.get_pipeline(pipeline_id=commit.pipeline_id)
+        checkpoint = self._store.checkpoints.get_checkpoint(
+            pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
+        )
+        owner = {t.task_id: t.executor_id for t in checkpoint.tasks}
+        groups: dict[ExecutorId, list[SinkHandle]] = defaultdict(list)
+        records: dict[ExecutorId, ExecutorRecord] = {}
+        for task_handles in commit.handles:
+            executor = pick_executor(owner.get(task_handles.task_id), alive)
+            if executor is None:
+                _LOG.warning(
+                    "checkpoint %s of %s is COMPLETE but no executor is alive to commit it",
+                    commit.checkpoint_id,
+                    commit.pipeline_id,
+                )
+                return False
+            records[executor.executor_id] = executor
+            groups[executor.executor_id].extend(task_handles.handles)
+        self._failpoints.reach(
+            Failpoint.AFTER_COMPLETE_BEFORE_COMMIT,
+            detail=f"checkpoint {commit.checkpoint_id} of {commit.pipeline_id} is COMPLETE",
+        )
+        for executor_id, handles in sorted(groups.items()):
+            try:
+                self._executors.commit_checkpoint(
+                    fence=fence,
+                    executor=records[executor_id],
+                    pipeline_name=commit.pipeline_id,
+                    checkpoint_id=commit.checkpoint_id,
+                    handles=handles,
+                    bootstrap_servers=pipeline.spec.sink.bootstrap_servers,
+                )
+            except LeaderEpochRefused:
+                raise
+            except ExecutorCallFailed as exc:
+                _LOG.warning("commit not acked yet, will retry: %s", exc)
+                return False
+        self._lease.leader_call(
+            lambda f: self._store.checkpoints.mark_committed(
+                fence=f, pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
+            )
+        )
+        _LOG.info("checkpoint %s of %s COMMITTED", commit.checkpoint_id, commit.pipeline_id)
+        return True
+
+    def finish_deleted(self, fence: Fence, pipeline_id: PipelineId) -> None:
+        """Before a pipeline is deleted: abort its in-flight checkpoints and try once to
+        commit its COMPLETE ones. Leader-only."""
+        with self._duty_lock:
+            self.abort_triggered(pipeline_id, reason="pipeline deleted")
+            self.send_aborts(fence, only=pipeline_id)
+            self.commit_pending(fence, only=pipeline_id)
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self, fence: Fence) -> RecoveryPlan:
+        """A new leader's first step (DESIGN.md step 5). Leader-only.
+
+        It cannot know which pre-commit RPCs its predecessor had outstanding, so every
+        TRIGGERED checkpoint aborts; COMPLETE ones are committed by `commit_pending` in
+        creation order, and the aborted ones' handles go out through `send_aborts`.
+        """
+        aborted = self._lease.leader_call(
+            lambda f: self._store.checkpoints.abort_in_flight(fence=f, reason="leader changed")
+        )
+        return RecoveryPlan(
+            aborted=tuple(aborted),
+            to_commit=tuple(commit_order(self._store.checkpoints.list_pending_commits())),
+            to_abort=tuple(self._store.checkpoints.list_lingering_transactions()),
+        )
+
+    # ------------------------------------------------------------------ triggers
+
+    def trigger_due(self, fence: Fence) -> None:
+        """Trigger the next checkpoint of every RUNNING pipeline whose interval has passed
+        and whose tasks all run, then call the executors (DESIGN.md step 1). Leader-only."""
+        pipelines = [p for p in all_pipelines(self._store) if p.target_state is TargetState.RUNNING]
+        if not pipelines:
+            return
+        executors, now_ms = self._store.executors.list_executors()
+        alive = {e.executor_id: e for e in executors if self._membership.is_alive(e, now_ms)}
+        tasks_by_pipeline: dict[PipelineId, list[TaskRecord]] = defaultdict(list)
+        for t in self._store.pipelines.list_tasks():
+            tasks_by_pipeline[t.pipeline_id].append(t)
+        lingering = {t.pipeline_id for t in self._store.checkpoints.list_lingering_transactions()}
+        for pipeline in pipelines:
+            tasks = tasks_by_pipeline.get(pipeline.pipeline_id, [])
+            if not tasks or pipeline.pipeline_id in lingering:
+                continue
+            if not all(
+                t.executor_id in alive
+                and t.state is TaskState.RUNNING
+                and t.state_executor_id == t.executor_id
+                for t in tasks
+            ):
+                continue
+            if not self._due(pipeline, now_ms):
+                continue
+            try:
+                checkpoint = self._lease.leader_call(
+                    lambda f, p=pipeline.pipeline_id: self._store.checkpoints.trigger_checkpoint(  # type: ignore[misc]
+                        fence=f, pipeline_id=p
+                    ),
+                    term=fence,
+                )
+            except FailedPrecondition as exc:
+                _LOG.debug("not triggering %s: %s", pipeline.pipeline_id, exc)
+                continue
+            self._send_trigger(fence, pipeline, checkpoint, tasks, alive)
+
+    def _due(self, pipeline: PipelineRecord, now_ms: int) -> bool:
+        recent = self._store.checkpoints.list_checkpoints(pipeline_id=pipeline.pipeline_id, limit=4)
+        if any(c.state is CheckpointState.TRIGGERED for c in recent):
+            return False
+        return should_trigger(
+            last_triggered_at_ms=recent[0].triggered_at_ms if recent else None,
+            now_ms=now_ms,
+            interval_ms=pipeline.spec.checkpoint.interval_ms,
+            in_flight=sum(1 for c in recent if c.in_flight),
+        )
+
+    def _trigger_calls(
+        self, pipeline: PipelineRecord, checkpoint: CheckpointRecord, tasks: Iterable[TaskRecord]
+    ) -> dict[ExecutorId, list[CheckpointTaskCall]]:
+        """What to ask each executor for checkpoint N: its tasks, where each starts."""
+        offsets = {
+            TopicPartition(o.topic, o.partition): o.next_offset
+            for o in self._store.offsets.get_offsets(pipeline_id=pipeline.pipeline_id)
+        }
+        task_by_id = {t.task_id: t for t in tasks}
+        calls: dict[ExecutorId, list[CheckpointTaskCall]] = defaultdict(list)
+        for trigger in checkpoint.tasks:
+            task = task_by_id[trigger.task_id]
+            assert trigger.executor_id is not None, "trigger_checkpoint refuses unassigned tasks"
+            calls[trigger.executor_id].append(
+                CheckpointTaskCall(
+                    task_index=task.task_index,
+                    task_generation=int(trigger.task_generation),
+                    start_offsets={tp: offsets[tp] for tp in task.partitions if tp in offsets},
+                    transactional_id_prefix=trigger.transactional_id,
+                )
+            )
+        return calls
+
+    def _send_trigger(
+        self,
+        fence: Fence,
+        pipeline: PipelineRecord,
+        checkpoint: CheckpointRecord,
+        tasks: Iterable[TaskRecord],
+        alive: Mapping[ExecutorId, ExecutorRecord],
+    ) -> None:
+        failure: str | None = None
+        for executor_id, task_calls in sorted(
+            self._trigger_calls(pipeline, checkpoint, tasks).items()
+        ):
+            executor = alive.get(executor_id)
+            if executor is None:
+                failure = f"executor {executor_id} is not alive"
+                break
+            try:
+                results = self._executors.trigger_checkpoint(
+                    fence=fence,
+                    executor=executor,
+                    pipeline_name=pipeline.pipeline_id,
+                    checkpoint_id=checkpoint.checkpoint_id,
+                    config_version=pipeline.config_version,
+                    tasks=task_calls,
+                    timeout_ms=pipeline.spec.checkpoint.timeout_ms,
+                )
+            except LeaderEpochRefused:
+                raise
+            except (ExecutorRegistrationStale, ExecutorCallFailed) as exc:
+                failure = str(exc)
+                break
+            refused = [r for r in results if not r.accepted]
+            if refused:
+                failure = "; ".join(
+                    f"task {pipeline.pipeline_id}/{r.task_index} refused the trigger: "
+                    f"{r.outcome} {r.reason}".strip()
+                    for r in refused
+                )
+                break
+        if failure is not None:
+            _LOG.warning(
+                "checkpoint %s of %s aborted at trigger: %s",
+                checkpoint.checkpoint_id,
+                pipeline.pipeline_id,
+                failure,
+            )
+            # Every task may have reported already (IllegalTransition): then N is decided.
+            with contextlib.suppress(IllegalTransition):
+                self.abort_checkpoint(
+                    pipeline.pipeline_id, checkpoint.checkpoint_id, f"trigger failed: {failure}"
+                )

@@ -1,0 +1,182 @@
+"""The `Herder`: the coordinator's leader (Kafka Connect's DistributedHerder), composing
+the lease keeper, membership, pipelines, the checkpoint driver and executors' reports,
+and running the work loop.
+
+Two threads per replica:
+- the `LeaseKeeper` acquires or renews the lease row every `lease_ms / 4` and keeps this
+  replica's role and fence;
+- the work loop (its checkpoint duties are in `checkpoints.py`), which does nothing on a
+  follower and, on the leader: recovery when it becomes leader (abort every TRIGGERED
+  checkpoint, then re-commit every COMPLETE-not-COMMITTED one in creation order and
+  abort what never became COMPLETE), then on every pass: rebalance (expire dead
+  executors after the session timeout, move their tasks after the reassignment delay),
+  abort timed-out checkpoints, send aborts, send commits (retried until acked, then
+  COMMITTED), and trigger each RUNNING pipeline's next checkpoint on its interval.
+
+Every write is leader-only and goes through `LeaseKeeper.leader_call` (the one leader
+check): it takes the current term's `Fence` just before the write (or the fence of the
+pass that decided it), and the store refuses the write if that term is over. Every RPC to
+an executor carries the same fence's epoch. The fencing rules and known races are written
+in `lease_keeper.py` (the lease) and `checkpoints.py` (the checkpoint protocol).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from lockgate.common.failpoints import Failpoints
+from lockgate.coordinator.domain.errors import FencedError, NotLeader
+from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.herder.checkpoints import CheckpointDriver
+from lockgate.coordinator.herder.executors import ExecutorClient, LeaderEpochRefused
+from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
+from lockgate.coordinator.herder.membership import Membership
+from lockgate.coordinator.herder.pipelines import Pipelines
+from lockgate.coordinator.herder.reports import Reports
+from lockgate.coordinator.herder.settings import CoordinatorSettings
+from lockgate.coordinator.store.kafka_topics import KafkaTopics
+from lockgate.coordinator.store.sql_store import SqlStore
+
+_LOG = logging.getLogger(__name__)
+
+
+class Herder:
+    """One replica's leader: its parts, and the work loop (see the module docstring).
+
+    `membership`, `pipelines`, `checkpoints` and `reports` are what the api calls; their writes are
+    leader-only (NotLeader on a follower: UNAVAILABLE with the leader's address, as the
+    lease row says now).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: SqlStore,
+        settings: CoordinatorSettings,
+        executor_client: ExecutorClient | None = None,
+        topics: KafkaTopics | None = None,
+        failpoints: Failpoints | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self._executors = executor_client or ExecutorClient()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._recover_term: Fence | None = None
+        self._recover_lock = threading.Lock()
+        # One leader duty at a time: the work loop's pass, or a servicer thread finishing a
+        # deleted pipeline's checkpoints (they share the retry schedule).
+        self._duty_lock = threading.Lock()
+        self.lease_keeper = LeaseKeeper(
+            store=store,
+            settings=settings,
+            on_became_leader=self._became_leader,
+            monotonic=monotonic,
+        )
+        self.membership = Membership(
+            store=store, settings=settings, lease=self.lease_keeper, wake=self.wake
+        )
+        self.checkpoints = CheckpointDriver(
+            store=store,
+            lease=self.lease_keeper,
+            membership=self.membership,
+            executors=self._executors,
+            failpoints=failpoints or Failpoints(),
+            wake=self.wake,
+            duty_lock=self._duty_lock,
+        )
+        self.reports = Reports(
+            store=store, lease=self.lease_keeper, checkpoints=self.checkpoints, wake=self.wake
+        )
+        self.pipelines = Pipelines(
+            store=store,
+            lease=self.lease_keeper,
+            topics=topics or KafkaTopics(),
+            checkpoints=self.checkpoints,
+            wake=self.wake,
+        )
+        self._thread = threading.Thread(
+            target=self._run, name=f"leader-{settings.coordinator_id}", daemon=True
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start the lease keeper and the work loop."""
+        self.lease_keeper.start()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop both threads and, if leading, give the lease up so a follower takes over
+        without waiting for it to expire."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self.lease_keeper.stop()
+        if self.lease_keeper.current_fence() is not None:
+            try:
+                self.lease_keeper.resign()
+                _LOG.info("coordinator %s released the lease", self.settings.coordinator_id)
+            except Exception:
+                _LOG.warning("could not release the lease; it will expire", exc_info=True)
+        self._executors.close()
+
+    def wake(self) -> None:
+        """Run a pass of the work loop now (a report arrived, an executor joined)."""
+        self._wake.set()
+
+    def require_fence(self) -> Fence:
+        """The current term's fence; NotLeader naming the leader on a follower."""
+        return self.lease_keeper.require_fence()
+
+    def _became_leader(self, fence: Fence) -> None:
+        with self._recover_lock:
+            self._recover_term = fence
+        self._wake.set()
+
+    # ------------------------------------------------------------------ the work loop
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.settings.tick_ms / 1000.0)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            fence = self.lease_keeper.current_fence()
+            if fence is None:
+                continue
+            try:
+                with self._duty_lock:
+                    self.run_pass(fence)
+            except (FencedError, NotLeader, LeaderEpochRefused) as exc:
+                # The term ended under us; the lease keeper will see it on its next try.
+                _LOG.warning("leader pass stopped: %s", exc)
+            except Exception:
+                _LOG.exception("leader pass failed; retrying on the next pass")
+
+    def run_pass(self, fence: Fence) -> None:
+        """One pass of the leader's duties (see module docstring). Leader-only."""
+        with self._recover_lock:
+            recover = self._recover_term == fence
+        if recover:
+            plan = self.checkpoints.recover(fence)
+            _LOG.info(
+                "leader epoch %s recovery: aborted %d in-flight checkpoints; %d to commit "
+                "again, %d transactions to abort",
+                fence.leader_epoch,
+                len(plan.aborted),
+                len(plan.to_commit),
+                len(plan.to_abort),
+            )
+            with self._recover_lock:
+                self._recover_term = None
+        self.membership.rebalance(fence)
+        self.checkpoints.abort_timed_out(fence)
+        self.checkpoints.send_aborts(fence)
+        self.checkpoints.commit_pending(fence)
+        self.checkpoints.trigger_due(fence)

@@ -1,0 +1,212 @@
+"""The lease keeper: this replica's role and fence, and the one leader check.
+
+A thread acquires or renews the `leader_lease` row every `lease_ms / 4` (compare-and-set in
+SQL, expiry from the database's clock) and keeps this replica's view of its role and of
+the current term's `Fence`. Every leader-only action of the herder goes through
+`require_fence` (may I act?) and `leader_call` (write with the fence; a lost term steps
+down): there is no other leader check.
+
+Fencing rules and known races (see also `domain/lease.py`):
+- The local view of leadership is trusted only until `local_deadline` (send time of the
+  acquiring statement + lease - safety margin); after it `require_fence` refuses, so a
+  replica paused past its lease (SIGSTOP, GC) wakes up as a follower and writes nothing.
+  If it was paused *inside* a write, the SQL fence check refuses the write
+  (`FencedError`), and this replica steps down at once.
+- An RPC sent by an old leader just before it was deposed may still reach an executor
+  that has not seen the new epoch: harmless, because its SQL decisions cannot become
+  COMPLETE, and commit/abort of a handle is idempotent.
+- A restarted process of the same replica id is a new incarnation: it never renews the
+  term of the process before it (which may be paused, not dead).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import TypeVar
+
+from lockgate.coordinator.domain.errors import FencedError, NotLeader
+from lockgate.coordinator.domain.lease import Fence, LeaseRecord, local_deadline, next_role
+from lockgate.coordinator.domain.states import LeaseRole
+from lockgate.coordinator.herder.settings import CoordinatorSettings
+from lockgate.coordinator.store.sql_store import SqlStore
+
+_LOG = logging.getLogger(__name__)
+_R = TypeVar("_R")
+
+
+class LeaseKeeper:
+    """Acquires and renews the lease, holds this replica's role and fence, and calls
+    `on_became_leader` when a new term of this replica starts (first acquisition, or
+    re-acquisition after its lease ran out: the epoch changed)."""
+
+    def __init__(
+        self,
+        *,
+        store: SqlStore,
+        settings: CoordinatorSettings,
+        on_became_leader: Callable[[Fence], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._on_became_leader = on_became_leader
+        self._monotonic = monotonic
+        # This process's incarnation: a restarted replica of the same id never renews the
+        # term of the process before it (which may be paused, not dead).
+        self._incarnation = uuid.uuid4().hex
+        self._role = LeaseRole.FOLLOWER
+        self._fence: Fence | None = None
+        self._trusted_until = 0.0
+        self._last_lease: LeaseRecord | None = None
+        self._term: Fence | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"lease-{settings.coordinator_id}", daemon=True
+        )
+
+    # ------------------------------------------------------------------ the thread
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.attempt()
+            self._stop.wait(self._settings.lease_poll_s)
+
+    def attempt(self) -> None:
+        """One acquire-or-renew attempt; announces a new term."""
+        try:
+            lease: LeaseRecord | None = self.campaign()
+        except Exception:
+            _LOG.warning("lease attempt failed; not leading until it succeeds", exc_info=True)
+            lease = None
+        fence = self.current_fence()
+        if fence is not None and fence != self._term:
+            _LOG.info(
+                "coordinator %s became leader with epoch %s",
+                self._settings.coordinator_id,
+                fence.leader_epoch,
+            )
+            self._term = fence
+            if self._on_became_leader is not None:
+                self._on_became_leader(fence)
+        elif fence is None and self._term is not None:
+            _LOG.warning(
+                "coordinator %s lost the lease (holder now %s)",
+                self._settings.coordinator_id,
+                lease.holder if lease else "unknown",
+            )
+            self._term = None
+
+    # ------------------------------------------------------------------ role and fence
+
+    def campaign(self) -> LeaseRecord:
+        """Try to acquire or renew the lease once; update this replica's role.
+
+        A database error makes a leader step down (it can no longer prove it leads) and
+        is re-raised.
+        """
+        sent_at = self._monotonic()
+        try:
+            lease = self._store.lease.try_acquire_lease(
+                holder=self._settings.coordinator_id,
+                holder_address=self._settings.advertise,
+                lease_ms=self._settings.lease_ms,
+                incarnation=self._incarnation,
+            )
+        except Exception:
+            self._become(None, sent_at)
+            raise
+        self._become(lease, sent_at)
+        return lease
+
+    def _become(self, lease: LeaseRecord | None, sent_at: float) -> None:
+        self._role = next_role(
+            current=self._role,
+            me=self._settings.coordinator_id,
+            lease=lease,
+            incarnation=self._incarnation,
+        )
+        if lease is not None:
+            self._last_lease = lease
+        if self._role is LeaseRole.LEADER and lease is not None:
+            self._fence = lease.fence
+            self._trusted_until = local_deadline(
+                sent_at_monotonic_s=sent_at,
+                lease_ms=self._settings.lease_ms,
+                safety_ms=self._settings.lease_safety_ms,
+            )
+        else:
+            self._fence = None
+            self._trusted_until = 0.0
+
+    @property
+    def role(self) -> LeaseRole:
+        """LEADER while this replica's last lease attempt won and has not run out locally."""
+        if self._role is LeaseRole.LEADER and self._monotonic() >= self._trusted_until:
+            return LeaseRole.FOLLOWER
+        return self._role
+
+    def current_fence(self) -> Fence | None:
+        """The current term's fence, or None on a follower (or a leader past its deadline)."""
+        if self._fence is None or self.role is not LeaseRole.LEADER:
+            return None
+        return self._fence
+
+    def require_fence(self) -> Fence:
+        """The current term's fence; on a follower, NotLeader naming the leader's address
+        as the lease row says now (this replica's own copy may be a paused term's)."""
+        fence = self.current_fence()
+        if fence is not None:
+            return fence
+        lease = self._last_lease
+        address = lease.holder_address if lease is not None and lease.is_held else None
+        if address and address != self._settings.advertise:
+            raise NotLeader(leader_address=address)
+        try:
+            lease = self._store.lease.read_lease()
+        except Exception:
+            raise NotLeader(leader_address=None) from None
+        held_by_other = lease.is_held and lease.holder != self._settings.coordinator_id
+        raise NotLeader(leader_address=lease.holder_address if held_by_other else None)
+
+    def leader_call(self, write: Callable[[Fence], _R], *, term: Fence | None = None) -> _R:
+        """Run a leader-only write with the current fence (or `term`, the fence of the pass
+        that decided it: a write decided in an ended term is refused by SQL).
+
+        NotLeader on a follower; a lost term (FencedError, nothing written) steps this
+        replica down and becomes NotLeader too.
+        """
+        current = self.require_fence()
+        fence = term if term is not None else current
+        try:
+            return write(fence)
+        except FencedError as exc:
+            if fence == self._fence:
+                self._become(None, self._monotonic())
+            raise NotLeader(leader_address=exc.leader_address, message=exc.message) from None
+
+    def read_lease(self) -> LeaseRecord:
+        """Who leads now, read from the store (any replica may call it)."""
+        return self._store.lease.read_lease()
+
+    def resign(self) -> None:
+        """Release the lease if this replica holds it (graceful shutdown)."""
+        if self._fence is not None:
+            # FencedError: someone else leads already, there is nothing to give up.
+            with contextlib.suppress(FencedError):
+                self._store.lease.release_lease(fence=self._fence)
+        self._become(None, self._monotonic())

@@ -1,0 +1,369 @@
+"""Executor membership and task assignment: register, heartbeat, deregister, liveness by
+the database's clock, what each executor must run, and the rebalance of the work loop.
+
+Rules written here (the api only converts):
+- A heartbeat from an executor that has seen a newer leader epoch ends this replica's
+  term (NotLeader); one whose session expired must register again (NotFound
+  SESSION_EXPIRED); one with an older generation is a zombie (`StaleToken`).
+- A task report about an old assignment (other executor, other task generation) is
+  ignored: the heartbeat's answer tells the executor its new assignment.
+- Tasks of STOPPED pipelines are released: neither assigned nor sent to an executor.
+- A dead executor's tasks move only after its session timeout plus the reassignment
+  delay (`domain/assignment.py`), so an executor that pauses briefly keeps them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from lockgate.coordinator.domain.assignment import (
+    AssignmentPlan,
+    ExecutorLiveness,
+    executor_liveness,
+    plan_assignment,
+)
+from lockgate.coordinator.domain.checkpoints import RestoreState
+from lockgate.coordinator.domain.errors import (
+    IllegalTransition,
+    NotFound,
+    NotLeader,
+    StaleGeneration,
+)
+from lockgate.coordinator.domain.fencing import FencingToken, StaleToken
+from lockgate.coordinator.domain.ids import ExecutorId, Generation, PipelineId, TaskId
+from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.domain.membership import ExecutorRecord
+from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.states import TargetState, TaskState
+from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
+from lockgate.coordinator.herder.pipelines import all_pipelines, restored_checkpoint
+from lockgate.coordinator.herder.settings import CoordinatorSettings
+from lockgate.coordinator.store.sql_store import SqlStore
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HeartbeatTaskReport:
+    """One task status an executor reported in a heartbeat."""
+
+    task_id: TaskId
+    task_generation: Generation
+    state: TaskState
+    error: str | None
+
+
+@dataclass(frozen=True)
+class TaskAssignment:
+    """One task an executor must run, with what it must finish before its first batch."""
+
+    task: TaskRecord
+    pipeline: PipelineRecord
+    restore: RestoreState
+    restored_checkpoint_id: int
+    """The COMPLETE checkpoint the pipeline's offsets come from; 0 after a reset."""
+
+
+@dataclass(frozen=True)
+class ExecutorAssignment:
+    """The leader's answer to a registration or a heartbeat."""
+
+    executor: ExecutorRecord
+    fence: Fence
+    """The term that answered (the executor remembers the highest epoch it saw)."""
+    tasks: tuple[TaskAssignment, ...]
+
+
+@dataclass(frozen=True)
+class ExecutorView:
+    """An executor with its liveness as judged now by the database's clock."""
+
+    record: ExecutorRecord
+    liveness: ExecutorLiveness
+    tasks: tuple[TaskId, ...]
+    """Its tasks, by pipeline and index."""
+
+
+@dataclass(frozen=True)
+class RebalanceResult:
+    """The assignment decided and the tasks whose assignment changed (to be told)."""
+
+    plan: AssignmentPlan
+    changed: tuple[TaskRecord, ...]
+
+
+class Membership:
+    """Executor sessions and the assignment of tasks to them (leader-only writes)."""
+
+    def __init__(
+        self,
+        *,
+        store: SqlStore,
+        settings: CoordinatorSettings,
+        lease: LeaseKeeper,
+        wake: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._lease = lease
+        self._wake = wake
+
+    # ------------------------------------------------------------------ liveness
+
+    def liveness(self, executor: ExecutorRecord, now_ms: int) -> ExecutorLiveness:
+        """ALIVE, EXPIRED or DEAD by the database's clock `now_ms`."""
+        return executor_liveness(
+            last_heartbeat_ms=executor.last_heartbeat_ms,
+            now_ms=now_ms,
+            session_timeout_ms=self._settings.session_timeout_ms,
+            reassign_delay_ms=self._settings.reassign_delay_ms,
+        )
+
+    def is_alive(self, executor: ExecutorRecord, now_ms: int) -> bool:
+        """Whether an executor heartbeated within the session timeout (database clock)."""
+        return self.liveness(executor, now_ms) is ExecutorLiveness.ALIVE
+
+    def alive_executors(self) -> dict[ExecutorId, ExecutorRecord]:
+        """Every executor alive now, by id."""
+        executors, now_ms = self._store.executors.list_executors()
+        return {e.executor_id: e for e in executors if self.is_alive(e, now_ms)}
+
+    def list_executors(self) -> list[ExecutorView]:
+        """Every registered executor, its liveness by the database's clock, its tasks.
+        Any replica may call it."""
+        records, now_ms = self._store.executors.list_executors()
+        tasks: dict[ExecutorId, list[TaskId]] = defaultdict(list)
+        for task in self._store.pipelines.list_tasks():
+            if task.executor_id is not None:
+                tasks[task.executor_id].append(task.task_id)
+        return [
+            ExecutorView(
+                record=r,
+                liveness=self.liveness(r, now_ms),
+                tasks=tuple(tasks.get(r.executor_id, ())),
+            )
+            for r in records
+        ]
+
+    # ------------------------------------------------------------------ sessions
+
+    def register_executor(self, *, executor_id: ExecutorId, address: str) -> ExecutorAssignment:
+        """Start a new session (generation + 1) for an executor and give it its tasks.
+        Leader-only."""
+        record = self._lease.leader_call(
+            lambda f: self._store.executors.register_executor(
+                fence=f, executor_id=executor_id, address=address
+            )
+        )
+        self._wake()
+        return ExecutorAssignment(
+            executor=record,
+            fence=self._lease.require_fence(),
+            tasks=self.assignments(executor_id),
+        )
+
+    def heartbeat(
+        self,
+        *,
+        executor_id: ExecutorId,
+        generation: Generation,
+        reports: Sequence[HeartbeatTaskReport],
+        highest_leader_epoch_seen: int = 0,
+    ) -> ExecutorAssignment:
+        """Keep an executor's session alive, record its tasks' states, and return the tasks
+        it must run. Leader-only.
+
+        NotLeader if the executor has seen a newer leader; NotFound if the session expired
+        (the executor must register again); StaleToken if a newer registration exists.
+        """
+        fence = self._lease.require_fence()
+        if highest_leader_epoch_seen > fence.leader_epoch:
+            # The executor has seen a newer leader: this replica's term is over (its lease
+            # keeper notices on its next attempt).
+            raise NotLeader(leader_address=None)
+        current = self._check_session(executor_id, generation)
+        try:
+            self._lease.leader_call(
+                lambda f: self._store.executors.heartbeat_executor(
+                    fence=f, executor_id=executor_id, generation=generation
+                )
+            )
+        except StaleGeneration as exc:
+            raise self._stale_executor(exc, executor_id, generation) from None
+        tasks = {t.task_id: t for t in self._store.pipelines.list_tasks()}
+        for report in reports:
+            self._apply_task_report(executor_id, generation, report, tasks)
+        return ExecutorAssignment(
+            executor=current, fence=fence, tasks=self.assignments(executor_id)
+        )
+
+    def _check_session(self, executor_id: ExecutorId, generation: Generation) -> ExecutorRecord:
+        executors, now_ms = self._store.executors.list_executors()
+        current = next((e for e in executors if e.executor_id == executor_id), None)
+        if current is None:
+            raise NotFound(
+                f"executor {executor_id!r} is not registered (never, or it deregistered); "
+                "register again",
+                resource_type="executor",
+                resource_name=executor_id,
+            )
+        if current.generation == generation and not self.is_alive(current, now_ms):
+            raise NotFound(
+                f"the session of executor {executor_id!r} (generation {generation}) expired "
+                f"after {self._settings.session_timeout_ms} ms without a heartbeat; register "
+                "again",
+                resource_type="executor",
+                resource_name=executor_id,
+                reason="SESSION_EXPIRED",
+            )
+        return current
+
+    def _apply_task_report(
+        self,
+        executor_id: ExecutorId,
+        generation: Generation,
+        report: HeartbeatTaskReport,
+        tasks: Mapping[TaskId, TaskRecord],
+    ) -> None:
+        task = tasks.get(report.task_id)
+        if (
+            task is None
+            or task.executor_id != executor_id
+            or task.generation != report.task_generation
+        ):
+            return  # a report about an old assignment: the response tells the new one
+        if task.state is report.state and task.state_executor_generation == generation:
+            return
+        try:
+            self._lease.leader_call(
+                lambda f: self._store.pipelines.report_task_state(
+                    fence=f,
+                    task_id=report.task_id,
+                    task_generation=report.task_generation,
+                    executor_id=executor_id,
+                    executor_generation=generation,
+                    state=report.state,
+                    error=report.error,
+                )
+            )
+        except (StaleGeneration, IllegalTransition, NotFound) as exc:
+            _LOG.info("task %s report ignored: %s", report.task_id, exc)
+            return
+        # A task that restored re-committed and aborted handles of its restore state, but
+        # that state was read when the assignment was sent, not now: what it did is not
+        # recorded here. The commit and abort loops call the executors and record only
+        # what they were answered (a COMMITTED checkpoint whose handles were never
+        # committed would be lost for good when its slot is reused).
+        self._wake()
+
+    def deregister_executor(self, *, executor_id: ExecutorId, generation: Generation) -> None:
+        """Remove an executor; its tasks move on the next pass. Leader-only."""
+        try:
+            self._lease.leader_call(
+                lambda f: self._store.executors.deregister_executor(
+                    fence=f, executor_id=executor_id, generation=generation
+                )
+            )
+        except StaleGeneration as exc:
+            raise self._stale_executor(exc, executor_id, generation) from None
+        self._wake()
+
+    def _stale_executor(
+        self, exc: StaleGeneration, executor_id: ExecutorId, generation: Generation
+    ) -> StaleToken:
+        """The refusal of a zombie's call, naming the generation that is current now."""
+        current = self._store.executors.get_executor(executor_id=executor_id)
+        return StaleToken(
+            exc.message,
+            token=FencingToken.EXECUTOR_GENERATION,
+            subject=executor_id,
+            presented=generation,
+            current=int(current.generation),
+        )
+
+    # ------------------------------------------------------------------ assignment
+
+    def assignments(self, executor_id: ExecutorId) -> tuple[TaskAssignment, ...]:
+        """The tasks `executor_id` must run now, each with its restore state; tasks of
+        STOPPED pipelines are left out (released)."""
+        pipelines: dict[PipelineId, PipelineRecord] = {}
+        restored: dict[PipelineId, int] = {}
+        running: list[TaskRecord] = []
+        for task in self._store.pipelines.list_tasks():
+            if task.executor_id != executor_id:
+                continue
+            pipeline = pipelines.get(task.pipeline_id)
+            if pipeline is None:
+                pipeline = self._store.pipelines.get_pipeline(pipeline_id=task.pipeline_id)
+                pipelines[task.pipeline_id] = pipeline
+                restored[task.pipeline_id] = restored_checkpoint(
+                    self._store.offsets.get_offsets(pipeline_id=task.pipeline_id)
+                )
+            if pipeline.target_state is not TargetState.STOPPED:
+                running.append(task)
+        # One read for every task's restore state (a heartbeat of an executor with many
+        # tasks used to read each task's on its own).
+        restores = self._store.checkpoints.restore_states(task_ids=[t.task_id for t in running])
+        return tuple(
+            TaskAssignment(
+                task=task,
+                pipeline=pipelines[task.pipeline_id],
+                restore=restores[task.task_id],
+                restored_checkpoint_id=restored[task.pipeline_id],
+            )
+            for task in running
+        )
+
+    def rebalance(self, fence: Fence) -> RebalanceResult:
+        """Move tasks of executors dead past the reassignment delay, spread new tasks, and
+        release the tasks of STOPPED pipelines; writes only when the assignment changed.
+        Leader-only (`fence`: the pass that decides it)."""
+        executors, now_ms = self._store.executors.list_executors()
+        pipelines = {p.pipeline_id: p for p in all_pipelines(self._store)}
+        tasks = self._store.pipelines.list_tasks()
+        wanted = [
+            t.task_id
+            for t in tasks
+            if t.pipeline_id in pipelines
+            and pipelines[t.pipeline_id].target_state is not TargetState.STOPPED
+        ]
+        current: dict[ExecutorId, set[TaskId]] = defaultdict(set)
+        for t in tasks:
+            if t.executor_id is not None:
+                current[t.executor_id].add(t.task_id)
+        plan = plan_assignment(
+            current=current,
+            last_heartbeats_ms={e.executor_id: e.last_heartbeat_ms for e in executors},
+            all_tasks=wanted,
+            now_ms=now_ms,
+            session_timeout_ms=self._settings.session_timeout_ms,
+            reassign_delay_ms=self._settings.reassign_delay_ms,
+        )
+        new = {e: frozenset(ts) for e, ts in plan.assignment.items() if ts}
+        old = {e: frozenset(ts) for e, ts in current.items() if ts}
+        if new == old:
+            return RebalanceResult(plan=plan, changed=())
+        changed = self._lease.leader_call(
+            lambda f: self._store.pipelines.apply_assignment(fence=f, assignment=new), term=fence
+        )
+        _LOG.info(
+            "rebalanced: %d tasks changed executor (%s)",
+            len(changed),
+            ", ".join(f"{t.task_id}->{t.executor_id or '-'}" for t in changed[:10]),
+        )
+        return RebalanceResult(plan=plan, changed=tuple(changed))
+
+
+def pick_executor(
+    preferred: ExecutorId | None, alive: Mapping[ExecutorId, ExecutorRecord]
+) -> ExecutorRecord | None:
+    """The executor to send a commit/abort to: the task's own if alive, else any alive
+    one (any executor may finish any handle), in id order for determinism."""
+    if preferred is not None and preferred in alive:
+        return alive[preferred]
+    for executor_id in sorted(alive):
+        return alive[executor_id]
+    return None

@@ -1,0 +1,411 @@
+"""Pipeline lifecycle (Kafka Connect's herder side of connector configs): create, update,
+delete, target state, restart, offsets, and the reads of pipelines, tasks and status.
+
+Rules written here (the api only converts):
+- A pipeline is split into tasks over its source topics' partitions, read from Kafka; a
+  topic that does not exist is an InvalidArgument naming its field.
+- Pausing a STOPPED pipeline is refused (resume it first); restarting one too.
+- Stopping a pipeline releases its tasks, so its in-flight pre-commits can never complete:
+  they abort at once.
+- Deleting a pipeline first aborts its in-flight checkpoints and tries once to commit
+  its COMPLETE ones.
+- Offsets are reset only on a STOPPED pipeline (the store refuses otherwise), only for
+  the pipeline's own source partitions, and by position only back to its
+  `starting_offsets`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lockgate.common.errors import Aborted, FieldViolation, Unimplemented
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord
+from lockgate.coordinator.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from lockgate.coordinator.domain.ids import PipelineId, TaskId
+from lockgate.coordinator.domain.pipeline_spec import PipelineSpec, StartingOffsets
+from lockgate.coordinator.domain.pipelines import PartitionOffset, PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.states import CheckpointState, TargetState
+from lockgate.coordinator.domain.tasks import TopicPartition, split_partitions
+from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
+from lockgate.coordinator.store.kafka_topics import KafkaTopics
+from lockgate.coordinator.store.sql_store import SqlStore
+
+if TYPE_CHECKING:
+    from lockgate.coordinator.herder.checkpoints import CheckpointDriver
+
+_SINK_TOPIC_FIELD = "sink.kafka.topic"
+
+
+@dataclass(frozen=True)
+class PipelineStatus:
+    """A pipeline's desired state beside its tasks' observed states and its checkpoints."""
+
+    pipeline: PipelineRecord
+    tasks: tuple[TaskRecord, ...]
+    last_complete_checkpoint_id: int
+    """The newest COMPLETE or COMMITTED checkpoint; 0 if none."""
+    last_committed: CheckpointRecord | None
+    in_flight_checkpoint_ids: tuple[int, ...]
+    """TRIGGERED or COMPLETE checkpoints, oldest first."""
+
+
+@dataclass(frozen=True)
+class PipelineOffsets:
+    """Where a pipeline resumes each source partition."""
+
+    pipeline: PipelineRecord
+    offsets: tuple[PartitionOffset, ...]
+    restored_checkpoint_id: int
+    """The COMPLETE checkpoint the offsets come from; 0 if any was set by a reset."""
+
+
+def restored_checkpoint(offsets: Sequence[PartitionOffset]) -> int:
+    """The COMPLETE checkpoint the offsets come from; 0 if any was set by a reset."""
+    if not offsets or any(o.checkpoint_id is None for o in offsets):
+        return 0
+    return max(int(o.checkpoint_id or 0) for o in offsets)
+
+
+def all_pipelines(store: SqlStore) -> list[PipelineRecord]:
+    """Every pipeline, reading the store page by page."""
+    result: list[PipelineRecord] = []
+    token = ""
+    while True:
+        page, token = store.pipelines.list_pipelines(page_size=500, page_token=token)
+        result.extend(page)
+        if not token:
+            return result
+
+
+class Pipelines:
+    """Pipeline configs, target states and offsets; every method that writes is
+    leader-only (NotLeader on a follower), reads answer on any replica."""
+
+    def __init__(
+        self,
+        *,
+        store: SqlStore,
+        lease: LeaseKeeper,
+        topics: KafkaTopics,
+        checkpoints: CheckpointDriver,
+        wake: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._lease = lease
+        self._topics = topics
+        self._checkpoints = checkpoints
+        self._wake = wake
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, pipeline_id: PipelineId) -> PipelineRecord:
+        """One pipeline (NotFound if unknown)."""
+        return self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+
+    def exists(self, pipeline_id: PipelineId) -> bool:
+        """Whether a pipeline of that name exists."""
+        try:
+            self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        except NotFound:
+            return False
+        return True
+
+    def list_pipelines(
+        self, *, page_size: int, page_token: str
+    ) -> tuple[list[PipelineRecord], str]:
+        """A page of pipelines in name order and the next page's token ("" at the end)."""
+        return self._store.pipelines.list_pipelines(page_size=page_size, page_token=page_token)
+
+    def tasks(
+        self, *, pipeline_id: PipelineId | None = None, executor_id: str = ""
+    ) -> list[TaskRecord]:
+        """Tasks by pipeline and index, of one pipeline (NotFound if unknown) or all, and
+        of one executor if `executor_id` is set."""
+        if pipeline_id is not None:
+            self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        return [
+            t
+            for t in self._store.pipelines.list_tasks(pipeline_id=pipeline_id)
+            if not executor_id or t.executor_id == executor_id
+        ]
+
+    def status(self, pipeline_id: PipelineId) -> PipelineStatus:
+        """The pipeline's target state with each task's observed state, and its latest
+        complete, committed and in-flight checkpoints."""
+        pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        tasks = self._store.pipelines.list_tasks(pipeline_id=pipeline_id)
+        complete = self._store.checkpoints.list_checkpoints(
+            pipeline_id=pipeline_id,
+            limit=1,
+            states=[CheckpointState.COMPLETE, CheckpointState.COMMITTED],
+        )
+        committed = self._store.checkpoints.list_checkpoints(
+            pipeline_id=pipeline_id, limit=1, states=[CheckpointState.COMMITTED]
+        )
+        in_flight = self._store.checkpoints.list_checkpoints(
+            pipeline_id=pipeline_id,
+            limit=100,
+            states=[CheckpointState.TRIGGERED, CheckpointState.COMPLETE],
+        )
+        return PipelineStatus(
+            pipeline=pipeline,
+            tasks=tuple(tasks),
+            last_complete_checkpoint_id=complete[0].checkpoint_id if complete else 0,
+            last_committed=committed[0] if committed else None,
+            in_flight_checkpoint_ids=tuple(sorted(c.checkpoint_id for c in in_flight)),
+        )
+
+    def offsets(self, pipeline_id: PipelineId) -> PipelineOffsets:
+        """Where the pipeline resumes each source partition."""
+        pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        offsets = self._store.offsets.get_offsets(pipeline_id=pipeline_id)
+        return PipelineOffsets(
+            pipeline=pipeline,
+            offsets=tuple(offsets),
+            restored_checkpoint_id=restored_checkpoint(offsets),
+        )
+
+    def topic_violations(self, spec: PipelineSpec) -> list[FieldViolation]:
+        """The spec's topics that do not exist in Kafka (what `create` would refuse); any
+        replica may ask. Unavailable if Kafka cannot be reached."""
+        violations: list[FieldViolation] = []
+        try:
+            self._source_partitions(spec)
+        except InvalidArgument as exc:
+            violations.extend(exc.violations)
+        try:
+            self._check_sink_topic(spec)
+        except InvalidArgument as exc:
+            violations.extend(exc.violations)
+        return violations
+
+    def _source_partitions(self, spec: PipelineSpec) -> list[TopicPartition]:
+        return self._topics.partitions(
+            bootstrap_servers=spec.source.bootstrap_servers,
+            topics=spec.source.topics,
+            field_path="source.kafka.topics",
+        )
+
+    def _check_sink_topic(self, spec: PipelineSpec) -> None:
+        self._topics.check_exists(
+            bootstrap_servers=spec.sink.bootstrap_servers,
+            topic=spec.sink.topic,
+            field_path=_SINK_TOPIC_FIELD,
+        )
+
+    # ------------------------------------------------------------------ configs
+
+    def create(self, *, spec: PipelineSpec, target_state: TargetState) -> PipelineRecord:
+        """Create a pipeline and split it into tasks over its source partitions.
+
+        Leader-only. InvalidArgument naming the topic field if a topic does not exist.
+        """
+        self._lease.require_fence()
+        partitions = self._source_partitions(spec)
+        self._check_sink_topic(spec)
+        record = self._lease.leader_call(
+            lambda f: self._store.pipelines.create_pipeline(fence=f, spec=spec)
+        )
+        if target_state is not TargetState.RUNNING:
+            record = self._write_target(spec.name, target_state)
+        self._split(spec.name, partitions)
+        self._wake()
+        return record
+
+    def for_update(self, pipeline_id: PipelineId, *, expected_version: int) -> PipelineRecord:
+        """The pipeline an update starts from; Aborted (CONFIG_VERSION_MISMATCH) if
+        `expected_version` (0: any) is not its config version."""
+        current = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        if expected_version and expected_version != current.config_version:
+            raise Aborted(
+                f"pipeline {pipeline_id!r} is at config version {current.config_version}, not "
+                f"{expected_version}; read it again and retry",
+                reason="CONFIG_VERSION_MISMATCH",
+            )
+        return current
+
+    def update(self, *, spec: PipelineSpec, expected_version: int | None) -> PipelineRecord:
+        """Replace a pipeline's spec (config version + 1) and re-split its tasks if its
+        topics or tasks_max changed. Leader-only. Aborted if another update came first."""
+        self._lease.require_fence()
+        before = self._store.pipelines.get_pipeline(pipeline_id=spec.name)
+        resplit = before.spec.source != spec.source or before.spec.tasks_max != spec.tasks_max
+        partitions = self._source_partitions(spec) if resplit else None
+        if spec.sink != before.spec.sink:
+            self._check_sink_topic(spec)
+        try:
+            record = self._lease.leader_call(
+                lambda f: self._store.pipelines.update_pipeline(
+                    fence=f, spec=spec, expected_version=expected_version
+                )
+            )
+        except FailedPrecondition as exc:
+            if exc.reason == "CONFIG_VERSION_MISMATCH":
+                raise Aborted(exc.message, reason=exc.reason) from None
+            raise
+        if partitions is not None:
+            self._split(spec.name, partitions)
+        self._wake()
+        return record
+
+    def _split(
+        self, pipeline_id: PipelineId, partitions: Sequence[TopicPartition]
+    ) -> list[TaskRecord]:
+        """Split the pipeline over its source partitions and store the tasks."""
+        pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        splits = split_partitions(partitions, pipeline.spec.tasks_max)
+        return self._lease.leader_call(
+            lambda f: self._store.pipelines.set_pipeline_tasks(
+                fence=f, pipeline_id=pipeline_id, splits=splits
+            )
+        )
+
+    def replan(self, pipeline_id: PipelineId) -> list[TaskRecord]:
+        """Split a pipeline's tasks again from its spec and the topics' partitions now.
+
+        Leader-only.
+        """
+        self._lease.require_fence()
+        pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        tasks = self._split(pipeline_id, self._source_partitions(pipeline.spec))
+        self._wake()
+        return tasks
+
+    def delete(self, pipeline_id: PipelineId) -> None:
+        """Abort the pipeline's in-flight checkpoints, try once to commit its COMPLETE ones,
+        then delete it with its history. Leader-only."""
+        fence = self._lease.require_fence()
+        self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        self._checkpoints.finish_deleted(fence, pipeline_id)
+        self._lease.leader_call(
+            lambda f: self._store.pipelines.delete_pipeline(fence=f, pipeline_id=pipeline_id)
+        )
+        self._wake()
+
+    # ------------------------------------------------------------------ target state
+
+    def set_target_state(
+        self, pipeline_id: PipelineId, target_state: TargetState
+    ) -> PipelineRecord:
+        """Pause, resume or stop a pipeline. Leader-only. Pausing a STOPPED pipeline is
+        refused (FailedPrecondition PIPELINE_STOPPED): resume it first."""
+        self._lease.require_fence()
+        if target_state is TargetState.PAUSED:
+            current = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+            if current.target_state is TargetState.STOPPED:
+                raise FailedPrecondition(
+                    f"pipeline {pipeline_id!r} is STOPPED; resume it first, then pause it",
+                    reason="PIPELINE_STOPPED",
+                )
+        record = self._write_target(pipeline_id, target_state)
+        if target_state is TargetState.STOPPED:
+            # Stopped tasks are released: their in-flight pre-commits can never complete.
+            self._checkpoints.abort_triggered(pipeline_id, reason="pipeline stopped")
+        self._wake()
+        return record
+
+    def _write_target(self, pipeline_id: PipelineId, target_state: TargetState) -> PipelineRecord:
+        return self._lease.leader_call(
+            lambda f: self._store.pipelines.set_target_state(
+                fence=f, pipeline_id=pipeline_id, target_state=target_state
+            )
+        )
+
+    def restart(
+        self, pipeline_id: PipelineId, *, include_tasks: bool, only_failed: bool
+    ) -> tuple[PipelineRecord, list[TaskRecord]]:
+        """Re-plan a pipeline's tasks and, with `include_tasks`, give them (or only the
+        FAILED ones) new generations, as Kafka Connect's restart with
+        `includeTasks`/`onlyFailed`. Returns the pipeline and the tasks restarted.
+        Leader-only; refused for a STOPPED pipeline."""
+        self._lease.require_fence()
+        current = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        if current.target_state is TargetState.STOPPED:
+            raise FailedPrecondition(
+                f"pipeline {pipeline_id!r} is STOPPED; resume it to restart it",
+                reason="PIPELINE_STOPPED",
+            )
+        self.replan(pipeline_id)
+        restarted: list[TaskRecord] = []
+        if include_tasks:
+            restarted = self._lease.leader_call(
+                lambda f: self._store.pipelines.restart_tasks(
+                    fence=f, pipeline_id=pipeline_id, only_failed=only_failed
+                )
+            )
+            self._wake()
+        return self._store.pipelines.get_pipeline(pipeline_id=pipeline_id), restarted
+
+    def restart_task(self, task_id: TaskId) -> None:
+        """Not available yet: the store restarts a pipeline's tasks, not a single one
+        (NotFound first if the task does not exist)."""
+        self._store.pipelines.get_task(task_id=task_id)
+        raise Unimplemented(
+            "RestartTask of a single task is not available yet; use RestartPipeline with "
+            "include_tasks (and only_failed to restart just the failed tasks)"
+        )
+
+    # ------------------------------------------------------------------ offsets
+
+    def reset_offsets_to_start(
+        self, pipeline_id: PipelineId, position: StartingOffsets | None
+    ) -> None:
+        """Forget a STOPPED pipeline's offsets, so it resumes from its `starting_offsets`
+        (`position` must be that one). Leader-only."""
+        pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        if position is None:
+            raise InvalidArgument.for_field("position", "must be EARLIEST or LATEST")
+        if position is not pipeline.spec.source.starting_offsets:
+            raise InvalidArgument.for_field(
+                "position",
+                f"only the pipeline's starting_offsets "
+                f"({pipeline.spec.source.starting_offsets.value}) can be restored by "
+                "position in this version; give explicit offsets instead",
+            )
+        self._lease.leader_call(
+            lambda f: self._store.offsets.reset_offsets(
+                fence=f, pipeline_id=pipeline_id, offsets=None
+            )
+        )
+
+    def reset_offsets(
+        self, pipeline_id: PipelineId, offsets: Sequence[tuple[TopicPartition, int]]
+    ) -> list[PartitionOffset]:
+        """Set where a STOPPED pipeline resumes its own source partitions (InvalidArgument
+        naming `offsets.offsets[i]` for another partition or a negative offset).
+        Leader-only. Returns the offsets stored."""
+        self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        known = {
+            tp
+            for t in self._store.pipelines.list_tasks(pipeline_id=pipeline_id)
+            for tp in t.partitions
+        }
+        wanted: dict[TopicPartition, int] = {}
+        violations: list[FieldViolation] = []
+        for i, (tp, offset) in enumerate(offsets):
+            if tp not in known:
+                violations.append(
+                    FieldViolation(
+                        f"offsets.offsets[{i}]",
+                        f"{tp.topic}[{tp.partition}] is not a source partition of {pipeline_id!r}",
+                    )
+                )
+            if offset < 0:
+                violations.append(
+                    FieldViolation(f"offsets.offsets[{i}].offset", f"must be >= 0, got {offset}")
+                )
+            wanted[tp] = offset
+        if violations:
+            raise InvalidArgument(
+                "invalid ResetOffsets: "
+                + "; ".join(f"{v.field}: {v.description}" for v in violations),
+                violations=violations,
+            )
+        self._lease.leader_call(
+            lambda f: self._store.offsets.reset_offsets(
+                fence=f, pipeline_id=pipeline_id, offsets=wanted
+            )
+        )
+        return self._store.offsets.get_offsets(pipeline_id=pipeline_id)

@@ -1,0 +1,241 @@
+"""What executors report about checkpoints and tasks: a task's pre-commit of N (the
+COMPLETE commit point is written with the last one), a task that could not pre-commit,
+a task that failed.
+
+Rules and known races:
+- A report answering a trigger of an older leader epoch is refused with a stale
+  `LEADER_EPOCH` token (the checkpoint was aborted when this leader took over; the
+  executor aborts its handles); a newer epoch means this replica's term is over.
+- A report with an older executor or task generation (a zombie) is refused with the token
+  that was stale and its current value (`StaleToken`); nothing is recorded.
+- A failure report about a checkpoint decided meanwhile changes nothing; one about a
+  TRIGGERED checkpoint aborts it and every later in-flight one of the pipeline.
+- Reports that arrive together share one SQL transaction (group commit); a batch that
+  fails is written one by one, so each caller gets its own answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit
+from lockgate.coordinator.domain.errors import (
+    IllegalTransition,
+    NotFound,
+    NotLeader,
+    StaleGeneration,
+)
+from lockgate.coordinator.domain.fencing import FencingToken, StaleToken
+from lockgate.coordinator.domain.ids import (
+    CheckpointId,
+    ExecutorId,
+    Generation,
+    TaskId,
+    split_task_id,
+)
+from lockgate.coordinator.domain.states import CheckpointState, TaskState
+from lockgate.coordinator.group_commit import GroupCommit
+from lockgate.coordinator.herder.checkpoints import CheckpointDriver
+from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
+from lockgate.coordinator.store.sql_store import SqlStore
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """Who reports about a task (the task's and the executor's generations are the fencing
+    tokens checked), and for a failure what went wrong."""
+
+    task: TaskId
+    task_generation: Generation
+    executor_id: ExecutorId
+    executor_generation: Generation
+    error: str = ""
+
+
+class Reports:
+    """Executors' reports of pre-commits and failures; every method is leader-only."""
+
+    def __init__(
+        self,
+        *,
+        store: SqlStore,
+        lease: LeaseKeeper,
+        checkpoints: CheckpointDriver,
+        wake: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._lease = lease
+        self._checkpoints = checkpoints
+        self._wake = wake
+        self._precommits: GroupCommit[Precommit, CheckpointRecord] = GroupCommit(
+            write_batch=self._write_precommits,
+            write_one=lambda one: self._lease.leader_call(
+                lambda f: self._store.checkpoints.record_precommit(fence=f, precommit=one)
+            ),
+        )
+
+    def report_precommit(self, *, precommit: Precommit, leader_epoch: int) -> CheckpointRecord:
+        """Record a task's pre-commit of N, answering the trigger of `leader_epoch`;
+        COMPLETE is written in the same transaction when it was the last one. Leader-only.
+        Wakes the loop to commit at once. Reports that arrive together share one
+        transaction (group commit)."""
+        self._check_report_epoch(leader_epoch)
+        try:
+            record = self._precommits.submit(precommit)
+        except StaleGeneration as exc:
+            reporter = TaskReport(
+                task=precommit.task_id,
+                task_generation=precommit.task_generation,
+                executor_id=precommit.executor_id,
+                executor_generation=precommit.executor_generation,
+            )
+            raise self._stale_report(exc, reporter, checkpoint_id=precommit.checkpoint_id) from None
+        if record.state is CheckpointState.COMPLETE:
+            self._wake()
+        return record
+
+    def _write_precommits(self, batch: Sequence[Precommit]) -> list[CheckpointRecord]:
+        """Many reports in one transaction, all or nothing; each report's checkpoint as it
+        is afterwards."""
+        records = self._lease.leader_call(
+            lambda f: self._store.checkpoints.record_precommits(fence=f, precommits=batch)
+        )
+        by_checkpoint = {(r.pipeline_id, r.checkpoint_id): r for r in records}
+        return [by_checkpoint[(p.pipeline_id, p.checkpoint_id)] for p in batch]
+
+    def report_checkpoint_failure(
+        self,
+        *,
+        checkpoint_id: CheckpointId,
+        failure: TaskReport,
+        task_failed: bool,
+        leader_epoch: int,
+    ) -> CheckpointState:
+        """A task could not pre-commit N: abort N and every later in-flight checkpoint of
+        the pipeline (a decided N stays as it is). Leader-only."""
+        self._check_report_epoch(leader_epoch)
+        try:
+            return self._checkpoint_failed(checkpoint_id, failure, task_failed=task_failed)
+        except StaleGeneration as exc:
+            raise self._stale_report(exc, failure, checkpoint_id=checkpoint_id) from None
+
+    def _checkpoint_failed(
+        self, checkpoint_id: CheckpointId, failure: TaskReport, *, task_failed: bool
+    ) -> CheckpointState:
+        pipeline_id, _ = split_task_id(failure.task)
+        task = failure.task
+        checkpoint = self._store.checkpoints.get_checkpoint(
+            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+        )
+        trigger = next((t for t in checkpoint.tasks if t.task_id == task), None)
+        if trigger is None:
+            raise NotFound(
+                f"task {task} is not part of checkpoint {checkpoint_id} of {pipeline_id!r}",
+                resource_type="checkpoint_task",
+                resource_name=task,
+            )
+        if trigger.task_generation != failure.task_generation:
+            raise StaleGeneration(
+                f"task {task} reported generation {failure.task_generation} but checkpoint "
+                f"{checkpoint_id} was triggered at generation {trigger.task_generation}"
+            )
+        executor = self._store.executors.get_executor(executor_id=failure.executor_id)
+        if executor.generation != failure.executor_generation:
+            raise StaleGeneration(
+                f"executor {failure.executor_id} reported generation "
+                f"{failure.executor_generation} but the current generation is "
+                f"{executor.generation}"
+            )
+        if checkpoint.state is CheckpointState.TRIGGERED:
+            reason = f"task {task} failed to pre-commit: {failure.error}"
+            # Decided meanwhile (IllegalTransition): a late failure report changes nothing.
+            with contextlib.suppress(IllegalTransition):
+                self._checkpoints.abort_checkpoint(pipeline_id, checkpoint_id, reason)
+        if task_failed:
+            self._task_failed(failure)
+        self._wake()
+        return self._store.checkpoints.get_checkpoint(
+            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+        ).state
+
+    def report_task_failure(self, failure: TaskReport) -> None:
+        """Mark a task FAILED and abort the pipeline's checkpoints waiting for it.
+
+        Leader-only.
+        """
+        try:
+            self._task_failed(failure)
+        except StaleGeneration as exc:
+            raise self._stale_report(exc, failure, checkpoint_id=None) from None
+
+    def _task_failed(self, failure: TaskReport) -> None:
+        record = self._lease.leader_call(
+            lambda f: self._store.pipelines.report_task_state(
+                fence=f,
+                task_id=failure.task,
+                task_generation=failure.task_generation,
+                executor_id=failure.executor_id,
+                executor_generation=failure.executor_generation,
+                state=TaskState.FAILED,
+                error=failure.error,
+            )
+        )
+        self._checkpoints.abort_triggered(
+            record.pipeline_id, reason=f"task {failure.task} failed: {failure.error}"
+        )
+        self._wake()
+
+    def _check_report_epoch(self, presented: int) -> None:
+        """Refuse a report answering a trigger of an older leader (its checkpoint was
+        aborted when this leader took over); a newer epoch means this replica is stale."""
+        fence = self._lease.require_fence()
+        if presented and presented < fence.leader_epoch:
+            raise StaleToken(
+                f"the report answers a trigger of leader epoch {presented}, but epoch "
+                f"{fence.leader_epoch} leads now and aborted that checkpoint; abort its "
+                "handles",
+                token=FencingToken.LEADER_EPOCH,
+                subject="",
+                presented=presented,
+                current=int(fence.leader_epoch),
+            )
+        if presented > fence.leader_epoch:
+            raise NotLeader(leader_address=None)  # a newer leader exists: this term is over
+
+    def _stale_report(
+        self, exc: StaleGeneration, reporter: TaskReport, *, checkpoint_id: CheckpointId | None
+    ) -> StaleToken:
+        """Which token of a refused report was stale, and its current value."""
+        executor_id, executor_generation = reporter.executor_id, reporter.executor_generation
+        task, task_generation = reporter.task, reporter.task_generation
+        try:
+            current_executor = int(
+                self._store.executors.get_executor(executor_id=executor_id).generation
+            )
+        except NotFound:
+            current_executor = 0
+        if current_executor != executor_generation:
+            return StaleToken(
+                exc.message,
+                token=FencingToken.EXECUTOR_GENERATION,
+                subject=executor_id,
+                presented=executor_generation,
+                current=current_executor,
+            )
+        if checkpoint_id is not None:
+            checkpoint = self._store.checkpoints.get_checkpoint(
+                pipeline_id=split_task_id(task)[0], checkpoint_id=checkpoint_id
+            )
+            trigger = next((t for t in checkpoint.tasks if t.task_id == task), None)
+            current_task = int(trigger.task_generation) if trigger else 0
+        else:
+            current_task = int(self._store.pipelines.get_task(task_id=task).generation)
+        return StaleToken(
+            exc.message,
+            token=FencingToken.TASK_GENERATION,
+            subject=task,
+            presented=task_generation,
+            current=current_task,
+        )
