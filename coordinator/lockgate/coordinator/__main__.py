@@ -20,13 +20,13 @@ import sqlalchemy as sa
 from lockgate.common.errors import LockgateError
 from lockgate.common.failpoints import FailpointConfigError, Failpoints
 from lockgate.common.grpc_server import ServerBindError, build_server
+from lockgate.common.model.ids import CoordinatorId
 from lockgate.common.telemetry import TelemetryConfigError, setup_telemetry
 from lockgate.coordinator.api import CoordinatorServicer
 from lockgate.coordinator.domain.assignment import (
     DEFAULT_REASSIGN_DELAY_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
 )
-from lockgate.coordinator.domain.ids import CoordinatorId
 from lockgate.coordinator.herder import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     CoordinatorSettings,

@@ -29,8 +29,9 @@ import sqlalchemy as sa
 from google.protobuf import field_mask_pb2
 from grpc_status import rpc_status
 
+from lockgate.common.errors import FencingToken, StaleTokenError
 from lockgate.common.grpc_client import error_details, leader_address_of, open_channel
-from lockgate.coordinator.api.fencing import fencing_status
+from lockgate.common.grpc_server import rpc_status_for_error
 from lockgate.v1 import (
     common_pb2,
     coordinator_pb2,
@@ -371,20 +372,24 @@ class ScriptedExecutor(executor_pb2_grpc.ExecutorServiceServicer):
         with self.lock:
             if epoch < self.highest_epoch:
                 self.log.refused_epochs.append(epoch)
-                status = fencing_status(
-                    token=common_pb2.FENCING_TOKEN_LEADER_EPOCH,
-                    subject="",
-                    presented=epoch,
-                    current=self.highest_epoch,
-                    message=f"leader epoch {epoch} is stale",
+                status = rpc_status_for_error(
+                    StaleTokenError(
+                        token=FencingToken.LEADER_EPOCH,
+                        subject="",
+                        presented=epoch,
+                        current=self.highest_epoch,
+                        message=f"leader epoch {epoch} is stale",
+                    )
                 )
             elif generation != self.generation:
-                status = fencing_status(
-                    token=common_pb2.FENCING_TOKEN_EXECUTOR_GENERATION,
-                    subject=self.executor_id,
-                    presented=generation,
-                    current=self.generation,
-                    message="stale executor generation",
+                status = rpc_status_for_error(
+                    StaleTokenError(
+                        token=FencingToken.EXECUTOR_GENERATION,
+                        subject=self.executor_id,
+                        presented=generation,
+                        current=self.generation,
+                        message="stale executor generation",
+                    )
                 )
             else:
                 self.highest_epoch = epoch

@@ -25,19 +25,14 @@ from lockgate.common.errors import (
     NotFound,
     NotLeader,
 )
+from lockgate.common.model.ids import CoordinatorId, ExecutorId, Generation, PipelineId, TaskId
+from lockgate.common.model.offsets import TopicPartition
+from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.assignment import ExecutorLiveness
 from lockgate.coordinator.domain.errors import FencedError, StaleGeneration
-from lockgate.coordinator.domain.ids import (
-    CoordinatorId,
-    ExecutorId,
-    Generation,
-    PipelineId,
-    TaskId,
-)
 from lockgate.coordinator.domain.lease import Fence
-from lockgate.coordinator.domain.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.states import LeaseRole, TargetState, TaskState
-from lockgate.coordinator.domain.tasks import TopicPartition, split_partitions
+from lockgate.coordinator.domain.tasks import split_partitions
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.store import SqlStore, open_store

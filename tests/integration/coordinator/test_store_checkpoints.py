@@ -10,18 +10,14 @@ import pytest
 import sqlalchemy as sa
 
 from lockgate.common.errors import FailedPrecondition
-from lockgate.coordinator.domain.checkpoints import OffsetRange, Precommit, SinkHandle
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
+from lockgate.common.model.offsets import OffsetRange, TopicPartition
+from lockgate.coordinator.domain.checkpoints import Precommit
 from lockgate.coordinator.domain.errors import FencedError, IllegalTransition, StaleGeneration
-from lockgate.coordinator.domain.ids import (
-    CheckpointId,
-    ExecutorId,
-    Generation,
-    PipelineId,
-    TaskId,
-)
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import CheckpointState
-from lockgate.coordinator.domain.tasks import TopicPartition, split_partitions
+from lockgate.coordinator.domain.tasks import split_partitions
 from lockgate.coordinator.store import SqlStore
 from lockgate.coordinator.store.tables import checkpoints, precommit_offsets, source_offsets
 from tests.integration.coordinator.test_store import (
@@ -95,7 +91,7 @@ def precommit(
                 OffsetRange(tp.topic, tp.partition, start, end) for tp in task_record.partitions
             ),
             handles=tuple(
-                SinkHandle(
+                TransactionHandle(
                     transactional_id=transactional_id,
                     producer_id=producer_id + int(task.rsplit("/", 1)[1]) + 10 * k,
                     producer_epoch=checkpoint_id,
@@ -137,7 +133,7 @@ def test_complete_is_written_with_offsets_when_the_last_task_precommits(
     assert done.completed_at_ms is not None and done.completed_at_ms >= done.triggered_at_ms
     pending = store.checkpoints.list_pending_commits()
     assert [(p.checkpoint_id, [h.task_id for h in p.handles]) for p in pending] == [(1, [t0, t1])]
-    assert pending[0].handles[0].handles == (SinkHandle("lockgate-p-0-0", 1000, 1),)
+    assert pending[0].handles[0].handles == (TransactionHandle("lockgate-p-0-0", 1000, 1),)
 
     committed = store.checkpoints.mark_committed(
         fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1)
@@ -204,7 +200,7 @@ def test_stale_task_generation_precommit_is_refused(open_stores: Callable[..., S
                 executor_id=E1,
                 executor_generation=Generation(1),
                 offsets=(),
-                handles=(SinkHandle("lockgate-p-0-2", 1, 1),),
+                handles=(TransactionHandle("lockgate-p-0-2", 1, 1),),
             ),
         )
 
@@ -455,7 +451,7 @@ def test_batched_precommits_are_all_or_nothing(
             executor_id=t.executor_id or E1,
             executor_generation=Generation(1),
             offsets=(OffsetRange("in", 0 if t.task_id == t0 else 2, 0, 3),),
-            handles=(SinkHandle(t.transactional_id, 7, 0),),
+            handles=(TransactionHandle(t.transactional_id, 7, 0),),
         )
         for t in n1.tasks
     }

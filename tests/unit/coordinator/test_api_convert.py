@@ -4,13 +4,11 @@ paging). No sockets."""
 from __future__ import annotations
 
 import pytest
-from google.rpc import error_details_pb2, status_pb2
 
 from lockgate.common.errors import InvalidArgument
+from lockgate.common.model.pipeline_spec import Delivery, RecordFormat, StartingOffsets
+from lockgate.common.model.proto import spec_from_proto, spec_to_proto, spec_violations
 from lockgate.coordinator.api.convert import page_size, precommit_from_proto
-from lockgate.coordinator.api.fencing import fencing_status
-from lockgate.coordinator.api.spec_convert import spec_from_proto, spec_to_proto, spec_violations
-from lockgate.coordinator.domain.pipeline_spec import Delivery, RecordFormat, StartingOffsets
 from lockgate.v1 import common_pb2, coordinator_pb2
 
 
@@ -145,25 +143,6 @@ def test_precommit_without_producer_id_is_refused_by_field() -> None:
         "sink_handles[0].kafka.producer_id",
         "source_ranges[0]",
     }
-
-
-def test_fencing_status_carries_a_fencing_failure_detail() -> None:
-    status = fencing_status(
-        token=common_pb2.FENCING_TOKEN_EXECUTOR_GENERATION,
-        subject="e1",
-        presented=3,
-        current=4,
-        message="stale",
-    )
-    assert status.code.name == "FAILED_PRECONDITION"
-    details = dict(status.trailing_metadata)["grpc-status-details-bin"]
-    decoded = status_pb2.Status.FromString(details)
-    failure = common_pb2.FencingFailure()
-    info = error_details_pb2.ErrorInfo()
-    assert decoded.details[0].Unpack(info) and decoded.details[1].Unpack(failure)
-    assert info.reason == "STALE_FENCING_TOKEN"
-    assert info.metadata["token"] == "executor_generation"
-    assert (failure.subject, failure.presented, failure.current) == ("e1", 3, 4)
 
 
 def test_page_size_defaults_caps_and_refuses_negative() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lockgate.common.model.ids import ExecutorId, TaskId
 from lockgate.coordinator.domain.assignment import (
     ExecutorLiveness,
     assign,
@@ -15,7 +16,6 @@ from lockgate.coordinator.domain.assignment import (
     moved_tasks,
     plan_assignment,
 )
-from lockgate.coordinator.domain.ids import ExecutorId, TaskId
 
 EXECUTORS = [ExecutorId(f"e{i}") for i in range(6)]
 TASKS = [TaskId(f"p/{i}") for i in range(25)]

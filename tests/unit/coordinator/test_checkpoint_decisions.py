@@ -9,12 +9,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import (
+    CheckpointId,
+    ExecutorId,
+    Generation,
+    LeaderEpoch,
+    PipelineId,
+    TaskId,
+)
+from lockgate.common.model.offsets import TopicPartition
+from lockgate.common.model.pipeline_spec import parse_pipeline_spec
 from lockgate.coordinator.domain.checkpoints import (
     DEFAULT_MAX_IN_FLIGHT,
     CheckpointRecord,
     LingeringTransaction,
     PendingCommit,
-    SinkHandle,
     TaskHandles,
     TaskTrigger,
     TriggeredCheckpoint,
@@ -28,18 +38,8 @@ from lockgate.coordinator.domain.checkpoints import (
     trigger_due,
 )
 from lockgate.coordinator.domain.errors import FailedPrecondition, IllegalTransition
-from lockgate.coordinator.domain.ids import (
-    CheckpointId,
-    ExecutorId,
-    Generation,
-    LeaderEpoch,
-    PipelineId,
-    TaskId,
-)
-from lockgate.coordinator.domain.pipeline_spec import parse_pipeline_spec
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
-from lockgate.coordinator.domain.tasks import TopicPartition
 from lockgate.coordinator.domain.transactional_ids import TRANSACTIONAL_ID_SLOTS
 
 C = CheckpointId
@@ -207,8 +207,8 @@ def test_handles_are_recorded_aborted_only_for_aborted_checkpoints() -> None:
 def test_each_task_restores_its_own_offsets_handles_and_aborts() -> None:
     t0, t1 = task(0), dataclasses.replace(task(1), generation=Generation(4))
     handles = (
-        TaskHandles(t0.task_id, (SinkHandle("lockgate-p-0-0", 1, 0),)),
-        TaskHandles(t1.task_id, (SinkHandle("lockgate-p-1-0", 2, 0),)),
+        TaskHandles(t0.task_id, (TransactionHandle("lockgate-p-0-0", 1, 0),)),
+        TaskHandles(t1.task_id, (TransactionHandle("lockgate-p-1-0", 2, 0),)),
     )
     abort = LingeringTransaction(P, C(3), A, t1.task_id, "lockgate-p-1-1", 5, 0)
     got = restore_states_of(

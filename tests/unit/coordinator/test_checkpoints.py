@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
+from lockgate.common.model.offsets import OffsetRange, TopicPartition
 from lockgate.coordinator.domain.checkpoints import (
-    OffsetRange,
     PendingCommit,
     aborts_cascading_from,
     commit_order,
@@ -16,9 +17,7 @@ from lockgate.coordinator.domain.checkpoints import (
     next_offsets,
     should_trigger,
 )
-from lockgate.coordinator.domain.ids import CheckpointId, PipelineId, TaskId
 from lockgate.coordinator.domain.states import CheckpointState
-from lockgate.coordinator.domain.tasks import TopicPartition
 from lockgate.coordinator.domain.transactional_ids import (
     TRANSACTIONAL_ID_SLOTS,
     choose_slot,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lockgate.common.errors import NotLeader
-from lockgate.coordinator.domain.ids import CoordinatorId
+from lockgate.common.model.ids import CoordinatorId
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.store import open_store
 

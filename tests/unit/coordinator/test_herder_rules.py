@@ -8,10 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.common.errors import FailedPrecondition, NotFound, NotLeader
-from lockgate.coordinator.domain.checkpoints import Precommit
-from lockgate.coordinator.domain.fencing import FencingToken, StaleToken
-from lockgate.coordinator.domain.ids import (
+from lockgate.common.errors import (
+    FailedPrecondition,
+    FencingToken,
+    NotFound,
+    NotLeader,
+    StaleTokenError,
+)
+from lockgate.common.model.ids import (
     CheckpointId,
     CoordinatorId,
     ExecutorId,
@@ -19,9 +23,10 @@ from lockgate.coordinator.domain.ids import (
     PipelineId,
     TaskId,
 )
-from lockgate.coordinator.domain.pipeline_spec import PipelineSpec, parse_pipeline_spec
+from lockgate.common.model.offsets import TopicPartition
+from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
+from lockgate.coordinator.domain.checkpoints import Precommit
 from lockgate.coordinator.domain.states import TargetState
-from lockgate.coordinator.domain.tasks import TopicPartition
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.store import open_store
 
@@ -81,7 +86,7 @@ def test_heartbeat_fencing(leader: Herder) -> None:
         leader.membership.heartbeat(executor_id=e1, generation=Generation(1), reports=[])
     leader.membership.register_executor(executor_id=e1, address="127.0.0.1:7080")
     second = leader.membership.register_executor(executor_id=e1, address="127.0.0.1:7080")
-    with pytest.raises(StaleToken) as raised:
+    with pytest.raises(StaleTokenError) as raised:
         leader.membership.heartbeat(executor_id=e1, generation=Generation(1), reports=[])
     stale = raised.value
     assert (stale.token, stale.subject, stale.presented, stale.current) == (
@@ -116,7 +121,7 @@ def test_a_report_of_an_older_leaders_trigger_is_refused(leader: Herder) -> None
     )
     leader.lease_keeper.resign()
     leader.lease_keeper.campaign()  # epoch 2
-    with pytest.raises(StaleToken) as raised:
+    with pytest.raises(StaleTokenError) as raised:
         leader.reports.report_precommit(precommit=report, leader_epoch=1)
     assert (raised.value.token, raised.value.presented, raised.value.current) == (
         FencingToken.LEADER_EPOCH,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lockgate.coordinator.domain.ids import CoordinatorId, LeaderEpoch
+from lockgate.common.model.ids import CoordinatorId, LeaderEpoch
 from lockgate.coordinator.domain.lease import Fence, LeaseRecord, local_deadline, next_role
 from lockgate.coordinator.domain.states import LeaseRole, transition_lease_role
 

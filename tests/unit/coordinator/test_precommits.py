@@ -10,22 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockgate.coordinator.domain.assignment import assignment_changes
-from lockgate.coordinator.domain.checkpoints import (
-    CheckpointRecord,
-    OffsetRange,
-    Precommit,
-    SinkHandle,
-    TaskTrigger,
-)
-from lockgate.coordinator.domain.errors import (
-    FailedPrecondition,
-    IllegalTransition,
-    InvalidArgument,
-    NotFound,
-    StaleGeneration,
-)
-from lockgate.coordinator.domain.ids import (
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import (
     CheckpointId,
     ExecutorId,
     Generation,
@@ -33,8 +19,18 @@ from lockgate.coordinator.domain.ids import (
     PipelineId,
     TaskId,
 )
+from lockgate.common.model.offsets import OffsetRange, TopicPartition
+from lockgate.common.model.pipeline_spec import parse_pipeline_spec
+from lockgate.coordinator.domain.assignment import assignment_changes
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit, TaskTrigger
+from lockgate.coordinator.domain.errors import (
+    FailedPrecondition,
+    IllegalTransition,
+    InvalidArgument,
+    NotFound,
+    StaleGeneration,
+)
 from lockgate.coordinator.domain.membership import check_executor_session
-from lockgate.coordinator.domain.pipeline_spec import parse_pipeline_spec
 from lockgate.coordinator.domain.pipelines import (
     PipelineRecord,
     TaskRecord,
@@ -47,7 +43,7 @@ from lockgate.coordinator.domain.pipelines import (
 )
 from lockgate.coordinator.domain.precommits import accept_precommits
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
-from lockgate.coordinator.domain.tasks import TopicPartition, split_partitions
+from lockgate.coordinator.domain.tasks import split_partitions
 
 C = CheckpointId
 P = PipelineId("p")
@@ -103,7 +99,7 @@ def report(task_id: TaskId = T0, **changes: object) -> Precommit:
         executor_id=E1,
         executor_generation=Generation(3),
         offsets=(OffsetRange("in", int(task_id[-1]), 0, 10),),
-        handles=(SinkHandle(f"lockgate-p-{task_id[-1]}-0-0", 7, 0),),
+        handles=(TransactionHandle(f"lockgate-p-{task_id[-1]}-0-0", 7, 0),),
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
@@ -162,15 +158,13 @@ def test_an_aborted_checkpoint_and_a_foreign_transactional_id_are_refused() -> N
     with pytest.raises(FailedPrecondition, match="abort this pre-commit") as aborted:
         accept(report(), record=checkpoint(CheckpointState.ABORTED))
     assert aborted.value.reason == "CHECKPOINT_NOT_TRIGGERED"
-    wrong = report(handles=(SinkHandle("lockgate-p-0-1", 7, 0),))
+    wrong = report(handles=(TransactionHandle("lockgate-p-0-1", 7, 0),))
     with pytest.raises(FailedPrecondition) as foreign:
         accept(wrong)
     assert foreign.value.reason == "WRONG_TRANSACTIONAL_ID"
     # The allotted id itself and its write partitions' ids are the task's own.
     for own in ("lockgate-p-0-0", "lockgate-p-0-0-12"):
-        assert accept(report(handles=(SinkHandle(own, 7, 0),)))
-    # Non-Kafka handles carry no transactional id to check.
-    assert accept(report(handles=(SinkHandle("anything", 7, 0, kind="file"),)))
+        assert accept(report(handles=(TransactionHandle(own, 7, 0),)))
 
 
 def test_executor_session_check() -> None:

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockgate.coordinator.domain.tasks import TopicPartition, split_partitions
+from lockgate.common.model.offsets import TopicPartition
+from lockgate.coordinator.domain.tasks import split_partitions
 
 partitions = st.sets(
     st.builds(TopicPartition, st.sampled_from(["a", "b", "c"]), st.integers(0, 30)), max_size=60

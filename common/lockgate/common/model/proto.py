@@ -130,11 +130,13 @@ _FORMAT_TO_PB: Mapping[RecordFormat, int] = {
     RecordFormat.AVRO: common_pb2.DATA_FORMAT_AVRO,
 }
 _FORMAT_FROM_PB: Mapping[int, RecordFormat] = {v: k for k, v in _FORMAT_TO_PB.items()}
-_STARTING_TO_PB: Mapping[StartingOffsets, int] = {
+STARTING_OFFSETS_TO_PB: Mapping[StartingOffsets, int] = {
     StartingOffsets.EARLIEST: common_pb2.OFFSET_POSITION_EARLIEST,
     StartingOffsets.LATEST: common_pb2.OFFSET_POSITION_LATEST,
 }
-_STARTING_FROM_PB: Mapping[int, StartingOffsets] = {v: k for k, v in _STARTING_TO_PB.items()}
+STARTING_OFFSETS_FROM_PB: Mapping[int, StartingOffsets] = {
+    v: k for k, v in STARTING_OFFSETS_TO_PB.items()
+}
 _DELIVERY_TO_PB: Mapping[Delivery, int] = {
     Delivery.EXACTLY_ONCE: common_pb2.DELIVERY_GUARANTEE_EXACTLY_ONCE,
     Delivery.AT_LEAST_ONCE: common_pb2.DELIVERY_GUARANTEE_AT_LEAST_ONCE,
@@ -268,7 +270,7 @@ def _raw_kafka_source(
         raw["topics"] = list(source.topics)
     if source.starting_offsets:
         raw["starting_offsets"] = _enum_value(
-            _STARTING_FROM_PB, source.starting_offsets, f"{path}.starting_offsets", extra
+            STARTING_OFFSETS_FROM_PB, source.starting_offsets, f"{path}.starting_offsets", extra
         )
     if source.HasField("format"):
         raw.update(_raw_format(source.format, f"{path}.format", extra))
@@ -382,7 +384,7 @@ def spec_to_proto(spec: PipelineSpec) -> common_pb2.PipelineSpec:
             kafka=common_pb2.KafkaSourceSpec(
                 bootstrap_servers=source.bootstrap_servers,
                 topics=list(source.topics),
-                starting_offsets=_STARTING_TO_PB[source.starting_offsets],  # type: ignore[arg-type]
+                starting_offsets=STARTING_OFFSETS_TO_PB[source.starting_offsets],  # type: ignore[arg-type]
                 format=_format_to_proto(
                     source.format, source.key_format, source.schema_registry_url
                 ),

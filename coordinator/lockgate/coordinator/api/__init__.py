@@ -1,6 +1,6 @@
 """The coordinator's gRPC api: `servicer.py` converts, validates and delegates to the
-herder; `spec_convert.py` and `convert.py` hold the proto <-> domain conversions;
-`fencing.py` the leader-only guard and the stale-token answer."""
+herder; `convert.py` holds the conversions of the coordinator's resources (the protocol's
+vocabulary converts in `lockgate.common.model.proto`)."""
 
 from lockgate.coordinator.api.servicer import CoordinatorServicer
 

@@ -13,25 +13,26 @@ from collections.abc import Iterable, Mapping
 from google.protobuf import timestamp_pb2
 
 from lockgate.common.errors import FieldViolation
-from lockgate.coordinator.api.spec_convert import spec_to_proto
-from lockgate.coordinator.domain.assignment import ExecutorLiveness
-from lockgate.coordinator.domain.checkpoints import (
-    CheckpointRecord,
-    OffsetRange,
-    Precommit,
-    RestoreState,
-    SinkHandle,
-)
-from lockgate.coordinator.domain.errors import InvalidArgument
-from lockgate.coordinator.domain.ids import (
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import (
     CheckpointId,
     ExecutorId,
     Generation,
     PipelineId,
     TaskId,
-    split_task_id,
-    task_id,
 )
+from lockgate.common.model.offsets import OffsetRange
+from lockgate.common.model.proto import (
+    handle_from_proto,
+    handle_to_proto,
+    offset_range_from_proto,
+    spec_to_proto,
+    task_id_from_proto,
+    task_id_to_proto,
+)
+from lockgate.coordinator.domain.assignment import ExecutorLiveness
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit, RestoreState
+from lockgate.coordinator.domain.errors import InvalidArgument
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PartitionOffset, PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
@@ -88,25 +89,6 @@ def pipeline_to_proto(record: PipelineRecord) -> common_pb2.Pipeline:
         create_time=timestamp(record.created_at_ms),
         update_time=timestamp(record.updated_at_ms),
     )
-
-
-def task_id_to_proto(task: TaskId) -> common_pb2.TaskId:
-    """`<pipeline>/<index>` as a TaskId message."""
-    pipeline, index = split_task_id(task)
-    return common_pb2.TaskId(pipeline_name=pipeline, task_index=index)
-
-
-def task_id_from_proto(task: common_pb2.TaskId, field_path: str) -> TaskId:
-    """The domain id of a TaskId message; InvalidArgument naming `field_path` if empty."""
-    if not task.pipeline_name:
-        raise InvalidArgument.for_field(
-            f"{field_path}.pipeline_name", "must name the task's pipeline"
-        )
-    if task.task_index < 0:
-        raise InvalidArgument.for_field(
-            f"{field_path}.task_index", f"must be >= 0, got {task.task_index}"
-        )
-    return task_id(PipelineId(task.pipeline_name), task.task_index)
 
 
 def task_to_proto(
@@ -202,20 +184,6 @@ def _task_checkpoint_state(record: CheckpointRecord, task: TaskId) -> int:
     return common_pb2.TASK_CHECKPOINT_STATE_TRIGGERED
 
 
-def sink_handle_to_proto(
-    *, transactional_id: str, producer_id: int | None, producer_epoch: int | None, servers: str
-) -> common_pb2.SinkHandle:
-    """A Kafka sink handle; producer id and epoch stay absent when unknown."""
-    kafka = common_pb2.KafkaTransactionHandle(
-        transactional_id=transactional_id, bootstrap_servers=servers
-    )
-    if producer_id is not None:
-        kafka.producer_id = producer_id
-    if producer_epoch is not None:
-        kafka.producer_epoch = producer_epoch
-    return common_pb2.SinkHandle(kafka=kafka)
-
-
 def restore_to_proto(
     restore: RestoreState, *, restored_checkpoint_id: int, servers: str
 ) -> coordinator_pb2.TaskRestoreState:
@@ -230,12 +198,7 @@ def restore_to_proto(
             common_pb2.CheckpointHandles(
                 checkpoint_id=pending.checkpoint_id,
                 handles=[
-                    sink_handle_to_proto(
-                        transactional_id=h.transactional_id,
-                        producer_id=h.producer_id,
-                        producer_epoch=h.producer_epoch,
-                        servers=servers,
-                    )
+                    handle_to_proto(h.on(servers))
                     for task_handles in pending.handles
                     if task_handles.task_id == restore.task_id
                     for h in task_handles.handles
@@ -244,12 +207,7 @@ def restore_to_proto(
             for pending in restore.to_commit
         ],
         abort_before_start=[
-            sink_handle_to_proto(
-                transactional_id=item.transactional_id,
-                producer_id=item.producer_id,
-                producer_epoch=item.producer_epoch,
-                servers=servers,
-            )
+            handle_to_proto(item.handle.on(servers))
             for item in restore.to_abort
             if item.must_be_sent
         ],
@@ -266,43 +224,18 @@ def precommit_from_proto(request: coordinator_pb2.ReportPrecommitRequest) -> Pre
     if not request.task_id.pipeline_name:
         violations.append(FieldViolation("task_id.pipeline_name", "must name the pipeline"))
     ranges: list[OffsetRange] = []
+    handles: list[TransactionHandle] = []
+    # Every bad range and handle is named at once, not only the first.
     for i, r in enumerate(request.source_ranges):
-        if not r.topic or r.partition < 0 or r.start_offset < 0 or r.end_offset < r.start_offset:
-            violations.append(
-                FieldViolation(
-                    f"source_ranges[{i}]",
-                    f"{r.topic}[{r.partition}] [{r.start_offset}, {r.end_offset}) is not a "
-                    "half-open range of a named partition with 0 <= start <= end",
-                )
-            )
-        ranges.append(OffsetRange(r.topic, r.partition, r.start_offset, r.end_offset))
-    handles: list[SinkHandle] = []
+        try:
+            ranges.append(offset_range_from_proto(r, f"source_ranges[{i}]"))
+        except InvalidArgument as exc:
+            violations.extend(exc.violations)
     for i, h in enumerate(request.sink_handles):
-        if h.WhichOneof("handle") != "kafka":
-            violations.append(
-                FieldViolation(f"sink_handles[{i}]", "only Kafka transaction handles exist in v1")
-            )
-            continue
-        if not h.kafka.transactional_id:
-            violations.append(
-                FieldViolation(f"sink_handles[{i}].kafka.transactional_id", "must be set")
-            )
-        if not h.kafka.HasField("producer_id") or not h.kafka.HasField("producer_epoch"):
-            violations.append(
-                FieldViolation(
-                    f"sink_handles[{i}].kafka.producer_id",
-                    "a pre-committed transaction needs its producer id and epoch to be "
-                    "committed later; report the failure (ReportCheckpointFailure) instead",
-                )
-            )
-            continue
-        handles.append(
-            SinkHandle(
-                transactional_id=h.kafka.transactional_id,
-                producer_id=h.kafka.producer_id,
-                producer_epoch=h.kafka.producer_epoch,
-            )
-        )
+        try:
+            handles.append(handle_from_proto(h, f"sink_handles[{i}]", resumable=True))
+        except InvalidArgument as exc:
+            violations.extend(exc.violations)
     if violations:
         raise InvalidArgument(
             "invalid ReportPrecommit: "

@@ -1,21 +1,36 @@
 """The gRPC servicer of `lockgate.v1.CoordinatorService`: convert, validate, delegate.
 
-Each RPC converts its request into domain values (`api/spec_convert.py`, `api/convert.py`),
-calls the `Herder` (reads answer on any replica; leader-only writes raise NotLeader on a
-follower: UNAVAILABLE with `lockgate-leader` metadata), and converts the result back. It
-holds no rules and never touches the store. Domain errors propagate to the shared
-error-mapping interceptor (`lockgate.common.grpc_server`); a stale fencing token is
-answered by `api/fencing.py`.
+Each RPC converts its request into domain values (`lockgate.common.model.proto` for the
+protocol's vocabulary, `api/convert.py` for the coordinator's resources), calls the
+`Herder` (reads answer on any replica; leader-only writes raise NotLeader on a follower:
+UNAVAILABLE with `lockgate-leader` metadata), and converts the result back. It holds no
+rules and never touches the store. Domain errors propagate to the shared error-mapping
+interceptor (`lockgate.common.grpc_server`), which answers a stale fencing token
+(`StaleTokenError`) with FAILED_PRECONDITION and a `FencingFailure` detail.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import field_mask_pb2
 
 from lockgate.common.errors import FieldViolation
+from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId
+from lockgate.common.model.offsets import TopicPartition
+from lockgate.common.model.proto import (
+    STARTING_OFFSETS_FROM_PB,
+    STARTING_OFFSETS_TO_PB,
+    spec_from_proto,
+    spec_to_proto,
+    spec_violations,
+    task_id_from_proto,
+    task_id_to_proto,
+)
 from lockgate.coordinator.api.convert import (
     CHECKPOINT_STATE_FROM_PB,
     CHECKPOINT_STATE_TO_PB,
@@ -32,24 +47,12 @@ from lockgate.coordinator.api.convert import (
     precommit_from_proto,
     require,
     session_id,
-    task_id_from_proto,
-    task_id_to_proto,
     task_to_proto,
     timestamp,
 )
-from lockgate.coordinator.api.fencing import answers_stale_tokens, leader_only
-from lockgate.coordinator.api.spec_convert import (
-    STARTING_OFFSETS_FROM_PB,
-    STARTING_OFFSETS_TO_PB,
-    spec_from_proto,
-    spec_to_proto,
-    spec_violations,
-)
 from lockgate.coordinator.domain.errors import InvalidArgument
-from lockgate.coordinator.domain.ids import CheckpointId, ExecutorId, Generation, PipelineId
 from lockgate.coordinator.domain.pipelines import PipelineRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
-from lockgate.coordinator.domain.tasks import TopicPartition
 from lockgate.coordinator.herder import Herder
 from lockgate.coordinator.herder.membership import ExecutorAssignment, HeartbeatTaskReport
 from lockgate.coordinator.herder.reports import TaskReport
@@ -57,6 +60,21 @@ from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 _EXECUTOR_ID = re.compile(r"^[a-zA-Z0-9._-]{1,100}$")
 _ADDRESS = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[^\s:\[\]]+):\d{1,5}$")
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def leader_only(method: _Method) -> _Method:
+    """Answer NotLeader (UNAVAILABLE + `lockgate-leader`) on a follower before reading
+    anything: the caller must retry at the leader, whatever the request holds."""
+
+    @functools.wraps(method)
+    def wrapper(self: CoordinatorServicer, request: Any, context: grpc.ServicerContext) -> Any:
+        self.herder.require_fence()
+        return method(self, request, context)
+
+    return wrapper  # type: ignore[return-value]
 
 
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
@@ -145,7 +163,6 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         )
 
     @leader_only
-    @answers_stale_tokens
     def Heartbeat(
         self, request: coordinator_pb2.HeartbeatRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.HeartbeatResponse:
@@ -181,7 +198,6 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         )
 
     @leader_only
-    @answers_stale_tokens
     def DeregisterExecutor(
         self, request: coordinator_pb2.DeregisterExecutorRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.DeregisterExecutorResponse:
@@ -481,7 +497,6 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     # ------------------------------------------------------------------ reports
 
     @leader_only
-    @answers_stale_tokens
     def ReportPrecommit(
         self, request: coordinator_pb2.ReportPrecommitRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.ReportPrecommitResponse:
@@ -494,7 +509,6 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         )
 
     @leader_only
-    @answers_stale_tokens
     def ReportCheckpointFailure(
         self,
         request: coordinator_pb2.ReportCheckpointFailureRequest,
@@ -521,7 +535,6 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         )
 
     @leader_only
-    @answers_stale_tokens
     def ReportTaskFailure(
         self, request: coordinator_pb2.ReportTaskFailureRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.ReportTaskFailureResponse:

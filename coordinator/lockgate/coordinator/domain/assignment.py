@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
+from lockgate.common.model.ids import ExecutorId, TaskId
 from lockgate.coordinator.domain.errors import NotFound
-from lockgate.coordinator.domain.ids import ExecutorId, TaskId
 from lockgate.coordinator.domain.pipelines import TaskRecord
 
 DEFAULT_SESSION_TIMEOUT_MS = 10_000

@@ -19,15 +19,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
-from lockgate.coordinator.domain.errors import FailedPrecondition
-from lockgate.coordinator.domain.ids import (
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import (
     CheckpointId,
     ExecutorId,
     Generation,
     LeaderEpoch,
     PipelineId,
     TaskId,
+    TransactionalId,
 )
+from lockgate.common.model.offsets import OffsetRange, TopicPartition
+from lockgate.common.model.pipeline_spec import MAX_CONCURRENT_CHECKPOINTS
+from lockgate.coordinator.domain.errors import FailedPrecondition
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.states import (
     CheckpointState,
@@ -35,45 +39,18 @@ from lockgate.coordinator.domain.states import (
     TaskState,
     transition_checkpoint,
 )
-from lockgate.coordinator.domain.tasks import TopicPartition
 from lockgate.coordinator.domain.transactional_ids import (
     TRANSACTIONAL_ID_SLOTS,
     choose_slot,
     transactional_id,
 )
 
-DEFAULT_MAX_IN_FLIGHT = 2
+DEFAULT_MAX_IN_FLIGHT = MAX_CONCURRENT_CHECKPOINTS
 """Checkpoints of one pipeline that may be TRIGGERED or COMPLETE at once (N commits while
-N+1 pre-commits). Must stay below the transactional id pool size. The one statement of
-the limit: the store's `trigger_checkpoint` enforces it through `plan_trigger`."""
+N+1 pre-commits): the spec's `checkpoint.max_concurrent`, the one value it accepts. The
+store's `trigger_checkpoint` enforces it through `plan_trigger`."""
 
 assert 1 <= DEFAULT_MAX_IN_FLIGHT <= TRANSACTIONAL_ID_SLOTS, "a task needs a slot per checkpoint"
-
-
-@dataclass(frozen=True)
-class OffsetRange:
-    """Records `[start_offset, end_offset)` of one source partition read by a pre-commit."""
-
-    topic: str
-    partition: int
-    start_offset: int
-    end_offset: int
-    """Exclusive: the next offset to read, i.e. what a restored task starts from."""
-
-    @property
-    def topic_partition(self) -> TopicPartition:
-        """The partition this range belongs to."""
-        return TopicPartition(self.topic, self.partition)
-
-
-@dataclass(frozen=True)
-class SinkHandle:
-    """A prepared sink transaction a pre-commit left open (for Kafka: what EndTxn needs)."""
-
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    kind: str = "kafka"
 
 
 @dataclass(frozen=True)
@@ -87,7 +64,7 @@ class Precommit:
     executor_id: ExecutorId
     executor_generation: Generation
     offsets: tuple[OffsetRange, ...]
-    handles: tuple[SinkHandle, ...]
+    handles: tuple[TransactionHandle, ...]
 
 
 @dataclass(frozen=True)
@@ -134,7 +111,7 @@ class TaskHandles:
     """A task's sink handles within one checkpoint."""
 
     task_id: TaskId
-    handles: tuple[SinkHandle, ...]
+    handles: tuple[TransactionHandle, ...]
 
 
 @dataclass(frozen=True)
@@ -167,6 +144,13 @@ class LingeringTransaction:
     """A later checkpoint already took this id's slot: its next producer's
     `init_transactions` aborted (or will abort) this transaction. Do NOT re-initialise the
     id to abort it; an EndTxn with the stored producer epoch is safe (fenced if stale)."""
+
+    @property
+    def handle(self) -> TransactionHandle:
+        """The transaction as a handle (without producer id and epoch if never reported)."""
+        return TransactionHandle(
+            TransactionalId(self.transactional_id), self.producer_id, self.producer_epoch
+        )
 
     @property
     def must_be_sent(self) -> bool:

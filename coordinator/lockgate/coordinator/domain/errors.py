@@ -8,9 +8,6 @@ status code: `InvalidArgument` (with field violations), `NotFound`, `AlreadyExis
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
 from lockgate.common.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -32,39 +29,9 @@ __all__ = [
     "NotFound",
     "NotLeader",
     "PreconditionViolation",
-    "SpecViolation",
     "StaleGeneration",
     "Unavailable",
-    "invalid_spec",
 ]
-
-
-@dataclass(frozen=True)
-class SpecViolation:
-    """One invalid config field: where it is, what is wrong, and how to fix it."""
-
-    field: str
-    """Dotted path into the config, e.g. `sink.kafka.topic` or `source.kafka.topics[1]`."""
-    description: str
-    """What is wrong with the value."""
-    fix: str
-    """What to write instead."""
-
-    def __str__(self) -> str:
-        return f"{self.field or '<config>'}: {self.description}; fix: {self.fix}"
-
-    def to_field_violation(self) -> FieldViolation:
-        """The `google.rpc.BadRequest` form: the fix is folded into the description."""
-        return FieldViolation(field=self.field, description=f"{self.description}; fix: {self.fix}")
-
-
-def invalid_spec(violations: Sequence[SpecViolation]) -> InvalidArgument:
-    """Return the InvalidArgument that reports every violation of a pipeline config."""
-    return InvalidArgument(
-        "invalid pipeline config: " + "; ".join(str(v) for v in violations),
-        violations=[v.to_field_violation() for v in violations],
-        reason="INVALID_PIPELINE_CONFIG",
-    )
 
 
 class StaleGeneration(FailedPrecondition):

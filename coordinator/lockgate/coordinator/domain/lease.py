@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lockgate.coordinator.domain.ids import CoordinatorId, LeaderEpoch
+from lockgate.common.model.ids import CoordinatorId, LeaderEpoch
 from lockgate.coordinator.domain.states import LeaseRole, transition_lease_role
 
 DEFAULT_LEASE_MS = 3_000

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lockgate.common.model.ids import ExecutorId, Generation
 from lockgate.coordinator.domain.errors import StaleGeneration
-from lockgate.coordinator.domain.ids import ExecutorId, Generation
 from lockgate.coordinator.domain.pipelines import TaskRecord
 
 

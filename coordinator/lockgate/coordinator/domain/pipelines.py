@@ -8,16 +8,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
+from lockgate.common.model.offsets import TopicPartition
+from lockgate.common.model.pipeline_spec import PipelineSpec
 from lockgate.coordinator.domain.errors import FailedPrecondition, InvalidArgument
-from lockgate.coordinator.domain.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
-from lockgate.coordinator.domain.pipeline_spec import PipelineSpec
 from lockgate.coordinator.domain.states import (
     CheckpointState,
     TargetState,
     TaskState,
     transition_task_state,
 )
-from lockgate.coordinator.domain.tasks import TaskSplit, TopicPartition
+from lockgate.coordinator.domain.tasks import TaskSplit
 
 
 @dataclass(frozen=True)

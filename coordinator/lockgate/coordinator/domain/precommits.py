@@ -20,9 +20,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from lockgate.common.kafka_transactions import belongs_to_slot
+from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit, TaskTrigger
 from lockgate.coordinator.domain.errors import FailedPrecondition, NotFound
-from lockgate.coordinator.domain.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.coordinator.domain.membership import (
     check_executor_session,
     check_generation,
@@ -131,7 +131,7 @@ def _check_new_precommit(p: Precommit, checkpoint: CheckpointRecord, trigger: Ta
     for handle in p.handles:
         # The allotted id is the task's prefix: its Spark write partition k writes with
         # "<allotted>-<k>" (one producer per write partition).
-        if handle.kind == "kafka" and not belongs_to_slot(handle.transactional_id, allotted):
+        if not belongs_to_slot(handle.transactional_id, allotted):
             raise FailedPrecondition(
                 f"handle uses transactional id {handle.transactional_id!r} but "
                 f"checkpoint {checkpoint.checkpoint_id} allotted {allotted!r} to task "

@@ -5,13 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True, order=True)
-class TopicPartition:
-    """One partition of a Kafka topic."""
-
-    topic: str
-    partition: int
+from lockgate.common.model.offsets import TopicPartition
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lockgate.coordinator.domain.ids import PipelineId
+from lockgate.common.model.ids import PipelineId
 from lockgate.coordinator.domain.states import CheckpointState
 
 TRANSACTIONAL_ID_SLOTS = 3

@@ -34,29 +34,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lockgate.common.failpoints import Failpoint, Failpoints
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId
+from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
     LingeringTransaction,
     PendingCommit,
-    SinkHandle,
     commit_order,
     should_trigger,
 )
-from lockgate.coordinator.domain.errors import (
-    FailedPrecondition,
-    IllegalTransition,
-    NotFound,
-)
-from lockgate.coordinator.domain.ids import (
-    CheckpointId,
-    ExecutorId,
-    PipelineId,
-)
+from lockgate.coordinator.domain.errors import FailedPrecondition, IllegalTransition, NotFound
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
-from lockgate.coordinator.domain.tasks import TopicPartition
 from lockgate.coordinator.herder.executors import (
     CheckpointTaskCall,
     ExecutorCallFailed,
@@ -292,7 +284,7 @@ class CheckpointDriver:
             pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
         )
         owner = {t.task_id: t.executor_id for t in checkpoint.tasks}
-        groups: dict[ExecutorId, list[SinkHandle]] = defaultdict(list)
+        groups: dict[ExecutorId, list[TransactionHandle]] = defaultdict(list)
         records: dict[ExecutorId, ExecutorRecord] = {}
         for task_handles in commit.handles:
             executor = pick_executor(owner.get(task_handles.task_id), alive)

@@ -27,10 +27,12 @@ from typing import TypeVar
 import grpc
 
 from lockgate.common.grpc_client import error_details, open_channel
-from lockgate.coordinator.domain.checkpoints import LingeringTransaction, SinkHandle
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.offsets import TopicPartition
+from lockgate.common.model.proto import handle_to_proto
+from lockgate.coordinator.domain.checkpoints import LingeringTransaction
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
-from lockgate.coordinator.domain.tasks import TopicPartition
 from lockgate.v1 import common_pb2, executor_pb2, executor_pb2_grpc
 
 _R = TypeVar("_R")
@@ -87,18 +89,6 @@ class TriggerResult:
 def leader_epoch_pb(fence: Fence) -> common_pb2.LeaderEpoch:
     """The `LeaderEpoch` message of a fence."""
     return common_pb2.LeaderEpoch(epoch=int(fence.leader_epoch), leader_id=str(fence.holder))
-
-
-def sink_handle_pb(handle: SinkHandle, *, bootstrap_servers: str) -> common_pb2.SinkHandle:
-    """The proto form of a stored Kafka handle (the bootstrap servers come from the spec)."""
-    return common_pb2.SinkHandle(
-        kafka=common_pb2.KafkaTransactionHandle(
-            transactional_id=handle.transactional_id,
-            producer_id=handle.producer_id,
-            producer_epoch=handle.producer_epoch,
-            bootstrap_servers=bootstrap_servers,
-        )
-    )
 
 
 class ExecutorClient:
@@ -196,7 +186,7 @@ class ExecutorClient:
         executor: ExecutorRecord,
         pipeline_name: str,
         checkpoint_id: int,
-        handles: Sequence[SinkHandle],
+        handles: Sequence[TransactionHandle],
         bootstrap_servers: str,
     ) -> int:
         """Commit handles of COMPLETE checkpoint N (step 4) on the sink cluster at
@@ -209,7 +199,7 @@ class ExecutorClient:
             executor_generation=int(executor.generation),
             pipeline_name=pipeline_name,
             checkpoint_id=checkpoint_id,
-            handles=[sink_handle_pb(h, bootstrap_servers=bootstrap_servers) for h in handles],
+            handles=[handle_to_proto(h.on(bootstrap_servers)) for h in handles],
         )
         response = self._call(
             executor,
@@ -238,17 +228,7 @@ class ExecutorClient:
             executor_generation=int(executor.generation),
             pipeline_name=pipeline_name,
             checkpoint_id=checkpoint_id,
-            handles=[
-                common_pb2.SinkHandle(
-                    kafka=common_pb2.KafkaTransactionHandle(
-                        transactional_id=t.transactional_id,
-                        producer_id=t.producer_id,
-                        producer_epoch=t.producer_epoch,
-                        bootstrap_servers=bootstrap_servers,
-                    )
-                )
-                for t in transactions
-            ],
+            handles=[handle_to_proto(t.handle.on(bootstrap_servers)) for t in transactions],
             reason=reason,
         )
         response = self._call(

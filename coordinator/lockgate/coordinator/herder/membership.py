@@ -4,7 +4,7 @@ the database's clock, what each executor must run, and the rebalance of the work
 Rules written here (the api only converts):
 - A heartbeat from an executor that has seen a newer leader epoch ends this replica's
   term (NotLeader); one whose session expired must register again (NotFound
-  SESSION_EXPIRED); one with an older generation is a zombie (`StaleToken`).
+  SESSION_EXPIRED); one with an older generation is a zombie (`StaleTokenError`).
 - A task report about an old assignment (other executor, other task generation) is
   ignored: the heartbeat's answer tells the executor its new assignment.
 - Tasks of STOPPED pipelines are released: neither assigned nor sent to an executor.
@@ -19,6 +19,8 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from lockgate.common.errors import FencingToken, StaleTokenError
+from lockgate.common.model.ids import ExecutorId, Generation, PipelineId, TaskId
 from lockgate.coordinator.domain.assignment import (
     AssignmentPlan,
     ExecutorLiveness,
@@ -32,8 +34,6 @@ from lockgate.coordinator.domain.errors import (
     NotLeader,
     StaleGeneration,
 )
-from lockgate.coordinator.domain.fencing import FencingToken, StaleToken
-from lockgate.coordinator.domain.ids import ExecutorId, Generation, PipelineId, TaskId
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
@@ -177,7 +177,7 @@ class Membership:
         it must run. Leader-only.
 
         NotLeader if the executor has seen a newer leader; NotFound if the session expired
-        (the executor must register again); StaleToken if a newer registration exists.
+        (the executor must register again); StaleTokenError if a newer registration exists.
         """
         fence = self._lease.require_fence()
         if highest_leader_epoch_seen > fence.leader_epoch:
@@ -273,11 +273,11 @@ class Membership:
 
     def _stale_executor(
         self, exc: StaleGeneration, executor_id: ExecutorId, generation: Generation
-    ) -> StaleToken:
+    ) -> StaleTokenError:
         """The refusal of a zombie's call, naming the generation that is current now."""
         current = self._store.executors.get_executor(executor_id=executor_id)
-        return StaleToken(
-            exc.message,
+        return StaleTokenError(
+            message=exc.message,
             token=FencingToken.EXECUTOR_GENERATION,
             subject=executor_id,
             presented=generation,

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lockgate.common.errors import Aborted, FieldViolation, Unimplemented
+from lockgate.common.model.ids import PipelineId, TaskId
+from lockgate.common.model.offsets import TopicPartition
+from lockgate.common.model.pipeline_spec import PipelineSpec, StartingOffsets
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord
 from lockgate.coordinator.domain.errors import FailedPrecondition, InvalidArgument, NotFound
-from lockgate.coordinator.domain.ids import PipelineId, TaskId
-from lockgate.coordinator.domain.pipeline_spec import PipelineSpec, StartingOffsets
 from lockgate.coordinator.domain.pipelines import PartitionOffset, PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
-from lockgate.coordinator.domain.tasks import TopicPartition, split_partitions
+from lockgate.coordinator.domain.tasks import split_partitions
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.store.kafka_topics import KafkaTopics
 from lockgate.coordinator.store.sql_store import SqlStore

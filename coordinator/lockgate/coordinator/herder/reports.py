@@ -7,7 +7,7 @@ Rules and known races:
   `LEADER_EPOCH` token (the checkpoint was aborted when this leader took over; the
   executor aborts its handles); a newer epoch means this replica's term is over.
 - A report with an older executor or task generation (a zombie) is refused with the token
-  that was stale and its current value (`StaleToken`); nothing is recorded.
+  that was stale and its current value (`StaleTokenError`); nothing is recorded.
 - A failure report about a checkpoint decided meanwhile changes nothing; one about a
   TRIGGERED checkpoint aborts it and every later in-flight one of the pipeline.
 - Reports that arrive together share one SQL transaction (group commit); a batch that
@@ -20,20 +20,14 @@ import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from lockgate.common.errors import FencingToken, StaleTokenError
+from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, TaskId, split_task_id
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit
 from lockgate.coordinator.domain.errors import (
     IllegalTransition,
     NotFound,
     NotLeader,
     StaleGeneration,
-)
-from lockgate.coordinator.domain.fencing import FencingToken, StaleToken
-from lockgate.coordinator.domain.ids import (
-    CheckpointId,
-    ExecutorId,
-    Generation,
-    TaskId,
-    split_task_id,
 )
 from lockgate.coordinator.domain.states import CheckpointState, TaskState
 from lockgate.coordinator.group_commit import GroupCommit
@@ -192,8 +186,8 @@ class Reports:
         aborted when this leader took over); a newer epoch means this replica is stale."""
         fence = self._lease.require_fence()
         if presented and presented < fence.leader_epoch:
-            raise StaleToken(
-                f"the report answers a trigger of leader epoch {presented}, but epoch "
+            raise StaleTokenError(
+                message=f"the report answers a trigger of leader epoch {presented}, but epoch "
                 f"{fence.leader_epoch} leads now and aborted that checkpoint; abort its "
                 "handles",
                 token=FencingToken.LEADER_EPOCH,
@@ -206,7 +200,7 @@ class Reports:
 
     def _stale_report(
         self, exc: StaleGeneration, reporter: TaskReport, *, checkpoint_id: CheckpointId | None
-    ) -> StaleToken:
+    ) -> StaleTokenError:
         """Which token of a refused report was stale, and its current value."""
         executor_id, executor_generation = reporter.executor_id, reporter.executor_generation
         task, task_generation = reporter.task, reporter.task_generation
@@ -217,8 +211,8 @@ class Reports:
         except NotFound:
             current_executor = 0
         if current_executor != executor_generation:
-            return StaleToken(
-                exc.message,
+            return StaleTokenError(
+                message=exc.message,
                 token=FencingToken.EXECUTOR_GENERATION,
                 subject=executor_id,
                 presented=executor_generation,
@@ -232,8 +226,8 @@ class Reports:
             current_task = int(trigger.task_generation) if trigger else 0
         else:
             current_task = int(self._store.pipelines.get_task(task_id=task).generation)
-        return StaleToken(
-            exc.message,
+        return StaleTokenError(
+            message=exc.message,
             token=FencingToken.TASK_GENERATION,
             subject=task,
             presented=task_generation,

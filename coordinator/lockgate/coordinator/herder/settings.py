@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lockgate.common.model.ids import CoordinatorId
 from lockgate.coordinator.domain.assignment import (
     DEFAULT_REASSIGN_DELAY_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
 )
-from lockgate.coordinator.domain.ids import CoordinatorId
 
 DEFAULT_HEARTBEAT_INTERVAL_MS = 1_000
 DEFAULT_TICK_MS = 100

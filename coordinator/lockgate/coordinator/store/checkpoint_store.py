@@ -18,10 +18,11 @@ from collections.abc import Set as AbstractSet
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from lockgate.common.model.ids import CheckpointId, LeaderEpoch, PipelineId, TaskId, split_task_id
+from lockgate.common.model.offsets import OffsetRange
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
     LingeringTransaction,
-    OffsetRange,
     PendingCommit,
     Precommit,
     RestoreState,
@@ -35,13 +36,6 @@ from lockgate.coordinator.domain.checkpoints import (
     plan_abort,
     plan_trigger,
     restore_states_of,
-)
-from lockgate.coordinator.domain.ids import (
-    CheckpointId,
-    LeaderEpoch,
-    PipelineId,
-    TaskId,
-    split_task_id,
 )
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.pipelines import TaskRecord
@@ -464,7 +458,7 @@ def _write_precommits(conn: Connection, key: CheckpointKey, fresh: Sequence[Prec
             **where,
             "task_id": p.task_id,
             "transactional_id": h.transactional_id,
-            "kind": h.kind,
+            "kind": "kafka",  # the column leaves room for other sinks; v1 has Kafka only
             "producer_id": h.producer_id,
             "producer_epoch": h.producer_epoch,
         }

@@ -38,8 +38,8 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
 
+from lockgate.common.model.ids import CoordinatorId, LeaderEpoch
 from lockgate.coordinator.domain.errors import FencedError, InvalidArgument
-from lockgate.coordinator.domain.ids import CoordinatorId, LeaderEpoch
 from lockgate.coordinator.domain.lease import Fence, LeaseRecord
 from lockgate.coordinator.store.tables import LEASE_ROW_ID, leader_lease
 

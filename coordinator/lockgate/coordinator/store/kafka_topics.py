@@ -11,8 +11,8 @@ import time
 from collections.abc import Sequence
 
 from lockgate.common.errors import FieldViolation
+from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.errors import InvalidArgument, Unavailable
-from lockgate.coordinator.domain.tasks import TopicPartition
 
 
 class KafkaTopics:

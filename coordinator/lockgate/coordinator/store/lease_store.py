@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from lockgate.common.model.ids import CoordinatorId
 from lockgate.coordinator.domain.errors import InvalidArgument
-from lockgate.coordinator.domain.ids import CoordinatorId
 from lockgate.coordinator.domain.lease import Fence, LeaseRecord
 from lockgate.coordinator.store.engine import Database, db_now_ms, lease_row
 from lockgate.coordinator.store.tables import LEASE_ROW_ID, leader_lease

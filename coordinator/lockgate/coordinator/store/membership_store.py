@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from lockgate.common.model.ids import ExecutorId, Generation
 from lockgate.coordinator.domain.errors import InvalidArgument
-from lockgate.coordinator.domain.ids import ExecutorId, Generation
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord, check_generation
 from lockgate.coordinator.store.engine import Database, db_now_ms

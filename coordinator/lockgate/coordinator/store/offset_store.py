@@ -12,14 +12,14 @@ from collections.abc import Mapping
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from lockgate.coordinator.domain.ids import CheckpointId, PipelineId
+from lockgate.common.model.ids import CheckpointId, PipelineId
+from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.pipelines import (
     PartitionOffset,
     check_offsets_resettable,
     check_reset_offsets,
 )
-from lockgate.coordinator.domain.tasks import TopicPartition
 from lockgate.coordinator.store.engine import Database, upsert
 from lockgate.coordinator.store.rows import checkpoint_states, opt_int, read_pipeline
 from lockgate.coordinator.store.tables import source_offsets

@@ -16,12 +16,12 @@ from collections.abc import Set as AbstractSet
 
 import sqlalchemy as sa
 
+from lockgate.common.model.ids import ExecutorId, Generation, PipelineId, TaskId, task_id
+from lockgate.common.model.pipeline_spec import PipelineSpec
 from lockgate.coordinator.domain.assignment import assignment_changes
 from lockgate.coordinator.domain.errors import AlreadyExists, InvalidArgument
-from lockgate.coordinator.domain.ids import ExecutorId, Generation, PipelineId, TaskId, task_id
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import check_executor_session, check_task_owner
-from lockgate.coordinator.domain.pipeline_spec import PipelineSpec
 from lockgate.coordinator.domain.pipelines import (
     PipelineRecord,
     TaskRecord,

@@ -14,13 +14,9 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from lockgate.coordinator.domain.checkpoints import (
-    LingeringTransaction,
-    PendingCommit,
-    SinkHandle,
-    TaskHandles,
-)
-from lockgate.coordinator.domain.ids import CheckpointId, PipelineId, TaskId
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
+from lockgate.coordinator.domain.checkpoints import LingeringTransaction, PendingCommit, TaskHandles
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.store.rows import opt_int, sink_handle
 from lockgate.coordinator.store.tables import (
@@ -51,7 +47,7 @@ def pending_commits(conn: Connection, pipeline_id: PipelineId | None) -> list[Pe
             )
             .order_by(precommit_handles.c.task_id, precommit_handles.c.transactional_id)
         )
-        by_task: dict[TaskId, list[SinkHandle]] = defaultdict(list)
+        by_task: dict[TaskId, list[TransactionHandle]] = defaultdict(list)
         for h in conn.execute(hstmt):
             by_task[TaskId(h.task_id)].append(sink_handle(h))
         result.append(

@@ -16,22 +16,24 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from lockgate.coordinator.domain.checkpoints import CheckpointRecord, SinkHandle, TaskTrigger
-from lockgate.coordinator.domain.errors import NotFound
-from lockgate.coordinator.domain.ids import (
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import (
     CheckpointId,
     ExecutorId,
     Generation,
     LeaderEpoch,
     PipelineId,
     TaskId,
+    TransactionalId,
     split_task_id,
 )
+from lockgate.common.model.offsets import TopicPartition
+from lockgate.common.model.pipeline_spec import parse_pipeline_spec
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord, TaskTrigger
+from lockgate.coordinator.domain.errors import NotFound
 from lockgate.coordinator.domain.membership import ExecutorRecord
-from lockgate.coordinator.domain.pipeline_spec import parse_pipeline_spec
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
-from lockgate.coordinator.domain.tasks import TopicPartition
 from lockgate.coordinator.store.tables import (
     checkpoint_tasks,
     checkpoints,
@@ -97,13 +99,12 @@ def task_record(row: Any) -> TaskRecord:
     )
 
 
-def sink_handle(row: Any) -> SinkHandle:
+def sink_handle(row: Any) -> TransactionHandle:
     """A `precommit_handles` row."""
-    return SinkHandle(
-        transactional_id=row.transactional_id,
+    return TransactionHandle(
+        transactional_id=TransactionalId(row.transactional_id),
         producer_id=int(row.producer_id),
         producer_epoch=int(row.producer_epoch),
-        kind=row.kind,
     )
 
 
