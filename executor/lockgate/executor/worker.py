@@ -143,9 +143,9 @@ class Worker:
         to_stop, to_start = self._board.apply(assignments)
         for task in to_stop:
             self._board.stop(task, why="no longer assigned at this generation")
-        for task, plan in to_start:
+        for task in to_start:
             _LOG.info("starting task %s generation %d", task.ref, task.generation)
-            task.queue.submit(self._restorer.restore, task, plan)
+            task.queue.submit(self._restorer.restore, task)
 
     def _stop_every_task(self, why: str) -> None:
         for task in self._board.take_all():

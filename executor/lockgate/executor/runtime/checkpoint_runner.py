@@ -130,7 +130,8 @@ class CheckpointRunner:
             presented_generation=requested.task_generation,
             ready=task is not None and task.phase is TaskPhase.RUNNING,
             config_version_matches=(
-                task is not None and (config_version == 0 or config_version == task.config_version)
+                task is not None
+                and (config_version == 0 or config_version == task.assignment.config_version)
             ),
             already_triggered=task is not None and checkpoint_id in task.triggered,
         )
@@ -169,7 +170,7 @@ class CheckpointRunner:
             if task.phase is not TaskPhase.RUNNING:
                 return f"task {requested.task} is {task.phase.value}"
             return (
-                f"task {requested.task} runs config version {task.config_version},"
+                f"task {requested.task} runs config version {task.assignment.config_version},"
                 f" the trigger is for {config_version}"
             )
         if verdict is TriggerVerdict.DUPLICATE:
@@ -337,15 +338,16 @@ class CheckpointRunner:
 
 
 def _work(task: Task, requested: TriggerTask, checkpoint_id: int) -> PrecommitWork:
+    assignment = task.assignment
     return PrecommitWork(
         task=task.ref,
         checkpoint_id=checkpoint_id,
-        spec=task.spec,
-        source_partitions=task.source_partitions,
-        start_offsets={**task.restore_offsets, **requested.start_offsets},
+        spec=assignment.spec,
+        source_partitions=assignment.source_partitions,
+        start_offsets={**assignment.restore_offsets, **requested.start_offsets},
         transactional_id_prefix=requested.transactional_id_prefix,
-        max_records_per_partition=task.max_records_per_partition,
-        transaction_timeout_ms=task.transaction_timeout_ms,
+        max_records_per_partition=assignment.max_records_per_partition,
+        transaction_timeout_ms=assignment.transaction_timeout_ms,
     )
 
 

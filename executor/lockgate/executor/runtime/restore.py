@@ -52,10 +52,11 @@ class Restorer:
         self._registration = registration
         self._stopping = stopping
 
-    def restore(self, task: Task, plan: RestorePlan) -> None:
+    def restore(self, task: Task) -> None:
         """Restore ``task`` (run on its queue); it ends RUNNING, PAUSED or FAILED."""
+        plan = task.assignment.restore
         try:
-            self._data_plane.validate_spec(task.spec)
+            self._data_plane.validate_spec(task.assignment.spec)
             if plan.invalid is not None:
                 raise plan.invalid
             self._with_retries(

@@ -18,12 +18,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from lockgate.common.errors import InvalidArgument, LockgateError
 from lockgate.executor.errors import RecordError
 from lockgate.executor.fencing import TaskGeneration
-from lockgate.executor.runtime.values import Assignment, RestorePlan, TaskError, TaskRef
+from lockgate.executor.runtime.values import Assignment, TaskError, TaskRef
 
 _LOG = logging.getLogger(__name__)
 
@@ -116,15 +115,9 @@ class TaskView:
 class Task:
     """Mutable state of one task at one generation (guarded by the board's lock)."""
 
-    ref: TaskRef
-    generation: TaskGeneration
-    config_version: int
-    spec: Mapping[str, Any]
-    source_partitions: tuple[tuple[str, int], ...]
-    restore_offsets: Mapping[tuple[str, int], int]
+    #: What the leader assigned at this generation; only its target state may change.
+    assignment: Assignment
     target_running: bool
-    max_records_per_partition: int
-    transaction_timeout_ms: int
     #: One thread per task: its restore, then its pre-commits in trigger order (N+1's
     #: input starts where N's ended, so they must not run side by side within a task).
     queue: ThreadPoolExecutor
@@ -142,17 +135,20 @@ class Task:
     def of(cls, assignment: Assignment) -> Task:
         """A new task, RESTORING, for an assignment this executor does not run yet."""
         return cls(
-            ref=assignment.task,
-            generation=assignment.generation,
-            config_version=assignment.config_version,
-            spec=assignment.spec,
-            source_partitions=assignment.source_partitions,
-            restore_offsets=assignment.restore_offsets,
+            assignment=assignment,
             target_running=assignment.target_running,
-            max_records_per_partition=assignment.max_records_per_partition,
-            transaction_timeout_ms=assignment.transaction_timeout_ms,
             queue=ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"task-{assignment.task}"),
         )
+
+    @property
+    def ref(self) -> TaskRef:
+        """Which task this is."""
+        return self.assignment.task
+
+    @property
+    def generation(self) -> TaskGeneration:
+        """The generation of the assignment this task runs."""
+        return self.assignment.generation
 
     def move(self, target: TaskPhase) -> None:
         """Apply one transition of the state machine (a no-op if already there)."""
@@ -201,18 +197,15 @@ class TaskBoard:
         with self.lock:
             return [self._tasks[ref].view() for ref in sorted(self._tasks)]
 
-    def apply(
-        self, assignments: Sequence[Assignment]
-    ) -> tuple[list[Task], list[tuple[Task, RestorePlan]]]:
-        """Take the leader's full assignment; return the tasks to stop and the new tasks
-        to start, each with what its restore must finish first.
+    def apply(self, assignments: Sequence[Assignment]) -> tuple[list[Task], list[Task]]:
+        """Take the leader's full assignment; return (tasks to stop, new tasks to start).
 
         A task missing from it, or assigned at a higher generation, is replaced; one at
         its generation follows its target state; a lower generation is ignored.
         """
         wanted = {assignment.task: assignment for assignment in assignments}
         to_stop: list[Task] = []
-        to_start: list[tuple[Task, RestorePlan]] = []
+        to_start: list[Task] = []
         with self.lock:
             for ref, task in list(self._tasks.items()):
                 assignment = wanted.get(ref)
@@ -232,7 +225,7 @@ class TaskBoard:
                     )
             for ref, assignment in wanted.items():
                 self._tasks[ref] = task = Task.of(assignment)
-                to_start.append((task, assignment.restore))
+                to_start.append(task)
         return to_stop, to_start
 
     def take_all(self) -> list[Task]:
