@@ -24,8 +24,9 @@ from lockgate.executor.dataplane.spark.batch import (
     PipelineName,
     PrecommitResult,
     TaskId,
+    apply_transform,
+    prepare_sink_frame,
     run_precommit_batch,
-    validate_transform,
 )
 from lockgate.executor.dataplane.spark.kafka_sink import (
     ERROR_HEADER_OFFSET,
@@ -33,6 +34,7 @@ from lockgate.executor.dataplane.spark.kafka_sink import (
     ERROR_HEADER_REASON,
     ERROR_HEADER_TOPIC,
 )
+from lockgate.executor.dataplane.spark.kafka_source import source_schema
 from lockgate.executor.dataplane.spark.offsets import OffsetRange, snapshot_offset_ranges
 from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
 from lockgate.executor.spec import DataPlaneSpec, parse_data_plane_spec
@@ -336,21 +338,28 @@ def test_python_transform_is_applied(
     assert [r.value for r in _wait_visible(bootstrap, sink, 1, 2)] == [b"ABC", b"DEF"]
 
 
-def test_validate_transform_at_create_time(spark: SparkSession) -> None:
+def _sink_columns(spark: SparkSession, spec: DataPlaneSpec) -> tuple[str, ...]:
+    """The columns the sink would write, from an empty source: no Kafka read."""
+    schema = source_schema(spec.source.format, spec.source.key_format, marked=False)
+    empty = spark.createDataFrame([], schema)
+    return tuple(prepare_sink_frame(apply_transform(spark, spec, empty), spec).columns)
+
+
+def test_transform_errors_name_the_column_and_the_fix(spark: SparkSession) -> None:
     def spec(sql: str, **extra: Any) -> DataPlaneSpec:
         return _spec("127.0.0.1:1", "orders", "out", transform={"sql": sql}, **extra)
 
-    assert validate_transform(spark, spec("SELECT key, value, headers FROM orders")) == (
+    assert _sink_columns(spark, spec("SELECT key, value, headers FROM orders")) == (
         "value",
         "key",
         "headers",
     )
     with pytest.raises(TransformError, match="no_such_column"):
-        validate_transform(spark, spec("SELECT no_such_column FROM input"))
+        _sink_columns(spark, spec("SELECT no_such_column FROM input"))
     with pytest.raises(TransformError, match="'value' column"):
-        validate_transform(spark, spec("SELECT key FROM input"))
+        _sink_columns(spark, spec("SELECT key FROM input"))
     with pytest.raises(TransformError, match="cast it"):
-        validate_transform(spark, spec("SELECT 1 AS value FROM input"))
+        _sink_columns(spark, spec("SELECT 1 AS value FROM input"))
 
 
 FLAKY_AT = 25_000

@@ -53,7 +53,6 @@ from lockgate.executor.dataplane.spark.kafka_source import (
     RAW_VALUE_COLUMN,
     KafkaSource,
     ranges_to_option,
-    source_schema,
 )
 from lockgate.executor.dataplane.spark.offsets import OffsetRange, topic_partitions
 from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
@@ -242,19 +241,6 @@ def _activate(spark: SparkSession) -> None:
     jvm = spark._jvm
     if jvm is not None:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-
-
-def validate_transform(spark: SparkSession, spec: DataPlaneSpec) -> tuple[str, ...]:
-    """Analyse the transform against the source schema without reading Kafka.
-
-    For refusing a pipeline at create time: raises ``TransformError`` with Spark's
-    message (unknown column, syntax error, wrong output types), else returns the columns
-    the sink will write.
-    """
-    _activate(spark)
-    schema = source_schema(spec.source.format, spec.source.key_format, marked=False)
-    empty = spark.createDataFrame([], schema)
-    return tuple(prepare_sink_frame(apply_transform(spark, spec, empty), spec).columns)
 
 
 def _check_topics_exist(spec: DataPlaneSpec) -> None:
