@@ -35,15 +35,14 @@ from lockgate.common.failpoints import FailpointConfigError, Failpoints
 from lockgate.common.grpc_client import open_channel
 from lockgate.common.grpc_server import ServerBindError, build_server
 from lockgate.common.telemetry import setup_telemetry
+from lockgate.executor.coordinator_client import GrpcCoordinatorClient
+from lockgate.executor.dataplane.control_only import ControlOnlyDataPlane
+from lockgate.executor.dataplane.protocol import DataPlane
+from lockgate.executor.dataplane.spark import SparkDataPlane
 from lockgate.executor.fencing import LeaderEpochFence
+from lockgate.executor.runtime.values import ExecutorSettings
 from lockgate.executor.servicer import ExecutorServicer
-from lockgate.executor.worker import (
-    ControlOnlyDataPlane,
-    DataPlane,
-    ExecutorRuntime,
-    ExecutorSettings,
-    SparkDataPlane,
-)
+from lockgate.executor.worker import Worker
 from lockgate.v1 import coordinator_pb2_grpc, executor_pb2, executor_pb2_grpc
 
 _LOG = logging.getLogger("lockgate.executor")
@@ -154,9 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark_master=args.spark_master,
         max_tasks=args.max_tasks,
     )
-    runtime = ExecutorRuntime(
+    runtime = Worker(
         settings,
-        coordinator=coordinator_pb2_grpc.CoordinatorServiceStub(channel),
+        coordinator=GrpcCoordinatorClient(coordinator_pb2_grpc.CoordinatorServiceStub(channel)),
         data_plane=data_plane,
         fence=fence,
         failpoints=failpoints,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TypeVar
 
 import grpc
@@ -28,24 +28,24 @@ from lockgate.common.errors import (
     InvalidArgument,
     Unavailable,
 )
+from lockgate.executor.committer import HandleLostError
+from lockgate.executor.convert import (
+    TOKEN_TO_PROTO,
+    VERDICT_TO_PROTO,
+    handles_from_proto,
+    leader_from_proto,
+    task_ref_to_proto,
+    task_view_to_proto,
+)
 from lockgate.executor.fencing import (
     ExecutorGeneration,
-    FencingToken,
     LeaderEpoch,
     StaleTokenError,
     TaskGeneration,
-    TriggerVerdict,
     check_executor_generation,
 )
-from lockgate.executor.worker import (
-    ExecutorRuntime,
-    HandleLostError,
-    KafkaHandle,
-    TaskRef,
-    TriggerTask,
-    handle_from_proto,
-    task_view_to_proto,
-)
+from lockgate.executor.runtime.values import TaskRef, TriggerTask
+from lockgate.executor.worker import Worker
 from lockgate.v1 import common_pb2, executor_pb2, executor_pb2_grpc
 
 _LOG = logging.getLogger(__name__)
@@ -55,20 +55,6 @@ _T = TypeVar("_T")
 #: How long AbortCheckpoint waits for a running batch of the checkpoint when the call has
 #: no deadline.
 _ABORT_WAIT_DEFAULT_S = 30.0
-
-_TOKEN_TO_PROTO = {
-    FencingToken.LEADER_EPOCH: common_pb2.FENCING_TOKEN_LEADER_EPOCH,
-    FencingToken.EXECUTOR_GENERATION: common_pb2.FENCING_TOKEN_EXECUTOR_GENERATION,
-    FencingToken.TASK_GENERATION: common_pb2.FENCING_TOKEN_TASK_GENERATION,
-}
-
-_VERDICT_TO_PROTO = {
-    TriggerVerdict.ACCEPTED: executor_pb2.TRIGGER_OUTCOME_ACCEPTED,
-    TriggerVerdict.DUPLICATE: executor_pb2.TRIGGER_OUTCOME_DUPLICATE,
-    TriggerVerdict.STALE_GENERATION: executor_pb2.TRIGGER_OUTCOME_STALE_GENERATION,
-    TriggerVerdict.NOT_ASSIGNED: executor_pb2.TRIGGER_OUTCOME_NOT_ASSIGNED,
-    TriggerVerdict.NOT_READY: executor_pb2.TRIGGER_OUTCOME_NOT_READY,
-}
 
 
 def _pack(message: Message) -> any_pb2.Any:
@@ -100,7 +86,7 @@ def fencing_status(error: StaleTokenError) -> grpc.Status:
             ),
             _pack(
                 common_pb2.FencingFailure(
-                    token=_TOKEN_TO_PROTO[error.token],
+                    token=TOKEN_TO_PROTO[error.token],
                     subject=error.subject,
                     presented=error.presented,
                     current=error.current,
@@ -132,11 +118,11 @@ def _required(value: str, field: str, what: str) -> str:
 
 
 class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
-    """Serves ``lockgate.v1.ExecutorService`` over an :class:`ExecutorRuntime`."""
+    """Serves ``lockgate.v1.ExecutorService`` over a :class:`Worker`."""
 
     def __init__(
         self,
-        runtime: ExecutorRuntime,
+        runtime: Worker,
         *,
         coordinator_addresses: tuple[str, ...] = (),
         clock: Callable[[], float] = time.monotonic,
@@ -198,10 +184,6 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             rpc=rpc,
         )
 
-    @staticmethod
-    def _handles(handles: Iterable[common_pb2.SinkHandle], field: str) -> list[KafkaHandle]:
-        return [handle_from_proto(h, field_name=f"{field}[{i}]") for i, h in enumerate(handles)]
-
     # -- RPCs ----------------------------------------------------------------------------
 
     def TriggerCheckpoint(
@@ -247,17 +229,15 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             pipeline_name=pipeline,
             checkpoint_id=request.checkpoint_id,
             config_version=request.config_version,
-            leader_epoch=request.leader_epoch,
+            leader_epoch=leader_from_proto(request.leader_epoch),
             tasks=tasks,
             timeout_ms=request.timeout_ms,
         )
         return executor_pb2.TriggerCheckpointResponse(
             results=[
                 executor_pb2.TaskTriggerResult(
-                    task_id=common_pb2.TaskId(
-                        pipeline_name=r.task.pipeline_name, task_index=r.task.task_index
-                    ),
-                    outcome=_VERDICT_TO_PROTO[r.verdict],
+                    task_id=task_ref_to_proto(r.task),
+                    outcome=VERDICT_TO_PROTO[r.verdict],
                     current_task_generation=r.current_generation,
                     reason=r.reason,
                 )
@@ -279,7 +259,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         pipeline = _required(request.pipeline_name, "pipeline_name", "the pipeline's name")
         if request.checkpoint_id <= 0:
             raise InvalidArgument.for_field("checkpoint_id", "must be >= 1")
-        handles = self._handles(request.handles, "handles")
+        handles = handles_from_proto(request.handles, field_name="handles")
         started = self._clock()
         try:
             count = self._runtime.commit_handles(
@@ -308,7 +288,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         pipeline = _required(request.pipeline_name, "pipeline_name", "the pipeline's name")
         if request.checkpoint_id <= 0:
             raise InvalidArgument.for_field("checkpoint_id", "must be >= 1")
-        handles = self._handles(request.handles, "handles")
+        handles = handles_from_proto(request.handles, field_name="handles")
         started = self._clock()
         remaining = context.time_remaining()
         count = self._runtime.abort_checkpoint(

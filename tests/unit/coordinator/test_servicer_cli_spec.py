@@ -8,8 +8,8 @@ import pytest
 
 from lockgate.client.coordinator_cli import SpecFileError, read_spec_file, spec_from_mapping
 from lockgate.common.model.proto import spec_from_proto, spec_to_proto
+from lockgate.executor.convert import pipeline_spec_to_mapping
 from lockgate.executor.spec import RecordFormat, parse_data_plane_spec
-from lockgate.executor.worker import pipeline_spec_to_mapping
 from lockgate.v1 import common_pb2
 
 PIPELINE_YAML = """

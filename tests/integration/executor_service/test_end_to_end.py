@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from lockgate.localcluster.kafka import read_visible
 from lockgate.v1 import common_pb2, executor_pb2
 from tests.fixtures.kafka import KafkaBroker
-from tests.integration.executor_process.scripted import (
+from tests.integration.executor_service.scripted import (
     CoordinatorServer,
     ExecutorProcess,
     assignment,

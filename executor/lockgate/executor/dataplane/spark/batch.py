@@ -1,10 +1,9 @@
-"""One checkpoint's pre-commit batch, and the commit/abort of its Kafka transactions.
+"""One checkpoint's pre-commit batch on the shared SparkSession.
 
 ``run_precommit_batch`` is the executor's half of step 2 of DESIGN.md's checkpoint
 protocol: read the offset ranges, transform, write the sink in its prepared state (Kafka
 records flushed inside open transactions) and return what ``ReportPrecommit`` needs.
-``commit_handles`` / ``abort_handles`` are steps 4 and 5: they end the transactions from
-their handles, from any process, and are safe to repeat.
+Ending those transactions (steps 4 and 5) is :mod:`lockgate.executor.committer`'s.
 """
 
 from __future__ import annotations
@@ -34,17 +33,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from lockgate.common.kafka_transactions import (
-    InvalidTransactionStateError,
-    ProducerFencedError,
-    TransactionHandle,
-    TransactionResumeError,
-    UnknownTransactionError,
-    abort_transaction,
-    commit_transaction,
-)
-from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
-from lockgate.executor.kafka_sink import (
+from lockgate.common.kafka_transactions import TransactionHandle
+from lockgate.executor.dataplane.spark.kafka_sink import (
     ERROR_HEADER_OFFSET,
     ERROR_HEADER_PARTITION,
     ERROR_HEADER_REASON,
@@ -52,10 +42,10 @@ from lockgate.executor.kafka_sink import (
     ERROR_HEADER_TOPIC,
     TARGET_TOPIC_COLUMN,
     KafkaSink,
-    fence_transactional_id,
+    KafkaSinkCommitMessage,
     read_result_file,
 )
-from lockgate.executor.kafka_source import (
+from lockgate.executor.dataplane.spark.kafka_source import (
     ERROR_COLUMN,
     ON_BAD_RECORD_FAIL,
     ON_BAD_RECORD_MARK,
@@ -63,9 +53,9 @@ from lockgate.executor.kafka_source import (
     RAW_VALUE_COLUMN,
     KafkaSource,
     ranges_to_option,
-    source_schema,
 )
-from lockgate.executor.offsets import OffsetRange, topic_partitions
+from lockgate.executor.dataplane.spark.offsets import OffsetRange, topic_partitions
+from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
 from lockgate.executor.spec import (
     DataPlaneSpec,
     Delivery,
@@ -247,23 +237,10 @@ def _activate(spark: SparkSession) -> None:
     # Py4J runs each Python thread on its own JVM thread, whose active SparkSession is
     # unset, and Python data sources are looked up through the active session: without
     # this a batch on any thread but the one that built the session fails with
-    # DATA_SOURCE_NOT_FOUND.
+    # DATA_SOURCE_NOT_FOUND (lockgate_kafka_sink) (measured, PySpark 4.3.0).
     jvm = spark._jvm
     if jvm is not None:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-
-
-def validate_transform(spark: SparkSession, spec: DataPlaneSpec) -> tuple[str, ...]:
-    """Analyse the transform against the source schema without reading Kafka.
-
-    For refusing a pipeline at create time: raises ``TransformError`` with Spark's
-    message (unknown column, syntax error, wrong output types), else returns the columns
-    the sink will write.
-    """
-    _activate(spark)
-    schema = source_schema(spec.source.format, spec.source.key_format, marked=False)
-    empty = spark.createDataFrame([], schema)
-    return tuple(prepare_sink_frame(apply_transform(spark, spec, empty), spec).columns)
 
 
 def _check_topics_exist(spec: DataPlaneSpec) -> None:
@@ -287,6 +264,91 @@ def _check_topics_exist(spec: DataPlaneSpec) -> None:
             RestSchemaFetcher(spec.sink.schema_registry_url).latest(spec.sink.value_subject)
         except SerdeError as exc:
             raise SinkError(f"sink.kafka.format avro: {exc}") from exc
+
+
+@dataclass
+class _Input:
+    """The batch's source, split into good records and dead letters when marking."""
+
+    records: DataFrame
+    counted: Observation
+    dead_letters: DataFrame | None = None
+    dead_counted: Observation | None = None
+    cached: DataFrame | None = None
+
+
+def _read_input(
+    session: SparkSession,
+    spec: DataPlaneSpec,
+    ranges: Sequence[OffsetRange],
+    options: BatchOptions,
+) -> _Input:
+    marked = spec.errors.tolerance is ErrorTolerance.ALL
+    split = options.max_offsets_per_split if spec.order is OrderGuarantee.NONE else 0
+    source = (
+        session.read.format(KafkaSource.name())
+        .option("bootstrap_servers", spec.source.bootstrap_servers)
+        .option("offset_ranges", ranges_to_option(ranges))
+        .option("value_format", spec.source.format.value)
+        .option("key_format", spec.source.key_format.value)
+        .option("schema_registry_url", spec.source.schema_registry_url or "")
+        .option("on_bad_record", ON_BAD_RECORD_MARK if marked else ON_BAD_RECORD_FAIL)
+        .option("max_offsets_per_split", str(split))
+        .option("stall_timeout_s", str(options.stall_timeout_s))
+        .load()
+    )
+    if not marked:
+        records, counted = _count(source, "in")
+        return _Input(records, counted)
+    # Read once, then split good records from bad ones.
+    cached = source.persist(StorageLevel.MEMORY_AND_DISK)
+    assert spec.errors.dead_letter_topic is not None
+    dead_letters, dead_counted = _count(
+        _dead_letter_frame(cached, spec.errors.dead_letter_topic), "dead"
+    )
+    records, counted = _count(
+        cached.where(F.col(ERROR_COLUMN).isNull()).drop(
+            RAW_KEY_COLUMN, RAW_VALUE_COLUMN, ERROR_COLUMN
+        ),
+        "in",
+    )
+    return _Input(records, counted, dead_letters, dead_counted, cached)
+
+
+def _write_prepared(
+    output: DataFrame,
+    spec: DataPlaneSpec,
+    *,
+    describe: str,
+    transactional_id_prefix: str,
+    options: BatchOptions,
+) -> list[KafkaSinkCommitMessage]:
+    """Write ``output`` through the 2PC sink; the sink's commit messages, one per partition."""
+    with tempfile.TemporaryDirectory(prefix="lockgate-precommit-") as scratch:
+        result_path = os.path.join(scratch, "sink-result.json")
+        writer = (
+            output.write.format(KafkaSink.name())
+            .mode("append")
+            .option("bootstrap_servers", spec.sink.bootstrap_servers)
+            .option("topic", spec.sink.topic)
+            .option("delivery", spec.delivery.value)
+            .option("transactional_id_prefix", transactional_id_prefix)
+            .option("value_format", spec.sink.format.value)
+            .option("key_format", spec.sink.key_format.value)
+            .option("schema_registry_url", spec.sink.schema_registry_url or "")
+            .option("tolerance", spec.errors.tolerance.value)
+            .option("dead_letter_topic", spec.errors.dead_letter_topic or "")
+            .option("transaction_timeout_ms", str(options.transaction_timeout_ms))
+            .option("result_path", result_path)
+        )
+        try:
+            writer.save()
+        except (PySparkException, Py4JJavaError) as exc:
+            record_error = RecordError.from_text(str(exc))
+            if record_error is not None:
+                raise record_error from exc
+            raise SinkError(f"{describe} failed: {_spark_message(exc)}") from exc
+        return read_result_file(result_path)
 
 
 def run_precommit_batch(
@@ -324,75 +386,25 @@ def run_precommit_batch(
         f"lockgate-{pipeline}-{task}-{checkpoint_id}",
         f"pipeline {pipeline} task {task} checkpoint {checkpoint_id}",
     )
-    marked = spec.errors.tolerance is ErrorTolerance.ALL
-    split = options.max_offsets_per_split if spec.order is OrderGuarantee.NONE else 0
-    source = (
-        session.read.format(KafkaSource.name())
-        .option("bootstrap_servers", spec.source.bootstrap_servers)
-        .option("offset_ranges", ranges_to_option(ranges))
-        .option("value_format", spec.source.format.value)
-        .option("key_format", spec.source.key_format.value)
-        .option("schema_registry_url", spec.source.schema_registry_url or "")
-        .option("on_bad_record", ON_BAD_RECORD_MARK if marked else ON_BAD_RECORD_FAIL)
-        .option("max_offsets_per_split", str(split))
-        .option("stall_timeout_s", str(options.stall_timeout_s))
-        .load()
-    )
-    dead_letters: DataFrame | None = None
-    cached: DataFrame | None = None
-    dead_observation: Observation | None = None
-    if marked:
-        # Read once, then split good records from bad ones.
-        cached = source.persist(StorageLevel.MEMORY_AND_DISK)
-        source = cached
-        assert spec.errors.dead_letter_topic is not None
-        dead_letters, dead_observation = _count(
-            _dead_letter_frame(source, spec.errors.dead_letter_topic), "dead"
+    source = _read_input(session, spec, ranges, options)
+    try:
+        output = prepare_sink_frame(apply_transform(session, spec, source.records), spec)
+        if source.dead_letters is not None:
+            output = output.unionByName(source.dead_letters, allowMissingColumns=True)
+        messages = _write_prepared(
+            output,
+            spec,
+            describe=f"checkpoint {checkpoint_id} of pipeline {pipeline}",
+            transactional_id_prefix=transactional_id_prefix,
+            options=options,
         )
-        source = source.where(F.col(ERROR_COLUMN).isNull()).drop(
-            RAW_KEY_COLUMN, RAW_VALUE_COLUMN, ERROR_COLUMN
-        )
-    source, in_observation = _count(source, "in")
-    output = prepare_sink_frame(apply_transform(session, spec, source), spec)
-    if dead_letters is not None:
-        output = output.unionByName(dead_letters, allowMissingColumns=True)
+    finally:
+        if source.cached is not None:
+            source.cached.unpersist()
 
-    with tempfile.TemporaryDirectory(prefix="lockgate-precommit-") as scratch:
-        result_path = os.path.join(scratch, "sink-result.json")
-        writer = (
-            output.write.format(KafkaSink.name())
-            .mode("append")
-            .option("bootstrap_servers", spec.sink.bootstrap_servers)
-            .option("topic", spec.sink.topic)
-            .option("delivery", spec.delivery.value)
-            .option("transactional_id_prefix", transactional_id_prefix)
-            .option("value_format", spec.sink.format.value)
-            .option("key_format", spec.sink.key_format.value)
-            .option("schema_registry_url", spec.sink.schema_registry_url or "")
-            .option("tolerance", spec.errors.tolerance.value)
-            .option("dead_letter_topic", spec.errors.dead_letter_topic or "")
-            .option("transaction_timeout_ms", str(options.transaction_timeout_ms))
-            .option("result_path", result_path)
-        )
-        try:
-            writer.save()
-        except (PySparkException, Py4JJavaError) as exc:
-            text = str(exc)
-            record_error = RecordError.from_text(text)
-            if record_error is not None:
-                raise record_error from exc
-            raise SinkError(
-                f"checkpoint {checkpoint_id} of pipeline {pipeline} failed: {_spark_message(exc)}"
-            ) from exc
-        finally:
-            if cached is not None:
-                cached.unpersist()
-        messages = read_result_file(result_path)
-
-    records_in = int(in_observation.get.get("n", 0))
-    dead_lettered = sum(m.dead_lettered for m in messages)
-    if dead_observation is not None:
-        records_in += int(dead_observation.get.get("n", 0))
+    records_in = int(source.counted.get.get("n", 0))
+    if source.dead_counted is not None:
+        records_in += int(source.dead_counted.get.get("n", 0))
     handles = tuple(
         m.handle for m in sorted(messages, key=lambda m: m.write_partition) if m.handle is not None
     )
@@ -405,58 +417,7 @@ def run_precommit_batch(
         consumed_ranges=ranges,
         records_in=records_in,
         records_out=sum(m.records_written for m in messages),
-        dead_lettered=dead_lettered,
+        dead_lettered=sum(m.dead_lettered for m in messages),
         write_partitions=len(messages),
         duration_s=time.monotonic() - started,
     )
-
-
-def commit_handles(
-    *, bootstrap_servers: str, handles: Sequence[TransactionHandle], timeout_s: float = 30.0
-) -> None:
-    """Commit pre-committed transactions, in order; idempotent, safe to repeat after a crash.
-
-    Raises ``SinkError`` if one cannot be committed (fenced: its data is lost, the
-    checkpoint must not be acknowledged; or the broker kept failing until ``timeout_s``).
-    """
-    for handle in handles:
-        try:
-            commit_transaction(
-                bootstrap_servers=bootstrap_servers, handle=handle, timeout_s=timeout_s
-            )
-        except TransactionResumeError as exc:
-            raise SinkError(f"commit failed: {exc}", reason="COMMIT_FAILED") from exc
-
-
-def abort_handles(
-    *, bootstrap_servers: str, handles: Sequence[TransactionHandle], timeout_s: float = 30.0
-) -> None:
-    """Abort pre-committed transactions; idempotent.
-
-    A fenced or unknown transaction counts as aborted (nothing of it can become visible).
-    Aborting a committed one raises ``SinkError``: a checkpoint decided COMPLETE must
-    never be aborted.
-    """
-    for handle in handles:
-        try:
-            abort_transaction(
-                bootstrap_servers=bootstrap_servers, handle=handle, timeout_s=timeout_s
-            )
-        except (ProducerFencedError, UnknownTransactionError):
-            continue
-        except InvalidTransactionStateError as exc:
-            raise SinkError(f"abort refused: {exc}", reason="ABORT_AFTER_COMMIT") from exc
-        except TransactionResumeError as exc:
-            raise SinkError(f"abort failed: {exc}", reason="ABORT_FAILED") from exc
-
-
-def fence_transactional_ids(*, bootstrap_servers: str, transactional_ids: Sequence[str]) -> None:
-    """Abort whatever each id has open, for pre-commits whose handles were never reported.
-
-    Uses ``init_transactions``: never call it on an id whose transaction may still need
-    committing (a COMPLETE checkpoint's).
-    """
-    for transactional_id in transactional_ids:
-        fence_transactional_id(
-            bootstrap_servers=bootstrap_servers, transactional_id=transactional_id
-        )

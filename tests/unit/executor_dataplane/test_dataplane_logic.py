@@ -11,9 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lockgate.common.kafka_transactions import TransactionalId, TransactionHandle
-from lockgate.executor.errors import RecordError, RecordLocation, SpecError, WorkerRecordError
-from lockgate.executor.formats import DecodeFailure, JsonCodec, StringCodec, codec_for
-from lockgate.executor.kafka_sink import (
+from lockgate.executor.dataplane.spark.formats import (
+    DecodeFailure,
+    JsonCodec,
+    StringCodec,
+    codec_for,
+)
+from lockgate.executor.dataplane.spark.kafka_sink import (
     ERROR_HEADER_REASON,
     KafkaSinkCommitMessage,
     dead_letter_headers,
@@ -21,8 +25,13 @@ from lockgate.executor.kafka_sink import (
     transactional_id_for,
     write_result_file,
 )
-from lockgate.executor.kafka_source import ranges_from_option, ranges_to_option, source_schema
-from lockgate.executor.offsets import OffsetRange, split_range
+from lockgate.executor.dataplane.spark.kafka_source import (
+    ranges_from_option,
+    ranges_to_option,
+    source_schema,
+)
+from lockgate.executor.dataplane.spark.offsets import OffsetRange, split_range
+from lockgate.executor.errors import RecordError, RecordLocation, SpecError, WorkerRecordError
 from lockgate.executor.spec import (
     Delivery,
     ErrorTolerance,

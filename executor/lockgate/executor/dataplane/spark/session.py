@@ -16,8 +16,8 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
-from lockgate.executor.kafka_sink import KafkaSink
-from lockgate.executor.kafka_source import KafkaSource
+from lockgate.executor.dataplane.spark.kafka_sink import KafkaSink
+from lockgate.executor.dataplane.spark.kafka_source import KafkaSource
 
 _DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",

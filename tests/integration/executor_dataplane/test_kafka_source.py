@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from lockgate.executor.dataplane.spark.kafka_source import KafkaSource, ranges_to_option
+from lockgate.executor.dataplane.spark.offsets import OffsetRange, snapshot_offset_ranges
 from lockgate.executor.errors import SourceError
-from lockgate.executor.kafka_source import KafkaSource, ranges_to_option
-from lockgate.executor.offsets import OffsetRange, snapshot_offset_ranges
-from tests.integration.executor.conftest import produce, produce_transaction
+from tests.integration.executor_dataplane.conftest import produce, produce_transaction
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -1,42 +1,25 @@
-"""Pure parts of the executor runtime: task state machine and protobuf conversions."""
+"""The executor's edge conversions (convert.py, coordinator_client.py) and the committer's
+refusal of handles that can only be aborted."""
 
 from __future__ import annotations
 
-import itertools
-
+import grpc
 import pytest
 
 from lockgate.common.errors import InvalidArgument
-from lockgate.executor.errors import RecordError, RecordLocation, SinkError, TransformError
-from lockgate.executor.spec import Delivery, ErrorTolerance, OrderGuarantee, parse_data_plane_spec
-from lockgate.executor.worker import (
-    TASK_TRANSITIONS,
-    InvalidTaskTransition,
-    KafkaHandle,
-    TaskPhase,
+from lockgate.executor.committer import require_committable
+from lockgate.executor.convert import (
+    assignment_from_proto,
     handle_from_proto,
     handle_to_proto,
-    next_phase,
     pipeline_spec_to_mapping,
-    require_committable,
-    task_fails_on,
 )
-from lockgate.v1 import common_pb2
-
-
-def test_task_state_machine_allows_only_listed_moves() -> None:
-    for current, target in itertools.product(TaskPhase, TaskPhase):
-        allowed = target is current or target is TaskPhase.STOPPED
-        allowed = allowed or target in TASK_TRANSITIONS[current]
-        if allowed:
-            assert next_phase(current, target) is target
-        else:
-            with pytest.raises(InvalidTaskTransition):
-                next_phase(current, target)
-    # A failed task stays failed until a new generation replaces it.
-    assert TASK_TRANSITIONS[TaskPhase.FAILED] == frozenset()
-    with pytest.raises(InvalidTaskTransition):
-        next_phase(TaskPhase.STOPPED, TaskPhase.RUNNING)
+from lockgate.executor.coordinator_client import GrpcCoordinatorClient
+from lockgate.executor.dataplane.protocol import KafkaHandle
+from lockgate.executor.fencing import ExecutorGeneration
+from lockgate.executor.runtime.coordinator import CallFailure, CoordinatorCallError
+from lockgate.executor.spec import Delivery, ErrorTolerance, OrderGuarantee, parse_data_plane_spec
+from lockgate.v1 import common_pb2, coordinator_pb2
 
 
 def test_pipeline_spec_converts_into_what_the_data_plane_parses() -> None:
@@ -105,8 +88,61 @@ def test_handles_round_trip_and_unknown_producer_id_stays_unknown() -> None:
         )
 
 
-def test_permanent_errors_fail_the_task_transient_ones_only_the_checkpoint() -> None:
-    assert task_fails_on(RecordError(RecordLocation("t", 0, 5), "not avro"))
-    assert task_fails_on(TransformError("transform.sql failed: no column x"))
-    assert not task_fails_on(SinkError("broker unreachable"))
-    assert not task_fails_on(RuntimeError("spark hiccup"))
+def test_an_unreadable_restore_handle_fails_the_task_not_the_heartbeat() -> None:
+    assignment = assignment_from_proto(
+        coordinator_pb2.TaskAssignment(
+            task_id=common_pb2.TaskId(pipeline_name="p", task_index=0),
+            task_generation=2,
+            restore=coordinator_pb2.TaskRestoreState(
+                abort_before_start=[
+                    common_pb2.SinkHandle(file=common_pb2.FileStagingHandle(staged_uri="f:///x"))
+                ]
+            ),
+        )
+    )
+    assert assignment.generation == 2 and assignment.target_running
+    assert isinstance(assignment.restore.invalid, InvalidArgument)
+    assert "abort_before_start[0]" in assignment.restore.invalid.message
+
+
+class _RpcError(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return "said no"
+
+
+class _RefusingStub:
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def DeregisterExecutor(self, request: object, timeout: float) -> object:
+        raise _RpcError(self._code)
+
+
+@pytest.mark.parametrize(
+    ("code", "failure"),
+    [
+        (grpc.StatusCode.UNAVAILABLE, CallFailure.UNREACHABLE),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, CallFailure.UNREACHABLE),
+        (grpc.StatusCode.NOT_FOUND, CallFailure.SESSION_GONE),
+        (grpc.StatusCode.FAILED_PRECONDITION, CallFailure.SESSION_GONE),
+        (grpc.StatusCode.INVALID_ARGUMENT, CallFailure.REFUSED),
+    ],
+)
+def test_failed_coordinator_calls_are_classified_by_what_the_runtime_does(
+    code: grpc.StatusCode, failure: CallFailure
+) -> None:
+    client = GrpcCoordinatorClient(_RefusingStub(code))  # type: ignore[arg-type]
+    with pytest.raises(CoordinatorCallError) as failed:
+        client.deregister(executor_id="e1", executor_generation=ExecutorGeneration(1), timeout_s=1)
+    assert (failed.value.failure, failed.value.code, failed.value.message) == (
+        failure,
+        code.name,
+        "said no",
+    )
+    assert failed.value.retriable is (failure is CallFailure.UNREACHABLE)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.executor_process.scripted import (
+from tests.integration.executor_service.scripted import (
     CoordinatorServer,
     ExecutorProcess,
     ScriptedCoordinator,

@@ -17,27 +17,29 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lockgate.executor.batch import (
+from lockgate.executor.committer import Committer, HandleLostError
+from lockgate.executor.dataplane.protocol import KafkaHandle
+from lockgate.executor.dataplane.spark.batch import (
     CheckpointId,
     PipelineName,
     PrecommitResult,
     TaskId,
-    abort_handles,
-    commit_handles,
+    apply_transform,
+    prepare_sink_frame,
     run_precommit_batch,
-    validate_transform,
 )
-from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
-from lockgate.executor.kafka_sink import (
+from lockgate.executor.dataplane.spark.kafka_sink import (
     ERROR_HEADER_OFFSET,
     ERROR_HEADER_PARTITION,
     ERROR_HEADER_REASON,
     ERROR_HEADER_TOPIC,
 )
-from lockgate.executor.offsets import OffsetRange, snapshot_offset_ranges
+from lockgate.executor.dataplane.spark.kafka_source import source_schema
+from lockgate.executor.dataplane.spark.offsets import OffsetRange, snapshot_offset_ranges
+from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
 from lockgate.executor.spec import DataPlaneSpec, parse_data_plane_spec
 from tests.fixtures.schema_registry import RegistryProcess
-from tests.integration.executor.conftest import produce, read_topic, stable_end_offsets
+from tests.integration.executor_dataplane.conftest import produce, read_topic, stable_end_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -83,6 +85,22 @@ def _run(
     )
 
 
+def _kafka_handles(bootstrap: str, result: PrecommitResult) -> list[KafkaHandle]:
+    """The batch's handles as the runtime reports them and the committer ends them."""
+    return [
+        KafkaHandle(h.transactional_id, bootstrap, h.producer_id, h.producer_epoch)
+        for h in result.handles
+    ]
+
+
+def _commit(bootstrap: str, result: PrecommitResult, *, timeout_s: float = 30.0) -> None:
+    Committer(timeout_s=timeout_s).commit(_kafka_handles(bootstrap, result), what="test commit")
+
+
+def _abort(bootstrap: str, result: PrecommitResult) -> None:
+    Committer().abort(_kafka_handles(bootstrap, result), what="test abort")
+
+
 def _prefix() -> str:
     return f"lockgate-test-{uuid.uuid4().hex[:8]}"
 
@@ -115,8 +133,8 @@ def test_precommit_invisible_until_commit_then_exactly_once_in_key_order(
     assert len(read_topic(bootstrap, sink, partitions=3, committed=False)) == 2000
     assert read_topic(bootstrap, sink, partitions=3) == []
 
-    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
-    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)  # idempotent
+    _commit(bootstrap, result)
+    _commit(bootstrap, result)  # idempotent
 
     output = _wait_visible(bootstrap, sink, 3, 2000)
     assert sorted((r.key, r.value) for r in output) == sorted(records)
@@ -132,7 +150,7 @@ def test_precommit_invisible_until_commit_then_exactly_once_in_key_order(
     assert all(len(p) == 1 for p in partitions_of_key.values())
 
 
-def test_abort_handles_makes_output_never_visible(
+def test_aborted_handles_make_output_never_visible(
     spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
 ) -> None:
     bootstrap = kafka_broker.bootstrap_servers
@@ -140,8 +158,8 @@ def test_abort_handles_makes_output_never_visible(
     _seed(bootstrap, source, 300)
     result = _run(spark, _spec(bootstrap, source, sink), _ranges(bootstrap, source), _prefix())
 
-    abort_handles(bootstrap_servers=bootstrap, handles=result.handles)
-    abort_handles(bootstrap_servers=bootstrap, handles=result.handles)  # idempotent
+    _abort(bootstrap, result)
+    _abort(bootstrap, result)  # idempotent
 
     # The abort markers move the last stable offset past the data: nothing is pending.
     deadline = time.monotonic() + 30
@@ -149,8 +167,8 @@ def test_abort_handles_makes_output_never_visible(
         time.sleep(0.1)
     assert stable_end_offsets(bootstrap, sink, 1) == [302]  # 300 records + 2 abort markers
     assert read_topic(bootstrap, sink, partitions=1) == []
-    with pytest.raises(SinkError, match="commit failed"):
-        commit_handles(bootstrap_servers=bootstrap, handles=result.handles, timeout_s=10)
+    with pytest.raises(HandleLostError, match="cannot be committed"):
+        _commit(bootstrap, result, timeout_s=10)
 
 
 def test_retried_attempt_on_same_slot_fences_the_first(
@@ -167,9 +185,9 @@ def test_retried_attempt_on_same_slot_fences_the_first(
     assert [h.transactional_id for h in first.handles] == [f"{prefix}-0"]
     assert [h.transactional_id for h in second.handles] == [f"{prefix}-0"]
     assert second.handles[0].producer_epoch > first.handles[0].producer_epoch
-    with pytest.raises(SinkError, match="commit failed"):
-        commit_handles(bootstrap_servers=bootstrap, handles=first.handles, timeout_s=10)
-    commit_handles(bootstrap_servers=bootstrap, handles=second.handles)
+    with pytest.raises(HandleLostError, match="cannot be committed"):
+        _commit(bootstrap, first, timeout_s=10)
+    _commit(bootstrap, second)
     output = _wait_visible(bootstrap, sink, 1, 500)
     assert [(r.key, r.value) for r in output] == records  # once, in order
 
@@ -198,7 +216,7 @@ def test_sql_transform_is_applied_and_headers_kept(
     )
     result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
     assert (result.records_in, result.records_out) == (50, 25)
-    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    _commit(bootstrap, result)
     output = _wait_visible(bootstrap, sink, 1, 25)
     assert [r.value for r in output] == [f"HELLO {i}".encode() for i in range(0, 50, 2)]
     assert all(r.headers == (("origin", b"test"),) for r in output)
@@ -264,7 +282,7 @@ def test_tolerance_all_routes_bad_records_to_dead_letter_topic(
     result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
     assert (result.records_in, result.records_out, result.dead_lettered) == (21, 20, 1)
     assert read_topic(bootstrap, dlq, partitions=1) == []  # dead letters are exactly once too
-    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    _commit(bootstrap, result)
     assert len(_wait_visible(bootstrap, sink, 1, 20)) == 20
     [dead] = _wait_visible(bootstrap, dlq, 1, 1)
     assert (dead.key, dead.value) == (b"bad", b"{not json")
@@ -316,25 +334,32 @@ def test_python_transform_is_applied(
     produce(bootstrap, source, [(b"k", b"abc"), (b"k", b"def")])
     spec = _spec(bootstrap, source, sink, transform={"python": f"{__name__}:upper_values"})
     result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
-    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    _commit(bootstrap, result)
     assert [r.value for r in _wait_visible(bootstrap, sink, 1, 2)] == [b"ABC", b"DEF"]
 
 
-def test_validate_transform_at_create_time(spark: SparkSession) -> None:
+def _sink_columns(spark: SparkSession, spec: DataPlaneSpec) -> tuple[str, ...]:
+    """The columns the sink would write, from an empty source: no Kafka read."""
+    schema = source_schema(spec.source.format, spec.source.key_format, marked=False)
+    empty = spark.createDataFrame([], schema)
+    return tuple(prepare_sink_frame(apply_transform(spark, spec, empty), spec).columns)
+
+
+def test_transform_errors_name_the_column_and_the_fix(spark: SparkSession) -> None:
     def spec(sql: str, **extra: Any) -> DataPlaneSpec:
         return _spec("127.0.0.1:1", "orders", "out", transform={"sql": sql}, **extra)
 
-    assert validate_transform(spark, spec("SELECT key, value, headers FROM orders")) == (
+    assert _sink_columns(spark, spec("SELECT key, value, headers FROM orders")) == (
         "value",
         "key",
         "headers",
     )
     with pytest.raises(TransformError, match="no_such_column"):
-        validate_transform(spark, spec("SELECT no_such_column FROM input"))
+        _sink_columns(spark, spec("SELECT no_such_column FROM input"))
     with pytest.raises(TransformError, match="'value' column"):
-        validate_transform(spark, spec("SELECT key FROM input"))
+        _sink_columns(spark, spec("SELECT key FROM input"))
     with pytest.raises(TransformError, match="cast it"):
-        validate_transform(spark, spec("SELECT 1 AS value FROM input"))
+        _sink_columns(spark, spec("SELECT 1 AS value FROM input"))
 
 
 FLAKY_AT = 25_000
@@ -369,7 +394,7 @@ def test_spark_task_retry_fences_the_failed_attempts_transaction(
     result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
 
     assert result.records_out == count and len(result.handles) == 1
-    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    _commit(bootstrap, result)
     output = _wait_visible(bootstrap, sink, 1, count)
     assert [r.value for r in output] == [b"%d" % i for i in range(count)]
     # The first attempt did write into the log before it died; fencing made it invisible.
@@ -457,7 +482,7 @@ def test_avro_in_sql_avro_out_read_by_confluents_deserializer(
     )
     result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
     assert (result.records_in, result.records_out) == (30, 15)
-    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    _commit(bootstrap, result)
     output = _wait_visible(bootstrap, sink, 1, 15)
     deserializer = AvroDeserializer(client)
     decoded = [
@@ -501,7 +526,7 @@ def test_undecodable_avro_fails_the_task_with_its_location_or_goes_to_the_dead_l
     )
     result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
     assert (result.records_in, result.records_out, result.dead_lettered) == (10, 9, 1)
-    commit_handles(bootstrap_servers=bootstrap, handles=result.handles)
+    _commit(bootstrap, result)
     assert len(_wait_visible(bootstrap, sink, 1, 9)) == 9
     [dead] = _wait_visible(bootstrap, dlq, 1, 1)
     assert (dead.key, dead.value) == (b"bad", b"plain text, not Avro")

@@ -24,9 +24,9 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from lockgate.executor.dataplane.spark.formats import DecodeFailure, RecordCodec, codec_for
+from lockgate.executor.dataplane.spark.offsets import OffsetRange, split_range
 from lockgate.executor.errors import RecordError, RecordLocation, SourceError, WorkerRecordError
-from lockgate.executor.formats import DecodeFailure, RecordCodec, codec_for
-from lockgate.executor.offsets import OffsetRange, split_range
 from lockgate.executor.spec import RecordFormat
 
 # Hidden columns added when bad records are marked instead of failing the read.

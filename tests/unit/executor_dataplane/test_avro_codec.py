@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from lockgate.executor.formats import AvroCodec, DecodeFailure
+from lockgate.executor.dataplane.spark.formats import AvroCodec, DecodeFailure
 from lockgate.schema_registry.serde import AvroSerde, RegistryUnavailable, SerdeError, frame
 
 ORDER_V1 = {

@@ -14,7 +14,7 @@ import pytest
 from lockgate.common.failpoints import FAILPOINT_EXIT_CODE
 from lockgate.executor.servicer import fencing_failure_of
 from lockgate.v1 import common_pb2, executor_pb2
-from tests.integration.executor_process.scripted import (
+from tests.integration.executor_service.scripted import (
     CoordinatorServer,
     ExecutorProcess,
     assignment,
@@ -310,10 +310,16 @@ def test_failpoint_after_precommit_before_report_kills_the_process_there(
     executor = launch_executor("e1", failpoints="after_precommit_before_report")
     wait_for(lambda: _running(coordinator, "p", 0, 1), timeout_s=20, what="task RUNNING")
 
-    response = executor.stub.TriggerCheckpoint(
-        trigger_request(executor, script, pipeline="p", checkpoint_id=1, tasks=[(0, 1)]), timeout=5
-    )
-    assert response.results[0].outcome == executor_pb2.TRIGGER_OUTCOME_ACCEPTED
+    try:
+        response = executor.stub.TriggerCheckpoint(
+            trigger_request(executor, script, pipeline="p", checkpoint_id=1, tasks=[(0, 1)]),
+            timeout=5,
+        )
+        assert response.results[0].outcome == executor_pb2.TRIGGER_OUTCOME_ACCEPTED
+    except grpc.RpcError as exc:
+        # The empty pre-commit may reach the failpoint, and the process exit, before the
+        # accepted trigger's answer left it (seen 2 runs in 10 before issue 15's split).
+        assert exc.code() == grpc.StatusCode.UNAVAILABLE, exc
     assert executor.wait_exit(timeout_s=30) == FAILPOINT_EXIT_CODE
     assert "failpoint after_precommit_before_report hit (task p/0 checkpoint 1)" in (
         executor.log_text()

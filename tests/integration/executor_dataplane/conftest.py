@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
-from lockgate.executor.session import build_spark_session
+from lockgate.executor.dataplane.spark.session import build_spark_session
 
 
 @pytest.fixture(scope="module")

@@ -47,8 +47,8 @@ from lockgate.common.kafka_transactions import (
     abort_transaction,
     open_transactional_producer,
 )
+from lockgate.executor.dataplane.spark.formats import DecodeFailure, RecordCodec, codec_for
 from lockgate.executor.errors import RecordError, RecordLocation, SinkError, WorkerRecordError
-from lockgate.executor.formats import DecodeFailure, RecordCodec, codec_for
 from lockgate.executor.spec import Delivery, ErrorTolerance, RecordFormat
 
 # Optional column naming another destination topic for a row (used for dead letters).

@@ -7,9 +7,10 @@ acknowledged at once, the leader would reuse the slot for the next checkpoint an
 ``init_transactions`` would abort that checkpoint's pre-committed transaction: measured in
 the end-to-end test as a COMPLETE checkpoint whose commit failed with PRODUCER_FENCED.
 
-The runtime runs in-process against a fake coordinator (it answers registration and
-heartbeats with an assignment the test controls) and a data plane whose batch blocks until
-the test releases it; nothing here opens a socket.
+The runtime (a :class:`Worker`) runs in-process against a fake coordinator stub behind the
+real gRPC coordinator client (it answers registration and heartbeats with an assignment the
+test controls) and a data plane whose batch blocks until the test releases it; nothing here
+opens a socket.
 """
 
 from __future__ import annotations
@@ -21,22 +22,18 @@ from typing import Any
 import pytest
 
 from lockgate.common.errors import Unavailable
-from lockgate.executor.fencing import TaskGeneration
-from lockgate.executor.worker import (
-    ExecutorRuntime,
-    ExecutorSettings,
-    PrecommitOutput,
-    PrecommitWork,
-    SourceRange,
-    TaskPhase,
-    TaskRef,
-    TriggerTask,
-)
+from lockgate.executor.coordinator_client import GrpcCoordinatorClient
+from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork, SourceRange
+from lockgate.executor.fencing import LeaderEpoch, TaskGeneration
+from lockgate.executor.runtime.tasks import TaskPhase
+from lockgate.executor.runtime.values import ExecutorSettings, LeaderStamp, TaskRef, TriggerTask
+from lockgate.executor.worker import Worker
 from lockgate.v1 import common_pb2, coordinator_pb2
 
 PIPELINE = "p"
 TASK = TaskRef(PIPELINE, 0)
 EPOCH = common_pb2.LeaderEpoch(epoch=1, leader_id="c1")
+LEADER = LeaderStamp(LeaderEpoch(1), "c1")
 WAIT_S = 10.0
 
 
@@ -78,7 +75,8 @@ class BlockingDataPlane:
 
 
 class FakeCoordinator:
-    """Answers RegisterExecutor and Heartbeat with ``assignments``; records reports."""
+    """A coordinator stub: answers RegisterExecutor and Heartbeat with ``assignments``;
+    records reports."""
 
     def __init__(self) -> None:
         self.assignments: list[coordinator_pb2.TaskAssignment] = [assignment(generation=1)]
@@ -139,10 +137,10 @@ def wait_until(condition: Any, what: str) -> None:
 
 
 @pytest.fixture
-def cluster() -> Iterator[tuple[ExecutorRuntime, FakeCoordinator, BlockingDataPlane]]:
+def cluster() -> Iterator[tuple[Worker, FakeCoordinator, BlockingDataPlane]]:
     coordinator = FakeCoordinator()
     data_plane = BlockingDataPlane()
-    runtime = ExecutorRuntime(
+    runtime = Worker(
         ExecutorSettings(
             executor_id="e1",
             advertised_address="127.0.0.1:1",
@@ -150,7 +148,7 @@ def cluster() -> Iterator[tuple[ExecutorRuntime, FakeCoordinator, BlockingDataPl
             spark_master="local[1]",
             heartbeat_interval_ms=20,
         ),
-        coordinator=coordinator,  # type: ignore[arg-type]
+        coordinator=GrpcCoordinatorClient(coordinator),  # type: ignore[arg-type]
         data_plane=data_plane,
     )
     runtime.start()
@@ -163,12 +161,12 @@ def cluster() -> Iterator[tuple[ExecutorRuntime, FakeCoordinator, BlockingDataPl
         runtime.stop(deregister=False)
 
 
-def trigger(runtime: ExecutorRuntime, checkpoint_id: int, generation: int = 1) -> None:
+def trigger(runtime: Worker, checkpoint_id: int, generation: int = 1) -> None:
     results = runtime.trigger_checkpoint(
         pipeline_name=PIPELINE,
         checkpoint_id=checkpoint_id,
         config_version=0,
-        leader_epoch=EPOCH,
+        leader_epoch=LEADER,
         tasks=[
             TriggerTask(
                 task=TASK,
@@ -182,7 +180,7 @@ def trigger(runtime: ExecutorRuntime, checkpoint_id: int, generation: int = 1) -
     assert [r.reason for r in results] == [""]
 
 
-def start_batch(runtime: ExecutorRuntime, data_plane: BlockingDataPlane, n: int) -> threading.Event:
+def start_batch(runtime: Worker, data_plane: BlockingDataPlane, n: int) -> threading.Event:
     """Trigger checkpoint ``n``, wait until its batch runs; return the event that ends it."""
     trigger(runtime, n)
     started, release = data_plane.events(n)
@@ -190,7 +188,7 @@ def start_batch(runtime: ExecutorRuntime, data_plane: BlockingDataPlane, n: int)
     return release
 
 
-def abort_in_background(runtime: ExecutorRuntime, checkpoint_id: int) -> threading.Event:
+def abort_in_background(runtime: Worker, checkpoint_id: int) -> threading.Event:
     answered = threading.Event()
 
     def run() -> None:
@@ -208,7 +206,7 @@ def abort_in_background(runtime: ExecutorRuntime, checkpoint_id: int) -> threadi
 
 
 def test_abort_of_a_running_batch_answers_only_after_the_batch_ended(
-    cluster: tuple[ExecutorRuntime, FakeCoordinator, BlockingDataPlane],
+    cluster: tuple[Worker, FakeCoordinator, BlockingDataPlane],
 ) -> None:
     runtime, coordinator, data_plane = cluster
     release = start_batch(runtime, data_plane, 1)
@@ -225,7 +223,7 @@ def test_abort_of_a_running_batch_answers_only_after_the_batch_ended(
 
 
 def test_abort_waits_for_the_batch_of_a_task_that_moved_away(
-    cluster: tuple[ExecutorRuntime, FakeCoordinator, BlockingDataPlane],
+    cluster: tuple[Worker, FakeCoordinator, BlockingDataPlane],
 ) -> None:
     runtime, coordinator, data_plane = cluster
     release = start_batch(runtime, data_plane, 1)
@@ -239,7 +237,7 @@ def test_abort_waits_for_the_batch_of_a_task_that_moved_away(
 
 
 def test_abort_of_a_queued_checkpoint_answers_at_once_and_it_never_runs(
-    cluster: tuple[ExecutorRuntime, FakeCoordinator, BlockingDataPlane],
+    cluster: tuple[Worker, FakeCoordinator, BlockingDataPlane],
 ) -> None:
     runtime, coordinator, data_plane = cluster
     release = start_batch(runtime, data_plane, 1)

@@ -1,0 +1,182 @@
+"""The executor's only commit/abort path for prepared Kafka transactions (steps 4 and 5).
+
+As Flink's Sink V2 ``Committer``: after a pre-commit, a later commit must succeed; commit
+is idempotent and retried until it does; on recovery pending transactions are committed
+in the order they were created and the in-flight one aborted. Transactions are ended
+through the resume path (FindCoordinator + EndTxn with the stored producer id and epoch),
+from any process, never with ``init_transactions`` on a handle that may still need
+committing: that call aborts whatever the id has open.
+
+Used by the runtime (restore of a task, ``CommitCheckpoint``, ``AbortCheckpoint``, and
+the abort of a pre-commit's own handles that no leader can have recorded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from confluent_kafka import KafkaException
+
+from lockgate.common.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    LockgateError,
+    Unavailable,
+)
+from lockgate.common.failpoints import Failpoint, Failpoints
+from lockgate.common.kafka_transactions import (
+    InvalidTransactionStateError,
+    ProducerFencedError,
+    TransactionalId,
+    TransactionHandle,
+    TransactionResumeError,
+    UnknownTransactionError,
+    abort_transaction,
+    commit_transaction,
+    open_transactional_producer,
+    open_transactions_of_slot,
+)
+from lockgate.executor.dataplane.protocol import KafkaHandle
+
+
+class HandleLostError(LockgateError):
+    """A handle cannot be committed any more: the broker aborted or fenced it.
+
+    Sent as ``DATA_LOSS``: retrying cannot help (e.g. ``transaction.timeout.ms`` passed).
+    """
+
+    default_reason = "TRANSACTION_LOST"
+
+
+def _transaction_handle(handle: KafkaHandle) -> TransactionHandle:
+    assert handle.producer_id is not None and handle.producer_epoch is not None
+    return TransactionHandle(
+        transactional_id=TransactionalId(handle.transactional_id),
+        producer_id=handle.producer_id,
+        producer_epoch=handle.producer_epoch,
+    )
+
+
+def require_committable(handles: Sequence[KafkaHandle], *, field_name: str) -> None:
+    """Raise ``InvalidArgument`` if a handle has no producer id/epoch (it can only abort)."""
+    for index, handle in enumerate(handles):
+        if handle.producer_id is None or handle.producer_epoch is None:
+            raise InvalidArgument.for_field(
+                f"{field_name}[{index}].kafka.producer_id",
+                f"handle of transactional.id {handle.transactional_id!r} has no producer id"
+                " and epoch, so it can only be aborted (AbortCheckpoint), never committed",
+            )
+        if not handle.bootstrap_servers:
+            raise InvalidArgument.for_field(
+                f"{field_name}[{index}].kafka.bootstrap_servers",
+                "is required: the Kafka cluster the transaction lives on",
+            )
+
+
+class Committer:
+    """Commits and aborts Kafka transactions through the resume path (FindCoordinator +
+    EndTxn with the stored producer id and epoch), never ``init_transactions`` on a
+    handle that may still need committing."""
+
+    def __init__(self, *, failpoints: Failpoints | None = None, timeout_s: float = 30.0) -> None:
+        self._failpoints = failpoints or Failpoints()
+        self._timeout_s = timeout_s
+
+    def commit(self, handles: Sequence[KafkaHandle], *, what: str) -> int:
+        """Commit every handle, in order; idempotent. Returns how many were committed.
+
+        ``HandleLostError`` if one was aborted or fenced by the broker, ``Unavailable`` if
+        Kafka did not answer in time (retry).
+        """
+        require_committable(handles, field_name="handles")
+        for index, handle in enumerate(handles):
+            try:
+                commit_transaction(
+                    bootstrap_servers=handle.bootstrap_servers,
+                    handle=_transaction_handle(handle),
+                    timeout_s=self._timeout_s,
+                )
+            except (
+                ProducerFencedError,
+                InvalidTransactionStateError,
+                UnknownTransactionError,
+            ) as exc:
+                raise HandleLostError(
+                    f"{what}: transaction {handle.transactional_id!r} (producer id"
+                    f" {handle.producer_id}, epoch {handle.producer_epoch}) cannot be committed:"
+                    f" {exc}. Its output is lost; raise transaction_timeout_ms above the"
+                    " checkpoint timeout plus recovery time",
+                    metadata={"transactional_id": handle.transactional_id},
+                ) from exc
+            except TransactionResumeError as exc:
+                raise Unavailable(
+                    f"{what}: Kafka did not accept the commit of {handle.transactional_id!r}"
+                    f" in time: {exc}; retry",
+                    retry_after_seconds=1.0,
+                ) from exc
+            if index == 0:
+                self._failpoints.reach(
+                    Failpoint.MID_COMMIT_HANDLES,
+                    detail=f"{what}: 1 of {len(handles)} handles committed",
+                )
+        return len(handles)
+
+    def abort(self, handles: Sequence[KafkaHandle], *, what: str) -> int:
+        """Abort every handle; idempotent (fenced or unknown counts as aborted).
+
+        A handle without producer id names a task slot whose pre-commit was never reported:
+        every transaction open on the slot's ids is ended by ``init_transactions``.
+        ``FailedPrecondition`` if one was already committed (a decided checkpoint must never
+        be aborted), ``Unavailable`` if Kafka did not answer in time.
+        """
+        for handle in handles:
+            if not handle.bootstrap_servers:
+                raise InvalidArgument.for_field(
+                    "handles.kafka.bootstrap_servers",
+                    f"is required for {handle.transactional_id!r}: the cluster of the transaction",
+                )
+            try:
+                if handle.producer_id is None or handle.producer_epoch is None:
+                    self._fence(handle)
+                else:
+                    abort_transaction(
+                        bootstrap_servers=handle.bootstrap_servers,
+                        handle=_transaction_handle(handle),
+                        timeout_s=self._timeout_s,
+                    )
+            except (ProducerFencedError, UnknownTransactionError):
+                continue
+            except InvalidTransactionStateError as exc:
+                raise FailedPrecondition(
+                    f"{what}: transaction {handle.transactional_id!r} is already committed and"
+                    f" cannot be aborted ({exc}); its checkpoint was decided COMPLETE",
+                    reason="ABORT_AFTER_COMMIT",
+                ) from exc
+            except (TransactionResumeError, KafkaException, RuntimeError) as exc:
+                raise Unavailable(
+                    f"{what}: Kafka did not accept the abort of {handle.transactional_id!r}"
+                    f" in time: {exc}; retry",
+                    retry_after_seconds=1.0,
+                ) from exc
+        return len(handles)
+
+    def _fence(self, handle: KafkaHandle) -> None:
+        # A handle without producer id names a task slot whose pre-commit was never
+        # reported: its batch may have opened one transaction per Spark write partition on
+        # "<slot id>-<k>". Kafka lists which are open; init_transactions on each aborts it.
+        # Safe only because the leader reuses the slot after this abort succeeded.
+        for transactional_id in open_transactions_of_slot(
+            bootstrap_servers=handle.bootstrap_servers,
+            slot_id=handle.transactional_id,
+            timeout_s=self._timeout_s,
+        ):
+            txn, _ = open_transactional_producer(
+                bootstrap_servers=handle.bootstrap_servers,
+                transactional_id=transactional_id,
+                timeout_s=self._timeout_s,
+            )
+            # No transaction is open after init_transactions: letting go aborts nothing more.
+            txn.release_without_abort()
+
+
+__all__ = ["Committer", "HandleLostError", "require_committable"]

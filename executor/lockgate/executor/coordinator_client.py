@@ -1,0 +1,130 @@
+"""The executor's client of the coordinator's gRPC API (``lockgate.v1.CoordinatorService``).
+
+:class:`GrpcCoordinatorClient` implements the runtime's
+:class:`~lockgate.executor.runtime.coordinator.CoordinatorClient` over a stub: it converts
+runtime values to requests and answers back (:mod:`lockgate.executor.convert`), and turns a
+failed call into a :class:`~lockgate.executor.runtime.coordinator.CoordinatorCallError`
+classified by what the runtime does about it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+import grpc
+
+from lockgate.common.grpc_client import error_details
+from lockgate.executor import convert
+from lockgate.executor.fencing import ExecutorGeneration
+from lockgate.executor.runtime.coordinator import CallFailure, CoordinatorCallError
+from lockgate.executor.runtime.tasks import TaskView
+from lockgate.executor.runtime.values import (
+    CheckpointFailureReport,
+    ExecutorSettings,
+    LeaderStamp,
+    MembershipReply,
+    PrecommitAnswer,
+    PrecommitReport,
+    TaskFailureReport,
+)
+from lockgate.v1 import coordinator_pb2, coordinator_pb2_grpc
+
+_T = TypeVar("_T")
+
+_FAILURES: Mapping[grpc.StatusCode, CallFailure] = {
+    grpc.StatusCode.UNAVAILABLE: CallFailure.UNREACHABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED: CallFailure.UNREACHABLE,
+    grpc.StatusCode.NOT_FOUND: CallFailure.SESSION_GONE,
+    grpc.StatusCode.FAILED_PRECONDITION: CallFailure.SESSION_GONE,
+}
+
+
+def _call(call: Callable[[], _T]) -> _T:
+    try:
+        return call()
+    except grpc.RpcError as exc:
+        details = error_details(exc)
+        raise CoordinatorCallError(
+            failure=_FAILURES.get(details.code, CallFailure.REFUSED),
+            code=details.code.name,
+            message=details.message,
+        ) from exc
+
+
+class GrpcCoordinatorClient:
+    """The coordinator's API over a ``CoordinatorServiceStub``, in runtime values."""
+
+    def __init__(self, stub: coordinator_pb2_grpc.CoordinatorServiceStub) -> None:
+        self._stub = stub
+
+    def register(self, settings: ExecutorSettings, *, timeout_s: float) -> MembershipReply:
+        """RegisterExecutor: a new session (and executor generation) for this process."""
+        request = coordinator_pb2.RegisterExecutorRequest(
+            request_id=str(uuid.uuid4()),
+            executor_id=settings.executor_id,
+            address=settings.advertised_address,
+            spark_master=settings.spark_master,
+            max_tasks=settings.max_tasks,
+            version=settings.version,
+        )
+        response: coordinator_pb2.RegisterExecutorResponse = _call(
+            lambda: self._stub.RegisterExecutor(request, timeout=timeout_s)
+        )
+        return convert.register_reply_from_proto(response)
+
+    def heartbeat(
+        self,
+        *,
+        executor_id: str,
+        executor_generation: ExecutorGeneration,
+        statuses: Sequence[TaskView],
+        highest_leader_seen: LeaderStamp,
+        timeout_s: float,
+    ) -> MembershipReply:
+        """Heartbeat: keep the session, show the tasks, get the full assignment back."""
+        request = coordinator_pb2.HeartbeatRequest(
+            executor_id=executor_id,
+            executor_generation=executor_generation,
+            task_statuses=[convert.task_view_to_proto(v) for v in statuses],
+            highest_leader_epoch_seen=convert.leader_to_proto(highest_leader_seen),
+        )
+        response: coordinator_pb2.HeartbeatResponse = _call(
+            lambda: self._stub.Heartbeat(request, timeout=timeout_s)
+        )
+        return convert.heartbeat_reply_from_proto(response)
+
+    def deregister(
+        self, *, executor_id: str, executor_generation: ExecutorGeneration, timeout_s: float
+    ) -> None:
+        """DeregisterExecutor: leave the cluster cleanly."""
+        request = coordinator_pb2.DeregisterExecutorRequest(
+            request_id=str(uuid.uuid4()),
+            executor_id=executor_id,
+            executor_generation=executor_generation,
+        )
+        _call(lambda: self._stub.DeregisterExecutor(request, timeout=timeout_s))
+
+    def report_precommit(self, report: PrecommitReport, *, timeout_s: float) -> PrecommitAnswer:
+        """ReportPrecommit of one task's checkpoint N."""
+        request = convert.precommit_report_to_proto(report)
+        response: coordinator_pb2.ReportPrecommitResponse = _call(
+            lambda: self._stub.ReportPrecommit(request, timeout=timeout_s)
+        )
+        return convert.precommit_answer_from_proto(response)
+
+    def report_checkpoint_failure(
+        self, report: CheckpointFailureReport, *, timeout_s: float
+    ) -> None:
+        """ReportCheckpointFailure of one task's checkpoint N."""
+        request = convert.checkpoint_failure_report_to_proto(report)
+        _call(lambda: self._stub.ReportCheckpointFailure(request, timeout=timeout_s))
+
+    def report_task_failure(self, report: TaskFailureReport, *, timeout_s: float) -> None:
+        """ReportTaskFailure of a task that failed outside a checkpoint."""
+        request = convert.task_failure_report_to_proto(report)
+        _call(lambda: self._stub.ReportTaskFailure(request, timeout=timeout_s))
+
+
+__all__ = ["GrpcCoordinatorClient"]

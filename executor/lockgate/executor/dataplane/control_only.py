@@ -1,0 +1,37 @@
+"""A data plane that reads and writes nothing (``--data-plane none``).
+
+Tests of the control path (membership, fencing, failpoints, commit and abort of handles
+made elsewhere) use it so they do not pay for a SparkSession.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork, SourceRange
+
+
+class ControlOnlyDataPlane:
+    """Every pre-commit is empty: an empty range per partition, no handle."""
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def validate_spec(self, spec: Mapping[str, Any]) -> None:
+        """Every spec is accepted."""
+
+    def run_precommit(self, work: PrecommitWork) -> PrecommitOutput:
+        """An empty range at the start offset of each partition, no handle."""
+        ranges = tuple(
+            SourceRange(topic, partition, offset, offset)
+            for (topic, partition) in work.source_partitions
+            for offset in [work.start_offsets.get((topic, partition), 0)]
+        )
+        return PrecommitOutput(ranges=ranges, handles=())
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+
+__all__ = ["ControlOnlyDataPlane"]

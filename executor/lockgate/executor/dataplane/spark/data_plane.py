@@ -1,0 +1,128 @@
+"""``SparkDataPlane``: the runtime's data plane backed by one long-lived SparkSession.
+
+PySpark is imported inside the methods, so a process that runs ``--data-plane none``
+never loads it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from lockgate.common.errors import Unavailable
+from lockgate.executor.dataplane.protocol import (
+    KafkaHandle,
+    PrecommitOutput,
+    PrecommitWork,
+    SourceRange,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_LOG = logging.getLogger(__name__)
+
+#: ``transaction.timeout.ms`` used when the sink spec leaves it 0 (the broker's default cap).
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+
+
+class SparkDataPlane:
+    """The real data plane: one long-lived SparkSession, the Kafka source and 2PC sink.
+
+    ``start`` builds the session and runs the warm-up job, so the first checkpoint does
+    not pay for the JVM, the Python workers and their imports.
+    """
+
+    def __init__(self, *, master: str, conf: Mapping[str, str] | None = None) -> None:
+        self._master = master
+        self._conf = dict(conf or {})
+        self._spark: SparkSession | None = None
+
+    def start(self) -> None:
+        """Build the SparkSession and warm it up."""
+        from lockgate.executor.dataplane.spark.session import build_spark_session
+
+        started = time.monotonic()
+        self._spark = build_spark_session(master=self._master, conf=self._conf)
+        _LOG.info(
+            "SparkSession on %s ready (with warm-up) in %.1fs",
+            self._master,
+            time.monotonic() - started,
+        )
+
+    def validate_spec(self, spec: Mapping[str, Any]) -> None:
+        """Parse the data-plane keys; ``SpecError`` names the wrong field."""
+        from lockgate.executor.spec import parse_data_plane_spec
+
+        parse_data_plane_spec(spec)
+
+    def run_precommit(self, work: PrecommitWork) -> PrecommitOutput:
+        """Snapshot the end offsets, run the batch, leave its transactions open.
+
+        Runs on the task's thread; the batch makes the session active on it.
+        """
+        from lockgate.executor.dataplane.spark.batch import (
+            BatchOptions,
+            CheckpointId,
+            PipelineName,
+            TaskId,
+            run_precommit_batch,
+        )
+        from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges
+        from lockgate.executor.spec import parse_data_plane_spec
+
+        if self._spark is None:
+            raise Unavailable("the executor's SparkSession is not started yet; retry")
+        spec = parse_data_plane_spec(work.spec)
+        wanted = set(work.source_partitions)
+        ranges = [
+            r
+            for r in snapshot_offset_ranges(
+                bootstrap_servers=spec.source.bootstrap_servers,
+                topics=sorted({topic for topic, _ in wanted}),
+                start_offsets=work.start_offsets,
+                starting_offsets=spec.source.starting_offsets,
+                max_offsets_per_partition=work.max_records_per_partition or None,
+            )
+            if (r.topic, r.partition) in wanted
+        ]
+        result = run_precommit_batch(
+            self._spark,
+            spec,
+            pipeline=PipelineName(work.task.pipeline_name),
+            task=TaskId(str(work.task)),
+            checkpoint_id=CheckpointId(work.checkpoint_id),
+            offset_ranges=ranges,
+            transactional_id_prefix=work.transactional_id_prefix,
+            options=BatchOptions(
+                transaction_timeout_ms=work.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
+            ),
+        )
+        return PrecommitOutput(
+            ranges=tuple(
+                SourceRange(r.topic, r.partition, r.start, r.end) for r in result.consumed_ranges
+            ),
+            handles=tuple(
+                KafkaHandle(
+                    transactional_id=h.transactional_id,
+                    bootstrap_servers=spec.sink.bootstrap_servers,
+                    producer_id=h.producer_id,
+                    producer_epoch=h.producer_epoch,
+                )
+                for h in result.handles
+            ),
+            records_read=result.records_in,
+            records_written=result.records_out,
+            records_dead_lettered=result.dead_lettered,
+        )
+
+    def stop(self) -> None:
+        """Stop the SparkSession."""
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+
+
+__all__ = ["DEFAULT_TRANSACTION_TIMEOUT_MS", "SparkDataPlane"]

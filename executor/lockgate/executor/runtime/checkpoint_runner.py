@@ -1,0 +1,354 @@
+"""Checkpoints on this executor: trigger -> pre-commit on the data plane -> report,
+and the commit and abort of checkpoints the leader decided (DESIGN.md steps 1-4).
+
+A triggered pre-commit runs on its task's single-thread queue, so a task's checkpoints
+run in trigger order (N+1's input starts where N's ended).
+
+A pre-commit's handles are aborted by this executor only when no report of them can have
+been recorded by a leader (the task was stopped or the checkpoint aborted before any
+report was sent, or the very first report was refused). Once a report may have arrived,
+the handles belong to the leader's decision: aborting them could destroy a COMPLETE
+checkpoint. The leader times out and aborts whatever it never completed.
+
+An aborted checkpoint's batch may still be running here (its task moved to another
+executor, or the leader gave up on it). That batch opens producers on its task slot's
+transactional ids, and ``init_transactions`` on one of them aborts whatever transaction the
+id has open -- once the leader reuses the slot, a later checkpoint's pre-committed one. So
+``AbortCheckpoint`` answers only when no batch of that checkpoint runs on this executor any
+more (``UNAVAILABLE`` while one does, and the leader retries); the leader reuses a slot only
+after every abort of its last checkpoint was answered. Known race (a batch outliving its
+executor's session): the leader sends the abort to the executor that ran the task only
+while that one is alive to it; an executor whose session expired (paused, cut off) while a
+batch ran is not waited for, and that batch could still open a producer on a slot the
+leader reused.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from lockgate.common.errors import LockgateError, Unavailable
+from lockgate.common.failpoints import Failpoint, Failpoints
+from lockgate.executor.committer import Committer
+from lockgate.executor.dataplane.protocol import DataPlane, KafkaHandle, PrecommitWork
+from lockgate.executor.fencing import TriggerVerdict, decide_trigger
+from lockgate.executor.runtime.reporter import Reporter, ReportOutcome
+from lockgate.executor.runtime.tasks import Task, TaskBoard, TaskPhase, task_error, task_fails_on
+from lockgate.executor.runtime.values import (
+    CheckpointFailureReport,
+    ExecutorSettings,
+    LeaderStamp,
+    PrecommitReport,
+    Registration,
+    ReportStamp,
+    TriggerResult,
+    TriggerTask,
+)
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Trigger:
+    """One accepted trigger of checkpoint N on one task, as its queue runs it."""
+
+    work: PrecommitWork
+    leader: LeaderStamp
+    received: float
+    deadline: float
+
+
+class CheckpointRunner:
+    """Triggers, runs and reports pre-commits; commits and aborts decided checkpoints."""
+
+    def __init__(
+        self,
+        settings: ExecutorSettings,
+        *,
+        board: TaskBoard,
+        data_plane: DataPlane,
+        committer: Committer,
+        reporter: Reporter,
+        registration: Callable[[], Registration | None],
+        failpoints: Failpoints,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self._board = board
+        self._data_plane = data_plane
+        self._committer = committer
+        self._reporter = reporter
+        self._registration = registration
+        self._failpoints = failpoints
+        self._clock = clock
+
+    # -- trigger (step 1) ----------------------------------------------------------------
+
+    def trigger(
+        self,
+        *,
+        checkpoint_id: int,
+        config_version: int,
+        leader: LeaderStamp,
+        tasks: Sequence[TriggerTask],
+        timeout_ms: int,
+    ) -> list[TriggerResult]:
+        """Start the pre-commit of checkpoint N on each task that may take it."""
+        received = self._clock()
+        deadline = received + (timeout_ms or 60_000) / 1000
+        results: list[TriggerResult] = []
+        to_run: list[tuple[Task, PrecommitWork]] = []
+        with self._board.lock:
+            for requested in tasks:
+                task = self._board.task_locked(requested.task)
+                result = self._admit_locked(task, requested, checkpoint_id, config_version)
+                results.append(result)
+                if result.verdict is TriggerVerdict.ACCEPTED and task is not None:
+                    to_run.append((task, _work(task, requested, checkpoint_id)))
+        for task, work in to_run:
+            try:
+                task.queue.submit(
+                    self._run_precommit, task, _Trigger(work, leader, received, deadline)
+                )
+            except RuntimeError:
+                # The task was stopped between the decision and the submit; the leader
+                # times the checkpoint out.
+                _LOG.info(
+                    "task %s stopped before checkpoint %d could start", task.ref, work.checkpoint_id
+                )
+        return results
+
+    def _admit_locked(
+        self, task: Task | None, requested: TriggerTask, checkpoint_id: int, config_version: int
+    ) -> TriggerResult:
+        verdict = decide_trigger(
+            running_generation=task.generation if task else None,
+            presented_generation=requested.task_generation,
+            ready=task is not None and task.phase is TaskPhase.RUNNING,
+            config_version_matches=(
+                task is not None
+                and (config_version == 0 or config_version == task.assignment.config_version)
+            ),
+            already_triggered=task is not None and checkpoint_id in task.triggered,
+        )
+        if verdict is TriggerVerdict.ACCEPTED and task is not None:
+            task.triggered.add(checkpoint_id)
+            task.in_flight.add(checkpoint_id)
+        return TriggerResult(
+            task=requested.task,
+            verdict=verdict,
+            current_generation=task.generation if task else 0,
+            reason=self._refusal(verdict, task, requested, checkpoint_id, config_version),
+        )
+
+    def _refusal(
+        self,
+        verdict: TriggerVerdict,
+        task: Task | None,
+        requested: TriggerTask,
+        checkpoint_id: int,
+        config_version: int,
+    ) -> str:
+        if task is None:
+            return f"executor {self._settings.executor_id} does not run {requested.task}"
+        if verdict is TriggerVerdict.STALE_GENERATION:
+            _LOG.warning(
+                "refused task_generation=%d current=%d subject=%s rpc=TriggerCheckpoint",
+                requested.task_generation,
+                task.generation,
+                requested.task,
+            )
+            return (
+                f"task {requested.task} runs at generation {task.generation}, the"
+                f" trigger is for generation {requested.task_generation}"
+            )
+        if verdict is TriggerVerdict.NOT_READY:
+            if task.phase is not TaskPhase.RUNNING:
+                return f"task {requested.task} is {task.phase.value}"
+            return (
+                f"task {requested.task} runs config version {task.assignment.config_version},"
+                f" the trigger is for {config_version}"
+            )
+        if verdict is TriggerVerdict.DUPLICATE:
+            return f"checkpoint {checkpoint_id} was already triggered on this task"
+        return ""
+
+    # -- pre-commit and report (step 2) --------------------------------------------------
+
+    def _run_precommit(self, task: Task, trigger: _Trigger) -> None:
+        try:
+            self._precommit_and_report(task, trigger)
+        except Exception:
+            _LOG.exception(
+                "pre-commit of %s checkpoint %d crashed", task.ref, trigger.work.checkpoint_id
+            )
+        finally:
+            self._board.end_batch(task, trigger.work.checkpoint_id)
+
+    def _precommit_and_report(self, task: Task, trigger: _Trigger) -> None:
+        work = trigger.work
+        what = f"task {task.ref} checkpoint {work.checkpoint_id}"
+        if not self._board.begin_batch(task, work.checkpoint_id):
+            _LOG.info("%s skipped: stopped or aborted before it started", what)
+            return
+        try:
+            output = self._data_plane.run_precommit(work)
+        except Exception as exc:
+            self._report_failure(task, trigger, exc)
+            return
+        self._failpoints.reach(Failpoint.AFTER_PRECOMMIT_BEFORE_REPORT, detail=what)
+        if not self._board.is_current(task, work.checkpoint_id):
+            # Never reported, so never COMPLETE: safe to abort here.
+            _LOG.info("%s finished after its task stopped or N was aborted: aborting", what)
+            self._abort_quietly(output.handles, what=what)
+            return
+        registration = self._registration()
+        if registration is None:
+            self._abort_quietly(output.handles, what=what)
+            return
+        report = PrecommitReport(
+            stamp=self._stamp(task, trigger, registration),
+            output=output,
+            precommit_duration_ms=int((self._clock() - trigger.received) * 1000),
+        )
+        outcome, answer = self._reporter.report_precommit(
+            report, deadline=trigger.deadline, what=f"ReportPrecommit of {what}"
+        )
+        if outcome is ReportOutcome.ACCEPTED and answer is not None:
+            self._board.precommitted(task, work.checkpoint_id)
+            _LOG.info(
+                "%s pre-committed in %d ms: %d records read, %d written, %d handles; leader"
+                " says %s",
+                what,
+                report.precommit_duration_ms,
+                output.records_read,
+                output.records_written,
+                len(output.handles),
+                answer.checkpoint_state,
+            )
+            if answer.aborted:
+                # The leader decided: N is aborted and will never be COMPLETE.
+                self._abort_quietly(output.handles, what=what)
+        elif outcome is ReportOutcome.REFUSED:
+            self._abort_quietly(output.handles, what=what)
+
+    def _stamp(self, task: Task, trigger: _Trigger, registration: Registration) -> ReportStamp:
+        return ReportStamp(
+            request_id=str(uuid.uuid4()),
+            leader=trigger.leader,
+            checkpoint_id=trigger.work.checkpoint_id,
+            task=task.ref,
+            task_generation=task.generation,
+            executor_id=self._settings.executor_id,
+            executor_generation=registration.executor_generation,
+        )
+
+    def _report_failure(self, task: Task, trigger: _Trigger, exc: Exception) -> None:
+        checkpoint_id = trigger.work.checkpoint_id
+        fails_task = task_fails_on(exc)
+        if isinstance(exc, LockgateError):
+            _LOG.warning(
+                "pre-commit of %s checkpoint %d failed: %s", task.ref, checkpoint_id, exc.message
+            )
+        else:
+            _LOG.error(
+                "pre-commit of %s checkpoint %d failed unexpectedly",
+                task.ref,
+                checkpoint_id,
+                exc_info=exc,
+            )
+        registration = self._registration()
+        error = task_error(
+            exc,
+            checkpoint_id=checkpoint_id,
+            executor_id=self._settings.executor_id,
+            executor_generation=registration.executor_generation if registration else 0,
+            task_generation=task.generation,
+        )
+        if fails_task:
+            self._board.fail(task, error)
+        if registration is None or not self._board.is_current(task):
+            return
+        self._reporter.report_checkpoint_failure(
+            CheckpointFailureReport(
+                stamp=self._stamp(task, trigger, registration),
+                error=error,
+                task_failed=fails_task,
+            ),
+            deadline=trigger.deadline,
+            what=f"ReportCheckpointFailure of {task.ref} checkpoint {checkpoint_id}",
+        )
+
+    def _abort_quietly(self, handles: Sequence[KafkaHandle], *, what: str) -> None:
+        if not handles:
+            return
+        try:
+            self._committer.abort(handles, what=what)
+        except LockgateError as exc:
+            # The leader aborts them too (timeout or recovery); nothing more to do here.
+            _LOG.warning("%s: abort of its own handles failed: %s", what, exc.message)
+
+    # -- commit and abort of decided checkpoints (steps 3-5) -----------------------------
+
+    def commit(
+        self, *, pipeline_name: str, checkpoint_id: int, handles: Sequence[KafkaHandle]
+    ) -> int:
+        """Commit a COMPLETE checkpoint's handles; idempotent. Returns the count committed."""
+        what = f"commit of {pipeline_name} checkpoint {checkpoint_id}"
+        count = self._committer.commit(handles, what=what)
+        self._failpoints.reach(Failpoint.AFTER_COMMIT_BEFORE_ACK, detail=what)
+        _LOG.info("%s: %d handles committed", what, count)
+        return count
+
+    def abort(
+        self,
+        *,
+        pipeline_name: str,
+        checkpoint_id: int,
+        handles: Sequence[KafkaHandle],
+        reason: str,
+        timeout_s: float,
+    ) -> int:
+        """Cancel this executor's pre-commit of N, wait until no batch of N runs here any
+        more, then abort the given handles.
+
+        ``Unavailable`` if a batch of N still runs after ``timeout_s``: the caller retries,
+        and must not reuse N's transactional ids before this call succeeded (see the module
+        docstring).
+        """
+        what = f"abort of {pipeline_name} checkpoint {checkpoint_id}"
+        still_running = self._board.cancel_and_wait(
+            pipeline_name=pipeline_name, checkpoint_id=checkpoint_id, timeout_s=timeout_s
+        )
+        if still_running:
+            running = ", ".join(str(ref) for ref in still_running)
+            raise Unavailable(
+                f"{what}: the batch of {running} still runs on executor"
+                f" {self._settings.executor_id} and may still open transactions on its"
+                " transactional ids; retry once it ended",
+                retry_after_seconds=1.0,
+            )
+        count = self._committer.abort(handles, what=what)
+        _LOG.info("%s (%s): %d handles aborted", what, reason or "no reason given", count)
+        return count
+
+
+def _work(task: Task, requested: TriggerTask, checkpoint_id: int) -> PrecommitWork:
+    assignment = task.assignment
+    return PrecommitWork(
+        task=task.ref,
+        checkpoint_id=checkpoint_id,
+        spec=assignment.spec,
+        source_partitions=assignment.source_partitions,
+        start_offsets={**assignment.restore_offsets, **requested.start_offsets},
+        transactional_id_prefix=requested.transactional_id_prefix,
+        max_records_per_partition=assignment.max_records_per_partition,
+        transaction_timeout_ms=assignment.transaction_timeout_ms,
+    )
+
+
+__all__ = ["CheckpointRunner"]

@@ -1,0 +1,231 @@
+"""Plain values the executor's runtime exchanges with its edges (no protobuf here).
+
+The coordinator client (:mod:`lockgate.executor.coordinator_client`) and the gRPC
+servicer (:mod:`lockgate.executor.servicer`) convert between these and the ``lockgate.v1``
+messages (:mod:`lockgate.executor.convert`); everything in :mod:`lockgate.executor.runtime`
+takes and returns only these.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lockgate.common.errors import LockgateError
+from lockgate.executor.dataplane.protocol import KafkaHandle, PrecommitOutput
+from lockgate.executor.errors import RecordLocation
+from lockgate.executor.fencing import (
+    ExecutorGeneration,
+    LeaderEpoch,
+    TaskGeneration,
+    TriggerVerdict,
+)
+
+#: The executor generation of an answer that is not a registration's.
+_NO_GENERATION = ExecutorGeneration(0)
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    """How one executor process runs."""
+
+    executor_id: str
+    #: The address the coordinator calls ExecutorService on (host:port).
+    advertised_address: str
+    coordinator_addresses: tuple[str, ...]
+    spark_master: str
+    version: str = "0.1.0"
+    max_tasks: int = 0
+    #: Deadline of each call to the coordinator, in seconds.
+    rpc_timeout_s: float = 10.0
+    #: Deadline of committing or aborting one Kafka transaction, in seconds.
+    handle_timeout_s: float = 30.0
+    #: Used until the leader says otherwise.
+    heartbeat_interval_ms: int = 1000
+    session_timeout_ms: int = 10_000
+    #: Attempts of a task's restore (commit/abort of its handed-in handles) before it fails.
+    restore_attempts: int = 5
+
+
+@dataclass(frozen=True, order=True)
+class TaskRef:
+    """One task of a pipeline, shown as ``<pipeline>/<index>``."""
+
+    pipeline_name: str
+    task_index: int
+
+    def __str__(self) -> str:
+        return f"{self.pipeline_name}/{self.task_index}"
+
+
+@dataclass(frozen=True)
+class LeaderStamp:
+    """A leader epoch as a call or an answer carries it; epoch 0 means "not set"."""
+
+    epoch: LeaderEpoch
+    leader_id: str = ""
+
+
+@dataclass(frozen=True)
+class Registration:
+    """This process's current registration with the coordinator."""
+
+    executor_generation: ExecutorGeneration
+    session_id: str
+
+
+@dataclass(frozen=True)
+class TaskError:
+    """A task's last error, stamped with who reported it (``lockgate.v1.TaskError``)."""
+
+    message: str
+    error_type: str
+    checkpoint_id: int
+    executor_id: str
+    executor_generation: int
+    task_generation: int
+    time: datetime.datetime
+    record: RecordLocation | None = None
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    """What a (re)assigned task must finish before it runs (DESIGN.md step 5).
+
+    ``commits`` are COMPLETE checkpoints' handles, oldest first; ``aborts`` the handles
+    of pre-commits that never became COMPLETE. ``invalid`` is set when the leader's
+    restore state could not be read: the restore fails the task with it.
+    """
+
+    commits: tuple[tuple[int, tuple[KafkaHandle, ...]], ...] = ()
+    aborts: tuple[KafkaHandle, ...] = ()
+    invalid: LockgateError | None = None
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One task the leader assigns to this executor, at one generation."""
+
+    task: TaskRef
+    generation: TaskGeneration
+    config_version: int
+    #: The pipeline spec as the YAML-shaped mapping ``parse_data_plane_spec`` reads.
+    spec: Mapping[str, Any]
+    source_partitions: tuple[tuple[str, int], ...]
+    restore_offsets: Mapping[tuple[str, int], int]
+    target_running: bool
+    max_records_per_partition: int
+    transaction_timeout_ms: int
+    restore: RestorePlan
+
+
+@dataclass(frozen=True)
+class MembershipReply:
+    """What RegisterExecutor and Heartbeat answer: the leader, timings and assignment.
+
+    ``executor_generation`` and ``session_id`` are set by a registration only.
+    """
+
+    leader: LeaderStamp
+    heartbeat_interval_ms: int
+    session_timeout_ms: int
+    assignments: tuple[Assignment, ...]
+    executor_generation: ExecutorGeneration = _NO_GENERATION
+    session_id: str = ""
+
+
+@dataclass(frozen=True)
+class TriggerTask:
+    """One task of a TriggerCheckpoint request, in plain values."""
+
+    task: TaskRef
+    task_generation: TaskGeneration
+    start_offsets: Mapping[tuple[str, int], int]
+    transactional_id_prefix: str
+
+
+@dataclass(frozen=True)
+class TriggerResult:
+    """The answer for one task of a trigger."""
+
+    task: TaskRef
+    verdict: TriggerVerdict
+    current_generation: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ReportStamp:
+    """Who sends a report and under which tokens; ``request_id`` is kept across retries."""
+
+    request_id: str
+    leader: LeaderStamp
+    checkpoint_id: int
+    task: TaskRef
+    task_generation: TaskGeneration
+    executor_id: str
+    executor_generation: ExecutorGeneration
+
+
+@dataclass(frozen=True)
+class PrecommitReport:
+    """ReportPrecommit: what one task's pre-commit of checkpoint N left prepared."""
+
+    stamp: ReportStamp
+    output: PrecommitOutput
+    precommit_duration_ms: int
+
+
+@dataclass(frozen=True)
+class CheckpointFailureReport:
+    """ReportCheckpointFailure: a task's pre-commit of N failed (and maybe the task)."""
+
+    stamp: ReportStamp
+    error: TaskError
+    task_failed: bool
+
+
+@dataclass(frozen=True)
+class TaskFailureReport:
+    """ReportTaskFailure: a task failed outside any checkpoint (e.g. its restore)."""
+
+    request_id: str
+    task: TaskRef
+    task_generation: TaskGeneration
+    executor_id: str
+    executor_generation: ExecutorGeneration
+    error: TaskError
+
+
+@dataclass(frozen=True)
+class PrecommitAnswer:
+    """The leader's answer to a ReportPrecommit: the checkpoint's state after it."""
+
+    #: ``lockgate.v1.CheckpointState`` name without its prefix, e.g. "TRIGGERED".
+    checkpoint_state: str
+
+    @property
+    def aborted(self) -> bool:
+        """True if the leader decided N aborted: it will never be COMPLETE."""
+        return self.checkpoint_state == "ABORTED"
+
+
+__all__ = [
+    "Assignment",
+    "CheckpointFailureReport",
+    "ExecutorSettings",
+    "LeaderStamp",
+    "MembershipReply",
+    "PrecommitAnswer",
+    "PrecommitReport",
+    "Registration",
+    "ReportStamp",
+    "RestorePlan",
+    "TaskError",
+    "TaskFailureReport",
+    "TaskRef",
+    "TriggerResult",
+    "TriggerTask",
+]
