@@ -29,8 +29,6 @@ from lockgate.common.kafka_transactions import (
     EndTxnOutcome,
     InvalidTransactionStateError,
     ProducerFencedError,
-    TransactionalId,
-    TransactionHandle,
     TransactionResumeError,
     UnknownTransactionError,
     UnsupportedBrokerError,
@@ -38,6 +36,8 @@ from lockgate.common.kafka_transactions import (
     error_name,
     negotiate_version,
 )
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import TransactionalId
 
 HANDLE = TransactionHandle(
     transactional_id=TransactionalId("pipeline-7-task-3"), producer_id=42, producer_epoch=5

@@ -27,8 +27,6 @@ from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.kafka_transactions import (
     InvalidTransactionStateError,
     ProducerFencedError,
-    TransactionalId,
-    TransactionHandle,
     TransactionResumeError,
     UnknownTransactionError,
     abort_transaction,
@@ -36,7 +34,7 @@ from lockgate.common.kafka_transactions import (
     open_transactional_producer,
     open_transactions_of_slot,
 )
-from lockgate.executor.dataplane.protocol import KafkaHandle
+from lockgate.common.model.handles import TransactionHandle
 
 
 class HandleLostError(LockgateError):
@@ -48,19 +46,10 @@ class HandleLostError(LockgateError):
     default_reason = "TRANSACTION_LOST"
 
 
-def _transaction_handle(handle: KafkaHandle) -> TransactionHandle:
-    assert handle.producer_id is not None and handle.producer_epoch is not None
-    return TransactionHandle(
-        transactional_id=TransactionalId(handle.transactional_id),
-        producer_id=handle.producer_id,
-        producer_epoch=handle.producer_epoch,
-    )
-
-
-def require_committable(handles: Sequence[KafkaHandle], *, field_name: str) -> None:
+def require_committable(handles: Sequence[TransactionHandle], *, field_name: str) -> None:
     """Raise ``InvalidArgument`` if a handle has no producer id/epoch (it can only abort)."""
     for index, handle in enumerate(handles):
-        if handle.producer_id is None or handle.producer_epoch is None:
+        if not handle.resumable:
             raise InvalidArgument.for_field(
                 f"{field_name}[{index}].kafka.producer_id",
                 f"handle of transactional.id {handle.transactional_id!r} has no producer id"
@@ -82,7 +71,7 @@ class Committer:
         self._failpoints = failpoints or Failpoints()
         self._timeout_s = timeout_s
 
-    def commit(self, handles: Sequence[KafkaHandle], *, what: str) -> int:
+    def commit(self, handles: Sequence[TransactionHandle], *, what: str) -> int:
         """Commit every handle, in order; idempotent. Returns how many were committed.
 
         ``HandleLostError`` if one was aborted or fenced by the broker, ``Unavailable`` if
@@ -93,7 +82,7 @@ class Committer:
             try:
                 commit_transaction(
                     bootstrap_servers=handle.bootstrap_servers,
-                    handle=_transaction_handle(handle),
+                    handle=handle,
                     timeout_s=self._timeout_s,
                 )
             except (
@@ -121,7 +110,7 @@ class Committer:
                 )
         return len(handles)
 
-    def abort(self, handles: Sequence[KafkaHandle], *, what: str) -> int:
+    def abort(self, handles: Sequence[TransactionHandle], *, what: str) -> int:
         """Abort every handle; idempotent (fenced or unknown counts as aborted).
 
         A handle without producer id names a task slot whose pre-commit was never reported:
@@ -136,12 +125,12 @@ class Committer:
                     f"is required for {handle.transactional_id!r}: the cluster of the transaction",
                 )
             try:
-                if handle.producer_id is None or handle.producer_epoch is None:
+                if not handle.resumable:
                     self._fence(handle)
                 else:
                     abort_transaction(
                         bootstrap_servers=handle.bootstrap_servers,
-                        handle=_transaction_handle(handle),
+                        handle=handle,
                         timeout_s=self._timeout_s,
                     )
             except (ProducerFencedError, UnknownTransactionError):
@@ -160,7 +149,7 @@ class Committer:
                 ) from exc
         return len(handles)
 
-    def _fence(self, handle: KafkaHandle) -> None:
+    def _fence(self, handle: TransactionHandle) -> None:
         # A handle without producer id names a task slot whose pre-commit was never
         # reported: its batch may have opened one transaction per Spark write partition on
         # "<slot id>-<k>". Kafka lists which are open; init_transactions on each aborts it.

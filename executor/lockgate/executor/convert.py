@@ -15,14 +15,15 @@ from typing import Any
 from google.protobuf import timestamp_pb2
 
 from lockgate.common.errors import InvalidArgument
-from lockgate.executor.dataplane.protocol import KafkaHandle, SourceRange
-from lockgate.executor.fencing import (
-    ExecutorGeneration,
-    FencingToken,
-    LeaderEpoch,
-    TaskGeneration,
-    TriggerVerdict,
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import Generation, LeaderEpoch
+from lockgate.common.model.proto import (
+    handle_from_proto,
+    handle_to_proto,
+    offset_range_to_proto,
+    spec_from_proto,
 )
+from lockgate.executor.fencing import TriggerVerdict
 from lockgate.executor.runtime.tasks import TaskPhase, TaskView
 from lockgate.executor.runtime.values import (
     Assignment,
@@ -39,124 +40,14 @@ from lockgate.executor.runtime.values import (
 )
 from lockgate.v1 import common_pb2, coordinator_pb2, executor_pb2
 
-# -- pipeline spec ----------------------------------------------------------------------
-
-_FORMAT_NAMES: Mapping[int, str] = {
-    common_pb2.DATA_FORMAT_BYTES: "bytes",
-    common_pb2.DATA_FORMAT_STRING: "string",
-    common_pb2.DATA_FORMAT_JSON: "json",
-    common_pb2.DATA_FORMAT_AVRO: "avro",
-}
-
-
-def _formats(fmt: common_pb2.FormatSpec) -> dict[str, str]:
-    out: dict[str, str] = {}
-    if fmt.value_format in _FORMAT_NAMES:
-        out["format"] = _FORMAT_NAMES[fmt.value_format]
-    if fmt.key_format in _FORMAT_NAMES:
-        out["key_format"] = _FORMAT_NAMES[fmt.key_format]
-    if fmt.schema_registry_url:
-        out["schema_registry_url"] = fmt.schema_registry_url
-    return out
-
-
-def pipeline_spec_to_mapping(spec: common_pb2.PipelineSpec) -> dict[str, Any]:
-    """The YAML-shaped mapping of a ``PipelineSpec`` that ``parse_data_plane_spec`` reads."""
-    raw: dict[str, Any] = {"name": spec.name}
-    if spec.source.HasField("kafka"):
-        source = spec.source.kafka
-        raw["source"] = {
-            "kafka": {
-                "bootstrap_servers": source.bootstrap_servers,
-                "topics": list(source.topics),
-                "starting_offsets": (
-                    "latest"
-                    if source.starting_offsets == common_pb2.OFFSET_POSITION_LATEST
-                    else "earliest"
-                ),
-                **_formats(source.format),
-            }
-        }
-    kind = spec.transform.WhichOneof("transform")
-    if kind == "sql":
-        raw["transform"] = {"sql": spec.transform.sql}
-    elif kind == "python":
-        raw["transform"] = {"python": spec.transform.python}
-    if spec.sink.HasField("kafka"):
-        sink = spec.sink.kafka
-        raw["sink"] = {
-            "kafka": {
-                "bootstrap_servers": sink.bootstrap_servers,
-                "topic": sink.topic,
-                **_formats(sink.format),
-            }
-        }
-    raw["delivery"] = (
-        "at_least_once"
-        if spec.delivery == common_pb2.DELIVERY_GUARANTEE_AT_LEAST_ONCE
-        else "exactly_once"
-    )
-    errors: dict[str, Any] = {
-        "tolerance": "all" if spec.errors.tolerance == common_pb2.ERROR_TOLERANCE_ALL else "none"
-    }
-    if spec.errors.dead_letter_topic:
-        errors["dead_letter_topic"] = spec.errors.dead_letter_topic
-    raw["errors"] = errors
-    raw["order"] = "none" if spec.allow_reordering else "per_key"
-    return raw
-
-
 # -- transaction handles and offset ranges ----------------------------------------------
-
-
-def handle_from_proto(handle: common_pb2.SinkHandle, *, field_name: str) -> KafkaHandle:
-    """A ``SinkHandle`` as a :class:`KafkaHandle`; ``InvalidArgument`` for other kinds."""
-    if handle.WhichOneof("handle") != "kafka":
-        raise InvalidArgument.for_field(
-            field_name, "only Kafka transaction handles are supported by this executor"
-        )
-    kafka = handle.kafka
-    if not kafka.transactional_id:
-        raise InvalidArgument.for_field(
-            f"{field_name}.kafka.transactional_id", "is required (the transaction's id)"
-        )
-    return KafkaHandle(
-        transactional_id=kafka.transactional_id,
-        bootstrap_servers=kafka.bootstrap_servers,
-        producer_id=kafka.producer_id if kafka.HasField("producer_id") else None,
-        producer_epoch=kafka.producer_epoch if kafka.HasField("producer_epoch") else None,
-    )
 
 
 def handles_from_proto(
     handles: Iterable[common_pb2.SinkHandle], *, field_name: str
-) -> tuple[KafkaHandle, ...]:
+) -> tuple[TransactionHandle, ...]:
     """Every handle of a repeated field; errors name ``field_name[i]``."""
-    return tuple(
-        handle_from_proto(h, field_name=f"{field_name}[{i}]") for i, h in enumerate(handles)
-    )
-
-
-def handle_to_proto(handle: KafkaHandle) -> common_pb2.SinkHandle:
-    """The ``SinkHandle`` of a :class:`KafkaHandle`."""
-    kafka = common_pb2.KafkaTransactionHandle(
-        transactional_id=handle.transactional_id, bootstrap_servers=handle.bootstrap_servers
-    )
-    if handle.producer_id is not None:
-        kafka.producer_id = handle.producer_id
-    if handle.producer_epoch is not None:
-        kafka.producer_epoch = handle.producer_epoch
-    return common_pb2.SinkHandle(kafka=kafka)
-
-
-def source_range_to_proto(source_range: SourceRange) -> common_pb2.OffsetRange:
-    """The ``OffsetRange`` of a :class:`SourceRange`."""
-    return common_pb2.OffsetRange(
-        topic=source_range.topic,
-        partition=source_range.partition,
-        start_offset=source_range.start_offset,
-        end_offset=source_range.end_offset,
-    )
+    return tuple(handle_from_proto(h, f"{field_name}[{i}]") for i, h in enumerate(handles))
 
 
 # -- identities and tokens --------------------------------------------------------------
@@ -176,12 +67,6 @@ def leader_to_proto(leader: LeaderStamp) -> common_pb2.LeaderEpoch:
     """The ``LeaderEpoch`` of a :class:`LeaderStamp`."""
     return common_pb2.LeaderEpoch(epoch=leader.epoch, leader_id=leader.leader_id)
 
-
-TOKEN_TO_PROTO: Mapping[FencingToken, common_pb2.FencingToken.ValueType] = {
-    FencingToken.LEADER_EPOCH: common_pb2.FENCING_TOKEN_LEADER_EPOCH,
-    FencingToken.EXECUTOR_GENERATION: common_pb2.FENCING_TOKEN_EXECUTOR_GENERATION,
-    FencingToken.TASK_GENERATION: common_pb2.FENCING_TOKEN_TASK_GENERATION,
-}
 
 VERDICT_TO_PROTO: Mapping[TriggerVerdict, executor_pb2.TriggerOutcome.ValueType] = {
     TriggerVerdict.ACCEPTED: executor_pb2.TRIGGER_OUTCOME_ACCEPTED,
@@ -279,11 +164,16 @@ def _is_running_target(target: common_pb2.TargetState.ValueType) -> bool:
 def assignment_from_proto(assignment: coordinator_pb2.TaskAssignment) -> Assignment:
     """A ``TaskAssignment`` as an :class:`Assignment`."""
     spec = assignment.pipeline_spec
+    try:
+        parsed, invalid = spec_from_proto(spec), None
+    except InvalidArgument as exc:
+        parsed, invalid = None, exc
     return Assignment(
         task=TaskRef(assignment.task_id.pipeline_name, assignment.task_id.task_index),
-        generation=TaskGeneration(assignment.task_generation),
+        generation=Generation(assignment.task_generation),
         config_version=assignment.config_version,
-        spec=pipeline_spec_to_mapping(spec),
+        spec=parsed,
+        invalid_spec=invalid,
         source_partitions=tuple((tp.topic, tp.partition) for tp in assignment.source_partitions),
         restore_offsets={
             (po.topic, po.partition): po.offset for po in assignment.restore.start_offsets
@@ -304,7 +194,7 @@ def register_reply_from_proto(
         heartbeat_interval_ms=response.heartbeat_interval_ms,
         session_timeout_ms=response.session_timeout_ms,
         assignments=tuple(assignment_from_proto(a) for a in response.assignments),
-        executor_generation=ExecutorGeneration(response.executor_generation),
+        executor_generation=Generation(response.executor_generation),
         session_id=response.session_id,
     )
 
@@ -339,7 +229,7 @@ def precommit_report_to_proto(report: PrecommitReport) -> coordinator_pb2.Report
     output = report.output
     return coordinator_pb2.ReportPrecommitRequest(
         **_stamp_fields(report.stamp),
-        source_ranges=[source_range_to_proto(r) for r in output.ranges],
+        source_ranges=[offset_range_to_proto(r) for r in output.ranges],
         sink_handles=[handle_to_proto(h) for h in output.handles],
         counts=common_pb2.RecordCounts(
             records_read=output.records_read,
@@ -384,22 +274,17 @@ def task_failure_report_to_proto(
 
 
 __all__ = [
-    "TOKEN_TO_PROTO",
     "VERDICT_TO_PROTO",
     "assignment_from_proto",
     "checkpoint_failure_report_to_proto",
-    "handle_from_proto",
-    "handle_to_proto",
     "handles_from_proto",
     "heartbeat_reply_from_proto",
     "leader_from_proto",
     "leader_to_proto",
-    "pipeline_spec_to_mapping",
     "precommit_answer_from_proto",
     "precommit_report_to_proto",
     "register_reply_from_proto",
     "restore_from_proto",
-    "source_range_to_proto",
     "task_error_to_proto",
     "task_failure_report_to_proto",
     "task_ref_to_proto",

@@ -16,8 +16,8 @@ from typing import TypeVar
 import grpc
 
 from lockgate.common.grpc_client import error_details
+from lockgate.common.model.ids import Generation
 from lockgate.executor import convert
-from lockgate.executor.fencing import ExecutorGeneration
 from lockgate.executor.runtime.coordinator import CallFailure, CoordinatorCallError
 from lockgate.executor.runtime.tasks import TaskView
 from lockgate.executor.runtime.values import (
@@ -78,7 +78,7 @@ class GrpcCoordinatorClient:
         self,
         *,
         executor_id: str,
-        executor_generation: ExecutorGeneration,
+        executor_generation: Generation,
         statuses: Sequence[TaskView],
         highest_leader_seen: LeaderStamp,
         timeout_s: float,
@@ -96,7 +96,7 @@ class GrpcCoordinatorClient:
         return convert.heartbeat_reply_from_proto(response)
 
     def deregister(
-        self, *, executor_id: str, executor_generation: ExecutorGeneration, timeout_s: float
+        self, *, executor_id: str, executor_generation: Generation, timeout_s: float
     ) -> None:
         """DeregisterExecutor: leave the cluster cleanly."""
         request = coordinator_pb2.DeregisterExecutorRequest(

@@ -12,23 +12,10 @@ import json
 import re
 from dataclasses import dataclass
 
-from lockgate.common.errors import FailedPrecondition, FieldViolation, Internal, InvalidArgument
+from lockgate.common.errors import FailedPrecondition, Internal, InvalidArgument
 
 _RECORD_ERROR_MARK = "LOCKGATE_RECORD_ERROR"
 _RECORD_ERROR_RE = re.compile(_RECORD_ERROR_MARK + r"<<(\{.*?\})>>")
-
-
-class SpecError(InvalidArgument):
-    """The pipeline spec has a missing or wrong field; ``field`` is its dotted path."""
-
-    default_reason = "INVALID_PIPELINE_SPEC"
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(
-            f"{field}: {message}",
-            violations=[FieldViolation(field=field, description=message)],
-        )
-        self.field = field
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ Known races, and why they are harmless:
   race: the trigger is refused STALE_GENERATION and the leader retries on the next
   checkpoint.
 
-This module is pure (no gRPC, no protobuf): the servicer turns its errors into statuses.
+This module is pure (no gRPC, no protobuf): its refusals are ``StaleTokenError``s, which the
+shared error interceptor answers with a ``FencingFailure`` detail, as every service's.
 """
 
 from __future__ import annotations
@@ -32,74 +33,12 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass
-from typing import NewType
 
-from lockgate.common.errors import FailedPrecondition, PreconditionViolation
-
-LeaderEpoch = NewType("LeaderEpoch", int)
-ExecutorGeneration = NewType("ExecutorGeneration", int)
-TaskGeneration = NewType("TaskGeneration", int)
+from lockgate.common.errors import FencingToken, StaleTokenError
+from lockgate.common.model.ids import Generation, LeaderEpoch
 
 #: The value of an unset leader epoch (proto3 default): "not given".
 NO_EPOCH = LeaderEpoch(0)
-
-
-class FencingToken(enum.Enum):
-    """Which fencing token a refusal is about (``lockgate.v1.FencingToken``)."""
-
-    LEADER_EPOCH = "leader_epoch"
-    EXECUTOR_GENERATION = "executor_generation"
-    TASK_GENERATION = "task_generation"
-
-
-class StaleTokenError(FailedPrecondition):
-    """A call carried a stale fencing token; its sender is a zombie and must stop acting.
-
-    Sent as ``FAILED_PRECONDITION`` with a ``lockgate.v1.FencingFailure`` detail holding the
-    presented and the current value.
-    """
-
-    default_reason = "STALE_FENCING_TOKEN"
-
-    def __init__(
-        self, *, token: FencingToken, subject: str, presented: int, current: int, rpc: str
-    ) -> None:
-        what = f"{token.value} of {subject}" if subject else token.value
-        super().__init__(
-            f"{rpc} refused: {what} {presented} is stale, this executor has seen {current};"
-            " the caller is no longer entitled to act and must stop (a newer leader or"
-            " registration has taken over)",
-            violations=[
-                PreconditionViolation(
-                    type=token.name,
-                    subject=subject,
-                    description=f"presented {presented}, current {current}",
-                )
-            ],
-            metadata={
-                "token": token.value,
-                "subject": subject,
-                "presented": str(presented),
-                "current": str(current),
-            },
-        )
-        self.token = token
-        self.subject = subject
-        self.presented = presented
-        self.current = current
-        self.rpc = rpc
-
-    def log_line(self) -> str:
-        """The stable log line tests and operators grep for."""
-        if self.token is FencingToken.LEADER_EPOCH:
-            return (
-                f"refused leader_epoch={self.presented} highest_seen={self.current} rpc={self.rpc}"
-            )
-        subject = f" subject={self.subject}" if self.subject else ""
-        return (
-            f"refused {self.token.value}={self.presented} current={self.current}"
-            f"{subject} rpc={self.rpc}"
-        )
 
 
 @dataclass(frozen=True)
@@ -164,8 +103,8 @@ class LeaderEpochFence:
 def check_executor_generation(
     *,
     executor_id: str,
-    current: ExecutorGeneration,
-    presented: ExecutorGeneration,
+    current: Generation,
+    presented: Generation,
     rpc: str,
 ) -> None:
     """Raise ``StaleTokenError`` unless ``presented`` is this process's registration."""
@@ -191,8 +130,8 @@ class TriggerVerdict(enum.Enum):
 
 def decide_trigger(
     *,
-    running_generation: TaskGeneration | None,
-    presented_generation: TaskGeneration,
+    running_generation: Generation | None,
+    presented_generation: Generation,
     ready: bool,
     config_version_matches: bool,
     already_triggered: bool,
@@ -218,12 +157,7 @@ def decide_trigger(
 __all__ = [
     "NO_EPOCH",
     "EpochDecision",
-    "ExecutorGeneration",
-    "FencingToken",
-    "LeaderEpoch",
     "LeaderEpochFence",
-    "StaleTokenError",
-    "TaskGeneration",
     "TriggerVerdict",
     "check_executor_generation",
     "decide_leader_epoch",

@@ -5,7 +5,8 @@ recorded when it is a new highest), then the executor registration the call name
 refused call is logged with a stable line (``refused leader_epoch=3 highest_seen=4
 rpc=CommitCheckpoint``) and answered ``FAILED_PRECONDITION`` with a
 ``lockgate.v1.FencingFailure`` in the status details, next to the usual ``ErrorInfo`` and
-``PreconditionFailure``. Other domain errors propagate to the error-mapping interceptor
+``PreconditionFailure`` (``StaleTokenError``, mapped by the shared interceptor as every
+service's is). Other domain errors propagate to the error-mapping interceptor
 of ``lockgate.common.grpc_server``; ``HandleLostError`` becomes ``DATA_LOSS``.
 """
 
@@ -17,33 +18,24 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import grpc
-from google.protobuf import any_pb2, timestamp_pb2
-from google.protobuf.message import Message
-from google.rpc import code_pb2, error_details_pb2, status_pb2
-from grpc_status import rpc_status
+from google.protobuf import timestamp_pb2
 
 from lockgate.common.errors import (
-    ERROR_DOMAIN,
     FailedPrecondition,
     InvalidArgument,
+    StaleTokenError,
     Unavailable,
 )
+from lockgate.common.model.ids import Generation, LeaderEpoch
 from lockgate.executor.committer import HandleLostError
 from lockgate.executor.convert import (
-    TOKEN_TO_PROTO,
     VERDICT_TO_PROTO,
     handles_from_proto,
     leader_from_proto,
     task_ref_to_proto,
     task_view_to_proto,
 )
-from lockgate.executor.fencing import (
-    ExecutorGeneration,
-    LeaderEpoch,
-    StaleTokenError,
-    TaskGeneration,
-    check_executor_generation,
-)
+from lockgate.executor.fencing import check_executor_generation
 from lockgate.executor.runtime.values import TaskRef, TriggerTask
 from lockgate.executor.worker import Worker
 from lockgate.v1 import common_pb2, executor_pb2, executor_pb2_grpc
@@ -55,60 +47,6 @@ _T = TypeVar("_T")
 #: How long AbortCheckpoint waits for a running batch of the checkpoint when the call has
 #: no deadline.
 _ABORT_WAIT_DEFAULT_S = 30.0
-
-
-def _pack(message: Message) -> any_pb2.Any:
-    packed = any_pb2.Any()
-    packed.Pack(message)
-    return packed
-
-
-def fencing_status(error: StaleTokenError) -> grpc.Status:
-    """``FAILED_PRECONDITION`` with ErrorInfo, PreconditionFailure and FencingFailure."""
-    status = status_pb2.Status(
-        code=code_pb2.FAILED_PRECONDITION,
-        message=error.message,
-        details=[
-            _pack(
-                error_details_pb2.ErrorInfo(
-                    reason=error.reason, domain=ERROR_DOMAIN, metadata=dict(error.metadata)
-                )
-            ),
-            _pack(
-                error_details_pb2.PreconditionFailure(
-                    violations=[
-                        error_details_pb2.PreconditionFailure.Violation(
-                            type=v.type, subject=v.subject, description=v.description
-                        )
-                        for v in error.violations
-                    ]
-                )
-            ),
-            _pack(
-                common_pb2.FencingFailure(
-                    token=TOKEN_TO_PROTO[error.token],
-                    subject=error.subject,
-                    presented=error.presented,
-                    current=error.current,
-                )
-            ),
-        ],
-    )
-    result: grpc.Status = rpc_status.to_status(status)
-    return result
-
-
-def fencing_failure_of(err: grpc.RpcError) -> common_pb2.FencingFailure | None:
-    """The ``FencingFailure`` detail of a failed call, if it has one (for clients, tests)."""
-    status = rpc_status.from_call(err)
-    if status is None:
-        return None
-    for detail in status.details:
-        if detail.Is(common_pb2.FencingFailure.DESCRIPTOR):
-            failure = common_pb2.FencingFailure()
-            detail.Unpack(failure)
-            return failure
-    return None
 
 
 def _required(value: str, field: str, what: str) -> str:
@@ -138,7 +76,6 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
 
     def _fenced(
         self,
-        context: grpc.ServicerContext,
         rpc: str,
         leader_epoch: common_pb2.LeaderEpoch,
         check: Callable[[], _T],
@@ -159,8 +96,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             return check()
         except StaleTokenError as error:
             _LOG.warning(error.log_line())
-            context.abort_with_status(fencing_status(error))
-            raise  # abort_with_status raises; this keeps type checkers honest
+            raise  # the error interceptor adds its FencingFailure detail
 
     def _check_registration(self, executor_id: str, executor_generation: int, rpc: str) -> None:
         own_id = self._runtime.settings.executor_id
@@ -180,7 +116,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         check_executor_generation(
             executor_id=own_id,
             current=registration.executor_generation,
-            presented=ExecutorGeneration(executor_generation),
+            presented=Generation(executor_generation),
             rpc=rpc,
         )
 
@@ -192,7 +128,6 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         """Start the pre-commit of checkpoint N on the listed tasks (step 1)."""
         rpc = "TriggerCheckpoint"
         self._fenced(
-            context,
             rpc,
             request.leader_epoch,
             lambda: self._check_registration(request.executor_id, request.executor_generation, rpc),
@@ -220,7 +155,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             tasks.append(
                 TriggerTask(
                     task=TaskRef(pipeline, task.task_id.task_index),
-                    task_generation=TaskGeneration(task.task_generation),
+                    task_generation=Generation(task.task_generation),
                     start_offsets={(p.topic, p.partition): p.offset for p in task.start_offsets},
                     transactional_id_prefix=task.transactional_id_prefix,
                 )
@@ -251,7 +186,6 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         """Commit a COMPLETE checkpoint's handles (step 4); idempotent, the reply is the ack."""
         rpc = "CommitCheckpoint"
         self._fenced(
-            context,
             rpc,
             request.leader_epoch,
             lambda: self._check_registration(request.executor_id, request.executor_generation, rpc),
@@ -280,7 +214,6 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         """Abort a checkpoint's handles and cancel this executor's pre-commit of it."""
         rpc = "AbortCheckpoint"
         self._fenced(
-            context,
             rpc,
             request.leader_epoch,
             lambda: self._check_registration(request.executor_id, request.executor_generation, rpc),
@@ -311,7 +244,6 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     ) -> executor_pb2.GetExecutorStatusResponse:
         """Identity, highest leader epoch seen and tasks of this executor."""
         self._fenced(
-            context,
             "GetExecutorStatus",
             request.leader_epoch,
             lambda: None,
@@ -334,4 +266,4 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         )
 
 
-__all__ = ["ExecutorServicer", "fencing_failure_of", "fencing_status"]
+__all__ = ["ExecutorServicer"]

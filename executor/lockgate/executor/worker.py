@@ -31,8 +31,9 @@ import time
 from collections.abc import Callable, Sequence
 
 from lockgate.common.failpoints import Failpoints
+from lockgate.common.model.handles import TransactionHandle
 from lockgate.executor.committer import Committer
-from lockgate.executor.dataplane.protocol import DataPlane, KafkaHandle
+from lockgate.executor.dataplane.protocol import DataPlane
 from lockgate.executor.fencing import LeaderEpochFence
 from lockgate.executor.runtime.checkpoint_runner import CheckpointRunner
 from lockgate.executor.runtime.coordinator import CoordinatorClient
@@ -87,7 +88,6 @@ class Worker:
             settings,
             board=self._board,
             committer=committer,
-            data_plane=data_plane,
             reporter=reporter,
             registration=lambda: self._membership.registration,
             stopping=self._stopping,
@@ -173,7 +173,7 @@ class Worker:
         )
 
     def commit_handles(
-        self, *, pipeline_name: str, checkpoint_id: int, handles: Sequence[KafkaHandle]
+        self, *, pipeline_name: str, checkpoint_id: int, handles: Sequence[TransactionHandle]
     ) -> int:
         """Commit a COMPLETE checkpoint's handles; idempotent. Returns the count committed."""
         return self._checkpoints.commit(
@@ -185,7 +185,7 @@ class Worker:
         *,
         pipeline_name: str,
         checkpoint_id: int,
-        handles: Sequence[KafkaHandle],
+        handles: Sequence[TransactionHandle],
         reason: str,
         timeout_s: float = 30.0,
     ) -> int:

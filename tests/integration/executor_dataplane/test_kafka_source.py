@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from lockgate.common.model.offsets import OffsetRange
 from lockgate.executor.dataplane.spark.kafka_source import KafkaSource, ranges_to_option
-from lockgate.executor.dataplane.spark.offsets import OffsetRange, snapshot_offset_ranges
+from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges
 from lockgate.executor.errors import SourceError
 from tests.integration.executor_dataplane.conftest import produce, produce_transaction
 

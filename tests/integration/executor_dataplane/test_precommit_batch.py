@@ -17,13 +17,13 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
+from lockgate.common.model.offsets import OffsetRange
+from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.executor.committer import Committer, HandleLostError
-from lockgate.executor.dataplane.protocol import KafkaHandle
 from lockgate.executor.dataplane.spark.batch import (
-    CheckpointId,
-    PipelineName,
     PrecommitResult,
-    TaskId,
     apply_transform,
     prepare_sink_frame,
     run_precommit_batch,
@@ -35,9 +35,8 @@ from lockgate.executor.dataplane.spark.kafka_sink import (
     ERROR_HEADER_TOPIC,
 )
 from lockgate.executor.dataplane.spark.kafka_source import source_schema
-from lockgate.executor.dataplane.spark.offsets import OffsetRange, snapshot_offset_ranges
+from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges
 from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
-from lockgate.executor.spec import DataPlaneSpec, parse_data_plane_spec
 from tests.fixtures.schema_registry import RegistryProcess
 from tests.integration.executor_dataplane.conftest import produce, read_topic, stable_end_offsets
 
@@ -46,7 +45,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 KEYS = 10
 
 
-def _spec(bootstrap: str, source: str, sink: str, **extra: Any) -> DataPlaneSpec:
+def _spec(bootstrap: str, source: str, sink: str, **extra: Any) -> PipelineSpec:
     raw: dict[str, Any] = {
         "name": "copy",
         "source": {"kafka": {"bootstrap_servers": bootstrap, "topics": [source]}},
@@ -57,7 +56,7 @@ def _spec(bootstrap: str, source: str, sink: str, **extra: Any) -> DataPlaneSpec
             raw[key.split("_")[0]]["kafka"].update(value)
         else:
             raw[key] = value
-    return parse_data_plane_spec(raw)
+    return parse_pipeline_spec(raw)
 
 
 def _seed(bootstrap: str, topic: str, count: int) -> list[tuple[bytes, bytes]]:
@@ -72,12 +71,12 @@ def _ranges(bootstrap: str, topic: str) -> list[OffsetRange]:
 
 
 def _run(
-    spark: SparkSession, spec: DataPlaneSpec, ranges: list[OffsetRange], prefix: str
+    spark: SparkSession, spec: PipelineSpec, ranges: list[OffsetRange], prefix: str
 ) -> PrecommitResult:
     return run_precommit_batch(
         spark,
         spec,
-        pipeline=PipelineName(spec.name),
+        pipeline=PipelineId(spec.name),
         task=TaskId("t0"),
         checkpoint_id=CheckpointId(1),
         offset_ranges=ranges,
@@ -85,10 +84,10 @@ def _run(
     )
 
 
-def _kafka_handles(bootstrap: str, result: PrecommitResult) -> list[KafkaHandle]:
+def _kafka_handles(bootstrap: str, result: PrecommitResult) -> list[TransactionHandle]:
     """The batch's handles as the runtime reports them and the committer ends them."""
     return [
-        KafkaHandle(h.transactional_id, bootstrap, h.producer_id, h.producer_epoch)
+        TransactionHandle(h.transactional_id, bootstrap, h.producer_id, h.producer_epoch)
         for h in result.handles
     ]
 
@@ -338,7 +337,7 @@ def test_python_transform_is_applied(
     assert [r.value for r in _wait_visible(bootstrap, sink, 1, 2)] == [b"ABC", b"DEF"]
 
 
-def _sink_columns(spark: SparkSession, spec: DataPlaneSpec) -> tuple[str, ...]:
+def _sink_columns(spark: SparkSession, spec: PipelineSpec) -> tuple[str, ...]:
     """The columns the sink would write, from an empty source: no Kafka read."""
     schema = source_schema(spec.source.format, spec.source.key_format, marked=False)
     empty = spark.createDataFrame([], schema)
@@ -346,7 +345,7 @@ def _sink_columns(spark: SparkSession, spec: DataPlaneSpec) -> tuple[str, ...]:
 
 
 def test_transform_errors_name_the_column_and_the_fix(spark: SparkSession) -> None:
-    def spec(sql: str, **extra: Any) -> DataPlaneSpec:
+    def spec(sql: str, **extra: Any) -> PipelineSpec:
         return _spec("127.0.0.1:1", "orders", "out", transform={"sql": sql}, **extra)
 
     assert _sink_columns(spark, spec("SELECT key, value, headers FROM orders")) == (
@@ -446,7 +445,7 @@ def _produce_avro(
     )
 
 
-def _avro_spec(bootstrap: str, url: str, source: str, sink: str, **extra: Any) -> DataPlaneSpec:
+def _avro_spec(bootstrap: str, url: str, source: str, sink: str, **extra: Any) -> PipelineSpec:
     return _spec(
         bootstrap,
         source,

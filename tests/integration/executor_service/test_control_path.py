@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from lockgate.common.failpoints import FAILPOINT_EXIT_CODE
-from lockgate.executor.servicer import fencing_failure_of
+from lockgate.common.grpc_client import fencing_failure_of
 from lockgate.v1 import common_pb2, executor_pb2
 from tests.integration.executor_service.scripted import (
     CoordinatorServer,

@@ -1,16 +1,16 @@
-"""Pure logic of the data plane: spec parsing, ranges, formats, error transport."""
+"""Pure logic of the data plane: ranges, formats, error transport (the spec is parsed by the
+model: tests/unit/model)."""
 
 from __future__ import annotations
 
-import copy
-import itertools
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from lockgate.common.kafka_transactions import TransactionalId, TransactionHandle
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import TransactionalId
+from lockgate.common.model.offsets import OffsetRange
+from lockgate.common.model.pipeline_spec import RecordFormat
 from lockgate.executor.dataplane.spark.formats import (
     DecodeFailure,
     JsonCodec,
@@ -30,104 +30,7 @@ from lockgate.executor.dataplane.spark.kafka_source import (
     ranges_to_option,
     source_schema,
 )
-from lockgate.executor.dataplane.spark.offsets import OffsetRange, split_range
-from lockgate.executor.errors import RecordError, RecordLocation, SpecError, WorkerRecordError
-from lockgate.executor.spec import (
-    Delivery,
-    ErrorTolerance,
-    OrderGuarantee,
-    PythonTransform,
-    RecordFormat,
-    SqlTransform,
-    parse_data_plane_spec,
-)
-
-ISSUE_SPEC: dict[str, Any] = {
-    "name": "copy",
-    "source": {
-        "kafka": {
-            "bootstrap_servers": "127.0.0.1:9092",
-            "topics": ["input"],
-            "starting_offsets": "earliest",
-        }
-    },
-    "transform": {"sql": "SELECT key, value, headers FROM input"},
-    "sink": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic": "output"}},
-    "delivery": "exactly_once",
-    "checkpoint": {"interval_ms": 2000, "timeout_ms": 60000},
-    "tasks_max": 2,
-    "errors": {"tolerance": "none"},
-}
-
-
-def test_issue_example_spec_parses() -> None:
-    spec = parse_data_plane_spec(ISSUE_SPEC)
-    assert spec.source.topics == ("input",)
-    assert spec.source.format is RecordFormat.BYTES
-    assert spec.transform == SqlTransform("SELECT key, value, headers FROM input")
-    assert spec.sink.topic == "output"
-    assert spec.delivery is Delivery.EXACTLY_ONCE
-    assert spec.errors.tolerance is ErrorTolerance.NONE
-    assert spec.order is OrderGuarantee.PER_KEY
-
-
-def _with(path: str, value: Any) -> dict[str, Any]:
-    raw = copy.deepcopy(ISSUE_SPEC)
-    node = raw
-    *parents, last = path.split(".")
-    for part in parents:
-        node = node[part]
-    if value is None:
-        del node[last]
-    else:
-        node[last] = value
-    return raw
-
-
-@pytest.mark.parametrize(
-    ("path", "value", "field", "hint"),
-    [
-        ("source.kafka.topics", [], "source.kafka.topics", "non-empty"),
-        ("source.kafka.topics", ["bad topic!"], "source.kafka.topics[0]", "legal Kafka topic"),
-        ("source.kafka.format", "xml", "source.kafka.format", "bytes, string, json, avro"),
-        ("source.kafka.format", "avro", "source.kafka.schema_registry_url", "required"),
-        ("sink.kafka.format", "avro", "sink.kafka.schema_registry_url", "required"),
-        ("source.kafka.key_format", "avro", "source.kafka.key_format", "avro keys"),
-        ("sink.kafka.schema_registry_url", "localhost:1", "sink.kafka.schema_registry_url", "http"),
-        ("source.kafka.starting_offsets", "middle", "source.kafka.starting_offsets", "earliest"),
-        ("sink.kafka.topic", None, "sink.kafka.topic", "non-empty"),
-        ("delivery", "twice", "delivery", "exactly_once, at_least_once"),
-        ("errors", {"tolerance": "all"}, "errors.dead_letter_topic", "required"),
-        ("transform", {"python": "no_colon"}, "transform.python", "package.module:function"),
-        ("transform", {"sql": "x", "python": "a:b"}, "transform", "exactly one"),
-    ],
-)
-def test_bad_spec_names_the_field(path: str, value: Any, field: str, hint: str) -> None:
-    with pytest.raises(SpecError) as failure:
-        parse_data_plane_spec(_with(path, value))
-    assert failure.value.field == field
-    assert hint in failure.value.message
-
-
-def test_python_transform_and_dead_letter_topic() -> None:
-    raw = _with("transform", {"python": "my_pkg.jobs:enrich"})
-    raw["errors"] = {"tolerance": "all", "dead_letter_topic": "dlq"}
-    spec = parse_data_plane_spec(raw)
-    assert spec.transform == PythonTransform("my_pkg.jobs", "enrich")
-    assert spec.errors.dead_letter_topic == "dlq"
-
-
-@given(
-    start=st.integers(0, 10_000),
-    size=st.integers(0, 5_000),
-    chunk=st.integers(1, 700),
-)
-def test_split_range_covers_exactly_in_order(start: int, size: int, chunk: int) -> None:
-    whole = OffsetRange("t", 3, start, start + size)
-    parts = split_range(whole, chunk)
-    assert parts[0].start == start and parts[-1].end == start + size
-    assert all(a.end == b.start for a, b in itertools.pairwise(parts))
-    assert all(0 < p.size <= chunk for p in parts) or size == 0
+from lockgate.executor.errors import RecordError, RecordLocation, WorkerRecordError
 
 
 def test_offset_range_rejects_negative_or_reversed() -> None:

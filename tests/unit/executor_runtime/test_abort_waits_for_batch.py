@@ -16,15 +16,16 @@ opens a socket.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from lockgate.common.errors import Unavailable
+from lockgate.common.model.ids import Generation, LeaderEpoch
+from lockgate.common.model.offsets import OffsetRange
 from lockgate.executor.coordinator_client import GrpcCoordinatorClient
-from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork, SourceRange
-from lockgate.executor.fencing import LeaderEpoch, TaskGeneration
+from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork
 from lockgate.executor.runtime.tasks import TaskPhase
 from lockgate.executor.runtime.values import ExecutorSettings, LeaderStamp, TaskRef, TriggerTask
 from lockgate.executor.worker import Worker
@@ -56,9 +57,6 @@ class BlockingDataPlane:
     def start(self) -> None:
         """Nothing to start."""
 
-    def validate_spec(self, spec: Mapping[str, Any]) -> None:
-        """Every spec is accepted."""
-
     def run_precommit(self, work: PrecommitWork) -> PrecommitOutput:
         started, release = self.events(work.checkpoint_id)
         with self._lock:
@@ -66,7 +64,7 @@ class BlockingDataPlane:
         started.set()
         assert release.wait(WAIT_S), "the test never released the batch"
         return PrecommitOutput(
-            ranges=tuple(SourceRange("in", p, 0, 0) for _, p in work.source_partitions),
+            ranges=tuple(OffsetRange("in", p, 0, 0) for _, p in work.source_partitions),
             handles=(),
         )
 
@@ -121,7 +119,15 @@ def assignment(*, generation: int) -> coordinator_pb2.TaskAssignment:
         task_id=common_pb2.TaskId(pipeline_name=PIPELINE, task_index=0),
         task_generation=generation,
         config_version=1,
-        pipeline_spec=common_pb2.PipelineSpec(name=PIPELINE),
+        pipeline_spec=common_pb2.PipelineSpec(
+            name=PIPELINE,
+            source=common_pb2.SourceSpec(
+                kafka=common_pb2.KafkaSourceSpec(bootstrap_servers="127.0.0.1:1", topics=["in"])
+            ),
+            sink=common_pb2.SinkSpec(
+                kafka=common_pb2.KafkaSinkSpec(bootstrap_servers="127.0.0.1:1", topic="out")
+            ),
+        ),
         source_partitions=[common_pb2.TopicPartition(topic="in", partition=0)],
         target_state=common_pb2.TARGET_STATE_RUNNING,
     )
@@ -170,7 +176,7 @@ def trigger(runtime: Worker, checkpoint_id: int, generation: int = 1) -> None:
         tasks=[
             TriggerTask(
                 task=TASK,
-                task_generation=TaskGeneration(generation),
+                task_generation=Generation(generation),
                 start_offsets={("in", 0): 0},
                 transactional_id_prefix=f"lockgate-{PIPELINE}-0-{checkpoint_id % 3}",
             )

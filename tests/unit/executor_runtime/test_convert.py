@@ -7,22 +7,23 @@ import grpc
 import pytest
 
 from lockgate.common.errors import InvalidArgument
-from lockgate.executor.committer import require_committable
-from lockgate.executor.convert import (
-    assignment_from_proto,
-    handle_from_proto,
-    handle_to_proto,
-    pipeline_spec_to_mapping,
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import Generation, TransactionalId
+from lockgate.common.model.pipeline_spec import (
+    Delivery,
+    ErrorTolerance,
+    RecordFormat,
+    StartingOffsets,
 )
+from lockgate.common.model.proto import handle_from_proto, handle_to_proto, spec_from_proto
+from lockgate.executor.committer import require_committable
+from lockgate.executor.convert import assignment_from_proto
 from lockgate.executor.coordinator_client import GrpcCoordinatorClient
-from lockgate.executor.dataplane.protocol import KafkaHandle
-from lockgate.executor.fencing import ExecutorGeneration
 from lockgate.executor.runtime.coordinator import CallFailure, CoordinatorCallError
-from lockgate.executor.spec import Delivery, ErrorTolerance, OrderGuarantee, parse_data_plane_spec
 from lockgate.v1 import common_pb2, coordinator_pb2
 
 
-def test_pipeline_spec_converts_into_what_the_data_plane_parses() -> None:
+def _spec(**fields: object) -> common_pb2.PipelineSpec:
     spec = common_pb2.PipelineSpec(
         name="copy",
         source=common_pb2.SourceSpec(
@@ -30,7 +31,10 @@ def test_pipeline_spec_converts_into_what_the_data_plane_parses() -> None:
                 bootstrap_servers="127.0.0.1:9092",
                 topics=["input"],
                 starting_offsets=common_pb2.OFFSET_POSITION_LATEST,
-                format=common_pb2.FormatSpec(value_format=common_pb2.DATA_FORMAT_JSON),
+                format=common_pb2.FormatSpec(
+                    value_format=common_pb2.DATA_FORMAT_JSON,
+                    key_format=common_pb2.DATA_FORMAT_STRING,
+                ),
             )
         ),
         transform=common_pb2.TransformSpec(sql="SELECT key, value, headers FROM input"),
@@ -43,48 +47,52 @@ def test_pipeline_spec_converts_into_what_the_data_plane_parses() -> None:
         ),
         allow_reordering=True,
     )
-    parsed = parse_data_plane_spec(pipeline_spec_to_mapping(spec))
-    assert parsed.name == "copy"
-    assert parsed.source.topics == ("input",)
-    assert parsed.source.starting_offsets == "latest"
-    assert parsed.source.format.value == "json"
-    assert parsed.transform is not None
-    assert parsed.sink.topic == "output"
+    for name, value in fields.items():
+        setattr(spec, name, value)
+    return spec
+
+
+def _assignment(spec: common_pb2.PipelineSpec) -> coordinator_pb2.TaskAssignment:
+    return coordinator_pb2.TaskAssignment(
+        task_id=common_pb2.TaskId(pipeline_name="copy", task_index=0),
+        task_generation=1,
+        pipeline_spec=spec,
+    )
+
+
+def test_an_assignment_carries_the_spec_the_coordinator_accepted() -> None:
+    spec = _spec()
+    assignment = assignment_from_proto(_assignment(spec))
+    # The executor reads the spec with the coordinator's own parser: the same value.
+    assert assignment.require_spec() == spec_from_proto(spec)
+    parsed = assignment.require_spec()
+    assert parsed.source.starting_offsets is StartingOffsets.LATEST
+    assert parsed.source.key_format is RecordFormat.STRING
     assert parsed.sink.bootstrap_servers == "127.0.0.1:9093"
     assert parsed.delivery is Delivery.AT_LEAST_ONCE
     assert parsed.errors.tolerance is ErrorTolerance.ALL
-    assert parsed.errors.dead_letter_topic == "dlq"
-    assert parsed.order is OrderGuarantee.NONE
+    assert parsed.allow_reordering
 
 
-def test_defaults_convert_to_exactly_once_identity_per_key_order() -> None:
-    spec = common_pb2.PipelineSpec(
-        name="p",
-        source=common_pb2.SourceSpec(
-            kafka=common_pb2.KafkaSourceSpec(bootstrap_servers="h:1", topics=["a"])
-        ),
-        sink=common_pb2.SinkSpec(
-            kafka=common_pb2.KafkaSinkSpec(bootstrap_servers="h:1", topic="b")
-        ),
-    )
-    parsed = parse_data_plane_spec(pipeline_spec_to_mapping(spec))
-    assert parsed.delivery is Delivery.EXACTLY_ONCE
-    assert parsed.transform is None
-    assert parsed.order is OrderGuarantee.PER_KEY
-    assert parsed.source.starting_offsets == "earliest"
+def test_an_unreadable_spec_fails_the_task_not_the_heartbeat() -> None:
+    assignment = assignment_from_proto(_assignment(_spec(name="Not A Name")))
+    assert assignment.spec is None and assignment.generation == 1
+    with pytest.raises(InvalidArgument) as raised:
+        assignment.require_spec()
+    assert [v.field for v in raised.value.violations] == ["name"]
 
 
 def test_handles_round_trip_and_unknown_producer_id_stays_unknown() -> None:
-    full = KafkaHandle("lg-p-0-7-0", "h:1", producer_id=12, producer_epoch=0)
-    partial = KafkaHandle("lg-p-0-7-1", "h:1")
-    assert handle_from_proto(handle_to_proto(full), field_name="h") == full
-    assert handle_from_proto(handle_to_proto(partial), field_name="h") == partial
+    full = TransactionHandle(TransactionalId("lg-p-0-7-0"), 12, 0, "h:1")
+    partial = TransactionHandle(TransactionalId("lg-p-0-7-1"), bootstrap_servers="h:1")
+    assert handle_from_proto(handle_to_proto(full), "h") == full
+    assert handle_from_proto(handle_to_proto(partial), "h") == partial
     with pytest.raises(InvalidArgument, match=r"handles\[1\].kafka.producer_id"):
         require_committable([full, partial], field_name="handles")
     with pytest.raises(InvalidArgument, match="only Kafka"):
         handle_from_proto(
             common_pb2.SinkHandle(file=common_pb2.FileStagingHandle(staged_uri="file:///x")),
-            field_name="handles[0]",
+            "handles[0]",
         )
 
 
@@ -139,7 +147,7 @@ def test_failed_coordinator_calls_are_classified_by_what_the_runtime_does(
 ) -> None:
     client = GrpcCoordinatorClient(_RefusingStub(code))  # type: ignore[arg-type]
     with pytest.raises(CoordinatorCallError) as failed:
-        client.deregister(executor_id="e1", executor_generation=ExecutorGeneration(1), timeout_s=1)
+        client.deregister(executor_id="e1", executor_generation=Generation(1), timeout_s=1)
     assert (failed.value.failure, failed.value.code, failed.value.message) == (
         failure,
         code.name,

@@ -8,13 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lockgate.common.errors import FencingToken, StaleTokenError
+from lockgate.common.model.ids import Generation, LeaderEpoch
 from lockgate.executor.fencing import (
-    ExecutorGeneration,
-    FencingToken,
-    LeaderEpoch,
     LeaderEpochFence,
-    StaleTokenError,
-    TaskGeneration,
     TriggerVerdict,
     check_executor_generation,
     decide_leader_epoch,
@@ -83,8 +80,8 @@ def test_executor_generation_must_match_exactly(presented: int) -> None:
     with pytest.raises(StaleTokenError) as refused:
         check_executor_generation(
             executor_id="e1",
-            current=ExecutorGeneration(2),
-            presented=ExecutorGeneration(presented),
+            current=Generation(2),
+            presented=Generation(presented),
             rpc="AbortCheckpoint",
         )
     assert refused.value.token is FencingToken.EXECUTOR_GENERATION
@@ -94,16 +91,16 @@ def test_executor_generation_must_match_exactly(presented: int) -> None:
     )
     check_executor_generation(
         executor_id="e1",
-        current=ExecutorGeneration(2),
-        presented=ExecutorGeneration(2),
+        current=Generation(2),
+        presented=Generation(2),
         rpc="AbortCheckpoint",
     )
 
 
 def _trigger(**overrides: object) -> TriggerVerdict:
     values: dict[str, object] = {
-        "running_generation": TaskGeneration(3),
-        "presented_generation": TaskGeneration(3),
+        "running_generation": Generation(3),
+        "presented_generation": Generation(3),
         "ready": True,
         "config_version_matches": True,
         "already_triggered": False,
@@ -115,8 +112,8 @@ def _trigger(**overrides: object) -> TriggerVerdict:
 def test_trigger_verdicts() -> None:
     assert _trigger() is TriggerVerdict.ACCEPTED
     assert _trigger(running_generation=None) is TriggerVerdict.NOT_ASSIGNED
-    assert _trigger(presented_generation=TaskGeneration(2)) is TriggerVerdict.STALE_GENERATION
-    assert _trigger(presented_generation=TaskGeneration(4)) is TriggerVerdict.STALE_GENERATION
+    assert _trigger(presented_generation=Generation(2)) is TriggerVerdict.STALE_GENERATION
+    assert _trigger(presented_generation=Generation(4)) is TriggerVerdict.STALE_GENERATION
     assert _trigger(already_triggered=True) is TriggerVerdict.DUPLICATE
     assert _trigger(ready=False) is TriggerVerdict.NOT_READY
     assert _trigger(config_version_matches=False) is TriggerVerdict.NOT_READY
@@ -125,5 +122,5 @@ def test_trigger_verdicts() -> None:
 def test_stale_generation_wins_over_duplicate() -> None:
     # A zombie leader re-sending an old generation's trigger must hear "stale", not
     # "duplicate", even for a checkpoint id the current generation already took.
-    verdict = _trigger(presented_generation=TaskGeneration(2), already_triggered=True)
+    verdict = _trigger(presented_generation=Generation(2), already_triggered=True)
     assert verdict is TriggerVerdict.STALE_GENERATION

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
+from lockgate.common.model.ids import Generation
 from lockgate.executor.errors import RecordError, RecordLocation, SinkError, TransformError
-from lockgate.executor.fencing import TaskGeneration
 from lockgate.executor.runtime.tasks import (
     TASK_TRANSITIONS,
     InvalidTaskTransition,
@@ -44,7 +44,7 @@ def test_permanent_errors_fail_the_task_transient_ones_only_the_checkpoint() -> 
 def _assignment(index: int, generation: int, *, running: bool = True) -> Assignment:
     return Assignment(
         task=TaskRef("p", index),
-        generation=TaskGeneration(generation),
+        generation=Generation(generation),
         config_version=1,
         spec={"name": "p"},
         source_partitions=(("in", index),),

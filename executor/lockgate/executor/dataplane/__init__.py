@@ -2,8 +2,8 @@
 
 * :mod:`.protocol` -- the :class:`~.protocol.DataPlane` the runtime drives, and the plain
   values it takes and returns (:class:`~.protocol.PrecommitWork`,
-  :class:`~.protocol.PrecommitOutput`, :class:`~.protocol.SourceRange`,
-  :class:`~.protocol.KafkaHandle`);
+  :class:`~.protocol.PrecommitOutput`, in the model's offset ranges, transaction handles
+  and pipeline spec);
 * :mod:`.spark` -- the real one: a long-lived SparkSession, the Kafka source and the
   two-phase-commit Kafka sink (``--data-plane spark``);
 * :mod:`.control_only` -- empty pre-commits without Spark, for tests of the control path

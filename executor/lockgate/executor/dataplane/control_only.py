@@ -6,10 +6,8 @@ made elsewhere) use it so they do not pay for a SparkSession.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork, SourceRange
+from lockgate.common.model.offsets import OffsetRange
+from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork
 
 
 class ControlOnlyDataPlane:
@@ -18,13 +16,10 @@ class ControlOnlyDataPlane:
     def start(self) -> None:
         """Nothing to start."""
 
-    def validate_spec(self, spec: Mapping[str, Any]) -> None:
-        """Every spec is accepted."""
-
     def run_precommit(self, work: PrecommitWork) -> PrecommitOutput:
         """An empty range at the start offset of each partition, no handle."""
         ranges = tuple(
-            SourceRange(topic, partition, offset, offset)
+            OffsetRange(topic, partition, offset, offset)
             for (topic, partition) in work.source_partitions
             for offset in [work.start_offsets.get((topic, partition), 0)]
         )

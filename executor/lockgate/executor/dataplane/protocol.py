@@ -2,41 +2,24 @@
 
 The runtime hands a data plane one :class:`PrecommitWork` per triggered checkpoint of a
 task and gets back a :class:`PrecommitOutput`: the offset ranges it read and the Kafka
-transactions it left prepared (:class:`KafkaHandle`), which the runtime reports to the
-leader and the committer later commits or aborts. Nothing here knows about gRPC or Spark.
-
-``SourceRange`` and ``KafkaHandle`` are the executor's copies of the protocol's offset
-range and transaction handle; they move to ``lockgate.common.model`` when that exists.
+transactions it left prepared, in the protocol's own vocabulary (``OffsetRange``,
+``TransactionHandle`` and ``PipelineSpec`` of ``lockgate.common.model``), which the runtime
+reports to the leader and the committer later commits or aborts. Nothing here knows about
+gRPC or Spark.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.offsets import OffsetRange
+from lockgate.common.model.pipeline_spec import PipelineSpec
 
 if TYPE_CHECKING:
     from lockgate.executor.runtime.values import TaskRef
-
-
-@dataclass(frozen=True)
-class SourceRange:
-    """Half-open offset range ``[start_offset, end_offset)`` a pre-commit read."""
-
-    topic: str
-    partition: int
-    start_offset: int
-    end_offset: int
-
-
-@dataclass(frozen=True)
-class KafkaHandle:
-    """A prepared Kafka transaction; producer id/epoch are None when never reported."""
-
-    transactional_id: str
-    bootstrap_servers: str
-    producer_id: int | None = None
-    producer_epoch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -45,7 +28,7 @@ class PrecommitWork:
 
     task: TaskRef
     checkpoint_id: int
-    spec: Mapping[str, Any]
+    spec: PipelineSpec
     source_partitions: tuple[tuple[str, int], ...]
     start_offsets: Mapping[tuple[str, int], int]
     transactional_id_prefix: str
@@ -57,8 +40,8 @@ class PrecommitWork:
 class PrecommitOutput:
     """What a pre-commit left prepared, for ReportPrecommit."""
 
-    ranges: tuple[SourceRange, ...]
-    handles: tuple[KafkaHandle, ...]
+    ranges: tuple[OffsetRange, ...]
+    handles: tuple[TransactionHandle, ...]
     records_read: int = 0
     records_written: int = 0
     records_dead_lettered: int = 0
@@ -70,9 +53,6 @@ class DataPlane(Protocol):
     def start(self) -> None:
         """Get ready to run batches (build and warm up the SparkSession)."""
 
-    def validate_spec(self, spec: Mapping[str, Any]) -> None:
-        """Raise ``InvalidArgument`` (``SpecError``) if this executor cannot run ``spec``."""
-
     def run_precommit(self, work: PrecommitWork) -> PrecommitOutput:
         """Run one pre-commit; raise a ``LockgateError`` subclass on failure."""
 
@@ -80,4 +60,4 @@ class DataPlane(Protocol):
         """Release resources (stop the SparkSession)."""
 
 
-__all__ = ["DataPlane", "KafkaHandle", "PrecommitOutput", "PrecommitWork", "SourceRange"]
+__all__ = ["DataPlane", "PrecommitOutput", "PrecommitWork"]

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 
 from lockgate.common.errors import LockgateError, Unavailable
 from lockgate.common.failpoints import Failpoint, Failpoints
+from lockgate.common.model.handles import TransactionHandle
 from lockgate.executor.committer import Committer
-from lockgate.executor.dataplane.protocol import DataPlane, KafkaHandle, PrecommitWork
+from lockgate.executor.dataplane.protocol import DataPlane, PrecommitWork
 from lockgate.executor.fencing import TriggerVerdict, decide_trigger
 from lockgate.executor.runtime.reporter import Reporter, ReportOutcome
 from lockgate.executor.runtime.tasks import Task, TaskBoard, TaskPhase, task_error, task_fails_on
@@ -283,7 +284,7 @@ class CheckpointRunner:
             what=f"ReportCheckpointFailure of {task.ref} checkpoint {checkpoint_id}",
         )
 
-    def _abort_quietly(self, handles: Sequence[KafkaHandle], *, what: str) -> None:
+    def _abort_quietly(self, handles: Sequence[TransactionHandle], *, what: str) -> None:
         if not handles:
             return
         try:
@@ -295,7 +296,7 @@ class CheckpointRunner:
     # -- commit and abort of decided checkpoints (steps 3-5) -----------------------------
 
     def commit(
-        self, *, pipeline_name: str, checkpoint_id: int, handles: Sequence[KafkaHandle]
+        self, *, pipeline_name: str, checkpoint_id: int, handles: Sequence[TransactionHandle]
     ) -> int:
         """Commit a COMPLETE checkpoint's handles; idempotent. Returns the count committed."""
         what = f"commit of {pipeline_name} checkpoint {checkpoint_id}"
@@ -309,7 +310,7 @@ class CheckpointRunner:
         *,
         pipeline_name: str,
         checkpoint_id: int,
-        handles: Sequence[KafkaHandle],
+        handles: Sequence[TransactionHandle],
         reason: str,
         timeout_s: float,
     ) -> int:
@@ -342,7 +343,7 @@ def _work(task: Task, requested: TriggerTask, checkpoint_id: int) -> PrecommitWo
     return PrecommitWork(
         task=task.ref,
         checkpoint_id=checkpoint_id,
-        spec=assignment.spec,
+        spec=assignment.require_spec(),
         source_partitions=assignment.source_partitions,
         start_offsets={**assignment.restore_offsets, **requested.start_offsets},
         transactional_id_prefix=requested.transactional_id_prefix,

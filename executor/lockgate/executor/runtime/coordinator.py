@@ -11,7 +11,7 @@ import enum
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from lockgate.executor.fencing import ExecutorGeneration
+from lockgate.common.model.ids import Generation
 from lockgate.executor.runtime.values import (
     CheckpointFailureReport,
     ExecutorSettings,
@@ -63,7 +63,7 @@ class CoordinatorClient(Protocol):
         self,
         *,
         executor_id: str,
-        executor_generation: ExecutorGeneration,
+        executor_generation: Generation,
         statuses: Sequence[TaskView],
         highest_leader_seen: LeaderStamp,
         timeout_s: float,
@@ -71,7 +71,7 @@ class CoordinatorClient(Protocol):
         """Heartbeat: keep the session, show the tasks, get the full assignment back."""
 
     def deregister(
-        self, *, executor_id: str, executor_generation: ExecutorGeneration, timeout_s: float
+        self, *, executor_id: str, executor_generation: Generation, timeout_s: float
     ) -> None:
         """DeregisterExecutor: leave the cluster cleanly."""
 

@@ -18,7 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from lockgate.executor.fencing import LeaderEpoch, LeaderEpochFence, StaleTokenError
+from lockgate.common.errors import StaleTokenError
+from lockgate.common.model.ids import LeaderEpoch
+from lockgate.executor.fencing import LeaderEpochFence
 from lockgate.executor.runtime.coordinator import (
     CallFailure,
     CoordinatorCallError,

@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 from lockgate.common.errors import LockgateError, Unavailable
 from lockgate.executor.committer import Committer
-from lockgate.executor.dataplane.protocol import DataPlane
 from lockgate.executor.runtime.reporter import Reporter
 from lockgate.executor.runtime.tasks import Task, TaskBoard, task_error
 from lockgate.executor.runtime.values import (
@@ -39,7 +38,6 @@ class Restorer:
         *,
         board: TaskBoard,
         committer: Committer,
-        data_plane: DataPlane,
         reporter: Reporter,
         registration: Callable[[], Registration | None],
         stopping: threading.Event,
@@ -47,7 +45,6 @@ class Restorer:
         self._settings = settings
         self._board = board
         self._committer = committer
-        self._data_plane = data_plane
         self._reporter = reporter
         self._registration = registration
         self._stopping = stopping
@@ -56,7 +53,7 @@ class Restorer:
         """Restore ``task`` (run on its queue); it ends RUNNING, PAUSED or FAILED."""
         plan = task.assignment.restore
         try:
-            self._data_plane.validate_spec(task.assignment.spec)
+            task.assignment.require_spec()
             if plan.invalid is not None:
                 raise plan.invalid
             self._with_retries(

@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lockgate.common.errors import InvalidArgument, LockgateError
+from lockgate.common.model.ids import Generation
 from lockgate.executor.errors import RecordError
-from lockgate.executor.fencing import TaskGeneration
 from lockgate.executor.runtime.values import Assignment, TaskError, TaskRef
 
 _LOG = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class TaskView:
     """A task's observed state, as heartbeats and GetExecutorStatus show it."""
 
     task: TaskRef
-    generation: TaskGeneration
+    generation: Generation
     phase: TaskPhase
     last_precommitted_checkpoint_id: int
     in_flight_checkpoint_ids: tuple[int, ...]
@@ -146,7 +146,7 @@ class Task:
         return self.assignment.task
 
     @property
-    def generation(self) -> TaskGeneration:
+    def generation(self) -> Generation:
         """The generation of the assignment this task runs."""
         return self.assignment.generation
 

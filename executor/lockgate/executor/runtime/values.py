@@ -11,20 +11,17 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from lockgate.common.errors import LockgateError
-from lockgate.executor.dataplane.protocol import KafkaHandle, PrecommitOutput
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import Generation, LeaderEpoch
+from lockgate.common.model.pipeline_spec import PipelineSpec
+from lockgate.executor.dataplane.protocol import PrecommitOutput
 from lockgate.executor.errors import RecordLocation
-from lockgate.executor.fencing import (
-    ExecutorGeneration,
-    LeaderEpoch,
-    TaskGeneration,
-    TriggerVerdict,
-)
+from lockgate.executor.fencing import TriggerVerdict
 
 #: The executor generation of an answer that is not a registration's.
-_NO_GENERATION = ExecutorGeneration(0)
+_NO_GENERATION = Generation(0)
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,7 @@ class LeaderStamp:
 class Registration:
     """This process's current registration with the coordinator."""
 
-    executor_generation: ExecutorGeneration
+    executor_generation: Generation
     session_id: str
 
 
@@ -99,8 +96,8 @@ class RestorePlan:
     restore state could not be read: the restore fails the task with it.
     """
 
-    commits: tuple[tuple[int, tuple[KafkaHandle, ...]], ...] = ()
-    aborts: tuple[KafkaHandle, ...] = ()
+    commits: tuple[tuple[int, tuple[TransactionHandle, ...]], ...] = ()
+    aborts: tuple[TransactionHandle, ...] = ()
     invalid: LockgateError | None = None
 
 
@@ -109,16 +106,25 @@ class Assignment:
     """One task the leader assigns to this executor, at one generation."""
 
     task: TaskRef
-    generation: TaskGeneration
+    generation: Generation
     config_version: int
-    #: The pipeline spec as the YAML-shaped mapping ``parse_data_plane_spec`` reads.
-    spec: Mapping[str, Any]
+    #: The pipeline spec, parsed by the model's one parser; None if it could not be, and
+    #: then ``invalid_spec`` says why (the task's restore fails with it, not the heartbeat).
+    spec: PipelineSpec | None
     source_partitions: tuple[tuple[str, int], ...]
     restore_offsets: Mapping[tuple[str, int], int]
     target_running: bool
     max_records_per_partition: int
     transaction_timeout_ms: int
     restore: RestorePlan
+    invalid_spec: LockgateError | None = None
+
+    def require_spec(self) -> PipelineSpec:
+        """The spec to run; raises why it could not be read if it could not."""
+        if self.spec is None:
+            assert self.invalid_spec is not None, "an assignment without a spec says why"
+            raise self.invalid_spec
+        return self.spec
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,7 @@ class MembershipReply:
     heartbeat_interval_ms: int
     session_timeout_ms: int
     assignments: tuple[Assignment, ...]
-    executor_generation: ExecutorGeneration = _NO_GENERATION
+    executor_generation: Generation = _NO_GENERATION
     session_id: str = ""
 
 
@@ -141,7 +147,7 @@ class TriggerTask:
     """One task of a TriggerCheckpoint request, in plain values."""
 
     task: TaskRef
-    task_generation: TaskGeneration
+    task_generation: Generation
     start_offsets: Mapping[tuple[str, int], int]
     transactional_id_prefix: str
 
@@ -164,9 +170,9 @@ class ReportStamp:
     leader: LeaderStamp
     checkpoint_id: int
     task: TaskRef
-    task_generation: TaskGeneration
+    task_generation: Generation
     executor_id: str
-    executor_generation: ExecutorGeneration
+    executor_generation: Generation
 
 
 @dataclass(frozen=True)
@@ -193,9 +199,9 @@ class TaskFailureReport:
 
     request_id: str
     task: TaskRef
-    task_generation: TaskGeneration
+    task_generation: Generation
     executor_id: str
-    executor_generation: ExecutorGeneration
+    executor_generation: Generation
     error: TaskError
 
 

@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NewType
 
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark import StorageLevel
@@ -33,7 +32,15 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from lockgate.common.kafka_transactions import TransactionHandle
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
+from lockgate.common.model.offsets import OffsetRange
+from lockgate.common.model.pipeline_spec import (
+    Delivery,
+    ErrorTolerance,
+    PipelineSpec,
+    RecordFormat,
+)
 from lockgate.executor.dataplane.spark.kafka_sink import (
     ERROR_HEADER_OFFSET,
     ERROR_HEADER_PARTITION,
@@ -54,22 +61,9 @@ from lockgate.executor.dataplane.spark.kafka_source import (
     KafkaSource,
     ranges_to_option,
 )
-from lockgate.executor.dataplane.spark.offsets import OffsetRange, topic_partitions
+from lockgate.executor.dataplane.spark.offsets import topic_partitions
 from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
-from lockgate.executor.spec import (
-    DataPlaneSpec,
-    Delivery,
-    ErrorTolerance,
-    OrderGuarantee,
-    PythonTransform,
-    RecordFormat,
-    SqlTransform,
-)
 from lockgate.schema_registry.serde import RestSchemaFetcher, SerdeError
-
-PipelineName = NewType("PipelineName", str)
-TaskId = NewType("TaskId", str)
-CheckpointId = NewType("CheckpointId", int)
 
 INPUT_VIEW = "input"
 _IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -119,16 +113,14 @@ def _views(session: SparkSession, frame: DataFrame, topics: Sequence[str]) -> No
             view.createOrReplaceTempView(topic)
 
 
-def apply_transform(session: SparkSession, spec: DataPlaneSpec, source: DataFrame) -> DataFrame:
+def apply_transform(session: SparkSession, spec: PipelineSpec, source: DataFrame) -> DataFrame:
     """Apply the spec's transform to the source DataFrame; ``TransformError`` on failure.
 
     SQL runs against the temp view ``input`` (and one named after each source topic).
     A Python transform ``module:function`` gets the DataFrame and returns one.
     """
     transform = spec.transform
-    if transform is None:
-        return source
-    if isinstance(transform, SqlTransform):
+    if transform.sql is not None:
         # Temp views are per session and sessions made by newSession() do not see the
         # registered Python data sources, so batches share one session: the lock keeps one
         # batch's views in place until its query is analysed (analysis binds the plan, so
@@ -139,10 +131,12 @@ def apply_transform(session: SparkSession, spec: DataPlaneSpec, source: DataFram
                 return session.sql(transform.sql)
             except PySparkException as exc:
                 raise TransformError(f"transform.sql failed: {_spark_message(exc)}") from exc
-    assert isinstance(transform, PythonTransform)
-    target = f"{transform.module}:{transform.function}"
+    if transform.python_target is None:
+        return source  # no transform: records pass unchanged
+    module, name = transform.python_target
+    target = f"{module}:{name}"
     try:
-        function = getattr(importlib.import_module(transform.module), transform.function)
+        function = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise TransformError(f"transform.python {target!r} cannot be imported: {exc}") from exc
     try:
@@ -174,7 +168,7 @@ def _sink_column(frame: DataFrame, name: str, fmt: RecordFormat, field: str) -> 
     )
 
 
-def prepare_sink_frame(frame: DataFrame, spec: DataPlaneSpec) -> DataFrame:
+def prepare_sink_frame(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
     """Select and type the columns the Kafka sink writes: key, value, headers, timestamp.
 
     ``topic``/``partition``/``offset`` are kept when present, only to locate bad records.
@@ -243,7 +237,7 @@ def _activate(spark: SparkSession) -> None:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
 
 
-def _check_topics_exist(spec: DataPlaneSpec) -> None:
+def _check_topics_exist(spec: PipelineSpec) -> None:
     for topic in spec.source.topics:
         topic_partitions(bootstrap_servers=spec.source.bootstrap_servers, topic=topic)
     sink_topics = [spec.sink.topic]
@@ -279,12 +273,12 @@ class _Input:
 
 def _read_input(
     session: SparkSession,
-    spec: DataPlaneSpec,
+    spec: PipelineSpec,
     ranges: Sequence[OffsetRange],
     options: BatchOptions,
 ) -> _Input:
     marked = spec.errors.tolerance is ErrorTolerance.ALL
-    split = options.max_offsets_per_split if spec.order is OrderGuarantee.NONE else 0
+    split = options.max_offsets_per_split if spec.allow_reordering else 0
     source = (
         session.read.format(KafkaSource.name())
         .option("bootstrap_servers", spec.source.bootstrap_servers)
@@ -317,7 +311,7 @@ def _read_input(
 
 def _write_prepared(
     output: DataFrame,
-    spec: DataPlaneSpec,
+    spec: PipelineSpec,
     *,
     describe: str,
     transactional_id_prefix: str,
@@ -353,9 +347,9 @@ def _write_prepared(
 
 def run_precommit_batch(
     spark: SparkSession,
-    spec: DataPlaneSpec,
+    spec: PipelineSpec,
     *,
-    pipeline: PipelineName,
+    pipeline: PipelineId,
     task: TaskId,
     checkpoint_id: CheckpointId,
     offset_ranges: Sequence[OffsetRange],

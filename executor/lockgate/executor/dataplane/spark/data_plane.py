@@ -9,15 +9,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lockgate.common.errors import Unavailable
-from lockgate.executor.dataplane.protocol import (
-    KafkaHandle,
-    PrecommitOutput,
-    PrecommitWork,
-    SourceRange,
-)
+from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
+from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,30 +48,17 @@ class SparkDataPlane:
             time.monotonic() - started,
         )
 
-    def validate_spec(self, spec: Mapping[str, Any]) -> None:
-        """Parse the data-plane keys; ``SpecError`` names the wrong field."""
-        from lockgate.executor.spec import parse_data_plane_spec
-
-        parse_data_plane_spec(spec)
-
     def run_precommit(self, work: PrecommitWork) -> PrecommitOutput:
         """Snapshot the end offsets, run the batch, leave its transactions open.
 
         Runs on the task's thread; the batch makes the session active on it.
         """
-        from lockgate.executor.dataplane.spark.batch import (
-            BatchOptions,
-            CheckpointId,
-            PipelineName,
-            TaskId,
-            run_precommit_batch,
-        )
+        from lockgate.executor.dataplane.spark.batch import BatchOptions, run_precommit_batch
         from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges
-        from lockgate.executor.spec import parse_data_plane_spec
 
         if self._spark is None:
             raise Unavailable("the executor's SparkSession is not started yet; retry")
-        spec = parse_data_plane_spec(work.spec)
+        spec = work.spec
         wanted = set(work.source_partitions)
         ranges = [
             r
@@ -91,7 +74,7 @@ class SparkDataPlane:
         result = run_precommit_batch(
             self._spark,
             spec,
-            pipeline=PipelineName(work.task.pipeline_name),
+            pipeline=PipelineId(work.task.pipeline_name),
             task=TaskId(str(work.task)),
             checkpoint_id=CheckpointId(work.checkpoint_id),
             offset_ranges=ranges,
@@ -101,18 +84,8 @@ class SparkDataPlane:
             ),
         )
         return PrecommitOutput(
-            ranges=tuple(
-                SourceRange(r.topic, r.partition, r.start, r.end) for r in result.consumed_ranges
-            ),
-            handles=tuple(
-                KafkaHandle(
-                    transactional_id=h.transactional_id,
-                    bootstrap_servers=spec.sink.bootstrap_servers,
-                    producer_id=h.producer_id,
-                    producer_epoch=h.producer_epoch,
-                )
-                for h in result.handles
-            ),
+            ranges=result.consumed_ranges,
+            handles=tuple(h.on(spec.sink.bootstrap_servers) for h in result.handles),
             records_read=result.records_in,
             records_written=result.records_out,
             records_dead_lettered=result.dead_lettered,

@@ -22,7 +22,7 @@ import fastavro
 import fastavro.validation
 from fastavro.validation import ValidationError
 
-from lockgate.executor.spec import RecordFormat
+from lockgate.common.model.pipeline_spec import RecordFormat
 from lockgate.schema_registry.serde import (
     AvroSerde,
     RegistryUnavailable,

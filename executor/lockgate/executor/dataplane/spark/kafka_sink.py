@@ -42,14 +42,14 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from pyspark.sql.types import StructType
 
 from lockgate.common.kafka_transactions import (
-    TransactionHandle,
     TransactionResumeError,
     abort_transaction,
     open_transactional_producer,
 )
+from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.pipeline_spec import Delivery, ErrorTolerance, RecordFormat
 from lockgate.executor.dataplane.spark.formats import DecodeFailure, RecordCodec, codec_for
 from lockgate.executor.errors import RecordError, RecordLocation, SinkError, WorkerRecordError
-from lockgate.executor.spec import Delivery, ErrorTolerance, RecordFormat
 
 # Optional column naming another destination topic for a row (used for dead letters).
 TARGET_TOPIC_COLUMN = "__lockgate_target"

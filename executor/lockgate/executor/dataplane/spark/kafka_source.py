@@ -24,10 +24,10 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from lockgate.common.model.offsets import OffsetRange, split_range
+from lockgate.common.model.pipeline_spec import RecordFormat
 from lockgate.executor.dataplane.spark.formats import DecodeFailure, RecordCodec, codec_for
-from lockgate.executor.dataplane.spark.offsets import OffsetRange, split_range
 from lockgate.executor.errors import RecordError, RecordLocation, SourceError, WorkerRecordError
-from lockgate.executor.spec import RecordFormat
 
 # Hidden columns added when bad records are marked instead of failing the read.
 RAW_KEY_COLUMN = "__lockgate_raw_key"
@@ -43,7 +43,7 @@ _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]
 
 def ranges_to_option(ranges: Sequence[OffsetRange]) -> str:
     """Encode offset ranges as the ``offset_ranges`` option (data source options are strings)."""
-    return json.dumps([[r.topic, r.partition, r.start, r.end] for r in ranges])
+    return json.dumps([[r.topic, r.partition, r.start_offset, r.end_offset] for r in ranges])
 
 
 def ranges_from_option(text: str) -> list[OffsetRange]:
@@ -249,13 +249,13 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
             "queued.max.messages.kbytes": 65_536,
         }
     )
-    tp = TopicPartition(offset_range.topic, offset_range.partition, offset_range.start)
+    tp = TopicPartition(offset_range.topic, offset_range.partition, offset_range.start_offset)
     builder = _BatchBuilder(options, offset_range)
-    position = offset_range.start
+    position = offset_range.start_offset
     last_progress = time.monotonic()
     try:
         consumer.assign([tp])
-        while position < offset_range.end:
+        while position < offset_range.end_offset:
             messages = consumer.consume(num_messages=_ROWS_PER_ARROW_BATCH, timeout=0.5)
             before = position
             for msg in messages:
@@ -269,7 +269,7 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
                         f" {position}: {error.str()}"
                     )
                 offset = msg.offset() or 0
-                if offset >= offset_range.end:
+                if offset >= offset_range.end_offset:
                     position = offset
                     break
                 builder.add(msg, offset)
@@ -287,7 +287,7 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
                 raise SourceError(
                     f"reading {offset_range.topic}[{offset_range.partition}] made no progress"
                     f" for {options.stall_timeout_s:.0f}s at offset {position}, range end"
-                    f" {offset_range.end}: is the range beyond the last stable offset?"
+                    f" {offset_range.end_offset}: is the range beyond the last stable offset?"
                 )
         if len(builder):
             yield builder.build()

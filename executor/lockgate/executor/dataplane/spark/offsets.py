@@ -1,58 +1,17 @@
-"""Kafka offset ranges: the unit of input of a checkpoint.
+"""Where a checkpoint's input ends: a snapshot of each source partition's offsets.
 
-A range is ``[start, end)`` of *offsets*, not a count of records: with transactions some
-offsets hold control records (commit/abort markers) or aborted data that a
-``read_committed`` reader never sees, so a range of 10 offsets may hold fewer records.
+The ranges are the model's (`lockgate.common.model.offsets.OffsetRange`); this module asks
+Kafka for the partitions of a topic and their last stable offsets.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from lockgate.common.model.offsets import OffsetRange
 from lockgate.executor.errors import SourceError
-
-
-@dataclass(frozen=True, order=True)
-class OffsetRange:
-    """Offsets ``start`` (inclusive) to ``end`` (exclusive) of one topic partition."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-    def __post_init__(self) -> None:
-        if self.partition < 0 or self.start < 0 or self.end < self.start:
-            raise ValueError(f"invalid offset range {self}: need 0 <= start <= end")
-
-    @property
-    def size(self) -> int:
-        """Number of offsets covered (an upper bound on the records read)."""
-        return self.end - self.start
-
-
-def split_range(offset_range: OffsetRange, max_offsets: int) -> list[OffsetRange]:
-    """Split a range into consecutive chunks of at most ``max_offsets`` offsets.
-
-    Only for pipelines that need no per-key order: chunks are written by different
-    producers, which interleaves them in the output partition.
-    """
-    if max_offsets <= 0:
-        raise ValueError("max_offsets must be positive")
-    if offset_range.size <= max_offsets:
-        return [offset_range]
-    return [
-        OffsetRange(
-            offset_range.topic,
-            offset_range.partition,
-            start,
-            min(start + max_offsets, offset_range.end),
-        )
-        for start in range(offset_range.start, offset_range.end, max_offsets)
-    ]
 
 
 def _consumer(bootstrap_servers: str) -> Consumer:

@@ -1,4 +1,5 @@
-"""Pipeline files of `lockgate pipeline create -f`: shorthands, and errors naming the field."""
+"""Pipeline files of `lockgate pipeline create -f`: shorthands, errors naming the field, and
+the file's spec reaching the executor as the coordinator accepted it."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from lockgate.client.coordinator_cli import SpecFileError, read_spec_file, spec_from_mapping
+from lockgate.common.model.pipeline_spec import RecordFormat
 from lockgate.common.model.proto import spec_from_proto, spec_to_proto
-from lockgate.executor.convert import pipeline_spec_to_mapping
-from lockgate.executor.spec import RecordFormat, parse_data_plane_spec
-from lockgate.v1 import common_pb2
+from lockgate.executor.convert import assignment_from_proto
+from lockgate.v1 import common_pb2, coordinator_pb2
 
 PIPELINE_YAML = """
 name: orders-copy
@@ -80,7 +81,9 @@ def test_avro_formats_in_a_pipeline_file_reach_the_executor_spec(tmp_path: Path)
         )
     )
     stored = spec_to_proto(spec_from_proto(read_spec_file(path)))
-    data_plane = parse_data_plane_spec(pipeline_spec_to_mapping(stored))
+    data_plane = assignment_from_proto(
+        coordinator_pb2.TaskAssignment(pipeline_spec=stored)
+    ).require_spec()
     assert data_plane.source.format is RecordFormat.AVRO
     assert data_plane.sink.format is RecordFormat.AVRO
     assert data_plane.sink.schema_registry_url == "http://127.0.0.1:8081"
