@@ -20,7 +20,7 @@ protos: install ## Regenerate the Python stubs (+ .pyi) from protos/lockgate/v1/
 	  --python_out=clients/python --grpc_python_out=clients/python \
 	  --mypy_out=clients/python --mypy_grpc_out=clients/python $(PROTO_SRC)
 
-lint: install ## buf lint (+ buf breaking against main), ruff and mypy --strict
+lint: install ## buf lint (+ buf breaking against main), ruff, mypy --strict, the code's shape
 	@bash deploy/scripts/lint.sh
 
 test: install lint ## What CI runs: install, lint, then every test (unit, integration, fault)

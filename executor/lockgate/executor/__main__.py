@@ -113,15 +113,11 @@ def _spark_conf(values: Sequence[str]) -> dict[str, str]:
     return conf
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the executor until SIGTERM/SIGINT; returns the exit status."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
-        stream=sys.stderr,
-    )
+def _checked_options(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[tuple[str, ...], dict[str, str], Failpoints]:
+    """The coordinators, the Spark settings and the armed failpoints; a bad one exits 2
+    naming the flag (or the LOCKGATE_FAILPOINTS entry) and the fix."""
     if not args.id or not set(args.id) <= _ID_CHARS or len(args.id) > 100:
         parser.error(f"--id {args.id!r}: use 1 to 100 characters of [a-zA-Z0-9._-]")
     try:
@@ -135,7 +131,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             "failpoints armed: %s",
             ", ".join(f"{a.failpoint.value}@{a.on_hit}" for a in failpoints.armed),
         )
+    return coordinators, spark_conf, failpoints
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the executor until SIGTERM/SIGINT; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
+        stream=sys.stderr,
+    )
+    coordinators, spark_conf, failpoints = _checked_options(parser, args)
     telemetry = setup_telemetry("lockgate-executor", service_instance_id=args.id)
     data_plane: DataPlane = (
         SparkDataPlane(master=args.spark_master, conf=spark_conf)
