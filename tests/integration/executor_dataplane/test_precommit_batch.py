@@ -23,6 +23,7 @@ from lockgate.common.model.offsets import OffsetRange
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.executor.committer import Committer, HandleLostError
 from lockgate.executor.dataplane.spark.batch import (
+    BatchOptions,
     PrecommitResult,
     apply_transform,
     prepare_sink_frame,
@@ -86,10 +87,7 @@ def _run(
 
 def _kafka_handles(bootstrap: str, result: PrecommitResult) -> list[TransactionHandle]:
     """The batch's handles as the runtime reports them and the committer ends them."""
-    return [
-        TransactionHandle(h.transactional_id, bootstrap, h.producer_id, h.producer_epoch)
-        for h in result.handles
-    ]
+    return [h.on(bootstrap) for h in result.handles]
 
 
 def _commit(bootstrap: str, result: PrecommitResult, *, timeout_s: float = 30.0) -> None:
@@ -147,6 +145,45 @@ def test_precommit_invisible_until_commit_then_exactly_once_in_key_order(
     for record in output:
         partitions_of_key[record.key].add(record.partition)
     assert all(len(p) == 1 for p in partitions_of_key.values())
+
+
+def test_allow_reordering_splits_a_range_over_producers_and_still_copies_once(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    """A pipeline that declares it needs no order (allow_reordering) has one partition's
+    range split over several write partitions, each with its own transactional id; their
+    transactions together hold every record once."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=2, prefix="out")
+    records = _seed(bootstrap, source, 1000)
+    prefix = _prefix()
+    spec = _spec(
+        bootstrap,
+        source,
+        sink,
+        allow_reordering=True,
+        source_kafka={"key_format": "string"},
+        sink_kafka={"key_format": "string"},
+    )
+    result = run_precommit_batch(
+        spark,
+        spec,
+        pipeline=PipelineId(spec.name),
+        task=TaskId("copy/0"),
+        checkpoint_id=CheckpointId(1),
+        offset_ranges=_ranges(bootstrap, source),
+        transactional_id_prefix=prefix,
+        options=BatchOptions(max_offsets_per_split=300),
+    )
+    ids = [h.transactional_id for h in result.handles]
+    assert ids == [f"{prefix}-{k}" for k in range(4)]  # 1000 offsets in chunks of 300
+    _commit(bootstrap, result)
+    output = _wait_visible(bootstrap, sink, 2, 1000)
+    assert sorted((r.key, r.value) for r in output) == sorted(records)
+    # Without allow_reordering the same range stays one producer's.
+    ordered = _run(spark, _spec(bootstrap, source, sink), _ranges(bootstrap, source), _prefix())
+    assert len(ordered.handles) == 1
+    _abort(bootstrap, ordered)
 
 
 def test_aborted_handles_make_output_never_visible(

@@ -3,8 +3,11 @@ refusal of handles that can only be aborted."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import pytest
+from hypothesis import given
 
 from lockgate.common.errors import InvalidArgument
 from lockgate.common.model.handles import TransactionHandle
@@ -14,13 +17,20 @@ from lockgate.common.model.pipeline_spec import (
     ErrorTolerance,
     RecordFormat,
     StartingOffsets,
+    parse_pipeline_spec,
 )
-from lockgate.common.model.proto import handle_from_proto, handle_to_proto, spec_from_proto
+from lockgate.common.model.proto import (
+    handle_from_proto,
+    handle_to_proto,
+    spec_from_proto,
+    spec_to_proto,
+)
 from lockgate.executor.committer import require_committable
 from lockgate.executor.convert import assignment_from_proto
 from lockgate.executor.coordinator_client import GrpcCoordinatorClient
 from lockgate.executor.runtime.coordinator import CallFailure, CoordinatorCallError
 from lockgate.v1 import common_pb2, coordinator_pb2
+from tests.support.specs import raw_specs
 
 
 def _spec(**fields: object) -> common_pb2.PipelineSpec:
@@ -72,6 +82,19 @@ def test_an_assignment_carries_the_spec_the_coordinator_accepted() -> None:
     assert parsed.delivery is Delivery.AT_LEAST_ONCE
     assert parsed.errors.tolerance is ErrorTolerance.ALL
     assert parsed.allow_reordering
+
+
+@given(raw_specs())
+def test_every_spec_the_coordinator_accepts_is_one_this_executor_runs(raw: dict[str, Any]) -> None:
+    # A client sends it, CreatePipeline validates it, the store keeps its JSON, and the
+    # leader sends it back in an assignment: the executor reads exactly what was accepted.
+    accepted = spec_from_proto(spec_to_proto(parse_pipeline_spec(raw)))
+    stored = parse_pipeline_spec(accepted.to_json())
+    assignment = assignment_from_proto(
+        coordinator_pb2.TaskAssignment(pipeline_spec=spec_to_proto(stored))
+    )
+    assert assignment.invalid_spec is None
+    assert assignment.require_spec() == accepted
 
 
 def test_an_unreadable_spec_fails_the_task_not_the_heartbeat() -> None:

@@ -19,11 +19,8 @@ from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import TaskId, TransactionalId
 from lockgate.common.model.offsets import OffsetRange, next_offsets, split_range
 from lockgate.common.model.pipeline_spec import (
-    Delivery,
-    ErrorTolerance,
     PipelineSpec,
     RecordFormat,
-    StartingOffsets,
     parse_pipeline_spec,
 )
 from lockgate.common.model.proto import (
@@ -38,58 +35,7 @@ from lockgate.common.model.proto import (
     task_id_to_proto,
 )
 from lockgate.v1 import common_pb2
-
-_TOPIC = st.from_regex(r"\A[a-z][a-z0-9._-]{0,20}\Z")
-_KEY_FORMATS = st.sampled_from([RecordFormat.BYTES, RecordFormat.STRING, RecordFormat.JSON])
-
-
-@st.composite
-def raw_specs(draw: st.DrawFn) -> dict[str, Any]:
-    """Pipeline configs the parser accepts, over every field it knows."""
-    value_formats = st.sampled_from(list(RecordFormat))
-    source_format, sink_format = draw(value_formats), draw(value_formats)
-    registry = "http://127.0.0.1:8081"
-    sink_topic = draw(_TOPIC)
-    raw: dict[str, Any] = {
-        "name": draw(st.from_regex(r"\A[a-z][a-z0-9-]{0,20}\Z")),
-        "source": {
-            "kafka": {
-                "bootstrap_servers": "127.0.0.1:9092",
-                "topics": draw(st.lists(_TOPIC, min_size=1, max_size=3, unique=True)),
-                "starting_offsets": draw(st.sampled_from(list(StartingOffsets))).value,
-                "format": source_format.value,
-                "key_format": draw(_KEY_FORMATS).value,
-            }
-        },
-        "sink": {
-            "kafka": {
-                "bootstrap_servers": "127.0.0.1:9092,127.0.0.1:9093",
-                "topic": sink_topic,
-                "format": sink_format.value,
-                "key_format": draw(_KEY_FORMATS).value,
-            }
-        },
-        "delivery": draw(st.sampled_from(list(Delivery))).value,
-        "checkpoint": {
-            "interval_ms": draw(st.integers(1, 10**6)),
-            "timeout_ms": draw(st.integers(1, 10**7)),
-        },
-        "tasks_max": draw(st.integers(1, 64)),
-        "allow_reordering": draw(st.booleans()),
-    }
-    if source_format is RecordFormat.AVRO or draw(st.booleans()):
-        raw["source"]["kafka"]["schema_registry_url"] = registry
-    if sink_format is RecordFormat.AVRO or draw(st.booleans()):
-        raw["sink"]["kafka"]["schema_registry_url"] = registry
-    transform = draw(st.sampled_from(["none", "sql", "python"]))
-    if transform == "sql":
-        raw["transform"] = {"sql": "SELECT key, value FROM input"}
-    elif transform == "python":
-        raw["transform"] = {"python": "pkg.mod:fn"}
-    if draw(st.booleans()):
-        dead_letter = draw(_TOPIC.filter(lambda t: t != sink_topic))
-        raw["errors"] = {"tolerance": ErrorTolerance.ALL.value, "dead_letter_topic": dead_letter}
-    return raw
+from tests.support.specs import raw_specs
 
 
 @given(raw_specs())
