@@ -15,6 +15,7 @@ from lockgate.common.errors import (
     LEADER_METADATA_KEY,
     Aborted,
     AlreadyExists,
+    DataLoss,
     DeadlineExceeded,
     FailedPrecondition,
     FencingToken,
@@ -72,6 +73,7 @@ CASES: list[tuple[LockgateError, grpc.StatusCode]] = [
     (Unavailable("starting up", retry_after_seconds=1.5), grpc.StatusCode.UNAVAILABLE),
     (NotLeader(leader_address="10.0.0.7:50051"), grpc.StatusCode.UNAVAILABLE),
     (Internal("invariant broken"), grpc.StatusCode.INTERNAL),
+    (DataLoss("transaction aborted by the broker"), grpc.StatusCode.DATA_LOSS),
 ]
 
 

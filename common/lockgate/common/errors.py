@@ -240,6 +240,13 @@ class DeadlineExceeded(LockgateError):
     default_reason = "DEADLINE_EXCEEDED"
 
 
+class DataLoss(LockgateError):
+    """Data that was promised is gone and retrying cannot bring it back (``DATA_LOSS``),
+    e.g. a pre-committed transaction the broker aborted at its timeout."""
+
+    default_reason = "DATA_LOSS"
+
+
 class Unavailable(LockgateError):
     """The service cannot serve this now; the caller may retry (``UNAVAILABLE``).
 
@@ -298,6 +305,7 @@ __all__ = [
     "LEADER_METADATA_KEY",
     "Aborted",
     "AlreadyExists",
+    "DataLoss",
     "DeadlineExceeded",
     "FailedPrecondition",
     "FencingToken",

@@ -39,6 +39,7 @@ from lockgate.common.errors import (
     LEADER_METADATA_KEY,
     Aborted,
     AlreadyExists,
+    DataLoss,
     DeadlineExceeded,
     FailedPrecondition,
     Internal,
@@ -68,6 +69,7 @@ STATUS_CODES: dict[type[LockgateError], grpc.StatusCode] = {
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    DataLoss: grpc.StatusCode.DATA_LOSS,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     Internal: grpc.StatusCode.INTERNAL,
 }

@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from confluent_kafka import KafkaException
 
 from lockgate.common.errors import (
+    DataLoss,
     FailedPrecondition,
     InvalidArgument,
-    LockgateError,
     Unavailable,
 )
 from lockgate.common.failpoints import Failpoint, Failpoints
@@ -37,7 +37,7 @@ from lockgate.common.kafka_transactions import (
 from lockgate.common.model.handles import TransactionHandle
 
 
-class HandleLostError(LockgateError):
+class HandleLostError(DataLoss):
     """A handle cannot be committed any more: the broker aborted or fenced it.
 
     Sent as ``DATA_LOSS``: retrying cannot help (e.g. ``transaction.timeout.ms`` passed).

@@ -7,7 +7,7 @@ rpc=CommitCheckpoint``) and answered ``FAILED_PRECONDITION`` with a
 ``lockgate.v1.FencingFailure`` in the status details, next to the usual ``ErrorInfo`` and
 ``PreconditionFailure`` (``StaleTokenError``, mapped by the shared interceptor as every
 service's is). Other domain errors propagate to the error-mapping interceptor
-of ``lockgate.common.grpc_server``; ``HandleLostError`` becomes ``DATA_LOSS``.
+of ``lockgate.common.grpc_server`` (``HandleLostError`` is a ``DataLoss``: ``DATA_LOSS``).
 """
 
 from __future__ import annotations
@@ -201,8 +201,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             )
         except HandleLostError as exc:
             _LOG.error("%s: %s", rpc, exc.message)
-            context.abort(grpc.StatusCode.DATA_LOSS, exc.message)
-            raise
+            raise  # DATA_LOSS, through the error interceptor
         return executor_pb2.CommitCheckpointResponse(
             handles_committed=count,
             commit_duration_ms=int((self._clock() - started) * 1000),
