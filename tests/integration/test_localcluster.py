@@ -6,6 +6,7 @@ or the repository's .lockgate/.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -14,7 +15,7 @@ import socket
 import subprocess
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from lockgate.localcluster.process import (
     PortInUseError,
     ProcessSpec,
     ProcessStartError,
+    RunningProcess,
     check_ports_free,
     is_alive,
     lockgate_home,
@@ -142,6 +144,27 @@ def _descendants(pid: int) -> list[int]:
             found.append(child)
             stack.append(child)
     return found
+
+
+@contextlib.contextmanager
+def _squatted_port() -> Iterator[int]:
+    """A loopback port this test process listens on (so any other bind to it fails) while the
+    block runs."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        yield int(squatter.getsockname()[1])
+
+
+def _two_worker_registry(home: Path) -> tuple[ClusterSettings, RunningProcess]:
+    """A schema registry of two worker processes started under ``home`` on free ports."""
+    settings = ClusterSettings(
+        home=home,
+        registry_grpc_port=free_port(),
+        registry_http_port=free_port(),
+        registry_processes=2,
+    )
+    return settings, start_process(schema_registry_spec(settings), home=home)
 
 
 def test_cluster_up_with_services_status_down_leaves_nothing_running(tmp_path: Path) -> None:
@@ -282,10 +305,7 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
 
 
 def test_registry_port_taken_is_named_and_nothing_is_left_running(tmp_path: Path) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
-        squatter.bind(("127.0.0.1", 0))
-        squatter.listen()
-        taken = int(squatter.getsockname()[1])
+    with _squatted_port() as taken:
         settings = ClusterSettings(
             home=tmp_path, registry_grpc_port=taken, registry_http_port=free_port()
         )
@@ -297,13 +317,7 @@ def test_registry_port_taken_is_named_and_nothing_is_left_running(tmp_path: Path
 
 
 def test_registry_workers_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
-    settings = ClusterSettings(
-        home=tmp_path,
-        registry_grpc_port=free_port(),
-        registry_http_port=free_port(),
-        registry_processes=2,
-    )
-    running = start_process(schema_registry_spec(settings), home=tmp_path)
+    settings, running = _two_worker_registry(tmp_path)
     try:
         workers = _children(running.pid)
         assert len(workers) == 2
@@ -326,10 +340,7 @@ def test_registry_workers_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> 
 
 
 def test_cluster_up_names_the_port_taken_and_its_process(tmp_path: Path) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
-        squatter.bind(("127.0.0.1", 0))
-        squatter.listen()
-        taken = int(squatter.getsockname()[1])
+    with _squatted_port() as taken:
         home = tmp_path / "home"
         up = _cluster(home, _Ports.free(kafka=taken), "up")
         assert up.returncode == 1
@@ -362,10 +373,7 @@ def test_cluster_rejects_bad_and_clashing_registry_ports(tmp_path: Path) -> None
 
 
 def test_port_holder_and_check_ports_free() -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        port = int(sock.getsockname()[1])
+    with _squatted_port() as port:
         holder = port_holder(port)
         assert holder is not None and holder.startswith(f"pid {os.getpid()} ")
         with pytest.raises(PortInUseError) as info:
@@ -434,13 +442,7 @@ def test_home_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
 
 
 def test_registry_stops_whole_when_one_worker_dies(tmp_path: Path) -> None:
-    settings = ClusterSettings(
-        home=tmp_path,
-        registry_grpc_port=free_port(),
-        registry_http_port=free_port(),
-        registry_processes=2,
-    )
-    running = start_process(schema_registry_spec(settings), home=tmp_path)
+    settings, running = _two_worker_registry(tmp_path)
     record = read_pid_file(tmp_path, SCHEMA_REGISTRY)
     assert record is not None
     try:
@@ -463,10 +465,7 @@ def test_registry_stops_whole_when_one_worker_dies(tmp_path: Path) -> None:
 
 
 def test_registry_names_the_holder_of_a_taken_grpc_port(tmp_path: Path) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
-        squatter.bind(("127.0.0.1", 0))
-        squatter.listen()
-        taken = int(squatter.getsockname()[1])
+    with _squatted_port() as taken:
         result = subprocess.run(
             registry_command(
                 db_url=f"sqlite:///{tmp_path / 'r.db'}",

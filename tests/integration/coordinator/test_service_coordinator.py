@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -21,7 +19,7 @@ from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import pytest
@@ -32,6 +30,8 @@ from grpc_status import rpc_status
 from lockgate.common.errors import FencingToken, StaleTokenError
 from lockgate.common.grpc_client import error_details, leader_address_of, open_channel
 from lockgate.common.grpc_server import rpc_status_for_error
+from lockgate.localcluster.commands import coordinator_command
+from lockgate.localcluster.ports import free_port
 from lockgate.v1 import (
     common_pb2,
     coordinator_pb2,
@@ -39,12 +39,11 @@ from lockgate.v1 import (
     executor_pb2,
     executor_pb2_grpc,
 )
-from tests.fixtures.kafka import KafkaBroker, free_port
-
-pytestmark = pytest.mark.integration
+from tests.fixtures.kafka import KafkaBroker
+from tests.support.processes import ChildProcess, start_child
+from tests.support.waits import wait_for
 
 LEASE_MS = 1_000
-_T = TypeVar("_T")
 
 
 # ---------------------------------------------------------------------------------------
@@ -52,30 +51,13 @@ _T = TypeVar("_T")
 # ---------------------------------------------------------------------------------------
 
 
-def wait_for(what: str, condition: Callable[[], _T | None], *, timeout_s: float = 20.0) -> _T:
-    """Poll `condition` until it returns a truthy value; fail naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-        except grpc.RpcError as exc:
-            last_error = exc
-            value = None
-        if value:
-            return value
-        time.sleep(0.02)  # polling interval of a condition wait, not synchronisation
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last_error})")
-
-
 @dataclass
-class CoordinatorProcess:
-    """One coordinator replica started by a test."""
+class CoordinatorProcess(ChildProcess):
+    """One coordinator replica started by a test: its process (to SIGSTOP or SIGKILL) and the
+    address it serves on."""
 
     coordinator_id: str
     address: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
 
     def stub(self) -> coordinator_pb2_grpc.CoordinatorServiceStub:
         """A stub bound to this replica only (no leader following)."""
@@ -89,10 +71,6 @@ class CoordinatorProcess:
             coordinator_pb2.GetClusterInfoRequest(), timeout=2
         )
         return response
-
-    def log(self) -> str:
-        """The replica's log so far."""
-        return self.log_path.read_text(errors="replace")
 
 
 class CoordinatorCluster:
@@ -109,35 +87,42 @@ class CoordinatorCluster:
         for _ in range(count):
             coordinator_id = f"c{len(self.members) + 1}"
             address = f"127.0.0.1:{free_port()}"
-            log_path = self.workdir / f"{coordinator_id}.log"
-            argv = [
-                sys.executable,
-                "-m",
-                "lockgate.coordinator",
-                "--id",
+            argv = coordinator_command(
+                coordinator_id=coordinator_id,
+                db_url=self.db_url,
+                listen=address,
+                lease_ms=lease_ms,
+                extra=[
+                    "--session-timeout-ms",
+                    "3000",
+                    "--heartbeat-interval-ms",
+                    "200",
+                    "--reassign-delay-ms",
+                    "500",
+                ],
+            )
+            child = start_child(
                 coordinator_id,
-                "--db",
-                self.db_url,
-                "--listen",
-                address,
-                "--lease-ms",
-                str(lease_ms),
-                "--session-timeout-ms",
-                "3000",
-                "--heartbeat-interval-ms",
-                "200",
-                "--reassign-delay-ms",
-                "500",
-            ]
-            with log_path.open("wb") as log:
-                process = subprocess.Popen(
-                    argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir
-                )
-            member = CoordinatorProcess(coordinator_id, address, process, log_path)
+                argv,
+                log_path=self.workdir / f"{coordinator_id}.log",
+                cwd=self.workdir,
+            )
+            member = CoordinatorProcess(
+                name=child.name,
+                process=child.process,
+                log_path=child.log_path,
+                coordinator_id=coordinator_id,
+                address=address,
+            )
             self.members.append(member)
             started.append(member)
         for member in started:
-            wait_for(f"{member.coordinator_id} to answer", member.cluster_info, timeout_s=30)
+            wait_for(
+                f"{member.coordinator_id} to answer",
+                member.cluster_info,
+                timeout_s=30,
+                abort_if=member.died,
+            )
         return started
 
     def alive(self) -> list[CoordinatorProcess]:
@@ -156,22 +141,12 @@ class CoordinatorCluster:
             (leader_id,) = leaders
             return next((m for m in self.members if m.coordinator_id == leader_id), None)
 
-        return wait_for("the replicas to agree on a leader", agreed)
+        return wait_for("the replicas to agree on a leader", agreed, timeout_s=20)
 
     def stop_all(self) -> None:
-        """Stop every replica this cluster started (only those, by pid)."""
+        """Stop every replica this cluster started (only those, by their own handle)."""
         for member in self.members:
-            if member.process.poll() is not None:
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(member.process.pid, signal.SIGCONT)
-                member.process.terminate()
-        for member in self.members:
-            try:
-                member.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                member.process.kill()
-                member.process.wait(timeout=10)
+            member.stop(grace_s=10)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -596,6 +571,7 @@ def test_paused_leader_cannot_write_after_it_wakes(cluster: CoordinatorCluster) 
                 ),
                 None,
             ),
+            timeout_s=20,
         )
         new_epoch = new.cluster_info().leader_epoch.epoch
         assert new_epoch > old_epoch
@@ -634,6 +610,7 @@ def test_paused_leader_cannot_write_after_it_wakes(cluster: CoordinatorCluster) 
     wait_for(
         "the old leader to name the new one",
         lambda: old.cluster_info().leader_epoch.leader_id == new.coordinator_id,
+        timeout_s=20,
     )
 
 
@@ -857,6 +834,19 @@ class CheckpointSetup:
     name: str
 
 
+def wait_committed(
+    setup: CheckpointSetup, what: str, *, after: int = 0, timeout_s: float
+) -> common_pb2.Checkpoint:
+    """Wait for a COMMITTED checkpoint of the setup's pipeline later than `after`; the oldest."""
+    return wait_for(
+        what,
+        lambda: first_in_state(
+            setup.stub, setup.name, common_pb2.CHECKPOINT_STATE_COMMITTED, after=after
+        ),
+        timeout_s=timeout_s,
+    )
+
+
 @contextlib.contextmanager
 def checkpoint_setup(
     cluster: CoordinatorCluster,
@@ -889,6 +879,7 @@ def checkpoint_setup(
                 )
                 == 2
             ),
+            timeout_s=20,
         )
         spec = pipeline_spec(
             name, bootstrap=bootstrap, source_topic=source, sink_topic=sink, tasks_max=2
@@ -912,11 +903,7 @@ def test_checkpoints_commit_and_a_new_leader_finishes_a_commit(
     with checkpoint_setup(cluster, kafka_broker, new_topic, replicas=2) as setup:
         stub, peers, name = setup.stub, setup.peers, setup.name
         # 1. Checkpoints complete and commit; each starts where the previous ended.
-        wait_for(
-            "five committed checkpoints",
-            lambda: first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_COMMITTED, after=4),
-            timeout_s=30,
-        )
+        wait_committed(setup, "five committed checkpoints", after=4, timeout_s=30)
         done = [
             c
             for c in checkpoints(stub, name).values()
@@ -962,12 +949,14 @@ def test_checkpoints_commit_and_a_new_leader_finishes_a_commit(
         stuck = wait_for(
             "a COMPLETE checkpoint whose commits are not acked",
             lambda: first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_COMPLETE, after=after),
+            timeout_s=20,
         )
         wait_for(
             "the leader to try committing it",
             lambda: any(
                 c.checkpoint_id == stuck.checkpoint_id for p in peers for c in p.log.commits
             ),
+            timeout_s=20,
         )
         leader = cluster.leader()
         old_epoch = leader.cluster_info().leader_epoch.epoch
@@ -998,11 +987,7 @@ def _abort_one_by_script(setup: CheckpointSetup, *, precommit: str) -> common_pb
     `fail`); return the first checkpoint that aborts then, after the leader asked the
     executors to abort its transactions."""
     stub, peers, name = setup.stub, setup.peers, setup.name
-    wait_for(
-        "a first committed checkpoint",
-        lambda: first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_COMMITTED),
-        timeout_s=30,
-    )
+    wait_committed(setup, "a first committed checkpoint", timeout_s=30)
     peers[1].script.precommit = precommit
     after = max(checkpoints(stub, name))
     aborted = wait_for(
@@ -1013,6 +998,7 @@ def _abort_one_by_script(setup: CheckpointSetup, *, precommit: str) -> common_pb
     wait_for(
         "the aborted checkpoint's transactions to be aborted",
         lambda: any(a.checkpoint_id == aborted.checkpoint_id for p in peers for a in p.log.aborts),
+        timeout_s=20,
     )
     return aborted
 
@@ -1039,11 +1025,7 @@ def test_dead_executor_tasks_move_after_the_delay_and_zombie_reports_are_refused
     FAILED_PRECONDITION and a FencingFailure naming the stale task generation."""
     with checkpoint_setup(cluster, kafka_broker, new_topic, replicas=1) as setup:
         stub, peers, name = setup.stub, setup.peers, setup.name
-        wait_for(
-            "a first committed checkpoint",
-            lambda: first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_COMMITTED),
-            timeout_s=30,
-        )
+        wait_committed(setup, "a first committed checkpoint", timeout_s=30)
         zombie = peers[1]
         with zombie.lock:
             (old_task,) = zombie.assignments.values()
@@ -1093,18 +1075,13 @@ def test_a_failed_precommit_aborts_its_checkpoint_and_the_next_ones_commit(
     the checkpoint with the task's reason, without waiting for the timeout, asks the
     executors to abort its transactions, and later checkpoints commit again."""
     with checkpoint_setup(sqlite_cluster, kafka_broker, new_topic, replicas=1) as setup:
-        stub, peers, name = setup.stub, setup.peers, setup.name
         aborted = _abort_one_by_script(setup, precommit="fail")
         assert "failed to pre-commit" in aborted.abort_reason, aborted.abort_reason
         assert "scripted failure" in aborted.abort_reason, aborted.abort_reason
         assert "timed out" not in aborted.abort_reason
-        peers[1].script.precommit = "report"
-        wait_for(
-            "commits to resume after the failure",
-            lambda: first_in_state(
-                stub, name, common_pb2.CHECKPOINT_STATE_COMMITTED, after=aborted.checkpoint_id
-            ),
-            timeout_s=20,
+        setup.peers[1].script.precommit = "report"
+        wait_committed(
+            setup, "commits to resume after the failure", after=aborted.checkpoint_id, timeout_s=20
         )
 
 
@@ -1123,12 +1100,8 @@ def test_checkpoints_complete_again_after_an_abort(
             timeout_s=20,
         )
         peers[1].script.precommit = "report"
-        wait_for(
-            "commits to resume after the abort",
-            lambda: first_in_state(
-                stub, name, common_pb2.CHECKPOINT_STATE_COMMITTED, after=aborted.checkpoint_id
-            ),
-            timeout_s=8,
+        wait_committed(
+            setup, "commits to resume after the abort", after=aborted.checkpoint_id, timeout_s=8
         )
 
 

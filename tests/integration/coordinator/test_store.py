@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from lockgate.common.errors import (
 from lockgate.common.model.ids import CoordinatorId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
-from lockgate.coordinator.domain.assignment import ExecutorLiveness
+from lockgate.coordinator.domain.assignment import AssignmentPlan, ExecutorLiveness
 from lockgate.coordinator.domain.errors import FencedError, StaleGeneration
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import LeaseRole, TargetState, TaskState
@@ -37,8 +36,7 @@ from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.store import SqlStore, open_store
 from lockgate.coordinator.store.tables import pipelines
-
-pytestmark = pytest.mark.integration
+from tests.support.waits import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -74,15 +72,6 @@ def open_stores(store_url: str) -> Iterator[Callable[..., SqlStore]]:
 # ---------------------------------------------------------------------------- helpers
 
 
-def wait_until(condition: Callable[[], bool], *, timeout_s: float, what: str) -> None:
-    """Poll `condition` until true; fail with `what` after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.01)
-
-
 def lead(store: SqlStore, holder: str = "c1", *, lease_ms: int = 30_000) -> Fence:
     """Acquire the lease for `holder` and return its fence (fails the test if refused)."""
     lease = store.lease.try_acquire_lease(
@@ -93,7 +82,8 @@ def lead(store: SqlStore, holder: str = "c1", *, lease_ms: int = 30_000) -> Fenc
 
 
 def wait_for_expiry(store: SqlStore) -> None:
-    wait_until(lambda: not store.lease.read_lease().is_held, timeout_s=10, what="lease expiry")
+    """Wait until nobody holds the lease (the holder stopped renewing it)."""
+    wait_for("lease expiry", lambda: not store.lease.read_lease().is_held, timeout_s=10)
 
 
 class FixedTopics:
@@ -433,17 +423,18 @@ def test_rebalance_moves_a_dead_executors_tasks_after_the_delay(
 
     # e2 stops heartbeating, e1 goes on. e2 keeps its tasks until its session timeout
     # plus the reassignment delay have passed by the database's clock, then they move.
-    def e2_tasks_moved() -> bool:
+    def e2_tasks_moved() -> tuple[int, AssignmentPlan] | None:
+        """The database time before the rebalance that moved them, and its plan."""
         members.heartbeat(executor_id=e1.executor_id, generation=e1.generation, reports=[])
         before_ms = store.db_now_ms()
         plan = members.rebalance(fence).plan
         if plan.assignment.get(e2.executor_id) == lost:
-            return False
-        assert before_ms >= e2_last_heartbeat + session_ms, "moved before the session expired"
-        assert plan.assignment[e1.executor_id] == frozenset(tasks)
-        return True
+            return None
+        return before_ms, plan
 
-    wait_until(e2_tasks_moved, timeout_s=20, what="e2's tasks to move to e1")
+    before_ms, plan = wait_for("e2's tasks to move to e1", e2_tasks_moved, timeout_s=20)
+    assert before_ms >= e2_last_heartbeat + session_ms, "moved before the session expired"
+    assert plan.assignment[e1.executor_id] == frozenset(tasks)
     assert store.db_now_ms() > e2_last_heartbeat + session_ms + delay_ms
     after = {t.task_id: t for t in store.pipelines.list_tasks()}
     for task in lost:

@@ -27,10 +27,8 @@ from tests.integration.coordinator.test_store import (
     spec,
     store_url,  # noqa: F401 - fixture
     wait_for_expiry,
-    wait_until,
 )
-
-pytestmark = pytest.mark.integration
+from tests.support.waits import wait_for
 
 E1, E2 = ExecutorId("e1"), ExecutorId("e2")
 C = CheckpointId
@@ -378,9 +376,7 @@ def test_timed_out_checkpoint_aborts(open_stores: Callable[..., SqlStore]) -> No
     pid = PipelineId("p")
     n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
     assert store.checkpoints.abort_timed_out(fence=fence) == []
-    wait_until(
-        lambda: store.db_now_ms() - n1.triggered_at_ms > 1_500, timeout_s=10, what="the timeout"
-    )
+    wait_for("the timeout", lambda: store.db_now_ms() - n1.triggered_at_ms > 1_500, timeout_s=10)
     assert store.checkpoints.abort_timed_out(fence=fence) == [(pid, 1)]
     aborted = store.checkpoints.get_checkpoint(pipeline_id=pid, checkpoint_id=C(1))
     assert aborted.state is CheckpointState.ABORTED

@@ -14,7 +14,7 @@ from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges
 from lockgate.executor.errors import SourceError
 from tests.integration.executor_dataplane.conftest import produce, produce_transaction
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = pytest.mark.spark
 
 
 def _read(spark: SparkSession, bootstrap: str, ranges: list[OffsetRange], **opts: str) -> list[Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
@@ -40,8 +39,9 @@ from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges
 from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
 from tests.fixtures.schema_registry import RegistryProcess
 from tests.integration.executor_dataplane.conftest import produce, read_topic, stable_end_offsets
+from tests.support.waits import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = pytest.mark.spark
 
 KEYS = 10
 
@@ -103,13 +103,14 @@ def _prefix() -> str:
 
 
 def _wait_visible(bootstrap: str, topic: str, partitions: int, expected: int) -> list[Any]:
-    """Commit markers are written asynchronously after EndTxn returns: wait for them."""
-    deadline = time.monotonic() + 30
-    while True:
+    """Commit markers are written asynchronously after EndTxn returns: wait until at least
+    ``expected`` records are visible to a read_committed reader, and return them all."""
+
+    def visible() -> list[Any] | None:
         records = read_topic(bootstrap, topic, partitions=partitions)
-        if len(records) >= expected or time.monotonic() > deadline:
-            return records
-        time.sleep(0.1)
+        return records if len(records) >= expected else None
+
+    return wait_for(f"{expected} committed records in {topic}", visible, timeout_s=30)
 
 
 def test_precommit_invisible_until_commit_then_exactly_once_in_key_order(
@@ -198,9 +199,11 @@ def test_aborted_handles_make_output_never_visible(
     _abort(bootstrap, result)  # idempotent
 
     # The abort markers move the last stable offset past the data: nothing is pending.
-    deadline = time.monotonic() + 30
-    while stable_end_offsets(bootstrap, sink, 1) != [302] and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(
+        "the last stable offset to pass the aborted data",
+        lambda: stable_end_offsets(bootstrap, sink, 1) == [302],
+        timeout_s=30,
+    )
     assert stable_end_offsets(bootstrap, sink, 1) == [302]  # 300 records + 2 abort markers
     assert read_topic(bootstrap, sink, partitions=1) == []
     with pytest.raises(HandleLostError, match="cannot be committed"):
@@ -293,9 +296,11 @@ def test_tolerance_none_fails_with_record_location_and_leaves_nothing_open(
     # no open transaction holds the last stable offset back.
     assert read_topic(bootstrap, sink, partitions=1) == []
     log_end = stable_end_offsets(bootstrap, sink, 1, committed=False)
-    deadline = time.monotonic() + 30
-    while stable_end_offsets(bootstrap, sink, 1) != log_end and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(
+        "the last stable offset to reach the log end",
+        lambda: stable_end_offsets(bootstrap, sink, 1) == log_end,
+        timeout_s=30,
+    )
     assert stable_end_offsets(bootstrap, sink, 1) == log_end
 
 

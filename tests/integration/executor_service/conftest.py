@@ -12,8 +12,9 @@ from tests.integration.executor_service.scripted import (
     ExecutorProcess,
     ScriptedCoordinator,
     start_coordinator,
-    wait_for,
+    start_executor,
 )
+from tests.support.waits import wait_for
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def launch_executor(
         registered_timeout_s: float = 60.0,
     ) -> ExecutorProcess:
         before = len(coordinator.coordinator.registrations)
-        executor = ExecutorProcess(
+        executor = start_executor(
             executor_id=executor_id,
             coordinator_address=coordinator.address,
             log_path=tmp_path / f"{executor_id}-{len(started)}.log",
@@ -51,9 +52,9 @@ def launch_executor(
         )
         started.append(executor)
         wait_for(
+            f"registration of executor {executor_id}",
             lambda: len(coordinator.coordinator.registrations) > before,
             timeout_s=registered_timeout_s,
-            what=f"registration of executor {executor_id}",
             abort_if=executor.died,
         )
         return executor

@@ -3,18 +3,15 @@
 ``ScriptedCoordinator`` is a real gRPC server in the test process. It answers
 RegisterExecutor and Heartbeat with the leader epoch and assignment the test sets, and
 records every request the executor sends (registrations, heartbeats, pre-commit and
-failure reports, deregistrations). ``ExecutorProcess`` runs ``python -m lockgate.executor``
-as a separate process with its log in a file.
+failure reports, deregistrations). ``start_executor`` runs ``python -m lockgate.executor``
+as a separate process with its log in a file (a :class:`tests.support.processes.ChildProcess`
+with the executor's id, address and a stub of its ExecutorService).
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +19,7 @@ from pathlib import Path
 import grpc
 
 from lockgate.localcluster.commands import executor_command
+from lockgate.localcluster.ports import free_port
 from lockgate.v1 import (
     common_pb2,
     coordinator_pb2,
@@ -29,24 +27,7 @@ from lockgate.v1 import (
     executor_pb2,
     executor_pb2_grpc,
 )
-from tests.fixtures.kafka import free_port
-
-
-def wait_for(
-    condition: Callable[[], bool],
-    *,
-    timeout_s: float,
-    what: str,
-    abort_if: Callable[[], str | None] | None = None,
-) -> None:
-    """Poll ``condition`` until True; fail the test naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if abort_if is not None and (reason := abort_if()) is not None:
-            raise AssertionError(f"gave up waiting for {what}: {reason}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout_s:.0f}s")
-        time.sleep(0.05)
+from tests.support.processes import ChildProcess, failpoint_env, start_child
 
 
 @dataclass
@@ -173,67 +154,57 @@ def start_coordinator(coordinator: ScriptedCoordinator) -> CoordinatorServer:
     return CoordinatorServer(coordinator=coordinator, server=server, address=f"127.0.0.1:{port}")
 
 
-class ExecutorProcess:
-    """``python -m lockgate.executor`` running as a separate process."""
+@dataclass
+class ExecutorProcess(ChildProcess):
+    """``python -m lockgate.executor`` running as a separate process, with a stub of its
+    ExecutorService."""
 
-    def __init__(
-        self,
-        *,
-        executor_id: str,
-        coordinator_address: str,
-        log_path: Path,
-        data_plane: str = "none",
-        failpoints: str = "",
-        extra_args: Sequence[str] = (),
-    ) -> None:
-        self.executor_id = executor_id
-        self.address = f"127.0.0.1:{free_port()}"
-        self.log_path = log_path
-        env = {k: v for k, v in os.environ.items() if k != "LOCKGATE_FAILPOINTS"}
-        if failpoints:
-            env["LOCKGATE_FAILPOINTS"] = failpoints
-        argv = executor_command(
-            executor_id=executor_id,
-            listen=self.address,
-            coordinators=[coordinator_address],
-            data_plane=data_plane,
-            spark_master="local[2]",
-            extra=extra_args,
-        )
-        self._log = log_path.open("wb")
-        self.process = subprocess.Popen(
-            argv, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        self.channel = grpc.insecure_channel(self.address)
-        self.stub = executor_pb2_grpc.ExecutorServiceStub(self.channel)
+    executor_id: str
+    address: str
+    channel: grpc.Channel
+    stub: executor_pb2_grpc.ExecutorServiceStub
 
-    def log_text(self) -> str:
-        """Everything the process logged so far."""
-        return self.log_path.read_text(errors="replace")
-
-    def died(self) -> str | None:
-        """Why waiting for this process is pointless (it exited), or None."""
-        code = self.process.poll()
-        if code is None:
-            return None
-        return f"executor exited with {code}; log:\n{self.log_text()[-3000:]}"
-
-    def wait_exit(self, timeout_s: float) -> int:
-        """Wait for the process to exit on its own; its exit status."""
-        return self.process.wait(timeout=timeout_s)
-
-    def stop(self) -> int:
-        """SIGTERM, then SIGKILL if it lingers; the exit status."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+    def stop(self, *, grace_s: float = 20.0) -> int:
+        """Stop the process (SIGTERM, SIGKILL if it lingers) and close the channel; the exit
+        status."""
+        code = super().stop(grace_s=grace_s)
         self.channel.close()
-        self._log.close()
-        return self.process.returncode
+        return code
+
+
+def start_executor(
+    *,
+    executor_id: str,
+    coordinator_address: str,
+    log_path: Path,
+    data_plane: str = "none",
+    failpoints: str = "",
+    extra_args: Sequence[str] = (),
+) -> ExecutorProcess:
+    """Start an executor registering with ``coordinator_address`` on a free port, with
+    ``failpoints`` armed (none: disarmed even if this process has some); returns at once."""
+    address = f"127.0.0.1:{free_port()}"
+    argv = executor_command(
+        executor_id=executor_id,
+        listen=address,
+        coordinators=[coordinator_address],
+        data_plane=data_plane,
+        spark_master="local[2]",
+        extra=extra_args,
+    )
+    child = start_child(
+        f"executor {executor_id}", argv, log_path=log_path, env=failpoint_env(failpoints)
+    )
+    channel = grpc.insecure_channel(address)
+    return ExecutorProcess(
+        name=child.name,
+        process=child.process,
+        log_path=child.log_path,
+        executor_id=executor_id,
+        address=address,
+        channel=channel,
+        stub=executor_pb2_grpc.ExecutorServiceStub(channel),
+    )
 
 
 def trigger_request(

@@ -17,12 +17,11 @@ from lockgate.v1 import common_pb2, executor_pb2
 from tests.integration.executor_service.scripted import (
     CoordinatorServer,
     ExecutorProcess,
+    ScriptedCoordinator,
     assignment,
     trigger_request,
-    wait_for,
 )
-
-pytestmark = pytest.mark.integration
+from tests.support.waits import wait_for
 
 
 def _running(coordinator: CoordinatorServer, pipeline: str, index: int, generation: int) -> bool:
@@ -38,6 +37,32 @@ def _logged(executor: ExecutorProcess, line: str) -> Callable[[], bool]:
     return lambda: line in executor.log_text()
 
 
+def _trigger_of_another_registration(
+    executor: ExecutorProcess,
+    script: ScriptedCoordinator,
+    *,
+    checkpoint_id: int,
+    task_generation: int,
+    executor_generation: int,
+) -> grpc.RpcError:
+    """Trigger task p/0 as if the executor were still (or already) ``executor_generation``:
+    the call is refused as a whole with FAILED_PRECONDITION; the error."""
+    with pytest.raises(grpc.RpcError) as refused:
+        executor.stub.TriggerCheckpoint(
+            trigger_request(
+                executor,
+                script,
+                pipeline="p",
+                checkpoint_id=checkpoint_id,
+                tasks=[(0, task_generation)],
+                executor_generation=executor_generation,
+            ),
+            timeout=5,
+        )
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    return refused.value
+
+
 def test_registers_heartbeats_takes_and_drops_tasks_and_deregisters(
     coordinator: CoordinatorServer, launch_executor: Callable[..., ExecutorProcess]
 ) -> None:
@@ -48,7 +73,7 @@ def test_registers_heartbeats_takes_and_drops_tasks_and_deregisters(
     assert registration.address == executor.address
     assert registration.spark_master == "local[2]"
 
-    wait_for(lambda: len(script.heartbeats) >= 3, timeout_s=20, what="three heartbeats")
+    wait_for("three heartbeats", lambda: len(script.heartbeats) >= 3, timeout_s=20)
     assert {h.executor_id for h in script.heartbeats} == {"e1"}
     assert {h.executor_generation for h in script.heartbeats} == {1}
     assert script.heartbeats[-1].highest_leader_epoch_seen.epoch == 1
@@ -59,14 +84,14 @@ def test_registers_heartbeats_takes_and_drops_tasks_and_deregisters(
     assert status.session_id == "session-1"
 
     script.set_assignments([assignment(pipeline="copy", task_index=0, generation=1)])
-    wait_for(lambda: _running(coordinator, "copy", 0, 1), timeout_s=20, what="task RUNNING")
+    wait_for("task RUNNING", lambda: _running(coordinator, "copy", 0, 1), timeout_s=20)
     script.set_assignments([])
     wait_for(
+        "task dropped",
         lambda: (
             script.last_status("copy", 0) is None and len(script.heartbeats[-1].task_statuses) == 0
         ),
         timeout_s=20,
-        what="task dropped",
     )
 
     assert executor.stop() == 0
@@ -112,7 +137,7 @@ def test_refuses_calls_with_a_lower_leader_epoch_and_logs_them(
         assert failure.token == common_pb2.FENCING_TOKEN_LEADER_EPOCH
         assert (failure.presented, failure.current) == (3, 4)
         line = f"refused leader_epoch=3 highest_seen=4 rpc={rpc}"
-        wait_for(_logged(executor, line), timeout_s=5, what=f"log {line!r}")
+        wait_for(f"log {line!r}", _logged(executor, line), timeout_s=5)
 
     # A newer leader (epoch 5) shows up: from then on the epoch-4 leader is the zombie.
     status = executor.stub.GetExecutorStatus(
@@ -136,16 +161,16 @@ def test_refuses_calls_with_a_lower_leader_epoch_and_logs_them(
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     # The old leader's heartbeat answers are refused too, and the executor tells it so.
     wait_for(
+        "heartbeat response refused",
         lambda: (
             "refused leader_epoch=4 highest_seen=5 rpc=HeartbeatResponse" in executor.log_text()
         ),
         timeout_s=10,
-        what="heartbeat response refused",
     )
     wait_for(
+        "heartbeat carrying epoch 5",
         lambda: script.heartbeats[-1].highest_leader_epoch_seen.epoch == 5,
         timeout_s=10,
-        what="heartbeat carrying epoch 5",
     )
 
 
@@ -156,7 +181,7 @@ def test_stale_task_and_executor_generations_are_refused(
     script.executor_generation = 7
     script.set_assignments([assignment(pipeline="p", task_index=0, generation=2)])
     executor = launch_executor("e1")
-    wait_for(lambda: _running(coordinator, "p", 0, 2), timeout_s=20, what="task RUNNING")
+    wait_for("task RUNNING", lambda: _running(coordinator, "p", 0, 2), timeout_s=20)
     offsets = [common_pb2.PartitionOffset(topic="input", partition=0, offset=5)]
 
     response = executor.stub.TriggerCheckpoint(
@@ -181,7 +206,7 @@ def test_stale_task_and_executor_generations_are_refused(
     assert "refused task_generation=1 current=2 subject=p/0 rpc=TriggerCheckpoint" in (
         executor.log_text()
     )
-    wait_for(lambda: len(script.precommits) == 1, timeout_s=20, what="ReportPrecommit")
+    wait_for("ReportPrecommit", lambda: len(script.precommits) == 1, timeout_s=20)
     report = script.precommits[0]
     assert (report.checkpoint_id, report.task_generation, report.executor_generation) == (1, 2, 7)
     assert report.leader_epoch.epoch == 1
@@ -195,27 +220,17 @@ def test_stale_task_and_executor_generations_are_refused(
     assert again.results[0].outcome == executor_pb2.TRIGGER_OUTCOME_DUPLICATE
 
     # A call meant for an earlier registration of e1 is refused as a whole.
-    with pytest.raises(grpc.RpcError) as refused:
-        executor.stub.TriggerCheckpoint(
-            trigger_request(
-                executor,
-                script,
-                pipeline="p",
-                checkpoint_id=2,
-                tasks=[(0, 2)],
-                executor_generation=6,
-            ),
-            timeout=5,
-        )
-    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    failure = fencing_failure_of(refused.value)
+    refused = _trigger_of_another_registration(
+        executor, script, checkpoint_id=2, task_generation=2, executor_generation=6
+    )
+    failure = fencing_failure_of(refused)
     assert failure is not None
     assert failure.token == common_pb2.FENCING_TOKEN_EXECUTOR_GENERATION
     assert (failure.subject, failure.presented, failure.current) == ("e1", 6, 7)
 
     # The task is reassigned at generation 3: generation 2's triggers are now stale.
     script.set_assignments([assignment(pipeline="p", task_index=0, generation=3)])
-    wait_for(lambda: _running(coordinator, "p", 0, 3), timeout_s=20, what="generation 3")
+    wait_for("generation 3", lambda: _running(coordinator, "p", 0, 3), timeout_s=20)
     stale = executor.stub.TriggerCheckpoint(
         trigger_request(executor, script, pipeline="p", checkpoint_id=2, tasks=[(0, 2)]), timeout=5
     )
@@ -230,35 +245,25 @@ def test_lost_session_stops_tasks_and_registers_again(
     script = coordinator.coordinator
     script.set_assignments([assignment(pipeline="p", task_index=0, generation=1)])
     executor = launch_executor("e1")
-    wait_for(lambda: _running(coordinator, "p", 0, 1), timeout_s=20, what="task RUNNING")
+    wait_for("task RUNNING", lambda: _running(coordinator, "p", 0, 1), timeout_s=20)
 
     # The leader expired the session: its next registration will be generation 2.
     with script.lock:
         script.executor_generation = 2
         script.expired_below_generation = 2
-    wait_for(lambda: len(script.registrations) == 2, timeout_s=20, what="second registration")
+    wait_for("second registration", lambda: len(script.registrations) == 2, timeout_s=20)
     wait_for(
+        "heartbeats of generation 2 with the task running again",
         lambda: script.heartbeats[-1].executor_generation == 2 and _running(coordinator, "p", 0, 1),
         timeout_s=20,
-        what="heartbeats of generation 2 with the task running again",
     )
     log = executor.log_text()
     assert "session of executor e1 lost" in log
     assert "stopped task p/0 generation 1: session lost" in log
     # Calls for the expired registration are refused.
-    with pytest.raises(grpc.RpcError) as refused:
-        executor.stub.TriggerCheckpoint(
-            trigger_request(
-                executor,
-                script,
-                pipeline="p",
-                checkpoint_id=1,
-                tasks=[(0, 1)],
-                executor_generation=1,
-            ),
-            timeout=5,
-        )
-    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    _trigger_of_another_registration(
+        executor, script, checkpoint_id=1, task_generation=1, executor_generation=1
+    )
 
 
 def test_bad_requests_name_the_field(
@@ -308,7 +313,7 @@ def test_failpoint_after_precommit_before_report_kills_the_process_there(
     script = coordinator.coordinator
     script.set_assignments([assignment(pipeline="p", task_index=0, generation=1)])
     executor = launch_executor("e1", failpoints="after_precommit_before_report")
-    wait_for(lambda: _running(coordinator, "p", 0, 1), timeout_s=20, what="task RUNNING")
+    wait_for("task RUNNING", lambda: _running(coordinator, "p", 0, 1), timeout_s=20)
 
     try:
         response = executor.stub.TriggerCheckpoint(

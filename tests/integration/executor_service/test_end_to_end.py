@@ -20,10 +20,10 @@ from tests.integration.executor_service.scripted import (
     ExecutorProcess,
     assignment,
     trigger_request,
-    wait_for,
 )
+from tests.support.waits import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark]
+pytestmark = pytest.mark.spark
 
 RECORDS = 50
 
@@ -87,7 +87,7 @@ def test_trigger_precommits_with_spark_and_commit_makes_output_visible_once(
         status = script.last_status("copy", index)
         return status is not None and status.state == common_pb2.TASK_STATE_RUNNING
 
-    wait_for(lambda: running(0) and running(1), timeout_s=30, what="tasks RUNNING")
+    wait_for("tasks RUNNING", lambda: running(0) and running(1), timeout_s=30)
     start = [common_pb2.PartitionOffset(topic=source, partition=0, offset=0)]
     response = executor.stub.TriggerCheckpoint(
         trigger_request(
@@ -107,9 +107,9 @@ def test_trigger_precommits_with_spark_and_commit_makes_output_visible_once(
         return f"task 0 failed: {failed[0].error.message}" if failed else None
 
     wait_for(
+        "pre-commit report of task 0 and failure report of task 1",
         lambda: len(script.precommits) == 1 and len(script.checkpoint_failures) == 1,
         timeout_s=240,
-        what="pre-commit report of task 0 and failure report of task 1",
         abort_if=lambda: executor.died() or _task_0_failure(),
     )
 
@@ -160,7 +160,7 @@ def test_trigger_precommits_with_spark_and_commit_makes_output_visible_once(
         timeout=10,
     )
     assert response.results[0].outcome == executor_pb2.TRIGGER_OUTCOME_ACCEPTED
-    wait_for(lambda: len(script.precommits) == 2, timeout_s=120, what="second report")
+    wait_for("second report", lambda: len(script.precommits) == 2, timeout_s=120)
     second = script.precommits[1]
     assert [(r.start_offset, r.end_offset) for r in second.source_ranges] == [(RECORDS, RECORDS)]
     assert list(second.sink_handles) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 import pytest
@@ -22,10 +23,8 @@ from tests.integration.executor_service.scripted import (
     CoordinatorServer,
     ExecutorProcess,
     assignment,
-    wait_for,
 )
-
-pytestmark = pytest.mark.integration
+from tests.support.waits import wait_for
 
 
 def _precommit(
@@ -61,6 +60,18 @@ def _values(broker: KafkaBroker, topic: str) -> list[bytes]:
     return sorted(r.value or b"" for r in read_visible(broker.bootstrap_servers, topic))
 
 
+def _addressed(executor: ExecutorProcess, coordinator: CoordinatorServer) -> dict[str, Any]:
+    """The fields every leader-to-executor call carries: a fresh request id, the scripted
+    leader's epoch, the executor's id and generation, and the pipeline ("p")."""
+    return {
+        "request_id": str(uuid.uuid4()),
+        "leader_epoch": coordinator.coordinator.epoch(),
+        "executor_id": executor.executor_id,
+        "executor_generation": coordinator.coordinator.executor_generation,
+        "pipeline_name": "p",
+    }
+
+
 def _commit(
     executor: ExecutorProcess,
     coordinator: CoordinatorServer,
@@ -69,13 +80,7 @@ def _commit(
 ) -> executor_pb2.CommitCheckpointResponse:
     response: executor_pb2.CommitCheckpointResponse = executor.stub.CommitCheckpoint(
         executor_pb2.CommitCheckpointRequest(
-            request_id=str(uuid.uuid4()),
-            leader_epoch=coordinator.coordinator.epoch(),
-            executor_id=executor.executor_id,
-            executor_generation=coordinator.coordinator.executor_generation,
-            pipeline_name="p",
-            checkpoint_id=checkpoint_id,
-            handles=handles,
+            **_addressed(executor, coordinator), checkpoint_id=checkpoint_id, handles=handles
         ),
         timeout=60,
     )
@@ -89,14 +94,7 @@ def _abort(
 ) -> executor_pb2.AbortCheckpointResponse:
     response: executor_pb2.AbortCheckpointResponse = executor.stub.AbortCheckpoint(
         executor_pb2.AbortCheckpointRequest(
-            request_id=str(uuid.uuid4()),
-            leader_epoch=coordinator.coordinator.epoch(),
-            executor_id=executor.executor_id,
-            executor_generation=coordinator.coordinator.executor_generation,
-            pipeline_name="p",
-            checkpoint_id=1,
-            handles=handles,
-            reason="test",
+            **_addressed(executor, coordinator), checkpoint_id=1, handles=handles, reason="test"
         ),
         timeout=60,
     )
@@ -107,17 +105,26 @@ def _batch(name: str, count: int = 20) -> list[bytes]:
     return [f"{name}-{i:03d}".encode() for i in range(count)]
 
 
+def _precommit_a_and_b(
+    broker: KafkaBroker, new_topic: Callable[..., str]
+) -> tuple[str, str, list[common_pb2.SinkHandle]]:
+    """Two new topics with batch "a" and batch "b" pre-committed to them: the topics and the
+    two handles."""
+    topic_a, topic_b = new_topic(), new_topic()
+    handles = [
+        _precommit(broker, topic_a, _batch("a")),
+        _precommit(broker, topic_b, _batch("b")),
+    ]
+    return topic_a, topic_b, handles
+
+
 def test_commit_makes_output_visible_is_idempotent_and_never_aborts_after(
     kafka_broker: KafkaBroker,
     new_topic: Callable[..., str],
     coordinator: CoordinatorServer,
     launch_executor: Callable[..., ExecutorProcess],
 ) -> None:
-    topic_a, topic_b = new_topic(), new_topic()
-    handles = [
-        _precommit(kafka_broker, topic_a, _batch("a")),
-        _precommit(kafka_broker, topic_b, _batch("b")),
-    ]
+    topic_a, topic_b, handles = _precommit_a_and_b(kafka_broker, new_topic)
     executor = launch_executor("e1")
 
     assert _commit(executor, coordinator, handles).handles_committed == 2
@@ -190,11 +197,7 @@ def test_death_midway_through_commit_then_retry_on_another_executor(
     coordinator: CoordinatorServer,
     launch_executor: Callable[..., ExecutorProcess],
 ) -> None:
-    topic_a, topic_b = new_topic(), new_topic()
-    handles = [
-        _precommit(kafka_broker, topic_a, _batch("a")),
-        _precommit(kafka_broker, topic_b, _batch("b")),
-    ]
+    topic_a, topic_b, handles = _precommit_a_and_b(kafka_broker, new_topic)
     first = launch_executor("e1", failpoints="mid_commit_handles")
     with pytest.raises(grpc.RpcError):
         _commit(first, coordinator, handles)
@@ -255,7 +258,7 @@ def test_restore_commits_then_aborts_before_the_task_runs(
         status = script.last_status("p", 0)
         return status is not None and status.state == common_pb2.TASK_STATE_RUNNING
 
-    wait_for(running, timeout_s=60, what="task RUNNING after restore")
+    wait_for("task RUNNING after restore", running, timeout_s=60)
     assert _values(kafka_broker, topic_a) == _batch("ckpt2")
     assert _values(kafka_broker, topic_b) == _batch("ckpt3")
     assert _values(kafka_broker, topic_c) == []

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from lockgate.coordinator.group_commit import GroupCommit
+from tests.support.waits import wait_for
 
 
 class Writes:
@@ -51,14 +51,13 @@ def _queue_behind_first_write(
     first = pool.submit(group.submit, items[0])
     assert writes.first_started.wait(10)
     rest = [pool.submit(group.submit, item) for item in items[1:]]
-    # Wait (with a deadline) until every later caller is queued behind the running write.
-    deadline = time.monotonic() + 10
-    while True:
+
+    # Every later caller must be queued behind the running write before it is released.
+    def queued() -> bool:
         with group._lock:
-            if len(group._queue) == len(items) - 1:
-                break
-        assert time.monotonic() < deadline, "callers did not queue up"
-        time.sleep(0.001)  # polling pace of the condition above
+            return len(group._queue) == len(items) - 1
+
+    wait_for("every later caller to queue behind the running write", queued, timeout_s=10)
     writes.release_first.set()
     return [first, *rest]
 

@@ -30,6 +30,7 @@ from lockgate.executor.runtime.tasks import TaskPhase
 from lockgate.executor.runtime.values import ExecutorSettings, LeaderStamp, TaskRef, TriggerTask
 from lockgate.executor.worker import Worker
 from lockgate.v1 import common_pb2, coordinator_pb2
+from tests.support.waits import wait_for
 
 PIPELINE = "p"
 TASK = TaskRef(PIPELINE, 0)
@@ -133,15 +134,6 @@ def assignment(*, generation: int) -> coordinator_pb2.TaskAssignment:
     )
 
 
-def wait_until(condition: Any, what: str) -> None:
-    done = threading.Event()
-    for _ in range(int(WAIT_S / 0.01)):
-        if condition():
-            return
-        done.wait(0.01)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 @pytest.fixture
 def cluster() -> Iterator[tuple[Worker, FakeCoordinator, BlockingDataPlane]]:
     coordinator = FakeCoordinator()
@@ -158,7 +150,11 @@ def cluster() -> Iterator[tuple[Worker, FakeCoordinator, BlockingDataPlane]]:
         data_plane=data_plane,
     )
     runtime.start()
-    wait_until(lambda: [v.phase for v in runtime.statuses()] == [TaskPhase.RUNNING], "task running")
+    wait_for(
+        "task running",
+        lambda: [v.phase for v in runtime.statuses()] == [TaskPhase.RUNNING],
+        timeout_s=WAIT_S,
+    )
     try:
         yield runtime, coordinator, data_plane
     finally:
@@ -234,7 +230,7 @@ def test_abort_waits_for_the_batch_of_a_task_that_moved_away(
     runtime, coordinator, data_plane = cluster
     release = start_batch(runtime, data_plane, 1)
     coordinator.assignments = []  # the task moved to another executor
-    wait_until(lambda: runtime.statuses() == [], "the task to stop")
+    wait_for("the task to stop", lambda: runtime.statuses() == [], timeout_s=WAIT_S)
 
     answered = abort_in_background(runtime, 1)
     assert not answered.wait(0.5), "the abort was answered while the moved task's batch ran"
@@ -253,7 +249,7 @@ def test_abort_of_a_queued_checkpoint_answers_at_once_and_it_never_runs(
         pipeline_name=PIPELINE, checkpoint_id=2, handles=[], reason="t", timeout_s=0.2
     )
     release.set()
-    wait_until(lambda: coordinator.precommits == [1], "checkpoint 1's report")
+    wait_for("checkpoint 1's report", lambda: coordinator.precommits == [1], timeout_s=WAIT_S)
     start_batch(runtime, data_plane, 3).set()
-    wait_until(lambda: coordinator.precommits == [1, 3], "checkpoint 3's report")
+    wait_for("checkpoint 3's report", lambda: coordinator.precommits == [1, 3], timeout_s=WAIT_S)
     assert data_plane.ran == [1, 3], "the aborted checkpoint 2 ran"
