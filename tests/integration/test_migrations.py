@@ -26,8 +26,6 @@ from lockgate.coordinator.store.tables import metadata as coordinator_metadata
 from lockgate.schema_registry.store import SchemaStore, create_db_engine
 from lockgate.schema_registry.tables import metadata as registry_metadata
 
-pytestmark = pytest.mark.integration
-
 REGISTRY_VERSIONS = "sr_alembic_version"
 """The registry's Alembic version table, as `schema_registry/migrations/env.py` names it
 (that module runs the migrations when imported, so it is not imported here; a wrong name
