@@ -10,6 +10,9 @@ Where things live:
   the reporter;
 * :mod:`.dataplane` -- the data plane protocol, the Spark data plane, the control-only one;
 * :mod:`.committer` -- the only commit/abort path of prepared Kafka transactions;
-* :mod:`.fencing` -- the fencing rules (pure); :mod:`.spec` -- the data plane's spec
-  parser; :mod:`.errors` -- the executor's typed errors.
+* :mod:`.fencing` -- the fencing rules (pure); :mod:`.errors` -- the executor's typed
+  errors.
+
+The protocol's vocabulary (ids, offset ranges, transaction handles and the pipeline spec,
+read by the same parser the coordinator validates it with) is :mod:`lockgate.common.model`.
 """
