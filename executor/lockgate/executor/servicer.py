@@ -26,6 +26,7 @@ from lockgate.common.errors import (
     StaleTokenError,
     Unavailable,
 )
+from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import Generation, LeaderEpoch
 from lockgate.executor.committer import HandleLostError
 from lockgate.executor.convert import (
@@ -180,11 +181,13 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             ]
         )
 
-    def CommitCheckpoint(
-        self, request: executor_pb2.CommitCheckpointRequest, context: grpc.ServicerContext
-    ) -> executor_pb2.CommitCheckpointResponse:
-        """Commit a COMPLETE checkpoint's handles (step 4); idempotent, the reply is the ack."""
-        rpc = "CommitCheckpoint"
+    def _checkpoint_handles(
+        self,
+        rpc: str,
+        request: executor_pb2.CommitCheckpointRequest | executor_pb2.AbortCheckpointRequest,
+    ) -> tuple[str, tuple[TransactionHandle, ...]]:
+        """Fence a commit or abort call, then its pipeline and handles; InvalidArgument
+        names a missing pipeline, a checkpoint id below 1 or an unreadable handle."""
         self._fenced(
             rpc,
             request.leader_epoch,
@@ -193,7 +196,14 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         pipeline = _required(request.pipeline_name, "pipeline_name", "the pipeline's name")
         if request.checkpoint_id <= 0:
             raise InvalidArgument.for_field("checkpoint_id", "must be >= 1")
-        handles = handles_from_proto(request.handles, field_name="handles")
+        return pipeline, handles_from_proto(request.handles, field_name="handles")
+
+    def CommitCheckpoint(
+        self, request: executor_pb2.CommitCheckpointRequest, context: grpc.ServicerContext
+    ) -> executor_pb2.CommitCheckpointResponse:
+        """Commit a COMPLETE checkpoint's handles (step 4); idempotent, the reply is the ack."""
+        rpc = "CommitCheckpoint"
+        pipeline, handles = self._checkpoint_handles(rpc, request)
         started = self._clock()
         try:
             count = self._runtime.commit_handles(
@@ -212,15 +222,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     ) -> executor_pb2.AbortCheckpointResponse:
         """Abort a checkpoint's handles and cancel this executor's pre-commit of it."""
         rpc = "AbortCheckpoint"
-        self._fenced(
-            rpc,
-            request.leader_epoch,
-            lambda: self._check_registration(request.executor_id, request.executor_generation, rpc),
-        )
-        pipeline = _required(request.pipeline_name, "pipeline_name", "the pipeline's name")
-        if request.checkpoint_id <= 0:
-            raise InvalidArgument.for_field("checkpoint_id", "must be >= 1")
-        handles = handles_from_proto(request.handles, field_name="handles")
+        pipeline, handles = self._checkpoint_handles(rpc, request)
         started = self._clock()
         remaining = context.time_remaining()
         count = self._runtime.abort_checkpoint(

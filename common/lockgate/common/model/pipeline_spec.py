@@ -282,6 +282,17 @@ class _Checker:
             return None
         return value
 
+    def bootstrap_servers(self, kafka: Mapping[str, Any], path: str) -> str | None:
+        """`<path>.bootstrap_servers`: required, `host:port[,host:port...]`."""
+        return self.string(
+            kafka,
+            "bootstrap_servers",
+            f"{path}.bootstrap_servers",
+            required=True,
+            pattern=_BOOTSTRAP_PATTERN,
+            pattern_fix="write host:port[,host:port...], e.g. 127.0.0.1:9092",
+        )
+
     def choice(
         self,
         raw: Mapping[str, Any],
@@ -436,14 +447,7 @@ def _parse_source(c: _Checker, raw: Mapping[str, Any]) -> KafkaSource | None:
         ),
         path,
     )
-    servers = c.string(
-        kafka,
-        "bootstrap_servers",
-        f"{path}.bootstrap_servers",
-        required=True,
-        pattern=_BOOTSTRAP_PATTERN,
-        pattern_fix="write host:port[,host:port...], e.g. 127.0.0.1:9092",
-    )
+    servers = c.bootstrap_servers(kafka, path)
     topics = _parse_topics(c, kafka, f"{path}.topics")
     starting = c.choice(
         kafka,
@@ -521,14 +525,7 @@ def _parse_sink(c: _Checker, raw: Mapping[str, Any]) -> KafkaSink | None:
     c.unknown_keys(
         kafka, ("bootstrap_servers", "topic", "format", "key_format", "schema_registry_url"), path
     )
-    servers = c.string(
-        kafka,
-        "bootstrap_servers",
-        f"{path}.bootstrap_servers",
-        required=True,
-        pattern=_BOOTSTRAP_PATTERN,
-        pattern_fix="write host:port[,host:port...], e.g. 127.0.0.1:9092",
-    )
+    servers = c.bootstrap_servers(kafka, path)
     topic = c.string(
         kafka,
         "topic",

@@ -22,7 +22,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -91,6 +91,18 @@ def leader_epoch_pb(fence: Fence) -> common_pb2.LeaderEpoch:
     return common_pb2.LeaderEpoch(epoch=int(fence.leader_epoch), leader_id=str(fence.holder))
 
 
+def _addressed(fence: Fence, executor: ExecutorRecord, pipeline_name: str) -> dict[str, Any]:
+    """What every call to an executor carries: a request id (retries are idempotent), the
+    leader's epoch (the executor refuses an older one) and the registration it is for."""
+    return {
+        "request_id": uuid.uuid4().hex,
+        "leader_epoch": leader_epoch_pb(fence),
+        "executor_id": str(executor.executor_id),
+        "executor_generation": int(executor.generation),
+        "pipeline_name": pipeline_name,
+    }
+
+
 class ExecutorClient:
     """Channels to the executors, one per address, reused across calls. Thread-safe."""
 
@@ -139,11 +151,7 @@ class ExecutorClient:
         Returns at once with each task's outcome; results arrive through ReportPrecommit.
         """
         request = executor_pb2.TriggerCheckpointRequest(
-            request_id=uuid.uuid4().hex,
-            leader_epoch=leader_epoch_pb(fence),
-            executor_id=str(executor.executor_id),
-            executor_generation=int(executor.generation),
-            pipeline_name=pipeline_name,
+            **_addressed(fence, executor, pipeline_name),
             checkpoint_id=checkpoint_id,
             config_version=config_version,
             timeout_ms=timeout_ms,
@@ -193,11 +201,7 @@ class ExecutorClient:
         `bootstrap_servers`; leader-only. Returns the count the executor acked; any
         exception means "not acked, retry"."""
         request = executor_pb2.CommitCheckpointRequest(
-            request_id=uuid.uuid4().hex,
-            leader_epoch=leader_epoch_pb(fence),
-            executor_id=str(executor.executor_id),
-            executor_generation=int(executor.generation),
-            pipeline_name=pipeline_name,
+            **_addressed(fence, executor, pipeline_name),
             checkpoint_id=checkpoint_id,
             handles=[handle_to_proto(h.on(bootstrap_servers)) for h in handles],
         )
@@ -222,11 +226,7 @@ class ExecutorClient:
         """Abort the transactions of a checkpoint that will never be COMPLETE, on the sink
         cluster at `bootstrap_servers`; leader-only."""
         request = executor_pb2.AbortCheckpointRequest(
-            request_id=uuid.uuid4().hex,
-            leader_epoch=leader_epoch_pb(fence),
-            executor_id=str(executor.executor_id),
-            executor_generation=int(executor.generation),
-            pipeline_name=pipeline_name,
+            **_addressed(fence, executor, pipeline_name),
             checkpoint_id=checkpoint_id,
             handles=[handle_to_proto(t.handle.on(bootstrap_servers)) for t in transactions],
             reason=reason,
