@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
-from lockgate.common.model.offsets import OffsetRange, TopicPartition
+from lockgate.common.model.offsets import OffsetRange, TopicPartition, next_offsets
 from lockgate.coordinator.domain.checkpoints import (
     PendingCommit,
     aborts_cascading_from,
@@ -14,7 +14,6 @@ from lockgate.coordinator.domain.checkpoints import (
     completion_blocker,
     is_complete,
     is_timed_out,
-    next_offsets,
     should_trigger,
 )
 from lockgate.coordinator.domain.states import CheckpointState

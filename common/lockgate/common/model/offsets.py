@@ -8,6 +8,7 @@ a `read_committed` reader never sees, so a range of 10 offsets may hold fewer re
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -71,7 +72,7 @@ def split_range(offset_range: OffsetRange, max_offsets: int) -> list[OffsetRange
     ]
 
 
-def next_offsets(ranges: tuple[OffsetRange, ...] | list[OffsetRange]) -> dict[TopicPartition, int]:
+def next_offsets(ranges: Iterable[OffsetRange]) -> dict[TopicPartition, int]:
     """Where each partition resumes after these ranges: the highest end offset seen."""
     result: dict[TopicPartition, int] = {}
     for r in ranges:

@@ -233,15 +233,6 @@ def commit_order(pending: Iterable[PendingCommit]) -> list[PendingCommit]:
     return sorted(pending, key=lambda p: (p.pipeline_id, p.checkpoint_id))
 
 
-def next_offsets(ranges: Iterable[OffsetRange]) -> dict[TopicPartition, int]:
-    """The restore position after a set of ranges: the highest end offset per partition."""
-    result: dict[TopicPartition, int] = {}
-    for r in ranges:
-        tp = r.topic_partition
-        result[tp] = max(result.get(tp, r.end_offset), r.end_offset)
-    return result
-
-
 @dataclass(frozen=True)
 class TriggerPlan:
     """What triggering checkpoint N writes: N, and each task's slot and transactional id."""

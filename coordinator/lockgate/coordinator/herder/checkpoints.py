@@ -42,13 +42,13 @@ from lockgate.coordinator.domain.checkpoints import (
     LingeringTransaction,
     PendingCommit,
     commit_order,
-    should_trigger,
+    trigger_due,
 )
 from lockgate.coordinator.domain.errors import FailedPrecondition, IllegalTransition, NotFound
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
-from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
+from lockgate.coordinator.domain.states import CheckpointState, TargetState
 from lockgate.coordinator.herder.executors import (
     CheckpointTaskCall,
     ExecutorCallFailed,
@@ -366,16 +366,17 @@ class CheckpointDriver:
         lingering = {t.pipeline_id for t in self._store.checkpoints.list_lingering_transactions()}
         for pipeline in pipelines:
             tasks = tasks_by_pipeline.get(pipeline.pipeline_id, [])
-            if not tasks or pipeline.pipeline_id in lingering:
-                continue
-            if not all(
-                t.executor_id in alive
-                and t.state is TaskState.RUNNING
-                and t.state_executor_id == t.executor_id
-                for t in tasks
+            recent = self._store.checkpoints.list_checkpoints(
+                pipeline_id=pipeline.pipeline_id, limit=4
+            )
+            if not trigger_due(
+                pipeline=pipeline,
+                tasks=tasks,
+                live_executors=frozenset(alive),
+                recent=recent,
+                has_lingering=pipeline.pipeline_id in lingering,
+                now_ms=now_ms,
             ):
-                continue
-            if not self._due(pipeline, now_ms):
                 continue
             try:
                 checkpoint = self._lease.leader_call(
@@ -388,17 +389,6 @@ class CheckpointDriver:
                 _LOG.debug("not triggering %s: %s", pipeline.pipeline_id, exc)
                 continue
             self._send_trigger(fence, pipeline, checkpoint, tasks, alive)
-
-    def _due(self, pipeline: PipelineRecord, now_ms: int) -> bool:
-        recent = self._store.checkpoints.list_checkpoints(pipeline_id=pipeline.pipeline_id, limit=4)
-        if any(c.state is CheckpointState.TRIGGERED for c in recent):
-            return False
-        return should_trigger(
-            last_triggered_at_ms=recent[0].triggered_at_ms if recent else None,
-            now_ms=now_ms,
-            interval_ms=pipeline.spec.checkpoint.interval_ms,
-            in_flight=sum(1 for c in recent if c.in_flight),
-        )
 
     def _trigger_calls(
         self, pipeline: PipelineRecord, checkpoint: CheckpointRecord, tasks: Iterable[TaskRecord]

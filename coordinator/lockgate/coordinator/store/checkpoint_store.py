@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import CheckpointId, LeaderEpoch, PipelineId, TaskId, split_task_id
-from lockgate.common.model.offsets import OffsetRange
+from lockgate.common.model.offsets import OffsetRange, next_offsets
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
     LingeringTransaction,
@@ -32,7 +32,6 @@ from lockgate.coordinator.domain.checkpoints import (
     check_handles_abortable,
     checkpoints_to_complete,
     first_timed_out,
-    next_offsets,
     plan_abort,
     plan_trigger,
     restore_states_of,
