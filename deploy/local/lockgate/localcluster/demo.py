@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import logging
 import os
 import signal
 import subprocess
@@ -38,8 +39,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from lockgate.common.grpc_client import open_channel
-from lockgate.localcluster.kafka import create_topic, read_visible
-from lockgate.localcluster.process import is_alive, lockgate_home, read_pid_file, repo_root
+from lockgate.localcluster.kafka import (
+    LIBRDKAFKA_LOGGER,
+    client_config,
+    create_topic,
+    read_visible,
+)
+from lockgate.localcluster.process import (
+    is_alive,
+    lockgate_home,
+    log_path,
+    read_pid_file,
+    repo_root,
+)
 from lockgate.localcluster.services import COORDINATOR_PORTS
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
@@ -64,7 +76,7 @@ class DemoResult:
 
 def seed_input(bootstrap_servers: str, topic: str, *, records: int, partitions: int) -> None:
     """Write ``records`` small keyed records, value ``rec-<n>`` (unique), over the partitions."""
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 50})
+    producer = Producer(client_config(bootstrap_servers, {"linger.ms": 50}))
     for n in range(records):
         while True:
             try:
@@ -150,9 +162,22 @@ def check(bootstrap_servers: str, sink: str, *, records: int, began: float) -> D
     )
 
 
+def log_librdkafka_to_file(path: Path) -> None:
+    """Send librdkafka's log lines to `path` instead of the demo's output, which shows only
+    the demo's own lines."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    librdkafka = logging.getLogger(LIBRDKAFKA_LOGGER)
+    librdkafka.addHandler(handler)
+    librdkafka.setLevel(logging.INFO)
+    librdkafka.propagate = False
+
+
 def run(args: argparse.Namespace) -> int:
     """The demo; returns the exit status."""
     home = lockgate_home(args.home)
+    log_librdkafka_to_file(log_path(home, "demo-librdkafka"))
     run_id = uuid.uuid4().hex[:6]
     source, sink, name = f"demo-input-{run_id}", f"demo-output-{run_id}", f"copy-{run_id}"
     bootstrap = args.bootstrap_servers

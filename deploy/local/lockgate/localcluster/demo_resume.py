@@ -24,7 +24,12 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from lockgate.common.kafka_transactions import TransactionResumeError, commit_transaction
 from lockgate.common.model.handles import TransactionHandle
-from lockgate.localcluster.kafka import create_topic, is_broker_ready, read_visible
+from lockgate.localcluster.kafka import (
+    client_config,
+    create_topic,
+    is_broker_ready,
+    read_visible,
+)
 from lockgate.localcluster.process import ProcessStartError, wait_until
 
 
@@ -35,15 +40,17 @@ def _say(step: str, text: str) -> None:
 def visible_now(bootstrap_servers: str, topic: str, *, isolation_level: str) -> int:
     """How many records of partition 0 a consumer sees right now (reads up to its end)."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": f"lockgate-demo-{uuid.uuid4().hex}",
-            "isolation.level": isolation_level,
-            "enable.auto.commit": False,
-            # For read_committed, "the end" is the last stable offset: an open transaction
-            # stops the reader before its first record.
-            "enable.partition.eof": True,
-        }
+        client_config(
+            bootstrap_servers,
+            {
+                "group.id": f"lockgate-demo-{uuid.uuid4().hex}",
+                "isolation.level": isolation_level,
+                "enable.auto.commit": False,
+                # For read_committed, "the end" is the last stable offset: an open
+                # transaction stops the reader before its first record.
+                "enable.partition.eof": True,
+            },
+        )
     )
     try:
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])

@@ -11,12 +11,15 @@ stays at Kafka's default (15 minutes) so tests see the same limits production do
 from __future__ import annotations
 
 import base64
+import logging
 import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -65,6 +68,25 @@ appender.stderr.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = WARN
 rootLogger.appenderRef.stderr.ref = stderr
 """
+
+
+#: The Python logger librdkafka's own log lines go to (``%6|...|BGQUEUE|...`` otherwise lands
+#: on stderr, in the middle of a command's output); with no handler configured, Python prints
+#: only its warnings and errors.
+LIBRDKAFKA_LOGGER = "lockgate.localcluster.librdkafka"
+
+
+def client_config(
+    bootstrap_servers: str, settings: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Settings of a confluent-kafka client (Producer, Consumer, AdminClient) of the local
+    tooling: `bootstrap_servers`, librdkafka's log routed to :data:`LIBRDKAFKA_LOGGER`, then
+    `settings` (librdkafka's names)."""
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "logger": logging.getLogger(LIBRDKAFKA_LOGGER),
+        **(settings or {}),
+    }
 
 
 class KafkaSetupError(RuntimeError):
@@ -240,13 +262,15 @@ def tools_log4j2(home: Path) -> Path:
 def is_broker_ready(bootstrap_servers: str, *, timeout_s: float = 1.0) -> bool:
     """True if a metadata request to ``bootstrap_servers`` succeeds and lists a broker."""
     admin = AdminClient(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "socket.connection.setup.timeout.ms": 1000,
-            # "Connection refused" is the expected answer while the broker starts: keep
-            # librdkafka from printing it on stderr every 50 ms.
-            "log_level": 0,
-        }
+        client_config(
+            bootstrap_servers,
+            {
+                "socket.connection.setup.timeout.ms": 1000,
+                # "Connection refused" is the expected answer while the broker starts: keep
+                # librdkafka from logging it every 50 ms.
+                "log_level": 0,
+            },
+        )
     )
     try:
         metadata = admin.list_topics(timeout=timeout_s)
@@ -312,7 +336,7 @@ def create_topic(
     """Create topic ``name`` with replication factor 1 and wait until it is created."""
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {partitions}")
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(client_config(bootstrap_servers))
     futures = admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=1)],
         operation_timeout=timeout_s,
@@ -340,14 +364,14 @@ def _write_sentinels(
 ) -> tuple[list[int], bytes]:
     """Write one fresh sentinel record to every partition of `topic`; the partitions and
     the sentinel's value."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(client_config(bootstrap_servers))
     metadata = admin.list_topics(topic=topic, timeout=timeout_s)
     topic_metadata = metadata.topics.get(topic)
     if topic_metadata is None or topic_metadata.error is not None:
         raise ValueError(f"topic {topic!r} does not exist on {bootstrap_servers}")
     partitions = sorted(topic_metadata.partitions)
     sentinel = SENTINEL_PREFIX + uuid.uuid4().hex.encode()
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "acks": "all"})
+    producer = Producer(client_config(bootstrap_servers, {"acks": "all"}))
     for partition in partitions:
         producer.produce(topic, value=sentinel, partition=partition)
     if producer.flush(timeout_s) != 0:
@@ -379,13 +403,15 @@ def read_visible(
     partitions, sentinel = _write_sentinels(bootstrap_servers, topic, timeout_s=timeout_s)
 
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": f"lockgate-reader-{uuid.uuid4().hex}",
-            "isolation.level": isolation_level,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
+        client_config(
+            bootstrap_servers,
+            {
+                "group.id": f"lockgate-reader-{uuid.uuid4().hex}",
+                "isolation.level": isolation_level,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            },
+        )
     )
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
