@@ -199,7 +199,8 @@ def test_undecodable_record_with_tolerance_none_fails_the_task_and_shows_where(
         explain=cluster.logs_tail,
     )
     error = _failed_tasks(cluster, name)[0]["last_error"]
-    assert error.get("record") == {"topic": source, "offset": "7"}  # partition 0 is omitted
+    # --json prints every field: partition 0 is there like any other partition.
+    assert error.get("record") == {"topic": source, "partition": 0, "offset": "7"}
     table = cluster.cli("pipeline", "status", name).stdout
     assert "FAILED" in table
     # The human view names where, too: topic, partition and offset of the bad record.

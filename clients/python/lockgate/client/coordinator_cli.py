@@ -2,8 +2,9 @@
 
 Calls go to ``--coordinator`` (one or several comma-separated addresses, env
 ``LOCKGATE_COORDINATOR``) through a leader-following channel, so any replica will do.
-Readable tables by default, ``--json`` for scripts. The lead wires the two apps into the
-main CLI::
+Readable tables by default, ``--json`` for scripts (every field, zero values included). Exit
+status 0 on success, 2 for invalid input (a bad file or argument, INVALID_ARGUMENT), 1 for
+other failures. The lead wires the two apps into the main CLI::
 
     app.add_typer(coordinator_cli.cluster_app, name="cluster")
     app.add_typer(coordinator_cli.pipeline_app, name="pipeline")
@@ -65,7 +66,9 @@ CoordinatorOption = Annotated[
         help=f"Coordinator address(es), comma-separated HOST:PORT (env {COORDINATOR_ENV}).",
     ),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print the answer as JSON, every field included.")
+]
 NameArgument = Annotated[str, typer.Argument(help="Pipeline name.")]
 
 
@@ -209,11 +212,18 @@ def _call(
             )
 
 
-def _print_json(message: Message) -> None:
-    sys.stdout.write(
-        json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True), indent=2)
-        + "\n"
+def message_json(message: Message) -> dict[str, Any]:
+    """`message` in the proto JSON mapping with proto field names and every field, zero
+    values included (partition 0 keeps its ``partition`` key), as scripts expect."""
+    document: dict[str, Any] = json_format.MessageToDict(
+        message, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
     )
+    return document
+
+
+def _print_json(document: Message | Mapping[str, Any]) -> None:
+    shown = message_json(document) if isinstance(document, Message) else dict(document)
+    sys.stdout.write(json.dumps(shown, indent=2) + "\n")
 
 
 def _time(ts: timestamp_pb2.Timestamp) -> str:
@@ -498,7 +508,12 @@ def pipeline_delete(
 ) -> None:
     """Finish or abort its checkpoints, then remove it with its history."""
     request = coordinator_pb2.DeletePipelineRequest(request_id=uuid.uuid4().hex, name=name)
-    _verb(name, coordinator, as_json, lambda s: s.DeletePipeline(request, timeout=60.0), "deleted")
+    _call(coordinator, lambda s: s.DeletePipeline(request, timeout=60.0))
+    if as_json:
+        # DeletePipelineResponse is empty: say what was deleted instead of printing `{}`.
+        _print_json({"name": name, "deleted": True})
+        return
+    _out.print(f"pipeline [bold]{name}[/bold] deleted")
 
 
 def _parse_offset(text: str) -> common_pb2.PartitionOffset:
