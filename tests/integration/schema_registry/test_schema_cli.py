@@ -51,7 +51,7 @@ def test_schema_cli(sqlite_registry: RegistryProcess, tmp_path: Path) -> None:
     result = runner.invoke(app, ["config", "clicks-value", "--set", "full", *url])
     assert "compatibility is FULL" in result.output
     result = runner.invoke(app, ["config", "--set", "sideways", *url])
-    assert result.exit_code == 1 and "error 42203" in result.output
+    assert result.exit_code == 2 and "error 42203" in result.output
 
     result = runner.invoke(app, ["delete", "clicks-value", "--version", "1", *url])
     assert result.exit_code == 0 and "soft-deleted clicks-value version(s) 1" in result.output
@@ -63,3 +63,35 @@ def test_unreachable_registry_says_so() -> None:
     result = CliRunner().invoke(app, ["subjects", "--registry", "http://127.0.0.1:9"])
     assert result.exit_code == 1
     assert "cannot reach the schema registry" in result.output
+
+
+def test_invalid_input_exits_2_and_other_failures_1(
+    sqlite_registry: RegistryProcess, tmp_path: Path
+) -> None:
+    """The exit-status convention of every `lockgate` command: 2 for invalid input (a missing
+    file, an invalid schema, version or level, as the pipeline CLI exits for a bad file), 1
+    for other failures (an unknown subject, an incompatible schema refused with 409)."""
+    runner = CliRunner()
+    url = ["--registry", sqlite_registry.url]
+    not_avro = tmp_path / "not-avro.avsc"
+    not_avro.write_text('{"type": "record", "name": "X", "fields": [{"name": "a"}]}')
+    invalid = {
+        "invalid schema": (["register", "x-value", str(not_avro)], "error 42201"),
+        "missing file": (["register", "x-value", str(tmp_path / "none.avsc")], "not found"),
+        "invalid level": (["config", "--set", "sideways"], "error 42203"),
+        "invalid version": (["get", "x-value", "minus-one"], "error 42202"),
+    }
+    for what, (args, said) in invalid.items():
+        result = runner.invoke(app, [*args, *url])
+        shown = " ".join(result.output.split())  # the console wraps long lines
+        assert result.exit_code == 2 and said in shown, (what, result.output)
+
+    v1 = tmp_path / "v1.avsc"
+    v1.write_text(json.dumps(V1))
+    v3 = tmp_path / "v3.avsc"
+    v3.write_text(json.dumps(V3))
+    assert runner.invoke(app, ["register", "exit-value", str(v1), *url]).exit_code == 0
+    conflict = runner.invoke(app, ["register", "exit-value", str(v3), *url])
+    assert conflict.exit_code == 1 and "error 409" in conflict.output, conflict.output
+    missing = runner.invoke(app, ["versions", "nope-value", *url])
+    assert missing.exit_code == 1 and "error 40401" in missing.output, missing.output

@@ -3,6 +3,9 @@
 Speaks the registry's Confluent-compatible REST API, so it also works against Confluent
 Schema Registry or Karapace. Readable tables by default, ``--json`` for scripts. The lead
 wires ``app`` into the main CLI with ``app.add_typer(schema_cli.app, name="schema")``.
+
+Exit status as every ``lockgate`` command: 0 on success, 2 for invalid input (a missing file,
+HTTP 400 or 422: an invalid schema, version or compatibility level), 1 for other failures.
 """
 
 from __future__ import annotations
@@ -54,8 +57,21 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print the raw JSON ans
 DeletedOption = Annotated[bool, typer.Option("--deleted", help="Include soft-deleted entries.")]
 
 
+#: HTTP statuses that mean the request itself is invalid (Confluent: 42201 invalid schema,
+#: 42202 invalid version, 42203 invalid compatibility level, ...): exit status 2, as every
+#: `lockgate` command exits for invalid input.
+_INVALID_INPUT_STATUSES = frozenset({400, 422})
+
+
 class RegistryCallError(Exception):
-    """The registry answered an error, or could not be reached; the message says which."""
+    """The registry answered an error, or could not be reached; the message says which.
+
+    ``invalid_input`` is true when the registry refused the request as invalid (HTTP 400 or
+    422), as opposed to a missing subject, a conflict or an unreachable registry."""
+
+    def __init__(self, message: str, *, invalid_input: bool = False) -> None:
+        super().__init__(message)
+        self.invalid_input = invalid_input
 
 
 def _call(registry: str, method: str, path: str, **kwargs: Any) -> Any:
@@ -79,9 +95,12 @@ def _call(registry: str, method: str, path: str, **kwargs: Any) -> Any:
     except ValueError:
         body = None
     if response.status_code >= 400:
+        invalid = response.status_code in _INVALID_INPUT_STATUSES
         if isinstance(body, dict) and "message" in body:
-            raise RegistryCallError(f"error {body.get('error_code')}: {body['message']}")
-        raise RegistryCallError(f"HTTP {response.status_code} from {url}")
+            raise RegistryCallError(
+                f"error {body.get('error_code')}: {body['message']}", invalid_input=invalid
+            )
+        raise RegistryCallError(f"HTTP {response.status_code} from {url}", invalid_input=invalid)
     return body
 
 
@@ -90,7 +109,7 @@ def _run(registry: str, method: str, path: str, **kwargs: Any) -> Any:
         return _call(registry, method, path, **kwargs)
     except RegistryCallError as exc:
         _err.print(f"[red]{exc}[/red]", highlight=False)
-        raise typer.Exit(1) from None
+        raise typer.Exit(2 if exc.invalid_input else 1) from None
 
 
 def _subject_path(subject: str) -> str:
@@ -113,7 +132,8 @@ def _read_schema(source: str) -> str:
 
 
 def _print_json(value: Any) -> None:
-    _out.print_json(json.dumps(value))
+    # Plain text, not rich's print_json: a script gets the JSON whatever the terminal width.
+    sys.stdout.write(json.dumps(value, indent=2) + "\n")
 
 
 def _show_version(answer: dict[str, Any]) -> None:
@@ -238,7 +258,8 @@ def check(
     registry: RegistryOption = DEFAULT_REGISTRY,
     as_json: JsonOption = False,
 ) -> None:
-    """Would the subject accept this schema? Exit status 0 yes, 1 no (reasons printed)."""
+    """Would the subject accept this schema? Exit status 0 yes, 1 no (reasons printed),
+    2 if the schema itself is invalid."""
     path = f"/compatibility{_subject_path(subject)}/versions"
     if version is not None:
         path += "/" + quote(version, safe="")
