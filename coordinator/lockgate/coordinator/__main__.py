@@ -150,14 +150,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.reassign_delay_ms < 0:
         print("error: --reassign-delay-ms must be >= 0", file=sys.stderr)
         return 2
-    store = _open_state(args.db)
-    if isinstance(store, int):
-        return store
-    try:
+    try:  # before _open_state: a bad OTEL_* value must not leave a migrated database
         telemetry = setup_telemetry(SERVICE_NAME, service_instance_id=args.id)
     except TelemetryConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    store = _open_state(args.db)
+    if isinstance(store, int):
+        return store
     advertise = args.advertise or args.listen
     host, _, port = advertise.rpartition(":")
     if host in ("0.0.0.0", "[::]", "") or port in ("0", ""):

@@ -34,7 +34,7 @@ import grpc
 from lockgate.common.failpoints import FailpointConfigError, Failpoints
 from lockgate.common.grpc_client import open_channel
 from lockgate.common.grpc_server import ServerBindError, build_server
-from lockgate.common.telemetry import setup_telemetry
+from lockgate.common.telemetry import TelemetryConfigError, setup_telemetry
 from lockgate.executor.coordinator_client import GrpcCoordinatorClient
 from lockgate.executor.dataplane.control_only import ControlOnlyDataPlane
 from lockgate.executor.dataplane.protocol import DataPlane
@@ -144,7 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     coordinators, spark_conf, failpoints = _checked_options(parser, args)
-    telemetry = setup_telemetry("lockgate-executor", service_instance_id=args.id)
+    try:
+        telemetry = setup_telemetry("lockgate-executor", service_instance_id=args.id)
+    except TelemetryConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     data_plane: DataPlane = (
         SparkDataPlane(master=args.spark_master, conf=spark_conf)
         if args.data_plane == "spark"

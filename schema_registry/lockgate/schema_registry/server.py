@@ -48,7 +48,11 @@ from lockgate.common.grpc_server import (
     build_server,
     describe_port_holder,
 )
-from lockgate.common.telemetry import setup_telemetry
+from lockgate.common.telemetry import (
+    TelemetryConfigError,
+    setup_telemetry,
+    telemetry_config_from_env,
+)
 from lockgate.schema_registry.avro_schema import DEFAULT_MAX_SCHEMA_BYTES
 from lockgate.schema_registry.grpc_service import SERVICE_FULL_NAME, add_to_server
 from lockgate.schema_registry.registry import SchemaRegistry
@@ -279,6 +283,12 @@ def run(options: ServerOptions) -> int:
         _parse_listen("--grpc", options.grpc_listen, DEFAULT_GRPC)
         _parse_listen("--http", options.http_listen, DEFAULT_HTTP)
     except _ListenError as exc:
+        print(f"{SERVICE_NAME}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        # Configuration first: a bad OTEL_* value is refused before the database is migrated.
+        telemetry_config_from_env(SERVICE_NAME)
+    except TelemetryConfigError as exc:
         print(f"{SERVICE_NAME}: {exc}", file=sys.stderr)
         return 2
     if options.processes > 1:
