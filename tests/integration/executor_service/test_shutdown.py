@@ -3,7 +3,7 @@
 A real executor process with its SparkSession runs a checkpoint whose Python transform
 never returns, against a scripted coordinator and a real broker. On SIGTERM it cancels its
 Spark jobs and exits 0 within the bound, its JVM and Python workers gone; a batch no
-cancellation reaches makes it kill its children and exit 124 at the bound instead of
+cancellation reaches makes it kill its children and exit 124 within the bound instead of
 lingering (issue 16: an executor blocked in py4j outlived SIGTERM by minutes).
 """
 
@@ -159,7 +159,7 @@ def test_sigterm_cancels_a_batch_stuck_in_spark_and_exits_0_within_the_bound(
     assert coordinator.coordinator.precommits == [], "a cancelled batch reported a pre-commit"
 
 
-def test_a_batch_no_cancellation_reaches_ends_at_the_bound_with_its_children_killed(
+def test_a_batch_no_cancellation_reaches_ends_within_the_bound_with_children_killed(
     stuck_executor: Callable[..., ExecutorProcess],
 ) -> None:
     bound_s = 4.0
