@@ -49,6 +49,7 @@ from lockgate.localcluster.process import (
 )
 from lockgate.v1 import schema_registry_pb2 as sr_pb
 from lockgate.v1 import schema_registry_pb2_grpc as sr_grpc
+from tests.support.processes import children, descendants, pid_alive
 from tests.support.waits import wait_for
 
 SCHEMA = json.dumps({"type": "record", "name": "Cluster", "fields": [{"name": "a", "type": "int"}]})
@@ -120,32 +121,6 @@ def _cluster(
     )
 
 
-def _children(pid: int) -> list[int]:
-    """Live processes whose parent is ``pid`` (the registry's workers)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (an executor's Spark JVM and its Python workers)."""
-    found: list[int] = []
-    stack = [pid]
-    while stack:
-        for child in _children(stack.pop()):
-            found.append(child)
-            stack.append(child)
-    return found
-
-
 @contextlib.contextmanager
 def _squatted_port() -> Iterator[int]:
     """A loopback port this test process listens on (so any other bind to it fails) while the
@@ -190,7 +165,7 @@ def test_cluster_up_with_services_status_down_leaves_nothing_running(tmp_path: P
         assert all(r is not None and is_alive(r) for r in records.values()), records
         executor = records["executor-e1"]
         assert executor is not None
-        spark = _descendants(executor.pid)
+        spark = descendants(executor.pid)
         assert spark, "the executor started no SparkSession process"
 
         status = _cluster(home, ports, "status", services=services)
@@ -205,20 +180,12 @@ def test_cluster_up_with_services_status_down_leaves_nothing_running(tmp_path: P
             assert record is not None
             assert f"{name}: stopped pid {record.pid}" in down.stdout, down.stdout
             assert not is_alive(record)
-        left = [pid for pid in spark if _pid_alive(pid)]
+        left = [pid for pid in spark if pid_alive(pid)]
         assert not left, f"processes the executor started outlived `down`: {left}"
         for port in (ports.kafka, *coordinator_ports, executor_port):
             assert port_holder(port) is None, f"port {port} still held"
     finally:
         _cluster(home, ports, "down", services=services)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return fields[0] != "Z"
 
 
 def test_cluster_up_status_down(tmp_path: Path) -> None:
@@ -243,7 +210,7 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
         assert (home / "log" / f"{SCHEMA_REGISTRY}.log").exists()
         assert is_broker_ready(f"127.0.0.1:{ports.kafka}")
         # One worker process per core (none on a single core): all must stop with `down`.
-        workers = _children(registry.pid)
+        workers = children(registry.pid)
 
         # The registry works over both APIs, on its SQLite file in the home.
         rest = f"http://{ports.registry_http_address}"
@@ -277,7 +244,7 @@ def test_cluster_up_status_down(tmp_path: Path) -> None:
         assert down.stdout.index(SCHEMA_REGISTRY) < down.stdout.index("kafka: stopped")
         assert not is_alive(record)
         assert not is_alive(registry)
-        assert not any(_pid_alive(worker) for worker in workers)
+        assert not any(pid_alive(worker) for worker in workers)
         for port in (ports.kafka, ports.registry_grpc, ports.registry_http):
             assert port_holder(port) is None
         assert not is_registry_ready(ports.registry_http_address, timeout_s=0.5)
@@ -319,12 +286,12 @@ def test_registry_port_taken_is_named_and_nothing_is_left_running(tmp_path: Path
 def test_registry_workers_do_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
     settings, running = _two_worker_registry(tmp_path)
     try:
-        workers = _children(running.pid)
+        workers = children(running.pid)
         assert len(workers) == 2
         os.kill(running.pid, signal.SIGKILL)
         wait_for(
             "the registry's workers exiting after their supervisor was killed",
-            lambda: not any(_pid_alive(worker) for worker in workers),
+            lambda: not any(pid_alive(worker) for worker in workers),
             timeout_s=30,
         )
         wait_for(
@@ -446,7 +413,7 @@ def test_registry_stops_whole_when_one_worker_dies(tmp_path: Path) -> None:
     record = read_pid_file(tmp_path, SCHEMA_REGISTRY)
     assert record is not None
     try:
-        workers = _children(running.pid)
+        workers = children(running.pid)
         assert len(workers) == 2
         os.kill(workers[0], signal.SIGKILL)
         # A registry missing a worker would refuse a share of connections: it stops instead,
@@ -456,7 +423,7 @@ def test_registry_stops_whole_when_one_worker_dies(tmp_path: Path) -> None:
             lambda: not is_alive(record),
             timeout_s=30,
         )
-        assert not any(_pid_alive(worker) for worker in workers)
+        assert not any(pid_alive(worker) for worker in workers)
         log = (tmp_path / "log" / f"{SCHEMA_REGISTRY}.log").read_text()
         assert f"worker pid {workers[0]} exited with code -9" in log
         assert port_holder(settings.registry_http_port) is None

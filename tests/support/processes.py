@@ -43,6 +43,41 @@ def failpoint_env(failpoints: str = "") -> dict[str, str]:
     return {FAILPOINTS_ENV: failpoints}
 
 
+def children(pid: int) -> list[int]:
+    """Live (not zombie) processes whose parent is ``pid`` (a registry's workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (an executor's Spark JVM and its Python workers)."""
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        for child in children(stack.pop()):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` is a live process (a zombie has exited and counts as gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"
+
+
 @dataclass
 class ChildProcess:
     """A service process started by :func:`start_child`."""

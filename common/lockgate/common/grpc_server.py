@@ -409,27 +409,33 @@ class LockgateServer:
         return bool(self.server.wait_for_termination(timeout))
 
     def serve_until_signal(
-        self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
+        self,
+        signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT),
+        *,
+        on_signal: Callable[[signal.Signals], None] | None = None,
     ) -> signal.Signals:
         """Serve until one of ``signals`` arrives, then stop gracefully and flush telemetry.
 
-        Must run in the main thread (Python only delivers signals there). Returns the
-        signal that ended serving.
+        Must run in the main thread (Python only delivers signals there). ``on_signal``
+        runs there as soon as the signal is seen, before the server stops (the executor
+        starts its shutdown bound with it). Returns the signal that ended serving.
         """
         received: list[signal.Signals] = []
         arrived = threading.Event()
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
+        def record(signum: int, frame: FrameType | None) -> None:
             received.append(signal.Signals(signum))
             arrived.set()
 
-        previous = {sig: signal.signal(sig, on_signal) for sig in signals}
+        previous = {sig: signal.signal(sig, record) for sig in signals}
         try:
             # A timed wait keeps the main thread returning to the interpreter, where
             # signal handlers run.
             while not arrived.wait(timeout=0.5):
                 pass
             _LOG.info("%s: %s received, stopping", self.service_name, received[0].name)
+            if on_signal is not None:
+                on_signal(received[0])
             self.stop()
         finally:
             for sig, handler in previous.items():

@@ -6,9 +6,11 @@
 Start-up order: read the failpoints (a typo is refused before anything starts), serve
 ``ExecutorService`` (calls answer UNAVAILABLE until registered), build the SparkSession
 and run its warm-up job (so the first checkpoint does not pay for it), then register with
-the coordinator and heartbeat. SIGTERM or SIGINT stops serving, stops the tasks and
-deregisters. Exit status: 0 after a signal, 2 for bad arguments, 1 if start-up failed,
-137 when a failpoint fires.
+the coordinator and heartbeat. SIGTERM or SIGINT stops serving, stops the tasks, cancels
+their running Spark jobs and waits for their batches, deregisters, and stops the
+SparkSession and its JVM, all within ``--shutdown-timeout-s`` (see :mod:`.shutdown`).
+Exit status: 0 after a signal, 2 for bad arguments, 1 if start-up failed,
+124 if the shutdown bound passed (its children killed), 137 when a failpoint fires.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 import argparse
 import dataclasses
 import logging
+import math
 import sys
 from collections.abc import Sequence
 
@@ -42,10 +45,20 @@ from lockgate.executor.dataplane.spark import SparkDataPlane
 from lockgate.executor.fencing import LeaderEpochFence
 from lockgate.executor.runtime.values import ExecutorSettings
 from lockgate.executor.servicer import ExecutorServicer
+from lockgate.executor.shutdown import (
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    EXIT_SHUTDOWN_TIMEOUT,
+    ShutdownBound,
+)
 from lockgate.executor.worker import Worker
 from lockgate.v1 import coordinator_pb2_grpc, executor_pb2, executor_pb2_grpc
 
 _LOG = logging.getLogger("lockgate.executor")
+#: Most seconds running calls get to finish once a signal arrived.
+_SERVER_GRACE_S = 2.0
+#: Share of the shutdown bound kept, after waiting for the batches, for the deregistration
+#: and the end of the SparkSession and its JVM.
+_KEEP_AFTER_BATCHES = 0.3
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
@@ -90,6 +103,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-tasks", type=int, default=0, help="most tasks to accept; 0 = no limit"
     )
+    parser.add_argument(
+        "--shutdown-timeout-s",
+        type=float,
+        default=DEFAULT_SHUTDOWN_TIMEOUT_S,
+        help="seconds from SIGTERM/SIGINT to exit: running Spark jobs are cancelled; past "
+        f"this the executor kills its children and exits {EXIT_SHUTDOWN_TIMEOUT}",
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return parser
 
@@ -120,6 +140,10 @@ def _checked_options(
     naming the flag (or the LOCKGATE_FAILPOINTS entry) and the fix."""
     if not args.id or not set(args.id) <= _ID_CHARS or len(args.id) > 100:
         parser.error(f"--id {args.id!r}: use 1 to 100 characters of [a-zA-Z0-9._-]")
+    if not 0 < args.shutdown_timeout_s < math.inf:
+        parser.error(
+            f"--shutdown-timeout-s {args.shutdown_timeout_s}: use a finite number of seconds > 0"
+        )
     try:
         coordinators = _coordinators(args.coordinator)
         spark_conf = _spark_conf(args.spark_conf)
@@ -178,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ExecutorServicer(runtime, coordinator_addresses=coordinators), server
         )
 
+    bound = ShutdownBound(args.shutdown_timeout_s)
     try:
         server = build_server(
             service_name="lockgate-executor",
@@ -187,6 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 executor_pb2.DESCRIPTOR.services_by_name["ExecutorService"].full_name
             ],
             telemetry=telemetry,
+            # Calls still running get a short grace: the batches they may wait for are
+            # only cancelled after the server stopped.
+            grace_seconds=min(_SERVER_GRACE_S, bound.timeout_s / 4),
         )
     except (ServerBindError, ValueError) as exc:
         _LOG.error("%s", exc)
@@ -208,12 +236,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.data_plane,
     )
     try:
-        server.serve_until_signal()
+        server.serve_until_signal(on_signal=lambda _: bound.arm())
     finally:
-        runtime.stop()
-        data_plane.stop()
+        _shut_down(runtime, data_plane, bound)
         channel.close()
     return 0
+
+
+def _shut_down(runtime: Worker, data_plane: DataPlane, bound: ShutdownBound) -> None:
+    """Cancel and wait for the batches, deregister, stop the SparkSession and its JVM, all
+    within ``bound``. A batch that outlives its cancellation ends the process at once after
+    the deregistration (its children killed, exit ``EXIT_SHUTDOWN_TIMEOUT``): nothing else
+    would end it."""
+    still_running = runtime.stop(
+        batch_timeout_s=bound.remaining(keep_s=bound.timeout_s * _KEEP_AFTER_BATCHES)
+    )
+    if still_running:
+        bound.give_up(
+            "the batch of "
+            + ", ".join(str(ref) for ref in still_running)
+            + " did not end when its Spark jobs were cancelled"
+        )
+    data_plane.stop(timeout_s=bound.remaining())
 
 
 if __name__ == "__main__":

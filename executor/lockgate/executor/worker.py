@@ -46,6 +46,7 @@ from lockgate.executor.runtime.values import (
     ExecutorSettings,
     LeaderStamp,
     Registration,
+    TaskRef,
     TriggerResult,
     TriggerTask,
 )
@@ -70,6 +71,7 @@ class Worker:
         failpoints = failpoints or Failpoints()
         self._stopping = threading.Event()
         self._board = TaskBoard()
+        self._data_plane = data_plane
         committer = Committer(failpoints=failpoints, timeout_s=settings.handle_timeout_s)
         reporter = Reporter(
             coordinator, rpc_timeout_s=settings.rpc_timeout_s, stopping=self._stopping, clock=clock
@@ -120,13 +122,28 @@ class Worker:
         """Start the membership thread (register, then heartbeat)."""
         self._membership.start()
 
-    def stop(self, *, deregister: bool = True) -> None:
-        """Stop heartbeating and every task; leave the cluster cleanly if registered."""
+    def stop(self, *, deregister: bool = True, batch_timeout_s: float = 30.0) -> list[TaskRef]:
+        """Stop heartbeating and every task, cancel the running batches on the data plane
+        and wait up to ``batch_timeout_s`` for them to end, then leave the cluster cleanly
+        if registered. Returns the tasks whose batch still runs (empty: none).
+
+        The batches end before the deregistration: while this executor's session lives
+        the leader does not hand its task slots (and their transactional ids) to another
+        executor, so a batch still opening producers here cannot fence the next one.
+        """
         self._stopping.set()
         registration = self._membership.stop()
         self._stop_every_task("executor shutting down")
+        self._data_plane.cancel_running()
+        still_running = self._board.wait_idle(timeout_s=batch_timeout_s)
+        if still_running:
+            _LOG.error(
+                "the batch of %s still runs after it was cancelled",
+                ", ".join(str(ref) for ref in still_running),
+            )
         if deregister and registration is not None:
             self._membership.deregister(registration)
+        return still_running
 
     @property
     def registration(self) -> Registration | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -31,8 +31,9 @@ def coordinator() -> Iterator[CoordinatorServer]:
 def launch_executor(
     tmp_path: Path, coordinator: CoordinatorServer
 ) -> Iterator[Callable[..., ExecutorProcess]]:
-    """``launch_executor(executor_id="e1", data_plane="none", failpoints="")``: start an
-    executor process against the scripted coordinator and wait until it registered."""
+    """``launch_executor(executor_id="e1", data_plane="none", failpoints="", extra_args=(),
+    env=None)``: start an executor process against the scripted coordinator and wait until
+    it registered."""
     started: list[ExecutorProcess] = []
 
     def launch(
@@ -41,6 +42,8 @@ def launch_executor(
         data_plane: str = "none",
         failpoints: str = "",
         registered_timeout_s: float = 60.0,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> ExecutorProcess:
         before = len(coordinator.coordinator.registrations)
         executor = start_executor(
@@ -49,6 +52,8 @@ def launch_executor(
             log_path=tmp_path / f"{executor_id}-{len(started)}.log",
             data_plane=data_plane,
             failpoints=failpoints,
+            extra_args=extra_args,
+            env=env,
         )
         started.append(executor)
         wait_for(

@@ -11,7 +11,7 @@ with the executor's id, address and a stub of its ExecutorService).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,9 +180,11 @@ def start_executor(
     data_plane: str = "none",
     failpoints: str = "",
     extra_args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> ExecutorProcess:
     """Start an executor registering with ``coordinator_address`` on a free port, with
-    ``failpoints`` armed (none: disarmed even if this process has some); returns at once."""
+    ``failpoints`` armed (none: disarmed even if this process has some) and ``env`` on top
+    of this process's environment; returns at once."""
     address = f"127.0.0.1:{free_port()}"
     argv = executor_command(
         executor_id=executor_id,
@@ -193,7 +195,10 @@ def start_executor(
         extra=extra_args,
     )
     child = start_child(
-        f"executor {executor_id}", argv, log_path=log_path, env=failpoint_env(failpoints)
+        f"executor {executor_id}",
+        argv,
+        log_path=log_path,
+        env={**(env or {}), **failpoint_env(failpoints)},
     )
     channel = grpc.insecure_channel(address)
     return ExecutorProcess(
@@ -256,8 +261,10 @@ def assignment(
     partitions: Sequence[int] = (0,),
     restore: coordinator_pb2.TaskRestoreState | None = None,
     sql: str | None = None,
+    python: str | None = None,
 ) -> coordinator_pb2.TaskAssignment:
-    """A RUNNING task assignment reading ``source_topic`` and writing ``sink_topic``."""
+    """A RUNNING task assignment reading ``source_topic`` and writing ``sink_topic``, through
+    the ``sql`` or ``python`` (``module:function``) transform if one is given."""
     spec = common_pb2.PipelineSpec(
         name=pipeline,
         source=common_pb2.SourceSpec(
@@ -271,6 +278,8 @@ def assignment(
     )
     if sql is not None:
         spec.transform.sql = sql
+    if python is not None:
+        spec.transform.python = python
     return coordinator_pb2.TaskAssignment(
         task_id=common_pb2.TaskId(pipeline_name=pipeline, task_index=task_index),
         task_generation=generation,

@@ -25,7 +25,10 @@ class ControlOnlyDataPlane:
         )
         return PrecommitOutput(ranges=ranges, handles=())
 
-    def stop(self) -> None:
+    def cancel_running(self) -> None:
+        """Nothing runs long enough to cancel."""
+
+    def stop(self, *, timeout_s: float = 10.0) -> None:
         """Nothing to stop."""
 
 

@@ -56,8 +56,12 @@ class DataPlane(Protocol):
     def run_precommit(self, work: PrecommitWork) -> PrecommitOutput:
         """Run one pre-commit; raise a ``LockgateError`` subclass on failure."""
 
-    def stop(self) -> None:
-        """Release resources (stop the SparkSession)."""
+    def cancel_running(self) -> None:
+        """Cancel every batch running now (the executor is stopping): each ends soon after,
+        failed, its prepared transactions aborted."""
+
+    def stop(self, *, timeout_s: float = 10.0) -> None:
+        """Release resources (stop the SparkSession and its JVM) within ``timeout_s``."""
 
 
 __all__ = ["DataPlane", "PrecommitOutput", "PrecommitWork"]

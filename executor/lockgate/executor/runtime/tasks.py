@@ -294,6 +294,19 @@ class TaskBoard:
                 self._draining.remove(task)
             self.batch_ended.notify_all()
 
+    def wait_idle(self, *, timeout_s: float) -> list[TaskRef]:
+        """Wait until no batch runs here (current or stopped tasks alike).
+
+        Returns the tasks whose batch still runs after ``timeout_s`` (empty: none).
+        """
+
+        def busy() -> list[TaskRef]:
+            return [t.ref for t in [*self._tasks.values(), *self._draining] if t.running]
+
+        with self.lock:
+            self.batch_ended.wait_for(lambda: not busy(), timeout=timeout_s)
+            return busy()
+
     def precommitted(self, task: Task, checkpoint_id: int) -> None:
         """The leader accepted the report of N."""
         with self.lock:

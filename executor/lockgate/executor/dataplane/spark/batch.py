@@ -376,9 +376,13 @@ def run_precommit_batch(
 
     session = spark
     _activate(session)
+    # A stopping executor cancels its jobs (SparkDataPlane.cancel_running); interrupting
+    # the task threads also ends a task blocked in the JVM (a read that never returns),
+    # where cancelling alone only stops scheduling.
     session.sparkContext.setJobGroup(
         f"lockgate-{pipeline}-{task}-{checkpoint_id}",
         f"pipeline {pipeline} task {task} checkpoint {checkpoint_id}",
+        interruptOnCancel=True,
     )
     source = _read_input(session, spec, ranges, options)
     try:

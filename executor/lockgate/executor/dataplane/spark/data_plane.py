@@ -7,6 +7,7 @@ never loads it.
 from __future__ import annotations
 
 import logging
+import subprocess
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -91,11 +92,43 @@ class SparkDataPlane:
             records_dead_lettered=result.dead_lettered,
         )
 
-    def stop(self) -> None:
-        """Stop the SparkSession."""
-        if self._spark is not None:
-            self._spark.stop()
-            self._spark = None
+    def cancel_running(self) -> None:
+        """Cancel every running Spark job (each batch's job group among them).
+
+        A batch blocked in a py4j call (a job that never ends) then fails with the
+        cancellation, and Spark aborts its writers' transactions.
+        """
+        spark = self._spark
+        if spark is None:
+            return
+        try:
+            spark.sparkContext.cancelAllJobs()
+        except Exception:
+            _LOG.warning("cancelling the running Spark jobs failed", exc_info=True)
+
+    def stop(self, *, timeout_s: float = 10.0) -> None:
+        """Stop the SparkSession, then end its JVM (and with it Spark's Python workers).
+
+        The JVM exits when its stdin, a pipe from this process, closes; one still there
+        after ``timeout_s`` is killed, so no JVM outlives a stopped executor.
+        """
+        spark, self._spark = self._spark, None
+        if spark is None:
+            return
+        jvm_process: subprocess.Popen[bytes] | None = getattr(
+            spark.sparkContext._gateway, "proc", None
+        )
+        spark.stop()
+        if jvm_process is None:
+            return
+        if jvm_process.stdin is not None:
+            jvm_process.stdin.close()
+        try:
+            jvm_process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _LOG.warning("the Spark JVM (pid %d) did not exit: killing it", jvm_process.pid)
+            jvm_process.kill()
+            jvm_process.wait(timeout=5)
 
 
 __all__ = ["DEFAULT_TRANSACTION_TIMEOUT_MS", "SparkDataPlane"]

@@ -1,0 +1,173 @@
+"""An executor runtime (a :class:`Worker`) in-process, with test doubles for its peers.
+
+A fake coordinator stub behind the real gRPC coordinator client answers registration and
+heartbeats with an assignment the test controls; a data plane's batch blocks until the
+test (or a cancellation) releases it. Nothing here opens a socket.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from lockgate.common.model.ids import Generation, LeaderEpoch
+from lockgate.common.model.offsets import OffsetRange
+from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork
+from lockgate.executor.errors import SinkError
+from lockgate.executor.runtime.values import LeaderStamp, TaskRef, TriggerTask
+from lockgate.executor.worker import Worker
+from lockgate.v1 import common_pb2, coordinator_pb2
+
+PIPELINE = "p"
+TASK = TaskRef(PIPELINE, 0)
+EPOCH = common_pb2.LeaderEpoch(epoch=1, leader_id="c1")
+LEADER = LeaderStamp(LeaderEpoch(1), "c1")
+WAIT_S = 10.0
+
+
+class BlockingDataPlane:
+    """Each batch announces itself and then waits for the test to release it.
+
+    ``cancel_running`` releases every batch, which then fails as a cancelled Spark job
+    does, unless ``honour_cancel`` is False (a batch no cancellation reaches). ``timeline``
+    records when batches end (shared with the :class:`FakeCoordinator`).
+    """
+
+    def __init__(self, timeline: list[str] | None = None) -> None:
+        self.started: dict[int, threading.Event] = {}
+        self.release: dict[int, threading.Event] = {}
+        self.ran: list[int] = []
+        self.honour_cancel = True
+        self.cancelled = threading.Event()
+        self.timeline = timeline if timeline is not None else []
+        self._lock = threading.Lock()
+
+    def events(self, checkpoint_id: int) -> tuple[threading.Event, threading.Event]:
+        with self._lock:
+            return (
+                self.started.setdefault(checkpoint_id, threading.Event()),
+                self.release.setdefault(checkpoint_id, threading.Event()),
+            )
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def run_precommit(self, work: PrecommitWork) -> PrecommitOutput:
+        started, release = self.events(work.checkpoint_id)
+        with self._lock:
+            self.ran.append(work.checkpoint_id)
+        started.set()
+        try:
+            assert release.wait(WAIT_S), "the test never released the batch"
+            if self.cancelled.is_set() and self.honour_cancel:
+                raise SinkError(f"checkpoint {work.checkpoint_id}: job cancelled")
+        finally:
+            self.timeline.append(f"batch {work.checkpoint_id} ended")
+        return PrecommitOutput(
+            ranges=tuple(OffsetRange("in", p, 0, 0) for _, p in work.source_partitions),
+            handles=(),
+        )
+
+    def cancel_running(self) -> None:
+        self.timeline.append("cancel")
+        self.cancelled.set()
+        if self.honour_cancel:
+            with self._lock:
+                releases = list(self.release.values())
+            for release in releases:
+                release.set()
+
+    def stop(self, *, timeout_s: float = 10.0) -> None:
+        """Nothing to stop."""
+
+
+class FakeCoordinator:
+    """A coordinator stub: answers RegisterExecutor and Heartbeat with ``assignments``;
+    records reports and deregistrations (on ``timeline``)."""
+
+    def __init__(self, timeline: list[str] | None = None) -> None:
+        self.assignments: list[coordinator_pb2.TaskAssignment] = [assignment(generation=1)]
+        self.precommits: list[int] = []
+        self.timeline = timeline if timeline is not None else []
+
+    def RegisterExecutor(self, request: Any, timeout: float) -> Any:
+        return coordinator_pb2.RegisterExecutorResponse(
+            executor_generation=1,
+            session_id="s",
+            leader_epoch=EPOCH,
+            heartbeat_interval_ms=20,
+            session_timeout_ms=10_000,
+            assignments=self.assignments,
+        )
+
+    def Heartbeat(self, request: Any, timeout: float) -> Any:
+        return coordinator_pb2.HeartbeatResponse(
+            leader_epoch=EPOCH,
+            heartbeat_interval_ms=20,
+            session_timeout_ms=10_000,
+            assignments=self.assignments,
+        )
+
+    def ReportPrecommit(self, request: Any, timeout: float) -> Any:
+        self.precommits.append(int(request.checkpoint_id))
+        return coordinator_pb2.ReportPrecommitResponse(
+            checkpoint_state=common_pb2.CHECKPOINT_STATE_TRIGGERED
+        )
+
+    def ReportCheckpointFailure(self, request: Any, timeout: float) -> Any:
+        return coordinator_pb2.ReportCheckpointFailureResponse()
+
+    def ReportTaskFailure(self, request: Any, timeout: float) -> Any:
+        return coordinator_pb2.ReportTaskFailureResponse()
+
+    def DeregisterExecutor(self, request: Any, timeout: float) -> Any:
+        self.timeline.append("deregistered")
+        return coordinator_pb2.DeregisterExecutorResponse()
+
+
+def assignment(*, generation: int) -> coordinator_pb2.TaskAssignment:
+    """Task 0 of pipeline ``p`` at ``generation``, RUNNING."""
+    return coordinator_pb2.TaskAssignment(
+        task_id=common_pb2.TaskId(pipeline_name=PIPELINE, task_index=0),
+        task_generation=generation,
+        config_version=1,
+        pipeline_spec=common_pb2.PipelineSpec(
+            name=PIPELINE,
+            source=common_pb2.SourceSpec(
+                kafka=common_pb2.KafkaSourceSpec(bootstrap_servers="127.0.0.1:1", topics=["in"])
+            ),
+            sink=common_pb2.SinkSpec(
+                kafka=common_pb2.KafkaSinkSpec(bootstrap_servers="127.0.0.1:1", topic="out")
+            ),
+        ),
+        source_partitions=[common_pb2.TopicPartition(topic="in", partition=0)],
+        target_state=common_pb2.TARGET_STATE_RUNNING,
+    )
+
+
+def trigger(runtime: Worker, checkpoint_id: int, generation: int = 1) -> None:
+    """Trigger checkpoint ``checkpoint_id`` on task 0; it must be accepted."""
+    results = runtime.trigger_checkpoint(
+        pipeline_name=PIPELINE,
+        checkpoint_id=checkpoint_id,
+        config_version=0,
+        leader_epoch=LEADER,
+        tasks=[
+            TriggerTask(
+                task=TASK,
+                task_generation=Generation(generation),
+                start_offsets={("in", 0): 0},
+                transactional_id_prefix=f"lockgate-{PIPELINE}-0-{checkpoint_id % 3}",
+            )
+        ],
+        timeout_ms=60_000,
+    )
+    assert [r.reason for r in results] == [""]
+
+
+def start_batch(runtime: Worker, data_plane: BlockingDataPlane, n: int) -> threading.Event:
+    """Trigger checkpoint ``n``, wait until its batch runs; return the event that ends it."""
+    trigger(runtime, n)
+    started, release = data_plane.events(n)
+    assert started.wait(WAIT_S), f"the batch of checkpoint {n} did not start"
+    return release
