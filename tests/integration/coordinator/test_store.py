@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from lockgate.coordinator.domain.errors import FencedError, StaleGeneration
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import LeaseRole, TargetState, TaskState
 from lockgate.coordinator.domain.tasks import split_partitions
+from lockgate.coordinator.domain.topics import ClusterTopics
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.store import SqlStore, open_store
@@ -92,13 +93,11 @@ class FixedTopics:
     def __init__(self, partitions: int = 2) -> None:
         self._partitions = partitions
 
-    def partitions(
-        self, *, bootstrap_servers: str, topics: Sequence[str], field_path: str
-    ) -> list[TopicPartition]:
-        return [TopicPartition(t, p) for t in topics for p in range(self._partitions)]
-
-    def check_exists(self, *, bootstrap_servers: str, topic: str, field_path: str) -> None:
-        return None
+    def describe(self, wanted: Mapping[str, Sequence[str]]) -> dict[str, ClusterTopics]:
+        return {
+            servers: ClusterTopics(servers, {t: tuple(range(self._partitions)) for t in topics})
+            for servers, topics in wanted.items()
+        }
 
 
 def herder(

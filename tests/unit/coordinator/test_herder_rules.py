@@ -3,7 +3,7 @@ file with Kafka metadata faked: no sockets."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -23,10 +23,10 @@ from lockgate.common.model.ids import (
     PipelineId,
     TaskId,
 )
-from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.checkpoints import Precommit
 from lockgate.coordinator.domain.states import TargetState
+from lockgate.coordinator.domain.topics import ClusterTopics
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.store import open_store
 
@@ -34,13 +34,11 @@ from lockgate.coordinator.store import open_store
 class FixedTopics:
     """Every topic exists with two partitions."""
 
-    def partitions(
-        self, *, bootstrap_servers: str, topics: Sequence[str], field_path: str
-    ) -> list[TopicPartition]:
-        return [TopicPartition(t, p) for t in topics for p in range(2)]
-
-    def check_exists(self, *, bootstrap_servers: str, topic: str, field_path: str) -> None:
-        return None
+    def describe(self, wanted: Mapping[str, Sequence[str]]) -> dict[str, ClusterTopics]:
+        return {
+            servers: ClusterTopics(servers, {t: tuple(range(2)) for t in topics})
+            for servers, topics in wanted.items()
+        }
 
 
 def spec(name: str) -> PipelineSpec:

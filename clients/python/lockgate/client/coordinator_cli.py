@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -128,8 +130,26 @@ def _normalize(descriptor: Descriptor, raw: Any, path: str) -> Any:
     return result
 
 
-def spec_from_mapping(raw: Any) -> common_pb2.PipelineSpec:
-    """A PipelineSpec from a parsed pipeline file; SpecFileError names the bad field."""
+@dataclass(frozen=True)
+class PipelineFile:
+    """A pipeline file read as a PipelineSpec, with what the file wrote itself."""
+
+    spec: common_pb2.PipelineSpec
+    written: frozenset[str]
+    """Dotted paths of every value the file sets, zeros included (the proto cannot tell
+    a written 0 from an absent field; `check_spec` needs to)."""
+
+
+def _written_paths(normalized: Any, path: str = "") -> set[str]:
+    if not isinstance(normalized, Mapping):
+        return {path} if path else set()
+    found: set[str] = set()
+    for key, value in normalized.items():
+        found |= _written_paths(value, f"{path}.{key}" if path else str(key))
+    return found
+
+
+def _parse_file_mapping(raw: Any) -> PipelineFile:
     if not isinstance(raw, Mapping):
         raise SpecFileError("a pipeline file must hold a mapping (name, source, sink, ...)")
     normalized = _normalize(common_pb2.PipelineSpec.DESCRIPTOR, raw, "")
@@ -138,22 +158,33 @@ def spec_from_mapping(raw: Any) -> common_pb2.PipelineSpec:
         json_format.ParseDict(normalized, spec)
     except json_format.ParseError as exc:
         raise SpecFileError(str(exc)) from None
-    return spec
+    return PipelineFile(spec=spec, written=frozenset(_written_paths(normalized)))
 
 
-def check_spec(spec: common_pb2.PipelineSpec) -> None:
+def spec_from_mapping(raw: Any) -> common_pb2.PipelineSpec:
+    """A PipelineSpec from a parsed pipeline file; SpecFileError names the bad field."""
+    return _parse_file_mapping(raw).spec
+
+
+def check_spec(spec: common_pb2.PipelineSpec, *, written: Collection[str] = ()) -> None:
     """Exit 2 listing every violation if the coordinator would refuse `spec` as invalid,
-    in the shape the coordinator's INVALID_ARGUMENT is printed."""
-    violations = spec_violations(spec)
+    in the shape the coordinator's INVALID_ARGUMENT is printed. `written` (from
+    `read_pipeline_file`) makes a number the file wrote as 0 count as 0, not as unset."""
+    violations = spec_violations(spec, written=written)
     if violations:
         error = invalid_spec(violations)
-        lines = [f"INVALID_ARGUMENT: {error.message}"]
-        lines.extend(f"  {v.field}: {v.description}" for v in error.violations)
-        _fail("\n".join(lines), code=2)
+        _fail(
+            _error_text(
+                "INVALID_ARGUMENT",
+                error.message,
+                [(v.field, v.description) for v in error.violations],
+            ),
+            code=2,
+        )
 
 
-def read_spec_file(path: Path) -> common_pb2.PipelineSpec:
-    """Read a YAML or JSON pipeline file."""
+def read_pipeline_file(path: Path) -> PipelineFile:
+    """Read a YAML or JSON pipeline file; SpecFileError names the bad field."""
     try:
         text = path.read_text()
     except OSError as exc:
@@ -163,9 +194,14 @@ def read_spec_file(path: Path) -> common_pb2.PipelineSpec:
     except yaml.YAMLError as exc:
         raise SpecFileError(f"{path} is not valid YAML/JSON: {exc}") from None
     try:
-        return spec_from_mapping(raw)
+        return _parse_file_mapping(raw)
     except SpecFileError as exc:
         raise SpecFileError(f"{path}: {exc}") from None
+
+
+def read_spec_file(path: Path) -> common_pb2.PipelineSpec:
+    """Read a YAML or JSON pipeline file as a PipelineSpec."""
+    return read_pipeline_file(path).spec
 
 
 # ---------------------------------------------------------------------------------------
@@ -181,6 +217,20 @@ def _stub(coordinator: str) -> Iterator[coordinator_pb2_grpc.CoordinatorServiceS
         _fail(f"--coordinator: {exc}", code=2)
     with channel:
         yield coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+
+
+def _error_text(code: str, message: str, violations: Sequence[tuple[str, str]]) -> str:
+    """A failed call's status line and one line per field violation, each violation said
+    once: the status message repeats them for clients that read only the message, so the
+    parts of it that a listed violation says are left out of the status line."""
+    summary = message
+    for field, description in violations:
+        summary = summary.replace(f"{field}: {description}", "")
+    if violations:
+        summary = re.sub(r"(\s*;\s*)+", "; ", summary).strip(" ;:")
+    lines = [f"{code}: {summary}" if summary else f"{code}:"]
+    lines.extend(f"  {field}: {description}" for field, description in violations)
+    return "\n".join(lines)
 
 
 def _fail(message: str, *, code: int = 1) -> NoReturn:
@@ -202,10 +252,10 @@ def _call(
                     f"cannot reach a coordinator at {coordinator} ({details.message}); start "
                     f"one (`make cluster-up`) or pass --coordinator / {COORDINATOR_ENV}"
                 )
-            lines = [f"{details.code.name}: {details.message}"]
-            lines.extend(f"  {v.field}: {v.description}" for v in details.field_violations)
+            violations = [(v.field, v.description) for v in details.field_violations]
             _fail(
-                "\n".join(lines), code=2 if details.code == grpc.StatusCode.INVALID_ARGUMENT else 1
+                _error_text(details.code.name, details.message, violations),
+                code=2 if details.code == grpc.StatusCode.INVALID_ARGUMENT else 1,
             )
 
 
@@ -295,13 +345,13 @@ def pipeline_create(
 ) -> None:
     """Create a pipeline from a file; every invalid field is listed."""
     try:
-        spec = read_spec_file(file)
+        pipeline_file = read_pipeline_file(file)
     except SpecFileError as exc:
         _fail(str(exc), code=2)
-    check_spec(spec)
+    check_spec(pipeline_file.spec, written=pipeline_file.written)
     request = coordinator_pb2.CreatePipelineRequest(
         request_id=uuid.uuid4().hex,
-        spec=spec,
+        spec=pipeline_file.spec,
         initial_target_state=common_pb2.TARGET_STATE_PAUSED if paused else 0,  # type: ignore[arg-type]
     )
     response = _call(coordinator, lambda s: s.CreatePipeline(request, timeout=_TIMEOUT_S))

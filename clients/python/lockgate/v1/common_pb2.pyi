@@ -1078,10 +1078,14 @@ class CheckpointSpec(_message.Message):
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     MAX_CONCURRENT_FIELD_NUMBER: _builtins.int
     interval_ms: _builtins.int
-    """Time between the triggers of two checkpoints, in milliseconds; > 0; 0 means 1000."""
+    """Time between the triggers of two checkpoints, in milliseconds; > 0. 0 is what an
+    unset field reads as and means the default, 1000; negative values are refused. (The
+    lockgate CLI refuses a 0 written in a pipeline file: there it is a mistake.)
+    """
     timeout_ms: _builtins.int
     """Time after its trigger within which every task must pre-commit, or the checkpoint
-    is aborted, in milliseconds; 0 means 60000.
+    is aborted, in milliseconds; > 0. 0 (unset) means the default, 60000; negative
+    values are refused; the CLI refuses a 0 written in a file.
     """
     max_concurrent: _builtins.int
     """Most checkpoints of the pipeline in flight at once (N+1 may pre-commit while N
@@ -1154,7 +1158,9 @@ class PipelineSpec(_message.Message):
     delivery: Global___DeliveryGuarantee.ValueType
     """Delivery guarantee; unset means EXACTLY_ONCE."""
     tasks_max: _builtins.int
-    """Most tasks the pipeline splits into over its source partitions; 0 means 1."""
+    """Most tasks the pipeline splits into over its source partitions; > 0. 0 (unset)
+    means 1; the CLI refuses a 0 written in a file.
+    """
     allow_reordering: _builtins.bool
     """True if the pipeline needs no per-key order, which lets one source partition's range
     be split over several write tasks; false (the default) keeps per-key order.
