@@ -292,7 +292,7 @@ def _task(task_id: common_pb2.TaskId) -> str:
 def cluster_status(
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR, as_json: JsonOption = False
 ) -> None:
-    """Leader, epoch, coordinator replicas and executors."""
+    """Leader, epoch, every coordinator replica (role, state, last seen) and executors."""
     info = _call(
         coordinator,
         lambda s: s.GetClusterInfo(coordinator_pb2.GetClusterInfoRequest(), timeout=_TIMEOUT_S),
@@ -308,10 +308,14 @@ def cluster_status(
         )
     else:
         _out.print(f"[yellow]no leader elected[/yellow] (answered by {info.responder_id})")
-    members = Table("coordinator", "address", "role", "last seen", title="Coordinators")
+    members = Table("coordinator", "address", "role", "state", "last seen", title="Coordinators")
     for m in info.coordinators:
         members.add_row(
-            m.coordinator_id, m.address, "leader" if m.is_leader else "-", _time(m.last_seen_time)
+            m.coordinator_id,
+            m.address,
+            "leader" if m.is_leader else "follower",
+            _enum(common_pb2.CoordinatorState, m.state),
+            _time(m.last_seen_time),
         )
     _out.print(members)
     executors = Table(

@@ -384,6 +384,38 @@ from the schema registry.
 """
 Global___DataFormat: _TypeAlias = DataFormat  # noqa: Y015
 
+class _CoordinatorState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CoordinatorStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CoordinatorState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    COORDINATOR_STATE_UNSPECIFIED: _CoordinatorState.ValueType  # 0
+    """Not set; never sent."""
+    COORDINATOR_STATE_ALIVE: _CoordinatorState.ValueType  # 1
+    """Wrote its membership row within the last 3 lease periods (database clock), or holds
+    the lease.
+    """
+    COORDINATOR_STATE_MISSING: _CoordinatorState.ValueType  # 2
+    """Not seen for 3 lease periods: stopped, paused, or cut off from the database. Its
+    row stays, so a replica removed for good is listed as missing.
+    """
+
+class CoordinatorState(_CoordinatorState, metaclass=_CoordinatorStateEnumTypeWrapper):
+    """CoordinatorState is whether a coordinator replica has shown it is alive lately."""
+
+COORDINATOR_STATE_UNSPECIFIED: CoordinatorState.ValueType  # 0
+"""Not set; never sent."""
+COORDINATOR_STATE_ALIVE: CoordinatorState.ValueType  # 1
+"""Wrote its membership row within the last 3 lease periods (database clock), or holds
+the lease.
+"""
+COORDINATOR_STATE_MISSING: CoordinatorState.ValueType  # 2
+"""Not seen for 3 lease periods: stopped, paused, or cut off from the database. Its
+row stays, so a replica removed for good is listed as missing.
+"""
+Global___CoordinatorState: _TypeAlias = CoordinatorState  # noqa: Y015
+
 @_typing.final
 class LeaderEpoch(_message.Message):
     """---------------------------------------------------------------------------
@@ -1669,15 +1701,21 @@ class CoordinatorMember(_message.Message):
     ADDRESS_FIELD_NUMBER: _builtins.int
     IS_LEADER_FIELD_NUMBER: _builtins.int
     LAST_SEEN_TIME_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
     coordinator_id: _builtins.str
     """Replica id given on its command line, e.g. "c1"."""
     address: _builtins.str
     """gRPC address clients reach it on (host:port)."""
     is_leader: _builtins.bool
     """True if this replica holds the leader lease."""
+    state: Global___CoordinatorState.ValueType
+    """Whether the replica was seen within the last 3 lease periods."""
     @_builtins.property
     def last_seen_time(self) -> _timestamp_pb2.Timestamp:
-        """When the replica last showed it was alive (renewed its membership row)."""
+        """When the replica last wrote its membership row (it does on every lease attempt,
+        every lease/4), by the database's clock; unset for a lease holder that never wrote
+        one.
+        """
 
     def __init__(
         self,
@@ -1686,10 +1724,11 @@ class CoordinatorMember(_message.Message):
         address: _builtins.str = ...,
         is_leader: _builtins.bool = ...,
         last_seen_time: _timestamp_pb2.Timestamp | None = ...,
+        state: Global___CoordinatorState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_seen_time", b"last_seen_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "coordinator_id", b"coordinator_id", "is_leader", b"is_leader", "last_seen_time", b"last_seen_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "coordinator_id", b"coordinator_id", "is_leader", b"is_leader", "last_seen_time", b"last_seen_time", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
