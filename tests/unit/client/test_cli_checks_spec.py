@@ -69,3 +69,13 @@ def test_each_violation_is_printed_once(tmp_path: Path) -> None:
     assert output.count("checkpoint.interval_ms: must be >= 1, got -1") == 1
     assert output.count("errors.dead_letter_topic: is the sink topic 'out'") == 1
     assert output.startswith("error: INVALID_ARGUMENT: invalid pipeline config checkpoint")
+
+
+def test_every_unknown_key_and_enum_value_of_a_file_is_listed_at_once(tmp_path: Path) -> None:
+    code, output = create(
+        tmp_path, VALID + "tasks_mx: 2\ndelivery: twice\ncheckpoint: {interval: 5}\n"
+    )
+    assert code == 2, output
+    assert "tasks_mx: unknown field" in output
+    assert "delivery: 'twice' is not one of" in output
+    assert "checkpoint.interval: unknown field" in output

@@ -80,7 +80,7 @@ class SpecFileError(ValueError):
     """A pipeline file cannot be read as a PipelineSpec; the message names the field."""
 
 
-def _enum_name(field: FieldDescriptor, value: Any, path: str) -> Any:
+def _enum_name(field: FieldDescriptor, value: Any, path: str, errors: list[str]) -> Any:
     if not isinstance(value, str):
         return value
     assert field.enum_type is not None, "called for enum fields only"
@@ -94,7 +94,8 @@ def _enum_name(field: FieldDescriptor, value: Any, path: str) -> Any:
         for n in names
         if not n.endswith("_UNSPECIFIED")
     )
-    raise SpecFileError(f"{path}: {value!r} is not one of: {choices}")
+    errors.append(f"{path}: {value!r} is not one of: {choices}")
+    return value
 
 
 def _common_prefix(names: list[str]) -> str:
@@ -102,8 +103,9 @@ def _common_prefix(names: list[str]) -> str:
     return unspecified.removesuffix("UNSPECIFIED")
 
 
-def _normalize(descriptor: Descriptor, raw: Any, path: str) -> Any:
-    """Expand the file's shorthands into the proto JSON mapping of `descriptor`."""
+def _normalize(descriptor: Descriptor, raw: Any, path: str, errors: list[str]) -> Any:
+    """Expand the file's shorthands into the proto JSON mapping of `descriptor`; every
+    unknown key and enum value is added to `errors` (all of them, not the first)."""
     if descriptor.full_name == "lockgate.v1.FormatSpec" and isinstance(raw, str):
         raw = {"value_format": raw}
     if not isinstance(raw, Mapping):
@@ -114,18 +116,19 @@ def _normalize(descriptor: Descriptor, raw: Any, path: str) -> Any:
         where = f"{path}.{key}" if path else str(key)
         if field is None:
             known = ", ".join(descriptor.fields_by_name)
-            raise SpecFileError(f"{where}: unknown field; {descriptor.name} has: {known}")
+            errors.append(f"{where}: unknown field; {descriptor.name} has: {known}")
+            continue
         if field.type == FieldDescriptor.TYPE_ENUM:
             value = (
-                [_enum_name(field, v, where) for v in value]
+                [_enum_name(field, v, where, errors) for v in value]
                 if isinstance(value, list)
-                else _enum_name(field, value, where)
+                else _enum_name(field, value, where, errors)
             )
         elif field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type is not None:
             if isinstance(value, list):
-                value = [_normalize(field.message_type, v, f"{where}[]") for v in value]
+                value = [_normalize(field.message_type, v, f"{where}[]", errors) for v in value]
             else:
-                value = _normalize(field.message_type, value, where)
+                value = _normalize(field.message_type, value, where, errors)
         result[str(key)] = value
     return result
 
@@ -152,7 +155,11 @@ def _written_paths(normalized: Any, path: str = "") -> set[str]:
 def _parse_file_mapping(raw: Any) -> PipelineFile:
     if not isinstance(raw, Mapping):
         raise SpecFileError("a pipeline file must hold a mapping (name, source, sink, ...)")
-    normalized = _normalize(common_pb2.PipelineSpec.DESCRIPTOR, raw, "")
+    errors: list[str] = []
+    normalized = _normalize(common_pb2.PipelineSpec.DESCRIPTOR, raw, "", errors)
+    if errors:
+        # Several go one per line under the file's name.
+        raise SpecFileError(errors[0] if len(errors) == 1 else "\n  " + "\n  ".join(errors))
     spec = common_pb2.PipelineSpec()
     try:
         json_format.ParseDict(normalized, spec)
