@@ -3,7 +3,7 @@ file with Kafka metadata faked: no sockets."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,19 +26,9 @@ from lockgate.common.model.ids import (
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.checkpoints import Precommit
 from lockgate.coordinator.domain.states import TargetState
-from lockgate.coordinator.domain.topics import ClusterTopics
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.store import open_store
-
-
-class FixedTopics:
-    """Every topic exists with two partitions."""
-
-    def describe(self, wanted: Mapping[str, Sequence[str]]) -> dict[str, ClusterTopics]:
-        return {
-            servers: ClusterTopics(servers, {t: tuple(range(2)) for t in topics})
-            for servers, topics in wanted.items()
-        }
+from tests.support.topics import FixedTopics
 
 
 def spec(name: str) -> PipelineSpec:
