@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.store import SqlStore, open_store
 from lockgate.coordinator.store.tables import pipelines
+from tests.support.topics import FixedTopics
 from tests.support.waits import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -84,21 +85,6 @@ def lead(store: SqlStore, holder: str = "c1", *, lease_ms: int = 30_000) -> Fenc
 def wait_for_expiry(store: SqlStore) -> None:
     """Wait until nobody holds the lease (the holder stopped renewing it)."""
     wait_for("lease expiry", lambda: not store.lease.read_lease().is_held, timeout_s=10)
-
-
-class FixedTopics:
-    """Kafka metadata without Kafka: every topic exists with `partitions` partitions."""
-
-    def __init__(self, partitions: int = 2) -> None:
-        self._partitions = partitions
-
-    def partitions(
-        self, *, bootstrap_servers: str, topics: Sequence[str], field_path: str
-    ) -> list[TopicPartition]:
-        return [TopicPartition(t, p) for t in topics for p in range(self._partitions)]
-
-    def check_exists(self, *, bootstrap_servers: str, topic: str, field_path: str) -> None:
-        return None
 
 
 def herder(

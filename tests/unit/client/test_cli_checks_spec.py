@@ -31,3 +31,51 @@ def test_an_invalid_file_is_refused_before_any_call_with_every_field(tmp_path: P
     for field in ("source.kafka.key_format", "checkpoint.interval_ms", "errors.dead_letter_topic"):
         assert field in result.output
     assert "cannot reach" not in result.output
+
+
+def create(tmp_path: Path, text: str) -> tuple[int, str]:
+    """Run `pipeline create -f` on `text` against no coordinator: exit code and output,
+    whitespace collapsed (the console wraps long lines)."""
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(text)
+    result = CliRunner().invoke(
+        app, ["pipeline", "create", "-f", str(path), "--coordinator", "127.0.0.1:1"]
+    )
+    return result.exit_code, " ".join(result.output.split())
+
+
+def test_a_number_written_as_zero_is_refused_not_read_as_the_default(tmp_path: Path) -> None:
+    code, output = create(
+        tmp_path, VALID + "checkpoint: {interval_ms: 0, timeout_ms: 0}\ntasks_max: 0\n"
+    )
+    assert code == 2, output
+    for field in ("checkpoint.interval_ms", "checkpoint.timeout_ms", "tasks_max"):
+        assert f"{field}: must be >= 1, got 0" in output
+    assert "cannot reach" not in output
+
+
+def test_a_number_left_out_still_takes_its_default(tmp_path: Path) -> None:
+    code, output = create(tmp_path, VALID + "checkpoint: {timeout_ms: 5000}\n")
+    # Valid: the CLI goes on to call the coordinator, which is not there.
+    assert code == 1 and "cannot reach a coordinator" in output, output
+
+
+def test_each_violation_is_printed_once(tmp_path: Path) -> None:
+    code, output = create(
+        tmp_path,
+        VALID + "checkpoint: {interval_ms: -1}\nerrors: {tolerance: all, dead_letter_topic: out}\n",
+    )
+    assert code == 2, output
+    assert output.count("checkpoint.interval_ms: must be >= 1, got -1") == 1
+    assert output.count("errors.dead_letter_topic: is the sink topic 'out'") == 1
+    assert output.startswith("error: INVALID_ARGUMENT: invalid pipeline config checkpoint")
+
+
+def test_every_unknown_key_and_enum_value_of_a_file_is_listed_at_once(tmp_path: Path) -> None:
+    code, output = create(
+        tmp_path, VALID + "tasks_mx: 2\ndelivery: twice\ncheckpoint: {interval: 5}\n"
+    )
+    assert code == 2, output
+    assert "tasks_mx: unknown field" in output
+    assert "delivery: 'twice' is not one of" in output
+    assert "checkpoint.interval: unknown field" in output

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.client.coordinator_cli import SpecFileError, read_spec_file, spec_from_mapping
+from lockgate.client.pipeline_file import SpecFileError, read_spec_file, spec_from_mapping
 from lockgate.common.model.pipeline_spec import RecordFormat
 from lockgate.common.model.proto import spec_from_proto, spec_to_proto
 from lockgate.executor.convert import assignment_from_proto

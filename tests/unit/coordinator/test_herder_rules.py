@@ -3,7 +3,7 @@ file with Kafka metadata faked: no sockets."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,24 +23,12 @@ from lockgate.common.model.ids import (
     PipelineId,
     TaskId,
 )
-from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.checkpoints import Precommit
 from lockgate.coordinator.domain.states import TargetState
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.store import open_store
-
-
-class FixedTopics:
-    """Every topic exists with two partitions."""
-
-    def partitions(
-        self, *, bootstrap_servers: str, topics: Sequence[str], field_path: str
-    ) -> list[TopicPartition]:
-        return [TopicPartition(t, p) for t in topics for p in range(2)]
-
-    def check_exists(self, *, bootstrap_servers: str, topic: str, field_path: str) -> None:
-        return None
+from tests.support.topics import FixedTopics
 
 
 def spec(name: str) -> PipelineSpec:

@@ -151,3 +151,26 @@ def test_task_ids_convert_and_an_unnamed_pipeline_is_refused() -> None:
     with pytest.raises(InvalidArgument) as raised:
         task_id_from_proto(common_pb2.TaskId(task_index=1), "task_id")
     assert raised.value.violations[0].field == "task_id.pipeline_name"
+
+
+def test_a_zero_is_the_default_on_the_wire_but_refused_where_the_client_says_it_was_written() -> (
+    None
+):
+    spec = spec_to_proto(
+        parse_pipeline_spec(
+            {
+                "name": "p",
+                "source": {"kafka": {"bootstrap_servers": "h:1", "topics": ["a"]}},
+                "sink": {"kafka": {"bootstrap_servers": "h:1", "topic": "b"}},
+            }
+        )
+    )
+    spec.checkpoint.interval_ms = 0
+    spec.tasks_max = 0
+    assert spec_violations(spec) == []
+    assert spec_from_proto(spec).checkpoint.interval_ms == 1_000
+    written = {"checkpoint.interval_ms", "tasks_max", "name"}
+    assert [v.field for v in spec_violations(spec, written=written)] == [
+        "checkpoint.interval_ms",
+        "tasks_max",
+    ]

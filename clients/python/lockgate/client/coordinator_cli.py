@@ -9,22 +9,22 @@ other failures. The lead wires the two apps into the main CLI::
     app.add_typer(coordinator_cli.cluster_app, name="cluster")
     app.add_typer(coordinator_cli.pipeline_app, name="pipeline")
 
-A pipeline file (YAML or JSON) has the shape of ``lockgate.v1.PipelineSpec`` with two
-conveniences: enum values may be written short and lower-case (``delivery: exactly_once``,
-``starting_offsets: earliest``), and ``format: json`` stands for
-``format: {value_format: json}``. Before a file is sent, the same parser the coordinator and
-the executors use (``lockgate.common.model``) checks it, so a bad file is refused at once,
-every bad field listed, without a coordinator; only what needs Kafka (do the topics exist?)
-is left to the coordinator.
+A pipeline file (YAML or JSON, read by ``pipeline_file.py``) has the shape of
+``lockgate.v1.PipelineSpec`` with two shorthands. Before it is sent, the same parser the
+coordinator and the executors use (``lockgate.common.model``) checks it (``check_spec``), so
+a bad file is refused at once, every bad field listed, without a coordinator; only what needs
+Kafka (do the topics exist, does the broker answer?) is left to the coordinator. A refusal
+prints each violation once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -33,11 +33,11 @@ import grpc
 import typer
 import yaml
 from google.protobuf import json_format, timestamp_pb2
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from rich.console import Console
 from rich.table import Table
 
+from lockgate.client.pipeline_file import SpecFileError, read_pipeline_file
 from lockgate.common.grpc_client import error_details, open_channel
 from lockgate.common.model.pipeline_spec import invalid_spec
 from lockgate.common.model.proto import spec_violations
@@ -73,102 +73,25 @@ NameArgument = Annotated[str, typer.Argument(help="Pipeline name.")]
 
 
 # ---------------------------------------------------------------------------------------
-# Pipeline files
+# Pipeline files (read by `pipeline_file.py`)
 # ---------------------------------------------------------------------------------------
 
 
-class SpecFileError(ValueError):
-    """A pipeline file cannot be read as a PipelineSpec; the message names the field."""
-
-
-def _enum_name(field: FieldDescriptor, value: Any, path: str) -> Any:
-    if not isinstance(value, str):
-        return value
-    assert field.enum_type is not None, "called for enum fields only"
-    names = [v.name for v in field.enum_type.values]
-    wanted = value.strip().upper().replace("-", "_")
-    for name in names:
-        if name == wanted or name.endswith(f"_{wanted}"):
-            return name
-    choices = ", ".join(
-        n.removeprefix(_common_prefix(names)).lower()
-        for n in names
-        if not n.endswith("_UNSPECIFIED")
-    )
-    raise SpecFileError(f"{path}: {value!r} is not one of: {choices}")
-
-
-def _common_prefix(names: list[str]) -> str:
-    unspecified = next((n for n in names if n.endswith("_UNSPECIFIED")), "")
-    return unspecified.removesuffix("UNSPECIFIED")
-
-
-def _normalize(descriptor: Descriptor, raw: Any, path: str) -> Any:
-    """Expand the file's shorthands into the proto JSON mapping of `descriptor`."""
-    if descriptor.full_name == "lockgate.v1.FormatSpec" and isinstance(raw, str):
-        raw = {"value_format": raw}
-    if not isinstance(raw, Mapping):
-        return raw
-    result: dict[str, Any] = {}
-    for key, value in raw.items():
-        field = descriptor.fields_by_name.get(str(key))
-        where = f"{path}.{key}" if path else str(key)
-        if field is None:
-            known = ", ".join(descriptor.fields_by_name)
-            raise SpecFileError(f"{where}: unknown field; {descriptor.name} has: {known}")
-        if field.type == FieldDescriptor.TYPE_ENUM:
-            value = (
-                [_enum_name(field, v, where) for v in value]
-                if isinstance(value, list)
-                else _enum_name(field, value, where)
-            )
-        elif field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type is not None:
-            if isinstance(value, list):
-                value = [_normalize(field.message_type, v, f"{where}[]") for v in value]
-            else:
-                value = _normalize(field.message_type, value, where)
-        result[str(key)] = value
-    return result
-
-
-def spec_from_mapping(raw: Any) -> common_pb2.PipelineSpec:
-    """A PipelineSpec from a parsed pipeline file; SpecFileError names the bad field."""
-    if not isinstance(raw, Mapping):
-        raise SpecFileError("a pipeline file must hold a mapping (name, source, sink, ...)")
-    normalized = _normalize(common_pb2.PipelineSpec.DESCRIPTOR, raw, "")
-    spec = common_pb2.PipelineSpec()
-    try:
-        json_format.ParseDict(normalized, spec)
-    except json_format.ParseError as exc:
-        raise SpecFileError(str(exc)) from None
-    return spec
-
-
-def check_spec(spec: common_pb2.PipelineSpec) -> None:
+def check_spec(spec: common_pb2.PipelineSpec, *, written: Collection[str] = ()) -> None:
     """Exit 2 listing every violation if the coordinator would refuse `spec` as invalid,
-    in the shape the coordinator's INVALID_ARGUMENT is printed."""
-    violations = spec_violations(spec)
+    in the shape the coordinator's INVALID_ARGUMENT is printed. `written` (from
+    `read_pipeline_file`) makes a number the file wrote as 0 count as 0, not as unset."""
+    violations = spec_violations(spec, written=written)
     if violations:
         error = invalid_spec(violations)
-        lines = [f"INVALID_ARGUMENT: {error.message}"]
-        lines.extend(f"  {v.field}: {v.description}" for v in error.violations)
-        _fail("\n".join(lines), code=2)
-
-
-def read_spec_file(path: Path) -> common_pb2.PipelineSpec:
-    """Read a YAML or JSON pipeline file."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecFileError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecFileError(f"{path} is not valid YAML/JSON: {exc}") from None
-    try:
-        return spec_from_mapping(raw)
-    except SpecFileError as exc:
-        raise SpecFileError(f"{path}: {exc}") from None
+        _fail(
+            _error_text(
+                "INVALID_ARGUMENT",
+                error.message,
+                [(v.field, v.description) for v in error.violations],
+            ),
+            code=2,
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -184,6 +107,20 @@ def _stub(coordinator: str) -> Iterator[coordinator_pb2_grpc.CoordinatorServiceS
         _fail(f"--coordinator: {exc}", code=2)
     with channel:
         yield coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+
+
+def _error_text(code: str, message: str, violations: Sequence[tuple[str, str]]) -> str:
+    """A failed call's status line and one line per field violation, each violation said
+    once: the status message repeats them for clients that read only the message, so the
+    parts of it that a listed violation says are left out of the status line."""
+    summary = message
+    for field, description in violations:
+        summary = summary.replace(f"{field}: {description}", "")
+    if violations:
+        summary = re.sub(r"(\s*;\s*)+", "; ", summary).strip(" ;:")
+    lines = [f"{code}: {summary}" if summary else f"{code}:"]
+    lines.extend(f"  {field}: {description}" for field, description in violations)
+    return "\n".join(lines)
 
 
 def _fail(message: str, *, code: int = 1) -> NoReturn:
@@ -205,10 +142,10 @@ def _call(
                     f"cannot reach a coordinator at {coordinator} ({details.message}); start "
                     f"one (`make cluster-up`) or pass --coordinator / {COORDINATOR_ENV}"
                 )
-            lines = [f"{details.code.name}: {details.message}"]
-            lines.extend(f"  {v.field}: {v.description}" for v in details.field_violations)
+            violations = [(v.field, v.description) for v in details.field_violations]
             _fail(
-                "\n".join(lines), code=2 if details.code == grpc.StatusCode.INVALID_ARGUMENT else 1
+                _error_text(details.code.name, details.message, violations),
+                code=2 if details.code == grpc.StatusCode.INVALID_ARGUMENT else 1,
             )
 
 
@@ -252,7 +189,7 @@ def _task(task_id: common_pb2.TaskId) -> str:
 def cluster_status(
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR, as_json: JsonOption = False
 ) -> None:
-    """Leader, epoch, coordinator replicas and executors."""
+    """Leader, epoch, every coordinator replica (role, state, last seen) and executors."""
     info = _call(
         coordinator,
         lambda s: s.GetClusterInfo(coordinator_pb2.GetClusterInfoRequest(), timeout=_TIMEOUT_S),
@@ -268,10 +205,14 @@ def cluster_status(
         )
     else:
         _out.print(f"[yellow]no leader elected[/yellow] (answered by {info.responder_id})")
-    members = Table("coordinator", "address", "role", "last seen", title="Coordinators")
+    members = Table("coordinator", "address", "role", "state", "last seen", title="Coordinators")
     for m in info.coordinators:
         members.add_row(
-            m.coordinator_id, m.address, "leader" if m.is_leader else "-", _time(m.last_seen_time)
+            m.coordinator_id,
+            m.address,
+            "leader" if m.is_leader else "follower",
+            _enum(common_pb2.CoordinatorState, m.state),
+            _time(m.last_seen_time),
         )
     _out.print(members)
     executors = Table(
@@ -305,13 +246,13 @@ def pipeline_create(
 ) -> None:
     """Create a pipeline from a file; every invalid field is listed."""
     try:
-        spec = read_spec_file(file)
+        pipeline_file = read_pipeline_file(file)
     except SpecFileError as exc:
         _fail(str(exc), code=2)
-    check_spec(spec)
+    check_spec(pipeline_file.spec, written=pipeline_file.written)
     request = coordinator_pb2.CreatePipelineRequest(
         request_id=uuid.uuid4().hex,
-        spec=spec,
+        spec=pipeline_file.spec,
         initial_target_state=common_pb2.TARGET_STATE_PAUSED if paused else 0,  # type: ignore[arg-type]
     )
     response = _call(coordinator, lambda s: s.CreatePipeline(request, timeout=_TIMEOUT_S))

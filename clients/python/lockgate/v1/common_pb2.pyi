@@ -384,6 +384,38 @@ from the schema registry.
 """
 Global___DataFormat: _TypeAlias = DataFormat  # noqa: Y015
 
+class _CoordinatorState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CoordinatorStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CoordinatorState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    COORDINATOR_STATE_UNSPECIFIED: _CoordinatorState.ValueType  # 0
+    """Not set; never sent."""
+    COORDINATOR_STATE_ALIVE: _CoordinatorState.ValueType  # 1
+    """Wrote its membership row within the last 3 lease periods (database clock), or holds
+    the lease.
+    """
+    COORDINATOR_STATE_MISSING: _CoordinatorState.ValueType  # 2
+    """Not seen for 3 lease periods: stopped, paused, or cut off from the database. Its
+    row stays, so a replica removed for good is listed as missing.
+    """
+
+class CoordinatorState(_CoordinatorState, metaclass=_CoordinatorStateEnumTypeWrapper):
+    """CoordinatorState is whether a coordinator replica has shown it is alive lately."""
+
+COORDINATOR_STATE_UNSPECIFIED: CoordinatorState.ValueType  # 0
+"""Not set; never sent."""
+COORDINATOR_STATE_ALIVE: CoordinatorState.ValueType  # 1
+"""Wrote its membership row within the last 3 lease periods (database clock), or holds
+the lease.
+"""
+COORDINATOR_STATE_MISSING: CoordinatorState.ValueType  # 2
+"""Not seen for 3 lease periods: stopped, paused, or cut off from the database. Its
+row stays, so a replica removed for good is listed as missing.
+"""
+Global___CoordinatorState: _TypeAlias = CoordinatorState  # noqa: Y015
+
 @_typing.final
 class LeaderEpoch(_message.Message):
     """---------------------------------------------------------------------------
@@ -1078,10 +1110,14 @@ class CheckpointSpec(_message.Message):
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     MAX_CONCURRENT_FIELD_NUMBER: _builtins.int
     interval_ms: _builtins.int
-    """Time between the triggers of two checkpoints, in milliseconds; > 0; 0 means 1000."""
+    """Time between the triggers of two checkpoints, in milliseconds; > 0. 0 is what an
+    unset field reads as and means the default, 1000; negative values are refused. (The
+    lockgate CLI refuses a 0 written in a pipeline file: there it is a mistake.)
+    """
     timeout_ms: _builtins.int
     """Time after its trigger within which every task must pre-commit, or the checkpoint
-    is aborted, in milliseconds; 0 means 60000.
+    is aborted, in milliseconds; > 0. 0 (unset) means the default, 60000; negative
+    values are refused; the CLI refuses a 0 written in a file.
     """
     max_concurrent: _builtins.int
     """Most checkpoints of the pipeline in flight at once (N+1 may pre-commit while N
@@ -1154,7 +1190,9 @@ class PipelineSpec(_message.Message):
     delivery: Global___DeliveryGuarantee.ValueType
     """Delivery guarantee; unset means EXACTLY_ONCE."""
     tasks_max: _builtins.int
-    """Most tasks the pipeline splits into over its source partitions; 0 means 1."""
+    """Most tasks the pipeline splits into over its source partitions; > 0. 0 (unset)
+    means 1; the CLI refuses a 0 written in a file.
+    """
     allow_reordering: _builtins.bool
     """True if the pipeline needs no per-key order, which lets one source partition's range
     be split over several write tasks; false (the default) keeps per-key order.
@@ -1663,15 +1701,21 @@ class CoordinatorMember(_message.Message):
     ADDRESS_FIELD_NUMBER: _builtins.int
     IS_LEADER_FIELD_NUMBER: _builtins.int
     LAST_SEEN_TIME_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
     coordinator_id: _builtins.str
     """Replica id given on its command line, e.g. "c1"."""
     address: _builtins.str
     """gRPC address clients reach it on (host:port)."""
     is_leader: _builtins.bool
     """True if this replica holds the leader lease."""
+    state: Global___CoordinatorState.ValueType
+    """Whether the replica was seen within the last 3 lease periods."""
     @_builtins.property
     def last_seen_time(self) -> _timestamp_pb2.Timestamp:
-        """When the replica last showed it was alive (renewed its membership row)."""
+        """When the replica last wrote its membership row (it does on every lease attempt,
+        every lease/4), by the database's clock; unset for a lease holder that never wrote
+        one.
+        """
 
     def __init__(
         self,
@@ -1680,10 +1724,11 @@ class CoordinatorMember(_message.Message):
         address: _builtins.str = ...,
         is_leader: _builtins.bool = ...,
         last_seen_time: _timestamp_pb2.Timestamp | None = ...,
+        state: Global___CoordinatorState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["last_seen_time", b"last_seen_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "coordinator_id", b"coordinator_id", "is_leader", b"is_leader", "last_seen_time", b"last_seen_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "coordinator_id", b"coordinator_id", "is_leader", b"is_leader", "last_seen_time", b"last_seen_time", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

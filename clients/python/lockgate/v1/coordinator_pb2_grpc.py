@@ -277,7 +277,8 @@ class CoordinatorServiceServicer:
     def CreatePipeline(self, request, context):
         """CreatePipeline validates a spec, stores it as config version 1 and splits the
         pipeline into tasks. Leader only. Errors: INVALID_ARGUMENT (with a
-        google.rpc.BadRequest listing every violation), ALREADY_EXISTS (name taken),
+        google.rpc.BadRequest listing every violation, each missing topic and each Kafka
+        cluster that did not answer within 3 s included), ALREADY_EXISTS (name taken),
         UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -359,7 +360,8 @@ class CoordinatorServiceServicer:
         """RestartPipeline re-plans a pipeline's tasks from its current spec and, with
         include_tasks, restarts its tasks with new generations (only the FAILED ones with
         only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-        FAILED_PRECONDITION (pipeline is STOPPED), UNAVAILABLE.
+        FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
+        missing, or their Kafka does not answer), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -102,7 +102,8 @@ class CoordinatorServiceStub:
     CreatePipeline: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.CreatePipelineRequest, _coordinator_pb2.CreatePipelineResponse]
     """CreatePipeline validates a spec, stores it as config version 1 and splits the
     pipeline into tasks. Leader only. Errors: INVALID_ARGUMENT (with a
-    google.rpc.BadRequest listing every violation), ALREADY_EXISTS (name taken),
+    google.rpc.BadRequest listing every violation, each missing topic and each Kafka
+    cluster that did not answer within 3 s included), ALREADY_EXISTS (name taken),
     UNAVAILABLE.
     """
     GetPipeline: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineRequest, _coordinator_pb2.GetPipelineResponse]
@@ -148,7 +149,8 @@ class CoordinatorServiceStub:
     """RestartPipeline re-plans a pipeline's tasks from its current spec and, with
     include_tasks, restarts its tasks with new generations (only the FAILED ones with
     only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-    FAILED_PRECONDITION (pipeline is STOPPED), UNAVAILABLE.
+    FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
+    missing, or their Kafka does not answer), UNAVAILABLE.
     """
     GetPipelineStatus: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineStatusRequest, _coordinator_pb2.GetPipelineStatusResponse]
     """GetPipelineStatus returns a pipeline's target state and, per task, the observed
@@ -271,7 +273,8 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     CreatePipeline: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.CreatePipelineRequest, _coordinator_pb2.CreatePipelineResponse]  # type: ignore[assignment]
     """CreatePipeline validates a spec, stores it as config version 1 and splits the
     pipeline into tasks. Leader only. Errors: INVALID_ARGUMENT (with a
-    google.rpc.BadRequest listing every violation), ALREADY_EXISTS (name taken),
+    google.rpc.BadRequest listing every violation, each missing topic and each Kafka
+    cluster that did not answer within 3 s included), ALREADY_EXISTS (name taken),
     UNAVAILABLE.
     """
     GetPipeline: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineRequest, _coordinator_pb2.GetPipelineResponse]  # type: ignore[assignment]
@@ -317,7 +320,8 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     """RestartPipeline re-plans a pipeline's tasks from its current spec and, with
     include_tasks, restarts its tasks with new generations (only the FAILED ones with
     only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-    FAILED_PRECONDITION (pipeline is STOPPED), UNAVAILABLE.
+    FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
+    missing, or their Kafka does not answer), UNAVAILABLE.
     """
     GetPipelineStatus: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineStatusRequest, _coordinator_pb2.GetPipelineStatusResponse]  # type: ignore[assignment]
     """GetPipelineStatus returns a pipeline's target state and, per task, the observed
@@ -467,7 +471,8 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_coordinator_pb2.CreatePipelineResponse, _abc.Awaitable[_coordinator_pb2.CreatePipelineResponse]]:
         """CreatePipeline validates a spec, stores it as config version 1 and splits the
         pipeline into tasks. Leader only. Errors: INVALID_ARGUMENT (with a
-        google.rpc.BadRequest listing every violation), ALREADY_EXISTS (name taken),
+        google.rpc.BadRequest listing every violation, each missing topic and each Kafka
+        cluster that did not answer within 3 s included), ALREADY_EXISTS (name taken),
         UNAVAILABLE.
         """
 
@@ -567,7 +572,8 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         """RestartPipeline re-plans a pipeline's tasks from its current spec and, with
         include_tasks, restarts its tasks with new generations (only the FAILED ones with
         only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-        FAILED_PRECONDITION (pipeline is STOPPED), UNAVAILABLE.
+        FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
+        missing, or their Kafka does not answer), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod

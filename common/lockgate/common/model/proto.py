@@ -8,7 +8,7 @@ converting *to* a message never fails. This is the only module of the model that
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from google.protobuf.unknown_fields import UnknownFieldSet
@@ -165,13 +165,16 @@ def _enum_value(table: Mapping[int, Any], value: int, path: str, extra: list[Spe
 
 
 def raw_spec_from_proto(
-    spec: common_pb2.PipelineSpec,
+    spec: common_pb2.PipelineSpec, *, written: Collection[str] = ()
 ) -> tuple[dict[str, Any], list[SpecViolation]]:
     """The spec as the parser's raw mapping, plus the violations only the proto form can
     have (a source or sink type from a newer client, fields this version cannot honour).
 
     Proto3 zero values mean "unset" and are left out, so the parser applies its defaults
-    and reports missing required fields by their proto paths.
+    and reports missing required fields by their proto paths. On the wire 0 keeps that
+    meaning; a client that knows which values its user wrote (the CLI reading a file)
+    names their dotted paths in `written`, and a number written as 0 is then checked as
+    the value it is (`checkpoint: {interval_ms: 0}` is refused, not read as the default).
     """
     raw: dict[str, Any] = {}
     extra: list[SpecViolation] = []
@@ -190,8 +193,8 @@ def raw_spec_from_proto(
     if spec.delivery:
         raw["delivery"] = _enum_value(_DELIVERY_FROM_PB, spec.delivery, "delivery", extra)
     if spec.HasField("checkpoint"):
-        raw["checkpoint"] = _raw_checkpoint(spec.checkpoint, extra)
-    if spec.tasks_max:
+        raw["checkpoint"] = _raw_checkpoint(spec.checkpoint, extra, written)
+    if spec.tasks_max or "tasks_max" in written:
         raw["tasks_max"] = spec.tasks_max
     if spec.HasField("errors"):
         errors: dict[str, Any] = {}
@@ -238,12 +241,12 @@ def _raw_sink(sink: common_pb2.SinkSpec, extra: list[SpecViolation]) -> dict[str
 
 
 def _raw_checkpoint(
-    checkpoint: common_pb2.CheckpointSpec, extra: list[SpecViolation]
+    checkpoint: common_pb2.CheckpointSpec, extra: list[SpecViolation], written: Collection[str]
 ) -> dict[str, Any]:
     raw: dict[str, Any] = {}
-    if checkpoint.interval_ms:
+    if checkpoint.interval_ms or "checkpoint.interval_ms" in written:
         raw["interval_ms"] = checkpoint.interval_ms
-    if checkpoint.timeout_ms:
+    if checkpoint.timeout_ms or "checkpoint.timeout_ms" in written:
         raw["timeout_ms"] = checkpoint.timeout_ms
     # The leader overlaps exactly MAX_CONCURRENT_CHECKPOINTS checkpoints per pipeline;
     # another value would be silently not honoured, so it is refused.
@@ -341,9 +344,12 @@ def _raw_format(
     return raw
 
 
-def spec_violations(spec: common_pb2.PipelineSpec) -> list[SpecViolation]:
-    """Every violation of a proto pipeline spec (empty when CreatePipeline accepts it)."""
-    raw, extra = raw_spec_from_proto(spec)
+def spec_violations(
+    spec: common_pb2.PipelineSpec, *, written: Collection[str] = ()
+) -> list[SpecViolation]:
+    """Every violation of a proto pipeline spec (empty when CreatePipeline accepts it);
+    `written` as for `raw_spec_from_proto`."""
+    raw, extra = raw_spec_from_proto(spec, written=written)
     own = {v.field for v in extra}
     # The parser would repeat, less precisely, what `extra` already says about a field
     # (or about the part under it).

@@ -35,6 +35,7 @@ from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit,
 from lockgate.coordinator.domain.errors import InvalidArgument
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PartitionOffset, PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.replicas import ReplicaLiveness, ReplicaView
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
 from lockgate.coordinator.herder.membership import ExecutorView, TaskAssignment
 from lockgate.v1 import common_pb2, coordinator_pb2
@@ -280,6 +281,21 @@ def require(value: str, field_path: str, what: str) -> str:
 def session_id(executor: ExecutorRecord) -> str:
     """The opaque session id of a registration (unique because the generation is)."""
     return f"{executor.executor_id}-g{executor.generation}-{executor.registered_at_ms}"
+
+
+def coordinator_member_to_proto(view: ReplicaView) -> common_pb2.CoordinatorMember:
+    """A coordinator replica: its address, role, liveness and last-seen time."""
+    return common_pb2.CoordinatorMember(
+        coordinator_id=view.record.coordinator_id,
+        address=view.record.address,
+        is_leader=view.is_leader,
+        state=(
+            common_pb2.COORDINATOR_STATE_ALIVE
+            if view.liveness is ReplicaLiveness.ALIVE
+            else common_pb2.COORDINATOR_STATE_MISSING
+        ),
+        last_seen_time=timestamp(view.record.last_seen_ms),
+    )
 
 
 def executor_to_proto(view: ExecutorView) -> common_pb2.Executor:

@@ -39,6 +39,7 @@ from lockgate.coordinator.api.convert import (
     TASK_STATE_FROM_PB,
     assignments_to_proto,
     checkpoint_to_proto,
+    coordinator_member_to_proto,
     executor_to_proto,
     int_token,
     page_size,
@@ -48,7 +49,6 @@ from lockgate.coordinator.api.convert import (
     require,
     session_id,
     task_to_proto,
-    timestamp,
 )
 from lockgate.coordinator.domain.errors import InvalidArgument
 from lockgate.coordinator.domain.pipelines import PipelineRecord
@@ -89,32 +89,17 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         self, request: coordinator_pb2.GetClusterInfoRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.GetClusterInfoResponse:
         """Leader, replicas and executors as this replica reads them from SQL."""
-        lease = self.herder.lease_keeper.read_lease()
-        settings = self.herder.settings
-        response = coordinator_pb2.GetClusterInfoResponse(responder_id=settings.coordinator_id)
+        replicas, lease = self.herder.lease_keeper.replicas()
+        response = coordinator_pb2.GetClusterInfoResponse(
+            responder_id=self.herder.settings.coordinator_id
+        )
         if lease.is_held and lease.holder is not None:
             response.leader_epoch.CopyFrom(
                 common_pb2.LeaderEpoch(epoch=lease.leader_epoch, leader_id=lease.holder)
             )
             response.leader_address = lease.holder_address or ""
             response.lease_expire_time.FromMilliseconds(lease.expires_at_ms)
-        # Replicas keep no membership rows yet: list the leader and this replica.
-        members: dict[str, common_pb2.CoordinatorMember] = {}
-        if lease.is_held and lease.holder is not None:
-            members[lease.holder] = common_pb2.CoordinatorMember(
-                coordinator_id=lease.holder,
-                address=lease.holder_address or "",
-                is_leader=True,
-                last_seen_time=timestamp(lease.db_now_ms),
-            )
-        if settings.coordinator_id not in members:
-            members[settings.coordinator_id] = common_pb2.CoordinatorMember(
-                coordinator_id=settings.coordinator_id,
-                address=settings.advertise,
-                is_leader=False,
-                last_seen_time=timestamp(lease.db_now_ms),
-            )
-        response.coordinators.extend(members[k] for k in sorted(members))
+        response.coordinators.extend(coordinator_member_to_proto(r) for r in replicas)
         response.executors.extend(
             executor_to_proto(view) for view in self.herder.membership.list_executors()
         )

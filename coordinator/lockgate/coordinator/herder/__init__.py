@@ -1,10 +1,11 @@
 """The coordinator's herder: the leader's decisions and its work loop.
 
 `herder.py` composes the parts: `lease_keeper.py` (lease, role, fence: the one leader
-check), `membership.py` (executor sessions, liveness, assignment), `pipelines.py` (configs,
-target states, restarts, offsets), `checkpoints.py` (the checkpoint driver: trigger,
-commit, abort, timeouts, recovery), `reports.py` (executors' pre-commit and failure
-reports) and `executors.py` (the edge that calls executors).
+check; and this replica's presence row), `membership.py` (executor sessions, liveness,
+assignment), `pipelines.py` (configs, target states, restarts, offsets, the Kafka checks),
+`checkpoints.py` (the checkpoint driver: trigger, commit, abort, timeouts, recovery),
+`reports.py` (executors' pre-commit and failure reports) and `executors.py` (the edge that
+calls executors).
 """
 
 from lockgate.coordinator.herder.herder import Herder

@@ -1,10 +1,11 @@
 """The lease keeper: this replica's role and fence, and the one leader check.
 
 A thread acquires or renews the `leader_lease` row every `lease_ms / 4` (compare-and-set in
-SQL, expiry from the database's clock) and keeps this replica's view of its role and of
-the current term's `Fence`. Every leader-only action of the herder goes through
-`require_fence` (may I act?) and `leader_call` (write with the fence; a lost term steps
-down): there is no other leader check.
+SQL, expiry from the database's clock), then writes this replica's own `coordinators` row
+(its address, last seen by the database's clock: `domain/replicas.py`), and keeps this
+replica's view of its role and of the current term's `Fence`. Every leader-only action of
+the herder goes through `require_fence` (may I act?) and `leader_call` (write with the
+fence; a lost term steps down): there is no other leader check.
 
 Fencing rules and known races (see also `domain/lease.py`):
 - The local view of leadership is trusted only until `local_deadline` (send time of the
@@ -31,6 +32,7 @@ from typing import TypeVar
 
 from lockgate.coordinator.domain.errors import FencedError, NotLeader
 from lockgate.coordinator.domain.lease import Fence, LeaseRecord, local_deadline, next_role
+from lockgate.coordinator.domain.replicas import ReplicaView, replica_views
 from lockgate.coordinator.domain.states import LeaseRole
 from lockgate.coordinator.herder.settings import CoordinatorSettings
 from lockgate.coordinator.store.sql_store import SqlStore
@@ -87,12 +89,15 @@ class LeaseKeeper:
             self._stop.wait(self._settings.lease_poll_s)
 
     def attempt(self) -> None:
-        """One acquire-or-renew attempt; announces a new term."""
+        """One acquire-or-renew attempt, then this replica's presence row; announces a new
+        term."""
         try:
             lease: LeaseRecord | None = self.campaign()
         except Exception:
             _LOG.warning("lease attempt failed; not leading until it succeeds", exc_info=True)
             lease = None
+        if lease is not None:
+            self._record_presence()
         fence = self.current_fence()
         if fence is not None and fence != self._term:
             _LOG.info(
@@ -110,6 +115,16 @@ class LeaseKeeper:
                 lease.holder if lease else "unknown",
             )
             self._term = None
+
+    def _record_presence(self) -> None:
+        """Write this replica's row (address, database clock): how the other replicas know
+        it is there. A failure only makes it look missing; its role does not depend on it."""
+        try:
+            self._store.replicas.record_replica(
+                coordinator_id=self._settings.coordinator_id, address=self._settings.advertise
+            )
+        except Exception:
+            _LOG.warning("could not record this replica's presence", exc_info=True)
 
     # ------------------------------------------------------------------ role and fence
 
@@ -202,6 +217,12 @@ class LeaseKeeper:
     def read_lease(self) -> LeaseRecord:
         """Who leads now, read from the store (any replica may call it)."""
         return self._store.lease.read_lease()
+
+    def replicas(self) -> tuple[list[ReplicaView], LeaseRecord]:
+        """Every coordinator replica with its role and liveness, and the lease they were
+        judged against (one snapshot); any replica may call it."""
+        records, lease = self._store.replicas.list_replicas()
+        return replica_views(records, lease, lease_ms=self._settings.lease_ms), lease
 
     def resign(self) -> None:
         """Release the lease if this replica holds it (graceful shutdown)."""

@@ -2,8 +2,11 @@
 delete, target state, restart, offsets, and the reads of pipelines, tasks and status.
 
 Rules written here (the api only converts):
-- A pipeline is split into tasks over its source topics' partitions, read from Kafka; a
-  topic that does not exist is an InvalidArgument naming its field.
+- A pipeline is split into tasks over its source topics' partitions, read from Kafka.
+  Create and update check every topic they need (sources, sink, dead-letter topic) in one
+  go and refuse with one InvalidArgument naming every missing topic and every Kafka
+  cluster that did not answer (`domain/topics.py`), within about 5 s
+  (`store/kafka_topics.py`).
 - Pausing a STOPPED pipeline is refused (resume it first); restarting one too.
 - Stopping a pipeline releases its tasks, so its in-flight pre-commits can never complete:
   they abort at once.
@@ -29,14 +32,18 @@ from lockgate.coordinator.domain.errors import FailedPrecondition, InvalidArgume
 from lockgate.coordinator.domain.pipelines import PartitionOffset, PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
 from lockgate.coordinator.domain.tasks import split_partitions
+from lockgate.coordinator.domain.topics import (
+    kafka_refusal,
+    source_partitions,
+    topic_violations,
+    topics_to_describe,
+)
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.store.kafka_topics import KafkaTopics
 from lockgate.coordinator.store.sql_store import SqlStore
 
 if TYPE_CHECKING:
     from lockgate.coordinator.herder.checkpoints import CheckpointDriver
-
-_SINK_TOPIC_FIELD = "sink.kafka.topic"
 
 
 @dataclass(frozen=True)
@@ -169,43 +176,29 @@ class Pipelines:
         )
 
     def topic_violations(self, spec: PipelineSpec) -> list[FieldViolation]:
-        """The spec's topics that do not exist in Kafka (what `create` would refuse); any
-        replica may ask. Unavailable if Kafka cannot be reached."""
-        violations: list[FieldViolation] = []
-        try:
-            self._source_partitions(spec)
-        except InvalidArgument as exc:
-            violations.extend(exc.violations)
-        try:
-            self._check_sink_topic(spec)
-        except InvalidArgument as exc:
-            violations.extend(exc.violations)
-        return violations
+        """Every topic of the spec that does not exist in Kafka and every Kafka cluster
+        that does not answer (what `create` would refuse); any replica may ask."""
+        clusters = self._topics.describe(topics_to_describe(spec, source=True, sink=True))
+        return topic_violations(spec, clusters, source=True, sink=True)
 
-    def _source_partitions(self, spec: PipelineSpec) -> list[TopicPartition]:
-        return self._topics.partitions(
-            bootstrap_servers=spec.source.bootstrap_servers,
-            topics=spec.source.topics,
-            field_path="source.kafka.topics",
-        )
-
-    def _check_sink_topic(self, spec: PipelineSpec) -> None:
-        self._topics.check_exists(
-            bootstrap_servers=spec.sink.bootstrap_servers,
-            topic=spec.sink.topic,
-            field_path=_SINK_TOPIC_FIELD,
-        )
+    def _check_kafka(self, spec: PipelineSpec, *, source: bool, sink: bool) -> list[TopicPartition]:
+        """The source partitions (with `source`); InvalidArgument listing every missing
+        topic and unreachable cluster of the parts checked."""
+        clusters = self._topics.describe(topics_to_describe(spec, source=source, sink=sink))
+        violations = topic_violations(spec, clusters, source=source, sink=sink)
+        if violations:
+            raise kafka_refusal(violations)
+        return source_partitions(spec, clusters) if source else []
 
     # ------------------------------------------------------------------ configs
 
     def create(self, *, spec: PipelineSpec, target_state: TargetState) -> PipelineRecord:
         """Create a pipeline and split it into tasks over its source partitions.
 
-        Leader-only. InvalidArgument naming the topic field if a topic does not exist.
+        Leader-only. InvalidArgument naming every missing topic and unreachable cluster.
         """
         self._lease.require_fence()
-        partitions = self._source_partitions(spec)
-        self._check_sink_topic(spec)
+        partitions = self._check_kafka(spec, source=True, sink=True)
         record = self._lease.leader_call(
             lambda f: self._store.pipelines.create_pipeline(fence=f, spec=spec)
         )
@@ -233,9 +226,8 @@ class Pipelines:
         self._lease.require_fence()
         before = self._store.pipelines.get_pipeline(pipeline_id=spec.name)
         resplit = before.spec.source != spec.source or before.spec.tasks_max != spec.tasks_max
-        partitions = self._source_partitions(spec) if resplit else None
-        if spec.sink != before.spec.sink:
-            self._check_sink_topic(spec)
+        sink_changed = spec.sink != before.spec.sink or spec.errors != before.spec.errors
+        partitions = self._check_kafka(spec, source=resplit, sink=sink_changed)
         try:
             record = self._lease.leader_call(
                 lambda f: self._store.pipelines.update_pipeline(
@@ -246,7 +238,7 @@ class Pipelines:
             if exc.reason == "CONFIG_VERSION_MISMATCH":
                 raise Aborted(exc.message, reason=exc.reason) from None
             raise
-        if partitions is not None:
+        if resplit:
             self._split(spec.name, partitions)
         self._wake()
         return record
@@ -270,7 +262,12 @@ class Pipelines:
         """
         self._lease.require_fence()
         pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
-        tasks = self._split(pipeline_id, self._source_partitions(pipeline.spec))
+        try:
+            partitions = self._check_kafka(pipeline.spec, source=True, sink=False)
+        except InvalidArgument as exc:
+            # The stored spec is not this request's argument: its Kafka is what is wrong now.
+            raise FailedPrecondition(exc.message, reason=exc.reason) from None
+        tasks = self._split(pipeline_id, partitions)
         self._wake()
         return tasks
 

@@ -143,7 +143,8 @@ class Database:
     def transaction(self, *, fence: Fence | None) -> Iterator[Connection]:
         """A write transaction; with a `fence`, conditional on the caller still leading
         (FencedError before anything is written otherwise). None only for the lease's own
-        compare-and-set, which is its own condition."""
+        compare-and-set, which is its own condition, and for a replica's own presence row,
+        which every replica writes, leader or not."""
         with self._write_turn, self._engine.connect() as conn:
             conn.execution_options(lockgate_write=True)
             with conn.begin():
@@ -211,9 +212,10 @@ def upsert(
     rows: Sequence[Mapping[str, Any]],
     *,
     key: Sequence[str],
+    stamp: str = "updated_at_ms",
 ) -> None:
     """Insert `rows`, or update those whose `key` exists, in one executemany statement;
-    `updated_at_ms` is set from the database's clock."""
+    the `stamp` column is set from the database's clock."""
     if not rows:
         return
     columns = [c for c in rows[0] if c not in key]
@@ -222,8 +224,8 @@ def upsert(
         if conn.dialect.name == "postgresql"
         else sqlite_dialect.insert(table)
     )
-    stmt = insert.values(updated_at_ms=db_now_ms()).on_conflict_do_update(
+    stmt = insert.values({stamp: db_now_ms()}).on_conflict_do_update(
         index_elements=list(key),
-        set_={**{c: insert.excluded[c] for c in columns}, "updated_at_ms": db_now_ms()},
+        set_={**{c: insert.excluded[c] for c in columns}, stamp: db_now_ms()},
     )
     conn.execute(stmt, [dict(r) for r in rows])

@@ -1,81 +1,77 @@
-"""Kafka admin for the herder: which partitions a pipeline's topics have, whether its sink
-topic exists.
+"""Kafka admin for the herder: which of the topics asked for exist, with their partitions.
 
 It lives with the store because the store side is the only place that speaks SQL or Kafka
-admin; the herder asks it plain questions (topics in, `TopicPartition`s or field errors out).
+admin; the herder asks it a plain question (bootstrap servers -> topics) and gets plain
+answers (`domain.topics.ClusterTopics`); `domain/topics.py` decides what is wrong.
+
+Time bound: each cluster is asked once, all clusters at the same time, and one that does
+not answer within `timeout_s` (3 s) is reported unreachable. A topic missing from a
+cluster that did answer is looked up again for `settle_s` (2 s) before it is called
+missing. So an answer comes within about 5 s, well inside a client's call deadline.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from lockgate.common.errors import FieldViolation
-from lockgate.common.model.offsets import TopicPartition
-from lockgate.coordinator.domain.errors import InvalidArgument, Unavailable
+from lockgate.coordinator.domain.topics import ClusterTopics
+
+DEFAULT_TIMEOUT_S = 3.0
+DEFAULT_SETTLE_S = 2.0
+
+# librdkafka's own log lines ("Connect to ... failed") go through logging, not raw stderr.
+_KAFKA_LOG = logging.getLogger("lockgate.coordinator.kafka")
 
 
 class KafkaTopics:
-    """Kafka metadata the leader needs to split pipelines into tasks."""
+    """Kafka metadata the leader needs to check a spec and split it into tasks."""
 
-    def __init__(self, *, timeout_s: float = 5.0, settle_s: float = 2.0) -> None:
+    def __init__(
+        self, *, timeout_s: float = DEFAULT_TIMEOUT_S, settle_s: float = DEFAULT_SETTLE_S
+    ) -> None:
         self._timeout_s = timeout_s
         # A topic created a moment ago may not be in every broker's metadata yet: look
         # again for this long before calling it missing.
         self._settle_s = settle_s
 
-    def _describe(self, bootstrap_servers: str, topics: Sequence[str]) -> dict[str, list[int]]:
-        """Partitions of each topic of `topics` that exists (missing ones are absent)."""
+    def describe(self, wanted: Mapping[str, Sequence[str]]) -> dict[str, ClusterTopics]:
+        """For each cluster (bootstrap servers -> topics), the partitions of the topics
+        that exist there, or why the cluster could not be asked. Clusters are asked in
+        parallel; see the module docstring for the time bound."""
+        if len(wanted) <= 1:
+            return {servers: self._describe(servers, topics) for servers, topics in wanted.items()}
+        with ThreadPoolExecutor(max_workers=len(wanted)) as pool:
+            futures = {s: pool.submit(self._describe, s, t) for s, t in wanted.items()}
+            return {servers: future.result() for servers, future in futures.items()}
+
+    def _describe(self, bootstrap_servers: str, topics: Sequence[str]) -> ClusterTopics:
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+        config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": _KAFKA_LOG}
+        admin = AdminClient(config)
         deadline = time.monotonic() + self._settle_s
         while True:
             try:
                 # No topic argument: asking for one topic may auto-create it on the broker.
                 metadata = admin.list_topics(timeout=self._timeout_s)
             except KafkaException as exc:
-                raise Unavailable(
-                    f"Kafka at {bootstrap_servers} did not answer within "
-                    f"{self._timeout_s:.0f} s ({exc.args[0] if exc.args else exc}); check the "
-                    "bootstrap servers and retry"
-                ) from None
+                error = exc.args[0] if exc.args else exc
+                reason = error.str() if hasattr(error, "str") else str(error)
+                return ClusterTopics(
+                    bootstrap_servers=bootstrap_servers,
+                    partitions={},
+                    unreachable=f"no answer within {self._timeout_s:g} s: {reason}",
+                )
             found = {
-                t: sorted(d.partitions)
+                t: tuple(sorted(d.partitions))
                 for t in topics
                 if (d := metadata.topics.get(t)) is not None and d.error is None and d.partitions
             }
             if len(found) == len(set(topics)) or time.monotonic() >= deadline:
-                return found
+                return ClusterTopics(bootstrap_servers=bootstrap_servers, partitions=found)
             time.sleep(0.2)  # metadata refresh interval while a new topic propagates
-
-    def partitions(
-        self, *, bootstrap_servers: str, topics: Sequence[str], field_path: str
-    ) -> list[TopicPartition]:
-        """Every partition of `topics`; InvalidArgument naming `field_path[i]` for a topic
-        that does not exist, Unavailable if the cluster cannot be reached."""
-        found = self._describe(bootstrap_servers, topics)
-        missing = [(f"{field_path}[{i}]", t) for i, t in enumerate(topics) if t not in found]
-        if missing:
-            raise _missing_topics(missing, bootstrap_servers)
-        return [TopicPartition(t, p) for t in topics for p in found[t]]
-
-    def check_exists(self, *, bootstrap_servers: str, topic: str, field_path: str) -> None:
-        """InvalidArgument naming `field_path` if `topic` does not exist."""
-        if topic not in self._describe(bootstrap_servers, [topic]):
-            raise _missing_topics([(field_path, topic)], bootstrap_servers)
-
-
-def _missing_topics(missing: Sequence[tuple[str, str]], servers: str) -> InvalidArgument:
-    violations = [
-        FieldViolation(
-            field=path, description=f"topic {topic!r} does not exist on {servers}; create it first"
-        )
-        for path, topic in missing
-    ]
-    return InvalidArgument(
-        "; ".join(f"{v.field}: {v.description}" for v in violations),
-        violations=violations,
-        reason="TOPIC_NOT_FOUND",
-    )

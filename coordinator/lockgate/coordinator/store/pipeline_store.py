@@ -75,8 +75,10 @@ class PipelineStore:
             ).first()
             if exists is not None:
                 raise AlreadyExists(
-                    f"a pipeline named {spec.name!r} already exists; pick another name or "
-                    "update that pipeline",
+                    f"a pipeline named {spec.name!r} already exists; pick another name, or "
+                    f"delete it (`lockgate pipeline delete {spec.name}`: its offsets and "
+                    "checkpoint history go with it) and create it again, or change it in "
+                    "place with the UpdatePipeline call",
                     resource_type="pipeline",
                     resource_name=spec.name,
                 )

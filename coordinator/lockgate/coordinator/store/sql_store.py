@@ -1,7 +1,8 @@
 """The coordinator's store: one object over the sub-stores, split by what each stores.
 
 As Kafka Connect splits its backing stores (config, offsets, status), the tables are
-split into `lease` (`lease_store.py`), `executors` (`membership_store.py`), `pipelines`
+split into `lease` (`lease_store.py`), `replicas` (the coordinator replicas:
+`replica_store.py`), `executors` (`membership_store.py`), `pipelines`
 (pipelines, tasks, assignment: `pipeline_store.py`), `checkpoints` (checkpoints,
 pre-commits, commits and aborts, lingering transactions, restore states:
 `checkpoint_store.py`) and `offsets` (`offset_store.py`), all on one `engine.Database`
@@ -25,6 +26,7 @@ from lockgate.coordinator.store.lease_store import LeaseStore
 from lockgate.coordinator.store.membership_store import MembershipStore
 from lockgate.coordinator.store.offset_store import OffsetStore
 from lockgate.coordinator.store.pipeline_store import PipelineStore
+from lockgate.coordinator.store.replica_store import ReplicaStore
 
 
 def open_store(
@@ -50,6 +52,7 @@ class SqlStore:
         self.database = Database(engine)
         """The shared engine and its `transaction(fence=...)` / `read()`."""
         self.lease = LeaseStore(database=self.database)
+        self.replicas = ReplicaStore(database=self.database)
         self.executors = MembershipStore(database=self.database)
         self.pipelines = PipelineStore(database=self.database)
         self.checkpoints = CheckpointStore(database=self.database)

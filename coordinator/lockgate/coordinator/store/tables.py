@@ -26,6 +26,16 @@ leader_lease = sa.Table(
     sa.Column("expires_at_ms", sa.BigInteger, nullable=False),
 )
 
+# Every coordinator replica, written by the replica itself on each lease attempt (the
+# lease row names only the leader): `lockgate cluster status` lists them from here.
+coordinators = sa.Table(
+    "coordinators",
+    metadata,
+    sa.Column("coordinator_id", sa.String(255), primary_key=True),
+    sa.Column("address", sa.String(255), nullable=False),
+    sa.Column("last_seen_ms", sa.BigInteger, nullable=False),
+)
+
 executors = sa.Table(
     "executors",
     metadata,
