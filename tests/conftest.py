@@ -6,7 +6,8 @@ process, no socket), ``tests/integration/e2e`` is ``e2e`` (the whole cluster as 
 slow tier, ``make test-e2e``), the rest of ``tests/integration`` is ``integration`` (real Kafka,
 PostgreSQL, Spark or one service as a process). ``make test-unit``, ``make test-integration``
 and ``make test-e2e`` select them with ``-m``; a test that marks itself with another tier than
-its folder's is an error, so a selection never runs a test twice or misses one.
+its folder's is an error, so a selection never runs a test twice or misses one. Hypothesis
+runs without its per-example deadline (a timing check, which belongs to bench/).
 """
 
 from __future__ import annotations
@@ -17,12 +18,18 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from hypothesis import settings
 
 pytest_plugins = [
     "tests.fixtures.kafka",
     "tests.fixtures.postgres",
     "tests.fixtures.schema_registry",
 ]
+
+# Property tests assert behaviour, not speed: hypothesis's 200 ms per-example deadline failed
+# them on a loaded two-core machine while the code was right (timing is bench/'s job).
+settings.register_profile("lockgate", deadline=None)
+settings.load_profile("lockgate")
 
 _TESTS = Path(__file__).resolve().parent
 #: Folder -> tier, most specific first.

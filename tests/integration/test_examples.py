@@ -12,7 +12,8 @@ import uuid
 
 from typer.testing import CliRunner
 
-from lockgate.client.coordinator_cli import message_json, read_spec_file, spec_from_mapping
+from lockgate.client.coordinator_cli import message_json
+from lockgate.client.pipeline_file import read_spec_file, spec_from_mapping
 from lockgate.client.schema_cli import app as schema_app
 from lockgate.common.model.proto import spec_violations
 from lockgate.localcluster.process import repo_root

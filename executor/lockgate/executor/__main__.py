@@ -158,6 +158,18 @@ def _checked_options(
     return coordinators, spark_conf, failpoints
 
 
+def _settings(args: argparse.Namespace, coordinators: tuple[str, ...]) -> ExecutorSettings:
+    # The advertised address is completed right after the bind (port 0 picks one), before
+    # the runtime registers it with the coordinator.
+    return ExecutorSettings(
+        executor_id=args.id,
+        advertised_address=args.advertise or args.listen,
+        coordinator_addresses=coordinators,
+        spark_master=args.spark_master,
+        max_tasks=args.max_tasks,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the executor until SIGTERM/SIGINT; returns the exit status."""
     parser = _parser()
@@ -179,21 +191,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else ControlOnlyDataPlane()
     )
     channel = open_channel(coordinators, telemetry=telemetry)
-    fence = LeaderEpochFence()
-    # The advertised address is completed right after the bind (port 0 picks one), before
-    # the runtime registers it with the coordinator.
-    settings = ExecutorSettings(
-        executor_id=args.id,
-        advertised_address=args.advertise or args.listen,
-        coordinator_addresses=coordinators,
-        spark_master=args.spark_master,
-        max_tasks=args.max_tasks,
-    )
+    settings = _settings(args, coordinators)
     runtime = Worker(
         settings,
         coordinator=GrpcCoordinatorClient(coordinator_pb2_grpc.CoordinatorServiceStub(channel)),
         data_plane=data_plane,
-        fence=fence,
+        fence=LeaderEpochFence(),
         failpoints=failpoints,
     )
 
