@@ -372,15 +372,19 @@ def test_moving_a_task_aborts_its_in_flight_checkpoint(
 def test_timed_out_checkpoint_aborts(open_stores: Callable[..., SqlStore]) -> None:
     store = open_stores()
     fence = lead(store)
-    running_pipeline(store, fence, timeout_ms=1_500)
+    t0, _ = running_pipeline(store, fence, timeout_ms=1_500)
     pid = PipelineId("p")
     n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    precommit(store, fence, 1, t0, start=0, end=5)
     assert store.checkpoints.abort_timed_out(fence=fence) == []
     wait_for("the timeout", lambda: store.db_now_ms() - n1.triggered_at_ms > 1_500, timeout_s=10)
     assert store.checkpoints.abort_timed_out(fence=fence) == [(pid, 1)]
     aborted = store.checkpoints.get_checkpoint(pipeline_id=pid, checkpoint_id=C(1))
     assert aborted.state is CheckpointState.ABORTED
-    assert aborted.abort_reason == "timed out after 1500 ms"
+    # The reason names the task that did not report (task 1, on e2), not the one that did.
+    assert aborted.abort_reason == (
+        "timed out after 1500 ms (task p/1 on e2: no pre-commit report within 1500 ms)"
+    )
 
 
 def test_new_leader_recovers_pending_commits_in_order(

@@ -358,6 +358,36 @@ def pipeline_status(
             t.last_error.message or "",
         )
     _out.print(table)
+    _print_last_abort(status)
+
+
+def _print_last_abort(status: coordinator_pb2.GetPipelineStatusResponse) -> None:
+    """The newest abort: its reason, how many in a row, the tasks that did not pre-commit."""
+    if not status.HasField("last_aborted_checkpoint"):
+        return
+    aborted = status.last_aborted_checkpoint
+    in_a_row = status.consecutive_aborted_checkpoints
+    since = (
+        f"{in_a_row} aborted in a row since the last complete one"
+        if in_a_row
+        else "a checkpoint completed since"
+    )
+    # soft_wrap: a reason is one line a script can grep, whatever the terminal's width.
+    _out.print(
+        f"last abort: checkpoint {aborted.checkpoint_id} at {_time(aborted.abort_time)} "
+        f"({since}): {aborted.abort_reason}",
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
+    )
+    for t in status.last_abort_missing_tasks:
+        _out.print(
+            f"  not pre-committed: task {_task(t.task_id)} on {t.executor_id or '-'}: "
+            f"{t.error.message}",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
 
 
 def _verb(

@@ -913,6 +913,9 @@ class GetPipelineStatusResponse(_message.Message):
     LAST_COMMITTED_CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
     LAST_COMMIT_TIME_FIELD_NUMBER: _builtins.int
     IN_FLIGHT_CHECKPOINT_IDS_FIELD_NUMBER: _builtins.int
+    LAST_ABORTED_CHECKPOINT_FIELD_NUMBER: _builtins.int
+    CONSECUTIVE_ABORTED_CHECKPOINTS_FIELD_NUMBER: _builtins.int
+    LAST_ABORT_MISSING_TASKS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Pipeline name."""
     target_state: _common_pb2.TargetState.ValueType
@@ -923,6 +926,10 @@ class GetPipelineStatusResponse(_message.Message):
     """Id of the latest COMPLETE (or COMMITTED) checkpoint, 0 if none."""
     last_committed_checkpoint_id: _builtins.int
     """Id of the latest COMMITTED checkpoint, 0 if none."""
+    consecutive_aborted_checkpoints: _builtins.int
+    """How many checkpoints aborted in a row: the ABORTED ones newer than the newest
+    COMPLETE (or COMMITTED) checkpoint; 0 once a checkpoint completes again.
+    """
     @_builtins.property
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Task]:
         """Every task, ordered by index, with its state, executor, generation and last error."""
@@ -935,6 +942,19 @@ class GetPipelineStatusResponse(_message.Message):
     def in_flight_checkpoint_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Ids of checkpoints TRIGGERED or COMPLETE but not yet COMMITTED, oldest first."""
 
+    @_builtins.property
+    def last_aborted_checkpoint(self) -> _common_pb2.Checkpoint:
+        """The newest ABORTED checkpoint with its abort_reason and abort_time, without per-task
+        details; unset if no checkpoint of the pipeline has aborted.
+        """
+
+    @_builtins.property
+    def last_abort_missing_tasks(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.TaskCheckpoint]:
+        """The tasks that had not pre-committed last_aborted_checkpoint, in task order, each with
+        state TASK_CHECKPOINT_STATE_FAILED and error.message saying why (the task's error, or
+        "no pre-commit report within N ms"); empty if every task had pre-committed it.
+        """
+
     def __init__(
         self,
         *,
@@ -946,10 +966,13 @@ class GetPipelineStatusResponse(_message.Message):
         last_committed_checkpoint_id: _builtins.int = ...,
         last_commit_time: _timestamp_pb2.Timestamp | None = ...,
         in_flight_checkpoint_ids: _abc.Iterable[_builtins.int] | None = ...,
+        last_aborted_checkpoint: _common_pb2.Checkpoint | None = ...,
+        consecutive_aborted_checkpoints: _builtins.int = ...,
+        last_abort_missing_tasks: _abc.Iterable[_common_pb2.TaskCheckpoint] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["last_commit_time", b"last_commit_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_aborted_checkpoint", b"last_aborted_checkpoint", "last_commit_time", b"last_commit_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "in_flight_checkpoint_ids", b"in_flight_checkpoint_ids", "last_commit_time", b"last_commit_time", "last_committed_checkpoint_id", b"last_committed_checkpoint_id", "last_complete_checkpoint_id", b"last_complete_checkpoint_id", "name", b"name", "target_state", b"target_state", "tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consecutive_aborted_checkpoints", b"consecutive_aborted_checkpoints", "in_flight_checkpoint_ids", b"in_flight_checkpoint_ids", "last_abort_missing_tasks", b"last_abort_missing_tasks", "last_aborted_checkpoint", b"last_aborted_checkpoint", "last_commit_time", b"last_commit_time", "last_committed_checkpoint_id", b"last_committed_checkpoint_id", "last_complete_checkpoint_id", b"last_complete_checkpoint_id", "name", b"name", "target_state", b"target_state", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

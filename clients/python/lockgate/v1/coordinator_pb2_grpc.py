@@ -370,7 +370,8 @@ class CoordinatorServiceServicer:
     def GetPipelineStatus(self, request, context):
         """GetPipelineStatus returns a pipeline's target state and, per task, the observed
         state, the executor and generation running it and its last error, with the latest
-        checkpoint ids. Errors: NOT_FOUND, UNAVAILABLE.
+        checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
+        had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

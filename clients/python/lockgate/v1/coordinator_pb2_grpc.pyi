@@ -155,7 +155,8 @@ class CoordinatorServiceStub:
     GetPipelineStatus: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineStatusRequest, _coordinator_pb2.GetPipelineStatusResponse]
     """GetPipelineStatus returns a pipeline's target state and, per task, the observed
     state, the executor and generation running it and its last error, with the latest
-    checkpoint ids. Errors: NOT_FOUND, UNAVAILABLE.
+    checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
+    had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
     """
     ListTasks: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ListTasksRequest, _coordinator_pb2.ListTasksResponse]
     """ListTasks returns tasks, optionally of one pipeline or one executor, ordered by
@@ -326,7 +327,8 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     GetPipelineStatus: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineStatusRequest, _coordinator_pb2.GetPipelineStatusResponse]  # type: ignore[assignment]
     """GetPipelineStatus returns a pipeline's target state and, per task, the observed
     state, the executor and generation running it and its last error, with the latest
-    checkpoint ids. Errors: NOT_FOUND, UNAVAILABLE.
+    checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
+    had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
     """
     ListTasks: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ListTasksRequest, _coordinator_pb2.ListTasksResponse]  # type: ignore[assignment]
     """ListTasks returns tasks, optionally of one pipeline or one executor, ordered by
@@ -584,7 +586,8 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_coordinator_pb2.GetPipelineStatusResponse, _abc.Awaitable[_coordinator_pb2.GetPipelineStatusResponse]]:
         """GetPipelineStatus returns a pipeline's target state and, per task, the observed
         state, the executor and generation running it and its last error, with the latest
-        checkpoint ids. Errors: NOT_FOUND, UNAVAILABLE.
+        checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
+        had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod

@@ -30,6 +30,7 @@ from lockgate.common.model.proto import (
     task_id_from_proto,
     task_id_to_proto,
 )
+from lockgate.coordinator.domain.aborts import MissingPrecommit
 from lockgate.coordinator.domain.assignment import ExecutorLiveness
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit, RestoreState
 from lockgate.coordinator.domain.errors import InvalidArgument
@@ -173,6 +174,22 @@ def checkpoint_to_proto(record: CheckpointRecord, *, detailed: bool) -> common_p
                 )
             )
     return result
+
+
+def missing_precommit_to_proto(missing: MissingPrecommit) -> common_pb2.TaskCheckpoint:
+    """A task that had not pre-committed an aborted checkpoint: FAILED, with why."""
+    return common_pb2.TaskCheckpoint(
+        task_id=task_id_to_proto(missing.task_id),
+        task_generation=missing.task_generation,
+        executor_id=missing.executor_id or "",
+        state=common_pb2.TASK_CHECKPOINT_STATE_FAILED,
+        error=common_pb2.TaskError(
+            message=missing.reason,
+            checkpoint_id=missing.checkpoint_id,
+            executor_id=missing.executor_id or "",
+            task_generation=missing.task_generation,
+        ),
+    )
 
 
 def _task_checkpoint_state(record: CheckpointRecord, task: TaskId) -> int:

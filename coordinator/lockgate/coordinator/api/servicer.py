@@ -42,6 +42,7 @@ from lockgate.coordinator.api.convert import (
     coordinator_member_to_proto,
     executor_to_proto,
     int_token,
+    missing_precommit_to_proto,
     page_size,
     partition_offsets_to_proto,
     pipeline_to_proto,
@@ -363,6 +364,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         )
         if committed is not None and committed.committed_at_ms is not None:
             response.last_commit_time.FromMilliseconds(committed.committed_at_ms)
+        if status.last_aborted is not None:
+            response.last_aborted_checkpoint.CopyFrom(
+                checkpoint_to_proto(status.last_aborted, detailed=False)
+            )
+        response.consecutive_aborted_checkpoints = status.aborted_in_a_row
+        response.last_abort_missing_tasks.extend(
+            missing_precommit_to_proto(m) for m in status.missing_precommits
+        )
         return response
 
     # ------------------------------------------------------------------ tasks

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lockgate.common.errors import Aborted, FieldViolation, Unimplemented
-from lockgate.common.model.ids import PipelineId, TaskId
+from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.pipeline_spec import PipelineSpec, StartingOffsets
+from lockgate.coordinator.domain.aborts import MissingPrecommit, missing_precommits
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord
 from lockgate.coordinator.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from lockgate.coordinator.domain.pipelines import PartitionOffset, PipelineRecord, TaskRecord
@@ -57,6 +58,12 @@ class PipelineStatus:
     last_committed: CheckpointRecord | None
     in_flight_checkpoint_ids: tuple[int, ...]
     """TRIGGERED or COMPLETE checkpoints, oldest first."""
+    last_aborted: CheckpointRecord | None
+    """The newest ABORTED checkpoint, with its abort reason; None if none aborted."""
+    aborted_in_a_row: int
+    """ABORTED checkpoints newer than the newest COMPLETE or COMMITTED one."""
+    missing_precommits: tuple[MissingPrecommit, ...]
+    """The tasks that had not pre-committed `last_aborted`, and why."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +147,9 @@ class Pipelines:
         ]
 
     def status(self, pipeline_id: PipelineId) -> PipelineStatus:
-        """The pipeline's target state with each task's observed state, and its latest
-        complete, committed and in-flight checkpoints."""
+        """The pipeline's target state with each task's observed state, its latest
+        complete, committed and in-flight checkpoints, and its newest abort: why, how many
+        in a row since the last COMPLETE one, and which tasks had not pre-committed."""
         pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
         tasks = self._store.pipelines.list_tasks(pipeline_id=pipeline_id)
         complete = self._store.checkpoints.list_checkpoints(
@@ -157,12 +165,26 @@ class Pipelines:
             limit=100,
             states=[CheckpointState.TRIGGERED, CheckpointState.COMPLETE],
         )
+        last_complete = complete[0].checkpoint_id if complete else CheckpointId(0)
+        aborted = self._store.checkpoints.list_checkpoints(
+            pipeline_id=pipeline_id, limit=1, states=[CheckpointState.ABORTED]
+        )
+        last_aborted = aborted[0] if aborted else None
         return PipelineStatus(
             pipeline=pipeline,
             tasks=tuple(tasks),
-            last_complete_checkpoint_id=complete[0].checkpoint_id if complete else 0,
+            last_complete_checkpoint_id=last_complete,
             last_committed=committed[0] if committed else None,
             in_flight_checkpoint_ids=tuple(sorted(c.checkpoint_id for c in in_flight)),
+            last_aborted=last_aborted,
+            aborted_in_a_row=self._store.checkpoints.count_checkpoints(
+                pipeline_id=pipeline_id, states=[CheckpointState.ABORTED], after=last_complete
+            ),
+            missing_precommits=missing_precommits(
+                last_aborted, timeout_ms=pipeline.spec.checkpoint.timeout_ms, tasks=tasks
+            )
+            if last_aborted is not None
+            else (),
         )
 
     def offsets(self, pipeline_id: PipelineId) -> PipelineOffsets:

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import CheckpointId, LeaderEpoch, PipelineId, TaskId, split_task_id
 from lockgate.common.model.offsets import OffsetRange, next_offsets
+from lockgate.coordinator.domain.aborts import timeout_reason
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
     LingeringTransaction,
@@ -214,7 +215,10 @@ class CheckpointStore:
             now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
             for late in first_timed_out(triggered, now_ms=now):
                 read_pipeline(conn, late.pipeline_id, for_update=True)
-                reason = f"timed out after {late.timeout_ms} ms"
+                reason = timeout_reason(
+                    read_checkpoint(conn, late.pipeline_id, late.checkpoint_id),
+                    timeout_ms=late.timeout_ms,
+                )
                 for c in apply_abort(conn, late.pipeline_id, late.checkpoint_id, reason):
                     aborted.append((late.pipeline_id, c))
         return aborted
@@ -273,6 +277,25 @@ class CheckpointStore:
                 stmt = stmt.where(checkpoints.c.state.in_([s.value for s in states]))
             ids = [CheckpointId(int(r[0])) for r in conn.execute(stmt)]
             return [read_checkpoint(conn, pipeline_id, c) for c in ids]
+
+    def count_checkpoints(
+        self,
+        *,
+        pipeline_id: PipelineId,
+        states: Iterable[CheckpointState],
+        after: CheckpointId,
+    ) -> int:
+        """How many of the pipeline's checkpoints newer than `after` are in `states`."""
+        with self._db.read() as conn:
+            return int(
+                conn.execute(
+                    sa.select(sa.func.count()).where(
+                        checkpoints.c.pipeline_id == pipeline_id,
+                        checkpoints.c.checkpoint_id > after,
+                        checkpoints.c.state.in_([s.value for s in states]),
+                    )
+                ).scalar_one()
+            )
 
     def list_pending_commits(self, *, pipeline_id: PipelineId | None = None) -> list[PendingCommit]:
         """COMPLETE but not COMMITTED checkpoints with all their handles, oldest first per
