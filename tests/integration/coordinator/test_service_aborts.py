@@ -126,5 +126,9 @@ def test_status_and_the_cli_show_repeated_timeouts_and_the_silent_task(
             timeout_s=20,
         )
         assert recovered.last_complete_checkpoint_id > aborted.checkpoint_id
-        # The newest abort stays visible as history.
+        # The newest abort stays visible as history, marked as over.
         assert recovered.last_aborted_checkpoint.checkpoint_id >= aborted.checkpoint_id
+        shown = runner.invoke(app, ["pipeline", "status", name], env=env)
+        assert shown.exit_code == 0, shown.output
+        assert "(a checkpoint completed since)" in shown.output
+        assert "aborted in a row" not in shown.output
