@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
@@ -270,6 +271,37 @@ def test_sql_error_surfaces_spark_message(
     spec = _spec(bootstrap, source, sink, transform={"sql": "SELECT no_such_column FROM input"})
     with pytest.raises(TransformError, match="no_such_column"):
         _run(spark, spec, _ranges(bootstrap, source), _prefix())
+
+
+@pytest.mark.timeout(120)  # before the fix this batch blocked until killed
+def test_a_transform_that_reads_none_of_the_batch_fails_within_seconds(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    """Issue 16's SQL reads a file, not the view `input`: the batch used to wait forever
+    for its record count (an Observation filled only when the input is read), so every
+    checkpoint hung until its timeout. It now fails before writing, naming the field and
+    the fix; so does a filter the optimizer proves always false."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
+    _seed(bootstrap, source, 10)
+    for sql in (
+        "SELECT CAST(value AS BINARY) AS value FROM text.`/etc/passwd`",
+        "SELECT key, value FROM input WHERE 1 = 0",
+    ):
+        spec = _spec(bootstrap, source, sink, transform={"sql": sql})
+        started = time.monotonic()
+        with pytest.raises(TransformError) as caught:
+            _run(spark, spec, _ranges(bootstrap, source), _prefix())
+        elapsed_s = time.monotonic() - started
+        message = str(caught.value)
+        assert message.startswith("transform.sql reads none of the batch's records"), message
+        assert "read from the view `input`" in message
+        assert elapsed_s < 30, f"{sql!r} failed only after {elapsed_s:.1f} s"
+    # A transform that reads `input` still runs (the check finds its own batch's count).
+    spec = _spec(bootstrap, source, sink, transform={"sql": "SELECT key, value FROM input"})
+    result = _run(spark, spec, _ranges(bootstrap, source), _prefix())
+    assert result.records_in == 10
+    _abort(bootstrap, result)
 
 
 def _json_input(bootstrap: str, topic: str) -> None:

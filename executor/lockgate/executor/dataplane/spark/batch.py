@@ -14,6 +14,7 @@ import re
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -227,6 +228,46 @@ def _count(frame: DataFrame, name: str) -> tuple[DataFrame, Observation]:
     return frame.observe(observation, F.count(F.lit(1)).alias("n")), observation
 
 
+def _unique(name: str) -> str:
+    # A name no other plan has, so `_check_reads_input` can find this very count in a plan.
+    return f"lockgate_{name}_{uuid.uuid4().hex}"
+
+
+def _check_reads_input(transformed: DataFrame, counted_name: str, spec: PipelineSpec) -> None:
+    """Refuse, before anything is written, a transform whose plan reads none of the batch's
+    records: a query over another source (``FROM text.`/etc/passwd```), or whose filter
+    the optimizer proves always false (``WHERE 1=0``, ``LIMIT 0``).
+
+    Why refuse rather than count some other way: the record count is an Observation that
+    Spark fills only when a plan that reads the input runs, so reading it blocked the
+    checkpoint forever (issue 16); and the output of such a query does not come from the
+    checkpoint's offset ranges, so every checkpoint would write the same unrelated records.
+    The check looks for the count's node in the optimised plan, where Spark has already
+    dropped what never runs.
+    """
+    try:
+        plan = str(transformed._jdf.queryExecution().optimizedPlan().toString())
+    except (PySparkException, Py4JJavaError) as exc:
+        raise TransformError(f"{_transform_field(spec)} failed: {_spark_message(exc)}") from exc
+    if counted_name in plan:
+        return
+    if spec.transform.sql is not None:
+        fix = (
+            f"read from the view `{INPUT_VIEW}` (or one named after a source topic), e.g. "
+            f"`SELECT key, value FROM {INPUT_VIEW}`"
+        )
+    else:
+        fix = "build the result from the DataFrame the function is given"
+    raise TransformError(
+        f"{_transform_field(spec)} reads none of the batch's records (it reads another "
+        f"source, or a filter that is always false leaves nothing to read): {fix}"
+    )
+
+
+def _transform_field(spec: PipelineSpec) -> str:
+    return "transform.sql" if spec.transform.sql is not None else "transform.python"
+
+
 def _activate(spark: SparkSession) -> None:
     # Py4J runs each Python thread on its own JVM thread, whose active SparkSession is
     # unset, and Python data sources are looked up through the active session: without
@@ -266,6 +307,8 @@ class _Input:
 
     records: DataFrame
     counted: Observation
+    counted_name: str
+    """The name of `counted`, unique to this batch."""
     dead_letters: DataFrame | None = None
     dead_counted: Observation | None = None
     cached: DataFrame | None = None
@@ -291,9 +334,10 @@ def _read_input(
         .option("stall_timeout_s", str(options.stall_timeout_s))
         .load()
     )
+    counted_name = _unique("in")
     if not marked:
-        records, counted = _count(source, "in")
-        return _Input(records, counted)
+        records, counted = _count(source, counted_name)
+        return _Input(records, counted, counted_name)
     # Read once, then split good records from bad ones.
     cached = source.persist(StorageLevel.MEMORY_AND_DISK)
     assert spec.errors.dead_letter_topic is not None
@@ -304,9 +348,9 @@ def _read_input(
         cached.where(F.col(ERROR_COLUMN).isNull()).drop(
             RAW_KEY_COLUMN, RAW_VALUE_COLUMN, ERROR_COLUMN
         ),
-        "in",
+        counted_name,
     )
-    return _Input(records, counted, dead_letters, dead_counted, cached)
+    return _Input(records, counted, counted_name, dead_letters, dead_counted, cached)
 
 
 def _write_prepared(
@@ -387,6 +431,7 @@ def run_precommit_batch(
     source = _read_input(session, spec, ranges, options)
     try:
         output = prepare_sink_frame(apply_transform(session, spec, source.records), spec)
+        _check_reads_input(output, source.counted_name, spec)
         if source.dead_letters is not None:
             output = output.unionByName(source.dead_letters, allowMissingColumns=True)
         messages = _write_prepared(
