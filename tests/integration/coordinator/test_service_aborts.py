@@ -6,10 +6,8 @@ checkpoint out, and GetPipelineStatus, `lockgate pipeline status` (and `--json`)
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
-import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -26,25 +24,15 @@ from tests.support.waits import wait_for
 NO_REPORT = "no pre-commit report within 1500 ms"  # pipeline_spec's timeout_ms is 1500
 
 
-@pytest.fixture
-def sqlite_cluster(tmp_path: Path) -> Iterator[CoordinatorCluster]:
-    """Coordinator replicas on a SQLite file, stopped at the test's end."""
-    running = CoordinatorCluster(tmp_path, f"sqlite:///{tmp_path / 'coordinator.db'}")
-    try:
-        yield running
-    finally:
-        running.stop_all()
-
-
 def test_status_and_the_cli_show_repeated_timeouts_and_the_silent_task(
-    sqlite_cluster: CoordinatorCluster,
+    cluster: CoordinatorCluster,
     kafka_broker: KafkaBroker,
     new_topic: Callable[..., str],
 ) -> None:
     """e2 never reports its pre-commits: the status names the newest abort's reason and
     the task on e2 that did not pre-commit, the count of aborts in a row grows with each
     timeout, the CLI prints all of it, and the count returns to 0 once e2 reports again."""
-    with checkpoint_setup(sqlite_cluster, kafka_broker, new_topic, replicas=1) as setup:
+    with checkpoint_setup(cluster, kafka_broker, new_topic, replicas=1) as setup:
         stub, name = setup.stub, setup.name
         wait_committed(setup, "a first committed checkpoint", timeout_s=30)
 
@@ -97,7 +85,7 @@ def test_status_and_the_cli_show_repeated_timeouts_and_the_silent_task(
         app = typer.Typer()
         app.add_typer(pipeline_app, name="pipeline")
         runner = CliRunner()
-        address = sqlite_cluster.leader().address
+        address = cluster.leader().address
         # A wide terminal, so the checkpoints table keeps each reason on one line.
         env = {"LOCKGATE_COORDINATOR": address, "COLUMNS": "400"}
         shown = runner.invoke(app, ["pipeline", "status", name], env=env)

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
 import sqlalchemy as sa
 from google.protobuf import field_mask_pb2
 from grpc_status import rpc_status
@@ -147,35 +146,6 @@ class CoordinatorCluster:
         """Stop every replica this cluster started (only those, by their own handle)."""
         for member in self.members:
             member.stop(grace_s=10)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh state database: a SQLite file, or a PostgreSQL database of the fixture."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'coordinator.db'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, db_url: str) -> Iterator[CoordinatorCluster]:
-    """Coordinator replicas for one test, stopped at its end."""
-    running = CoordinatorCluster(tmp_path, db_url)
-    try:
-        yield running
-    finally:
-        running.stop_all()
-
-
-@pytest.fixture
-def sqlite_cluster(tmp_path: Path) -> Iterator[CoordinatorCluster]:
-    """Coordinator replicas on a SQLite file (tests whose database does not matter)."""
-    running = CoordinatorCluster(tmp_path, f"sqlite:///{tmp_path / 'coordinator.db'}")
-    try:
-        yield running
-    finally:
-        running.stop_all()
 
 
 def rpc_error(call: Callable[[], object]) -> grpc.RpcError:
