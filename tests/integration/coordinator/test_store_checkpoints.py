@@ -20,7 +20,9 @@ from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.domain.tasks import split_partitions
 from lockgate.coordinator.store import SqlStore
 from lockgate.coordinator.store.tables import (
+    checkpoint_tasks,
     checkpoints,
+    precommit_handles,
     precommit_offsets,
     source_offsets,
     transactional_ids,
@@ -418,6 +420,43 @@ def test_a_moved_task_writes_on_ids_no_zombie_of_it_can_open(
             sa.select(transactional_ids.c.task_index, transactional_ids.c.transactional_id)
         ).all()
     assert sorted(rows) == [(0, f"lockgate-p-0-g{before}-0"), (1, f"lockgate-p-1-g{after}-0")]
+
+
+def test_ids_stored_before_generations_are_still_aborted_and_replaced(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """A store written before ids carried the generation ("lockgate-p-<t>-<s>"): a COMPLETE
+    checkpoint's handles keep their own ids; an aborted, unreported pre-commit keeps its
+    old slot id (the executor lists what is open on it); the next trigger takes the slot
+    under the new scheme, replacing the old row instead of colliding with it."""
+    store = open_stores()
+    fence = lead(store)
+    t0, t1 = running_pipeline(store, fence)
+    pid = PipelineId("p")
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    precommit(store, fence, 1, t0, start=0, end=10)
+    store.checkpoints.abort_checkpoint(fence=fence, pipeline_id=pid, checkpoint_id=C(1), reason="x")
+    with store.engine.begin() as conn:  # as the previous release wrote them
+        for index in (0, 1):
+            old, new = f"lockgate-p-{index}-0", f"lockgate-p-{index}-g2-0"
+            for table in (checkpoint_tasks, precommit_handles, transactional_ids):
+                conn.execute(
+                    table.update()
+                    .where(table.c.transactional_id == new)
+                    .values(transactional_id=old)
+                )
+    n2 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    assert sorted(t.transactional_id for t in n2.tasks) == [
+        "lockgate-p-0-g2-0",
+        "lockgate-p-1-g2-0",
+    ]
+    lingering = {
+        (t.task_id, t.transactional_id): t.must_be_sent
+        for t in store.checkpoints.list_lingering_transactions()
+    }
+    # t0's reported handle is aborted by its stored id and producer epoch; t1's unreported
+    # one by listing its old slot id (which no id of the new scheme lists under).
+    assert lingering == {(t0, "lockgate-p-0-0"): True, (t1, "lockgate-p-1-0"): True}
 
 
 def test_timed_out_checkpoint_aborts(open_stores: Callable[..., SqlStore]) -> None:
