@@ -44,6 +44,17 @@ from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from tests.support.processes import failpoint_env
 from tests.support.waits import wait_for
 
+#: Coordinator flags for fault tests: short sessions, so a dead or paused executor's tasks
+#: move within seconds.
+SHORT_SESSION_ARGS = (
+    "--session-timeout-ms",
+    "4000",
+    "--reassign-delay-ms",
+    "0",
+    "--heartbeat-interval-ms",
+    "500",
+)
+
 
 @dataclass
 class ServiceCluster:
@@ -425,6 +436,7 @@ def read_output(bootstrap_servers: str, topic: str) -> list[ConsumedRecord]:
 
 
 __all__ = [
+    "SHORT_SESSION_ARGS",
     "ConsumedRecord",
     "OutputCheck",
     "ProcessStartError",

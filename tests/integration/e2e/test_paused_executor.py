@@ -29,6 +29,7 @@ from lockgate.localcluster.kafka import create_topic
 from lockgate.v1 import common_pb2
 from tests.fixtures.kafka import KafkaBroker
 from tests.integration.e2e.harness import (
+    SHORT_SESSION_ARGS,
     ServiceCluster,
     check_output,
     held,
@@ -42,16 +43,6 @@ from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.spark]
 
-#: Short sessions, so a paused executor's task moves within seconds.
-COORDINATOR_ARGS = (
-    "--session-timeout-ms",
-    "4000",
-    "--reassign-delay-ms",
-    "0",
-    "--heartbeat-interval-ms",
-    "500",
-)
-EXECUTOR_START_TIMEOUT_S = 240.0
 BEFORE_INIT = "before_init_transactions"
 AFTER_PRECOMMIT = "after_precommit_before_report"
 #: What an executor says when a COMPLETE checkpoint's transaction was aborted under it.
@@ -86,7 +77,7 @@ def test_a_paused_executors_late_producer_cannot_abort_a_live_checkpoint(
         home=tmp_path / "services",
         bootstrap_servers=bootstrap,
         lease_ms=3000,
-        coordinator_args=COORDINATOR_ARGS,
+        coordinator_args=SHORT_SESSION_ARGS,
     )
     holds_a, holds_b = tmp_path / "holds-e1", tmp_path / "holds-e2"
     holds_a.mkdir()
