@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lockgate.common.failpoints import FAILPOINTS_ENV
+from lockgate.common.failpoints import FAILPOINT_HOLD_DIR_ENV, FAILPOINTS_ENV
 from lockgate.localcluster.commands import registry_command
 
 #: Seconds a registry gets to migrate its database and start listening.
@@ -37,10 +37,13 @@ REGISTRY_START_DEADLINE_S = 60.0
 _REGISTRY_READY = re.compile(r"ready grpc=(\S+) http=(\S+)")
 
 
-def failpoint_env(failpoints: str = "") -> dict[str, str]:
+def failpoint_env(failpoints: str = "", *, hold_dir: Path | None = None) -> dict[str, str]:
     """The environment that arms ``failpoints`` in a service (none: disarms any the test
-    process itself was given)."""
-    return {FAILPOINTS_ENV: failpoints}
+    process itself was given); ``hold_dir`` is where its ``:hold`` ones meet the test."""
+    env = {FAILPOINTS_ENV: failpoints}
+    if hold_dir is not None:
+        env[FAILPOINT_HOLD_DIR_ENV] = str(hold_dir)
+    return env
 
 
 def children(pid: int) -> list[int]:

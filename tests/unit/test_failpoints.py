@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 import pytest
 
 from lockgate.common.failpoints import (
+    FAILPOINT_HOLD_DIR_ENV,
     FAILPOINTS_ENV,
     ArmedFailpoint,
     Failpoint,
@@ -12,6 +16,7 @@ from lockgate.common.failpoints import (
     Failpoints,
     parse_failpoints,
 )
+from tests.support.waits import wait_for
 
 
 class _Exited(Exception):
@@ -40,6 +45,7 @@ def test_parse_names_and_counts() -> None:
         "after_complete_before_commit",
         "mid_commit_handles",
         "after_commit_before_ack",
+        "before_init_transactions",
     }
 
 
@@ -82,3 +88,58 @@ def test_from_env() -> None:
     armed = Failpoints.from_env({FAILPOINTS_ENV: "after_commit_before_ack"}).armed
     assert armed == (ArmedFailpoint(Failpoint.AFTER_COMMIT_BEFORE_ACK, 1),)
     assert Failpoints.from_env({}).armed == ()
+
+
+def test_hold_is_parsed_and_needs_its_directory(tmp_path: Path) -> None:
+    assert parse_failpoints("before_init_transactions@2:hold") == (
+        ArmedFailpoint(Failpoint.BEFORE_INIT_TRANSACTIONS, 2, hold=True),
+    )
+    with pytest.raises(FailpointConfigError, match="':hold'"):
+        parse_failpoints("before_init_transactions:pause")
+    with pytest.raises(FailpointConfigError, match=FAILPOINT_HOLD_DIR_ENV):
+        Failpoints.from_env({FAILPOINTS_ENV: "before_init_transactions:hold"})
+    env = {FAILPOINTS_ENV: "before_init_transactions:hold", FAILPOINT_HOLD_DIR_ENV: str(tmp_path)}
+    assert [a.describe() for a in Failpoints.from_env(env).armed] == [
+        "before_init_transactions@1:hold"
+    ]
+
+
+def test_a_held_step_waits_for_its_release_file(tmp_path: Path) -> None:
+    """The armed hit writes `<name>.held` and goes on only once `<name>.release` exists;
+    the process does not exit."""
+    exits: list[str] = []
+    failpoints = Failpoints(
+        parse_failpoints("before_init_transactions:hold"),
+        hold_dir=tmp_path,
+        exit_process=exits.append,
+    )
+    worker = threading.Thread(
+        target=failpoints.reach,
+        args=(Failpoint.BEFORE_INIT_TRANSACTIONS,),
+        kwargs={"detail": "transactional.id x-0"},
+        daemon=True,
+    )
+    worker.start()
+    held = tmp_path / "before_init_transactions.held"
+    wait_for("the step to hold", held.exists, timeout_s=10)
+    worker.join(0.2)
+    assert worker.is_alive(), "the step went on before its release"
+    assert held.read_text() == "transactional.id x-0\n"
+    (tmp_path / "before_init_transactions.release").touch()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert exits == []
+
+
+def test_held_hits_are_counted_across_processes(tmp_path: Path) -> None:
+    """Spark runs write partitions in several Python workers: the N-th hit is the N-th
+    over all of them, and a step held once is passed by every later hit."""
+    (tmp_path / "before_init_transactions.release").touch()  # releases at once
+    armed = parse_failpoints("before_init_transactions@2:hold")
+    first, second = (Failpoints(armed, hold_dir=tmp_path) for _ in range(2))
+    first.reach(Failpoint.BEFORE_INIT_TRANSACTIONS, detail="hit 1")
+    assert not (tmp_path / "before_init_transactions.held").exists()
+    second.reach(Failpoint.BEFORE_INIT_TRANSACTIONS, detail="hit 2")
+    assert (tmp_path / "before_init_transactions.held").read_text() == "hit 2\n"
+    first.reach(Failpoint.BEFORE_INIT_TRANSACTIONS, detail="hit 3")
+    assert (tmp_path / "before_init_transactions.held").read_text() == "hit 2\n"

@@ -638,7 +638,8 @@ def open_transactions_of_slot(
 
 def belongs_to_slot(transactional_id: str, slot_id: str) -> bool:
     """Whether ``transactional_id`` is ``slot_id`` or one of its write partitions'
-    ``<slot_id>-<k>`` (and not, say, the slot ``<slot_id>0`` of another task)."""
+    ``<slot_id>-<k>`` (and not, say, slot 10 when ``slot_id`` ends in ``-g1-1``, another
+    generation's ``-g2-1``, or another task's: only digits may follow ``<slot_id>-``)."""
     if transactional_id == slot_id:
         return True
     suffix = transactional_id.removeprefix(slot_id + "-")

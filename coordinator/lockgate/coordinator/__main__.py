@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failpoints.armed:
         _LOG.warning(
             "failpoints armed: %s",
-            ", ".join(f"{a.failpoint.value}@{a.on_hit}" for a in failpoints.armed),
+            ", ".join(a.describe() for a in failpoints.armed),
         )
     herder = Herder(store=store, settings=settings, failpoints=failpoints)
     servicer = CoordinatorServicer(herder)

@@ -153,7 +153,7 @@ def _checked_options(
     if failpoints.armed:
         _LOG.warning(
             "failpoints armed: %s",
-            ", ".join(f"{a.failpoint.value}@{a.on_hit}" for a in failpoints.armed),
+            ", ".join(a.describe() for a in failpoints.armed),
         )
     return coordinators, spark_conf, failpoints
 

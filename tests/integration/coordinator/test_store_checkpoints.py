@@ -19,7 +19,14 @@ from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.domain.tasks import split_partitions
 from lockgate.coordinator.store import SqlStore
-from lockgate.coordinator.store.tables import checkpoints, precommit_offsets, source_offsets
+from lockgate.coordinator.store.tables import (
+    checkpoint_tasks,
+    checkpoints,
+    precommit_handles,
+    precommit_offsets,
+    source_offsets,
+    transactional_ids,
+)
 from tests.integration.coordinator.test_store import (
     herder,
     lead,
@@ -119,7 +126,10 @@ def test_complete_is_written_with_offsets_when_the_last_task_precommits(
     t0, t1 = running_pipeline(store, fence)
     n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
     assert (n1.checkpoint_id, n1.state, n1.leader_epoch) == (1, CheckpointState.TRIGGERED, 1)
-    assert sorted(t.transactional_id for t in n1.tasks) == ["lockgate-p-0-0", "lockgate-p-1-0"]
+    assert sorted(t.transactional_id for t in n1.tasks) == [
+        "lockgate-p-0-g2-0",
+        "lockgate-p-1-g2-0",
+    ]
 
     assert precommit(store, fence, 1, t0, start=0, end=10) is CheckpointState.TRIGGERED
     assert offsets_table(store) == {}
@@ -131,7 +141,7 @@ def test_complete_is_written_with_offsets_when_the_last_task_precommits(
     assert done.completed_at_ms is not None and done.completed_at_ms >= done.triggered_at_ms
     pending = store.checkpoints.list_pending_commits()
     assert [(p.checkpoint_id, [h.task_id for h in p.handles]) for p in pending] == [(1, [t0, t1])]
-    assert pending[0].handles[0].handles == (TransactionHandle("lockgate-p-0-0", 1000, 1),)
+    assert pending[0].handles[0].handles == (TransactionHandle("lockgate-p-0-g2-0", 1000, 1),)
 
     committed = store.checkpoints.mark_committed(
         fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1)
@@ -198,7 +208,7 @@ def test_stale_task_generation_precommit_is_refused(open_stores: Callable[..., S
                 executor_id=E1,
                 executor_generation=Generation(1),
                 offsets=(),
-                handles=(TransactionHandle("lockgate-p-0-2", 1, 1),),
+                handles=(TransactionHandle("lockgate-p-0-g2-2", 1, 1),),
             ),
         )
 
@@ -213,12 +223,18 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
     precommit(store, fence, 1, t1, start=0, end=10)  # N=1 COMPLETE, commit pending
     n2 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
     # N=1's ids may still need committing: N=2 writes with the next slot.
-    assert sorted(t.transactional_id for t in n2.tasks) == ["lockgate-p-0-1", "lockgate-p-1-1"]
+    assert sorted(t.transactional_id for t in n2.tasks) == [
+        "lockgate-p-0-g2-1",
+        "lockgate-p-1-g2-1",
+    ]
     with pytest.raises(FailedPrecondition, match="in flight"):
         store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
     store.checkpoints.mark_committed(fence=fence, pipeline_id=pid, checkpoint_id=C(1))
     n3 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
-    assert sorted(t.transactional_id for t in n3.tasks) == ["lockgate-p-0-0", "lockgate-p-1-0"]
+    assert sorted(t.transactional_id for t in n3.tasks) == [
+        "lockgate-p-0-g2-0",
+        "lockgate-p-1-g2-0",
+    ]
 
     precommit(store, fence, 2, t0, start=10, end=20, producer_id=2000)
     # N=3 fully pre-committed but N=2 is not: N=3 must wait (COMPLETE is in order).
@@ -245,17 +261,17 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
         for t in store.checkpoints.list_lingering_transactions()
     }
     assert lingering == {
-        (2, t0): ("lockgate-p-0-1", 2000),
-        (2, t1): ("lockgate-p-1-1", None),  # never reported: abort by init_transactions
-        (3, t0): ("lockgate-p-0-0", 1000),
-        (3, t1): ("lockgate-p-1-0", 1001),
+        (2, t0): ("lockgate-p-0-g2-1", 2000),
+        (2, t1): ("lockgate-p-1-g2-1", None),  # never reported: abort by init_transactions
+        (3, t0): ("lockgate-p-0-g2-0", 1000),
+        (3, t1): ("lockgate-p-1-g2-0", 1001),
     }
     restore = store.checkpoints.restore_state(task_id=t1)
     assert restore.start_offsets == {TopicPartition("in", 2): 10, TopicPartition("in", 3): 10}
     assert restore.to_commit == ()
     assert sorted((t.checkpoint_id, t.transactional_id) for t in restore.to_abort) == [
-        (2, "lockgate-p-1-1"),
-        (3, "lockgate-p-1-0"),
+        (2, "lockgate-p-1-g2-1"),
+        (3, "lockgate-p-1-g2-0"),
     ]
     reused = {
         (t.checkpoint_id, t.task_id)
@@ -302,15 +318,15 @@ def test_aborts_name_each_write_partitions_transaction_and_skip_in_flight_checkp
         for t in store.checkpoints.list_lingering_transactions()
     )
     assert lingering == [
-        (t0, "lockgate-p-0-0-0", 1000, True),
-        (t0, "lockgate-p-0-0-1", 1010, True),
-        (t1, "lockgate-p-1-0", None, True),
+        (t0, "lockgate-p-0-g2-0-0", 1000, True),
+        (t0, "lockgate-p-0-g2-0-1", 1010, True),
+        (t1, "lockgate-p-1-g2-0", None, True),
     ]
     assert sorted(
         t.transactional_id for t in store.checkpoints.restore_state(task_id=t0).to_abort
     ) == [
-        "lockgate-p-0-0-0",
-        "lockgate-p-0-0-1",
+        "lockgate-p-0-g2-0-0",
+        "lockgate-p-0-g2-0-1",
     ]
 
     # N=2 reuses the aborted slot 0: N=1's unreported entry must not be sent any more.
@@ -320,12 +336,12 @@ def test_aborts_name_each_write_partitions_transaction_and_skip_in_flight_checkp
         t.transactional_id: t.must_be_sent
         for t in store.checkpoints.list_lingering_transactions()
         if t.task_id == t1
-    } == {"lockgate-p-1-0": False}
+    } == {"lockgate-p-1-g2-0": False}
     precommit(store, fence, 2, t0, start=0, end=10, write_partitions=1)
     assert [
         (t.checkpoint_id, t.transactional_id)
         for t in store.checkpoints.restore_state(task_id=t0).to_abort
-    ] == [(1, "lockgate-p-0-0-0"), (1, "lockgate-p-0-0-1")]
+    ] == [(1, "lockgate-p-0-g2-0-0"), (1, "lockgate-p-0-g2-0-1")]
 
 
 def test_out_of_order_precommits_complete_in_order(open_stores: Callable[..., SqlStore]) -> None:
@@ -367,6 +383,80 @@ def test_moving_a_task_aborts_its_in_flight_checkpoint(
     # The zombie's late pre-commit for the aborted checkpoint is refused.
     with pytest.raises(StaleGeneration):
         precommit(store, fence, 1, t1, start=0, end=5)
+
+
+def test_a_moved_task_writes_on_ids_no_zombie_of_it_can_open(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """Issue 14, hole 1: task 1 moves while its batch of N=1 (slot 0) may still wake up on
+    the old executor. The next checkpoint reuses slot 0 under the task's new generation, so
+    on another id; the old id's unreported pre-commit is still to be aborted by listing
+    what is open on it (nothing later writes on that id); the table keeps one row per slot."""
+    store = open_stores()
+    fence = lead(store)
+    t0, t1 = running_pipeline(store, fence)
+    pid = PipelineId("p")
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    before = store.pipelines.get_task(task_id=t1).generation
+    store.pipelines.apply_assignment(fence=fence, assignment={E1: {t0, t1}})
+    after = store.pipelines.get_task(task_id=t1).generation
+    assert after > before
+    assert store.checkpoints.get_checkpoint(pipeline_id=pid, checkpoint_id=C(1)).state is (
+        CheckpointState.ABORTED
+    )
+    n2 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    assert {t.task_id: (t.slot, t.transactional_id) for t in n2.tasks} == {
+        t0: (0, f"lockgate-p-0-g{before}-0"),
+        t1: (0, f"lockgate-p-1-g{after}-0"),
+    }
+    lingering = {
+        t.transactional_id: (t.producer_id, t.must_be_sent)
+        for t in store.checkpoints.list_lingering_transactions()
+        if t.task_id == t1
+    }
+    assert lingering == {f"lockgate-p-1-g{before}-0": (None, True)}
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(transactional_ids.c.task_index, transactional_ids.c.transactional_id)
+        ).all()
+    assert sorted(rows) == [(0, f"lockgate-p-0-g{before}-0"), (1, f"lockgate-p-1-g{after}-0")]
+
+
+def test_ids_stored_before_generations_are_still_aborted_and_replaced(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """A store written before ids carried the generation ("lockgate-p-<t>-<s>"): a COMPLETE
+    checkpoint's handles keep their own ids; an aborted, unreported pre-commit keeps its
+    old slot id (the executor lists what is open on it); the next trigger takes the slot
+    under the new scheme, replacing the old row instead of colliding with it."""
+    store = open_stores()
+    fence = lead(store)
+    t0, t1 = running_pipeline(store, fence)
+    pid = PipelineId("p")
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    precommit(store, fence, 1, t0, start=0, end=10)
+    store.checkpoints.abort_checkpoint(fence=fence, pipeline_id=pid, checkpoint_id=C(1), reason="x")
+    with store.engine.begin() as conn:  # as the previous release wrote them
+        for index in (0, 1):
+            old, new = f"lockgate-p-{index}-0", f"lockgate-p-{index}-g2-0"
+            for table in (checkpoint_tasks, precommit_handles, transactional_ids):
+                conn.execute(
+                    table.update()
+                    .where(table.c.transactional_id == new)
+                    .values(transactional_id=old)
+                )
+    n2 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    assert sorted(t.transactional_id for t in n2.tasks) == [
+        "lockgate-p-0-g2-0",
+        "lockgate-p-1-g2-0",
+    ]
+    lingering = {
+        (t.task_id, t.transactional_id): t.must_be_sent
+        for t in store.checkpoints.list_lingering_transactions()
+    }
+    # t0's reported handle is aborted by its stored id and producer epoch; t1's unreported
+    # one by listing its old slot id (which no id of the new scheme lists under).
+    assert lingering == {(t0, "lockgate-p-0-0"): True, (t1, "lockgate-p-1-0"): True}
 
 
 def test_timed_out_checkpoint_aborts(open_stores: Callable[..., SqlStore]) -> None:

@@ -44,6 +44,17 @@ from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from tests.support.processes import failpoint_env
 from tests.support.waits import wait_for
 
+#: Coordinator flags for fault tests: short sessions, so a dead or paused executor's tasks
+#: move within seconds.
+SHORT_SESSION_ARGS = (
+    "--session-timeout-ms",
+    "4000",
+    "--reassign-delay-ms",
+    "0",
+    "--heartbeat-interval-ms",
+    "500",
+)
+
 
 @dataclass
 class ServiceCluster:
@@ -111,18 +122,20 @@ class ServiceCluster:
         executor_id: str,
         *,
         failpoints: str = "",
+        hold_dir: Path | None = None,
         spark_master: str = "local[1]",
         data_plane: str | None = None,
     ) -> RunningProcess:
         """Start (or restart) executor ``executor_id`` and wait until it registered
-        (``data_plane="none"``: the control path only, no SparkSession)."""
+        (``data_plane="none"``: the control path only, no SparkSession; ``hold_dir``:
+        where its ``:hold`` failpoints wait, see ``held``/``release``)."""
         return self._start(
             lambda port: executor_spec(
                 executor_id=executor_id,
                 port=port,
                 coordinators=self.coordinator_addresses,
                 spark_master=spark_master,
-                env=failpoint_env(failpoints),
+                env=failpoint_env(failpoints, hold_dir=hold_dir),
                 data_plane=data_plane,
             ),
             self.executor_ports,
@@ -149,6 +162,12 @@ class ServiceCluster:
         wait_for(f"{name} gone", lambda: not is_alive(record), timeout_s=15)
         self.running.pop(name, None)
         return record.pid
+
+    def signal(self, name: str, signum: signal.Signals) -> None:
+        """Send ``signum`` (SIGSTOP, SIGCONT) to process ``name``, by its pid file."""
+        record = read_pid_file(self.home, name)
+        assert record is not None and is_alive(record), f"{name} does not run"
+        os.kill(record.pid, signum)
 
     def stop_all(self) -> None:
         """Stop every process this cluster started (executors first)."""
@@ -250,6 +269,20 @@ class ServiceCluster:
     def status_json(self, name: str) -> dict[str, Any]:
         """``lockgate pipeline status NAME --json``, parsed."""
         return dict(json.loads(self.cli("pipeline", "status", name, "--json").stdout))
+
+
+# ---------------------------------------------------------------------- held failpoints
+
+
+def held(hold_dir: Path, failpoint: str) -> str | None:
+    """The detail a process wrote when it started holding at ``failpoint`` (None: not yet)."""
+    path = hold_dir / f"{failpoint}.held"
+    return path.read_text().strip() if path.exists() else None
+
+
+def release(hold_dir: Path, failpoint: str) -> None:
+    """Let every process holding (or about to hold) at ``failpoint`` go on."""
+    (hold_dir / f"{failpoint}.release").touch()
 
 
 # ---------------------------------------------------------------------- data helpers
@@ -403,14 +436,17 @@ def read_output(bootstrap_servers: str, topic: str) -> list[ConsumedRecord]:
 
 
 __all__ = [
+    "SHORT_SESSION_ARGS",
     "ConsumedRecord",
     "OutputCheck",
     "ProcessStartError",
     "ServiceCluster",
     "check_output",
     "end_offsets",
+    "held",
     "pipeline_yaml",
     "produce_keyed",
     "read_output",
+    "release",
     "unique",
 ]

@@ -36,6 +36,7 @@ from lockgate.localcluster.kafka import TRANSACTIONS_COMMAND, ConsumedRecord, cr
 from lockgate.v1 import common_pb2, coordinator_pb2
 from tests.fixtures.kafka import KafkaBroker
 from tests.integration.e2e.harness import (
+    SHORT_SESSION_ARGS,
     ServiceCluster,
     check_output,
     end_offsets,
@@ -52,15 +53,6 @@ RECORDS = 50_000
 PARTITIONS = 2
 #: Records per second written while faults are injected (the rest follows at once).
 TRICKLE_PER_SECOND = 100
-#: Coordinators: short sessions so a dead executor's tasks move within seconds.
-COORDINATOR_ARGS = (
-    "--session-timeout-ms",
-    "4000",
-    "--reassign-delay-ms",
-    "0",
-    "--heartbeat-interval-ms",
-    "500",
-)
 EXECUTOR_START_TIMEOUT_S = 240.0
 #: The coordinator-side failpoint, armed in c1 (the first leader).
 LEADER_FAILPOINT = "after_complete_before_commit@3"
@@ -75,7 +67,7 @@ def services(
         home=tmp_path_factory.mktemp("e2e-services"),
         bootstrap_servers=kafka_broker.bootstrap_servers,
         lease_ms=3000,
-        coordinator_args=COORDINATOR_ARGS,
+        coordinator_args=SHORT_SESSION_ARGS,
     )
     try:
         # c1 leads first and dies after its 3rd COMPLETE checkpoint, before any commit call.

@@ -81,7 +81,7 @@ def task(index: int, executor: str | None = "e1", generation: int = 1) -> TaskRe
 
 def record(n: int, state: CheckpointState, tasks: int, precommitted: int) -> CheckpointRecord:
     triggers = tuple(
-        TaskTrigger(TaskId(f"p/{i}"), Generation(1), ExecutorId("e1"), f"lockgate-p-{i}-0", 0)
+        TaskTrigger(TaskId(f"p/{i}"), Generation(1), ExecutorId("e1"), f"lockgate-p-{i}-g1-0", 0)
         for i in range(tasks)
     )
     return CheckpointRecord(
@@ -108,14 +108,16 @@ def refusal(**kwargs: object) -> str:
 def test_trigger_allots_each_task_its_lowest_free_slot() -> None:
     plan = plan_trigger(
         pipeline=pipeline(next_id=7),
-        tasks=[task(0), task(1)],
+        tasks=[task(0), task(1, generation=4)],
         states={C(6): K},
         slot_use={0: {0: K}, 1: {0: X}},
     )
     assert plan.checkpoint_id == 7
+    # Each id carries the task's generation: a task moved to generation 4 never writes on
+    # an id its earlier owners (generations 1-3) may still open.
     assert [(t.task_id, t.slot, t.transactional_id) for t in plan.tasks] == [
-        ("p/0", 1, "lockgate-p-0-1"),
-        ("p/1", 0, "lockgate-p-1-0"),
+        ("p/0", 1, "lockgate-p-0-g1-1"),
+        ("p/1", 0, "lockgate-p-1-g4-0"),
     ]
 
 
@@ -207,10 +209,10 @@ def test_handles_are_recorded_aborted_only_for_aborted_checkpoints() -> None:
 def test_each_task_restores_its_own_offsets_handles_and_aborts() -> None:
     t0, t1 = task(0), dataclasses.replace(task(1), generation=Generation(4))
     handles = (
-        TaskHandles(t0.task_id, (TransactionHandle("lockgate-p-0-0", 1, 0),)),
-        TaskHandles(t1.task_id, (TransactionHandle("lockgate-p-1-0", 2, 0),)),
+        TaskHandles(t0.task_id, (TransactionHandle("lockgate-p-0-g1-0-0", 1, 0),)),
+        TaskHandles(t1.task_id, (TransactionHandle("lockgate-p-1-g1-0-0", 2, 0),)),
     )
-    abort = LingeringTransaction(P, C(3), A, t1.task_id, "lockgate-p-1-1", 5, 0)
+    abort = LingeringTransaction(P, C(3), A, t1.task_id, "lockgate-p-1-g1-1-0", 5, 0)
     got = restore_states_of(
         [t0, t1],
         offsets={TopicPartition("in", 0): 10, TopicPartition("other", 0): 3},

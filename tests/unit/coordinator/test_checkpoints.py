@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
+from lockgate.common.kafka_transactions import belongs_to_slot
+from lockgate.common.model.ids import CheckpointId, Generation, PipelineId, TaskId
 from lockgate.common.model.offsets import OffsetRange, TopicPartition, next_offsets
 from lockgate.coordinator.domain.checkpoints import (
     PendingCommit,
@@ -77,7 +78,36 @@ def test_next_offsets_take_the_highest_end() -> None:
 
 
 def test_transactional_id_format() -> None:
-    assert transactional_id(PipelineId("orders"), 3, 1) == "lockgate-orders-3-1"
+    assert transactional_id(PipelineId("orders"), 3, Generation(7), 1) == "lockgate-orders-3-g7-1"
+
+
+_SLOT_KEYS = st.tuples(
+    st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True),  # pipeline names may hold '-'
+    st.integers(0, 12),  # task index
+    st.integers(0, 12),  # task generation
+    st.integers(0, 12),  # slot
+)
+
+
+@given(_SLOT_KEYS, _SLOT_KEYS, st.integers(0, 12))
+def test_an_id_belongs_to_exactly_its_own_task_generation_and_slot(
+    mine: tuple[str, int, int, int], other: tuple[str, int, int, int], partition: int
+) -> None:
+    """A zombie of an older generation, another slot (`g1-1` vs `g1-10`), another task or
+    another pipeline never writes on an id that lists as this slot's, and vice versa."""
+
+    def slot_id(key: tuple[str, int, int, int]) -> str:
+        pipeline, task, generation, slot = key
+        return transactional_id(PipelineId(pipeline), task, Generation(generation), slot)
+
+    written = f"{slot_id(other)}-{partition}"  # what a write partition of `other` uses
+    assert belongs_to_slot(written, slot_id(mine)) == (mine == other)
+    # Ids of the scheme before generations ("lockgate-<p>-<t>-<s>") and the new ones
+    # never claim each other, so a stored old slot's abort leaves new ids alone.
+    pipeline, task, _, slot = mine
+    before = f"lockgate-{pipeline}-{task}-{slot}"
+    assert not belongs_to_slot(written, before) or pipeline != other[0]
+    assert not belongs_to_slot(f"{before}-{partition}", slot_id(mine))
 
 
 def test_slot_not_reused_while_its_checkpoint_may_commit() -> None:

@@ -79,7 +79,7 @@ def checkpoint(
         state=state,
         leader_epoch=LeaderEpoch(1),
         tasks=tuple(
-            TaskTrigger(t, Generation(1), E1, f"lockgate-p-{t[-1]}-0", 0) for t in (T0, T1)
+            TaskTrigger(t, Generation(1), E1, f"lockgate-p-{t[-1]}-g1-0", 0) for t in (T0, T1)
         ),
         precommitted=precommitted,
         triggered_at_ms=0,
@@ -99,7 +99,7 @@ def report(task_id: TaskId = T0, **changes: object) -> Precommit:
         executor_id=E1,
         executor_generation=Generation(3),
         offsets=(OffsetRange("in", int(task_id[-1]), 0, 10),),
-        handles=(TransactionHandle(f"lockgate-p-{task_id[-1]}-0-0", 7, 0),),
+        handles=(TransactionHandle(f"lockgate-p-{task_id[-1]}-g1-0-0", 7, 0),),
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
@@ -158,12 +158,21 @@ def test_an_aborted_checkpoint_and_a_foreign_transactional_id_are_refused() -> N
     with pytest.raises(FailedPrecondition, match="abort this pre-commit") as aborted:
         accept(report(), record=checkpoint(CheckpointState.ABORTED))
     assert aborted.value.reason == "CHECKPOINT_NOT_TRIGGERED"
-    wrong = report(handles=(TransactionHandle("lockgate-p-0-1", 7, 0),))
-    with pytest.raises(FailedPrecondition) as foreign:
-        accept(wrong)
-    assert foreign.value.reason == "WRONG_TRANSACTIONAL_ID"
+    # Another slot, another generation's slot (a zombie's), a slot whose number starts
+    # with the allotted one, and the id of the scheme before generations.
+    for foreign_id in (
+        "lockgate-p-0-g1-1-0",
+        "lockgate-p-0-g0-0-0",
+        "lockgate-p-0-g1-00",
+        "lockgate-p-0-g10-0-0",
+        "lockgate-p-0-0-0",
+    ):
+        wrong = report(handles=(TransactionHandle(foreign_id, 7, 0),))
+        with pytest.raises(FailedPrecondition) as foreign:
+            accept(wrong)
+        assert foreign.value.reason == "WRONG_TRANSACTIONAL_ID", foreign_id
     # The allotted id itself and its write partitions' ids are the task's own.
-    for own in ("lockgate-p-0-0", "lockgate-p-0-0-12"):
+    for own in ("lockgate-p-0-g1-0", "lockgate-p-0-g1-0-12"):
         assert accept(report(handles=(TransactionHandle(own, 7, 0),)))
 
 

@@ -141,9 +141,11 @@ class LingeringTransaction:
     producer_id: int | None
     producer_epoch: int | None
     slot_reused: bool = False
-    """A later checkpoint already took this id's slot: its next producer's
-    `init_transactions` aborted (or will abort) this transaction. Do NOT re-initialise the
-    id to abort it; an EndTxn with the stored producer epoch is safe (fenced if stale)."""
+    """A later checkpoint already took this very id (same slot, same task generation): its
+    next producer's `init_transactions` aborted (or will abort) this transaction. Do NOT
+    re-initialise the id to abort it; an EndTxn with the stored producer epoch is safe
+    (fenced if stale). A later generation's use of the slot is on another id: the old id
+    is not reused, and its open transactions are aborted by listing them."""
 
     @property
     def handle(self) -> TransactionHandle:
@@ -294,7 +296,9 @@ def plan_trigger(
                 task_id=task.task_id,
                 task_generation=task.generation,
                 executor_id=task.executor_id,
-                transactional_id=transactional_id(pipeline_id, task.task_index, slot),
+                transactional_id=transactional_id(
+                    pipeline_id, task.task_index, task.generation, slot
+                ),
                 slot=slot,
             )
         )

@@ -17,8 +17,13 @@ Rules and known races:
   slot is reusable once its checkpoint is ABORTED, so the loop never triggers a pipeline
   that still has un-acked aborts, and an executor answers an abort only once no batch of
   that checkpoint runs on it any more: the abort, and the last producer a batch of the
-  checkpoint opens, land before the slot is reused. An entry whose slot a later
-  checkpoint took anyway is not sent (that checkpoint's init_transactions aborted it).
+  checkpoint opens, land before the slot is reused. An entry whose id a later checkpoint
+  of the same task generation took anyway is not sent (that checkpoint's
+  init_transactions aborted it).
+- A batch on an executor whose session expired (paused, cut off) is not waited for: it may
+  open producers long after its task moved. Ids carry the task generation
+  (domain/transactional_ids.py) and a move or restart bumps it, so such a late producer
+  can only touch its own generation's ids, never a later checkpoint's.
 - Commits are sent oldest first per pipeline and retried (with backoff) until acked;
   only then is the checkpoint marked COMMITTED.
 """

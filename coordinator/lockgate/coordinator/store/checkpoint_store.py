@@ -439,7 +439,9 @@ def _write_trigger(conn: Connection, plan: TriggerPlan, leader_epoch: LeaderEpoc
             }
             for t in plan.tasks
         ],
-        key=["transactional_id"],
+        # One row per (task, slot): the slot's latest id, whichever generation wrote the
+        # one before (`transactional_ids.py`, the bound on distinct ids).
+        key=["pipeline_id", "task_index", "slot"],
     )
 
 

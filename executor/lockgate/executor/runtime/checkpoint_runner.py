@@ -16,11 +16,12 @@ transactional ids, and ``init_transactions`` on one of them aborts whatever tran
 id has open -- once the leader reuses the slot, a later checkpoint's pre-committed one. So
 ``AbortCheckpoint`` answers only when no batch of that checkpoint runs on this executor any
 more (``UNAVAILABLE`` while one does, and the leader retries); the leader reuses a slot only
-after every abort of its last checkpoint was answered. Known race (a batch outliving its
-executor's session): the leader sends the abort to the executor that ran the task only
-while that one is alive to it; an executor whose session expired (paused, cut off) while a
-batch ran is not waited for, and that batch could still open a producer on a slot the
-leader reused.
+after every abort of its last checkpoint was answered. A batch outliving its executor's
+session (paused, cut off) is not waited for: the leader sends the abort to the executor
+that ran the task only while that one is alive to it. That batch may still open producers
+later, but only on its own task generation's ids: the task's next owner writes under a
+newer generation (coordinator ``domain/transactional_ids.py``), so the late producer can
+only fence itself and abort its own, already aborted, batch.
 """
 
 from __future__ import annotations

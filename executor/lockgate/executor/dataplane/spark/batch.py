@@ -406,7 +406,8 @@ def run_precommit_batch(
 
     Write partition ``i`` uses ``transactional.id`` ``f"{transactional_id_prefix}-{i}"``:
     the caller must pick a prefix that no pre-committed, not yet committed transaction
-    uses (e.g. one including the checkpoint id), because initialising the id aborts it.
+    uses, because initialising the id aborts it (the leader allots a task slot's id, with
+    the task generation in it: coordinator ``domain/transactional_ids.py``).
     On failure the job's transactions are aborted (Spark's ``abort``) and a typed error
     is raised: ``RecordError`` (bad record, tolerance none), ``TransformError``,
     ``SourceError`` or ``SinkError``.

@@ -41,6 +41,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.kafka_transactions import (
     TransactionResumeError,
     abort_transaction,
@@ -195,11 +196,17 @@ class _PartitionWriter:
             return self._producer
         options = self._options
         if options.delivery is Delivery.EXACTLY_ONCE:
+            transactional_id = transactional_id_for(
+                options.transactional_id_prefix, self._write_partition
+            )
+            # This runs in a Spark Python worker: its failpoints come from the environment
+            # it inherited from the executor.
+            Failpoints.from_env().reach(
+                Failpoint.BEFORE_INIT_TRANSACTIONS, detail=f"transactional.id {transactional_id}"
+            )
             txn, _ = open_transactional_producer(
                 bootstrap_servers=options.bootstrap_servers,
-                transactional_id=transactional_id_for(
-                    options.transactional_id_prefix, self._write_partition
-                ),
+                transactional_id=transactional_id,
                 transaction_timeout_ms=options.transaction_timeout_ms,
                 config=self._producer_config(),
             )

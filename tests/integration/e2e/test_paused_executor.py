@@ -1,0 +1,187 @@
+"""A paused executor's late producer (issue 14, hole 1), made deterministic with held failpoints.
+
+Executor e1 (A) runs checkpoint 1 of a one-task pipeline and is held in its Spark write
+partition just before the producer's ``init_transactions()`` (failpoint
+``before_init_transactions:hold``). A is SIGSTOPped past the session timeout (the
+reassignment delay is 0), so the task moves to e2 (B) under a new task generation and
+checkpoint 1 aborts. B's first checkpoint writes on the same slot (slot 0 again: 1 was
+ABORTED) and is held after its pre-commit, its transaction open and flushed, before its
+report (``after_precommit_before_report:hold``). Then A wakes: its write partition opens
+its producer -- the zombie's ``init_transactions()`` -- produces and flushes (A is held
+again after the batch, which tells the test that this happened). Only then is B let go:
+its checkpoint becomes COMPLETE and is committed, and two more checkpoints follow.
+
+With ids without the task generation (``lockgate-<p>-<t>-<slot>``), A's
+``init_transactions()`` aborts B's pre-committed transaction, and the commit of B's
+COMPLETE checkpoint fails with DATA_LOSS. With the generation in the id, A can only fence
+its own ids: a read_committed consumer finds the output equal to the input, exactly once.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from lockgate.localcluster.kafka import create_topic
+from lockgate.v1 import common_pb2
+from tests.fixtures.kafka import KafkaBroker
+from tests.integration.e2e.harness import (
+    SHORT_SESSION_ARGS,
+    ServiceCluster,
+    check_output,
+    held,
+    pipeline_yaml,
+    produce_keyed,
+    read_output,
+    release,
+    unique,
+)
+from tests.support.waits import wait_for
+
+pytestmark = [pytest.mark.spark]
+
+BEFORE_INIT = "before_init_transactions"
+AFTER_PRECOMMIT = "after_precommit_before_report"
+#: What an executor says when a COMPLETE checkpoint's transaction was aborted under it.
+DATA_LOSS_SIGNS = ("cannot be committed", "TRANSACTION_LOST", "DATA_LOSS")
+
+
+def _data_loss(cluster: ServiceCluster) -> str | None:
+    """The first log line that reports a lost COMPLETE transaction, if any."""
+    for name in sorted(cluster.names):
+        for line in cluster.log(name).splitlines():
+            if any(sign in line for sign in DATA_LOSS_SIGNS):
+                return f"{name}: {line}"
+    return None
+
+
+def _task_on(cluster: ServiceCluster, pipeline: str, executor_id: str) -> bool:
+    tasks = cluster.pipeline_status(pipeline).tasks
+    return bool(tasks) and all(
+        t.executor_id == executor_id and t.state == common_pb2.TASK_STATE_RUNNING for t in tasks
+    )
+
+
+def _states(cluster: ServiceCluster, pipeline: str) -> dict[int, int]:
+    return {int(c.checkpoint_id): int(c.state) for c in cluster.checkpoints(pipeline)}
+
+
+def test_a_paused_executors_late_producer_cannot_abort_a_live_checkpoint(
+    kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    cluster = ServiceCluster(
+        home=tmp_path / "services",
+        bootstrap_servers=bootstrap,
+        lease_ms=3000,
+        coordinator_args=SHORT_SESSION_ARGS,
+    )
+    holds_a, holds_b = tmp_path / "holds-e1", tmp_path / "holds-e2"
+    holds_a.mkdir()
+    holds_b.mkdir()
+    paused = False
+    try:
+        cluster.start_coordinator("c1")
+        wait_for("a leader", lambda: bool(cluster.leader_id()), timeout_s=30)
+        source, sink = unique("zombie_in"), unique("zombie_out")
+        create_topic(bootstrap, source)
+        create_topic(bootstrap, sink)
+        written = produce_keyed(bootstrap, source, records=500, partitions=1)
+
+        # A alone, so the task is A's; its checkpoint 1 holds before init_transactions.
+        cluster.start_executor(
+            "e1", failpoints=f"{BEFORE_INIT}:hold,{AFTER_PRECOMMIT}:hold", hold_dir=holds_a
+        )
+        pipeline = unique("zombie")
+        spec = tmp_path / "zombie.yaml"
+        spec.write_text(
+            pipeline_yaml(
+                name=pipeline,
+                bootstrap_servers=bootstrap,
+                source_topic=source,
+                sink_topic=sink,
+                interval_ms=1000,
+                timeout_ms=180_000,
+                tasks_max=1,
+            )
+        )
+        cluster.cli("pipeline", "create", "-f", str(spec))
+        held_a = wait_for(
+            "A's write partition to hold before init_transactions",
+            lambda: held(holds_a, BEFORE_INIT),
+            timeout_s=180,
+            explain=cluster.logs_tail,
+        )
+        cluster.start_executor("e2", failpoints=f"{AFTER_PRECOMMIT}:hold", hold_dir=holds_b)
+
+        # A paused past its session: the task moves to B, checkpoint 1 aborts.
+        cluster.signal("executor-e1", signal.SIGSTOP)
+        paused = True
+        wait_for(
+            "the task to run on B",
+            lambda: _task_on(cluster, pipeline, "e2"),
+            timeout_s=60,
+            explain=cluster.logs_tail,
+        )
+        assert _states(cluster, pipeline)[1] == common_pb2.CHECKPOINT_STATE_ABORTED
+        held_b = wait_for(
+            "B's first checkpoint to hold after its pre-commit",
+            lambda: held(holds_b, AFTER_PRECOMMIT),
+            timeout_s=120,
+            explain=cluster.logs_tail,
+        )
+        match = re.search(r"checkpoint (\d+)", held_b)
+        assert match, held_b
+        first_on_b = int(match.group(1))
+
+        # A wakes: its late producer runs init_transactions, writes and flushes.
+        release(holds_a, BEFORE_INIT)
+        cluster.signal("executor-e1", signal.SIGCONT)
+        paused = False
+        wait_for(
+            "A's late producer to finish its batch",
+            lambda: held(holds_a, AFTER_PRECOMMIT),
+            timeout_s=120,
+            explain=cluster.logs_tail,
+        )
+        release(holds_a, AFTER_PRECOMMIT)
+
+        # B's checkpoint goes on: COMPLETE, committed, and two more after it.
+        release(holds_b, AFTER_PRECOMMIT)
+        written += produce_keyed(bootstrap, source, records=500, partitions=1, offset=500)
+
+        def settled() -> bool:
+            status = cluster.pipeline_status(pipeline)
+            return (
+                status.last_committed_checkpoint_id >= first_on_b + 2
+                and cluster.offsets(pipeline).get((source, 0)) == len(written)
+                and status.last_committed_checkpoint_id == status.last_complete_checkpoint_id
+            )
+
+        wait_for(
+            "two more checkpoints committed on B and every record copied",
+            settled,
+            timeout_s=120,
+            abort_if=lambda: _data_loss(cluster),
+            explain=cluster.logs_tail,
+        )
+        assert _data_loss(cluster) is None
+        states = _states(cluster, pipeline)
+        assert states[first_on_b] == common_pb2.CHECKPOINT_STATE_COMMITTED, states
+
+        result = check_output(written, read_output(bootstrap, sink))
+        assert (result.duplicates, result.missing, result.order_violations) == (0, 0, 0), result
+        print(
+            f"\nA held at {held_a!r}; B's checkpoint {first_on_b} held at {held_b!r}; "
+            f"{result.records_out} of {result.records_in} records out, exactly once"
+        )
+    finally:
+        for hold_dir in (holds_a, holds_b):
+            for failpoint in (BEFORE_INIT, AFTER_PRECOMMIT):
+                release(hold_dir, failpoint)
+        if paused:
+            cluster.signal("executor-e1", signal.SIGCONT)
+        cluster.stop_all()
