@@ -77,19 +77,15 @@ type Error struct {
 	status *status.Status
 }
 
-// Error reads "lockgate: CODE: message", followed by the field violations, if any.
+// Error reads "lockgate: CODE: message", followed by the field violations the message does
+// not already spell out.
 func (e *Error) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "lockgate: %s: %s", e.Code, e.Message)
-	for i, v := range e.FieldViolations {
-		sep := "; "
-		if i == 0 {
-			sep = " ("
+	for _, v := range e.FieldViolations {
+		if !strings.Contains(e.Message, v.Description) {
+			fmt.Fprintf(&b, "; %s: %s", v.Field, v.Description)
 		}
-		fmt.Fprintf(&b, "%s%s: %s", sep, v.Field, v.Description)
-	}
-	if len(e.FieldViolations) > 0 {
-		b.WriteString(")")
 	}
 	return b.String()
 }

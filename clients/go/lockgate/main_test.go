@@ -1,0 +1,146 @@
+package lockgate_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	lockgatev1 "github.com/lockgate/lockgate/clients/go/gen/lockgate/v1"
+	"github.com/lockgate/lockgate/clients/go/internal/testbed"
+	"github.com/lockgate/lockgate/clients/go/lockgate"
+)
+
+// The integration tests share one testbed (starting one takes tens of seconds); each test
+// uses its own pipeline names and schema subjects. Source topics are created once here.
+var tb *testbed.Testbed
+
+const (
+	topicIn  = "go-in"  // 3 partitions
+	topicOut = "go-out" // 1 partition
+)
+
+// callTimeout is each RPC's deadline in the tests: long enough for a leader failover.
+const callTimeout = 20 * time.Second
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run()) // the integration tests skip themselves
+	}
+	home, err := os.MkdirTemp("", "lockgate-go-testbed-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	began := time.Now()
+	tb, err = testbed.Start(home)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "go test: cannot start the testbed:", err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	err = tb.CreateTopics(ctx, map[string]int{topicIn: 3, topicOut: 1})
+	cancel()
+	fmt.Fprintf(os.Stderr, "testbed ready in %s (home %s)\n", time.Since(began).Round(time.Millisecond), home)
+	code := 1
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "go test: cannot create the test topics:", err)
+	} else {
+		code = m.Run()
+	}
+	if stopErr := tb.Stop(); stopErr != nil {
+		fmt.Fprintln(os.Stderr, "go test: stopping the testbed:", stopErr)
+	}
+	if code == 0 {
+		_ = os.RemoveAll(home)
+	} else {
+		fmt.Fprintln(os.Stderr, "testbed logs kept in", home+"/log")
+	}
+	os.Exit(code)
+}
+
+// needTestbed skips a test under -short, where no testbed runs.
+func needTestbed(t *testing.T) {
+	t.Helper()
+	if tb == nil {
+		t.Skip("integration test: needs the testbed (not under -short)")
+	}
+}
+
+// callCtx is a context with callTimeout, cancelled at the end of the test.
+func callCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls check every 100 ms until it returns true, failing the test after timeout
+// with what and the last error check returned.
+func waitFor(t *testing.T, timeout time.Duration, what string, check func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var lastErr error
+	for {
+		done, err := check()
+		if done {
+			return
+		}
+		lastErr = err
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s (last error: %v)", what, timeout, lastErr)
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval of a condition, not a sync point
+	}
+}
+
+// dialCoordinators is a leader-following client of every coordinator of the testbed.
+func dialCoordinators(t *testing.T) *lockgate.Coordinator {
+	t.Helper()
+	return dialCoordinatorAt(t, tb.Coordinators...)
+}
+
+// dialCoordinatorAt is a client of the given replicas only.
+func dialCoordinatorAt(t *testing.T, addrs ...string) *lockgate.Coordinator {
+	t.Helper()
+	client, err := lockgate.Dial(context.Background(), addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	return client
+}
+
+// follower is a client of one replica that is not the leader now: its answers to read RPCs
+// come from SQL, not from the replica the mutating calls went to.
+func follower(t *testing.T, coord *lockgate.Coordinator) *lockgate.Coordinator {
+	t.Helper()
+	info, err := coord.GetClusterInfo(callCtx(t), &lockgatev1.GetClusterInfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, member := range info.GetCoordinators() {
+		if !member.GetIsLeader() && member.GetState() == lockgatev1.CoordinatorState_COORDINATOR_STATE_ALIVE {
+			return dialCoordinatorAt(t, member.GetAddress())
+		}
+	}
+	t.Fatalf("no live follower in %v", info.GetCoordinators())
+	return nil
+}
+
+// copySpec is a pipeline copying topicIn to topicOut with short checkpoints.
+func copySpec(name string, tasks int32) *lockgatev1.PipelineSpec {
+	return &lockgatev1.PipelineSpec{
+		Name: name,
+		Source: &lockgatev1.SourceSpec{Source: &lockgatev1.SourceSpec_Kafka{Kafka: &lockgatev1.KafkaSourceSpec{
+			BootstrapServers: tb.Kafka, Topics: []string{topicIn},
+		}}},
+		Sink: &lockgatev1.SinkSpec{Sink: &lockgatev1.SinkSpec_Kafka{Kafka: &lockgatev1.KafkaSinkSpec{
+			BootstrapServers: tb.Kafka, Topic: topicOut,
+		}}},
+		Checkpoint: &lockgatev1.CheckpointSpec{IntervalMs: 300, TimeoutMs: 10_000},
+		TasksMax:   tasks,
+	}
+}
