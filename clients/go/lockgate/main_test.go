@@ -113,8 +113,8 @@ func dialCoordinatorAt(t *testing.T, addrs ...string) *lockgate.Coordinator {
 	return client
 }
 
-// follower is a client of one replica that is not the leader now: its answers to read RPCs
-// come from SQL, not from the replica the mutating calls went to.
+// follower is a client of one live replica that is not the leader now: its answers to read
+// RPCs come from SQL, not from the replica the mutating calls went to.
 func follower(t *testing.T, coord *lockgate.Coordinator) *lockgate.Coordinator {
 	t.Helper()
 	info, err := coord.GetClusterInfo(callCtx(t), &lockgatev1.GetClusterInfoRequest{})
@@ -122,8 +122,16 @@ func follower(t *testing.T, coord *lockgate.Coordinator) *lockgate.Coordinator {
 		t.Fatal(err)
 	}
 	for _, member := range info.GetCoordinators() {
-		if !member.GetIsLeader() && member.GetState() == lockgatev1.CoordinatorState_COORDINATOR_STATE_ALIVE {
-			return dialCoordinatorAt(t, member.GetAddress())
+		if member.GetIsLeader() || member.GetState() != lockgatev1.CoordinatorState_COORDINATOR_STATE_ALIVE {
+			continue
+		}
+		// A replica killed by another test may still be listed ALIVE for 3 lease periods.
+		client := dialCoordinatorAt(t, member.GetAddress())
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := client.GetClusterInfo(ctx, &lockgatev1.GetClusterInfoRequest{})
+		cancel()
+		if err == nil {
+			return client
 		}
 	}
 	t.Fatalf("no live follower in %v", info.GetCoordinators())
