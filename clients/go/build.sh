@@ -16,6 +16,9 @@ PROTOC_GEN_GO=google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC=google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 
 export GOBIN="$here/.bin"
+# buf comes from the venv (buf-bin on PyPI); make puts .venv/bin on PATH.
+buf="$here/../../.venv/bin/buf"
+[ -x "$buf" ] || buf=buf
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 need_go() {
@@ -53,7 +56,7 @@ install() {
 
 generate_into() {
   need_generators
-  buf generate "$protos" --template buf.gen.yaml -o "$1"
+  "$buf" generate "$protos" --template buf.gen.yaml -o "$1"
 }
 
 case "${1:-}" in
@@ -72,6 +75,11 @@ case "${1:-}" in
     if ! diff -r "$fresh/gen" gen >/dev/null; then
       diff -r "$fresh/gen" gen | head -20 >&2 || true
       echo "clients/go: gen/ differs from what protos/lockgate/v1 generate; run 'make protos' and commit clients/go/gen" >&2
+      exit 1
+    fi
+    unformatted=$(gofmt -l . ../../bench/loadgen)
+    if [ -n "$unformatted" ]; then
+      echo "clients/go: not gofmt-formatted (run gofmt -w): $unformatted" >&2
       exit 1
     fi
     nice go vet ./...
