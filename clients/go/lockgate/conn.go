@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -166,7 +167,7 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 			return err
 		}
 		var trailer metadata.MD
-		err = cc.Invoke(ctx, method, args, reply, append(opts, grpc.Trailer(&trailer))...)
+		err = cc.Invoke(ctx, method, args, reply, slices.Concat(opts, []grpc.CallOption{grpc.Trailer(&trailer)})...)
 		if err == nil {
 			return nil
 		}

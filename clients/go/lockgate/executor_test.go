@@ -49,7 +49,7 @@ func expectFencingFailure(t *testing.T, rpc string, err error, want *lockgatev1.
 func TestExecutorService(t *testing.T) {
 	needTestbed(t)
 	coord := dialCoordinators(t)
-	executor, err := lockgate.DialExecutor(context.Background(), tb.Executors[0])
+	executor, err := lockgate.DialExecutor(context.Background(), tb.Executors[0], recorded)
 	if err != nil {
 		t.Fatal(err)
 	}

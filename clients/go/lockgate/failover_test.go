@@ -91,7 +91,7 @@ func TestLeaderFailover(t *testing.T) {
 
 	// A zombie of the old leader: its epoch is refused once the executor has heard of the
 	// new one (from the new leader's heartbeat answers).
-	executor, err := lockgate.DialExecutor(context.Background(), tb.Executors[0])
+	executor, err := lockgate.DialExecutor(context.Background(), tb.Executors[0], recorded)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	lockgatev1 "github.com/lockgate/lockgate/clients/go/gen/lockgate/v1"
 	"github.com/lockgate/lockgate/clients/go/internal/testbed"
@@ -51,6 +57,13 @@ func TestMain(m *testing.M) {
 	} else {
 		code = m.Run()
 	}
+	// A whole run (no -run filter) must have called every RPC of every service.
+	if code == 0 && flag.Lookup("test.run").Value.String() == "" {
+		if missing := uncalledRPCs(); len(missing) > 0 {
+			fmt.Fprintf(os.Stderr, "go test: no integration test calls %s\n", strings.Join(missing, ", "))
+			code = 1
+		}
+	}
 	if stopErr := tb.Stop(); stopErr != nil {
 		fmt.Fprintln(os.Stderr, "go test: stopping the testbed:", stopErr)
 	}
@@ -60,6 +73,42 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "testbed logs kept in", home+"/log")
 	}
 	os.Exit(code)
+}
+
+// calledRPCs holds the full method names the tests called on the testbed's services.
+var calledRPCs sync.Map
+
+// recorded is the option of every test client: it notes each RPC sent to the testbed.
+var recorded = lockgate.WithDialOptions(grpc.WithChainUnaryInterceptor(
+	func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if tb != nil {
+			addresses := append(append([]string{tb.RegistryGRPC}, tb.Coordinators...), tb.Executors...)
+			if slices.ContainsFunc(addresses, func(a string) bool { return strings.HasSuffix(cc.Target(), a) }) {
+				calledRPCs.Store(method, true)
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}))
+
+// uncalledRPCs lists the RPCs of the three services that no test called on the testbed.
+func uncalledRPCs() []string {
+	var missing []string
+	for _, file := range []protoreflect.FileDescriptor{
+		lockgatev1.File_lockgate_v1_coordinator_proto,
+		lockgatev1.File_lockgate_v1_executor_proto,
+		lockgatev1.File_lockgate_v1_schema_registry_proto,
+	} {
+		for i := range file.Services().Len() {
+			service := file.Services().Get(i)
+			for j := range service.Methods().Len() {
+				method := fmt.Sprintf("/%s/%s", service.FullName(), service.Methods().Get(j).Name())
+				if _, called := calledRPCs.Load(method); !called {
+					missing = append(missing, method)
+				}
+			}
+		}
+	}
+	return missing
 }
 
 // needTestbed skips a test under -short, where no testbed runs.
@@ -105,7 +154,7 @@ func dialCoordinators(t *testing.T) *lockgate.Coordinator {
 // dialCoordinatorAt is a client of the given replicas only.
 func dialCoordinatorAt(t *testing.T, addrs ...string) *lockgate.Coordinator {
 	t.Helper()
-	client, err := lockgate.Dial(context.Background(), addrs)
+	client, err := lockgate.Dial(context.Background(), addrs, recorded)
 	if err != nil {
 		t.Fatal(err)
 	}

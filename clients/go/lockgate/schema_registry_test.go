@@ -57,7 +57,7 @@ func rest(t *testing.T, method, path string, body any, out any) int {
 // through the registry's Confluent REST API (and the other way round for one subject).
 func TestSchemaRegistry(t *testing.T) {
 	needTestbed(t)
-	registry, err := lockgate.DialSchemaRegistry(context.Background(), []string{tb.RegistryGRPC})
+	registry, err := lockgate.DialSchemaRegistry(context.Background(), []string{tb.RegistryGRPC}, recorded)
 	if err != nil {
 		t.Fatal(err)
 	}
