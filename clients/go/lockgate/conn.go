@@ -188,7 +188,7 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 		if !hasDeadline && attempts >= policy.MaxAttempts {
 			return asError(err, trailer)
 		}
-		delay := min(wait, policy.MaxBackoff)
+		delay := wait
 		if hasDeadline && time.Now().Add(delay).After(deadline) {
 			return asError(err, trailer)
 		}
@@ -199,7 +199,7 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 			return asError(err, trailer)
 		case <-timer.C:
 		}
-		wait *= 2
+		wait = min(2*wait, policy.MaxBackoff)
 		redirects = 0
 	}
 }
