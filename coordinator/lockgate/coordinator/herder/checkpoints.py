@@ -25,7 +25,11 @@ Rules and known races:
   (domain/transactional_ids.py) and a move or restart bumps it, so such a late producer
   can only touch its own generation's ids, never a later checkpoint's.
 - Commits are sent oldest first per pipeline and retried (with backoff) until acked;
-  only then is the checkpoint marked COMMITTED.
+  only then is the checkpoint marked COMMITTED. With no executor alive the leader commits
+  the handles itself (`leader_commits.py`). An executor's DATA_LOSS (the broker aborted a
+  handle, `transaction.timeout.ms` passed) is not retried: the leader tries each handle
+  itself, and if any is lost the checkpoint goes DATA_LOST and its pipeline FAILED
+  (`domain/data_loss.py`) until an operator moves past it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import grpc
 
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.model.handles import TransactionHandle
@@ -60,6 +66,11 @@ from lockgate.coordinator.herder.executors import (
     ExecutorClient,
     ExecutorRegistrationStale,
     LeaderEpochRefused,
+)
+from lockgate.coordinator.herder.leader_commits import (
+    CommitNotAcked,
+    abort_from_leader,
+    commit_from_leader,
 )
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.membership import Membership, pick_executor
@@ -288,24 +299,28 @@ class CheckpointDriver:
         checkpoint = self._store.checkpoints.get_checkpoint(
             pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
         )
+        bootstrap = pipeline.spec.sink.bootstrap_servers
         owner = {t.task_id: t.executor_id for t in checkpoint.tasks}
         groups: dict[ExecutorId, list[TransactionHandle]] = defaultdict(list)
         records: dict[ExecutorId, ExecutorRecord] = {}
         for task_handles in commit.handles:
             executor = pick_executor(owner.get(task_handles.task_id), alive)
             if executor is None:
-                _LOG.warning(
-                    "checkpoint %s of %s is COMPLETE but no executor is alive to commit it",
-                    commit.checkpoint_id,
-                    commit.pipeline_id,
-                )
-                return False
+                break
             records[executor.executor_id] = executor
             groups[executor.executor_id].extend(task_handles.handles)
         self._failpoints.reach(
             Failpoint.AFTER_COMPLETE_BEFORE_COMMIT,
             detail=f"checkpoint {commit.checkpoint_id} of {commit.pipeline_id} is COMPLETE",
         )
+        if not alive:
+            _LOG.warning(
+                "checkpoint %s of %s is COMPLETE and no executor is alive: the leader"
+                " commits its transactions itself",
+                commit.checkpoint_id,
+                commit.pipeline_id,
+            )
+            return self._commit_from_leader(commit, bootstrap)
         for executor_id, handles in sorted(groups.items()):
             try:
                 self._executors.commit_checkpoint(
@@ -314,19 +329,74 @@ class CheckpointDriver:
                     pipeline_name=commit.pipeline_id,
                     checkpoint_id=commit.checkpoint_id,
                     handles=handles,
-                    bootstrap_servers=pipeline.spec.sink.bootstrap_servers,
+                    bootstrap_servers=bootstrap,
                 )
             except LeaderEpochRefused:
                 raise
             except ExecutorCallFailed as exc:
+                if exc.code == grpc.StatusCode.DATA_LOSS:
+                    # The executor stopped at a handle the broker aborted: find out, handle
+                    # by handle, which tasks' output is lost, and commit the others.
+                    _LOG.error(
+                        "checkpoint %s of %s: %s", commit.checkpoint_id, commit.pipeline_id, exc
+                    )
+                    return self._commit_from_leader(commit, bootstrap)
                 _LOG.warning("commit not acked yet, will retry: %s", exc)
                 return False
+        self._mark_committed(commit)
+        return True
+
+    def _mark_committed(self, commit: PendingCommit) -> None:
         self._lease.leader_call(
             lambda f: self._store.checkpoints.mark_committed(
                 fence=f, pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
             )
         )
         _LOG.info("checkpoint %s of %s COMMITTED", commit.checkpoint_id, commit.pipeline_id)
+
+    def _commit_from_leader(self, commit: PendingCommit, bootstrap_servers: str) -> bool:
+        """Commit every handle of `commit` from this process (`leader_commits.py`); record
+        DATA_LOST if the broker lost any. False if Kafka did not answer (retry)."""
+        try:
+            outcome = commit_from_leader(commit, bootstrap_servers=bootstrap_servers)
+        except CommitNotAcked as exc:
+            _LOG.warning("commit not acked yet, will retry: %s", exc)
+            return False
+        if not outcome.lost:
+            self._mark_committed(commit)
+            return True
+        error = "; ".join(f"task {t}: {why}" for t, why in sorted(outcome.lost.items()))
+        later = [
+            c
+            for c in self._store.checkpoints.list_pending_commits(pipeline_id=commit.pipeline_id)
+            if c.checkpoint_id > commit.checkpoint_id
+        ]
+        try:
+            abort_from_leader(later, bootstrap_servers=bootstrap_servers)
+        except CommitNotAcked as exc:
+            _LOG.warning("abort after a data loss not acked yet, will retry: %s", exc)
+            return False
+        aborted = self._lease.leader_call(
+            lambda f: self._store.data_loss.record_data_loss(
+                fence=f,
+                pipeline_id=commit.pipeline_id,
+                checkpoint_id=commit.checkpoint_id,
+                lost_tasks=frozenset(outcome.lost),
+                error=error,
+            )
+        )
+        _LOG.error(
+            "checkpoint %s of %s is DATA_LOST (the pipeline is FAILED; taken along: %s):"
+            " %s. Move on with `lockgate pipeline restart %s --from-checkpoint %s`, which"
+            " reads the lost ranges again",
+            commit.checkpoint_id,
+            commit.pipeline_id,
+            aborted or "none",
+            error,
+            commit.pipeline_id,
+            commit.checkpoint_id,
+        )
+        self._wake()
         return True
 
     def finish_deleted(self, fence: Fence, pipeline_id: PipelineId) -> None:
