@@ -60,6 +60,7 @@ from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
+from lockgate.coordinator.domain.transaction_timeout import near_timeout_warnings
 from lockgate.coordinator.herder.executors import (
     CheckpointTaskCall,
     ExecutorCallFailed,
@@ -291,6 +292,21 @@ class CheckpointDriver:
             else:
                 self._backoff.failed(key)
                 blocked.add(commit.pipeline_id)
+                self._warn_near_timeout(commit)
+
+    def _warn_near_timeout(self, commit: PendingCommit) -> None:
+        """Log what status warns: a COMPLETE checkpoint still uncommitted past half of the
+        sink's transaction timeout (the broker aborts it, losing its records, at the end)."""
+        pipeline = self._store.pipelines.get_pipeline(pipeline_id=commit.pipeline_id)
+        checkpoint = self._store.checkpoints.get_checkpoint(
+            pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
+        )
+        for warning in near_timeout_warnings(
+            [checkpoint],
+            transaction_timeout_ms=pipeline.spec.sink.transaction_timeout_ms,
+            now_ms=self._store.db_now_ms(),
+        ):
+            _LOG.warning("pipeline %s: %s", commit.pipeline_id, warning)
 
     def _commit_one(
         self, fence: Fence, commit: PendingCommit, alive: Mapping[ExecutorId, ExecutorRecord]
