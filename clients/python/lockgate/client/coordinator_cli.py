@@ -602,13 +602,17 @@ def pipeline_checkpoints(
             _print_json(one.checkpoint)
             return
         _print_checkpoints([one.checkpoint])
-        tasks = Table("task", "generation", "executor", "state")
+        tasks = Table("task", "generation", "executor", "state", "source ranges")
         for t in one.checkpoint.tasks:
             tasks.add_row(
                 _task(t.task_id),
                 str(t.task_generation),
                 t.executor_id,
                 _enum(common_pb2.TaskCheckpointState, t.state),
+                ", ".join(
+                    f"{r.topic}[{r.partition}] {r.start_offset}..{r.end_offset}"
+                    for r in t.source_ranges
+                ),
             )
         _out.print(tasks)
         return

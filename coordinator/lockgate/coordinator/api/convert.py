@@ -155,10 +155,15 @@ def _duration(start: int | None, end: int | None) -> int:
 
 
 def checkpoint_to_proto(
-    record: CheckpointRecord, *, detailed: bool, lost_ranges: Sequence[OffsetRange] = ()
+    record: CheckpointRecord,
+    *,
+    detailed: bool,
+    lost_ranges: Sequence[OffsetRange] = (),
+    task_ranges: Mapping[TaskId, Sequence[OffsetRange]] | None = None,
 ) -> common_pb2.Checkpoint:
-    """The Checkpoint resource with its timings; `detailed` adds each task's part; a
-    DATA_LOST one carries its error and `lost_ranges`."""
+    """The Checkpoint resource with its timings; `detailed` adds each task's part (with
+    its source ranges from `task_ranges`); a DATA_LOST one carries its error and
+    `lost_ranges`."""
     end = record.committed_at_ms if record.committed_at_ms is not None else record.aborted_at_ms
     result = common_pb2.Checkpoint(
         pipeline_name=record.pipeline_id,
@@ -185,6 +190,10 @@ def checkpoint_to_proto(
                     task_generation=trigger.task_generation,
                     executor_id=trigger.executor_id or "",
                     state=_task_checkpoint_state(record, trigger.task_id),  # type: ignore[arg-type]
+                    source_ranges=[
+                        offset_range_to_proto(r)
+                        for r in (task_ranges or {}).get(trigger.task_id, ())
+                    ],
                 )
             )
     return result

@@ -502,11 +502,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> coordinator_pb2.GetCheckpointResponse:
         """Any replica: one checkpoint with each task's part."""
         name = require(request.pipeline_name, "pipeline_name", "the pipeline's name")
-        record = self.herder.checkpoints.get_checkpoint(
+        record, ranges = self.herder.checkpoints.get_checkpoint_with_ranges(
             pipeline_id=PipelineId(name), checkpoint_id=CheckpointId(request.checkpoint_id)
         )
         return coordinator_pb2.GetCheckpointResponse(
-            checkpoint=checkpoint_to_proto(record, detailed=True)
+            checkpoint=checkpoint_to_proto(record, detailed=True, task_ranges=ranges)
         )
 
     # ------------------------------------------------------------------ reports

@@ -46,8 +46,8 @@ import grpc
 
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.model.handles import TransactionHandle
-from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId
-from lockgate.common.model.offsets import TopicPartition
+from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId, TaskId
+from lockgate.common.model.offsets import OffsetRange, TopicPartition
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
     LingeringTransaction,
@@ -165,6 +165,17 @@ class CheckpointDriver:
         return self._store.checkpoints.get_checkpoint(
             pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
         )
+
+    def get_checkpoint_with_ranges(
+        self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    ) -> tuple[CheckpointRecord, dict[TaskId, list[OffsetRange]]]:
+        """One checkpoint (as `get_checkpoint`) with the source ranges each task
+        pre-committed. Any replica."""
+        record = self.get_checkpoint(pipeline_id=pipeline_id, checkpoint_id=checkpoint_id)
+        ranges = self._store.checkpoints.precommit_ranges(
+            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+        )
+        return record, ranges
 
     # ------------------------------------------------------------------ aborts
 

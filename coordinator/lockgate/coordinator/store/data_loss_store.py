@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
-from lockgate.common.model.offsets import OffsetRange, TopicPartition
+from lockgate.common.model.offsets import OffsetRange
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord
 from lockgate.coordinator.domain.data_loss import (
     check_restart_from,
@@ -29,32 +29,10 @@ from lockgate.coordinator.store.rows import (
     checkpoint_states,
     read_checkpoint,
     read_pipeline,
+    read_precommit_ranges,
     resolve_data_loss,
 )
-from lockgate.coordinator.store.tables import checkpoint_tasks, checkpoints, precommit_offsets
-
-
-def _ranges(
-    conn: Connection, pipeline_id: PipelineId, checkpoint_ids: list[CheckpointId]
-) -> list[tuple[CheckpointId, TaskId, TopicPartition, int, int]]:
-    rows = conn.execute(
-        sa.select(precommit_offsets)
-        .where(
-            precommit_offsets.c.pipeline_id == pipeline_id,
-            precommit_offsets.c.checkpoint_id.in_(checkpoint_ids),
-        )
-        .order_by(precommit_offsets.c.topic, precommit_offsets.c.partition)
-    ).all()
-    return [
-        (
-            CheckpointId(int(r.checkpoint_id)),
-            TaskId(r.task_id),
-            TopicPartition(r.topic, int(r.partition)),
-            int(r.start_offset),
-            int(r.end_offset),
-        )
-        for r in rows
-    ]
+from lockgate.coordinator.store.tables import checkpoint_tasks, checkpoints
 
 
 def _blocking(conn: Connection, pipeline_id: PipelineId) -> CheckpointRecord | None:
@@ -147,7 +125,7 @@ class DataLossStore:
                     triggered[0],
                     f"checkpoint {checkpoint_id} before it lost its records",
                 )
-            ranges = _ranges(conn, pipeline_id, [checkpoint_id, *complete])
+            ranges = read_precommit_ranges(conn, pipeline_id, [checkpoint_id, *complete])
             mine = [(t, tp, s, e) for c, t, tp, s, e in ranges if c == checkpoint_id]
             write_next_offsets(
                 conn,
@@ -174,7 +152,9 @@ class DataLossStore:
             lost = read_checkpoint(conn, pipeline_id, checkpoint_id).lost_tasks
             return [
                 OffsetRange(tp.topic, tp.partition, start, end)
-                for _, task, tp, start, end in _ranges(conn, pipeline_id, [checkpoint_id])
+                for _, task, tp, start, end in read_precommit_ranges(
+                    conn, pipeline_id, [checkpoint_id]
+                )
                 if task in lost
             ]
 

@@ -40,6 +40,7 @@ from lockgate.coordinator.store.tables import (
     checkpoints,
     executors,
     pipelines,
+    precommit_offsets,
     tasks,
 )
 
@@ -284,3 +285,28 @@ def resolve_data_loss(conn: Connection, pipeline_id: PipelineId) -> None:
         )
         .values(data_loss_resolved_at_ms=db_now_ms())
     )
+
+
+def read_precommit_ranges(
+    conn: Connection, pipeline_id: PipelineId, checkpoint_ids: list[CheckpointId]
+) -> list[tuple[CheckpointId, TaskId, TopicPartition, int, int]]:
+    """(checkpoint, task, partition, start, end) of every range the checkpoints' tasks
+    pre-committed, by topic and partition."""
+    rows = conn.execute(
+        sa.select(precommit_offsets)
+        .where(
+            precommit_offsets.c.pipeline_id == pipeline_id,
+            precommit_offsets.c.checkpoint_id.in_(checkpoint_ids),
+        )
+        .order_by(precommit_offsets.c.topic, precommit_offsets.c.partition)
+    ).all()
+    return [
+        (
+            CheckpointId(int(r.checkpoint_id)),
+            TaskId(r.task_id),
+            TopicPartition(r.topic, int(r.partition)),
+            int(r.start_offset),
+            int(r.end_offset),
+        )
+        for r in rows
+    ]
