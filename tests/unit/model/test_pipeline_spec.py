@@ -9,6 +9,8 @@ import pytest
 
 from lockgate.common.errors import InvalidArgument
 from lockgate.common.model.pipeline_spec import (
+    DEFAULT_MAX_RECORDS_PER_PARTITION,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
     Delivery,
     ErrorTolerance,
     RecordFormat,
@@ -221,3 +223,36 @@ def test_python_target_splits_module_and_function() -> None:
     raw["transform"] = {"python": "pkg.mod:fn"}
     assert parse_pipeline_spec(raw).transform.python_target == ("pkg.mod", "fn")
     assert parse_pipeline_spec(valid()).transform.python_target is None
+
+
+def test_batch_cap_and_transaction_timeout_default_and_are_stored_only_when_set() -> None:
+    spec = parse_pipeline_spec(valid())
+    assert spec.source.max_records_per_partition == DEFAULT_MAX_RECORDS_PER_PARTITION
+    assert spec.sink.transaction_timeout_ms == DEFAULT_TRANSACTION_TIMEOUT_MS
+    stored = spec.to_json()
+    assert "max_records_per_partition" not in stored["source"]["kafka"]
+    assert "transaction_timeout_ms" not in stored["sink"]["kafka"]
+    raw = valid()
+    raw["source"]["kafka"]["max_records_per_partition"] = 3_000
+    raw["sink"]["kafka"]["transaction_timeout_ms"] = 120_000
+    spec = parse_pipeline_spec(raw)
+    assert spec.source.max_records_per_partition == 3_000
+    assert spec.sink.transaction_timeout_ms == 120_000
+    assert parse_pipeline_spec(spec.to_json()) == spec
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("source", "max_records_per_partition", 0),
+        ("source", "max_records_per_partition", "many"),
+        ("sink", "transaction_timeout_ms", 999),
+        ("sink", "transaction_timeout_ms", True),
+    ],
+)
+def test_a_bad_batch_cap_or_transaction_timeout_is_named(
+    section: str, key: str, value: object
+) -> None:
+    raw = valid()
+    raw[section]["kafka"][key] = value
+    assert fields(raw) == [f"{section}.kafka.{key}"]

@@ -100,6 +100,9 @@ class KafkaSource:
     """Base URL of the schema registry's REST facade; required by the avro format."""
     key_format: RecordFormat = RecordFormat.BYTES
     """How record keys are decoded (bytes, string or json; avro keys are refused)."""
+    max_records_per_partition: int = 0
+    """Most records one checkpoint reads from one partition (0: the default,
+    `DEFAULT_MAX_RECORDS_PER_PARTITION`), so a backlog drains in checkpoints that each fit."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,9 @@ class KafkaSink:
     Avro values are written with the newest schema registered under `<topic>-value`."""
     key_format: RecordFormat = RecordFormat.BYTES
     """How record keys are encoded (bytes, string or json; avro keys are refused)."""
+    transaction_timeout_ms: int = 0
+    """Kafka `transaction.timeout.ms` of the sink's transactions (0: the default,
+    `DEFAULT_TRANSACTION_TIMEOUT_MS`)."""
 
     @property
     def value_subject(self) -> str:
@@ -193,6 +199,7 @@ class PipelineSpec:
                     "format": self.source.format.value,
                     **_key_format_json(self.source.key_format),
                     **_registry_json(self.source.schema_registry_url),
+                    **_set_json("max_records_per_partition", self.source.max_records_per_partition),
                 }
             },
             "transform": transform,
@@ -203,6 +210,7 @@ class PipelineSpec:
                     "format": self.sink.format.value,
                     **_key_format_json(self.sink.key_format),
                     **_registry_json(self.sink.schema_registry_url),
+                    **_set_json("transaction_timeout_ms", self.sink.transaction_timeout_ms),
                 }
             },
             "delivery": self.delivery.value,
@@ -218,6 +226,12 @@ class PipelineSpec:
 
 DEFAULT_CHECKPOINT_INTERVAL_MS = 1_000
 DEFAULT_CHECKPOINT_TIMEOUT_MS = 60_000
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+"""The sink's `transaction.timeout.ms` unless set: the broker's default cap (15 minutes)."""
+DEFAULT_MAX_RECORDS_PER_PARTITION = 100_000
+"""A checkpoint's records per partition unless set. One executor core copies about
+10,000 records/s with the bytes format (bench/backlog_drain.py), so a task of three
+partitions takes about 30 s at the cap: half the default 60 s `checkpoint.timeout_ms`."""
 
 _TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _BOOTSTRAP_PATTERN = re.compile(r"^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$")
@@ -444,11 +458,15 @@ def _parse_source(c: _Checker, raw: Mapping[str, Any]) -> KafkaSource | None:
             "format",
             "key_format",
             "schema_registry_url",
+            "max_records_per_partition",
         ),
         path,
     )
     servers = c.bootstrap_servers(kafka, path)
     topics = _parse_topics(c, kafka, f"{path}.topics")
+    cap = c.positive_int(
+        kafka, "max_records_per_partition", f"{path}.max_records_per_partition", 0, 1
+    )
     starting = c.choice(
         kafka,
         "starting_offsets",
@@ -468,6 +486,7 @@ def _parse_source(c: _Checker, raw: Mapping[str, Any]) -> KafkaSource | None:
         format=fmt,
         schema_registry_url=registry,
         key_format=key_fmt,
+        max_records_per_partition=cap or DEFAULT_MAX_RECORDS_PER_PARTITION,
     )
 
 
@@ -523,7 +542,16 @@ def _parse_sink(c: _Checker, raw: Mapping[str, Any]) -> KafkaSink | None:
         return None
     path = "sink.kafka"
     c.unknown_keys(
-        kafka, ("bootstrap_servers", "topic", "format", "key_format", "schema_registry_url"), path
+        kafka,
+        (
+            "bootstrap_servers",
+            "topic",
+            "format",
+            "key_format",
+            "schema_registry_url",
+            "transaction_timeout_ms",
+        ),
+        path,
     )
     servers = c.bootstrap_servers(kafka, path)
     topic = c.string(
@@ -537,7 +565,11 @@ def _parse_sink(c: _Checker, raw: Mapping[str, Any]) -> KafkaSink | None:
     fmt = c.choice(kafka, "format", f"{path}.format", RecordFormat, RecordFormat.BYTES)
     key_fmt = _parse_key_format(c, kafka, path)
     registry = _parse_registry_url(c, kafka, path, fmt)
-    if servers is None or topic is None or fmt is None or key_fmt is None:
+    # Below 1 s no checkpoint could commit; the broker refuses values above its cap.
+    txn_timeout = c.positive_int(
+        kafka, "transaction_timeout_ms", f"{path}.transaction_timeout_ms", 0, 1000
+    )
+    if servers is None or topic is None or fmt is None or key_fmt is None or txn_timeout is None:
         return None
     return KafkaSink(
         bootstrap_servers=servers,
@@ -545,7 +577,18 @@ def _parse_sink(c: _Checker, raw: Mapping[str, Any]) -> KafkaSink | None:
         format=fmt,
         schema_registry_url=registry,
         key_format=key_fmt,
+        transaction_timeout_ms=txn_timeout or DEFAULT_TRANSACTION_TIMEOUT_MS,
     )
+
+
+def _set_json(key: str, value: int) -> dict[str, int]:
+    """`{key: value}` unless `value` is its default: the stored form of a spec that leaves
+    it unset stays what earlier versions stored."""
+    defaults = {
+        "max_records_per_partition": DEFAULT_MAX_RECORDS_PER_PARTITION,
+        "transaction_timeout_ms": DEFAULT_TRANSACTION_TIMEOUT_MS,
+    }
+    return {} if value == defaults[key] else {key: value}
 
 
 def _registry_json(url: str | None) -> dict[str, str]:

@@ -98,6 +98,7 @@ class Herder:
             topics=topics or KafkaTopics(),
             checkpoints=self.checkpoints,
             wake=self.wake,
+            recovery=settings.recovery_time,
         )
         self._thread = threading.Thread(
             target=self._run, name=f"leader-{settings.coordinator_id}", daemon=True

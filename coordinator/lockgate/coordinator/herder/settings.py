@@ -9,6 +9,7 @@ from lockgate.coordinator.domain.assignment import (
     DEFAULT_REASSIGN_DELAY_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
 )
+from lockgate.coordinator.domain.transaction_timeout import RecoveryTime
 
 DEFAULT_HEARTBEAT_INTERVAL_MS = 1_000
 DEFAULT_TICK_MS = 100
@@ -37,3 +38,12 @@ class CoordinatorSettings:
     def lease_poll_s(self) -> float:
         """Time between two lease attempts (renewal or acquisition)."""
         return max(0.02, self.lease_ms / 4 / 1000.0)
+
+    @property
+    def recovery_time(self) -> RecoveryTime:
+        """The durations a COMPLETE checkpoint's commit may wait for (the timeout guard)."""
+        return RecoveryTime(
+            session_timeout_ms=self.session_timeout_ms,
+            reassign_delay_ms=self.reassign_delay_ms,
+            lease_ms=self.lease_ms,
+        )

@@ -54,6 +54,7 @@ from lockgate.coordinator.store.rows import (
     find_checkpoint,
     read_checkpoint,
     read_pipeline,
+    read_precommit_ranges,
     read_task,
     read_tasks,
     read_tasks_by_id,
@@ -252,6 +253,18 @@ class CheckpointStore:
         """One checkpoint with its tasks and timings; NotFound if absent."""
         with self._db.read() as conn:
             return read_checkpoint(conn, pipeline_id, checkpoint_id)
+
+    def precommit_ranges(
+        self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    ) -> dict[TaskId, list[OffsetRange]]:
+        """The source ranges each task of checkpoint N pre-committed."""
+        ranges: dict[TaskId, list[OffsetRange]] = defaultdict(list)
+        with self._db.read() as conn:
+            for _, task, tp, start, end in read_precommit_ranges(
+                conn, pipeline_id, [checkpoint_id]
+            ):
+                ranges[task].append(OffsetRange(tp.topic, tp.partition, start, end))
+        return dict(ranges)
 
     def list_checkpoints(
         self,

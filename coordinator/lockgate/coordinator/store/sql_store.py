@@ -5,7 +5,8 @@ split into `lease` (`lease_store.py`), `replicas` (the coordinator replicas:
 `replica_store.py`), `executors` (`membership_store.py`), `pipelines`
 (pipelines, tasks, assignment: `pipeline_store.py`), `checkpoints` (checkpoints,
 pre-commits, commits and aborts, lingering transactions, restore states:
-`checkpoint_store.py`) and `offsets` (`offset_store.py`), all on one `engine.Database`
+`checkpoint_store.py`), `data_loss` (DATA_LOST checkpoints and the way past them:
+`data_loss_store.py`) and `offsets` (`offset_store.py`), all on one `engine.Database`
 that owns the fenced transaction. No other code in the coordinator speaks SQL.
 Sub-store methods take keyword-only arguments and return domain values; leader-only ones
 take the leader's `Fence` and write nothing (FencedError) once it no longer leads.
@@ -17,6 +18,7 @@ from sqlalchemy.engine import Engine
 
 from lockgate.coordinator.store import migrate
 from lockgate.coordinator.store.checkpoint_store import CheckpointStore
+from lockgate.coordinator.store.data_loss_store import DataLossStore
 from lockgate.coordinator.store.engine import (
     DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
     Database,
@@ -57,6 +59,7 @@ class SqlStore:
         self.pipelines = PipelineStore(database=self.database)
         self.checkpoints = CheckpointStore(database=self.database)
         self.offsets = OffsetStore(database=self.database)
+        self.data_loss = DataLossStore(database=self.database)
 
     @property
     def engine(self) -> Engine:
