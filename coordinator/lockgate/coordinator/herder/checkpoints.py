@@ -198,12 +198,14 @@ class CheckpointDriver:
 
     def abort_triggered(self, pipeline_id: PipelineId, *, reason: str) -> None:
         """Abort the pipeline's TRIGGERED checkpoints (the earliest takes the later ones
-        along). Leader-only."""
-        triggered = self._store.checkpoints.list_checkpoints(
-            pipeline_id=pipeline_id, limit=100, states=[CheckpointState.TRIGGERED]
+        along), as the store finds them inside its transaction: a checkpoint that
+        completed since anyone looked is not refused as an abort of a COMPLETE one.
+        Leader-only."""
+        self._lease.leader_call(
+            lambda f: self._store.checkpoints.abort_triggered(
+                fence=f, pipeline_id=pipeline_id, reason=reason
+            )
         )
-        if triggered:
-            self.abort_checkpoint(pipeline_id, min(c.checkpoint_id for c in triggered), reason)
 
     def abort_timed_out(self, fence: Fence) -> None:
         """Abort checkpoints older than their pipeline's timeout. Leader-only."""

@@ -167,6 +167,23 @@ class CheckpointStore:
             read_pipeline(conn, pipeline_id, for_update=True)
             return apply_abort(conn, pipeline_id, checkpoint_id, reason)
 
+    def abort_triggered(
+        self, *, fence: Fence, pipeline_id: PipelineId, reason: str
+    ) -> list[CheckpointId]:
+        """Abort the pipeline's TRIGGERED checkpoints (the earliest takes the later ones
+        along), chosen inside the transaction: one that became COMPLETE meanwhile is the
+        commit point and stays. Leader-only. Returns the checkpoints aborted now."""
+        with self._db.transaction(fence=fence) as conn:
+            read_pipeline(conn, pipeline_id, for_update=True)
+            triggered = [
+                c
+                for c, s in checkpoint_states(conn, pipeline_id).items()
+                if s is CheckpointState.TRIGGERED
+            ]
+            if not triggered:
+                return []
+            return apply_abort(conn, pipeline_id, min(triggered), reason)
+
     def abort_in_flight(
         self, *, fence: Fence, reason: str
     ) -> list[tuple[PipelineId, CheckpointId]]:
