@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -154,15 +153,14 @@ func TestPipelineLifecycle(t *testing.T) {
 		}
 		return tasks.GetTasks()[index].GetTaskGeneration()
 	}
-	// RestartTask is not implemented by the coordinator yet: the client surfaces that as
-	// UNIMPLEMENTED with the server's advice, and nothing restarts.
+	// RestartTask gives one task a new generation; a follower reads it.
 	before := generation(0)
-	_, err = coord.RestartTask(callCtx(t), &lockgatev1.RestartTaskRequest{TaskId: &lockgatev1.TaskId{PipelineName: name, TaskIndex: 0}})
-	if lerr := asLockgateError(t, err); lerr.Code != codes.Unimplemented || !strings.Contains(lerr.Message, "RestartPipeline") {
-		t.Fatalf("RestartTask: %v, want UNIMPLEMENTED pointing at RestartPipeline", err)
+	restarted, err := coord.RestartTask(callCtx(t), &lockgatev1.RestartTaskRequest{TaskId: &lockgatev1.TaskId{PipelineName: name, TaskIndex: 0}})
+	if err != nil || restarted.GetTask().GetTaskGeneration() != before+1 {
+		t.Fatalf("RestartTask: %v, %v, want task 0 at generation %d", restarted, err, before+1)
 	}
-	if after := generation(0); after != before {
-		t.Fatalf("task 0's generation moved from %d to %d after a refused RestartTask", before, after)
+	if after := generation(0); after != before+1 {
+		t.Fatalf("task 0's generation on a follower after RestartTask: %d, want %d", after, before+1)
 	}
 	before = generation(1)
 	restartedAll, err := coord.RestartPipeline(callCtx(t), &lockgatev1.RestartPipelineRequest{Name: name, IncludeTasks: true})

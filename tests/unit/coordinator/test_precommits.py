@@ -38,7 +38,10 @@ from lockgate.coordinator.domain.pipelines import (
     check_config_version,
     check_offsets_resettable,
     check_reset_offsets,
+    check_task_restartable,
     plan_task_split,
+    restart_state,
+    restarts_for_new_config,
     tasks_to_restart,
 )
 from lockgate.coordinator.domain.precommits import accept_precommits
@@ -214,6 +217,33 @@ def test_restart_takes_all_or_only_failed_tasks() -> None:
     unassigned = dataclasses.replace(task(T0), state=TaskState.UNASSIGNED)
     with pytest.raises(IllegalTransition):
         tasks_to_restart([unassigned], only_failed=False)
+
+
+def test_a_restarted_or_reconfigured_task_shows_restarting_unless_never_started() -> None:
+    running = task(T0)
+    failed = dataclasses.replace(task(T1), state=TaskState.FAILED)
+    unassigned = dataclasses.replace(task(T0), state=TaskState.UNASSIGNED)
+    assert restart_state(TaskState.FAILED) is TaskState.RESTARTING
+    assert restart_state(TaskState.UNASSIGNED) is TaskState.UNASSIGNED
+    # An update restarts every task: a task kept at its generation would keep the old config.
+    assert restarts_for_new_config([running, failed, unassigned]) == [
+        (running, TaskState.RESTARTING),
+        (failed, TaskState.RESTARTING),
+        (unassigned, TaskState.UNASSIGNED),
+    ]
+    spec = parse_pipeline_spec(
+        {
+            "name": "p",
+            "source": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topics": ["in"]}},
+            "sink": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic": "out"}},
+        }
+    )
+    pipeline = PipelineRecord(P, spec, 1, TargetState.RUNNING, C(3), 0, 0)
+    assert check_task_restartable(pipeline, failed) is TaskState.RESTARTING
+    stopped = dataclasses.replace(pipeline, target_state=TargetState.STOPPED)
+    with pytest.raises(FailedPrecondition, match="resume the pipeline") as refused:
+        check_task_restartable(stopped, failed)
+    assert refused.value.reason == "PIPELINE_STOPPED"
 
 
 @given(

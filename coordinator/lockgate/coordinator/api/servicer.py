@@ -425,9 +425,15 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     def RestartTask(
         self, request: coordinator_pb2.RestartTaskRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.RestartTaskResponse:
-        """Not available yet (UNIMPLEMENTED, after NOT_FOUND for an unknown task)."""
-        self.herder.pipelines.restart_task(task_id_from_proto(request.task_id, "task_id"))
-        return coordinator_pb2.RestartTaskResponse()
+        """Leader only: the task restarts with a new generation, its error cleared."""
+        task, pipeline = self.herder.pipelines.restart_task(
+            task_id_from_proto(request.task_id, "task_id")
+        )
+        return coordinator_pb2.RestartTaskResponse(
+            task=task_to_proto(
+                task, target_state=pipeline.target_state, config_version=pipeline.config_version
+            )
+        )
 
     # ------------------------------------------------------------------ offsets
 

@@ -123,6 +123,39 @@ def tasks_to_restart(tasks: Sequence[TaskRecord], *, only_failed: bool) -> list[
     return chosen
 
 
+def restart_state(state: TaskState) -> TaskState:
+    """The state a task shows once restarted with a new generation, until its executor
+    runs it: RESTARTING, or UNASSIGNED while no executor has started it yet."""
+    if state is TaskState.UNASSIGNED:
+        return state
+    return transition_task_state(state, TaskState.RESTARTING)
+
+
+def restarts_for_new_config(tasks: Sequence[TaskRecord]) -> list[tuple[TaskRecord, TaskState]]:
+    """Each task of an updated pipeline and the state it restarts in on the new config.
+
+    An executor runs the config it was assigned at a task's generation and refuses a
+    trigger for another config version, so a task kept at its generation after an update
+    would refuse every later trigger: each task gets a new generation (its executor
+    restarts it from the last COMPLETE checkpoint), in `restart_state`.
+    """
+    return [(t, restart_state(t.state)) for t in tasks]
+
+
+def check_task_restartable(pipeline: PipelineRecord, task: TaskRecord) -> TaskState:
+    """The state a RestartTask leaves `task` in (`restart_state`); FailedPrecondition
+    PIPELINE_STOPPED while its pipeline is STOPPED (its tasks are released: nothing would
+    run it)."""
+    if pipeline.target_state is TargetState.STOPPED:
+        raise FailedPrecondition(
+            f"pipeline {pipeline.pipeline_id!r} is STOPPED, so task {task.task_id!r} is "
+            "released; resume the pipeline (its tasks then start again), then restart the "
+            "task if it fails",
+            reason="PIPELINE_STOPPED",
+        )
+    return restart_state(task.state)
+
+
 def check_reset_offsets(offsets: Mapping[TopicPartition, int] | None) -> None:
     """Refuse a negative offset in an offset reset (InvalidArgument naming the partition)."""
     for tp, offset in (offsets or {}).items():

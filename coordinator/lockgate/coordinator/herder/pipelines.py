@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lockgate.common.errors import Aborted, FieldViolation, Unimplemented
+from lockgate.common.errors import Aborted, FieldViolation
 from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
 from lockgate.common.model.offsets import OffsetRange, TopicPartition
 from lockgate.common.model.pipeline_spec import PipelineSpec, StartingOffsets
@@ -416,14 +416,18 @@ class Pipelines:
             self._wake()
         return self._store.pipelines.get_pipeline(pipeline_id=pipeline_id), restarted
 
-    def restart_task(self, task_id: TaskId) -> None:
-        """Not available yet: the store restarts a pipeline's tasks, not a single one
-        (NotFound first if the task does not exist)."""
-        self._store.pipelines.get_task(task_id=task_id)
-        raise Unimplemented(
-            "RestartTask of a single task is not available yet; use RestartPipeline with "
-            "include_tasks (and only_failed to restart just the failed tasks)"
+    def restart_task(self, task_id: TaskId) -> tuple[TaskRecord, PipelineRecord]:
+        """Restart one task with a new generation and its error cleared, as Kafka Connect's
+        task restart: it runs again from the last COMPLETE checkpoint, on its executor or,
+        if that one is dead, where the assignment moves it. Returns the task and its
+        pipeline. Leader-only; refused for a STOPPED pipeline, NotFound for an unknown
+        task."""
+        self._lease.require_fence()
+        task = self._lease.leader_call(
+            lambda f: self._store.pipelines.restart_task(fence=f, task_id=task_id)
         )
+        self._wake()
+        return task, self._store.pipelines.get_pipeline(pipeline_id=task.pipeline_id)
 
     # ------------------------------------------------------------------ offsets
 

@@ -26,7 +26,9 @@ from lockgate.coordinator.domain.pipelines import (
     PipelineRecord,
     TaskRecord,
     check_config_version,
+    check_task_restartable,
     plan_task_split,
+    restarts_for_new_config,
     tasks_to_restart,
 )
 from lockgate.coordinator.domain.states import (
@@ -101,8 +103,11 @@ class PipelineStore:
         """Replace a pipeline's config; its config version grows by one. Leader-only.
 
         With `expected_version`, FailedPrecondition unless the stored version matches
-        (optimistic concurrency for read-modify-write clients). The caller re-splits tasks
-        if the topics or `tasks_max` changed (`set_pipeline_tasks`).
+        (optimistic concurrency for read-modify-write clients). Every task restarts on the
+        new config with a new generation (`domain.pipelines.restarts_for_new_config`) and
+        the TRIGGERED checkpoints, which ran the old one, abort, in the same transaction.
+        The caller re-splits tasks if the topics or `tasks_max` changed
+        (`set_pipeline_tasks`).
         """
         pipeline_id = PipelineId(spec.name)
         with self._db.transaction(fence=fence) as conn:
@@ -117,6 +122,20 @@ class PipelineStore:
                     config_version=pipelines.c.config_version + 1,
                     updated_at_ms=db_now_ms(),
                 )
+            )
+            restarts = restarts_for_new_config(read_tasks(conn, pipeline_id))
+            for task, state in restarts:
+                conn.execute(
+                    tasks.update()
+                    .where(tasks.c.task_id == task.task_id)
+                    .values(
+                        generation=tasks.c.generation + 1,
+                        state=state.value,
+                        updated_at_ms=db_now_ms(),
+                    )
+                )
+            abort_checkpoints_of_tasks(
+                conn, {t.task_id for t, _ in restarts}, reason="pipeline config updated"
             )
             return read_pipeline(conn, pipeline_id)
 
@@ -335,3 +354,30 @@ class PipelineStore:
             chosen_ids = {t.task_id for t in chosen}
             abort_checkpoints_of_tasks(conn, chosen_ids, reason="task restarted")
             return [t for t in read_tasks(conn, pipeline_id) if t.task_id in chosen_ids]
+
+    def restart_task(self, *, fence: Fence, task_id: TaskId) -> TaskRecord:
+        """Restart one task with a new generation, its error cleared (Kafka Connect's task
+        restart). Leader-only.
+
+        Its executor (or, if that one is dead, the next one the assignment picks) starts it
+        again from the last COMPLETE checkpoint; the old generation's reports become stale
+        and the TRIGGERED checkpoints it is in abort, in the same transaction.
+        FailedPrecondition while the pipeline is STOPPED; NotFound for an unknown task.
+        """
+        with self._db.transaction(fence=fence) as conn:
+            pipeline_id = read_task(conn, task_id).pipeline_id
+            pipeline = read_pipeline(conn, pipeline_id, for_update=True)
+            task = read_task(conn, task_id, for_update=True)
+            state = check_task_restartable(pipeline, task)
+            conn.execute(
+                tasks.update()
+                .where(tasks.c.task_id == task_id)
+                .values(
+                    state=state.value,
+                    generation=tasks.c.generation + 1,
+                    last_error=None,
+                    updated_at_ms=db_now_ms(),
+                )
+            )
+            abort_checkpoints_of_tasks(conn, {task_id}, reason="task restarted")
+            return read_task(conn, task_id)
