@@ -464,10 +464,13 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 "reset", "set either offsets (explicit per partition) or position"
             )
         if kind == "position":
-            self.herder.pipelines.reset_offsets_to_start(
+            resolved = self.herder.pipelines.reset_offsets_to_position(
                 pipeline_id, STARTING_OFFSETS_FROM_PB.get(request.position)
             )
-            return coordinator_pb2.ResetOffsetsResponse(default_position=request.position)
+            return coordinator_pb2.ResetOffsetsResponse(
+                offsets=partition_offsets_to_proto(resolved or []),
+                default_position=request.position,
+            )
         stored = self.herder.pipelines.reset_offsets(
             pipeline_id,
             [(TopicPartition(o.topic, o.partition), o.offset) for o in request.offsets.offsets],

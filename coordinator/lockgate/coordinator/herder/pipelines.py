@@ -16,8 +16,8 @@ Rules written here (the api only converts):
 - Deleting a pipeline first aborts its in-flight checkpoints and tries once to commit
   its COMPLETE ones.
 - Offsets are reset only on a STOPPED pipeline (the store refuses otherwise), only for
-  the pipeline's own source partitions, and by position only back to its
-  `starting_offsets`.
+  the pipeline's own source partitions; a reset to a position other than the pipeline's
+  `starting_offsets` is resolved from Kafka at once (as `kafka-consumer-groups` does).
 """
 
 from __future__ import annotations
@@ -34,7 +34,12 @@ from lockgate.coordinator.domain.aborts import MissingPrecommit, missing_precomm
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord
 from lockgate.coordinator.domain.data_loss import PipelineHealth, pipeline_health
 from lockgate.coordinator.domain.errors import FailedPrecondition, InvalidArgument, NotFound
-from lockgate.coordinator.domain.pipelines import PartitionOffset, PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.pipelines import (
+    PartitionOffset,
+    PipelineRecord,
+    TaskRecord,
+    check_offsets_resettable,
+)
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
 from lockgate.coordinator.domain.tasks import split_partitions
 from lockgate.coordinator.domain.topics import (
@@ -431,25 +436,43 @@ class Pipelines:
 
     # ------------------------------------------------------------------ offsets
 
-    def reset_offsets_to_start(
+    def reset_offsets_to_position(
         self, pipeline_id: PipelineId, position: StartingOffsets | None
-    ) -> None:
-        """Forget a STOPPED pipeline's offsets, so it resumes from its `starting_offsets`
-        (`position` must be that one). Leader-only."""
+    ) -> list[PartitionOffset] | None:
+        """Reset a STOPPED pipeline's offsets to EARLIEST or LATEST. Leader-only.
+
+        Its own `starting_offsets` forgets every offset (each task resolves the position
+        when it next starts); the other position is resolved now from the source cluster
+        (log start, or the read_committed log end) and stored as explicit offsets, which
+        are returned (None after a forget), as `kafka-consumer-groups --reset-offsets`.
+        """
         pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
         if position is None:
-            raise InvalidArgument.for_field("position", "must be EARLIEST or LATEST")
-        if position is not pipeline.spec.source.starting_offsets:
             raise InvalidArgument.for_field(
-                "position",
-                f"only the pipeline's starting_offsets "
-                f"({pipeline.spec.source.starting_offsets.value}) can be restored by "
-                "position in this version; give explicit offsets instead",
+                "position", "must be OFFSET_POSITION_EARLIEST or OFFSET_POSITION_LATEST"
+            )
+        # Refuse a running pipeline before asking Kafka; the store checks it all again.
+        check_offsets_resettable(pipeline, {})
+        wanted: dict[TopicPartition, int] | None = None
+        if position is not pipeline.spec.source.starting_offsets:
+            wanted = self._topics.log_offsets(
+                pipeline.spec.source.bootstrap_servers,
+                self._source_partitions(pipeline_id),
+                latest=position is StartingOffsets.LATEST,
             )
         self._lease.leader_call(
             lambda f: self._store.offsets.reset_offsets(
-                fence=f, pipeline_id=pipeline_id, offsets=None
+                fence=f, pipeline_id=pipeline_id, offsets=wanted
             )
+        )
+        return None if wanted is None else self._store.offsets.get_offsets(pipeline_id=pipeline_id)
+
+    def _source_partitions(self, pipeline_id: PipelineId) -> list[TopicPartition]:
+        """The pipeline's source partitions, as its tasks split them."""
+        return sorted(
+            tp
+            for t in self._store.pipelines.list_tasks(pipeline_id=pipeline_id)
+            for tp in t.partitions
         )
 
     def reset_offsets(
@@ -459,11 +482,7 @@ class Pipelines:
         naming `offsets.offsets[i]` for another partition or a negative offset).
         Leader-only. Returns the offsets stored."""
         self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
-        known = {
-            tp
-            for t in self._store.pipelines.list_tasks(pipeline_id=pipeline_id)
-            for tp in t.partitions
-        }
+        known = set(self._source_partitions(pipeline_id))
         wanted: dict[TopicPartition, int] = {}
         violations: list[FieldViolation] = []
         for i, (tp, offset) in enumerate(offsets):

@@ -1,4 +1,5 @@
-"""Kafka admin for the herder: which of the topics asked for exist, with their partitions.
+"""Kafka admin for the herder: which of the topics asked for exist, with their partitions,
+and where their partitions' logs start and end (an offset reset to a position).
 
 It lives with the store because the store side is the only place that speaks SQL or Kafka
 admin; the herder asks it a plain question (bootstrap servers -> topics) and gets plain
@@ -18,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from lockgate.common.model.offsets import TopicPartition
+from lockgate.coordinator.domain.errors import FailedPrecondition
 from lockgate.coordinator.domain.topics import ClusterTopics
 
 DEFAULT_TIMEOUT_S = 3.0
@@ -75,3 +78,44 @@ class KafkaTopics:
             if len(found) == len(set(topics)) or time.monotonic() >= deadline:
                 return ClusterTopics(bootstrap_servers=bootstrap_servers, partitions=found)
             time.sleep(0.2)  # metadata refresh interval while a new topic propagates
+
+    def log_offsets(
+        self, bootstrap_servers: str, partitions: Sequence[TopicPartition], *, latest: bool
+    ) -> dict[TopicPartition, int]:
+        """Each partition's log end offset under read_committed (the last stable offset:
+        records of open transactions are not skipped past) with `latest`, else its log start
+        offset, as `kafka-consumer-groups --reset-offsets --to-latest/--to-earliest` resolves
+        them. FailedPrecondition naming the cluster if it does not answer within `timeout_s`.
+        """
+        from confluent_kafka import IsolationLevel, KafkaException
+        from confluent_kafka import TopicPartition as KafkaPartition
+        from confluent_kafka.admin import AdminClient
+        from confluent_kafka.admin._listoffsets import OffsetSpec
+
+        if not partitions:
+            return {}
+        config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": _KAFKA_LOG}
+        admin = AdminClient(config)
+        # confluent-kafka ships OffsetSpec without annotations.
+        spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+        futures = admin.list_offsets(
+            {KafkaPartition(tp.topic, tp.partition): spec for tp in partitions},
+            isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=self._timeout_s,
+        )
+        try:
+            return {
+                TopicPartition(kp.topic, kp.partition): int(
+                    future.result(timeout=self._timeout_s * 2).offset
+                )
+                for kp, future in futures.items()
+            }
+        except (KafkaException, TimeoutError) as exc:
+            error = exc.args[0] if exc.args else exc
+            reason = error.str() if hasattr(error, "str") else str(error) or type(exc).__name__
+            raise FailedPrecondition(
+                f"the source Kafka cluster {bootstrap_servers} did not say where its partitions'"
+                f" logs {'end' if latest else 'start'} within {self._timeout_s:g} s: {reason};"
+                " retry when it answers, or reset to explicit offsets",
+                reason="KAFKA_UNREACHABLE",
+            ) from None
