@@ -6,7 +6,9 @@ protocol's vocabulary, `api/convert.py` for the coordinator's resources), calls 
 UNAVAILABLE with `lockgate-leader` metadata), and converts the result back. It holds no
 rules and never touches the store. Domain errors propagate to the shared error-mapping
 interceptor (`lockgate.common.grpc_server`), which answers a stale fencing token
-(`StaleTokenError`) with FAILED_PRECONDITION and a `FencingFailure` detail.
+(`StaleTokenError`) with FAILED_PRECONDITION and a `FencingFailure` detail. The verbs
+whose request carries a `request_id` (all but the executors' Report* calls, idempotent by
+their checkpoint, task and generation) run once per id (`api/idempotency.py`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from lockgate.coordinator.api.convert import (
     session_id,
     task_to_proto,
 )
+from lockgate.coordinator.api.idempotency import idempotent
 from lockgate.coordinator.domain.errors import InvalidArgument
 from lockgate.coordinator.domain.pipelines import PipelineRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
@@ -110,6 +113,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     # ------------------------------------------------------------------ membership
 
     @leader_only
+    @idempotent
     def RegisterExecutor(
         self, request: coordinator_pb2.RegisterExecutorRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.RegisterExecutorResponse:
@@ -185,6 +189,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         )
 
     @leader_only
+    @idempotent
     def DeregisterExecutor(
         self, request: coordinator_pb2.DeregisterExecutorRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.DeregisterExecutorResponse:
@@ -199,6 +204,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     # ------------------------------------------------------------------ pipelines
 
     @leader_only
+    @idempotent
     def CreatePipeline(
         self, request: coordinator_pb2.CreatePipelineRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.CreatePipelineResponse:
@@ -228,6 +234,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         )
 
     @leader_only
+    @idempotent
     def UpdatePipeline(
         self, request: coordinator_pb2.UpdatePipelineRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.UpdatePipelineResponse:
@@ -264,6 +271,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         return coordinator_pb2.UpdatePipelineResponse(pipeline=pipeline_to_proto(record))
 
     @leader_only
+    @idempotent
     def DeletePipeline(
         self, request: coordinator_pb2.DeletePipelineRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.DeletePipelineResponse:
@@ -298,6 +306,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         return pipeline_to_proto(record)
 
     @leader_only
+    @idempotent
     def PausePipeline(
         self, request: coordinator_pb2.PausePipelineRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.PausePipelineResponse:
@@ -308,6 +317,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         )
 
     @leader_only
+    @idempotent
     def ResumePipeline(
         self, request: coordinator_pb2.ResumePipelineRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.ResumePipelineResponse:
@@ -318,6 +328,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         )
 
     @leader_only
+    @idempotent
     def StopPipeline(
         self, request: coordinator_pb2.StopPipelineRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.StopPipelineResponse:
@@ -328,6 +339,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         )
 
     @leader_only
+    @idempotent
     def RestartPipeline(
         self, request: coordinator_pb2.RestartPipelineRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.RestartPipelineResponse:
@@ -422,6 +434,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         )
 
     @leader_only
+    @idempotent
     def RestartTask(
         self, request: coordinator_pb2.RestartTaskRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.RestartTaskResponse:
@@ -451,6 +464,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         )
 
     @leader_only
+    @idempotent
     def ResetOffsets(
         self, request: coordinator_pb2.ResetOffsetsRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.ResetOffsetsResponse:

@@ -4,8 +4,8 @@
 check; and this replica's presence row), `membership.py` (executor sessions, liveness,
 assignment), `pipelines.py` (configs, target states, restarts, offsets, the Kafka checks),
 `checkpoints.py` (the checkpoint driver: trigger, commit, abort, timeouts, recovery),
-`reports.py` (executors' pre-commit and failure reports) and `executors.py` (the edge that
-calls executors).
+`reports.py` (executors' pre-commit and failure reports), `requests.py` (mutating calls run
+once per request_id) and `executors.py` (the edge that calls executors).
 """
 
 from lockgate.coordinator.herder.herder import Herder

@@ -36,6 +36,7 @@ from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.membership import Membership
 from lockgate.coordinator.herder.pipelines import Pipelines
 from lockgate.coordinator.herder.reports import Reports
+from lockgate.coordinator.herder.requests import IdempotentCalls
 from lockgate.coordinator.herder.settings import CoordinatorSettings
 from lockgate.coordinator.store.kafka_topics import KafkaTopics
 from lockgate.coordinator.store.sql_store import SqlStore
@@ -46,7 +47,8 @@ _LOG = logging.getLogger(__name__)
 class Herder:
     """One replica's leader: its parts, and the work loop (see the module docstring).
 
-    `membership`, `pipelines`, `checkpoints` and `reports` are what the api calls; their writes are
+    `membership`, `pipelines`, `checkpoints`, `reports` and `requests` (mutating calls
+    run once per request_id) are what the api calls; their writes are
     leader-only (NotLeader on a follower: UNAVAILABLE with the leader's address, as the
     lease row says now).
     """
@@ -100,6 +102,7 @@ class Herder:
             wake=self.wake,
             recovery=settings.recovery_time,
         )
+        self.requests = IdempotentCalls(store=store, lease=self.lease_keeper)
         self._thread = threading.Thread(
             target=self._run, name=f"leader-{settings.coordinator_id}", daemon=True
         )

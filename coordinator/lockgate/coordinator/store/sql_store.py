@@ -6,7 +6,8 @@ split into `lease` (`lease_store.py`), `replicas` (the coordinator replicas:
 (pipelines, tasks, assignment: `pipeline_store.py`), `checkpoints` (checkpoints,
 pre-commits, commits and aborts, lingering transactions, restore states:
 `checkpoint_store.py`), `data_loss` (DATA_LOST checkpoints and the way past them:
-`data_loss_store.py`) and `offsets` (`offset_store.py`), all on one `engine.Database`
+`data_loss_store.py`), `offsets` (`offset_store.py`) and `requests` (the recorded answers
+of mutating calls, by request_id: `request_store.py`), all on one `engine.Database`
 that owns the fenced transaction. No other code in the coordinator speaks SQL.
 Sub-store methods take keyword-only arguments and return domain values; leader-only ones
 take the leader's `Fence` and write nothing (FencedError) once it no longer leads.
@@ -29,6 +30,7 @@ from lockgate.coordinator.store.membership_store import MembershipStore
 from lockgate.coordinator.store.offset_store import OffsetStore
 from lockgate.coordinator.store.pipeline_store import PipelineStore
 from lockgate.coordinator.store.replica_store import ReplicaStore
+from lockgate.coordinator.store.request_store import RequestStore
 
 
 def open_store(
@@ -60,6 +62,7 @@ class SqlStore:
         self.checkpoints = CheckpointStore(database=self.database)
         self.offsets = OffsetStore(database=self.database)
         self.data_loss = DataLossStore(database=self.database)
+        self.requests = RequestStore(database=self.database)
 
     @property
     def engine(self) -> Engine:

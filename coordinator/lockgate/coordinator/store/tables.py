@@ -194,3 +194,16 @@ source_offsets = sa.Table(
     sa.Column("checkpoint_id", sa.BigInteger, nullable=True),
     sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
 )
+
+# The answer of each mutating call that carried a request_id, so a retry gets it again
+# (`request_store.py`); pruned after the retention of `domain/requests.py`.
+idempotent_requests = sa.Table(
+    "idempotent_requests",
+    metadata,
+    sa.Column("request_id", sa.String(255), primary_key=True),
+    sa.Column("method", sa.String(64), nullable=False),
+    sa.Column("request_hash", sa.String(64), nullable=False),
+    sa.Column("response", sa.LargeBinary, nullable=False),
+    sa.Column("created_at_ms", sa.BigInteger, nullable=False),
+    sa.Index("ix_idempotent_requests_created_at_ms", "created_at_ms"),
+)
