@@ -1235,7 +1235,10 @@ class ResetOffsetsRequest(_message.Message):
     pipeline_name: _builtins.str
     """Pipeline name; the pipeline must be STOPPED."""
     position: _common_pb2.OffsetPosition.ValueType
-    """Every partition to earliest or latest, resolved when the tasks next start."""
+    """Every partition to earliest or latest: the pipeline's own starting_offsets is
+    resolved when the tasks next start, the other position at once (latest: the log
+    end under read_committed).
+    """
     @_builtins.property
     def offsets(self) -> Global___PartitionOffsets:
         """Explicit next offsets for some partitions; the other partitions keep theirs."""
@@ -1294,7 +1297,9 @@ class ResetOffsetsResponse(_message.Message):
     """Symbolic position stored by a reset to earliest/latest; unset otherwise."""
     @_builtins.property
     def offsets(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.PartitionOffset]:
-        """Next offset to read per partition after the reset (explicit offsets only)."""
+        """Next offset to read per partition after the reset (explicit offsets, or a position
+        resolved at once).
+        """
 
     def __init__(
         self,

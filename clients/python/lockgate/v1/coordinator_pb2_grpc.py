@@ -303,10 +303,11 @@ class CoordinatorServiceServicer:
 
     def UpdatePipeline(self, request, context):
         """UpdatePipeline changes the fields of a spec named by a field mask; the config
-        version grows by one and running tasks restart on the new config at the next
-        checkpoint boundary. Leader only. Errors: NOT_FOUND, INVALID_ARGUMENT (bad field or
-        mask path, or an attempt to change the name), ABORTED (expected_config_version is
-        not the current one: read again and retry), UNAVAILABLE.
+        version grows by one and every task restarts on the new config with a new
+        generation, from the last COMPLETE checkpoint (TRIGGERED checkpoints, run on the old
+        config, abort). Leader only. Errors: NOT_FOUND, INVALID_ARGUMENT (bad field or mask
+        path, or an attempt to change the name), ABORTED (expected_config_version is not the
+        current one: read again and retry), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -390,9 +391,10 @@ class CoordinatorServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RestartTask(self, request, context):
-        """RestartTask restarts one task with a new generation; it restores from the last
-        COMPLETE checkpoint. Leader only. Errors: NOT_FOUND (unknown pipeline or task
-        index), FAILED_PRECONDITION (pipeline is STOPPED), UNAVAILABLE.
+        """RestartTask restarts one task with a new generation and its error cleared; it
+        restores from the last COMPLETE checkpoint, on its executor or, if that one is dead,
+        the next one assigned. Leader only. Errors: NOT_FOUND (unknown pipeline or task
+        index), FAILED_PRECONDITION (pipeline is STOPPED: resume it), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -412,8 +414,9 @@ class CoordinatorServiceServicer:
         earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
         its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
         FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
-        COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
-        negative offset), UNAVAILABLE.
+        COMMITTED: stop it and wait; or the source Kafka did not answer a reset to a
+        position), INVALID_ARGUMENT (partition not in the source topics, negative offset),
+        UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

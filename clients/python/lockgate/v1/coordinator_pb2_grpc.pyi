@@ -116,10 +116,11 @@ class CoordinatorServiceStub:
     """
     UpdatePipeline: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.UpdatePipelineRequest, _coordinator_pb2.UpdatePipelineResponse]
     """UpdatePipeline changes the fields of a spec named by a field mask; the config
-    version grows by one and running tasks restart on the new config at the next
-    checkpoint boundary. Leader only. Errors: NOT_FOUND, INVALID_ARGUMENT (bad field or
-    mask path, or an attempt to change the name), ABORTED (expected_config_version is
-    not the current one: read again and retry), UNAVAILABLE.
+    version grows by one and every task restarts on the new config with a new
+    generation, from the last COMPLETE checkpoint (TRIGGERED checkpoints, run on the old
+    config, abort). Leader only. Errors: NOT_FOUND, INVALID_ARGUMENT (bad field or mask
+    path, or an attempt to change the name), ABORTED (expected_config_version is not the
+    current one: read again and retry), UNAVAILABLE.
     """
     DeletePipeline: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.DeletePipelineRequest, _coordinator_pb2.DeletePipelineResponse]
     """DeletePipeline stops a pipeline's tasks, commits its COMPLETE checkpoints, aborts the
@@ -167,9 +168,10 @@ class CoordinatorServiceStub:
     (unknown pipeline), UNAVAILABLE.
     """
     RestartTask: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.RestartTaskRequest, _coordinator_pb2.RestartTaskResponse]
-    """RestartTask restarts one task with a new generation; it restores from the last
-    COMPLETE checkpoint. Leader only. Errors: NOT_FOUND (unknown pipeline or task
-    index), FAILED_PRECONDITION (pipeline is STOPPED), UNAVAILABLE.
+    """RestartTask restarts one task with a new generation and its error cleared; it
+    restores from the last COMPLETE checkpoint, on its executor or, if that one is dead,
+    the next one assigned. Leader only. Errors: NOT_FOUND (unknown pipeline or task
+    index), FAILED_PRECONDITION (pipeline is STOPPED: resume it), UNAVAILABLE.
     """
     GetOffsets: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetOffsetsRequest, _coordinator_pb2.GetOffsetsResponse]
     """GetOffsets returns, per source partition, the offset a pipeline resumes from: the
@@ -181,8 +183,9 @@ class CoordinatorServiceStub:
     earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
     its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
     FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
-    COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
-    negative offset), UNAVAILABLE.
+    COMMITTED: stop it and wait; or the source Kafka did not answer a reset to a
+    position), INVALID_ARGUMENT (partition not in the source topics, negative offset),
+    UNAVAILABLE.
     """
     ListCheckpoints: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ListCheckpointsRequest, _coordinator_pb2.ListCheckpointsResponse]
     """ListCheckpoints returns a pipeline's checkpoint history, newest first, without the
@@ -292,10 +295,11 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     """
     UpdatePipeline: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.UpdatePipelineRequest, _coordinator_pb2.UpdatePipelineResponse]  # type: ignore[assignment]
     """UpdatePipeline changes the fields of a spec named by a field mask; the config
-    version grows by one and running tasks restart on the new config at the next
-    checkpoint boundary. Leader only. Errors: NOT_FOUND, INVALID_ARGUMENT (bad field or
-    mask path, or an attempt to change the name), ABORTED (expected_config_version is
-    not the current one: read again and retry), UNAVAILABLE.
+    version grows by one and every task restarts on the new config with a new
+    generation, from the last COMPLETE checkpoint (TRIGGERED checkpoints, run on the old
+    config, abort). Leader only. Errors: NOT_FOUND, INVALID_ARGUMENT (bad field or mask
+    path, or an attempt to change the name), ABORTED (expected_config_version is not the
+    current one: read again and retry), UNAVAILABLE.
     """
     DeletePipeline: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.DeletePipelineRequest, _coordinator_pb2.DeletePipelineResponse]  # type: ignore[assignment]
     """DeletePipeline stops a pipeline's tasks, commits its COMPLETE checkpoints, aborts the
@@ -343,9 +347,10 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     (unknown pipeline), UNAVAILABLE.
     """
     RestartTask: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.RestartTaskRequest, _coordinator_pb2.RestartTaskResponse]  # type: ignore[assignment]
-    """RestartTask restarts one task with a new generation; it restores from the last
-    COMPLETE checkpoint. Leader only. Errors: NOT_FOUND (unknown pipeline or task
-    index), FAILED_PRECONDITION (pipeline is STOPPED), UNAVAILABLE.
+    """RestartTask restarts one task with a new generation and its error cleared; it
+    restores from the last COMPLETE checkpoint, on its executor or, if that one is dead,
+    the next one assigned. Leader only. Errors: NOT_FOUND (unknown pipeline or task
+    index), FAILED_PRECONDITION (pipeline is STOPPED: resume it), UNAVAILABLE.
     """
     GetOffsets: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetOffsetsRequest, _coordinator_pb2.GetOffsetsResponse]  # type: ignore[assignment]
     """GetOffsets returns, per source partition, the offset a pipeline resumes from: the
@@ -357,8 +362,9 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
     its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
     FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
-    COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
-    negative offset), UNAVAILABLE.
+    COMMITTED: stop it and wait; or the source Kafka did not answer a reset to a
+    position), INVALID_ARGUMENT (partition not in the source topics, negative offset),
+    UNAVAILABLE.
     """
     ListCheckpoints: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ListCheckpointsRequest, _coordinator_pb2.ListCheckpointsResponse]  # type: ignore[assignment]
     """ListCheckpoints returns a pipeline's checkpoint history, newest first, without the
@@ -513,10 +519,11 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.UpdatePipelineResponse, _abc.Awaitable[_coordinator_pb2.UpdatePipelineResponse]]:
         """UpdatePipeline changes the fields of a spec named by a field mask; the config
-        version grows by one and running tasks restart on the new config at the next
-        checkpoint boundary. Leader only. Errors: NOT_FOUND, INVALID_ARGUMENT (bad field or
-        mask path, or an attempt to change the name), ABORTED (expected_config_version is
-        not the current one: read again and retry), UNAVAILABLE.
+        version grows by one and every task restarts on the new config with a new
+        generation, from the last COMPLETE checkpoint (TRIGGERED checkpoints, run on the old
+        config, abort). Leader only. Errors: NOT_FOUND, INVALID_ARGUMENT (bad field or mask
+        path, or an attempt to change the name), ABORTED (expected_config_version is not the
+        current one: read again and retry), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -618,9 +625,10 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _coordinator_pb2.RestartTaskRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.RestartTaskResponse, _abc.Awaitable[_coordinator_pb2.RestartTaskResponse]]:
-        """RestartTask restarts one task with a new generation; it restores from the last
-        COMPLETE checkpoint. Leader only. Errors: NOT_FOUND (unknown pipeline or task
-        index), FAILED_PRECONDITION (pipeline is STOPPED), UNAVAILABLE.
+        """RestartTask restarts one task with a new generation and its error cleared; it
+        restores from the last COMPLETE checkpoint, on its executor or, if that one is dead,
+        the next one assigned. Leader only. Errors: NOT_FOUND (unknown pipeline or task
+        index), FAILED_PRECONDITION (pipeline is STOPPED: resume it), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -644,8 +652,9 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
         its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
         FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
-        COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
-        negative offset), UNAVAILABLE.
+        COMMITTED: stop it and wait; or the source Kafka did not answer a reset to a
+        position), INVALID_ARGUMENT (partition not in the source topics, negative offset),
+        UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod

@@ -126,10 +126,11 @@ type CoordinatorServiceClient interface {
 	// INVALID_ARGUMENT (bad page_token or negative page_size), UNAVAILABLE.
 	ListPipelines(ctx context.Context, in *ListPipelinesRequest, opts ...grpc.CallOption) (*ListPipelinesResponse, error)
 	// UpdatePipeline changes the fields of a spec named by a field mask; the config
-	// version grows by one and running tasks restart on the new config at the next
-	// checkpoint boundary. Leader only. Errors: NOT_FOUND, INVALID_ARGUMENT (bad field or
-	// mask path, or an attempt to change the name), ABORTED (expected_config_version is
-	// not the current one: read again and retry), UNAVAILABLE.
+	// version grows by one and every task restarts on the new config with a new
+	// generation, from the last COMPLETE checkpoint (TRIGGERED checkpoints, run on the old
+	// config, abort). Leader only. Errors: NOT_FOUND, INVALID_ARGUMENT (bad field or mask
+	// path, or an attempt to change the name), ABORTED (expected_config_version is not the
+	// current one: read again and retry), UNAVAILABLE.
 	UpdatePipeline(ctx context.Context, in *UpdatePipelineRequest, opts ...grpc.CallOption) (*UpdatePipelineResponse, error)
 	// DeletePipeline stops a pipeline's tasks, commits its COMPLETE checkpoints, aborts the
 	// in-flight ones and removes it with its history. Leader only. Errors: NOT_FOUND,
@@ -152,32 +153,38 @@ type CoordinatorServiceClient interface {
 	StopPipeline(ctx context.Context, in *StopPipelineRequest, opts ...grpc.CallOption) (*StopPipelineResponse, error)
 	// RestartPipeline re-plans a pipeline's tasks from its current spec and, with
 	// include_tasks, restarts its tasks with new generations (only the FAILED ones with
-	// only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-	// FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
-	// missing, or their Kafka does not answer), UNAVAILABLE.
+	// only_failed), as Kafka Connect's restart; with from_checkpoint_id it also moves a
+	// FAILED pipeline past its DATA_LOST checkpoint, re-reading the lost ranges. Leader only.
+	// Errors: NOT_FOUND, FAILED_PRECONDITION (pipeline is STOPPED, or its source topics
+	// cannot be read: missing, or their Kafka does not answer; from_checkpoint_id is not the
+	// pipeline's DATA_LOST checkpoint), UNAVAILABLE.
 	RestartPipeline(ctx context.Context, in *RestartPipelineRequest, opts ...grpc.CallOption) (*RestartPipelineResponse, error)
 	// GetPipelineStatus returns a pipeline's target state and, per task, the observed
 	// state, the executor and generation running it and its last error, with the latest
 	// checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
-	// had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
+	// had not pre-committed and why), its health (FAILED with the DATA_LOST checkpoint and
+	// its lost ranges) and warnings. Errors: NOT_FOUND, UNAVAILABLE.
 	GetPipelineStatus(ctx context.Context, in *GetPipelineStatusRequest, opts ...grpc.CallOption) (*GetPipelineStatusResponse, error)
 	// ListTasks returns tasks, optionally of one pipeline or one executor, ordered by
 	// pipeline name and task index. Errors: INVALID_ARGUMENT (bad page_token), NOT_FOUND
 	// (unknown pipeline), UNAVAILABLE.
 	ListTasks(ctx context.Context, in *ListTasksRequest, opts ...grpc.CallOption) (*ListTasksResponse, error)
-	// RestartTask restarts one task with a new generation; it restores from the last
-	// COMPLETE checkpoint. Leader only. Errors: NOT_FOUND (unknown pipeline or task
-	// index), FAILED_PRECONDITION (pipeline is STOPPED), UNAVAILABLE.
+	// RestartTask restarts one task with a new generation and its error cleared; it
+	// restores from the last COMPLETE checkpoint, on its executor or, if that one is dead,
+	// the next one assigned. Leader only. Errors: NOT_FOUND (unknown pipeline or task
+	// index), FAILED_PRECONDITION (pipeline is STOPPED: resume it), UNAVAILABLE.
 	RestartTask(ctx context.Context, in *RestartTaskRequest, opts ...grpc.CallOption) (*RestartTaskResponse, error)
 	// GetOffsets returns, per source partition, the offset a pipeline resumes from: the
 	// end offsets of its last COMPLETE checkpoint, or those set by ResetOffsets. Errors:
 	// NOT_FOUND, UNAVAILABLE.
 	GetOffsets(ctx context.Context, in *GetOffsetsRequest, opts ...grpc.CallOption) (*GetOffsetsResponse, error)
 	// ResetOffsets sets the offsets a STOPPED pipeline resumes from, per partition or to
-	// earliest/latest, as Kafka Connect's offsets API. Leader only. Errors: NOT_FOUND,
+	// earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
+	// its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
 	// FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
-	// COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
-	// negative offset), UNAVAILABLE.
+	// COMMITTED: stop it and wait; or the source Kafka did not answer a reset to a
+	// position), INVALID_ARGUMENT (partition not in the source topics, negative offset),
+	// UNAVAILABLE.
 	ResetOffsets(ctx context.Context, in *ResetOffsetsRequest, opts ...grpc.CallOption) (*ResetOffsetsResponse, error)
 	// ListCheckpoints returns a pipeline's checkpoint history, newest first, without the
 	// per-task details. Errors: NOT_FOUND, INVALID_ARGUMENT (bad page_token), UNAVAILABLE.
@@ -523,10 +530,11 @@ type CoordinatorServiceServer interface {
 	// INVALID_ARGUMENT (bad page_token or negative page_size), UNAVAILABLE.
 	ListPipelines(context.Context, *ListPipelinesRequest) (*ListPipelinesResponse, error)
 	// UpdatePipeline changes the fields of a spec named by a field mask; the config
-	// version grows by one and running tasks restart on the new config at the next
-	// checkpoint boundary. Leader only. Errors: NOT_FOUND, INVALID_ARGUMENT (bad field or
-	// mask path, or an attempt to change the name), ABORTED (expected_config_version is
-	// not the current one: read again and retry), UNAVAILABLE.
+	// version grows by one and every task restarts on the new config with a new
+	// generation, from the last COMPLETE checkpoint (TRIGGERED checkpoints, run on the old
+	// config, abort). Leader only. Errors: NOT_FOUND, INVALID_ARGUMENT (bad field or mask
+	// path, or an attempt to change the name), ABORTED (expected_config_version is not the
+	// current one: read again and retry), UNAVAILABLE.
 	UpdatePipeline(context.Context, *UpdatePipelineRequest) (*UpdatePipelineResponse, error)
 	// DeletePipeline stops a pipeline's tasks, commits its COMPLETE checkpoints, aborts the
 	// in-flight ones and removes it with its history. Leader only. Errors: NOT_FOUND,
@@ -549,32 +557,38 @@ type CoordinatorServiceServer interface {
 	StopPipeline(context.Context, *StopPipelineRequest) (*StopPipelineResponse, error)
 	// RestartPipeline re-plans a pipeline's tasks from its current spec and, with
 	// include_tasks, restarts its tasks with new generations (only the FAILED ones with
-	// only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-	// FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
-	// missing, or their Kafka does not answer), UNAVAILABLE.
+	// only_failed), as Kafka Connect's restart; with from_checkpoint_id it also moves a
+	// FAILED pipeline past its DATA_LOST checkpoint, re-reading the lost ranges. Leader only.
+	// Errors: NOT_FOUND, FAILED_PRECONDITION (pipeline is STOPPED, or its source topics
+	// cannot be read: missing, or their Kafka does not answer; from_checkpoint_id is not the
+	// pipeline's DATA_LOST checkpoint), UNAVAILABLE.
 	RestartPipeline(context.Context, *RestartPipelineRequest) (*RestartPipelineResponse, error)
 	// GetPipelineStatus returns a pipeline's target state and, per task, the observed
 	// state, the executor and generation running it and its last error, with the latest
 	// checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
-	// had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
+	// had not pre-committed and why), its health (FAILED with the DATA_LOST checkpoint and
+	// its lost ranges) and warnings. Errors: NOT_FOUND, UNAVAILABLE.
 	GetPipelineStatus(context.Context, *GetPipelineStatusRequest) (*GetPipelineStatusResponse, error)
 	// ListTasks returns tasks, optionally of one pipeline or one executor, ordered by
 	// pipeline name and task index. Errors: INVALID_ARGUMENT (bad page_token), NOT_FOUND
 	// (unknown pipeline), UNAVAILABLE.
 	ListTasks(context.Context, *ListTasksRequest) (*ListTasksResponse, error)
-	// RestartTask restarts one task with a new generation; it restores from the last
-	// COMPLETE checkpoint. Leader only. Errors: NOT_FOUND (unknown pipeline or task
-	// index), FAILED_PRECONDITION (pipeline is STOPPED), UNAVAILABLE.
+	// RestartTask restarts one task with a new generation and its error cleared; it
+	// restores from the last COMPLETE checkpoint, on its executor or, if that one is dead,
+	// the next one assigned. Leader only. Errors: NOT_FOUND (unknown pipeline or task
+	// index), FAILED_PRECONDITION (pipeline is STOPPED: resume it), UNAVAILABLE.
 	RestartTask(context.Context, *RestartTaskRequest) (*RestartTaskResponse, error)
 	// GetOffsets returns, per source partition, the offset a pipeline resumes from: the
 	// end offsets of its last COMPLETE checkpoint, or those set by ResetOffsets. Errors:
 	// NOT_FOUND, UNAVAILABLE.
 	GetOffsets(context.Context, *GetOffsetsRequest) (*GetOffsetsResponse, error)
 	// ResetOffsets sets the offsets a STOPPED pipeline resumes from, per partition or to
-	// earliest/latest, as Kafka Connect's offsets API. Leader only. Errors: NOT_FOUND,
+	// earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
+	// its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
 	// FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
-	// COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
-	// negative offset), UNAVAILABLE.
+	// COMMITTED: stop it and wait; or the source Kafka did not answer a reset to a
+	// position), INVALID_ARGUMENT (partition not in the source topics, negative offset),
+	// UNAVAILABLE.
 	ResetOffsets(context.Context, *ResetOffsetsRequest) (*ResetOffsetsResponse, error)
 	// ListCheckpoints returns a pipeline's checkpoint history, newest first, without the
 	// per-task details. Errors: NOT_FOUND, INVALID_ARGUMENT (bad page_token), UNAVAILABLE.
