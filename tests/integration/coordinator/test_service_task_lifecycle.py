@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf import field_mask_pb2
+from grpc_status import rpc_status
 
 from lockgate.common.grpc_client import open_channel
 from lockgate.localcluster.commands import executor_command
@@ -158,16 +159,22 @@ def test_restart_task_brings_a_failed_task_back_with_a_new_generation(
             (assignment,) = peer.assignments.values()
             executor_generation = peer.generation
         old = assignment.task_generation
-        stub.ReportTaskFailure(
-            coordinator_pb2.ReportTaskFailureRequest(
-                task_id=assignment.task_id,
-                task_generation=old,
-                executor_id=peer.executor_id,
-                executor_generation=executor_generation,
-                error=common_pb2.TaskError(message="scripted task failure"),
-            ),
-            timeout=5,
-        )
+
+        def report_failure(message: str) -> coordinator_pb2.ReportTaskFailureResponse:
+            """The peer reports the task failed, at the generation it was assigned first."""
+            response: coordinator_pb2.ReportTaskFailureResponse = stub.ReportTaskFailure(
+                coordinator_pb2.ReportTaskFailureRequest(
+                    task_id=assignment.task_id,
+                    task_generation=old,
+                    executor_id=peer.executor_id,
+                    executor_generation=executor_generation,
+                    error=common_pb2.TaskError(message=message),
+                ),
+                timeout=5,
+            )
+            return response
+
+        report_failure("scripted task failure")
         failed = next(
             t for t in _tasks(stub, name) if t.task_id.task_index == assignment.task_id.task_index
         )
@@ -195,19 +202,14 @@ def test_restart_task_brings_a_failed_task_back_with_a_new_generation(
         wait_committed(setup, "checkpoints to commit again", after=after, timeout_s=20)
 
         # The old generation is fenced.
-        err = rpc_error(
-            lambda: stub.ReportTaskFailure(
-                coordinator_pb2.ReportTaskFailureRequest(
-                    task_id=assignment.task_id,
-                    task_generation=old,
-                    executor_id=peer.executor_id,
-                    executor_generation=executor_generation,
-                    error=common_pb2.TaskError(message="late report of the old generation"),
-                ),
-                timeout=5,
-            )
-        )
+        err = rpc_error(lambda: report_failure("late report of the old generation"))
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, err
+        status = rpc_status.from_call(err)
+        assert status is not None
+        failure = common_pb2.FencingFailure()
+        assert any(d.Unpack(failure) for d in status.details)
+        assert failure.token == common_pb2.FENCING_TOKEN_TASK_GENERATION
+        assert (failure.presented, failure.current) == (old, old + 1)
 
         unknown = common_pb2.TaskId(pipeline_name=name, task_index=7)
         err = rpc_error(
