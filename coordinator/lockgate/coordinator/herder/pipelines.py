@@ -10,7 +10,12 @@ Rules written here (the api only converts):
 - A spec whose sink transactions could outlive `transaction.timeout.ms` before they are
   committed (checkpoint timeout plus this coordinator's recovery time) is refused at
   create and update (`domain/transaction_timeout.py`).
-- Pausing a STOPPED pipeline is refused (resume it first); restarting one too.
+- An update restarts every task on the new config with a new generation, and aborts the
+  TRIGGERED checkpoints, in the transaction that writes the new config version
+  (`domain.pipelines.restarts_for_new_config`): executors refuse a trigger for a config
+  version other than the one their task was assigned with.
+- Pausing a STOPPED pipeline is refused (resume it first); restarting it, or one of its
+  tasks, too.
 - Stopping a pipeline releases its tasks, so its in-flight pre-commits can never complete:
   they abort at once.
 - Deleting a pipeline first aborts its in-flight checkpoints and tries once to commit
