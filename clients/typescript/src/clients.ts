@@ -84,9 +84,10 @@ function build<S extends DescService>(
     typeof addresses === "string" ? addresses.split(",") : addresses,
     (address) => {
       const baseUrl = `${scheme}://${address}`;
-      // Ping an idle connection every 30 s and drop it after 10 s without an answer, as the
-      // Python client's keepalive does, so a dead peer is noticed in seconds.
-      const ping = { pingIntervalMs: 30_000, pingTimeoutMs: 10_000, pingIdleConnection: true };
+      // Ping a connection with calls open every 30 s and drop it after 10 s without an answer
+      // (the Python client's keepalive), so a dead peer is noticed in seconds; a connection idle
+      // for longer is pinged before its next call.
+      const ping = { pingIntervalMs: 30_000, pingTimeoutMs: 10_000, pingIdleConnection: false };
       const sessionManager = new Http2SessionManager(baseUrl, ping, nodeOptions);
       sessions.push(sessionManager);
       return createGrpcTransport({ baseUrl, sessionManager, interceptors });

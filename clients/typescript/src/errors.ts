@@ -32,6 +32,31 @@ export interface PreconditionViolation {
   readonly description: string;
 }
 
+/**
+ * Node error codes of a connection that broke under a call (the peer died or closed it). gRPC
+ * reports these as UNAVAILABLE, which is retryable; Connect's Node transport calls some of them
+ * ABORTED (its meaning for a server whose client hung up), so they are re-classified here.
+ */
+const CONNECTION_LOST = new Set([
+  "ECONNRESET",
+  "ECONNABORTED",
+  "EPIPE",
+  "ERR_HTTP2_GOAWAY_SESSION",
+  "ERR_HTTP2_INVALID_SESSION",
+  "ERR_HTTP2_STREAM_CANCEL",
+  "ERR_STREAM_DESTROYED",
+]);
+
+/** True if `error` carries no gRPC status and was caused by a lost connection. */
+function connectionLost(error: ConnectError): boolean {
+  if (error.metadata.has("grpc-status")) return false;
+  for (let cause: unknown = error.cause; cause instanceof Error; cause = cause.cause) {
+    const code = (cause as NodeJS.ErrnoException).code;
+    if (code !== undefined && CONNECTION_LOST.has(code)) return true;
+  }
+  return false;
+}
+
 /** gRPC's name of a status code, e.g. "INVALID_ARGUMENT" for Code.InvalidArgument. */
 export function grpcCodeName(code: Code): string {
   if (code === Code.Canceled) return "CANCELLED";
@@ -78,9 +103,10 @@ export class LockgateError extends Error {
   readonly responseMetadata: Headers;
 
   constructor(error: ConnectError) {
-    const codeName = grpcCodeName(error.code);
+    const code = connectionLost(error) ? Code.Unavailable : error.code;
+    const codeName = grpcCodeName(code);
     super(`${codeName}: ${error.rawMessage}`, { cause: error });
-    this.code = error.code;
+    this.code = code;
     this.codeName = codeName;
     this.statusMessage = error.rawMessage;
     this.responseMetadata = error.metadata;
@@ -107,7 +133,8 @@ export class LockgateError extends Error {
     this.leaderAddress = error.metadata.get(LEADER_METADATA_KEY) ?? (this.metadata["leader_address"] || undefined);
   }
 
-  /** `err` as a LockgateError (a ConnectError decoded; anything else as Connect classifies it). */
+  /** `err` as a LockgateError: a ConnectError decoded, a lost connection as UNAVAILABLE, anything
+   * else as Connect classifies it. */
   static from(err: unknown): LockgateError {
     return err instanceof LockgateError ? err : new LockgateError(ConnectError.from(err));
   }

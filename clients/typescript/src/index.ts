@@ -9,7 +9,7 @@ export * from "./clients.js";
 export * from "./errors.js";
 export { LeaderFollowingTransport, type RetryOptions, withRequestId } from "./transport.js";
 export { Code } from "@connectrpc/connect";
-export { create, toJson, fromJson } from "@bufbuild/protobuf";
+export { create, toJson, fromJson, type MessageInitShape } from "@bufbuild/protobuf";
 export * from "./gen/lockgate/v1/common_pb.js";
 export * from "./gen/lockgate/v1/coordinator_pb.js";
 export * from "./gen/lockgate/v1/executor_pb.js";
