@@ -70,7 +70,8 @@ function readPipelineFile(path: string): PipelineSpec {
   }
 }
 
-async function pipelineDemo(coordinators: string, file: string, watchSeconds: number): Promise<void> {
+/** Create, watch, list checkpoints; false if the spec was refused (the violations printed). */
+async function pipelineDemo(coordinators: string, file: string, watchSeconds: number): Promise<boolean> {
   const coordinator = createCoordinatorClient(coordinators);
   try {
     const spec = readPipelineFile(file);
@@ -80,10 +81,9 @@ async function pipelineDemo(coordinators: string, file: string, watchSeconds: nu
     } catch (err) {
       if (!(err instanceof LockgateError)) throw err;
       if (err.code === Code.InvalidArgument) {
-        console.error(`the spec was refused: ${err.statusMessage}`);
+        console.error(`${file}: the coordinator refused the spec (${err.codeName}):`);
         for (const v of err.fieldViolations) console.error(`  ${v.field}: ${v.description}`);
-        process.exitCode = 2;
-        return;
+        return false;
       }
       if (err.code !== Code.AlreadyExists) throw err;
       console.log(`pipeline ${spec.name} exists already; watching it`);
@@ -103,6 +103,7 @@ async function pipelineDemo(coordinators: string, file: string, watchSeconds: nu
     for (const c of checkpoints) {
       console.log(`  #${c.checkpointId} ${CheckpointState[c.state]} total ${c.totalDurationMs} ms ${c.abortReason}`);
     }
+    return true;
   } finally {
     coordinator.close();
   }
@@ -136,9 +137,12 @@ const { values } = parseArgs({
 });
 
 try {
-  await pipelineDemo(values.coordinators, values.file, Number(values["watch-seconds"]));
-  await schemaDemo(values.registry, values.schemas, values.subject);
+  if (await pipelineDemo(values.coordinators, values.file, Number(values["watch-seconds"]))) {
+    await schemaDemo(values.registry, values.schemas, values.subject);
+  } else {
+    process.exitCode = 2;
+  }
 } catch (err) {
-  console.error(err instanceof LockgateError ? `error: ${err.message}` : err);
+  console.error(`error: ${err instanceof Error ? err.message : String(err)}`);
   process.exitCode = 1;
 }
