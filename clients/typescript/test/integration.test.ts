@@ -19,11 +19,15 @@ const bed = (): Testbed => {
 };
 
 before(async () => {
+  const started = performance.now();
   testbed = await Testbed.start();
+  console.log(`testbed up in ${Math.round(performance.now() - started)} ms`);
 });
 
 after(async () => {
+  const started = performance.now();
   await testbed?.stop();
+  console.log(`testbed stopped in ${Math.round(performance.now() - started)} ms`);
 });
 
 schemaRegistrySuite(bed);

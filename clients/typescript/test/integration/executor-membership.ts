@@ -8,6 +8,7 @@ import { after, before, describe, test } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import {
   CheckpointState,
+  Code,
   type CoordinatorClient,
   LockgateError,
   type TaskAssignment,
@@ -206,6 +207,7 @@ export function executorMembershipSuite(bed: () => Testbed): void {
       assert.notEqual(seen?.state, "EXECUTOR_STATE_ALIVE");
       const refused = await coordinator.heartbeat({ executorId, executorGeneration: generation }).catch((e: unknown) => e);
       assert.ok(refused instanceof LockgateError, `heartbeat after leaving: ${String(refused)}`);
+      assert.equal(refused.code, Code.NotFound, "a session that left must register again");
       await coordinator.deletePipeline({ name });
     });
   });

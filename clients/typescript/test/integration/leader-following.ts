@@ -1,5 +1,5 @@
 // Leader following: a loop of leader-only calls keeps succeeding, each within its deadline,
-// while the leader coordinator is SIGKILLed (one call in flight at the moment of the kill).
+// while the leader coordinator is SIGKILLed (as one of the calls starts).
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
@@ -37,7 +37,9 @@ export function leaderFollowingSuite(bed: () => Testbed): void {
         const call = pause
           ? coordinator.pausePipeline({ name }, { timeoutMs: CALL_DEADLINE_MS })
           : coordinator.resumePipeline({ name }, { timeoutMs: CALL_DEADLINE_MS });
-        if (calls === 3) process.kill(bed().pidOf(oldLeader), "SIGKILL"); // while this call is in flight
+        // SIGKILL as this call starts: it meets the leader dying (a reset under the call) or
+        // dead (refused), then the election; both must stay invisible to the caller.
+        if (calls === 3) process.kill(bed().pidOf(oldLeader), "SIGKILL");
         const response = await call; // any error fails the test
         slowestMs = Math.max(slowestMs, performance.now() - started);
         lastTarget = response.pipeline?.targetState ?? TargetState.UNSPECIFIED;
