@@ -18,12 +18,12 @@ import {
   type DescMethodUnary,
   type MessageInitShape,
   type MessageShape,
+  ScalarType,
   clone,
   create,
   isMessage,
 } from "@bufbuild/protobuf";
 import { reflect } from "@bufbuild/protobuf/reflect";
-import { ScalarType } from "@bufbuild/protobuf";
 import { Code, type ContextValues, type StreamResponse, type Transport, type UnaryResponse } from "@connectrpc/connect";
 import { LockgateError } from "./errors.js";
 
