@@ -42,10 +42,9 @@ public final class LockgateException extends StatusRuntimeException {
   private final transient com.google.rpc.Status statusProto;
 
   private LockgateException(
-      Status status, Metadata trailers, com.google.rpc.Status statusProto, Throwable cause) {
+      Status status, Metadata trailers, com.google.rpc.Status statusProto) {
     super(status, trailers);
     this.statusProto = statusProto;
-    initCause(cause);
   }
 
   /** The Lockgate view of a failed call ({@code error} itself if it already is one). */
@@ -55,7 +54,7 @@ public final class LockgateException extends StatusRuntimeException {
     }
     Metadata trailers = error.getTrailers() == null ? new Metadata() : error.getTrailers();
     com.google.rpc.Status proto = StatusProto.fromStatusAndTrailers(error.getStatus(), trailers);
-    return new LockgateException(error.getStatus(), trailers, proto, error);
+    return new LockgateException(error.getStatus().withCause(error), trailers, proto);
   }
 
   /** The whole {@code google.rpc.Status}: code, message and every detail as sent. */
