@@ -3,8 +3,8 @@
 #   install   resolve every dependency and plugin from Maven Central (protoc and
 #             protoc-gen-grpc-java included) and compile once; quick when already done
 #   generate  regenerate the stubs from protos/lockgate/v1 and compile them
-#   check     build from today's protos in a clean target/ and compile the client, its example
-#             and its tests against them
+#   check     build from today's protos in a clean target/, compile the client, its example and
+#             its tests against them, and check every RPC has its client method (no network)
 #   test      mvn test: the integration tests against `python -m lockgate.localcluster.testbed`
 # The stubs are generated at build time into target/generated-sources (never committed): see
 # the pom for why. Maven runs niced, single-threaded and with a small heap (shared machine).
@@ -30,6 +30,12 @@ case "$verb" in
       echo "clients/java: the Java client does not compile against today's protos/lockgate/v1" \
         "(its stubs are generated from them at build time): update clients/java/src to the" \
         "changed contracts, then run \`make protos\` and \`make test-clients\`." >&2
+      exit 1
+    fi
+    if ! "${mvn[@]}" -q surefire:test -Dtest=ClientSurfaceTest; then
+      echo "clients/java: an RPC of protos/lockgate/v1 has no method on its Java client" \
+        "(CoordinatorClient, SchemaRegistryClient, ExecutorClient): add it, then run" \
+        "\`make protos\` and \`make test-clients\`." >&2
       exit 1
     fi
     ;;
