@@ -8,9 +8,9 @@ import java.util.concurrent.Executor;
 import java.util.function.Supplier;
 
 /**
- * Per-call credentials: {@code authorization: Bearer <token>} on every call, the token read from
- * a supplier at each call (so a refreshed token is picked up). Refused on a plaintext channel,
- * as grpc's own token credentials are: a token sent in clear is a token given away.
+ * Per-call credentials: {@code authorization: Bearer <token>} on every call, the token read from a
+ * supplier at each call (so a refreshed token is picked up). Refused on a plaintext channel, as
+ * grpc's own token credentials are: a token sent in clear is a token given away.
  */
 final class BearerToken extends CallCredentials {
   static final Metadata.Key<String> AUTHORIZATION =

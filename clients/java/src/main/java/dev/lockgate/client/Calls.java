@@ -11,8 +11,8 @@ import java.util.function.Function;
 
 /**
  * How every RPC of the three service clients is made: the request gets its request_id ({@link
- * RequestIds}), the call gets one deadline ({@code timeout} from now), and {@link
- * LeaderFollower} sends it, retrying UNAVAILABLE within that deadline, on a blocking stub.
+ * RequestIds}), the call gets one deadline ({@code timeout} from now), and {@link LeaderFollower}
+ * sends it, retrying UNAVAILABLE within that deadline, on a blocking stub.
  *
  * @param <S> the generated blocking stub type of the service
  */

@@ -1,13 +1,13 @@
 package dev.lockgate.client;
 
 import io.grpc.CallCredentials;
+import io.grpc.Channel;
 import io.grpc.ChannelCredentials;
 import io.grpc.ClientInterceptor;
 import io.grpc.ClientInterceptors;
 import io.grpc.CompositeChannelCredentials;
 import io.grpc.Grpc;
 import io.grpc.ManagedChannel;
-import io.grpc.Channel;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;

@@ -5,12 +5,11 @@ import dev.lockgate.v1.CoordinatorServiceGrpc.CoordinatorServiceBlockingStub;
 import java.time.Duration;
 
 /**
- * The coordinators' {@code lockgate.v1.CoordinatorService}: one method per RPC, each sent to
- * the current leader among the addresses given to {@link LockgateClient.Builder#coordinators}
- * (followed through the {@code lockgate-leader} trailer of a follower's UNAVAILABLE), retried on
- * UNAVAILABLE within the call's deadline, with a request_id filled in on mutating calls. A failed
- * call throws {@link LockgateException}. Thread-safe; get it from {@link
- * LockgateClient#coordinator()}.
+ * The coordinators' {@code lockgate.v1.CoordinatorService}: one method per RPC, each sent to the
+ * current leader among the addresses given to {@link LockgateClient.Builder#coordinators} (followed
+ * through the {@code lockgate-leader} trailer of a follower's UNAVAILABLE), retried on UNAVAILABLE
+ * within the call's deadline, with a request_id filled in on mutating calls. A failed call throws
+ * {@link LockgateException}. Thread-safe; get it from {@link LockgateClient#coordinator()}.
  */
 public final class CoordinatorClient {
   private final Calls<CoordinatorServiceBlockingStub> calls;
@@ -105,8 +104,8 @@ public final class CoordinatorClient {
   }
 
   /**
-   * PausePipeline sets the target state to PAUSED: tasks stay assigned but take no new
-   * checkpoints; in-flight checkpoints finish.
+   * PausePipeline sets the target state to PAUSED: tasks stay assigned but take no new checkpoints;
+   * in-flight checkpoints finish.
    */
   public PausePipelineResponse pausePipeline(PausePipelineRequest request) {
     return calls.unary(request, CoordinatorServiceBlockingStub::pausePipeline);
@@ -184,8 +183,8 @@ public final class CoordinatorClient {
   }
 
   /**
-   * GetCheckpoint returns one checkpoint with its timings and each task's part (offset ranges,
-   * sink handles, counts).
+   * GetCheckpoint returns one checkpoint with its timings and each task's part (offset ranges, sink
+   * handles, counts).
    */
   public GetCheckpointResponse getCheckpoint(GetCheckpointRequest request) {
     return calls.unary(request, CoordinatorServiceBlockingStub::getCheckpoint);
@@ -205,10 +204,11 @@ public final class CoordinatorClient {
   }
 
   /**
-   * ReportCheckpointFailure says a task could not pre-commit checkpoint N; the leader aborts N
-   * (and every later in-flight checkpoint of the pipeline).
+   * ReportCheckpointFailure says a task could not pre-commit checkpoint N; the leader aborts N (and
+   * every later in-flight checkpoint of the pipeline).
    */
-  public ReportCheckpointFailureResponse reportCheckpointFailure(ReportCheckpointFailureRequest request) {
+  public ReportCheckpointFailureResponse reportCheckpointFailure(
+      ReportCheckpointFailureRequest request) {
     return calls.unary(request, CoordinatorServiceBlockingStub::reportCheckpointFailure);
   }
 }

@@ -5,9 +5,9 @@ import dev.lockgate.v1.ExecutorServiceGrpc.ExecutorServiceBlockingStub;
 import java.time.Duration;
 
 /**
- * One executor's {@code lockgate.v1.ExecutorService}, at one address. Only the coordinator
- * leader drives the checkpoint protocol: {@code triggerCheckpoint}, {@code commitCheckpoint} and
- * {@code abortCheckpoint} from anyone else are refused with FAILED_PRECONDITION and a {@link
+ * One executor's {@code lockgate.v1.ExecutorService}, at one address. Only the coordinator leader
+ * drives the checkpoint protocol: {@code triggerCheckpoint}, {@code commitCheckpoint} and {@code
+ * abortCheckpoint} from anyone else are refused with FAILED_PRECONDITION and a {@link
  * dev.lockgate.v1.FencingFailure} ({@link LockgateException#fencingFailure()}) unless they carry
  * the current leader epoch and executor generation. {@code getExecutorStatus} without a leader
  * epoch is the read an operator makes. Thread-safe; get it from {@link
@@ -55,8 +55,8 @@ public final class ExecutorClient {
   }
 
   /**
-   * GetExecutorStatus returns the executor's identity, the highest leader epoch it has seen and
-   * the tasks it runs.
+   * GetExecutorStatus returns the executor's identity, the highest leader epoch it has seen and the
+   * tasks it runs.
    */
   public GetExecutorStatusResponse getExecutorStatus(GetExecutorStatusRequest request) {
     return calls.unary(request, ExecutorServiceBlockingStub::getExecutorStatus);

@@ -11,17 +11,17 @@ import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BiFunction;
 
 /**
- * Sends each call to the current leader among a service's addresses, the Java twin of the
- * Python client's {@code LeaderFollowingChannel} (common/lockgate/common/grpc_client.py), except
- * that retries are bounded by the call's deadline rather than a count, so a call outlives a
- * leader failover when its deadline allows.
+ * Sends each call to the current leader among a service's addresses, the Java twin of the Python
+ * client's {@code LeaderFollowingChannel} (common/lockgate/common/grpc_client.py), except that
+ * retries are bounded by the call's deadline rather than a count, so a call outlives a leader
+ * failover when its deadline allows.
  *
  * <p>An attempt that fails with UNAVAILABLE and a {@code lockgate-leader} trailer naming another
- * address moves the calls there and is resent at once (at most {@link
- * RetryPolicy#maxRedirects()} times per call). Any other UNAVAILABLE moves to the next seed
- * address (or back to the first, from a leader learned by redirect) after a capped exponential
- * pause. Every attempt shares the call's one deadline. Every other status fails the call at once.
- * Resending after UNAVAILABLE is safe: mutating calls carry a request_id ({@link RequestIds}).
+ * address moves the calls there and is resent at once (at most {@link RetryPolicy#maxRedirects()}
+ * times per call). Any other UNAVAILABLE moves to the next seed address (or back to the first, from
+ * a leader learned by redirect) after a capped exponential pause. Every attempt shares the call's
+ * one deadline. Every other status fails the call at once. Resending after UNAVAILABLE is safe:
+ * mutating calls carry a request_id ({@link RequestIds}).
  */
 final class LeaderFollower {
   private final List<String> seeds;
@@ -45,8 +45,8 @@ final class LeaderFollower {
   }
 
   /**
-   * Runs {@code attempt.apply(channel, deadline)} under the policy above and returns its
-   * result; a failure is thrown as a {@link LockgateException}.
+   * Runs {@code attempt.apply(channel, deadline)} under the policy above and returns its result; a
+   * failure is thrown as a {@link LockgateException}.
    */
   <T> T call(Deadline deadline, BiFunction<Channel, Deadline, T> attempt) {
     int redirects = 0;
@@ -80,8 +80,8 @@ final class LeaderFollower {
   }
 
   /**
-   * After a failure at {@code from}: the next seed (round robin), or the first seed when
-   * {@code from} was a leader learned by redirect; nothing if another call moved on already.
+   * After a failure at {@code from}: the next seed (round robin), or the first seed when {@code
+   * from} was a leader learned by redirect; nothing if another call moved on already.
    */
   private void moveOn(String from) {
     int index = seeds.indexOf(from);

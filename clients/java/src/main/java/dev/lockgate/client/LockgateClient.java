@@ -26,8 +26,7 @@ import javax.net.ssl.TrustManagerFactory;
 
 /**
  * A connection to a Lockgate cluster: its coordinators (several addresses, the leader followed),
- * its schema registry, and any executor. It owns one gRPC channel per address; close it when
- * done.
+ * its schema registry, and any executor. It owns one gRPC channel per address; close it when done.
  *
  * <pre>{@code
  * try (LockgateClient lockgate = LockgateClient.builder()
@@ -50,6 +49,7 @@ public final class LockgateClient implements AutoCloseable {
   private final String schemaRegistry;
   private final RetryPolicy retryPolicy;
   private final Duration callTimeout;
+
   /** Shared by every CoordinatorClient of this client, so all follow one known leader. */
   private final LeaderFollower coordinatorFollower;
 
@@ -70,15 +70,16 @@ public final class LockgateClient implements AutoCloseable {
   }
 
   /**
-   * The CoordinatorService of the coordinators given to the builder, following their leader.
-   * Each call returns a client sharing the channels and the known leader.
+   * The CoordinatorService of the coordinators given to the builder, following their leader. Each
+   * call returns a client sharing the channels and the known leader.
    */
   public CoordinatorClient coordinator() {
     if (coordinatorFollower == null) {
       throw new IllegalStateException(
           "no coordinator address given; call coordinators(\"HOST:PORT\", ...) on the builder");
     }
-    return new CoordinatorClient(calls(coordinatorFollower, CoordinatorServiceGrpc::newBlockingStub));
+    return new CoordinatorClient(
+        calls(coordinatorFollower, CoordinatorServiceGrpc::newBlockingStub));
   }
 
   /** The SchemaRegistryService at the address given to {@link Builder#schemaRegistry}. */
@@ -123,8 +124,8 @@ public final class LockgateClient implements AutoCloseable {
     private Builder() {}
 
     /**
-     * The coordinator replicas' addresses (HOST:PORT), in the order they are tried; any one of
-     * them is enough to find the leader, all of them survive a replica's death.
+     * The coordinator replicas' addresses (HOST:PORT), in the order they are tried; any one of them
+     * is enough to find the leader, all of them survive a replica's death.
      */
     public Builder coordinators(String... addresses) {
       return coordinators(Arrays.asList(addresses));

@@ -17,19 +17,18 @@ import java.util.List;
 import java.util.Optional;
 
 /**
- * A failed Lockgate call: the gRPC status plus the {@code google.rpc} details the services
- * send, decoded. It is a {@link StatusRuntimeException}, so code that catches those keeps
- * working; {@link #getStatus()} gives the code.
+ * A failed Lockgate call: the gRPC status plus the {@code google.rpc} details the services send,
+ * decoded. It is a {@link StatusRuntimeException}, so code that catches those keeps working; {@link
+ * #getStatus()} gives the code.
  *
  * <ul>
- *   <li>{@link #fieldViolations()}: the {@code google.rpc.BadRequest} of an INVALID_ARGUMENT,
- *       one entry per bad field (e.g. {@code sink.kafka.topic}) with how to fix it;
- *   <li>{@link #fencingFailure()}: the {@code lockgate.v1.FencingFailure} of a
- *       FAILED_PRECONDITION refusing a stale leader epoch, executor or task generation;
- *   <li>{@link #errorInfo()}, {@link #preconditionFailure()}, {@link #resourceInfo()},
- *       {@link #retryInfo()}: the other details, when sent;
- *   <li>{@link #leaderAddress()}: the {@code lockgate-leader} trailer of a follower's
- *       UNAVAILABLE.
+ *   <li>{@link #fieldViolations()}: the {@code google.rpc.BadRequest} of an INVALID_ARGUMENT, one
+ *       entry per bad field (e.g. {@code sink.kafka.topic}) with how to fix it;
+ *   <li>{@link #fencingFailure()}: the {@code lockgate.v1.FencingFailure} of a FAILED_PRECONDITION
+ *       refusing a stale leader epoch, executor or task generation;
+ *   <li>{@link #errorInfo()}, {@link #preconditionFailure()}, {@link #resourceInfo()}, {@link
+ *       #retryInfo()}: the other details, when sent;
+ *   <li>{@link #leaderAddress()}: the {@code lockgate-leader} trailer of a follower's UNAVAILABLE.
  * </ul>
  */
 public final class LockgateException extends StatusRuntimeException {
@@ -41,8 +40,7 @@ public final class LockgateException extends StatusRuntimeException {
 
   private final transient com.google.rpc.Status statusProto;
 
-  private LockgateException(
-      Status status, Metadata trailers, com.google.rpc.Status statusProto) {
+  private LockgateException(Status status, Metadata trailers, com.google.rpc.Status statusProto) {
     super(status, trailers);
     this.statusProto = statusProto;
   }

@@ -24,10 +24,10 @@ import org.yaml.snakeyaml.error.YAMLException;
 /**
  * Pipeline files, as {@code lockgate pipeline create -f} reads them
  * (clients/python/lockgate/client/pipeline_file.py): YAML or JSON with the shape of {@code
- * lockgate.v1.PipelineSpec}, plus two conveniences: enum values may be written short and
- * lower-case ({@code delivery: exactly_once}, {@code starting_offsets: earliest}), and {@code
- * format: json} stands for {@code format: {value_format: json}}. Every unknown key and enum value
- * is reported at once. The fields' values are checked by the coordinator (ValidatePipeline).
+ * lockgate.v1.PipelineSpec}, plus two conveniences: enum values may be written short and lower-case
+ * ({@code delivery: exactly_once}, {@code starting_offsets: earliest}), and {@code format: json}
+ * stands for {@code format: {value_format: json}}. Every unknown key and enum value is reported at
+ * once. The fields' values are checked by the coordinator (ValidatePipeline).
  */
 public final class PipelineFiles {
   private PipelineFiles() {}
@@ -84,8 +84,8 @@ public final class PipelineFiles {
   }
 
   /**
-   * The proto JSON mapping of {@code raw} read as {@code descriptor}, shorthands expanded;
-   * unknown keys and enum values are added to {@code errors}, all of them.
+   * The proto JSON mapping of {@code raw} read as {@code descriptor}, shorthands expanded; unknown
+   * keys and enum values are added to {@code errors}, all of them.
    */
   private static Object normalize(
       Descriptor descriptor, Object raw, String path, List<String> errors) {

@@ -5,9 +5,9 @@ import com.google.protobuf.Message;
 import java.util.UUID;
 
 /**
- * The {@code request_id} of mutating calls: every request message that has a string field
- * {@code request_id} left empty gets a fresh UUID, once per logical call, before the first
- * attempt, so every retry of that call carries the same id and the service applies it once.
+ * The {@code request_id} of mutating calls: every request message that has a string field {@code
+ * request_id} left empty gets a fresh UUID, once per logical call, before the first attempt, so
+ * every retry of that call carries the same id and the service applies it once.
  */
 final class RequestIds {
   static final String FIELD = "request_id";

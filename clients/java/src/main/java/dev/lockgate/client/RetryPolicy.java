@@ -5,11 +5,11 @@ import java.time.Duration;
 /**
  * How a call that fails with UNAVAILABLE is retried, always within its deadline.
  *
- * <p>A follower's answer naming the leader ({@code lockgate-leader}) is followed at once, at
- * most {@code maxRedirects} times per call. Any other UNAVAILABLE (connection refused, no leader
- * elected yet, a service starting) is retried on the next address after a pause that starts at
- * {@code initialBackoff} and doubles up to {@code maxBackoff}; the retries stop when the next
- * pause would end after the call's deadline, and the last UNAVAILABLE is thrown.
+ * <p>A follower's answer naming the leader ({@code lockgate-leader}) is followed at once, at most
+ * {@code maxRedirects} times per call. Any other UNAVAILABLE (connection refused, no leader elected
+ * yet, a service starting) is retried on the next address after a pause that starts at {@code
+ * initialBackoff} and doubles up to {@code maxBackoff}; the retries stop when the next pause would
+ * end after the call's deadline, and the last UNAVAILABLE is thrown.
  *
  * @param initialBackoff the first pause between two attempts
  * @param maxBackoff the longest pause between two attempts

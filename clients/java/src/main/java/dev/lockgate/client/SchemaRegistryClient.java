@@ -5,11 +5,11 @@ import dev.lockgate.v1.SchemaRegistryServiceGrpc.SchemaRegistryServiceBlockingSt
 import java.time.Duration;
 
 /**
- * The schema registry's {@code lockgate.v1.SchemaRegistryService} (its gRPC side; the same
- * store answers the Confluent-compatible REST API). One method per RPC, retried on UNAVAILABLE
- * within the call's deadline, with a request_id filled in on mutating calls. A failed call throws
- * {@link LockgateException}, e.g. INVALID_ARGUMENT with the bad field for a schema that does not
- * parse. Thread-safe; get it from {@link LockgateClient#schemaRegistry()}.
+ * The schema registry's {@code lockgate.v1.SchemaRegistryService} (its gRPC side; the same store
+ * answers the Confluent-compatible REST API). One method per RPC, retried on UNAVAILABLE within the
+ * call's deadline, with a request_id filled in on mutating calls. A failed call throws {@link
+ * LockgateException}, e.g. INVALID_ARGUMENT with the bad field for a schema that does not parse.
+ * Thread-safe; get it from {@link LockgateClient#schemaRegistry()}.
  */
 public final class SchemaRegistryClient {
   private final Calls<SchemaRegistryServiceBlockingStub> calls;
@@ -82,12 +82,14 @@ public final class SchemaRegistryClient {
   }
 
   /** GetCompatibilityConfig returns the compatibility level of a subject or the global one. */
-  public GetCompatibilityConfigResponse getCompatibilityConfig(GetCompatibilityConfigRequest request) {
+  public GetCompatibilityConfigResponse getCompatibilityConfig(
+      GetCompatibilityConfigRequest request) {
     return calls.unary(request, SchemaRegistryServiceBlockingStub::getCompatibilityConfig);
   }
 
   /** UpdateCompatibilityConfig sets the compatibility level of a subject or the global one. */
-  public UpdateCompatibilityConfigResponse updateCompatibilityConfig(UpdateCompatibilityConfigRequest request) {
+  public UpdateCompatibilityConfigResponse updateCompatibilityConfig(
+      UpdateCompatibilityConfigRequest request) {
     return calls.unary(request, SchemaRegistryServiceBlockingStub::updateCompatibilityConfig);
   }
 
@@ -95,7 +97,8 @@ public final class SchemaRegistryClient {
    * DeleteCompatibilityConfig removes a subject's own level (it falls back to the global one) or
    * resets the global level to BACKWARD.
    */
-  public DeleteCompatibilityConfigResponse deleteCompatibilityConfig(DeleteCompatibilityConfigRequest request) {
+  public DeleteCompatibilityConfigResponse deleteCompatibilityConfig(
+      DeleteCompatibilityConfigRequest request) {
     return calls.unary(request, SchemaRegistryServiceBlockingStub::deleteCompatibilityConfig);
   }
 

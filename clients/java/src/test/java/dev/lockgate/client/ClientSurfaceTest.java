@@ -25,9 +25,10 @@ class ClientSurfaceTest {
       String javaName = Character.toLowerCase(name.charAt(0)) + name.substring(1);
       boolean found = false;
       for (Method method : client.getMethods()) {
-        found |= method.getName().equals(javaName)
-            && Modifier.isPublic(method.getModifiers())
-            && method.getParameterCount() == 1;
+        found |=
+            method.getName().equals(javaName)
+                && Modifier.isPublic(method.getModifiers())
+                && method.getParameterCount() == 1;
       }
       if (!found) {
         absent.add(service.getName() + "/" + name);

@@ -50,8 +50,8 @@ import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.function.Executable;
 
 /**
- * The executor side of the protocol: CoordinatorService's membership and Report* RPCs, made as
- * an executor would, and ExecutorService's four RPCs, whose control calls a client without the
+ * The executor side of the protocol: CoordinatorService's membership and Report* RPCs, made as an
+ * executor would, and ExecutorService's four RPCs, whose control calls a client without the
  * leader's tokens must see refused with a FencingFailure.
  */
 @ExtendWith(TestbedExtension.class)
@@ -138,19 +138,34 @@ class ExecutorProtocolTest {
       // The newest committed checkpoint with task 0 still at its generation of then.
       Task task = runningTask(name);
       Checkpoint checkpoint =
-          Poll.until(WAIT, "a committed checkpoint of task 0's generation", () -> {
-            long id = coordinator.getPipelineStatus(
-                GetPipelineStatusRequest.newBuilder().setName(name).build())
-                .getLastCommittedCheckpointId();
-            if (id == 0) {
-              return Optional.empty();
-            }
-            Checkpoint c = coordinator.getCheckpoint(GetCheckpointRequest.newBuilder()
-                .setPipelineName(name).setCheckpointId(id).build()).getCheckpoint();
-            return c.getTasksList().stream().anyMatch(t -> t.getTaskId().equals(task.getTaskId())
-                    && t.getTaskGeneration() == task.getTaskGeneration())
-                ? Optional.of(c) : Optional.empty();
-          });
+          Poll.until(
+              WAIT,
+              "a committed checkpoint of task 0's generation",
+              () -> {
+                long id =
+                    coordinator
+                        .getPipelineStatus(
+                            GetPipelineStatusRequest.newBuilder().setName(name).build())
+                        .getLastCommittedCheckpointId();
+                if (id == 0) {
+                  return Optional.empty();
+                }
+                Checkpoint c =
+                    coordinator
+                        .getCheckpoint(
+                            GetCheckpointRequest.newBuilder()
+                                .setPipelineName(name)
+                                .setCheckpointId(id)
+                                .build())
+                        .getCheckpoint();
+                return c.getTasksList().stream()
+                        .anyMatch(
+                            t ->
+                                t.getTaskId().equals(task.getTaskId())
+                                    && t.getTaskGeneration() == task.getTaskGeneration())
+                    ? Optional.of(c)
+                    : Optional.empty();
+              });
 
       // A late failure report of a committed checkpoint changes nothing.
       var late =
@@ -167,9 +182,15 @@ class ExecutorProtocolTest {
       assertEquals(CheckpointState.CHECKPOINT_STATE_COMMITTED, late.getCheckpointState());
       assertEquals(
           "CHECKPOINT_STATE_COMMITTED",
-          cli.json("pipeline", "checkpoints", name, "--id",
+          cli.json(
+                  "pipeline",
+                  "checkpoints",
+                  name,
+                  "--id",
                   Long.toString(checkpoint.getCheckpointId()))
-              .getAsJsonObject().get("state").getAsString());
+              .getAsJsonObject()
+              .get("state")
+              .getAsString());
 
       // A pre-commit from an older generation of the task is fenced.
       LockgateException fenced =
@@ -198,15 +219,25 @@ class ExecutorProtocolTest {
               .setTaskGeneration(task.getTaskGeneration())
               .setExecutorId(task.getExecutorId())
               .setExecutorGeneration(task.getExecutorGeneration())
-              .setError(TaskError.newBuilder().setMessage("reported from Java").setErrorType("JavaTest"))
+              .setError(
+                  TaskError.newBuilder().setMessage("reported from Java").setErrorType("JavaTest"))
               .build());
-      JsonObject seen = cli.json("pipeline", "status", name).getAsJsonObject()
-          .getAsJsonArray("tasks").get(0).getAsJsonObject();
+      JsonObject seen =
+          cli.json("pipeline", "status", name)
+              .getAsJsonObject()
+              .getAsJsonArray("tasks")
+              .get(0)
+              .getAsJsonObject();
       assertEquals("TASK_STATE_FAILED", seen.get("state").getAsString());
-      assertEquals("reported from Java",
-          seen.getAsJsonObject("last_error").get("message").getAsString());
-      var restart = coordinator.restartPipeline(RestartPipelineRequest.newBuilder()
-          .setName(name).setIncludeTasks(true).setOnlyFailed(true).build());
+      assertEquals(
+          "reported from Java", seen.getAsJsonObject("last_error").get("message").getAsString());
+      var restart =
+          coordinator.restartPipeline(
+              RestartPipelineRequest.newBuilder()
+                  .setName(name)
+                  .setIncludeTasks(true)
+                  .setOnlyFailed(true)
+                  .build());
       assertEquals(1, restart.getRestartedTasksCount());
       assertEquals(task.getTaskId(), restart.getRestartedTasks(0));
       runningTask(name);
@@ -237,22 +268,44 @@ class ExecutorProtocolTest {
     LeaderEpoch epoch = status.getHighestLeaderEpochSeen();
     long staleGeneration = status.getExecutorGeneration() - 1;
     String pipeline = "java-fenced";
-    Executable trigger = () -> executor.triggerCheckpoint(TriggerCheckpointRequest.newBuilder()
-        .setLeaderEpoch(epoch).setExecutorId(status.getExecutorId())
-        .setExecutorGeneration(staleGeneration).setPipelineName(pipeline).setCheckpointId(1)
-        .setConfigVersion(1).setTimeoutMs(1000)
-        .addTasks(CheckpointTask.newBuilder()
-            .setTaskId(dev.lockgate.v1.TaskId.newBuilder().setPipelineName(pipeline))
-            .setTaskGeneration(1))
-        .build());
-    Executable commit = () -> executor.commitCheckpoint(CommitCheckpointRequest.newBuilder()
-        .setLeaderEpoch(epoch).setExecutorId(status.getExecutorId())
-        .setExecutorGeneration(staleGeneration).setPipelineName(pipeline).setCheckpointId(1)
-        .build());
-    Executable abort = () -> executor.abortCheckpoint(AbortCheckpointRequest.newBuilder()
-        .setLeaderEpoch(epoch).setExecutorId(status.getExecutorId())
-        .setExecutorGeneration(staleGeneration).setPipelineName(pipeline).setCheckpointId(1)
-        .setReason("a Java test").build());
+    Executable trigger =
+        () ->
+            executor.triggerCheckpoint(
+                TriggerCheckpointRequest.newBuilder()
+                    .setLeaderEpoch(epoch)
+                    .setExecutorId(status.getExecutorId())
+                    .setExecutorGeneration(staleGeneration)
+                    .setPipelineName(pipeline)
+                    .setCheckpointId(1)
+                    .setConfigVersion(1)
+                    .setTimeoutMs(1000)
+                    .addTasks(
+                        CheckpointTask.newBuilder()
+                            .setTaskId(
+                                dev.lockgate.v1.TaskId.newBuilder().setPipelineName(pipeline))
+                            .setTaskGeneration(1))
+                    .build());
+    Executable commit =
+        () ->
+            executor.commitCheckpoint(
+                CommitCheckpointRequest.newBuilder()
+                    .setLeaderEpoch(epoch)
+                    .setExecutorId(status.getExecutorId())
+                    .setExecutorGeneration(staleGeneration)
+                    .setPipelineName(pipeline)
+                    .setCheckpointId(1)
+                    .build());
+    Executable abort =
+        () ->
+            executor.abortCheckpoint(
+                AbortCheckpointRequest.newBuilder()
+                    .setLeaderEpoch(epoch)
+                    .setExecutorId(status.getExecutorId())
+                    .setExecutorGeneration(staleGeneration)
+                    .setPipelineName(pipeline)
+                    .setCheckpointId(1)
+                    .setReason("a Java test")
+                    .build());
     for (Executable call : new Executable[] {trigger, commit, abort}) {
       FencingFailure failure = fencingFailure(assertThrows(LockgateException.class, call));
       assertEquals(FencingToken.FENCING_TOKEN_EXECUTOR_GENERATION, failure.getToken());
@@ -264,8 +317,10 @@ class ExecutorProtocolTest {
 
   static FencingFailure fencingFailure(LockgateException refused) {
     assertEquals(Status.Code.FAILED_PRECONDITION, refused.getStatus().getCode(), refused::toString);
-    return refused.fencingFailure()
-        .orElseThrow(() -> new AssertionError("no FencingFailure detail in " + refused.statusProto()));
+    return refused
+        .fencingFailure()
+        .orElseThrow(
+            () -> new AssertionError("no FencingFailure detail in " + refused.statusProto()));
   }
 
   private static LeaderEpoch leaderEpoch() {
@@ -273,13 +328,17 @@ class ExecutorProtocolTest {
   }
 
   private static Task runningTask(String name) {
-    return Poll.until(WAIT, "task 0 of " + name + " RUNNING", () -> {
-      return coordinator.getPipelineStatus(
-              GetPipelineStatusRequest.newBuilder().setName(name).build())
-          .getTasksList().stream()
-          .filter(task -> task.getTaskId().getTaskIndex() == 0)
-          .filter(task -> task.getState() == TaskState.TASK_STATE_RUNNING)
-          .findFirst();
-    });
+    return Poll.until(
+        WAIT,
+        "task 0 of " + name + " RUNNING",
+        () -> {
+          return coordinator
+              .getPipelineStatus(GetPipelineStatusRequest.newBuilder().setName(name).build())
+              .getTasksList()
+              .stream()
+              .filter(task -> task.getTaskId().getTaskIndex() == 0)
+              .filter(task -> task.getState() == TaskState.TASK_STATE_RUNNING)
+              .findFirst();
+        });
   }
 }

@@ -106,6 +106,7 @@ class InvalidInputTest {
             .anyMatch(d -> d.contains("recrod")),
         () -> "violations: " + refused.fieldViolations());
     assertEquals(
-        404, new RegistryRest(testbed).call("GET", "/subjects/" + subject + "/versions", null).status());
+        404,
+        new RegistryRest(testbed).call("GET", "/subjects/" + subject + "/versions", null).status());
   }
 }

@@ -36,13 +36,14 @@ import org.junit.jupiter.api.extension.ExtendWith;
 
 /**
  * Leader following under a real failover: the leader coordinator is SIGKILLed while a loop of
- * leader-only calls runs, and no call fails within its deadline. Then the new leader's epoch
- * fences the old one at the executors.
+ * leader-only calls runs, and no call fails within its deadline. Then the new leader's epoch fences
+ * the old one at the executors.
  */
 @ExtendWith(TestbedExtension.class)
 class LeaderFailoverTest {
   /** Each call's deadline: room for the lease to expire and a new leader to be elected. */
   private static final Duration CALL_DEADLINE = Duration.ofSeconds(20);
+
   private static final int CALLS_BEFORE_KILL = 6;
   private static final int CALLS_UNDER_NEW_LEADER = 6;
 
@@ -68,7 +69,8 @@ class LeaderFailoverTest {
     int colon = address.lastIndexOf(':');
     try (Socket socket = new Socket()) {
       socket.connect(
-          new InetSocketAddress(address.substring(0, colon), Integer.parseInt(address.substring(colon + 1))),
+          new InetSocketAddress(
+              address.substring(0, colon), Integer.parseInt(address.substring(colon + 1))),
           1000);
       return false;
     } catch (IOException e) {
@@ -96,7 +98,8 @@ class LeaderFailoverTest {
       if (call == CALLS_BEFORE_KILL) {
         assertTrue(leaderProcess.destroyForcibly(), "SIGKILL the leader " + oldLeader);
         // Not isAlive(): the killed process stays a zombie until the testbed reaps it.
-        Poll.until(Duration.ofSeconds(10), "the old leader's port to close", () -> refuses(oldLeader));
+        Poll.until(
+            Duration.ofSeconds(10), "the old leader's port to close", () -> refuses(oldLeader));
       }
       // A leader-only mutating call, then a read (any replica) of its effect.
       boolean pause = call % 2 == 0;
@@ -112,7 +115,8 @@ class LeaderFailoverTest {
               .getPipeline()
               .getTargetState();
       slowestMs = Math.max(slowestMs, (System.nanoTime() - start) / 1_000_000);
-      assertEquals(pause ? TargetState.TARGET_STATE_PAUSED : TargetState.TARGET_STATE_RUNNING, state);
+      assertEquals(
+          pause ? TargetState.TARGET_STATE_PAUSED : TargetState.TARGET_STATE_RUNNING, state);
       if (call > CALLS_BEFORE_KILL && !coordinator.currentAddress().equals(oldLeader)) {
         callsUnderNewLeader++;
       }
@@ -131,12 +135,16 @@ class LeaderFailoverTest {
     // The executors learn the new epoch and refuse the old leader's from then on.
     ExecutorClient executor = lockgate.executor(testbed.executors().get(0));
     GetExecutorStatusResponse status =
-        Poll.until(Duration.ofSeconds(20), "the executor to see the new leader epoch", () -> {
-          GetExecutorStatusResponse s =
-              executor.getExecutorStatus(GetExecutorStatusRequest.getDefaultInstance());
-          return s.getHighestLeaderEpochSeen().getEpoch() >= after.getLeaderEpoch().getEpoch()
-              ? Optional.of(s) : Optional.empty();
-        });
+        Poll.until(
+            Duration.ofSeconds(20),
+            "the executor to see the new leader epoch",
+            () -> {
+              GetExecutorStatusResponse s =
+                  executor.getExecutorStatus(GetExecutorStatusRequest.getDefaultInstance());
+              return s.getHighestLeaderEpochSeen().getEpoch() >= after.getLeaderEpoch().getEpoch()
+                  ? Optional.of(s)
+                  : Optional.empty();
+            });
     LockgateException refused =
         assertThrows(
             LockgateException.class,

@@ -19,8 +19,7 @@ class PipelineFilesTest {
     PipelineSpec spec = PipelineFiles.read(Path.of("../../examples/copy.yaml"));
     assertEquals("copy", spec.getName());
     assertEquals(
-        OffsetPosition.OFFSET_POSITION_EARLIEST,
-        spec.getSource().getKafka().getStartingOffsets());
+        OffsetPosition.OFFSET_POSITION_EARLIEST, spec.getSource().getKafka().getStartingOffsets());
     assertEquals("SELECT key, value, headers FROM input", spec.getTransform().getSql());
     assertEquals(DeliveryGuarantee.DELIVERY_GUARANTEE_EXACTLY_ONCE, spec.getDelivery());
     assertEquals(2000, spec.getCheckpoint().getIntervalMs());
@@ -32,8 +31,8 @@ class PipelineFilesTest {
   void expandsTheShorthandsOfJson() {
     PipelineSpec spec =
         PipelineFiles.parse(
-            "{\"name\": \"j\", \"source\": {\"kafka\": {\"topics\": [\"a\"], \"format\": \"json\"}},"
-                + " \"delivery\": \"at-least-once\"}");
+            "{\"name\": \"j\", \"source\": {\"kafka\": {\"topics\": [\"a\"], \"format\":"
+                + " \"json\"}}, \"delivery\": \"at-least-once\"}");
     assertEquals(
         DataFormat.DATA_FORMAT_JSON, spec.getSource().getKafka().getFormat().getValueFormat());
     assertEquals(DeliveryGuarantee.DELIVERY_GUARANTEE_AT_LEAST_ONCE, spec.getDelivery());

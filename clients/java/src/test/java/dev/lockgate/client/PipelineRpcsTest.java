@@ -9,6 +9,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.protobuf.FieldMask;
+import dev.lockgate.client.testbed.Cli;
+import dev.lockgate.client.testbed.Poll;
+import dev.lockgate.client.testbed.Specs;
+import dev.lockgate.client.testbed.Testbed;
+import dev.lockgate.client.testbed.TestbedExtension;
 import dev.lockgate.v1.CheckpointSpec;
 import dev.lockgate.v1.CheckpointState;
 import dev.lockgate.v1.CreatePipelineRequest;
@@ -39,11 +44,6 @@ import dev.lockgate.v1.TaskState;
 import dev.lockgate.v1.UpdatePipelineRequest;
 import dev.lockgate.v1.ValidatePipelineRequest;
 import dev.lockgate.v1.ValidatePipelineResponse;
-import dev.lockgate.client.testbed.Cli;
-import dev.lockgate.client.testbed.Poll;
-import dev.lockgate.client.testbed.Specs;
-import dev.lockgate.client.testbed.Testbed;
-import dev.lockgate.client.testbed.TestbedExtension;
 import io.grpc.Status;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -55,9 +55,9 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 
 /**
- * The pipeline RPCs of CoordinatorService, each checked through the Python CLI (its own stubs,
- * its own channel): what Java created, changed, paused, stopped, reset or deleted is what the
- * CLI reads back.
+ * The pipeline RPCs of CoordinatorService, each checked through the Python CLI (its own stubs, its
+ * own channel): what Java created, changed, paused, stopped, reset or deleted is what the CLI reads
+ * back.
  */
 @ExtendWith(TestbedExtension.class)
 class PipelineRpcsTest {
@@ -129,7 +129,9 @@ class PipelineRpcsTest {
             .getAsString());
     assertEquals(
         created.getSpec(),
-        coordinator.getPipeline(GetPipelineRequest.newBuilder().setName(name).build()).getPipeline()
+        coordinator
+            .getPipeline(GetPipelineRequest.newBuilder().setName(name).build())
+            .getPipeline()
             .getSpec());
 
     List<String> listed = new ArrayList<>();
@@ -146,8 +148,7 @@ class PipelineRpcsTest {
     UpdatePipelineRequest update =
         UpdatePipelineRequest.newBuilder()
             .setName(name)
-            .setSpec(
-                spec.toBuilder().setCheckpoint(CheckpointSpec.newBuilder().setIntervalMs(700)))
+            .setSpec(spec.toBuilder().setCheckpoint(CheckpointSpec.newBuilder().setIntervalMs(700)))
             .setUpdateMask(FieldMask.newBuilder().addPaths("checkpoint.interval_ms"))
             .setExpectedConfigVersion(1)
             .build();
@@ -156,7 +157,10 @@ class PipelineRpcsTest {
     assertEquals("2", updated.get("config_version").getAsString());
     assertEquals(
         "700",
-        updated.getAsJsonObject("spec").getAsJsonObject("checkpoint").get("interval_ms")
+        updated
+            .getAsJsonObject("spec")
+            .getAsJsonObject("checkpoint")
+            .get("interval_ms")
             .getAsString());
     LockgateException stale =
         assertThrows(LockgateException.class, () -> coordinator.updatePipeline(update));
@@ -166,7 +170,9 @@ class PipelineRpcsTest {
     Cli.Result gone = cli.run(true, "pipeline", "get", name);
     assertNotEquals(0, gone.exitCode(), "the CLI still finds " + name + ": " + gone.stdout());
     List<String> after = new ArrayList<>();
-    cli.json("pipeline", "list").getAsJsonObject().getAsJsonArray("pipelines")
+    cli.json("pipeline", "list")
+        .getAsJsonObject()
+        .getAsJsonArray("pipelines")
         .forEach(p -> after.add(p.getAsJsonObject().get("name").getAsString()));
     assertFalse(after.contains(name), () -> name + " still listed: " + after);
   }
@@ -183,13 +189,19 @@ class PipelineRpcsTest {
 
       // Tasks run and checkpoints commit (the executors' control-only data plane).
       GetPipelineStatusResponse running =
-          Poll.until(WAIT, "both tasks RUNNING and a committed checkpoint", () -> {
-            GetPipelineStatusResponse status = status(name);
-            boolean allRunning = status.getTasksCount() == 2
-                && status.getTasksList().stream().allMatch(t -> t.getState() == TaskState.TASK_STATE_RUNNING);
-            return allRunning && status.getLastCommittedCheckpointId() > 0
-                ? Optional.of(status) : Optional.empty();
-          });
+          Poll.until(
+              WAIT,
+              "both tasks RUNNING and a committed checkpoint",
+              () -> {
+                GetPipelineStatusResponse status = status(name);
+                boolean allRunning =
+                    status.getTasksCount() == 2
+                        && status.getTasksList().stream()
+                            .allMatch(t -> t.getState() == TaskState.TASK_STATE_RUNNING);
+                return allRunning && status.getLastCommittedCheckpointId() > 0
+                    ? Optional.of(status)
+                    : Optional.empty();
+              });
       long committed = running.getLastCommittedCheckpointId();
       List<Long> ids =
           coordinator
@@ -246,7 +258,9 @@ class PipelineRpcsTest {
 
       coordinator.stopPipeline(StopPipelineRequest.newBuilder().setName(name).build());
       assertEquals("TARGET_STATE_STOPPED", cliPipeline(name).get("target_state").getAsString());
-      Poll.until(WAIT, "no checkpoint in flight after the stop",
+      Poll.until(
+          WAIT,
+          "no checkpoint in flight after the stop",
           () -> status(name).getInFlightCheckpointIdsCount() == 0);
       PartitionOffset reset =
           PartitionOffset.newBuilder().setTopic(name + "-in").setPartition(1).setOffset(0).build();
@@ -262,7 +276,9 @@ class PipelineRpcsTest {
       assertTrue(
           seenOffsets.toString().contains("\"topic\":\"" + name + "-in\""),
           () -> "CLI offsets: " + seenOffsets);
-      assertEquals("0", seenOffsets.getAsJsonObject().get("checkpoint_id").getAsString(),
+      assertEquals(
+          "0",
+          seenOffsets.getAsJsonObject().get("checkpoint_id").getAsString(),
           "offsets now come from the reset, not a checkpoint");
     } finally {
       delete(name);
@@ -270,7 +286,8 @@ class PipelineRpcsTest {
   }
 
   private static GetPipelineStatusResponse status(String name) {
-    return coordinator.getPipelineStatus(GetPipelineStatusRequest.newBuilder().setName(name).build());
+    return coordinator.getPipelineStatus(
+        GetPipelineStatusRequest.newBuilder().setName(name).build());
   }
 
   private static long cliTaskGeneration(String name, int index) {

@@ -47,7 +47,9 @@ class RetryTest {
           assertThrows(
               LockgateException.class,
               () ->
-                  lockgate.coordinator().getClusterInfo(GetClusterInfoRequest.getDefaultInstance()));
+                  lockgate
+                      .coordinator()
+                      .getClusterInfo(GetClusterInfoRequest.getDefaultInstance()));
       long elapsedMs = (System.nanoTime() - start) / 1_000_000;
       assertEquals(Status.Code.UNAVAILABLE, error.getStatus().getCode());
       // Backoff 100, 200, 400 ms (and 800, if it still fits): retried for most of the deadline,

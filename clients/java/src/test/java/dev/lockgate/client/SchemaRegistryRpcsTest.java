@@ -37,8 +37,8 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 
 /**
- * Every RPC of SchemaRegistryService, each checked through the registry's Confluent-compatible
- * REST API (java.net.http): what gRPC registered, configured or deleted is what REST answers.
+ * Every RPC of SchemaRegistryService, each checked through the registry's Confluent-compatible REST
+ * API (java.net.http): what gRPC registered, configured or deleted is what REST answers.
  */
 @ExtendWith(TestbedExtension.class)
 class SchemaRegistryRpcsTest {
@@ -47,6 +47,7 @@ class SchemaRegistryRpcsTest {
   static final String V2 =
       "{\"type\":\"record\",\"name\":\"User\",\"fields\":[{\"name\":\"id\",\"type\":\"long\"},"
           + "{\"name\":\"name\",\"type\":\"string\",\"default\":\"\"}]}";
+
   /** id turned into a string: neither BACKWARD nor FORWARD compatible with V1 or V2. */
   static final String INCOMPATIBLE =
       "{\"type\":\"record\",\"name\":\"User\",\"fields\":[{\"name\":\"id\",\"type\":\"string\"}]}";
@@ -122,7 +123,8 @@ class SchemaRegistryRpcsTest {
 
     List<Integer> grpcVersions =
         registry
-            .listSubjectVersions(ListSubjectVersionsRequest.newBuilder().setSubject(subject).build())
+            .listSubjectVersions(
+                ListSubjectVersionsRequest.newBuilder().setSubject(subject).build())
             .getVersionsList()
             .stream()
             .map(SubjectVersion::getVersion)
@@ -158,11 +160,15 @@ class SchemaRegistryRpcsTest {
         List.of(SubjectVersionRef.newBuilder().setSubject(subject).setVersion(1).build()), uses);
     JsonObject restUse =
         get("/schemas/ids/" + first.getSchemaId() + "/versions")
-            .getAsJsonArray().get(0).getAsJsonObject();
+            .getAsJsonArray()
+            .get(0)
+            .getAsJsonObject();
     assertEquals(subject, restUse.get("subject").getAsString());
 
     assertTrue(
-        registry.listSubjects(ListSubjectsRequest.getDefaultInstance()).getSubjectsList()
+        registry
+            .listSubjects(ListSubjectsRequest.getDefaultInstance())
+            .getSubjectsList()
             .contains(subject));
     assertTrue(subjects("").contains(subject));
 
@@ -175,10 +181,12 @@ class SchemaRegistryRpcsTest {
     assertFalse(breaking.getCompatible());
     assertFalse(breaking.getReasonsList().isEmpty(), "an incompatible schema says why");
     RegistryRest.Answer restCheck =
-        rest.call("POST", "/compatibility/subjects/" + subject + "/versions/latest",
+        rest.call(
+            "POST",
+            "/compatibility/subjects/" + subject + "/versions/latest",
             schemaBody(INCOMPATIBLE));
-    assertFalse(restCheck.json().getAsJsonObject().get("is_compatible").getAsBoolean(),
-        restCheck::body);
+    assertFalse(
+        restCheck.json().getAsJsonObject().get("is_compatible").getAsBoolean(), restCheck::body);
 
     registry.updateCompatibilityConfig(
         UpdateCompatibilityConfigRequest.newBuilder()
@@ -186,7 +194,8 @@ class SchemaRegistryRpcsTest {
             .setLevel(CompatibilityLevel.COMPATIBILITY_LEVEL_FULL)
             .build());
     assertEquals(
-        "FULL", get("/config/" + subject).getAsJsonObject().get("compatibilityLevel").getAsString());
+        "FULL",
+        get("/config/" + subject).getAsJsonObject().get("compatibilityLevel").getAsString());
     assertEquals(
         CompatibilityLevel.COMPATIBILITY_LEVEL_FULL,
         registry

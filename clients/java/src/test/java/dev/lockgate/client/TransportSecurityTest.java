@@ -36,8 +36,8 @@ import org.junit.jupiter.api.io.TempDir;
 
 /**
  * TLS and the bearer token. Lockgate's services serve plaintext until the trust-boundary work
- * lands, so the TLS side is a real gRPC server in this JVM with a certificate made by keytool
- * for 127.0.0.1, serving CoordinatorService and recording the authorization header it gets.
+ * lands, so the TLS side is a real gRPC server in this JVM with a certificate made by keytool for
+ * 127.0.0.1, serving CoordinatorService and recording the authorization header it gets.
  */
 @ExtendWith(TestbedExtension.class)
 class TransportSecurityTest {
@@ -61,13 +61,40 @@ class TransportSecurityTest {
   @BeforeAll
   static void startTlsServer() throws Exception {
     Path keyStore = keys.resolve("server.p12");
-    keytool("-genkeypair", "-alias", "server", "-keyalg", "EC", "-groupname", "secp256r1",
-        "-dname", "CN=127.0.0.1", "-ext", "SAN=ip:127.0.0.1", "-validity", "2",
-        "-storetype", "PKCS12", "-keystore", keyStore.toString(),
-        "-storepass", new String(PASSWORD), "-keypass", new String(PASSWORD));
+    keytool(
+        "-genkeypair",
+        "-alias",
+        "server",
+        "-keyalg",
+        "EC",
+        "-groupname",
+        "secp256r1",
+        "-dname",
+        "CN=127.0.0.1",
+        "-ext",
+        "SAN=ip:127.0.0.1",
+        "-validity",
+        "2",
+        "-storetype",
+        "PKCS12",
+        "-keystore",
+        keyStore.toString(),
+        "-storepass",
+        new String(PASSWORD),
+        "-keypass",
+        new String(PASSWORD));
     certificatePem = keys.resolve("server.pem");
-    keytool("-exportcert", "-rfc", "-alias", "server", "-keystore", keyStore.toString(),
-        "-storepass", new String(PASSWORD), "-file", certificatePem.toString());
+    keytool(
+        "-exportcert",
+        "-rfc",
+        "-alias",
+        "server",
+        "-keystore",
+        keyStore.toString(),
+        "-storepass",
+        new String(PASSWORD),
+        "-file",
+        certificatePem.toString());
 
     KeyStore store = KeyStore.getInstance("PKCS12");
     try (InputStream in = Files.newInputStream(keyStore)) {
@@ -136,7 +163,9 @@ class TransportSecurityTest {
         LockgateClient.builder().coordinators(address).trustStore(trust).build()) {
       assertEquals(
           "tls",
-          lockgate.coordinator().getClusterInfo(GetClusterInfoRequest.getDefaultInstance())
+          lockgate
+              .coordinator()
+              .getClusterInfo(GetClusterInfoRequest.getDefaultInstance())
               .getResponderId());
     }
   }
@@ -153,7 +182,9 @@ class TransportSecurityTest {
           assertThrows(
               LockgateException.class,
               () ->
-                  lockgate.coordinator().getClusterInfo(GetClusterInfoRequest.getDefaultInstance()));
+                  lockgate
+                      .coordinator()
+                      .getClusterInfo(GetClusterInfoRequest.getDefaultInstance()));
       assertEquals(Status.Code.UNAVAILABLE, error.getStatus().getCode());
     }
   }
@@ -169,7 +200,9 @@ class TransportSecurityTest {
           assertThrows(
               LockgateException.class,
               () ->
-                  lockgate.coordinator().getClusterInfo(GetClusterInfoRequest.getDefaultInstance()));
+                  lockgate
+                      .coordinator()
+                      .getClusterInfo(GetClusterInfoRequest.getDefaultInstance()));
       assertEquals(Status.Code.UNAUTHENTICATED, error.getStatus().getCode());
       assertTrue(error.getStatus().getDescription().contains("useTransportSecurity()"));
     }

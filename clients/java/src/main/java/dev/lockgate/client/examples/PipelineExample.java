@@ -90,7 +90,8 @@ public final class PipelineExample {
       createAndWatch(lockgate, spec, options.watch());
       registerAndCheck(lockgate, spec, options.schema(), options.candidate());
     } catch (LockgateException e) {
-      System.err.println("error: " + e.getStatus().getCode() + ": " + e.getStatus().getDescription());
+      System.err.println(
+          "error: " + e.getStatus().getCode() + ": " + e.getStatus().getDescription());
       e.fieldViolations()
           .forEach(v -> System.err.println("  " + v.getField() + ": " + v.getDescription()));
       e.fencingFailure().ifPresent(f -> System.err.println("  fenced: " + f));

@@ -8,7 +8,9 @@ import java.util.function.Supplier;
 public final class Poll {
   private Poll() {}
 
-  /** The first present value {@code probe} gives within {@code timeout}; fails naming {@code what}. */
+  /**
+   * The first present value {@code probe} gives within {@code timeout}; fails naming {@code what}.
+   */
   public static <T> T until(Duration timeout, String what, Supplier<Optional<T>> probe) {
     long deadline = System.nanoTime() + timeout.toNanos();
     while (true) {
@@ -29,7 +31,8 @@ public final class Poll {
   }
 
   /** Waits until {@code condition} holds. */
-  public static void until(Duration timeout, String what, java.util.function.BooleanSupplier condition) {
+  public static void until(
+      Duration timeout, String what, java.util.function.BooleanSupplier condition) {
     until(timeout, what, () -> condition.getAsBoolean() ? Optional.of(true) : Optional.empty());
   }
 }

@@ -10,8 +10,8 @@ import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 
 /**
- * The schema registry's Confluent-compatible REST API (java.net.http): the other path through
- * which the tests check what the Java client did over gRPC.
+ * The schema registry's Confluent-compatible REST API (java.net.http): the other path through which
+ * the tests check what the Java client did over gRPC.
  */
 public final class RegistryRest {
   /** HTTP/1.1: no h2c upgrade attempt, which the registry's small server does not speak. */
@@ -63,7 +63,8 @@ public final class RegistryRest {
   public JsonElement get(String path) {
     Answer answer = call("GET", path, null);
     if (answer.status() != 200) {
-      throw new AssertionError("GET " + path + " answered " + answer.status() + ": " + answer.body());
+      throw new AssertionError(
+          "GET " + path + " answered " + answer.status() + ": " + answer.body());
     }
     return answer.json();
   }

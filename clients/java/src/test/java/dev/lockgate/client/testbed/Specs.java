@@ -36,7 +36,9 @@ public final class Specs {
         .setSink(
             SinkSpec.newBuilder()
                 .setKafka(
-                    KafkaSinkSpec.newBuilder().setBootstrapServers(testbed.kafka()).setTopic(output)))
+                    KafkaSinkSpec.newBuilder()
+                        .setBootstrapServers(testbed.kafka())
+                        .setTopic(output)))
         .setCheckpoint(CheckpointSpec.newBuilder().setIntervalMs(200))
         .setTasksMax(2)
         .build();

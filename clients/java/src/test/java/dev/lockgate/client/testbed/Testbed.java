@@ -18,10 +18,10 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 
 /**
- * A whole Lockgate on free ports: {@code python -m lockgate.localcluster.testbed --home DIR}
- * (a Kafka broker, the schema registry, three coordinators, two executors with {@code
- * --data-plane none}), started as a child process. Its first stdout line is the JSON of its
- * addresses and pids; closing its stdin stops every process it started.
+ * A whole Lockgate on free ports: {@code python -m lockgate.localcluster.testbed --home DIR} (a
+ * Kafka broker, the schema registry, three coordinators, two executors with {@code --data-plane
+ * none}), started as a child process. Its first stdout line is the JSON of its addresses and pids;
+ * closing its stdin stops every process it started.
  */
 public final class Testbed implements AutoCloseable {
   /** How long the services get to start (Kafka's first format included). */

@@ -5,10 +5,10 @@ import org.junit.jupiter.api.extension.ParameterContext;
 import org.junit.jupiter.api.extension.ParameterResolver;
 
 /**
- * Gives tests the one {@link Testbed} of the test run: started by the first class that asks,
- * shared by every later one, stopped when the run ends (it lives in the root context's store).
- * Use {@code @ExtendWith(TestbedExtension.class)} and take a {@code Testbed} parameter, e.g. in
- * a {@code @BeforeAll} method.
+ * Gives tests the one {@link Testbed} of the test run: started by the first class that asks, shared
+ * by every later one, stopped when the run ends (it lives in the root context's store). Use
+ * {@code @ExtendWith(TestbedExtension.class)} and take a {@code Testbed} parameter, e.g. in a
+ * {@code @BeforeAll} method.
  */
 public final class TestbedExtension implements ParameterResolver {
   @Override

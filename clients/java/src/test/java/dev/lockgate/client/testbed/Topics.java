@@ -17,7 +17,9 @@ public final class Topics {
         Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, testbed.kafka()))) {
       admin
           .createTopics(
-              List.of(names).stream().map(name -> new NewTopic(name, partitions, (short) 1)).toList())
+              List.of(names).stream()
+                  .map(name -> new NewTopic(name, partitions, (short) 1))
+                  .toList())
           .all()
           .get(30, TimeUnit.SECONDS);
     } catch (Exception e) {
