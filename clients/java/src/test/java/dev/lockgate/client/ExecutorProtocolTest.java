@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import dev.lockgate.client.testbed.Cli;
+import dev.lockgate.client.testbed.Pipelines;
 import dev.lockgate.client.testbed.Poll;
 import dev.lockgate.client.testbed.Specs;
 import dev.lockgate.client.testbed.Testbed;
@@ -17,7 +18,6 @@ import dev.lockgate.v1.CheckpointState;
 import dev.lockgate.v1.CheckpointTask;
 import dev.lockgate.v1.CommitCheckpointRequest;
 import dev.lockgate.v1.CreatePipelineRequest;
-import dev.lockgate.v1.DeletePipelineRequest;
 import dev.lockgate.v1.DeregisterExecutorRequest;
 import dev.lockgate.v1.FencingFailure;
 import dev.lockgate.v1.FencingToken;
@@ -242,7 +242,7 @@ class ExecutorProtocolTest {
       assertEquals(task.getTaskId(), restart.getRestartedTasks(0));
       runningTask(name);
     } finally {
-      coordinator.deletePipeline(DeletePipelineRequest.newBuilder().setName(name).build());
+      Pipelines.stopAndDelete(coordinator, name);
     }
   }
 

@@ -5,13 +5,13 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.lockgate.client.testbed.Pipelines;
 import dev.lockgate.client.testbed.Poll;
 import dev.lockgate.client.testbed.Specs;
 import dev.lockgate.client.testbed.Testbed;
 import dev.lockgate.client.testbed.TestbedExtension;
 import dev.lockgate.v1.CheckpointTask;
 import dev.lockgate.v1.CreatePipelineRequest;
-import dev.lockgate.v1.DeletePipelineRequest;
 import dev.lockgate.v1.FencingFailure;
 import dev.lockgate.v1.FencingToken;
 import dev.lockgate.v1.GetClusterInfoRequest;
@@ -130,7 +130,7 @@ class LeaderFailoverTest {
         coordinator.getClusterInfo(GetClusterInfoRequest.getDefaultInstance());
     assertNotEquals(oldLeader, after.getLeaderAddress());
     assertTrue(after.getLeaderEpoch().getEpoch() > before.getLeaderEpoch().getEpoch());
-    coordinator.deletePipeline(DeletePipelineRequest.newBuilder().setName(name).build());
+    Pipelines.stopAndDelete(coordinator, name);
 
     // The executors learn the new epoch and refuse the old leader's from then on.
     ExecutorClient executor = lockgate.executor(testbed.executors().get(0));

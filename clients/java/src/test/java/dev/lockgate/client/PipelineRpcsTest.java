@@ -10,6 +10,7 @@ import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.protobuf.FieldMask;
 import dev.lockgate.client.testbed.Cli;
+import dev.lockgate.client.testbed.Pipelines;
 import dev.lockgate.client.testbed.Poll;
 import dev.lockgate.client.testbed.Specs;
 import dev.lockgate.client.testbed.Testbed;
@@ -17,7 +18,6 @@ import dev.lockgate.client.testbed.TestbedExtension;
 import dev.lockgate.v1.CheckpointSpec;
 import dev.lockgate.v1.CheckpointState;
 import dev.lockgate.v1.CreatePipelineRequest;
-import dev.lockgate.v1.DeletePipelineRequest;
 import dev.lockgate.v1.GetCheckpointRequest;
 import dev.lockgate.v1.GetOffsetsRequest;
 import dev.lockgate.v1.GetOffsetsResponse;
@@ -92,7 +92,7 @@ class PipelineRpcsTest {
   }
 
   private static void delete(String name) {
-    coordinator.deletePipeline(DeletePipelineRequest.newBuilder().setName(name).build());
+    Pipelines.stopAndDelete(coordinator, name);
   }
 
   @Test
