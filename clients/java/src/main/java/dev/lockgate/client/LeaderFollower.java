@@ -12,16 +12,19 @@ import java.util.function.BiFunction;
 
 /**
  * Sends each call to the current leader among a service's addresses, the Java twin of the Python
- * client's {@code LeaderFollowingChannel} (common/lockgate/common/grpc_client.py), except that
- * retries are bounded by the call's deadline rather than a count, so a call outlives a leader
- * failover when its deadline allows.
+ * client's {@code LeaderFollowingChannel} (common/lockgate/common/grpc_client.py). Retries are
+ * bounded by the call's deadline (every call has one, see {@link Calls}), so a call outlives a
+ * leader failover when its deadline allows.
  *
  * <p>An attempt that fails with UNAVAILABLE and a {@code lockgate-leader} trailer naming another
  * address moves the calls there and is resent at once (at most {@link RetryPolicy#maxRedirects()}
  * times per call). Any other UNAVAILABLE moves to the next seed address (or back to the first, from
  * a leader learned by redirect) after a capped exponential pause. Every attempt shares the call's
- * one deadline. Every other status fails the call at once. Resending after UNAVAILABLE is safe:
- * mutating calls carry a request_id ({@link RequestIds}).
+ * one deadline. Every other status fails the call at once. Mutating calls carry one request_id
+ * across their attempts ({@link RequestIds}); the schema registry answers a repeat with its first
+ * answer, the coordinators' verbs are idempotent by state, except CreatePipeline, whose retry
+ * after a lost answer reads ALREADY_EXISTS (the coordinators do not deduplicate by request_id
+ * yet).
  */
 final class LeaderFollower {
   private final List<String> seeds;
