@@ -43,9 +43,14 @@ public final class Testbed implements AutoCloseable {
     return configured == null || configured.isBlank() ? "python" : configured;
   }
 
-  /** Starts a testbed in a new temporary home and waits for its JSON line. */
+  /**
+   * Starts a testbed in a new home under target/ (its logs next to Surefire's reports, removed by
+   * {@code mvn clean}) and waits for its JSON line.
+   */
   public static Testbed start() throws IOException {
-    Path home = Files.createTempDirectory("lockgate-java-testbed-");
+    Path target = Path.of(System.getProperty("basedir", "."), "target");
+    Files.createDirectories(target);
+    Path home = Files.createTempDirectory(target, "testbed-");
     Process process =
         new ProcessBuilder(
                 python(), "-m", "lockgate.localcluster.testbed", "--home", home.toString())
