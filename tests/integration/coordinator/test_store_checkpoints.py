@@ -567,3 +567,29 @@ def test_batched_precommits_are_all_or_nothing(
     )
     assert after.state is CheckpointState.COMPLETE
     assert offsets_table(store) == {("in", 0): 3, ("in", 2): 3}
+
+
+def test_abort_triggered_leaves_a_checkpoint_that_became_complete(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """Stop/Delete abort the TRIGGERED checkpoints as they are inside the aborting
+    transaction: N=1 turned COMPLETE after a caller would have listed it TRIGGERED, so it is
+    kept for its commit and only N=2 aborts (before, the abort of N=1 was refused as
+    COMPLETE -> ABORTED and failed the Stop/Delete)."""
+    store = open_stores()
+    fence = lead(store)
+    t0, t1 = running_pipeline(store, fence)
+    pid = PipelineId("p")
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    listed = store.checkpoints.list_checkpoints(pipeline_id=pid, states=[CheckpointState.TRIGGERED])
+    assert [c.checkpoint_id for c in listed] == [1]
+    precommit(store, fence, 1, t0, start=0, end=10)
+    assert precommit(store, fence, 1, t1, start=0, end=10) is CheckpointState.COMPLETE
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+
+    aborted = store.checkpoints.abort_triggered(fence=fence, pipeline_id=pid, reason="stopped")
+
+    assert aborted == [2]
+    states = {c.checkpoint_id: c.state for c in store.checkpoints.list_checkpoints(pipeline_id=pid)}
+    assert states == {1: CheckpointState.COMPLETE, 2: CheckpointState.ABORTED}
+    assert store.checkpoints.abort_triggered(fence=fence, pipeline_id=pid, reason="again") == []

@@ -174,13 +174,14 @@ class CheckpointDriver:
         )
 
     def abort_triggered(self, pipeline_id: PipelineId, *, reason: str) -> None:
-        """Abort the pipeline's TRIGGERED checkpoints (the earliest takes the later ones
-        along). Leader-only."""
-        triggered = self._store.checkpoints.list_checkpoints(
-            pipeline_id=pipeline_id, limit=100, states=[CheckpointState.TRIGGERED]
+        """Abort the pipeline's TRIGGERED checkpoints, chosen inside the aborting transaction:
+        one that turns COMPLETE between a read and the abort is committed, not refused as
+        an illegal COMPLETE -> ABORTED (Stop and Delete raced a report before). Leader-only."""
+        self._lease.leader_call(
+            lambda f: self._store.checkpoints.abort_triggered(
+                fence=f, pipeline_id=pipeline_id, reason=reason
+            )
         )
-        if triggered:
-            self.abort_checkpoint(pipeline_id, min(c.checkpoint_id for c in triggered), reason)
 
     def abort_timed_out(self, fence: Fence) -> None:
         """Abort checkpoints older than their pipeline's timeout. Leader-only."""

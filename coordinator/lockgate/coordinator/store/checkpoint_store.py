@@ -166,6 +166,24 @@ class CheckpointStore:
             read_pipeline(conn, pipeline_id, for_update=True)
             return apply_abort(conn, pipeline_id, checkpoint_id, reason)
 
+    def abort_triggered(
+        self, *, fence: Fence, pipeline_id: PipelineId, reason: str
+    ) -> list[CheckpointId]:
+        """Abort the pipeline's TRIGGERED checkpoints, whichever they are when this
+        transaction runs (one that became COMPLETE meanwhile is left to its commit).
+        Leader-only. Returns the checkpoints aborted now."""
+        with self._db.transaction(fence=fence) as conn:
+            read_pipeline(conn, pipeline_id, for_update=True)
+            first = conn.execute(
+                sa.select(sa.func.min(checkpoints.c.checkpoint_id)).where(
+                    checkpoints.c.pipeline_id == pipeline_id,
+                    checkpoints.c.state == CheckpointState.TRIGGERED.value,
+                )
+            ).scalar_one_or_none()
+            if first is None:
+                return []
+            return apply_abort(conn, pipeline_id, CheckpointId(first), reason)
+
     def abort_in_flight(
         self, *, fence: Fence, reason: str
     ) -> list[tuple[PipelineId, CheckpointId]]:
