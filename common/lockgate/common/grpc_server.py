@@ -1,9 +1,9 @@
 """How every Lockgate service serves gRPC: one builder, one error mapping.
 
 ``build_server`` gives each service the same server: tracing interceptor (when telemetry is
-on), the error-mapping interceptor, ``grpc.health.v1``, server reflection, a bind that names
-the address (and the process holding it) when the port is taken, and a graceful stop on
-SIGTERM.
+on), the error-mapping interceptor, the request bounds (``model.limits``),
+``grpc.health.v1``, server reflection, a bind that names the address (and the process
+holding it) when the port is taken, and a graceful stop on SIGTERM.
 
 The error mapping is the one place where domain errors (``lockgate.common.errors``) become
 gRPC statuses with ``google.rpc`` details; servicers just let them propagate. Anything else
@@ -28,6 +28,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -52,6 +53,7 @@ from lockgate.common.errors import (
     Unavailable,
     Unimplemented,
 )
+from lockgate.common.model.limits import check_request_limits
 from lockgate.common.telemetry import Telemetry
 from lockgate.v1 import common_pb2
 
@@ -302,6 +304,44 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):
         return handler
 
 
+class RequestLimitsInterceptor(grpc.ServerInterceptor):
+    """Refuses a request over the bounds of ``lockgate.common.model.limits`` with
+    ``INVALID_ARGUMENT`` naming each field and its limit, before the servicer runs.
+
+    It sits inside ``ErrorMappingInterceptor``, which turns its ``InvalidArgument`` into the
+    status. Only unary requests exist in Lockgate's services; probes pass through.
+    """
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Check the request of a unary-request method, then call it."""
+        handler = continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or method.startswith(_PASS_THROUGH_PREFIXES):
+            return handler
+        codec: dict[str, Any] = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(_checked(handler.unary_unary), **codec)
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(_checked(handler.unary_stream), **codec)
+        return handler
+
+
+def _checked(behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Callable[..., Any]:
+    def call(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, Message):
+            check_request_limits(request)
+        return behavior(request, context)
+
+    return call
+
+
 class ServerBindError(OSError):
     """The server could not listen on the requested address."""
 
@@ -476,6 +516,7 @@ def build_server(
         # span carries its status code.
         *telemetry.server_interceptors(),
         ErrorMappingInterceptor(service_name=service_name),
+        RequestLimitsInterceptor(),
         *extra_interceptors,
     ]
     server = grpc.server(
@@ -525,6 +566,7 @@ __all__ = [
     "STATUS_CODES",
     "ErrorMappingInterceptor",
     "LockgateServer",
+    "RequestLimitsInterceptor",
     "ServerBindError",
     "build_server",
     "describe_port_holder",

@@ -21,6 +21,12 @@ from typing import Any, TypeVar
 
 from lockgate.common.errors import FieldViolation, InvalidArgument
 from lockgate.common.model.ids import PIPELINE_ID_PATTERN, PipelineId
+from lockgate.common.model.limits import (
+    MAX_BOOTSTRAP_SERVERS,
+    MAX_SOURCE_TOPICS,
+    MAX_STRING_CHARS,
+    MAX_TEXT_CHARS,
+)
 
 _E = TypeVar("_E", bound=enum.StrEnum)
 
@@ -220,7 +226,7 @@ DEFAULT_CHECKPOINT_INTERVAL_MS = 1_000
 DEFAULT_CHECKPOINT_TIMEOUT_MS = 60_000
 
 _TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_BOOTSTRAP_PATTERN = re.compile(r"^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$")
+_SERVER_PATTERN = re.compile(r"^[^\s,:]+:(?P<port>[0-9]{1,5})$")
 _REGISTRY_URL_PATTERN = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 _PYTHON_REF_PATTERN = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
@@ -268,6 +274,7 @@ class _Checker:
         required: bool,
         pattern: re.Pattern[str] | None = None,
         pattern_fix: str = "",
+        max_chars: int = MAX_STRING_CHARS,
     ) -> str | None:
         if key not in raw or raw[key] is None:
             if required:
@@ -277,21 +284,44 @@ class _Checker:
         if not isinstance(value, str) or not value.strip():
             self.add(path, "must be a non-empty string", f"set `{path}` to a string")
             return None
+        # Before any pattern: the length is what a hostile value makes expensive.
+        if len(value) > max_chars:
+            self.add(
+                path,
+                f"has {len(value)} characters, more than the limit of {max_chars}",
+                f"shorten it to at most {max_chars} characters",
+            )
+            return None
         if pattern is not None and not pattern.match(value):
             self.add(path, f"{value!r} is not valid", pattern_fix)
             return None
         return value
 
     def bootstrap_servers(self, kafka: Mapping[str, Any], path: str) -> str | None:
-        """`<path>.bootstrap_servers`: required, `host:port[,host:port...]`."""
-        return self.string(
-            kafka,
-            "bootstrap_servers",
-            f"{path}.bootstrap_servers",
-            required=True,
-            pattern=_BOOTSTRAP_PATTERN,
-            pattern_fix="write host:port[,host:port...], e.g. 127.0.0.1:9092",
-        )
+        """`<path>.bootstrap_servers`: required, `host:port[,host:port...]`, each port
+        1-65535, at most `MAX_BOOTSTRAP_SERVERS` entries."""
+        field = f"{path}.bootstrap_servers"
+        value = self.string(kafka, "bootstrap_servers", field, required=True)
+        if value is None:
+            return None
+        servers = value.split(",")
+        fix = "write host:port[,host:port...] with ports 1-65535, e.g. 127.0.0.1:9092"
+        if len(servers) > MAX_BOOTSTRAP_SERVERS:
+            self.add(
+                field,
+                f"lists {len(servers)} servers, more than the limit of {MAX_BOOTSTRAP_SERVERS}",
+                f"list at most {MAX_BOOTSTRAP_SERVERS}: a few brokers are enough to bootstrap",
+            )
+            return None
+        for server in servers:
+            match = _SERVER_PATTERN.match(server)
+            if match is None:
+                self.add(field, f"{server!r} is not host:port", fix)
+                return None
+            if not 1 <= int(match["port"]) <= 65535:
+                self.add(field, f"port {match['port']} of {server!r} is not 1-65535", fix)
+                return None
+        return value
 
     def choice(
         self,
@@ -479,7 +509,15 @@ def _parse_topics(c: _Checker, raw: Mapping[str, Any], path: str) -> tuple[str, 
     if isinstance(value, str) or not isinstance(value, Sequence) or not value:
         c.add(path, "must be a non-empty list of topic names", f"write `{path}: [orders]`")
         return None
+    if len(value) > MAX_SOURCE_TOPICS:
+        c.add(
+            path,
+            f"lists {len(value)} topics, more than the limit of {MAX_SOURCE_TOPICS}",
+            f"read at most {MAX_SOURCE_TOPICS} topics per pipeline; split it into several",
+        )
+        return None
     topics: list[str] = []
+    seen: set[str] = set()
     for i, topic in enumerate(value):
         if not isinstance(topic, str) or not _TOPIC_PATTERN.match(topic):
             c.add(
@@ -487,10 +525,11 @@ def _parse_topics(c: _Checker, raw: Mapping[str, Any], path: str) -> tuple[str, 
                 f"{topic!r} is not a valid Kafka topic name",
                 "use 1-249 characters from a-z A-Z 0-9 . _ -",
             )
-        elif topic in topics:
+        elif topic in seen:
             c.add(f"{path}[{i}]", f"topic {topic!r} is listed twice", "list each topic once")
         else:
             topics.append(topic)
+            seen.add(topic)
     return tuple(topics) if len(topics) == len(value) else None
 
 
@@ -499,7 +538,7 @@ def _parse_transform(c: _Checker, raw: Mapping[str, Any]) -> Transform | None:
     if section is None:
         return Transform(sql=None, python=None)  # identity: records pass unchanged
     c.unknown_keys(section, ("sql", "python"), "transform")
-    sql = c.string(section, "sql", "transform.sql", required=False)
+    sql = c.string(section, "sql", "transform.sql", required=False, max_chars=MAX_TEXT_CHARS)
     python = c.string(
         section,
         "python",
