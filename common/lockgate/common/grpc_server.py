@@ -1,9 +1,10 @@
 """How every Lockgate service serves gRPC: one builder, one error mapping.
 
 ``build_server`` gives each service the same server: tracing interceptor (when telemetry is
-on), the error-mapping interceptor, the request bounds (``model.limits``),
-``grpc.health.v1``, server reflection, a bind that names the address (and the process
-holding it) when the port is taken, and a graceful stop on SIGTERM.
+on), the error-mapping interceptor, the request bounds (``model.limits``), a bound on
+message size and on concurrent calls (RESOURCE_EXHAUSTED beyond), ``grpc.health.v1``, server
+reflection, a bind that names the address (and the process holding it) when the port is
+taken, and a graceful stop on SIGTERM.
 
 The error mapping is the one place where domain errors (``lockgate.common.errors``) become
 gRPC statuses with ``google.rpc`` details; servicers just let them propagate. Anything else
@@ -398,13 +399,22 @@ def _parse_listen(listen: str) -> tuple[str, int]:
     return match["host"], int(match["port"])
 
 
+MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024
+"""Largest request a server reads (4 MiB); a larger one is answered RESOURCE_EXHAUSTED
+without reaching a servicer. The request bounds of ``model.limits`` fit well inside it."""
+
+MAX_CONCURRENT_RPCS = 256
+"""Calls a server holds at once, running or queued for a worker thread; the next one is
+answered RESOURCE_EXHAUSTED at once. With the 4 MiB message bound, requests can pin at
+most about 1 GiB of memory."""
+
 # Clients ping every 30 s (grpc_client); accept that instead of the 5-minute default that
 # would answer our keepalives with GOAWAY "too_many_pings".
 SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
     ("grpc.http2.max_ping_strikes", 0),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 )
 
@@ -492,6 +502,7 @@ def build_server(
     service_full_names: Sequence[str],
     telemetry: Telemetry | None = None,
     max_workers: int = 16,
+    maximum_concurrent_rpcs: int = MAX_CONCURRENT_RPCS,
     grace_seconds: float = 10.0,
     extra_interceptors: Sequence[grpc.ServerInterceptor] = (),
     options: Sequence[tuple[str, Any]] = (),
@@ -504,6 +515,9 @@ def build_server(
     SERVING on ``grpc.health.v1`` (with "") and listed by reflection. ``listen`` is
     ``HOST:PORT``; port 0 picks a free one (see ``LockgateServer.port``). Raises
     ``ServerBindError`` naming the address, and the process holding it, if the bind fails.
+
+    ``maximum_concurrent_rpcs`` bounds the calls held at once (``MAX_CONCURRENT_RPCS``);
+    requests are bounded by ``MAX_RECEIVE_MESSAGE_BYTES`` and ``model.limits``.
 
     ``reuse_port`` binds with ``SO_REUSEPORT`` so that several worker processes serve one
     port; the caller must have checked that nobody else holds it. Off by default, because
@@ -522,6 +536,7 @@ def build_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=service_name),
         interceptors=interceptors,
+        maximum_concurrent_rpcs=maximum_concurrent_rpcs,
         # gRPC keeps the first value of a repeated option, so ours come first.
         options=[("grpc.so_reuseport", int(reuse_port)), *SERVER_OPTIONS, *options],
     )
@@ -562,6 +577,8 @@ def build_server(
 
 
 __all__ = [
+    "MAX_CONCURRENT_RPCS",
+    "MAX_RECEIVE_MESSAGE_BYTES",
     "SERVER_OPTIONS",
     "STATUS_CODES",
     "ErrorMappingInterceptor",
