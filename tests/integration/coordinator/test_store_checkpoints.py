@@ -14,7 +14,12 @@ from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.common.model.offsets import OffsetRange, TopicPartition
 from lockgate.coordinator.domain.checkpoints import Precommit
-from lockgate.coordinator.domain.errors import FencedError, IllegalTransition, StaleGeneration
+from lockgate.coordinator.domain.errors import (
+    FencedError,
+    IllegalTransition,
+    InvalidArgument,
+    StaleGeneration,
+)
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.domain.tasks import split_partitions
@@ -197,7 +202,7 @@ def test_stale_task_generation_precommit_is_refused(open_stores: Callable[..., S
                 handles=(),
             ),
         )
-    with pytest.raises(FailedPrecondition, match="allotted"):
+    with pytest.raises(InvalidArgument, match="allotted"):
         store.checkpoints.record_precommit(
             fence=fence,
             precommit=Precommit(
@@ -238,8 +243,10 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
 
     precommit(store, fence, 2, t0, start=10, end=20, producer_id=2000)
     # N=3 fully pre-committed but N=2 is not: N=3 must wait (COMPLETE is in order).
+    # Each starts where its previous checkpoint ended: t0 where its N=2 did, t1 (which has
+    # not reported N=2) where N=1 did.
     precommit(store, fence, 3, t0, start=20, end=30)
-    assert precommit(store, fence, 3, t1, start=20, end=30) is CheckpointState.TRIGGERED
+    assert precommit(store, fence, 3, t1, start=10, end=30) is CheckpointState.TRIGGERED
 
     aborted = store.checkpoints.abort_checkpoint(
         fence=fence, pipeline_id=pid, checkpoint_id=C(2), reason="x"
