@@ -17,51 +17,20 @@ import enum
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from lockgate.common.errors import FieldViolation, InvalidArgument
 from lockgate.common.model.ids import PIPELINE_ID_PATTERN, PipelineId
-from lockgate.common.model.limits import (
-    MAX_BOOTSTRAP_SERVERS,
-    MAX_SOURCE_TOPICS,
-    MAX_STRING_CHARS,
-    MAX_TEXT_CHARS,
-)
+from lockgate.common.model.limits import MAX_SOURCE_TOPICS, MAX_TEXT_CHARS
+from lockgate.common.model.spec_checker import SpecChecker
 
-_E = TypeVar("_E", bound=enum.StrEnum)
+# Re-exported: callers take a spec's violations and error from the parser's module.
+from lockgate.common.model.spec_checker import SpecViolation as SpecViolation
+from lockgate.common.model.spec_checker import invalid_spec as invalid_spec
 
 MAX_CONCURRENT_CHECKPOINTS = 2
 """Checkpoints of one pipeline in flight at once (TRIGGERED or COMPLETE: N commits while
 N+1 pre-commits); `checkpoint.max_concurrent` accepts only this value (or 0 for it). It
 must stay below the transactional-id pool of a task (the coordinator's slots)."""
-
-
-@dataclass(frozen=True)
-class SpecViolation:
-    """One invalid config field: where it is, what is wrong, and how to fix it."""
-
-    field: str
-    """Dotted path into the config, e.g. `sink.kafka.topic` or `source.kafka.topics[1]`."""
-    description: str
-    """What is wrong with the value."""
-    fix: str
-    """What to write instead."""
-
-    def __str__(self) -> str:
-        return f"{self.field or '<config>'}: {self.description}; fix: {self.fix}"
-
-    def to_field_violation(self) -> FieldViolation:
-        """The `google.rpc.BadRequest` form: the fix is folded into the description."""
-        return FieldViolation(field=self.field, description=f"{self.description}; fix: {self.fix}")
-
-
-def invalid_spec(violations: Sequence[SpecViolation]) -> InvalidArgument:
-    """Return the InvalidArgument that reports every violation of a pipeline config."""
-    return InvalidArgument(
-        "invalid pipeline config: " + "; ".join(str(v) for v in violations),
-        violations=[v.to_field_violation() for v in violations],
-        reason="INVALID_PIPELINE_CONFIG",
-    )
 
 
 class RecordFormat(enum.StrEnum):
@@ -226,139 +195,10 @@ DEFAULT_CHECKPOINT_INTERVAL_MS = 1_000
 DEFAULT_CHECKPOINT_TIMEOUT_MS = 60_000
 
 _TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_SERVER_PATTERN = re.compile(r"^[^\s,:]+:(?P<port>[0-9]{1,5})$")
 _REGISTRY_URL_PATTERN = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 _PYTHON_REF_PATTERN = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 )
-
-
-class _Checker:
-    """Collects violations while walking a raw config; never raises."""
-
-    def __init__(self) -> None:
-        self.violations: list[SpecViolation] = []
-
-    def add(self, field: str, description: str, fix: str) -> None:
-        self.violations.append(SpecViolation(field=field, description=description, fix=fix))
-
-    def mapping(
-        self, raw: Mapping[str, Any], key: str, path: str, *, required: bool
-    ) -> Mapping[str, Any] | None:
-        if key not in raw or raw[key] is None:
-            if required:
-                self.add(path, "is missing", f"add a `{path}` section")
-            return None
-        value = raw[key]
-        if not isinstance(value, Mapping):
-            self.add(
-                path, f"must be a mapping, got {type(value).__name__}", "write key: value pairs"
-            )
-            return None
-        return value
-
-    def unknown_keys(self, raw: Mapping[str, Any], allowed: Sequence[str], path: str) -> None:
-        for key in raw:
-            if key not in allowed:
-                where = f"{path}.{key}" if path else str(key)
-                self.add(
-                    where, "is not a known field", f"remove it or use one of: {', '.join(allowed)}"
-                )
-
-    def string(
-        self,
-        raw: Mapping[str, Any],
-        key: str,
-        path: str,
-        *,
-        required: bool,
-        pattern: re.Pattern[str] | None = None,
-        pattern_fix: str = "",
-        max_chars: int = MAX_STRING_CHARS,
-    ) -> str | None:
-        if key not in raw or raw[key] is None:
-            if required:
-                self.add(path, "is missing", f"set `{path}`")
-            return None
-        value = raw[key]
-        if not isinstance(value, str) or not value.strip():
-            self.add(path, "must be a non-empty string", f"set `{path}` to a string")
-            return None
-        # Before any pattern: the length is what a hostile value makes expensive.
-        if len(value) > max_chars:
-            self.add(
-                path,
-                f"has {len(value)} characters, more than the limit of {max_chars}",
-                f"shorten it to at most {max_chars} characters",
-            )
-            return None
-        if pattern is not None and not pattern.match(value):
-            self.add(path, f"{value!r} is not valid", pattern_fix)
-            return None
-        return value
-
-    def bootstrap_servers(self, kafka: Mapping[str, Any], path: str) -> str | None:
-        """`<path>.bootstrap_servers`: required, `host:port[,host:port...]`, each port
-        1-65535, at most `MAX_BOOTSTRAP_SERVERS` entries."""
-        field = f"{path}.bootstrap_servers"
-        value = self.string(kafka, "bootstrap_servers", field, required=True)
-        if value is None:
-            return None
-        servers = value.split(",")
-        fix = "write host:port[,host:port...] with ports 1-65535, e.g. 127.0.0.1:9092"
-        if len(servers) > MAX_BOOTSTRAP_SERVERS:
-            self.add(
-                field,
-                f"lists {len(servers)} servers, more than the limit of {MAX_BOOTSTRAP_SERVERS}",
-                f"list at most {MAX_BOOTSTRAP_SERVERS}: a few brokers are enough to bootstrap",
-            )
-            return None
-        for server in servers:
-            match = _SERVER_PATTERN.match(server)
-            if match is None:
-                self.add(field, f"{server!r} is not host:port", fix)
-                return None
-            if not 1 <= int(match["port"]) <= 65535:
-                self.add(field, f"port {match['port']} of {server!r} is not 1-65535", fix)
-                return None
-        return value
-
-    def choice(
-        self,
-        raw: Mapping[str, Any],
-        key: str,
-        path: str,
-        enum_type: type[_E],
-        default: _E | None,
-    ) -> _E | None:
-        choices = ", ".join(e.value for e in enum_type)
-        if key not in raw or raw[key] is None:
-            if default is None:
-                self.add(path, "is missing", f"set `{path}` to one of: {choices}")
-            return default
-        value = raw[key]
-        try:
-            return enum_type(value)
-        except ValueError:
-            self.add(path, f"{value!r} is not supported", f"use one of: {choices}")
-            return None
-
-    def positive_int(
-        self, raw: Mapping[str, Any], key: str, path: str, default: int, minimum: int
-    ) -> int | None:
-        if key not in raw or raw[key] is None:
-            return default
-        value = raw[key]
-        # bool is an int in Python; `tasks_max: true` is a mistake, not 1.
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.add(path, f"must be an integer, got {value!r}", f"set `{path}` to a whole number")
-            return None
-        if value < minimum:
-            self.add(
-                path, f"must be >= {minimum}, got {value}", f"set `{path}` to {minimum} or more"
-            )
-            return None
-        return value
 
 
 def validate_pipeline_spec(raw: object) -> list[SpecViolation]:
@@ -389,7 +229,7 @@ _TOP_LEVEL = (
 
 
 def _parse(raw: object) -> tuple[PipelineSpec | None, list[SpecViolation]]:
-    c = _Checker()
+    c = SpecChecker()
     if not isinstance(raw, Mapping):
         c.add(
             "",
@@ -442,7 +282,7 @@ def _parse(raw: object) -> tuple[PipelineSpec | None, list[SpecViolation]]:
 
 
 def _single_kind(
-    c: _Checker, section: Mapping[str, Any], path: str, noun: str
+    c: SpecChecker, section: Mapping[str, Any], path: str, noun: str
 ) -> Mapping[str, Any] | None:
     """Sources and sinks are `{kind: {...}}`; only `kafka` exists so far."""
     kinds = list(section)
@@ -457,7 +297,7 @@ def _single_kind(
     return c.mapping(section, "kafka", f"{path}.kafka", required=True)
 
 
-def _parse_source(c: _Checker, raw: Mapping[str, Any]) -> KafkaSource | None:
+def _parse_source(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSource | None:
     section = c.mapping(raw, "source", "source", required=True)
     if section is None:
         return None
@@ -501,7 +341,7 @@ def _parse_source(c: _Checker, raw: Mapping[str, Any]) -> KafkaSource | None:
     )
 
 
-def _parse_topics(c: _Checker, raw: Mapping[str, Any], path: str) -> tuple[str, ...] | None:
+def _parse_topics(c: SpecChecker, raw: Mapping[str, Any], path: str) -> tuple[str, ...] | None:
     value = raw.get("topics")
     if value is None:
         c.add(path, "is missing", f"list the topics to read, e.g. `{path}: [orders]`")
@@ -533,7 +373,7 @@ def _parse_topics(c: _Checker, raw: Mapping[str, Any], path: str) -> tuple[str, 
     return tuple(topics) if len(topics) == len(value) else None
 
 
-def _parse_transform(c: _Checker, raw: Mapping[str, Any]) -> Transform | None:
+def _parse_transform(c: SpecChecker, raw: Mapping[str, Any]) -> Transform | None:
     section = c.mapping(raw, "transform", "transform", required=False)
     if section is None:
         return Transform(sql=None, python=None)  # identity: records pass unchanged
@@ -553,7 +393,7 @@ def _parse_transform(c: _Checker, raw: Mapping[str, Any]) -> Transform | None:
     return Transform(sql=sql, python=python)
 
 
-def _parse_sink(c: _Checker, raw: Mapping[str, Any]) -> KafkaSink | None:
+def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
     section = c.mapping(raw, "sink", "sink", required=True)
     if section is None:
         return None
@@ -595,7 +435,7 @@ def _key_format_json(fmt: RecordFormat) -> dict[str, str]:
     return {} if fmt is RecordFormat.BYTES else {"key_format": fmt.value}
 
 
-def _parse_key_format(c: _Checker, kafka: Mapping[str, Any], path: str) -> RecordFormat | None:
+def _parse_key_format(c: SpecChecker, kafka: Mapping[str, Any], path: str) -> RecordFormat | None:
     """`key_format`: bytes (default), string or json; the avro codec needs a key subject,
     which no pipeline names, so avro keys are refused."""
     fmt = c.choice(kafka, "key_format", f"{path}.key_format", RecordFormat, RecordFormat.BYTES)
@@ -609,7 +449,7 @@ def _parse_key_format(c: _Checker, kafka: Mapping[str, Any], path: str) -> Recor
     return fmt
 
 
-def _parse_bool(c: _Checker, raw: Mapping[str, Any], key: str) -> bool:
+def _parse_bool(c: SpecChecker, raw: Mapping[str, Any], key: str) -> bool:
     value = raw.get(key)
     if value is None:
         return False
@@ -620,7 +460,7 @@ def _parse_bool(c: _Checker, raw: Mapping[str, Any], key: str) -> bool:
 
 
 def _parse_registry_url(
-    c: _Checker, kafka: Mapping[str, Any], path: str, fmt: RecordFormat | None
+    c: SpecChecker, kafka: Mapping[str, Any], path: str, fmt: RecordFormat | None
 ) -> str | None:
     """`schema_registry_url`: an http(s) URL, required when the format is avro."""
     url = c.string(
@@ -640,7 +480,7 @@ def _parse_registry_url(
     return url.rstrip("/") if url is not None else None
 
 
-def _parse_checkpoint(c: _Checker, raw: Mapping[str, Any]) -> CheckpointConfig | None:
+def _parse_checkpoint(c: SpecChecker, raw: Mapping[str, Any]) -> CheckpointConfig | None:
     section = c.mapping(raw, "checkpoint", "checkpoint", required=False) or {}
     c.unknown_keys(section, ("interval_ms", "timeout_ms"), "checkpoint")
     interval = c.positive_int(
@@ -654,7 +494,7 @@ def _parse_checkpoint(c: _Checker, raw: Mapping[str, Any]) -> CheckpointConfig |
     return CheckpointConfig(interval_ms=interval, timeout_ms=timeout)
 
 
-def _parse_errors(c: _Checker, raw: Mapping[str, Any]) -> ErrorsConfig | None:
+def _parse_errors(c: SpecChecker, raw: Mapping[str, Any]) -> ErrorsConfig | None:
     section = c.mapping(raw, "errors", "errors", required=False) or {}
     c.unknown_keys(section, ("tolerance", "dead_letter_topic"), "errors")
     tolerance = c.choice(
