@@ -13,6 +13,7 @@ from lockgate.common.errors import FailedPrecondition
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.common.model.offsets import OffsetRange, TopicPartition
+from lockgate.common.model.pipeline_spec import parse_pipeline_spec
 from lockgate.coordinator.domain.checkpoints import Precommit
 from lockgate.coordinator.domain.errors import (
     FencedError,
@@ -574,3 +575,21 @@ def test_batched_precommits_are_all_or_nothing(
     )
     assert after.state is CheckpointState.COMPLETE
     assert offsets_table(store) == {("in", 0): 3, ("in", 2): 3}
+
+
+def test_triggers_allot_ids_under_the_pipelines_transactional_id_prefix(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    store = open_stores()
+    fence = lead(store)
+    raw = spec("q", tasks_max=2).to_json()
+    raw["sink"]["kafka"]["transactional_id_prefix"] = "team-a.q"
+    store.pipelines.create_pipeline(fence=fence, spec=parse_pipeline_spec(raw))
+    splits = split_partitions([TopicPartition("in", p) for p in range(4)], 2)
+    tasks = store.pipelines.set_pipeline_tasks(
+        fence=fence, pipeline_id=PipelineId("q"), splits=splits
+    )
+    store.executors.register_executor(fence=fence, executor_id=E1, address="e1:1")
+    store.pipelines.apply_assignment(fence=fence, assignment={E1: {t.task_id for t in tasks}})
+    n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("q"))
+    assert sorted(t.transactional_id for t in n1.tasks) == ["team-a.q-0-g2-0", "team-a.q-1-g2-0"]

@@ -291,3 +291,23 @@ def test_long_strings_are_refused_with_their_path_and_limit(
     (violation,) = validate_pipeline_spec(raw)
     assert violation.field == ".".join(path)
     assert f"more than the limit of {limit}" in violation.description
+
+
+def test_the_transactional_id_prefix_defaults_to_lockgate_and_the_name() -> None:
+    assert parse_pipeline_spec(valid()).transactional_id_prefix == "lockgate-orders-eo"
+    raw = valid()
+    raw["sink"]["kafka"]["transactional_id_prefix"] = "team-a.orders"
+    spec = parse_pipeline_spec(raw)
+    assert spec.transactional_id_prefix == "team-a.orders"
+    assert spec.to_json()["sink"]["kafka"]["transactional_id_prefix"] == "team-a.orders"
+    # Writing the default out is the same spec, stored the same way.
+    raw["sink"]["kafka"]["transactional_id_prefix"] = "lockgate-orders-eo"
+    assert parse_pipeline_spec(raw) == parse_pipeline_spec(valid())
+    assert "transactional_id_prefix" not in parse_pipeline_spec(raw).to_json()["sink"]["kafka"]
+
+
+@pytest.mark.parametrize("prefix", ["", "team a", "x" * 201, "ids/1", "é"])
+def test_a_transactional_id_prefix_outside_its_charset_or_length_is_refused(prefix: str) -> None:
+    raw = valid()
+    raw["sink"]["kafka"]["transactional_id_prefix"] = prefix
+    assert fields(raw) == ["sink.kafka.transactional_id_prefix"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lockgate.common.model.ids import PIPELINE_ID_PATTERN, PipelineId
@@ -106,6 +106,9 @@ class KafkaSink:
     Avro values are written with the newest schema registered under `<topic>-value`."""
     key_format: RecordFormat = RecordFormat.BYTES
     """How record keys are encoded (bytes, string or json; avro keys are refused)."""
+    transactional_id_prefix: str | None = None
+    """The start of the producers' `transactional.id`s; None for `lockgate-<pipeline>`
+    (`PipelineSpec.transactional_id_prefix` gives the one in force)."""
 
     @property
     def value_subject(self) -> str:
@@ -145,6 +148,11 @@ class PipelineSpec:
     """The pipeline needs no per-key order: one partition's range may be split over several
     Spark write partitions (producers) in a checkpoint, interleaving them in the output."""
 
+    @property
+    def transactional_id_prefix(self) -> str:
+        """The start of every `transactional.id` of the pipeline's producers."""
+        return self.sink.transactional_id_prefix or default_transactional_id_prefix(self.name)
+
     def to_json(self) -> dict[str, Any]:
         """Return the normalized config as JSON-ready values (what the store keeps)."""
         transform: dict[str, str] = {}
@@ -178,6 +186,7 @@ class PipelineSpec:
                     "format": self.sink.format.value,
                     **_key_format_json(self.sink.key_format),
                     **_registry_json(self.sink.schema_registry_url),
+                    **_prefix_json(self.sink.transactional_id_prefix),
                 }
             },
             "delivery": self.delivery.value,
@@ -195,6 +204,7 @@ DEFAULT_CHECKPOINT_INTERVAL_MS = 1_000
 DEFAULT_CHECKPOINT_TIMEOUT_MS = 60_000
 
 _TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_PREFIX_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
 _REGISTRY_URL_PATTERN = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 _PYTHON_REF_PATTERN = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
@@ -265,6 +275,8 @@ def _parse(raw: object) -> tuple[PipelineSpec | None, list[SpecViolation]]:
     assert name is not None and source is not None and transform is not None
     assert sink is not None and delivery is not None and checkpoint is not None
     assert tasks_max is not None and errors is not None
+    if sink.transactional_id_prefix == default_transactional_id_prefix(name):
+        sink = replace(sink, transactional_id_prefix=None)  # one stored form per meaning
     return (
         PipelineSpec(
             name=PipelineId(name),
@@ -402,7 +414,16 @@ def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
         return None
     path = "sink.kafka"
     c.unknown_keys(
-        kafka, ("bootstrap_servers", "topic", "format", "key_format", "schema_registry_url"), path
+        kafka,
+        (
+            "bootstrap_servers",
+            "topic",
+            "format",
+            "key_format",
+            "schema_registry_url",
+            "transactional_id_prefix",
+        ),
+        path,
     )
     servers = c.bootstrap_servers(kafka, path)
     topic = c.string(
@@ -416,6 +437,14 @@ def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
     fmt = c.choice(kafka, "format", f"{path}.format", RecordFormat, RecordFormat.BYTES)
     key_fmt = _parse_key_format(c, kafka, path)
     registry = _parse_registry_url(c, kafka, path, fmt)
+    prefix = c.string(
+        kafka,
+        "transactional_id_prefix",
+        f"{path}.transactional_id_prefix",
+        required=False,
+        pattern=_PREFIX_PATTERN,
+        pattern_fix="use 1-200 characters from a-z A-Z 0-9 . _ -",
+    )
     if servers is None or topic is None or fmt is None or key_fmt is None:
         return None
     return KafkaSink(
@@ -424,7 +453,17 @@ def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
         format=fmt,
         schema_registry_url=registry,
         key_format=key_fmt,
+        transactional_id_prefix=prefix,
     )
+
+
+def default_transactional_id_prefix(pipeline: str) -> str:
+    """`lockgate-<pipeline>`: the prefix of a pipeline that names none."""
+    return f"lockgate-{pipeline}"
+
+
+def _prefix_json(prefix: str | None) -> dict[str, str]:
+    return {} if prefix is None else {"transactional_id_prefix": prefix}
 
 
 def _registry_json(url: str | None) -> dict[str, str]:
