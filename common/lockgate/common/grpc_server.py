@@ -212,7 +212,29 @@ def _is_grpc_abort(exc: BaseException) -> bool:
     return type(exc) is Exception and not exc.args
 
 
-class ErrorMappingInterceptor(grpc.ServerInterceptor):
+class _WrappingInterceptor(grpc.ServerInterceptor):
+    """An interceptor that wraps each method's behaviour, except probes and reflection."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Wrap the method's handler, whatever its streaming shape."""
+        handler = continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or method.startswith(_PASS_THROUGH_PREFIXES):
+            return handler
+        return self._wrapped(handler, method)
+
+    def _wrapped(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """The handler of ``method`` with its behaviour wrapped (each subclass's own)."""
+        raise NotImplementedError
+
+
+class ErrorMappingInterceptor(_WrappingInterceptor):
     """Turns exceptions escaping a servicer into gRPC statuses (see module docstring)."""
 
     def __init__(self, *, service_name: str) -> None:
@@ -272,70 +294,61 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):
 
         return call
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        """Wrap the method's handler, whatever its streaming shape."""
-        handler = continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or method.startswith(_PASS_THROUGH_PREFIXES):
-            return handler
-        codec: dict[str, Any] = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._wrap_unary_response(handler.unary_unary, method), **codec
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream_response(handler.unary_stream, method), **codec
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                self._wrap_unary_response(handler.stream_unary, method), **codec
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                self._wrap_stream_response(handler.stream_stream, method), **codec
-            )
-        return handler
+    def _wrapped(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        return _rewrap(
+            handler,
+            unary_response=lambda behavior: self._wrap_unary_response(behavior, method),
+            stream_response=lambda behavior: self._wrap_stream_response(behavior, method),
+        )
 
 
-class RequestLimitsInterceptor(grpc.ServerInterceptor):
+_Behavior = Callable[[Any, grpc.ServicerContext], Any]
+
+
+def _rewrap(
+    handler: grpc.RpcMethodHandler[Any, Any],
+    *,
+    unary_response: Callable[[_Behavior], _Behavior],
+    stream_response: Callable[[_Behavior], _Behavior],
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """The same method handler with its behaviour wrapped: by ``unary_response`` for the
+    shapes that answer one message, by ``stream_response`` for those that stream."""
+    codec: dict[str, Any] = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(unary_response(handler.unary_unary), **codec)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(stream_response(handler.unary_stream), **codec)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary_response(handler.stream_unary), **codec)
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(
+            stream_response(handler.stream_stream), **codec
+        )
+    return handler
+
+
+class RequestLimitsInterceptor(_WrappingInterceptor):
     """Refuses a request over the bounds of ``lockgate.common.model.limits`` with
     ``INVALID_ARGUMENT`` naming each field and its limit, before the servicer runs.
 
     It sits inside ``ErrorMappingInterceptor``, which turns its ``InvalidArgument`` into the
-    status. Only unary requests exist in Lockgate's services; probes pass through.
+    status. Probes and reflection pass through.
     """
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        """Check the request of a unary-request method, then call it."""
-        handler = continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or method.startswith(_PASS_THROUGH_PREFIXES):
-            return handler
-        codec: dict[str, Any] = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(_checked(handler.unary_unary), **codec)
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(_checked(handler.unary_stream), **codec)
-        return handler
+    def _wrapped(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        return _rewrap(handler, unary_response=_checked, stream_response=_checked)
 
 
-def _checked(behavior: Callable[[Any, grpc.ServicerContext], Any]) -> Callable[..., Any]:
+def _checked(behavior: _Behavior) -> _Behavior:
     def call(request: Any, context: grpc.ServicerContext) -> Any:
+        # A streamed request is an iterator of messages; Lockgate's services have none.
         if isinstance(request, Message):
             check_request_limits(request)
         return behavior(request, context)

@@ -88,14 +88,21 @@ class LeaderEpochFence:
         """Raise ``StaleTokenError`` if ``presented`` is lower than the highest seen; record
         nothing (a read, or a call not yet checked further, cannot raise the epoch)."""
         with self._lock:
-            if not decide_leader_epoch(highest_seen=self._highest, presented=presented).accepted:
-                raise StaleTokenError(
-                    token=FencingToken.LEADER_EPOCH,
-                    subject="",
-                    presented=presented,
-                    current=self._highest,
-                    rpc=rpc,
-                )
+            self._decide(presented, rpc)
+
+    def _decide(self, presented: LeaderEpoch, rpc: str) -> EpochDecision:
+        """The decision on ``presented``; raises ``StaleTokenError`` if it is refused.
+        The caller holds the lock."""
+        decision = decide_leader_epoch(highest_seen=self._highest, presented=presented)
+        if not decision.accepted:
+            raise StaleTokenError(
+                token=FencingToken.LEADER_EPOCH,
+                subject="",
+                presented=presented,
+                current=self._highest,
+                rpc=rpc,
+            )
+        return decision
 
     def observe(self, presented: LeaderEpoch, *, leader_id: str = "", rpc: str) -> bool:
         """Record ``presented`` or raise ``StaleTokenError`` if it is lower than the highest.
@@ -103,15 +110,7 @@ class LeaderEpochFence:
         Returns True if ``presented`` is a new highest epoch (a new leader took over).
         """
         with self._lock:
-            decision = decide_leader_epoch(highest_seen=self._highest, presented=presented)
-            if not decision.accepted:
-                raise StaleTokenError(
-                    token=FencingToken.LEADER_EPOCH,
-                    subject="",
-                    presented=presented,
-                    current=self._highest,
-                    rpc=rpc,
-                )
+            decision = self._decide(presented, rpc)
             if decision.is_new_leader or not self._leader_id:
                 self._leader_id = leader_id or self._leader_id
             self._highest = decision.highest_seen

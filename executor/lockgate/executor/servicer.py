@@ -3,13 +3,12 @@
 Fencing happens here, before anything reaches the runtime: the leader epoch first (refused
 if lower than the highest seen), then the executor registration the call names; only then
 does a control call's higher epoch become the new highest. A read (GetExecutorStatus) never
-raises it (``fencing.py``). A
-refused call is logged with a stable line (``refused leader_epoch=3 highest_seen=4
-rpc=CommitCheckpoint``) and answered ``FAILED_PRECONDITION`` with a
-``lockgate.v1.FencingFailure`` in the status details, next to the usual ``ErrorInfo`` and
-``PreconditionFailure`` (``StaleTokenError``, mapped by the shared interceptor as every
-service's is). Other domain errors propagate to the error-mapping interceptor
-of ``lockgate.common.grpc_server`` (``HandleLostError`` is a ``DataLoss``: ``DATA_LOSS``).
+raises it (``fencing.py``). A refused call is logged with a stable line (``refused
+leader_epoch=3 highest_seen=4 rpc=CommitCheckpoint``) and answered ``FAILED_PRECONDITION``
+with a ``lockgate.v1.FencingFailure`` in the status details, next to the usual ``ErrorInfo``
+and ``PreconditionFailure`` (``StaleTokenError``, mapped by the shared interceptor as every
+service's is). Other domain errors propagate to the error-mapping interceptor of
+``lockgate.common.grpc_server`` (``HandleLostError`` is a ``DataLoss``: ``DATA_LOSS``).
 """
 
 from __future__ import annotations

@@ -33,6 +33,23 @@ def _running(coordinator: CoordinatorServer, pipeline: str, index: int, generati
     )
 
 
+def _empty_commit(
+    executor: ExecutorProcess, epoch: common_pb2.LeaderEpoch
+) -> executor_pb2.CommitCheckpointResponse:
+    """CommitCheckpoint of checkpoint p/1 with no handle, for registration e1/1 at `epoch`."""
+    response: executor_pb2.CommitCheckpointResponse = executor.stub.CommitCheckpoint(
+        executor_pb2.CommitCheckpointRequest(
+            leader_epoch=epoch,
+            executor_id="e1",
+            executor_generation=1,
+            pipeline_name="p",
+            checkpoint_id=1,
+        ),
+        timeout=5,
+    )
+    return response
+
+
 def _logged(executor: ExecutorProcess, line: str) -> Callable[[], bool]:
     return lambda: line in executor.log_text()
 
@@ -141,16 +158,7 @@ def test_refuses_calls_with_a_lower_leader_epoch_and_logs_them(
 
     # A newer leader (epoch 5) shows up with a control call: from then on the epoch-4
     # leader is the zombie.
-    executor.stub.CommitCheckpoint(
-        executor_pb2.CommitCheckpointRequest(
-            leader_epoch=common_pb2.LeaderEpoch(epoch=5, leader_id="c2"),
-            executor_id="e1",
-            executor_generation=1,
-            pipeline_name="p",
-            checkpoint_id=1,
-        ),
-        timeout=5,
-    )
+    _empty_commit(executor, common_pb2.LeaderEpoch(epoch=5, leader_id="c2"))
     status = executor.stub.GetExecutorStatus(executor_pb2.GetExecutorStatusRequest(), timeout=5)
     assert status.highest_leader_epoch_seen.epoch == 5
     with pytest.raises(grpc.RpcError) as refused:
@@ -371,16 +379,7 @@ def test_only_a_control_call_of_this_registration_raises_the_leader_epoch(
         assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert highest() == 1
     # The real leader's calls and heartbeats still go through.
-    executor.stub.CommitCheckpoint(
-        executor_pb2.CommitCheckpointRequest(
-            leader_epoch=script.epoch(),
-            executor_id="e1",
-            executor_generation=1,
-            pipeline_name="p",
-            checkpoint_id=1,
-        ),
-        timeout=5,
-    )
+    _empty_commit(executor, script.epoch())
     seen = len(script.heartbeats)
     wait_for("a heartbeat answered", lambda: len(script.heartbeats) > seen + 1, timeout_s=10)
     assert "refused leader_epoch" not in executor.log_text()
