@@ -32,6 +32,10 @@ MAX_REPEATED_ITEMS = 10_000
 """Most items of a repeated field unless the table below says fewer: tasks, offset ranges,
 handles, partitions of an offset reset, task statuses of a heartbeat."""
 
+MAX_TASK_PARTITIONS = MAX_REPEATED_ITEMS
+"""Most source partitions one task reads: its pre-commit report lists a range for each, so
+the coordinator refuses a `tasks_max` that would give a task more."""
+
 MAX_SOURCE_TOPICS = 1_000
 """Most topics one pipeline reads (`source.kafka.topics`)."""
 
