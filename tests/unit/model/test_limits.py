@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from google.protobuf import struct_pb2
 
 from lockgate.common.errors import InvalidArgument
 from lockgate.common.model.limits import (
@@ -87,3 +88,22 @@ def test_a_refusal_lists_at_most_twenty_violations_and_counts_the_rest() -> None
         check_request_limits(request)
     assert len(refused.value.violations) == 20
     assert "and 10 more" in refused.value.message
+
+
+def test_map_fields_are_bounded_in_entries_keys_and_values() -> None:
+    # No Lockgate request has a map yet (Kafka client properties will); Struct's is one.
+    fine = struct_pb2.Struct()
+    fine.update({"a": "x" * 100, "b": {"c": "y"}})
+    assert request_violations(fine) == []
+    long_value = struct_pb2.Struct()
+    long_value.update({"sasl.mechanism": "x" * (MAX_STRING_CHARS + 1)})
+    assert [v.field for v in request_violations(long_value)] == [
+        "fields['sasl.mechanism'].string_value"
+    ]
+    long_key = struct_pb2.Struct()
+    long_key.update({"k" * (MAX_STRING_CHARS + 1): 1})
+    (violation,) = request_violations(long_key)
+    assert violation.field.endswith("(key)")
+    many = struct_pb2.Struct()
+    many.update({f"k{i}": i for i in range(MAX_REPEATED_ITEMS + 1)})
+    assert [v.field for v in request_violations(many)] == ["fields"]

@@ -96,6 +96,10 @@ def _walk(message: Message, prefix: str, found: list[FieldViolation]) -> None:
             if len(value) > limit:
                 found.append(_too_long(path, len(value), limit, "items"))
                 continue
+            entry = field.message_type
+            if entry is not None and entry.GetOptions().map_entry:
+                _walk_map(value, path, found)
+                continue
             items: Any = value
             for i, item in enumerate(items):
                 if is_message:
@@ -108,6 +112,19 @@ def _walk(message: Message, prefix: str, found: list[FieldViolation]) -> None:
             _walk(value, f"{path}.", found)
         elif field.type in _TEXT_TYPES and len(value) > field_limit(field):
             found.append(_too_long(path, len(value), field_limit(field), "characters"))
+
+
+def _walk_map(entries: Any, path: str, found: list[FieldViolation]) -> None:
+    """A map field (options, properties): each key and value as a string field's."""
+    for key in entries:
+        where = f"{path}[{key[:64]!r}]" if isinstance(key, str) else f"{path}[{key}]"
+        if isinstance(key, str | bytes) and len(key) > MAX_STRING_CHARS:
+            found.append(_too_long(f"{where} (key)", len(key), MAX_STRING_CHARS, "characters"))
+        value = entries[key]
+        if isinstance(value, Message):
+            _walk(value, f"{where}.", found)
+        elif isinstance(value, str | bytes) and len(value) > MAX_STRING_CHARS:
+            found.append(_too_long(where, len(value), MAX_STRING_CHARS, "characters"))
 
 
 def check_request_limits(message: Message) -> None:
