@@ -551,3 +551,35 @@ def test_replicas_migrating_at_once_all_start(store_url: str) -> None:
     store = open_store(store_url)
     assert store.lease.read_lease().holder is None
     store.close()
+
+
+def prefixed(name: str, prefix: str | None) -> PipelineSpec:
+    raw = spec(name).to_json()
+    if prefix is not None:
+        raw["sink"]["kafka"]["transactional_id_prefix"] = prefix
+    return parse_pipeline_spec(raw)
+
+
+def test_a_transactional_id_prefix_is_one_pipelines_own(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    store = open_stores()
+    fence = lead(store)
+    store.pipelines.create_pipeline(fence=fence, spec=prefixed("orders", "team-a.orders"))
+    # The same prefix again, or a custom prefix that is another pipeline's default.
+    store.pipelines.create_pipeline(fence=fence, spec=prefixed("refunds", None))
+    for name, prefix, owner in (
+        ("copy", "team-a.orders", "orders"),
+        ("other", "lockgate-refunds", "refunds"),
+    ):
+        with pytest.raises(InvalidArgument) as taken:
+            store.pipelines.create_pipeline(fence=fence, spec=prefixed(name, prefix))
+        assert [v.field for v in taken.value.violations] == ["sink.kafka.transactional_id_prefix"]
+        assert f"pipeline {owner!r}" in taken.value.message
+    with pytest.raises(InvalidArgument):
+        store.pipelines.update_pipeline(fence=fence, spec=prefixed("refunds", "team-a.orders"))
+    # A pipeline keeps its own prefix through an update, and may change it to a free one.
+    store.pipelines.update_pipeline(fence=fence, spec=prefixed("orders", "team-a.orders"))
+    moved = store.pipelines.update_pipeline(fence=fence, spec=prefixed("orders", "team-b"))
+    assert moved.spec.transactional_id_prefix == "team-b"
+    store.pipelines.create_pipeline(fence=fence, spec=prefixed("copy", "team-a.orders"))

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import CheckpointId, LeaderEpoch, PipelineId, TaskId, split_task_id
-from lockgate.common.model.offsets import OffsetRange, next_offsets
+from lockgate.common.model.offsets import OffsetRange, TopicPartition, next_offsets
 from lockgate.coordinator.domain.aborts import timeout_reason
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
@@ -100,8 +100,9 @@ class CheckpointStore:
 
         Idempotent: the same task pre-committing again is a no-op. StaleGeneration if the
         report comes from a replaced executor session or task assignment;
-        FailedPrecondition if N was aborted (the executor must abort its handles) or the
-        handles name a transactional id other than the one N allotted to the task
+        FailedPrecondition if N was aborted (the executor must abort its handles);
+        InvalidArgument if its ranges or handles are not what N asked of the task: another
+        start offset, another task's partition, another transactional id or sink cluster
         (`domain/precommits.py`).
         """
         with self._db.transaction(fence=fence) as conn:
@@ -466,16 +467,50 @@ def _write_trigger(conn: Connection, plan: TriggerPlan, leader_epoch: LeaderEpoc
 def _store_precommits(conn: Connection, precommits: Sequence[Precommit]) -> None:
     """Check and store pre-commits with a handful of statements per checkpoint, however
     many tasks report (a 100-task checkpoint is one round of bulk writes)."""
+    keys = sorted(group_by_checkpoint(precommits))
+    pipeline_ids = sorted({p.pipeline_id for p in precommits})
     accepted = accept_precommits(
         precommits,
-        checkpoints={
-            key: find_checkpoint(conn, *key) for key in sorted(group_by_checkpoint(precommits))
-        },
+        checkpoints={key: find_checkpoint(conn, *key) for key in keys},
         executor_generations=executor_generations(conn, (p.executor_id for p in precommits)),
         tasks=read_tasks_by_id(conn, [p.task_id for p in precommits]),
+        resume_offsets={key: _start_offsets(conn, *key) for key in keys},
+        sink_servers={p: read_pipeline(conn, p).spec.sink.bootstrap_servers for p in pipeline_ids},
     )
     for key, fresh in accepted.items():
         _write_precommits(conn, key, fresh)
+
+
+def _start_offsets(
+    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+) -> dict[TopicPartition, int]:
+    """Where checkpoint N starts each partition that has a known start: where the previous
+    checkpoint ended. That is the pipeline's restore offsets (the last COMPLETE one's ends,
+    or a reset), unless an earlier checkpoint still TRIGGERED pre-committed the partition:
+    then its end (the leader triggers nothing while one is TRIGGERED, so only the store's
+    own callers reach that case)."""
+    starts = next_offsets_of(conn, pipeline_id)
+    earlier = conn.execute(
+        sa.select(
+            precommit_offsets.c.topic, precommit_offsets.c.partition, precommit_offsets.c.end_offset
+        )
+        .join(
+            checkpoints,
+            sa.and_(
+                checkpoints.c.pipeline_id == precommit_offsets.c.pipeline_id,
+                checkpoints.c.checkpoint_id == precommit_offsets.c.checkpoint_id,
+            ),
+        )
+        .where(
+            precommit_offsets.c.pipeline_id == pipeline_id,
+            precommit_offsets.c.checkpoint_id < checkpoint_id,
+            checkpoints.c.state == CheckpointState.TRIGGERED.value,
+        )
+        .order_by(precommit_offsets.c.checkpoint_id)
+    ).all()
+    for topic, partition, end in earlier:
+        starts[TopicPartition(topic, int(partition))] = int(end)
+    return starts
 
 
 def _write_precommits(conn: Connection, key: CheckpointKey, fresh: Sequence[Precommit]) -> None:
