@@ -33,6 +33,7 @@ from lockgate.coordinator.herder import (
     Herder,
 )
 from lockgate.coordinator.store import SqlStore, open_store
+from lockgate.coordinator.store.engine import DEFAULT_LEASE_MS
 from lockgate.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 SERVICE_NAME = "lockgate-coordinator"
@@ -88,7 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
         "listen address)",
     )
     parser.add_argument(
-        "--lease-ms", type=_positive("--lease-ms"), default=3_000, help="leader lease (ms)"
+        "--lease-ms",
+        type=_positive("--lease-ms"),
+        default=DEFAULT_LEASE_MS,
+        help="leader lease (ms)",
     )
     parser.add_argument(
         "--session-timeout-ms",
@@ -114,9 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open_state(db: str | None) -> SqlStore | int:
-    """The migrated store of `--db` (default: the home's SQLite file), or the exit code
-    after printing why it cannot be opened."""
+def _open_state(db: str | None, *, lease_ms: int) -> SqlStore | int:
+    """The migrated store of `--db` (default: the home's SQLite file), its sessions' timeouts
+    below `lease_ms`, or the exit code after printing why it cannot be opened."""
     url = db or default_database_url()
     if url.startswith("sqlite:///") and db is None:
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +129,7 @@ def _open_state(db: str | None) -> SqlStore | int:
     except sa.exc.ArgumentError:
         shown = "<unparseable URL>"
     try:
-        store = open_store(url)
+        store = open_store(url, lease_ms=lease_ms)
     except LockgateError as exc:
         print(f"error: --db: {exc.message}", file=sys.stderr)
         return 2
@@ -155,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TelemetryConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    store = _open_state(args.db)
+    store = _open_state(args.db, lease_ms=args.lease_ms)
     if isinstance(store, int):
         return store
     advertise = args.advertise or args.listen
