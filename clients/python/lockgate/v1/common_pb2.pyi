@@ -951,8 +951,8 @@ class KafkaSourceSpec(_message.Message):
     """Where a pipeline with no complete checkpoint starts; unset means EARLIEST."""
     max_records_per_partition: _builtins.int
     """Most records one task reads from one partition in one checkpoint, so a backlog drains
-    in checkpoints that each fit within checkpoint.timeout_ms; 0 means 100000 (about 10 s
-    of one executor core's copying).
+    in checkpoints that each fit within checkpoint.timeout_ms; 0 means 50000 (about 10 s
+    of one task's copying).
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
