@@ -27,6 +27,7 @@ from lockgate.coordinator.domain.assignment import (
     DEFAULT_REASSIGN_DELAY_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
 )
+from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
 from lockgate.coordinator.herder import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     CoordinatorSettings,
@@ -113,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra wait after an executor's session expired before its tasks move (ms)",
     )
     parser.add_argument(
+        "--checkpoint-history",
+        type=_positive("--checkpoint-history"),
+        default=DEFAULT_CHECKPOINT_HISTORY,
+        help="final checkpoints kept per pipeline; older ones are deleted (non-final ones"
+        " never are)",
+    )
+    parser.add_argument(
         "--log-level", default=os.environ.get("LOCKGATE_LOG_LEVEL", "INFO"), help="e.g. DEBUG"
     )
     return parser
@@ -179,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,
         reassign_delay_ms=args.reassign_delay_ms,
+        checkpoint_history=args.checkpoint_history,
     )
     try:
         failpoints = Failpoints.from_env()
@@ -187,10 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         store.close()
         return 2
     if failpoints.armed:
-        _LOG.warning(
-            "failpoints armed: %s",
-            ", ".join(a.describe() for a in failpoints.armed),
-        )
+        _LOG.warning("failpoints armed: %s", ", ".join(a.describe() for a in failpoints.armed))
     herder = Herder(store=store, settings=settings, failpoints=failpoints)
     servicer = CoordinatorServicer(herder)
     try:

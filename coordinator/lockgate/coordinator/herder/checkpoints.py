@@ -56,6 +56,7 @@ from lockgate.coordinator.domain.checkpoints import (
     trigger_due,
 )
 from lockgate.coordinator.domain.errors import FailedPrecondition, IllegalTransition, NotFound
+from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
@@ -127,6 +128,7 @@ class CheckpointDriver:
         failpoints: Failpoints,
         wake: Callable[[], None],
         duty_lock: threading.Lock,
+        keep_history: int = DEFAULT_CHECKPOINT_HISTORY,
     ) -> None:
         self._store = store
         self._lease = lease
@@ -140,6 +142,8 @@ class CheckpointDriver:
         # deleted pipeline's checkpoints (they share the retry schedule).
         self._duty_lock = duty_lock
         self._backoff = _Backoff()
+        # Final checkpoints kept per pipeline; pruned as each one becomes final.
+        self._keep_history = keep_history
 
     # ------------------------------------------------------------------ reads
 
@@ -277,7 +281,11 @@ class CheckpointDriver:
             for item in group:
                 self._lease.leader_call(
                     lambda f, task=item.task_id: self._store.checkpoints.mark_handles_aborted(  # type: ignore[misc]
-                        fence=f, pipeline_id=pipeline_id, checkpoint_id=checkpoint_id, task_id=task
+                        fence=f,
+                        pipeline_id=pipeline_id,
+                        checkpoint_id=checkpoint_id,
+                        task_id=task,
+                        keep_history=self._keep_history,
                     )
                 )
         return True
@@ -376,7 +384,10 @@ class CheckpointDriver:
     def _mark_committed(self, commit: PendingCommit) -> None:
         self._lease.leader_call(
             lambda f: self._store.checkpoints.mark_committed(
-                fence=f, pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
+                fence=f,
+                pipeline_id=commit.pipeline_id,
+                checkpoint_id=commit.checkpoint_id,
+                keep_history=self._keep_history,
             )
         )
         _LOG.info("checkpoint %s of %s COMMITTED", commit.checkpoint_id, commit.pipeline_id)

@@ -88,6 +88,7 @@ class Herder:
             failpoints=failpoints or Failpoints(),
             wake=self.wake,
             duty_lock=self._duty_lock,
+            keep_history=settings.checkpoint_history,
         )
         self.reports = Reports(
             store=store, lease=self.lease_keeper, checkpoints=self.checkpoints, wake=self.wake
