@@ -152,6 +152,16 @@ class UnknownTransactionError(TransactionResumeError):
     """
 
 
+#: The answers after which a commit can never succeed: the transaction was aborted or
+#: fenced (by the broker's ``transaction.timeout.ms`` or a newer producer), or its id is
+#: gone. Its output is lost; every other ``TransactionResumeError`` may pass on a retry.
+TRANSACTION_LOST_ERRORS: tuple[type[TransactionResumeError], ...] = (
+    ProducerFencedError,
+    InvalidTransactionStateError,
+    UnknownTransactionError,
+)
+
+
 class TransactionTimeoutError(TransactionResumeError):
     """The deadline passed while the coordinator kept answering with retriable errors."""
 

@@ -251,10 +251,12 @@ def test_fenced_leader_cannot_write(open_stores: Callable[..., SqlStore]) -> Non
 def test_contender_waits_for_a_write_that_passed_its_fence_check(
     open_stores: Callable[..., SqlStore],
 ) -> None:
-    """A leader paused *inside* a write (after its fence check) past its lease: the
-    contender's acquisition waits for that transaction, so every write of epoch 1 is
-    ordered before epoch 2 begins (SQLite: the write lock; PostgreSQL: FOR SHARE)."""
-    old_store, new_store = open_stores(), open_stores()
+    """A leader paused *inside* a write (after its fence check) past its lease, but not past
+    its sessions' idle-in-transaction bound: the contender's acquisition waits for that
+    transaction, so every write of epoch 1 is ordered before epoch 2 begins (SQLite: the
+    write lock; PostgreSQL: FOR SHARE). A longer pause: test_store_timeouts."""
+    # The old leader's sessions allow 5 s idle in a transaction: longer than this pause.
+    old_store, new_store = open_stores(lease_ms=10_000), open_stores()
     old = lead(old_store, "c1", lease_ms=1_500)
     taken: dict[str, Any] = {}
     done = threading.Event()

@@ -10,6 +10,8 @@ import pytest
 
 from lockgate.common.errors import InvalidArgument
 from lockgate.common.model.pipeline_spec import (
+    DEFAULT_MAX_RECORDS_PER_PARTITION,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
     Delivery,
     ErrorTolerance,
     RecordFormat,
@@ -311,3 +313,36 @@ def test_a_transactional_id_prefix_outside_its_charset_or_length_is_refused(pref
     raw = valid()
     raw["sink"]["kafka"]["transactional_id_prefix"] = prefix
     assert fields(raw) == ["sink.kafka.transactional_id_prefix"]
+
+
+def test_batch_cap_and_transaction_timeout_default_and_are_stored_only_when_set() -> None:
+    spec = parse_pipeline_spec(valid())
+    assert spec.source.max_records_per_partition == DEFAULT_MAX_RECORDS_PER_PARTITION
+    assert spec.sink.transaction_timeout_ms == DEFAULT_TRANSACTION_TIMEOUT_MS
+    stored = spec.to_json()
+    assert "max_records_per_partition" not in stored["source"]["kafka"]
+    assert "transaction_timeout_ms" not in stored["sink"]["kafka"]
+    raw = valid()
+    raw["source"]["kafka"]["max_records_per_partition"] = 3_000
+    raw["sink"]["kafka"]["transaction_timeout_ms"] = 120_000
+    spec = parse_pipeline_spec(raw)
+    assert spec.source.max_records_per_partition == 3_000
+    assert spec.sink.transaction_timeout_ms == 120_000
+    assert parse_pipeline_spec(spec.to_json()) == spec
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("source", "max_records_per_partition", 0),
+        ("source", "max_records_per_partition", "many"),
+        ("sink", "transaction_timeout_ms", 999),
+        ("sink", "transaction_timeout_ms", True),
+    ],
+)
+def test_a_bad_batch_cap_or_transaction_timeout_is_named(
+    section: str, key: str, value: object
+) -> None:
+    raw = valid()
+    raw[section]["kafka"][key] = value
+    assert fields(raw) == [f"{section}.kafka.{key}"]

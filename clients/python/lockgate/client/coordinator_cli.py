@@ -359,6 +359,30 @@ def pipeline_status(
         )
     _out.print(table)
     _print_last_abort(status)
+    _print_health(status)
+
+
+def _print_health(status: coordinator_pb2.GetPipelineStatusResponse) -> None:
+    """FAILED with the DATA_LOST checkpoint and its lost ranges; then each warning."""
+    plain: dict[str, Any] = {"soft_wrap": True, "highlight": False, "markup": False}
+    if status.health == coordinator_pb2.PIPELINE_HEALTH_FAILED:
+        lost = status.data_lost_checkpoint
+        ranges = ", ".join(
+            f"{r.topic}[{r.partition}] {r.start_offset}..{r.end_offset}" for r in lost.lost_ranges
+        )
+        _out.print(
+            f"FAILED: checkpoint {lost.checkpoint_id} lost its data at"
+            f" {_time(lost.data_loss_time)}: {lost.data_loss_error}",
+            **plain,
+        )
+        _out.print(f"  lost ranges (half-open): {ranges or 'none'}", **plain)
+        _out.print(
+            f"  move on: lockgate pipeline restart {status.name} --from-checkpoint"
+            f" {lost.checkpoint_id} (reads the lost ranges again)",
+            **plain,
+        )
+    for warning in status.warnings:
+        _out.print(f"warning: {warning}", **plain)
 
 
 def _print_last_abort(status: coordinator_pb2.GetPipelineStatusResponse) -> None:
@@ -456,12 +480,25 @@ def pipeline_restart(
     only_failed: Annotated[
         bool, typer.Option("--only-failed", help="With --include-tasks: only FAILED tasks.")
     ] = False,
+    from_checkpoint: Annotated[
+        int,
+        typer.Option(
+            "--from-checkpoint",
+            min=1,
+            help="Move a FAILED pipeline past its DATA_LOST checkpoint N, re-reading the"
+            " ranges it lost (see `pipeline status`).",
+        ),
+    ] = 0,
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
     as_json: JsonOption = False,
 ) -> None:
     """Re-plan the tasks and, with --include-tasks, restart them."""
     request = coordinator_pb2.RestartPipelineRequest(
-        request_id=uuid.uuid4().hex, name=name, include_tasks=include_tasks, only_failed=only_failed
+        request_id=uuid.uuid4().hex,
+        name=name,
+        include_tasks=include_tasks,
+        only_failed=only_failed,
+        from_checkpoint_id=from_checkpoint,
     )
     response = _call(coordinator, lambda s: s.RestartPipeline(request, timeout=_TIMEOUT_S))
     if as_json:
@@ -565,13 +602,17 @@ def pipeline_checkpoints(
             _print_json(one.checkpoint)
             return
         _print_checkpoints([one.checkpoint])
-        tasks = Table("task", "generation", "executor", "state")
+        tasks = Table("task", "generation", "executor", "state", "source ranges")
         for t in one.checkpoint.tasks:
             tasks.add_row(
                 _task(t.task_id),
                 str(t.task_generation),
                 t.executor_id,
                 _enum(common_pb2.TaskCheckpointState, t.state),
+                ", ".join(
+                    f"{r.topic}[{r.partition}] {r.start_offset}..{r.end_offset}"
+                    for r in t.source_ranges
+                ),
             )
         _out.print(tasks)
         return

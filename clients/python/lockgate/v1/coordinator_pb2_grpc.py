@@ -364,9 +364,11 @@ class CoordinatorServiceServicer:
     def RestartPipeline(self, request, context):
         """RestartPipeline re-plans a pipeline's tasks from its current spec and, with
         include_tasks, restarts its tasks with new generations (only the FAILED ones with
-        only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-        FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
-        missing, or their Kafka does not answer), UNAVAILABLE.
+        only_failed), as Kafka Connect's restart; with from_checkpoint_id it also moves a
+        FAILED pipeline past its DATA_LOST checkpoint, re-reading the lost ranges. Leader only.
+        Errors: NOT_FOUND, FAILED_PRECONDITION (pipeline is STOPPED, or its source topics
+        cannot be read: missing, or their Kafka does not answer; from_checkpoint_id is not the
+        pipeline's DATA_LOST checkpoint), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -376,7 +378,8 @@ class CoordinatorServiceServicer:
         """GetPipelineStatus returns a pipeline's target state and, per task, the observed
         state, the executor and generation running it and its last error, with the latest
         checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
-        had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
+        had not pre-committed and why), its health (FAILED with the DATA_LOST checkpoint and
+        its lost ranges) and warnings. Errors: NOT_FOUND, UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -411,7 +414,8 @@ class CoordinatorServiceServicer:
 
     def ResetOffsets(self, request, context):
         """ResetOffsets sets the offsets a STOPPED pipeline resumes from, per partition or to
-        earliest/latest, as Kafka Connect's offsets API. Leader only. Errors: NOT_FOUND,
+        earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
+        its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
         FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
         COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
         negative offset), UNAVAILABLE.

@@ -151,15 +151,18 @@ class CoordinatorServiceStub:
     RestartPipeline: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.RestartPipelineRequest, _coordinator_pb2.RestartPipelineResponse]
     """RestartPipeline re-plans a pipeline's tasks from its current spec and, with
     include_tasks, restarts its tasks with new generations (only the FAILED ones with
-    only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-    FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
-    missing, or their Kafka does not answer), UNAVAILABLE.
+    only_failed), as Kafka Connect's restart; with from_checkpoint_id it also moves a
+    FAILED pipeline past its DATA_LOST checkpoint, re-reading the lost ranges. Leader only.
+    Errors: NOT_FOUND, FAILED_PRECONDITION (pipeline is STOPPED, or its source topics
+    cannot be read: missing, or their Kafka does not answer; from_checkpoint_id is not the
+    pipeline's DATA_LOST checkpoint), UNAVAILABLE.
     """
     GetPipelineStatus: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineStatusRequest, _coordinator_pb2.GetPipelineStatusResponse]
     """GetPipelineStatus returns a pipeline's target state and, per task, the observed
     state, the executor and generation running it and its last error, with the latest
     checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
-    had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
+    had not pre-committed and why), its health (FAILED with the DATA_LOST checkpoint and
+    its lost ranges) and warnings. Errors: NOT_FOUND, UNAVAILABLE.
     """
     ListTasks: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ListTasksRequest, _coordinator_pb2.ListTasksResponse]
     """ListTasks returns tasks, optionally of one pipeline or one executor, ordered by
@@ -178,7 +181,8 @@ class CoordinatorServiceStub:
     """
     ResetOffsets: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ResetOffsetsRequest, _coordinator_pb2.ResetOffsetsResponse]
     """ResetOffsets sets the offsets a STOPPED pipeline resumes from, per partition or to
-    earliest/latest, as Kafka Connect's offsets API. Leader only. Errors: NOT_FOUND,
+    earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
+    its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
     FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
     COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
     negative offset), UNAVAILABLE.
@@ -328,15 +332,18 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     RestartPipeline: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.RestartPipelineRequest, _coordinator_pb2.RestartPipelineResponse]  # type: ignore[assignment]
     """RestartPipeline re-plans a pipeline's tasks from its current spec and, with
     include_tasks, restarts its tasks with new generations (only the FAILED ones with
-    only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-    FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
-    missing, or their Kafka does not answer), UNAVAILABLE.
+    only_failed), as Kafka Connect's restart; with from_checkpoint_id it also moves a
+    FAILED pipeline past its DATA_LOST checkpoint, re-reading the lost ranges. Leader only.
+    Errors: NOT_FOUND, FAILED_PRECONDITION (pipeline is STOPPED, or its source topics
+    cannot be read: missing, or their Kafka does not answer; from_checkpoint_id is not the
+    pipeline's DATA_LOST checkpoint), UNAVAILABLE.
     """
     GetPipelineStatus: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineStatusRequest, _coordinator_pb2.GetPipelineStatusResponse]  # type: ignore[assignment]
     """GetPipelineStatus returns a pipeline's target state and, per task, the observed
     state, the executor and generation running it and its last error, with the latest
     checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
-    had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
+    had not pre-committed and why), its health (FAILED with the DATA_LOST checkpoint and
+    its lost ranges) and warnings. Errors: NOT_FOUND, UNAVAILABLE.
     """
     ListTasks: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ListTasksRequest, _coordinator_pb2.ListTasksResponse]  # type: ignore[assignment]
     """ListTasks returns tasks, optionally of one pipeline or one executor, ordered by
@@ -355,7 +362,8 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     """
     ResetOffsets: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ResetOffsetsRequest, _coordinator_pb2.ResetOffsetsResponse]  # type: ignore[assignment]
     """ResetOffsets sets the offsets a STOPPED pipeline resumes from, per partition or to
-    earliest/latest, as Kafka Connect's offsets API. Leader only. Errors: NOT_FOUND,
+    earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
+    its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
     FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
     COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
     negative offset), UNAVAILABLE.
@@ -586,9 +594,11 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_coordinator_pb2.RestartPipelineResponse, _abc.Awaitable[_coordinator_pb2.RestartPipelineResponse]]:
         """RestartPipeline re-plans a pipeline's tasks from its current spec and, with
         include_tasks, restarts its tasks with new generations (only the FAILED ones with
-        only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-        FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
-        missing, or their Kafka does not answer), UNAVAILABLE.
+        only_failed), as Kafka Connect's restart; with from_checkpoint_id it also moves a
+        FAILED pipeline past its DATA_LOST checkpoint, re-reading the lost ranges. Leader only.
+        Errors: NOT_FOUND, FAILED_PRECONDITION (pipeline is STOPPED, or its source topics
+        cannot be read: missing, or their Kafka does not answer; from_checkpoint_id is not the
+        pipeline's DATA_LOST checkpoint), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -600,7 +610,8 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         """GetPipelineStatus returns a pipeline's target state and, per task, the observed
         state, the executor and generation running it and its last error, with the latest
         checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
-        had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
+        had not pre-committed and why), its health (FAILED with the DATA_LOST checkpoint and
+        its lost ranges) and warnings. Errors: NOT_FOUND, UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -643,7 +654,8 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.ResetOffsetsResponse, _abc.Awaitable[_coordinator_pb2.ResetOffsetsResponse]]:
         """ResetOffsets sets the offsets a STOPPED pipeline resumes from, per partition or to
-        earliest/latest, as Kafka Connect's offsets API. Leader only. Errors: NOT_FOUND,
+        earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
+        its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
         FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
         COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
         negative offset), UNAVAILABLE.

@@ -75,6 +75,9 @@ class KafkaSource:
     """Base URL of the schema registry's REST facade; required by the avro format."""
     key_format: RecordFormat = RecordFormat.BYTES
     """How record keys are decoded (bytes, string or json; avro keys are refused)."""
+    max_records_per_partition: int = 0
+    """Most records one checkpoint reads from one partition (0: the default,
+    `DEFAULT_MAX_RECORDS_PER_PARTITION`), so a backlog drains in checkpoints that each fit."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,9 @@ class KafkaSink:
     transactional_id_prefix: str | None = None
     """The start of the producers' `transactional.id`s; None for `lockgate-<pipeline>`
     (`PipelineSpec.transactional_id_prefix` gives the one in force)."""
+    transaction_timeout_ms: int = 0
+    """Kafka `transaction.timeout.ms` of the sink's transactions (0: the default,
+    `DEFAULT_TRANSACTION_TIMEOUT_MS`)."""
 
     @property
     def value_subject(self) -> str:
@@ -176,6 +182,7 @@ class PipelineSpec:
                     "format": self.source.format.value,
                     **_key_format_json(self.source.key_format),
                     **_registry_json(self.source.schema_registry_url),
+                    **_set_json("max_records_per_partition", self.source.max_records_per_partition),
                 }
             },
             "transform": transform,
@@ -187,6 +194,7 @@ class PipelineSpec:
                     **_key_format_json(self.sink.key_format),
                     **_registry_json(self.sink.schema_registry_url),
                     **_prefix_json(self.sink.transactional_id_prefix),
+                    **_set_json("transaction_timeout_ms", self.sink.transaction_timeout_ms),
                 }
             },
             "delivery": self.delivery.value,
@@ -202,6 +210,14 @@ class PipelineSpec:
 
 DEFAULT_CHECKPOINT_INTERVAL_MS = 1_000
 DEFAULT_CHECKPOINT_TIMEOUT_MS = 60_000
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+"""The sink's `transaction.timeout.ms` unless set: the broker's default cap (15 minutes)."""
+DEFAULT_MAX_RECORDS_PER_PARTITION = 50_000
+"""A checkpoint's records per partition unless set. A task copies about 5,000 records/s
+(100-byte values, bytes format, one executor core of a loaded 2-core machine;
+bench/backlog_drain.py), so a task of two partitions needs about 20 s at the cap: a third
+of the default 60 s `checkpoint.timeout_ms`, leaving room for a slower transform or a
+busier machine."""
 
 _TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _PREFIX_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
@@ -326,11 +342,15 @@ def _parse_source(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSource | None:
             "format",
             "key_format",
             "schema_registry_url",
+            "max_records_per_partition",
         ),
         path,
     )
     servers = c.bootstrap_servers(kafka, path)
     topics = _parse_topics(c, kafka, f"{path}.topics")
+    cap = c.positive_int(
+        kafka, "max_records_per_partition", f"{path}.max_records_per_partition", 0, 1
+    )
     starting = c.choice(
         kafka,
         "starting_offsets",
@@ -350,6 +370,7 @@ def _parse_source(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSource | None:
         format=fmt,
         schema_registry_url=registry,
         key_format=key_fmt,
+        max_records_per_partition=cap or DEFAULT_MAX_RECORDS_PER_PARTITION,
     )
 
 
@@ -422,6 +443,7 @@ def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
             "key_format",
             "schema_registry_url",
             "transactional_id_prefix",
+            "transaction_timeout_ms",
         ),
         path,
     )
@@ -445,7 +467,11 @@ def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
         pattern=_PREFIX_PATTERN,
         pattern_fix="use 1-200 characters from a-z A-Z 0-9 . _ -",
     )
-    if servers is None or topic is None or fmt is None or key_fmt is None:
+    # Below 1 s no checkpoint could commit; the broker refuses values above its cap.
+    txn_timeout = c.positive_int(
+        kafka, "transaction_timeout_ms", f"{path}.transaction_timeout_ms", 0, 1000
+    )
+    if servers is None or topic is None or fmt is None or key_fmt is None or txn_timeout is None:
         return None
     return KafkaSink(
         bootstrap_servers=servers,
@@ -454,6 +480,7 @@ def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
         schema_registry_url=registry,
         key_format=key_fmt,
         transactional_id_prefix=prefix,
+        transaction_timeout_ms=txn_timeout or DEFAULT_TRANSACTION_TIMEOUT_MS,
     )
 
 
@@ -464,6 +491,16 @@ def default_transactional_id_prefix(pipeline: str) -> str:
 
 def _prefix_json(prefix: str | None) -> dict[str, str]:
     return {} if prefix is None else {"transactional_id_prefix": prefix}
+
+
+def _set_json(key: str, value: int) -> dict[str, int]:
+    """`{key: value}` unless `value` is its default: the stored form of a spec that leaves
+    it unset stays what earlier versions stored."""
+    defaults = {
+        "max_records_per_partition": DEFAULT_MAX_RECORDS_PER_PARTITION,
+        "transaction_timeout_ms": DEFAULT_TRANSACTION_TIMEOUT_MS,
+    }
+    return {} if value == defaults[key] else {key: value}
 
 
 def _registry_json(url: str | None) -> dict[str, str]:

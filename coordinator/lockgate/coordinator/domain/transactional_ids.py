@@ -73,7 +73,10 @@ from lockgate.coordinator.domain.states import CheckpointState
 TRANSACTIONAL_ID_SLOTS = 3
 """Slots per task and generation: one committing checkpoint, one pre-committing, one spare."""
 
-_REUSABLE = frozenset({CheckpointState.COMMITTED, CheckpointState.ABORTED})
+# DATA_LOST: the broker already aborted (or the leader aborted) its transactions.
+_REUSABLE = frozenset(
+    {CheckpointState.COMMITTED, CheckpointState.ABORTED, CheckpointState.DATA_LOST}
+)
 
 
 def transactional_id(prefix: str, task_index: int, generation: Generation, slot: int) -> str:

@@ -88,6 +88,7 @@ class Herder:
             failpoints=failpoints or Failpoints(),
             wake=self.wake,
             duty_lock=self._duty_lock,
+            keep_history=settings.checkpoint_history,
         )
         self.reports = Reports(
             store=store, lease=self.lease_keeper, checkpoints=self.checkpoints, wake=self.wake
@@ -98,6 +99,7 @@ class Herder:
             topics=topics or KafkaTopics(),
             checkpoints=self.checkpoints,
             wake=self.wake,
+            recovery=settings.recovery_time,
         )
         self._thread = threading.Thread(
             target=self._run, name=f"leader-{settings.coordinator_id}", daemon=True

@@ -46,6 +46,7 @@ from lockgate.coordinator.domain.precommits import (
 )
 from lockgate.coordinator.domain.states import CheckpointState, transition_checkpoint
 from lockgate.coordinator.store.engine import Database, db_now_ms, upsert
+from lockgate.coordinator.store.history import prune_history
 from lockgate.coordinator.store.offset_store import next_offsets_of, write_next_offsets
 from lockgate.coordinator.store.recovery_queries import lingering_transactions, pending_commits
 from lockgate.coordinator.store.rows import (
@@ -54,6 +55,7 @@ from lockgate.coordinator.store.rows import (
     find_checkpoint,
     read_checkpoint,
     read_pipeline,
+    read_precommit_ranges,
     read_task,
     read_tasks,
     read_tasks_by_id,
@@ -129,9 +131,16 @@ class CheckpointStore:
             return [read_checkpoint(conn, p, c) for p, c in touched]
 
     def mark_committed(
-        self, *, fence: Fence, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+        self,
+        *,
+        fence: Fence,
+        pipeline_id: PipelineId,
+        checkpoint_id: CheckpointId,
+        keep_history: int | None = None,
     ) -> CheckpointRecord:
         """Mark COMPLETE checkpoint N COMMITTED (every handle acked). Leader-only; idempotent.
+        With `keep_history`, prune the pipeline's final checkpoints beyond the newest that
+        many in the same transaction (`store/history.py`).
 
         IllegalTransition if N is not COMPLETE or COMMITTED.
         """
@@ -148,6 +157,8 @@ class CheckpointStore:
                 )
                 .values(state=CheckpointState.COMMITTED.value, committed_at_ms=db_now_ms())
             )
+            if keep_history is not None:
+                prune_history(conn, pipeline_id, keep=keep_history)
             return read_checkpoint(conn, pipeline_id, checkpoint_id)
 
     def abort_checkpoint(
@@ -249,10 +260,14 @@ class CheckpointStore:
         pipeline_id: PipelineId,
         checkpoint_id: CheckpointId,
         task_id: TaskId,
+        keep_history: int | None = None,
     ) -> None:
         """Record that a task's transactions of ABORTED checkpoint N were aborted, so they
-        leave the lingering list. Leader-only. Idempotent."""
+        leave the lingering list. Leader-only. Idempotent. `keep_history` as for
+        `mark_committed` (N may have just become final)."""
         with self._db.transaction(fence=fence) as conn:
+            if keep_history is not None:  # the pipeline row first, as every write here
+                read_pipeline(conn, pipeline_id, for_update=True)
             check_handles_abortable(read_checkpoint(conn, pipeline_id, checkpoint_id))
             conn.execute(
                 checkpoint_tasks.update()
@@ -264,6 +279,8 @@ class CheckpointStore:
                 )
                 .values(abort_acked_at_ms=db_now_ms())
             )
+            if keep_history is not None:
+                prune_history(conn, pipeline_id, keep=keep_history)
 
     def get_checkpoint(
         self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
@@ -271,6 +288,18 @@ class CheckpointStore:
         """One checkpoint with its tasks and timings; NotFound if absent."""
         with self._db.read() as conn:
             return read_checkpoint(conn, pipeline_id, checkpoint_id)
+
+    def precommit_ranges(
+        self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    ) -> dict[TaskId, list[OffsetRange]]:
+        """The source ranges each task of checkpoint N pre-committed."""
+        ranges: dict[TaskId, list[OffsetRange]] = defaultdict(list)
+        with self._db.read() as conn:
+            for _, task, tp, start, end in read_precommit_ranges(
+                conn, pipeline_id, [checkpoint_id]
+            ):
+                ranges[task].append(OffsetRange(tp.topic, tp.partition, start, end))
+        return dict(ranges)
 
     def list_checkpoints(
         self,

@@ -302,6 +302,10 @@ const (
 	CheckpointState_CHECKPOINT_STATE_COMMITTED CheckpointState = 3
 	// A task failed or timed out before N was complete; every handle of N is aborted.
 	CheckpointState_CHECKPOINT_STATE_ABORTED CheckpointState = 4
+	// N was COMPLETE but the broker aborted some of its transactions before they were
+	// committed (transaction.timeout.ms passed): the records of lost_ranges never reached
+	// the sink. Its pipeline is FAILED until RestartPipeline with from_checkpoint_id = N.
+	CheckpointState_CHECKPOINT_STATE_DATA_LOST CheckpointState = 5
 )
 
 // Enum value maps for CheckpointState.
@@ -312,6 +316,7 @@ var (
 		2: "CHECKPOINT_STATE_COMPLETE",
 		3: "CHECKPOINT_STATE_COMMITTED",
 		4: "CHECKPOINT_STATE_ABORTED",
+		5: "CHECKPOINT_STATE_DATA_LOST",
 	}
 	CheckpointState_value = map[string]int32{
 		"CHECKPOINT_STATE_UNSPECIFIED": 0,
@@ -319,6 +324,7 @@ var (
 		"CHECKPOINT_STATE_COMPLETE":    2,
 		"CHECKPOINT_STATE_COMMITTED":   3,
 		"CHECKPOINT_STATE_ABORTED":     4,
+		"CHECKPOINT_STATE_DATA_LOST":   5,
 	}
 )
 
@@ -1711,8 +1717,9 @@ type KafkaSourceSpec struct {
 	StartingOffsets OffsetPosition `protobuf:"varint,3,opt,name=starting_offsets,json=startingOffsets,proto3,enum=lockgate.v1.OffsetPosition" json:"starting_offsets,omitempty"`
 	// How the source records are encoded; unset means bytes keys and values.
 	Format *FormatSpec `protobuf:"bytes,4,opt,name=format,proto3" json:"format,omitempty"`
-	// Most records one task reads from one partition in one checkpoint, bounding a batch;
-	// 0 means no bound.
+	// Most records one task reads from one partition in one checkpoint, so a backlog drains
+	// in checkpoints that each fit within checkpoint.timeout_ms; 0 means 50000 (about 10 s
+	// of one task's copying).
 	MaxRecordsPerPartition int64 `protobuf:"varint,5,opt,name=max_records_per_partition,json=maxRecordsPerPartition,proto3" json:"max_records_per_partition,omitempty"`
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache
@@ -1957,9 +1964,10 @@ type KafkaSinkSpec struct {
 	// are written with the newest schema registered under the subject "<topic>-value"
 	// (register it before the pipeline runs).
 	Format *FormatSpec `protobuf:"bytes,3,opt,name=format,proto3" json:"format,omitempty"`
-	// Kafka `transaction.timeout.ms` for the sink's transactions; it must exceed the
-	// checkpoint timeout plus recovery time, or the broker aborts pre-committed output;
-	// 0 means 900000 (the broker's default cap, 15 minutes).
+	// Kafka `transaction.timeout.ms` for the sink's transactions, in milliseconds, >= 1000;
+	// it must exceed checkpoint.timeout_ms plus the coordinator's recovery time (refused
+	// otherwise), or the broker could abort pre-committed output; at most the broker's
+	// transaction.max.timeout.ms; 0 means 900000 (the broker's default cap, 15 minutes).
 	TransactionTimeoutMs int64 `protobuf:"varint,4,opt,name=transaction_timeout_ms,json=transactionTimeoutMs,proto3" json:"transaction_timeout_ms,omitempty"`
 	// The start of every Kafka `transactional.id` the pipeline's producers use, so two
 	// installs or prefixed ACLs can share a cluster: 1-200 characters of [a-zA-Z0-9._-],
@@ -2931,7 +2939,14 @@ type Checkpoint struct {
 	// Sum of the tasks' counts.
 	Counts *RecordCounts `protobuf:"bytes,14,opt,name=counts,proto3" json:"counts,omitempty"`
 	// Each task's part; empty in ListCheckpoints results, filled by GetCheckpoint.
-	Tasks         []*TaskCheckpoint `protobuf:"bytes,15,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Tasks []*TaskCheckpoint `protobuf:"bytes,15,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Why the commit failed for good (the broker's answer), set when state is DATA_LOST.
+	DataLossError string `protobuf:"bytes,16,opt,name=data_loss_error,json=dataLossError,proto3" json:"data_loss_error,omitempty"`
+	// The source offset ranges whose output was lost, half-open, set when state is
+	// DATA_LOST: RestartPipeline with from_checkpoint_id re-reads exactly these.
+	LostRanges []*OffsetRange `protobuf:"bytes,17,rep,name=lost_ranges,json=lostRanges,proto3" json:"lost_ranges,omitempty"`
+	// When the commit failed for good; unset unless DATA_LOST.
+	DataLossTime  *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=data_loss_time,json=dataLossTime,proto3" json:"data_loss_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3067,6 +3082,27 @@ func (x *Checkpoint) GetCounts() *RecordCounts {
 func (x *Checkpoint) GetTasks() []*TaskCheckpoint {
 	if x != nil {
 		return x.Tasks
+	}
+	return nil
+}
+
+func (x *Checkpoint) GetDataLossError() string {
+	if x != nil {
+		return x.DataLossError
+	}
+	return ""
+}
+
+func (x *Checkpoint) GetLostRanges() []*OffsetRange {
+	if x != nil {
+		return x.LostRanges
+	}
+	return nil
+}
+
+func (x *Checkpoint) GetDataLossTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DataLossTime
 	}
 	return nil
 }
@@ -3455,7 +3491,7 @@ const file_lockgate_v1_common_proto_rawDesc = "" +
 	"\x0eprecommit_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\rprecommitTime\x122\n" +
 	"\x15precommit_duration_ms\x18\t \x01(\x03R\x13precommitDurationMs\x12,\n" +
 	"\x05error\x18\n" +
-	" \x01(\v2\x16.lockgate.v1.TaskErrorR\x05error\"\xfd\x05\n" +
+	" \x01(\v2\x16.lockgate.v1.TaskErrorR\x05error\"\xa2\a\n" +
 	"\n" +
 	"Checkpoint\x12#\n" +
 	"\rpipeline_name\x18\x01 \x01(\tR\fpipelineName\x12#\n" +
@@ -3475,7 +3511,11 @@ const file_lockgate_v1_common_proto_rawDesc = "" +
 	"\x11total_duration_ms\x18\f \x01(\x03R\x0ftotalDurationMs\x12!\n" +
 	"\fabort_reason\x18\r \x01(\tR\vabortReason\x121\n" +
 	"\x06counts\x18\x0e \x01(\v2\x19.lockgate.v1.RecordCountsR\x06counts\x121\n" +
-	"\x05tasks\x18\x0f \x03(\v2\x1b.lockgate.v1.TaskCheckpointR\x05tasks\"\xbc\x03\n" +
+	"\x05tasks\x18\x0f \x03(\v2\x1b.lockgate.v1.TaskCheckpointR\x05tasks\x12&\n" +
+	"\x0fdata_loss_error\x18\x10 \x01(\tR\rdataLossError\x129\n" +
+	"\vlost_ranges\x18\x11 \x03(\v2\x18.lockgate.v1.OffsetRangeR\n" +
+	"lostRanges\x12@\n" +
+	"\x0edata_loss_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\fdataLossTime\"\xbc\x03\n" +
 	"\bExecutor\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12\x18\n" +
@@ -3517,13 +3557,14 @@ const file_lockgate_v1_common_proto_rawDesc = "" +
 	"\x11TASK_STATE_PAUSED\x10\x03\x12\x16\n" +
 	"\x12TASK_STATE_STOPPED\x10\x04\x12\x15\n" +
 	"\x11TASK_STATE_FAILED\x10\x05\x12\x19\n" +
-	"\x15TASK_STATE_RESTARTING\x10\x06*\xb0\x01\n" +
+	"\x15TASK_STATE_RESTARTING\x10\x06*\xd0\x01\n" +
 	"\x0fCheckpointState\x12 \n" +
 	"\x1cCHECKPOINT_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aCHECKPOINT_STATE_TRIGGERED\x10\x01\x12\x1d\n" +
 	"\x19CHECKPOINT_STATE_COMPLETE\x10\x02\x12\x1e\n" +
 	"\x1aCHECKPOINT_STATE_COMMITTED\x10\x03\x12\x1c\n" +
-	"\x18CHECKPOINT_STATE_ABORTED\x10\x04*\xf3\x01\n" +
+	"\x18CHECKPOINT_STATE_ABORTED\x10\x04\x12\x1e\n" +
+	"\x1aCHECKPOINT_STATE_DATA_LOST\x10\x05*\xf3\x01\n" +
 	"\x13TaskCheckpointState\x12%\n" +
 	"!TASK_CHECKPOINT_STATE_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fTASK_CHECKPOINT_STATE_TRIGGERED\x10\x01\x12&\n" +
@@ -3666,17 +3707,19 @@ var file_lockgate_v1_common_proto_depIdxs = []int32{
 	42, // 46: lockgate.v1.Checkpoint.abort_time:type_name -> google.protobuf.Timestamp
 	24, // 47: lockgate.v1.Checkpoint.counts:type_name -> lockgate.v1.RecordCounts
 	38, // 48: lockgate.v1.Checkpoint.tasks:type_name -> lockgate.v1.TaskCheckpoint
-	6,  // 49: lockgate.v1.Executor.state:type_name -> lockgate.v1.ExecutorState
-	12, // 50: lockgate.v1.Executor.tasks:type_name -> lockgate.v1.TaskId
-	42, // 51: lockgate.v1.Executor.register_time:type_name -> google.protobuf.Timestamp
-	42, // 52: lockgate.v1.Executor.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	42, // 53: lockgate.v1.CoordinatorMember.last_seen_time:type_name -> google.protobuf.Timestamp
-	10, // 54: lockgate.v1.CoordinatorMember.state:type_name -> lockgate.v1.CoordinatorState
-	55, // [55:55] is the sub-list for method output_type
-	55, // [55:55] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	17, // 49: lockgate.v1.Checkpoint.lost_ranges:type_name -> lockgate.v1.OffsetRange
+	42, // 50: lockgate.v1.Checkpoint.data_loss_time:type_name -> google.protobuf.Timestamp
+	6,  // 51: lockgate.v1.Executor.state:type_name -> lockgate.v1.ExecutorState
+	12, // 52: lockgate.v1.Executor.tasks:type_name -> lockgate.v1.TaskId
+	42, // 53: lockgate.v1.Executor.register_time:type_name -> google.protobuf.Timestamp
+	42, // 54: lockgate.v1.Executor.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	42, // 55: lockgate.v1.CoordinatorMember.last_seen_time:type_name -> google.protobuf.Timestamp
+	10, // 56: lockgate.v1.CoordinatorMember.state:type_name -> lockgate.v1.CoordinatorState
+	57, // [57:57] is the sub-list for method output_type
+	57, // [57:57] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_lockgate_v1_common_proto_init() }

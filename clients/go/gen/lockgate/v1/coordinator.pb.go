@@ -30,6 +30,60 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// PipelineHealth says whether a pipeline makes progress without an operator.
+type PipelineHealth int32
+
+const (
+	// Not set; never sent.
+	PipelineHealth_PIPELINE_HEALTH_UNSPECIFIED PipelineHealth = 0
+	// Nothing stops the pipeline's checkpoints.
+	PipelineHealth_PIPELINE_HEALTH_OK PipelineHealth = 1
+	// A checkpoint lost its data (DATA_LOST): no checkpoint is triggered until the operator
+	// moves on with RestartPipeline(from_checkpoint_id) or ResetOffsets.
+	PipelineHealth_PIPELINE_HEALTH_FAILED PipelineHealth = 2
+)
+
+// Enum value maps for PipelineHealth.
+var (
+	PipelineHealth_name = map[int32]string{
+		0: "PIPELINE_HEALTH_UNSPECIFIED",
+		1: "PIPELINE_HEALTH_OK",
+		2: "PIPELINE_HEALTH_FAILED",
+	}
+	PipelineHealth_value = map[string]int32{
+		"PIPELINE_HEALTH_UNSPECIFIED": 0,
+		"PIPELINE_HEALTH_OK":          1,
+		"PIPELINE_HEALTH_FAILED":      2,
+	}
+)
+
+func (x PipelineHealth) Enum() *PipelineHealth {
+	p := new(PipelineHealth)
+	*p = x
+	return p
+}
+
+func (x PipelineHealth) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PipelineHealth) Descriptor() protoreflect.EnumDescriptor {
+	return file_lockgate_v1_coordinator_proto_enumTypes[0].Descriptor()
+}
+
+func (PipelineHealth) Type() protoreflect.EnumType {
+	return &file_lockgate_v1_coordinator_proto_enumTypes[0]
+}
+
+func (x PipelineHealth) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PipelineHealth.Descriptor instead.
+func (PipelineHealth) EnumDescriptor() ([]byte, []int) {
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{0}
+}
+
 // GetClusterInfoRequest asks for the cluster's leader and members.
 type GetClusterInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1553,9 +1607,14 @@ type RestartPipelineRequest struct {
 	// Also restart the pipeline's tasks (each gets a new generation); false re-plans only.
 	IncludeTasks bool `protobuf:"varint,3,opt,name=include_tasks,json=includeTasks,proto3" json:"include_tasks,omitempty"`
 	// Restrict the restart to FAILED tasks (with include_tasks).
-	OnlyFailed    bool `protobuf:"varint,4,opt,name=only_failed,json=onlyFailed,proto3" json:"only_failed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OnlyFailed bool `protobuf:"varint,4,opt,name=only_failed,json=onlyFailed,proto3" json:"only_failed,omitempty"`
+	// Move a FAILED pipeline past its DATA_LOST checkpoint N: the partitions whose records
+	// N lost resume from N's start offsets (they are read and written again), the others
+	// from N's end offsets. Must name the pipeline's unresolved DATA_LOST checkpoint
+	// (FAILED_PRECONDITION otherwise, naming it); 0 for an ordinary restart.
+	FromCheckpointId int64 `protobuf:"varint,5,opt,name=from_checkpoint_id,json=fromCheckpointId,proto3" json:"from_checkpoint_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RestartPipelineRequest) Reset() {
@@ -1614,6 +1673,13 @@ func (x *RestartPipelineRequest) GetOnlyFailed() bool {
 		return x.OnlyFailed
 	}
 	return false
+}
+
+func (x *RestartPipelineRequest) GetFromCheckpointId() int64 {
+	if x != nil {
+		return x.FromCheckpointId
+	}
+	return 0
 }
 
 // RestartPipelineResponse says which tasks restart.
@@ -1746,8 +1812,18 @@ type GetPipelineStatusResponse struct {
 	// state TASK_CHECKPOINT_STATE_FAILED and error.message saying why (the task's error, or
 	// "no pre-commit report within N ms"); empty if every task had pre-committed it.
 	LastAbortMissingTasks []*TaskCheckpoint `protobuf:"bytes,11,rep,name=last_abort_missing_tasks,json=lastAbortMissingTasks,proto3" json:"last_abort_missing_tasks,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Field numbers 12-39 are left to other status fields (metrics); this block starts at 40.
+	// Whether the pipeline can make progress on its own.
+	Health PipelineHealth `protobuf:"varint,40,opt,name=health,proto3,enum=lockgate.v1.PipelineHealth" json:"health,omitempty"`
+	// The DATA_LOST checkpoint that makes the pipeline FAILED, with data_loss_error and
+	// lost_ranges; unset unless health is PIPELINE_HEALTH_FAILED.
+	DataLostCheckpoint *Checkpoint `protobuf:"bytes,41,opt,name=data_lost_checkpoint,json=dataLostCheckpoint,proto3" json:"data_lost_checkpoint,omitempty"`
+	// Conditions an operator should look at before they become failures, one sentence each
+	// (e.g. a COMPLETE checkpoint's transactions still uncommitted past half of the sink's
+	// transaction.timeout.ms).
+	Warnings      []string `protobuf:"bytes,42,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetPipelineStatusResponse) Reset() {
@@ -1853,6 +1929,27 @@ func (x *GetPipelineStatusResponse) GetConsecutiveAbortedCheckpoints() int64 {
 func (x *GetPipelineStatusResponse) GetLastAbortMissingTasks() []*TaskCheckpoint {
 	if x != nil {
 		return x.LastAbortMissingTasks
+	}
+	return nil
+}
+
+func (x *GetPipelineStatusResponse) GetHealth() PipelineHealth {
+	if x != nil {
+		return x.Health
+	}
+	return PipelineHealth_PIPELINE_HEALTH_UNSPECIFIED
+}
+
+func (x *GetPipelineStatusResponse) GetDataLostCheckpoint() *Checkpoint {
+	if x != nil {
+		return x.DataLostCheckpoint
+	}
+	return nil
+}
+
+func (x *GetPipelineStatusResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
 	}
 	return nil
 }
@@ -3411,19 +3508,20 @@ const file_lockgate_v1_coordinator_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"I\n" +
 	"\x14StopPipelineResponse\x121\n" +
-	"\bpipeline\x18\x01 \x01(\v2\x15.lockgate.v1.PipelineR\bpipeline\"\x91\x01\n" +
+	"\bpipeline\x18\x01 \x01(\v2\x15.lockgate.v1.PipelineR\bpipeline\"\xbf\x01\n" +
 	"\x16RestartPipelineRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12#\n" +
 	"\rinclude_tasks\x18\x03 \x01(\bR\fincludeTasks\x12\x1f\n" +
 	"\vonly_failed\x18\x04 \x01(\bR\n" +
-	"onlyFailed\"\x8a\x01\n" +
+	"onlyFailed\x12,\n" +
+	"\x12from_checkpoint_id\x18\x05 \x01(\x03R\x10fromCheckpointId\"\x8a\x01\n" +
 	"\x17RestartPipelineResponse\x121\n" +
 	"\bpipeline\x18\x01 \x01(\v2\x15.lockgate.v1.PipelineR\bpipeline\x12<\n" +
 	"\x0frestarted_tasks\x18\x02 \x03(\v2\x13.lockgate.v1.TaskIdR\x0erestartedTasks\".\n" +
 	"\x18GetPipelineStatusRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xaa\x05\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xc6\x06\n" +
 	"\x19GetPipelineStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
 	"\ftarget_state\x18\x02 \x01(\x0e2\x18.lockgate.v1.TargetStateR\vtargetState\x12%\n" +
@@ -3436,7 +3534,10 @@ const file_lockgate_v1_coordinator_proto_rawDesc = "" +
 	"\x17last_aborted_checkpoint\x18\t \x01(\v2\x17.lockgate.v1.CheckpointR\x15lastAbortedCheckpoint\x12F\n" +
 	"\x1fconsecutive_aborted_checkpoints\x18\n" +
 	" \x01(\x03R\x1dconsecutiveAbortedCheckpoints\x12T\n" +
-	"\x18last_abort_missing_tasks\x18\v \x03(\v2\x1b.lockgate.v1.TaskCheckpointR\x15lastAbortMissingTasks\"\x94\x01\n" +
+	"\x18last_abort_missing_tasks\x18\v \x03(\v2\x1b.lockgate.v1.TaskCheckpointR\x15lastAbortMissingTasks\x123\n" +
+	"\x06health\x18( \x01(\x0e2\x1b.lockgate.v1.PipelineHealthR\x06health\x12I\n" +
+	"\x14data_lost_checkpoint\x18) \x01(\v2\x17.lockgate.v1.CheckpointR\x12dataLostCheckpoint\x12\x1a\n" +
+	"\bwarnings\x18* \x03(\tR\bwarnings\"\x94\x01\n" +
 	"\x10ListTasksRequest\x12#\n" +
 	"\rpipeline_name\x18\x01 \x01(\tR\fpipelineName\x12\x1f\n" +
 	"\vexecutor_id\x18\x02 \x01(\tR\n" +
@@ -3543,7 +3644,11 @@ const file_lockgate_v1_coordinator_proto_rawDesc = "" +
 	"\x16restored_checkpoint_id\x18\x01 \x01(\x03R\x14restoredCheckpointId\x12A\n" +
 	"\rstart_offsets\x18\x02 \x03(\v2\x1c.lockgate.v1.PartitionOffsetR\fstartOffsets\x12N\n" +
 	"\x13commit_before_start\x18\x03 \x03(\v2\x1e.lockgate.v1.CheckpointHandlesR\x11commitBeforeStart\x12E\n" +
-	"\x12abort_before_start\x18\x04 \x03(\v2\x17.lockgate.v1.SinkHandleR\x10abortBeforeStart2\xc6\x11\n" +
+	"\x12abort_before_start\x18\x04 \x03(\v2\x17.lockgate.v1.SinkHandleR\x10abortBeforeStart*e\n" +
+	"\x0ePipelineHealth\x12\x1f\n" +
+	"\x1bPIPELINE_HEALTH_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12PIPELINE_HEALTH_OK\x10\x01\x12\x1a\n" +
+	"\x16PIPELINE_HEALTH_FAILED\x10\x022\xc6\x11\n" +
 	"\x12CoordinatorService\x12^\n" +
 	"\x0eGetClusterInfo\x12\".lockgate.v1.GetClusterInfoRequest\x1a#.lockgate.v1.GetClusterInfoResponse\"\x03\x90\x02\x01\x12_\n" +
 	"\x10RegisterExecutor\x12$.lockgate.v1.RegisterExecutorRequest\x1a%.lockgate.v1.RegisterExecutorResponse\x12J\n" +
@@ -3584,201 +3689,205 @@ func file_lockgate_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_lockgate_v1_coordinator_proto_rawDescData
 }
 
+var file_lockgate_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_lockgate_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_lockgate_v1_coordinator_proto_goTypes = []any{
-	(*GetClusterInfoRequest)(nil),           // 0: lockgate.v1.GetClusterInfoRequest
-	(*GetClusterInfoResponse)(nil),          // 1: lockgate.v1.GetClusterInfoResponse
-	(*RegisterExecutorRequest)(nil),         // 2: lockgate.v1.RegisterExecutorRequest
-	(*RegisterExecutorResponse)(nil),        // 3: lockgate.v1.RegisterExecutorResponse
-	(*HeartbeatRequest)(nil),                // 4: lockgate.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),               // 5: lockgate.v1.HeartbeatResponse
-	(*DeregisterExecutorRequest)(nil),       // 6: lockgate.v1.DeregisterExecutorRequest
-	(*DeregisterExecutorResponse)(nil),      // 7: lockgate.v1.DeregisterExecutorResponse
-	(*CreatePipelineRequest)(nil),           // 8: lockgate.v1.CreatePipelineRequest
-	(*CreatePipelineResponse)(nil),          // 9: lockgate.v1.CreatePipelineResponse
-	(*GetPipelineRequest)(nil),              // 10: lockgate.v1.GetPipelineRequest
-	(*GetPipelineResponse)(nil),             // 11: lockgate.v1.GetPipelineResponse
-	(*ListPipelinesRequest)(nil),            // 12: lockgate.v1.ListPipelinesRequest
-	(*ListPipelinesResponse)(nil),           // 13: lockgate.v1.ListPipelinesResponse
-	(*UpdatePipelineRequest)(nil),           // 14: lockgate.v1.UpdatePipelineRequest
-	(*UpdatePipelineResponse)(nil),          // 15: lockgate.v1.UpdatePipelineResponse
-	(*DeletePipelineRequest)(nil),           // 16: lockgate.v1.DeletePipelineRequest
-	(*DeletePipelineResponse)(nil),          // 17: lockgate.v1.DeletePipelineResponse
-	(*ValidatePipelineRequest)(nil),         // 18: lockgate.v1.ValidatePipelineRequest
-	(*ValidatePipelineResponse)(nil),        // 19: lockgate.v1.ValidatePipelineResponse
-	(*PausePipelineRequest)(nil),            // 20: lockgate.v1.PausePipelineRequest
-	(*PausePipelineResponse)(nil),           // 21: lockgate.v1.PausePipelineResponse
-	(*ResumePipelineRequest)(nil),           // 22: lockgate.v1.ResumePipelineRequest
-	(*ResumePipelineResponse)(nil),          // 23: lockgate.v1.ResumePipelineResponse
-	(*StopPipelineRequest)(nil),             // 24: lockgate.v1.StopPipelineRequest
-	(*StopPipelineResponse)(nil),            // 25: lockgate.v1.StopPipelineResponse
-	(*RestartPipelineRequest)(nil),          // 26: lockgate.v1.RestartPipelineRequest
-	(*RestartPipelineResponse)(nil),         // 27: lockgate.v1.RestartPipelineResponse
-	(*GetPipelineStatusRequest)(nil),        // 28: lockgate.v1.GetPipelineStatusRequest
-	(*GetPipelineStatusResponse)(nil),       // 29: lockgate.v1.GetPipelineStatusResponse
-	(*ListTasksRequest)(nil),                // 30: lockgate.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),               // 31: lockgate.v1.ListTasksResponse
-	(*RestartTaskRequest)(nil),              // 32: lockgate.v1.RestartTaskRequest
-	(*RestartTaskResponse)(nil),             // 33: lockgate.v1.RestartTaskResponse
-	(*GetOffsetsRequest)(nil),               // 34: lockgate.v1.GetOffsetsRequest
-	(*GetOffsetsResponse)(nil),              // 35: lockgate.v1.GetOffsetsResponse
-	(*ResetOffsetsRequest)(nil),             // 36: lockgate.v1.ResetOffsetsRequest
-	(*PartitionOffsets)(nil),                // 37: lockgate.v1.PartitionOffsets
-	(*ResetOffsetsResponse)(nil),            // 38: lockgate.v1.ResetOffsetsResponse
-	(*ListCheckpointsRequest)(nil),          // 39: lockgate.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),         // 40: lockgate.v1.ListCheckpointsResponse
-	(*GetCheckpointRequest)(nil),            // 41: lockgate.v1.GetCheckpointRequest
-	(*GetCheckpointResponse)(nil),           // 42: lockgate.v1.GetCheckpointResponse
-	(*ReportPrecommitRequest)(nil),          // 43: lockgate.v1.ReportPrecommitRequest
-	(*ReportPrecommitResponse)(nil),         // 44: lockgate.v1.ReportPrecommitResponse
-	(*ReportTaskFailureRequest)(nil),        // 45: lockgate.v1.ReportTaskFailureRequest
-	(*ReportTaskFailureResponse)(nil),       // 46: lockgate.v1.ReportTaskFailureResponse
-	(*ReportCheckpointFailureRequest)(nil),  // 47: lockgate.v1.ReportCheckpointFailureRequest
-	(*ReportCheckpointFailureResponse)(nil), // 48: lockgate.v1.ReportCheckpointFailureResponse
-	(*TaskAssignment)(nil),                  // 49: lockgate.v1.TaskAssignment
-	(*TaskRestoreState)(nil),                // 50: lockgate.v1.TaskRestoreState
-	(*LeaderEpoch)(nil),                     // 51: lockgate.v1.LeaderEpoch
-	(*timestamppb.Timestamp)(nil),           // 52: google.protobuf.Timestamp
-	(*CoordinatorMember)(nil),               // 53: lockgate.v1.CoordinatorMember
-	(*Executor)(nil),                        // 54: lockgate.v1.Executor
-	(*TaskStatus)(nil),                      // 55: lockgate.v1.TaskStatus
-	(*PipelineSpec)(nil),                    // 56: lockgate.v1.PipelineSpec
-	(TargetState)(0),                        // 57: lockgate.v1.TargetState
-	(*Pipeline)(nil),                        // 58: lockgate.v1.Pipeline
-	(*fieldmaskpb.FieldMask)(nil),           // 59: google.protobuf.FieldMask
-	(*FieldViolation)(nil),                  // 60: lockgate.v1.FieldViolation
-	(*TaskId)(nil),                          // 61: lockgate.v1.TaskId
-	(*Task)(nil),                            // 62: lockgate.v1.Task
-	(*Checkpoint)(nil),                      // 63: lockgate.v1.Checkpoint
-	(*TaskCheckpoint)(nil),                  // 64: lockgate.v1.TaskCheckpoint
-	(*PartitionOffset)(nil),                 // 65: lockgate.v1.PartitionOffset
-	(OffsetPosition)(0),                     // 66: lockgate.v1.OffsetPosition
-	(CheckpointState)(0),                    // 67: lockgate.v1.CheckpointState
-	(*OffsetRange)(nil),                     // 68: lockgate.v1.OffsetRange
-	(*SinkHandle)(nil),                      // 69: lockgate.v1.SinkHandle
-	(*RecordCounts)(nil),                    // 70: lockgate.v1.RecordCounts
-	(*TaskError)(nil),                       // 71: lockgate.v1.TaskError
-	(*TopicPartition)(nil),                  // 72: lockgate.v1.TopicPartition
-	(*CheckpointHandles)(nil),               // 73: lockgate.v1.CheckpointHandles
+	(PipelineHealth)(0),                     // 0: lockgate.v1.PipelineHealth
+	(*GetClusterInfoRequest)(nil),           // 1: lockgate.v1.GetClusterInfoRequest
+	(*GetClusterInfoResponse)(nil),          // 2: lockgate.v1.GetClusterInfoResponse
+	(*RegisterExecutorRequest)(nil),         // 3: lockgate.v1.RegisterExecutorRequest
+	(*RegisterExecutorResponse)(nil),        // 4: lockgate.v1.RegisterExecutorResponse
+	(*HeartbeatRequest)(nil),                // 5: lockgate.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),               // 6: lockgate.v1.HeartbeatResponse
+	(*DeregisterExecutorRequest)(nil),       // 7: lockgate.v1.DeregisterExecutorRequest
+	(*DeregisterExecutorResponse)(nil),      // 8: lockgate.v1.DeregisterExecutorResponse
+	(*CreatePipelineRequest)(nil),           // 9: lockgate.v1.CreatePipelineRequest
+	(*CreatePipelineResponse)(nil),          // 10: lockgate.v1.CreatePipelineResponse
+	(*GetPipelineRequest)(nil),              // 11: lockgate.v1.GetPipelineRequest
+	(*GetPipelineResponse)(nil),             // 12: lockgate.v1.GetPipelineResponse
+	(*ListPipelinesRequest)(nil),            // 13: lockgate.v1.ListPipelinesRequest
+	(*ListPipelinesResponse)(nil),           // 14: lockgate.v1.ListPipelinesResponse
+	(*UpdatePipelineRequest)(nil),           // 15: lockgate.v1.UpdatePipelineRequest
+	(*UpdatePipelineResponse)(nil),          // 16: lockgate.v1.UpdatePipelineResponse
+	(*DeletePipelineRequest)(nil),           // 17: lockgate.v1.DeletePipelineRequest
+	(*DeletePipelineResponse)(nil),          // 18: lockgate.v1.DeletePipelineResponse
+	(*ValidatePipelineRequest)(nil),         // 19: lockgate.v1.ValidatePipelineRequest
+	(*ValidatePipelineResponse)(nil),        // 20: lockgate.v1.ValidatePipelineResponse
+	(*PausePipelineRequest)(nil),            // 21: lockgate.v1.PausePipelineRequest
+	(*PausePipelineResponse)(nil),           // 22: lockgate.v1.PausePipelineResponse
+	(*ResumePipelineRequest)(nil),           // 23: lockgate.v1.ResumePipelineRequest
+	(*ResumePipelineResponse)(nil),          // 24: lockgate.v1.ResumePipelineResponse
+	(*StopPipelineRequest)(nil),             // 25: lockgate.v1.StopPipelineRequest
+	(*StopPipelineResponse)(nil),            // 26: lockgate.v1.StopPipelineResponse
+	(*RestartPipelineRequest)(nil),          // 27: lockgate.v1.RestartPipelineRequest
+	(*RestartPipelineResponse)(nil),         // 28: lockgate.v1.RestartPipelineResponse
+	(*GetPipelineStatusRequest)(nil),        // 29: lockgate.v1.GetPipelineStatusRequest
+	(*GetPipelineStatusResponse)(nil),       // 30: lockgate.v1.GetPipelineStatusResponse
+	(*ListTasksRequest)(nil),                // 31: lockgate.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),               // 32: lockgate.v1.ListTasksResponse
+	(*RestartTaskRequest)(nil),              // 33: lockgate.v1.RestartTaskRequest
+	(*RestartTaskResponse)(nil),             // 34: lockgate.v1.RestartTaskResponse
+	(*GetOffsetsRequest)(nil),               // 35: lockgate.v1.GetOffsetsRequest
+	(*GetOffsetsResponse)(nil),              // 36: lockgate.v1.GetOffsetsResponse
+	(*ResetOffsetsRequest)(nil),             // 37: lockgate.v1.ResetOffsetsRequest
+	(*PartitionOffsets)(nil),                // 38: lockgate.v1.PartitionOffsets
+	(*ResetOffsetsResponse)(nil),            // 39: lockgate.v1.ResetOffsetsResponse
+	(*ListCheckpointsRequest)(nil),          // 40: lockgate.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),         // 41: lockgate.v1.ListCheckpointsResponse
+	(*GetCheckpointRequest)(nil),            // 42: lockgate.v1.GetCheckpointRequest
+	(*GetCheckpointResponse)(nil),           // 43: lockgate.v1.GetCheckpointResponse
+	(*ReportPrecommitRequest)(nil),          // 44: lockgate.v1.ReportPrecommitRequest
+	(*ReportPrecommitResponse)(nil),         // 45: lockgate.v1.ReportPrecommitResponse
+	(*ReportTaskFailureRequest)(nil),        // 46: lockgate.v1.ReportTaskFailureRequest
+	(*ReportTaskFailureResponse)(nil),       // 47: lockgate.v1.ReportTaskFailureResponse
+	(*ReportCheckpointFailureRequest)(nil),  // 48: lockgate.v1.ReportCheckpointFailureRequest
+	(*ReportCheckpointFailureResponse)(nil), // 49: lockgate.v1.ReportCheckpointFailureResponse
+	(*TaskAssignment)(nil),                  // 50: lockgate.v1.TaskAssignment
+	(*TaskRestoreState)(nil),                // 51: lockgate.v1.TaskRestoreState
+	(*LeaderEpoch)(nil),                     // 52: lockgate.v1.LeaderEpoch
+	(*timestamppb.Timestamp)(nil),           // 53: google.protobuf.Timestamp
+	(*CoordinatorMember)(nil),               // 54: lockgate.v1.CoordinatorMember
+	(*Executor)(nil),                        // 55: lockgate.v1.Executor
+	(*TaskStatus)(nil),                      // 56: lockgate.v1.TaskStatus
+	(*PipelineSpec)(nil),                    // 57: lockgate.v1.PipelineSpec
+	(TargetState)(0),                        // 58: lockgate.v1.TargetState
+	(*Pipeline)(nil),                        // 59: lockgate.v1.Pipeline
+	(*fieldmaskpb.FieldMask)(nil),           // 60: google.protobuf.FieldMask
+	(*FieldViolation)(nil),                  // 61: lockgate.v1.FieldViolation
+	(*TaskId)(nil),                          // 62: lockgate.v1.TaskId
+	(*Task)(nil),                            // 63: lockgate.v1.Task
+	(*Checkpoint)(nil),                      // 64: lockgate.v1.Checkpoint
+	(*TaskCheckpoint)(nil),                  // 65: lockgate.v1.TaskCheckpoint
+	(*PartitionOffset)(nil),                 // 66: lockgate.v1.PartitionOffset
+	(OffsetPosition)(0),                     // 67: lockgate.v1.OffsetPosition
+	(CheckpointState)(0),                    // 68: lockgate.v1.CheckpointState
+	(*OffsetRange)(nil),                     // 69: lockgate.v1.OffsetRange
+	(*SinkHandle)(nil),                      // 70: lockgate.v1.SinkHandle
+	(*RecordCounts)(nil),                    // 71: lockgate.v1.RecordCounts
+	(*TaskError)(nil),                       // 72: lockgate.v1.TaskError
+	(*TopicPartition)(nil),                  // 73: lockgate.v1.TopicPartition
+	(*CheckpointHandles)(nil),               // 74: lockgate.v1.CheckpointHandles
 }
 var file_lockgate_v1_coordinator_proto_depIdxs = []int32{
-	51, // 0: lockgate.v1.GetClusterInfoResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	52, // 1: lockgate.v1.GetClusterInfoResponse.lease_expire_time:type_name -> google.protobuf.Timestamp
-	53, // 2: lockgate.v1.GetClusterInfoResponse.coordinators:type_name -> lockgate.v1.CoordinatorMember
-	54, // 3: lockgate.v1.GetClusterInfoResponse.executors:type_name -> lockgate.v1.Executor
-	51, // 4: lockgate.v1.RegisterExecutorResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	49, // 5: lockgate.v1.RegisterExecutorResponse.assignments:type_name -> lockgate.v1.TaskAssignment
-	55, // 6: lockgate.v1.HeartbeatRequest.task_statuses:type_name -> lockgate.v1.TaskStatus
-	51, // 7: lockgate.v1.HeartbeatRequest.highest_leader_epoch_seen:type_name -> lockgate.v1.LeaderEpoch
-	51, // 8: lockgate.v1.HeartbeatResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	49, // 9: lockgate.v1.HeartbeatResponse.assignments:type_name -> lockgate.v1.TaskAssignment
-	56, // 10: lockgate.v1.CreatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
-	57, // 11: lockgate.v1.CreatePipelineRequest.initial_target_state:type_name -> lockgate.v1.TargetState
-	58, // 12: lockgate.v1.CreatePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	58, // 13: lockgate.v1.GetPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	58, // 14: lockgate.v1.ListPipelinesResponse.pipelines:type_name -> lockgate.v1.Pipeline
-	56, // 15: lockgate.v1.UpdatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
-	59, // 16: lockgate.v1.UpdatePipelineRequest.update_mask:type_name -> google.protobuf.FieldMask
-	58, // 17: lockgate.v1.UpdatePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	56, // 18: lockgate.v1.ValidatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
-	60, // 19: lockgate.v1.ValidatePipelineResponse.violations:type_name -> lockgate.v1.FieldViolation
-	58, // 20: lockgate.v1.PausePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	58, // 21: lockgate.v1.ResumePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	58, // 22: lockgate.v1.StopPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	58, // 23: lockgate.v1.RestartPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	61, // 24: lockgate.v1.RestartPipelineResponse.restarted_tasks:type_name -> lockgate.v1.TaskId
-	57, // 25: lockgate.v1.GetPipelineStatusResponse.target_state:type_name -> lockgate.v1.TargetState
-	62, // 26: lockgate.v1.GetPipelineStatusResponse.tasks:type_name -> lockgate.v1.Task
-	52, // 27: lockgate.v1.GetPipelineStatusResponse.last_commit_time:type_name -> google.protobuf.Timestamp
-	63, // 28: lockgate.v1.GetPipelineStatusResponse.last_aborted_checkpoint:type_name -> lockgate.v1.Checkpoint
-	64, // 29: lockgate.v1.GetPipelineStatusResponse.last_abort_missing_tasks:type_name -> lockgate.v1.TaskCheckpoint
-	62, // 30: lockgate.v1.ListTasksResponse.tasks:type_name -> lockgate.v1.Task
-	61, // 31: lockgate.v1.RestartTaskRequest.task_id:type_name -> lockgate.v1.TaskId
-	62, // 32: lockgate.v1.RestartTaskResponse.task:type_name -> lockgate.v1.Task
-	65, // 33: lockgate.v1.GetOffsetsResponse.offsets:type_name -> lockgate.v1.PartitionOffset
-	66, // 34: lockgate.v1.GetOffsetsResponse.default_position:type_name -> lockgate.v1.OffsetPosition
-	37, // 35: lockgate.v1.ResetOffsetsRequest.offsets:type_name -> lockgate.v1.PartitionOffsets
-	66, // 36: lockgate.v1.ResetOffsetsRequest.position:type_name -> lockgate.v1.OffsetPosition
-	65, // 37: lockgate.v1.PartitionOffsets.offsets:type_name -> lockgate.v1.PartitionOffset
-	65, // 38: lockgate.v1.ResetOffsetsResponse.offsets:type_name -> lockgate.v1.PartitionOffset
-	66, // 39: lockgate.v1.ResetOffsetsResponse.default_position:type_name -> lockgate.v1.OffsetPosition
-	67, // 40: lockgate.v1.ListCheckpointsRequest.states:type_name -> lockgate.v1.CheckpointState
-	63, // 41: lockgate.v1.ListCheckpointsResponse.checkpoints:type_name -> lockgate.v1.Checkpoint
-	63, // 42: lockgate.v1.GetCheckpointResponse.checkpoint:type_name -> lockgate.v1.Checkpoint
-	51, // 43: lockgate.v1.ReportPrecommitRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	61, // 44: lockgate.v1.ReportPrecommitRequest.task_id:type_name -> lockgate.v1.TaskId
-	68, // 45: lockgate.v1.ReportPrecommitRequest.source_ranges:type_name -> lockgate.v1.OffsetRange
-	69, // 46: lockgate.v1.ReportPrecommitRequest.sink_handles:type_name -> lockgate.v1.SinkHandle
-	70, // 47: lockgate.v1.ReportPrecommitRequest.counts:type_name -> lockgate.v1.RecordCounts
-	67, // 48: lockgate.v1.ReportPrecommitResponse.checkpoint_state:type_name -> lockgate.v1.CheckpointState
-	61, // 49: lockgate.v1.ReportTaskFailureRequest.task_id:type_name -> lockgate.v1.TaskId
-	71, // 50: lockgate.v1.ReportTaskFailureRequest.error:type_name -> lockgate.v1.TaskError
-	51, // 51: lockgate.v1.ReportCheckpointFailureRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	61, // 52: lockgate.v1.ReportCheckpointFailureRequest.task_id:type_name -> lockgate.v1.TaskId
-	71, // 53: lockgate.v1.ReportCheckpointFailureRequest.error:type_name -> lockgate.v1.TaskError
-	69, // 54: lockgate.v1.ReportCheckpointFailureRequest.sink_handles:type_name -> lockgate.v1.SinkHandle
-	67, // 55: lockgate.v1.ReportCheckpointFailureResponse.checkpoint_state:type_name -> lockgate.v1.CheckpointState
-	61, // 56: lockgate.v1.TaskAssignment.task_id:type_name -> lockgate.v1.TaskId
-	56, // 57: lockgate.v1.TaskAssignment.pipeline_spec:type_name -> lockgate.v1.PipelineSpec
-	72, // 58: lockgate.v1.TaskAssignment.source_partitions:type_name -> lockgate.v1.TopicPartition
-	57, // 59: lockgate.v1.TaskAssignment.target_state:type_name -> lockgate.v1.TargetState
-	50, // 60: lockgate.v1.TaskAssignment.restore:type_name -> lockgate.v1.TaskRestoreState
-	65, // 61: lockgate.v1.TaskRestoreState.start_offsets:type_name -> lockgate.v1.PartitionOffset
-	73, // 62: lockgate.v1.TaskRestoreState.commit_before_start:type_name -> lockgate.v1.CheckpointHandles
-	69, // 63: lockgate.v1.TaskRestoreState.abort_before_start:type_name -> lockgate.v1.SinkHandle
-	0,  // 64: lockgate.v1.CoordinatorService.GetClusterInfo:input_type -> lockgate.v1.GetClusterInfoRequest
-	2,  // 65: lockgate.v1.CoordinatorService.RegisterExecutor:input_type -> lockgate.v1.RegisterExecutorRequest
-	4,  // 66: lockgate.v1.CoordinatorService.Heartbeat:input_type -> lockgate.v1.HeartbeatRequest
-	6,  // 67: lockgate.v1.CoordinatorService.DeregisterExecutor:input_type -> lockgate.v1.DeregisterExecutorRequest
-	8,  // 68: lockgate.v1.CoordinatorService.CreatePipeline:input_type -> lockgate.v1.CreatePipelineRequest
-	10, // 69: lockgate.v1.CoordinatorService.GetPipeline:input_type -> lockgate.v1.GetPipelineRequest
-	12, // 70: lockgate.v1.CoordinatorService.ListPipelines:input_type -> lockgate.v1.ListPipelinesRequest
-	14, // 71: lockgate.v1.CoordinatorService.UpdatePipeline:input_type -> lockgate.v1.UpdatePipelineRequest
-	16, // 72: lockgate.v1.CoordinatorService.DeletePipeline:input_type -> lockgate.v1.DeletePipelineRequest
-	18, // 73: lockgate.v1.CoordinatorService.ValidatePipeline:input_type -> lockgate.v1.ValidatePipelineRequest
-	20, // 74: lockgate.v1.CoordinatorService.PausePipeline:input_type -> lockgate.v1.PausePipelineRequest
-	22, // 75: lockgate.v1.CoordinatorService.ResumePipeline:input_type -> lockgate.v1.ResumePipelineRequest
-	24, // 76: lockgate.v1.CoordinatorService.StopPipeline:input_type -> lockgate.v1.StopPipelineRequest
-	26, // 77: lockgate.v1.CoordinatorService.RestartPipeline:input_type -> lockgate.v1.RestartPipelineRequest
-	28, // 78: lockgate.v1.CoordinatorService.GetPipelineStatus:input_type -> lockgate.v1.GetPipelineStatusRequest
-	30, // 79: lockgate.v1.CoordinatorService.ListTasks:input_type -> lockgate.v1.ListTasksRequest
-	32, // 80: lockgate.v1.CoordinatorService.RestartTask:input_type -> lockgate.v1.RestartTaskRequest
-	34, // 81: lockgate.v1.CoordinatorService.GetOffsets:input_type -> lockgate.v1.GetOffsetsRequest
-	36, // 82: lockgate.v1.CoordinatorService.ResetOffsets:input_type -> lockgate.v1.ResetOffsetsRequest
-	39, // 83: lockgate.v1.CoordinatorService.ListCheckpoints:input_type -> lockgate.v1.ListCheckpointsRequest
-	41, // 84: lockgate.v1.CoordinatorService.GetCheckpoint:input_type -> lockgate.v1.GetCheckpointRequest
-	43, // 85: lockgate.v1.CoordinatorService.ReportPrecommit:input_type -> lockgate.v1.ReportPrecommitRequest
-	45, // 86: lockgate.v1.CoordinatorService.ReportTaskFailure:input_type -> lockgate.v1.ReportTaskFailureRequest
-	47, // 87: lockgate.v1.CoordinatorService.ReportCheckpointFailure:input_type -> lockgate.v1.ReportCheckpointFailureRequest
-	1,  // 88: lockgate.v1.CoordinatorService.GetClusterInfo:output_type -> lockgate.v1.GetClusterInfoResponse
-	3,  // 89: lockgate.v1.CoordinatorService.RegisterExecutor:output_type -> lockgate.v1.RegisterExecutorResponse
-	5,  // 90: lockgate.v1.CoordinatorService.Heartbeat:output_type -> lockgate.v1.HeartbeatResponse
-	7,  // 91: lockgate.v1.CoordinatorService.DeregisterExecutor:output_type -> lockgate.v1.DeregisterExecutorResponse
-	9,  // 92: lockgate.v1.CoordinatorService.CreatePipeline:output_type -> lockgate.v1.CreatePipelineResponse
-	11, // 93: lockgate.v1.CoordinatorService.GetPipeline:output_type -> lockgate.v1.GetPipelineResponse
-	13, // 94: lockgate.v1.CoordinatorService.ListPipelines:output_type -> lockgate.v1.ListPipelinesResponse
-	15, // 95: lockgate.v1.CoordinatorService.UpdatePipeline:output_type -> lockgate.v1.UpdatePipelineResponse
-	17, // 96: lockgate.v1.CoordinatorService.DeletePipeline:output_type -> lockgate.v1.DeletePipelineResponse
-	19, // 97: lockgate.v1.CoordinatorService.ValidatePipeline:output_type -> lockgate.v1.ValidatePipelineResponse
-	21, // 98: lockgate.v1.CoordinatorService.PausePipeline:output_type -> lockgate.v1.PausePipelineResponse
-	23, // 99: lockgate.v1.CoordinatorService.ResumePipeline:output_type -> lockgate.v1.ResumePipelineResponse
-	25, // 100: lockgate.v1.CoordinatorService.StopPipeline:output_type -> lockgate.v1.StopPipelineResponse
-	27, // 101: lockgate.v1.CoordinatorService.RestartPipeline:output_type -> lockgate.v1.RestartPipelineResponse
-	29, // 102: lockgate.v1.CoordinatorService.GetPipelineStatus:output_type -> lockgate.v1.GetPipelineStatusResponse
-	31, // 103: lockgate.v1.CoordinatorService.ListTasks:output_type -> lockgate.v1.ListTasksResponse
-	33, // 104: lockgate.v1.CoordinatorService.RestartTask:output_type -> lockgate.v1.RestartTaskResponse
-	35, // 105: lockgate.v1.CoordinatorService.GetOffsets:output_type -> lockgate.v1.GetOffsetsResponse
-	38, // 106: lockgate.v1.CoordinatorService.ResetOffsets:output_type -> lockgate.v1.ResetOffsetsResponse
-	40, // 107: lockgate.v1.CoordinatorService.ListCheckpoints:output_type -> lockgate.v1.ListCheckpointsResponse
-	42, // 108: lockgate.v1.CoordinatorService.GetCheckpoint:output_type -> lockgate.v1.GetCheckpointResponse
-	44, // 109: lockgate.v1.CoordinatorService.ReportPrecommit:output_type -> lockgate.v1.ReportPrecommitResponse
-	46, // 110: lockgate.v1.CoordinatorService.ReportTaskFailure:output_type -> lockgate.v1.ReportTaskFailureResponse
-	48, // 111: lockgate.v1.CoordinatorService.ReportCheckpointFailure:output_type -> lockgate.v1.ReportCheckpointFailureResponse
-	88, // [88:112] is the sub-list for method output_type
-	64, // [64:88] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	52, // 0: lockgate.v1.GetClusterInfoResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	53, // 1: lockgate.v1.GetClusterInfoResponse.lease_expire_time:type_name -> google.protobuf.Timestamp
+	54, // 2: lockgate.v1.GetClusterInfoResponse.coordinators:type_name -> lockgate.v1.CoordinatorMember
+	55, // 3: lockgate.v1.GetClusterInfoResponse.executors:type_name -> lockgate.v1.Executor
+	52, // 4: lockgate.v1.RegisterExecutorResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	50, // 5: lockgate.v1.RegisterExecutorResponse.assignments:type_name -> lockgate.v1.TaskAssignment
+	56, // 6: lockgate.v1.HeartbeatRequest.task_statuses:type_name -> lockgate.v1.TaskStatus
+	52, // 7: lockgate.v1.HeartbeatRequest.highest_leader_epoch_seen:type_name -> lockgate.v1.LeaderEpoch
+	52, // 8: lockgate.v1.HeartbeatResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	50, // 9: lockgate.v1.HeartbeatResponse.assignments:type_name -> lockgate.v1.TaskAssignment
+	57, // 10: lockgate.v1.CreatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
+	58, // 11: lockgate.v1.CreatePipelineRequest.initial_target_state:type_name -> lockgate.v1.TargetState
+	59, // 12: lockgate.v1.CreatePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	59, // 13: lockgate.v1.GetPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	59, // 14: lockgate.v1.ListPipelinesResponse.pipelines:type_name -> lockgate.v1.Pipeline
+	57, // 15: lockgate.v1.UpdatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
+	60, // 16: lockgate.v1.UpdatePipelineRequest.update_mask:type_name -> google.protobuf.FieldMask
+	59, // 17: lockgate.v1.UpdatePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	57, // 18: lockgate.v1.ValidatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
+	61, // 19: lockgate.v1.ValidatePipelineResponse.violations:type_name -> lockgate.v1.FieldViolation
+	59, // 20: lockgate.v1.PausePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	59, // 21: lockgate.v1.ResumePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	59, // 22: lockgate.v1.StopPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	59, // 23: lockgate.v1.RestartPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	62, // 24: lockgate.v1.RestartPipelineResponse.restarted_tasks:type_name -> lockgate.v1.TaskId
+	58, // 25: lockgate.v1.GetPipelineStatusResponse.target_state:type_name -> lockgate.v1.TargetState
+	63, // 26: lockgate.v1.GetPipelineStatusResponse.tasks:type_name -> lockgate.v1.Task
+	53, // 27: lockgate.v1.GetPipelineStatusResponse.last_commit_time:type_name -> google.protobuf.Timestamp
+	64, // 28: lockgate.v1.GetPipelineStatusResponse.last_aborted_checkpoint:type_name -> lockgate.v1.Checkpoint
+	65, // 29: lockgate.v1.GetPipelineStatusResponse.last_abort_missing_tasks:type_name -> lockgate.v1.TaskCheckpoint
+	0,  // 30: lockgate.v1.GetPipelineStatusResponse.health:type_name -> lockgate.v1.PipelineHealth
+	64, // 31: lockgate.v1.GetPipelineStatusResponse.data_lost_checkpoint:type_name -> lockgate.v1.Checkpoint
+	63, // 32: lockgate.v1.ListTasksResponse.tasks:type_name -> lockgate.v1.Task
+	62, // 33: lockgate.v1.RestartTaskRequest.task_id:type_name -> lockgate.v1.TaskId
+	63, // 34: lockgate.v1.RestartTaskResponse.task:type_name -> lockgate.v1.Task
+	66, // 35: lockgate.v1.GetOffsetsResponse.offsets:type_name -> lockgate.v1.PartitionOffset
+	67, // 36: lockgate.v1.GetOffsetsResponse.default_position:type_name -> lockgate.v1.OffsetPosition
+	38, // 37: lockgate.v1.ResetOffsetsRequest.offsets:type_name -> lockgate.v1.PartitionOffsets
+	67, // 38: lockgate.v1.ResetOffsetsRequest.position:type_name -> lockgate.v1.OffsetPosition
+	66, // 39: lockgate.v1.PartitionOffsets.offsets:type_name -> lockgate.v1.PartitionOffset
+	66, // 40: lockgate.v1.ResetOffsetsResponse.offsets:type_name -> lockgate.v1.PartitionOffset
+	67, // 41: lockgate.v1.ResetOffsetsResponse.default_position:type_name -> lockgate.v1.OffsetPosition
+	68, // 42: lockgate.v1.ListCheckpointsRequest.states:type_name -> lockgate.v1.CheckpointState
+	64, // 43: lockgate.v1.ListCheckpointsResponse.checkpoints:type_name -> lockgate.v1.Checkpoint
+	64, // 44: lockgate.v1.GetCheckpointResponse.checkpoint:type_name -> lockgate.v1.Checkpoint
+	52, // 45: lockgate.v1.ReportPrecommitRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	62, // 46: lockgate.v1.ReportPrecommitRequest.task_id:type_name -> lockgate.v1.TaskId
+	69, // 47: lockgate.v1.ReportPrecommitRequest.source_ranges:type_name -> lockgate.v1.OffsetRange
+	70, // 48: lockgate.v1.ReportPrecommitRequest.sink_handles:type_name -> lockgate.v1.SinkHandle
+	71, // 49: lockgate.v1.ReportPrecommitRequest.counts:type_name -> lockgate.v1.RecordCounts
+	68, // 50: lockgate.v1.ReportPrecommitResponse.checkpoint_state:type_name -> lockgate.v1.CheckpointState
+	62, // 51: lockgate.v1.ReportTaskFailureRequest.task_id:type_name -> lockgate.v1.TaskId
+	72, // 52: lockgate.v1.ReportTaskFailureRequest.error:type_name -> lockgate.v1.TaskError
+	52, // 53: lockgate.v1.ReportCheckpointFailureRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	62, // 54: lockgate.v1.ReportCheckpointFailureRequest.task_id:type_name -> lockgate.v1.TaskId
+	72, // 55: lockgate.v1.ReportCheckpointFailureRequest.error:type_name -> lockgate.v1.TaskError
+	70, // 56: lockgate.v1.ReportCheckpointFailureRequest.sink_handles:type_name -> lockgate.v1.SinkHandle
+	68, // 57: lockgate.v1.ReportCheckpointFailureResponse.checkpoint_state:type_name -> lockgate.v1.CheckpointState
+	62, // 58: lockgate.v1.TaskAssignment.task_id:type_name -> lockgate.v1.TaskId
+	57, // 59: lockgate.v1.TaskAssignment.pipeline_spec:type_name -> lockgate.v1.PipelineSpec
+	73, // 60: lockgate.v1.TaskAssignment.source_partitions:type_name -> lockgate.v1.TopicPartition
+	58, // 61: lockgate.v1.TaskAssignment.target_state:type_name -> lockgate.v1.TargetState
+	51, // 62: lockgate.v1.TaskAssignment.restore:type_name -> lockgate.v1.TaskRestoreState
+	66, // 63: lockgate.v1.TaskRestoreState.start_offsets:type_name -> lockgate.v1.PartitionOffset
+	74, // 64: lockgate.v1.TaskRestoreState.commit_before_start:type_name -> lockgate.v1.CheckpointHandles
+	70, // 65: lockgate.v1.TaskRestoreState.abort_before_start:type_name -> lockgate.v1.SinkHandle
+	1,  // 66: lockgate.v1.CoordinatorService.GetClusterInfo:input_type -> lockgate.v1.GetClusterInfoRequest
+	3,  // 67: lockgate.v1.CoordinatorService.RegisterExecutor:input_type -> lockgate.v1.RegisterExecutorRequest
+	5,  // 68: lockgate.v1.CoordinatorService.Heartbeat:input_type -> lockgate.v1.HeartbeatRequest
+	7,  // 69: lockgate.v1.CoordinatorService.DeregisterExecutor:input_type -> lockgate.v1.DeregisterExecutorRequest
+	9,  // 70: lockgate.v1.CoordinatorService.CreatePipeline:input_type -> lockgate.v1.CreatePipelineRequest
+	11, // 71: lockgate.v1.CoordinatorService.GetPipeline:input_type -> lockgate.v1.GetPipelineRequest
+	13, // 72: lockgate.v1.CoordinatorService.ListPipelines:input_type -> lockgate.v1.ListPipelinesRequest
+	15, // 73: lockgate.v1.CoordinatorService.UpdatePipeline:input_type -> lockgate.v1.UpdatePipelineRequest
+	17, // 74: lockgate.v1.CoordinatorService.DeletePipeline:input_type -> lockgate.v1.DeletePipelineRequest
+	19, // 75: lockgate.v1.CoordinatorService.ValidatePipeline:input_type -> lockgate.v1.ValidatePipelineRequest
+	21, // 76: lockgate.v1.CoordinatorService.PausePipeline:input_type -> lockgate.v1.PausePipelineRequest
+	23, // 77: lockgate.v1.CoordinatorService.ResumePipeline:input_type -> lockgate.v1.ResumePipelineRequest
+	25, // 78: lockgate.v1.CoordinatorService.StopPipeline:input_type -> lockgate.v1.StopPipelineRequest
+	27, // 79: lockgate.v1.CoordinatorService.RestartPipeline:input_type -> lockgate.v1.RestartPipelineRequest
+	29, // 80: lockgate.v1.CoordinatorService.GetPipelineStatus:input_type -> lockgate.v1.GetPipelineStatusRequest
+	31, // 81: lockgate.v1.CoordinatorService.ListTasks:input_type -> lockgate.v1.ListTasksRequest
+	33, // 82: lockgate.v1.CoordinatorService.RestartTask:input_type -> lockgate.v1.RestartTaskRequest
+	35, // 83: lockgate.v1.CoordinatorService.GetOffsets:input_type -> lockgate.v1.GetOffsetsRequest
+	37, // 84: lockgate.v1.CoordinatorService.ResetOffsets:input_type -> lockgate.v1.ResetOffsetsRequest
+	40, // 85: lockgate.v1.CoordinatorService.ListCheckpoints:input_type -> lockgate.v1.ListCheckpointsRequest
+	42, // 86: lockgate.v1.CoordinatorService.GetCheckpoint:input_type -> lockgate.v1.GetCheckpointRequest
+	44, // 87: lockgate.v1.CoordinatorService.ReportPrecommit:input_type -> lockgate.v1.ReportPrecommitRequest
+	46, // 88: lockgate.v1.CoordinatorService.ReportTaskFailure:input_type -> lockgate.v1.ReportTaskFailureRequest
+	48, // 89: lockgate.v1.CoordinatorService.ReportCheckpointFailure:input_type -> lockgate.v1.ReportCheckpointFailureRequest
+	2,  // 90: lockgate.v1.CoordinatorService.GetClusterInfo:output_type -> lockgate.v1.GetClusterInfoResponse
+	4,  // 91: lockgate.v1.CoordinatorService.RegisterExecutor:output_type -> lockgate.v1.RegisterExecutorResponse
+	6,  // 92: lockgate.v1.CoordinatorService.Heartbeat:output_type -> lockgate.v1.HeartbeatResponse
+	8,  // 93: lockgate.v1.CoordinatorService.DeregisterExecutor:output_type -> lockgate.v1.DeregisterExecutorResponse
+	10, // 94: lockgate.v1.CoordinatorService.CreatePipeline:output_type -> lockgate.v1.CreatePipelineResponse
+	12, // 95: lockgate.v1.CoordinatorService.GetPipeline:output_type -> lockgate.v1.GetPipelineResponse
+	14, // 96: lockgate.v1.CoordinatorService.ListPipelines:output_type -> lockgate.v1.ListPipelinesResponse
+	16, // 97: lockgate.v1.CoordinatorService.UpdatePipeline:output_type -> lockgate.v1.UpdatePipelineResponse
+	18, // 98: lockgate.v1.CoordinatorService.DeletePipeline:output_type -> lockgate.v1.DeletePipelineResponse
+	20, // 99: lockgate.v1.CoordinatorService.ValidatePipeline:output_type -> lockgate.v1.ValidatePipelineResponse
+	22, // 100: lockgate.v1.CoordinatorService.PausePipeline:output_type -> lockgate.v1.PausePipelineResponse
+	24, // 101: lockgate.v1.CoordinatorService.ResumePipeline:output_type -> lockgate.v1.ResumePipelineResponse
+	26, // 102: lockgate.v1.CoordinatorService.StopPipeline:output_type -> lockgate.v1.StopPipelineResponse
+	28, // 103: lockgate.v1.CoordinatorService.RestartPipeline:output_type -> lockgate.v1.RestartPipelineResponse
+	30, // 104: lockgate.v1.CoordinatorService.GetPipelineStatus:output_type -> lockgate.v1.GetPipelineStatusResponse
+	32, // 105: lockgate.v1.CoordinatorService.ListTasks:output_type -> lockgate.v1.ListTasksResponse
+	34, // 106: lockgate.v1.CoordinatorService.RestartTask:output_type -> lockgate.v1.RestartTaskResponse
+	36, // 107: lockgate.v1.CoordinatorService.GetOffsets:output_type -> lockgate.v1.GetOffsetsResponse
+	39, // 108: lockgate.v1.CoordinatorService.ResetOffsets:output_type -> lockgate.v1.ResetOffsetsResponse
+	41, // 109: lockgate.v1.CoordinatorService.ListCheckpoints:output_type -> lockgate.v1.ListCheckpointsResponse
+	43, // 110: lockgate.v1.CoordinatorService.GetCheckpoint:output_type -> lockgate.v1.GetCheckpointResponse
+	45, // 111: lockgate.v1.CoordinatorService.ReportPrecommit:output_type -> lockgate.v1.ReportPrecommitResponse
+	47, // 112: lockgate.v1.CoordinatorService.ReportTaskFailure:output_type -> lockgate.v1.ReportTaskFailureResponse
+	49, // 113: lockgate.v1.CoordinatorService.ReportCheckpointFailure:output_type -> lockgate.v1.ReportCheckpointFailureResponse
+	90, // [90:114] is the sub-list for method output_type
+	66, // [66:90] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_lockgate_v1_coordinator_proto_init() }
@@ -3796,13 +3905,14 @@ func file_lockgate_v1_coordinator_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockgate_v1_coordinator_proto_rawDesc), len(file_lockgate_v1_coordinator_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_lockgate_v1_coordinator_proto_goTypes,
 		DependencyIndexes: file_lockgate_v1_coordinator_proto_depIdxs,
+		EnumInfos:         file_lockgate_v1_coordinator_proto_enumTypes,
 		MessageInfos:      file_lockgate_v1_coordinator_proto_msgTypes,
 	}.Build()
 	File_lockgate_v1_coordinator_proto = out.File

@@ -155,14 +155,17 @@ type CoordinatorServiceClient interface {
 	StopPipeline(ctx context.Context, in *StopPipelineRequest, opts ...grpc.CallOption) (*StopPipelineResponse, error)
 	// RestartPipeline re-plans a pipeline's tasks from its current spec and, with
 	// include_tasks, restarts its tasks with new generations (only the FAILED ones with
-	// only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-	// FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
-	// missing, or their Kafka does not answer), UNAVAILABLE.
+	// only_failed), as Kafka Connect's restart; with from_checkpoint_id it also moves a
+	// FAILED pipeline past its DATA_LOST checkpoint, re-reading the lost ranges. Leader only.
+	// Errors: NOT_FOUND, FAILED_PRECONDITION (pipeline is STOPPED, or its source topics
+	// cannot be read: missing, or their Kafka does not answer; from_checkpoint_id is not the
+	// pipeline's DATA_LOST checkpoint), UNAVAILABLE.
 	RestartPipeline(ctx context.Context, in *RestartPipelineRequest, opts ...grpc.CallOption) (*RestartPipelineResponse, error)
 	// GetPipelineStatus returns a pipeline's target state and, per task, the observed
 	// state, the executor and generation running it and its last error, with the latest
 	// checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
-	// had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
+	// had not pre-committed and why), its health (FAILED with the DATA_LOST checkpoint and
+	// its lost ranges) and warnings. Errors: NOT_FOUND, UNAVAILABLE.
 	GetPipelineStatus(ctx context.Context, in *GetPipelineStatusRequest, opts ...grpc.CallOption) (*GetPipelineStatusResponse, error)
 	// ListTasks returns tasks, optionally of one pipeline or one executor, ordered by
 	// pipeline name and task index. Errors: INVALID_ARGUMENT (bad page_token), NOT_FOUND
@@ -177,7 +180,8 @@ type CoordinatorServiceClient interface {
 	// NOT_FOUND, UNAVAILABLE.
 	GetOffsets(ctx context.Context, in *GetOffsetsRequest, opts ...grpc.CallOption) (*GetOffsetsResponse, error)
 	// ResetOffsets sets the offsets a STOPPED pipeline resumes from, per partition or to
-	// earliest/latest, as Kafka Connect's offsets API. Leader only. Errors: NOT_FOUND,
+	// earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
+	// its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
 	// FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
 	// COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
 	// negative offset), UNAVAILABLE.
@@ -557,14 +561,17 @@ type CoordinatorServiceServer interface {
 	StopPipeline(context.Context, *StopPipelineRequest) (*StopPipelineResponse, error)
 	// RestartPipeline re-plans a pipeline's tasks from its current spec and, with
 	// include_tasks, restarts its tasks with new generations (only the FAILED ones with
-	// only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-	// FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
-	// missing, or their Kafka does not answer), UNAVAILABLE.
+	// only_failed), as Kafka Connect's restart; with from_checkpoint_id it also moves a
+	// FAILED pipeline past its DATA_LOST checkpoint, re-reading the lost ranges. Leader only.
+	// Errors: NOT_FOUND, FAILED_PRECONDITION (pipeline is STOPPED, or its source topics
+	// cannot be read: missing, or their Kafka does not answer; from_checkpoint_id is not the
+	// pipeline's DATA_LOST checkpoint), UNAVAILABLE.
 	RestartPipeline(context.Context, *RestartPipelineRequest) (*RestartPipelineResponse, error)
 	// GetPipelineStatus returns a pipeline's target state and, per task, the observed
 	// state, the executor and generation running it and its last error, with the latest
 	// checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
-	// had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
+	// had not pre-committed and why), its health (FAILED with the DATA_LOST checkpoint and
+	// its lost ranges) and warnings. Errors: NOT_FOUND, UNAVAILABLE.
 	GetPipelineStatus(context.Context, *GetPipelineStatusRequest) (*GetPipelineStatusResponse, error)
 	// ListTasks returns tasks, optionally of one pipeline or one executor, ordered by
 	// pipeline name and task index. Errors: INVALID_ARGUMENT (bad page_token), NOT_FOUND
@@ -579,7 +586,8 @@ type CoordinatorServiceServer interface {
 	// NOT_FOUND, UNAVAILABLE.
 	GetOffsets(context.Context, *GetOffsetsRequest) (*GetOffsetsResponse, error)
 	// ResetOffsets sets the offsets a STOPPED pipeline resumes from, per partition or to
-	// earliest/latest, as Kafka Connect's offsets API. Leader only. Errors: NOT_FOUND,
+	// earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
+	// its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
 	// FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
 	// COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
 	// negative offset), UNAVAILABLE.
