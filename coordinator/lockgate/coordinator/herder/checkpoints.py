@@ -38,6 +38,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from opentelemetry.trace import Status, StatusCode
+
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId
@@ -64,6 +66,7 @@ from lockgate.coordinator.herder.executors import (
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.membership import Membership, pick_executor
 from lockgate.coordinator.herder.pipelines import all_pipelines
+from lockgate.coordinator.herder.traces import EXECUTOR_ID, CheckpointTraces
 from lockgate.coordinator.store.sql_store import SqlStore
 
 _LOG = logging.getLogger(__name__)
@@ -115,6 +118,7 @@ class CheckpointDriver:
         failpoints: Failpoints,
         wake: Callable[[], None],
         duty_lock: threading.Lock,
+        traces: CheckpointTraces | None = None,
     ) -> None:
         self._store = store
         self._lease = lease
@@ -128,6 +132,7 @@ class CheckpointDriver:
         # deleted pipeline's checkpoints (they share the retry schedule).
         self._duty_lock = duty_lock
         self._backoff = _Backoff()
+        self.traces = traces or CheckpointTraces()
 
     # ------------------------------------------------------------------ reads
 
@@ -236,21 +241,29 @@ class CheckpointDriver:
             records[executor.executor_id] = executor
             groups[executor.executor_id].append(item)
         for executor_id, group in sorted(groups.items()):
-            try:
-                self._executors.abort_checkpoint(
-                    fence=fence,
-                    executor=records[executor_id],
-                    pipeline_name=pipeline_id,
-                    checkpoint_id=checkpoint_id,
-                    transactions=[i for i in group if i.must_be_sent],
-                    bootstrap_servers=pipeline.spec.sink.bootstrap_servers,
-                    reason=checkpoint.abort_reason or "aborted",
-                )
-            except LeaderEpochRefused:
-                raise
-            except ExecutorCallFailed as exc:
-                _LOG.warning("abort not acked yet, will retry: %s", exc)
-                return False
+            with self.traces.step(
+                "lockgate.checkpoint.abort_transactions",
+                pipeline_id,
+                checkpoint_id,
+                leader_epoch=int(fence.leader_epoch),
+                attributes={EXECUTOR_ID: executor_id},
+            ) as span:
+                try:
+                    self._executors.abort_checkpoint(
+                        fence=fence,
+                        executor=records[executor_id],
+                        pipeline_name=pipeline_id,
+                        checkpoint_id=checkpoint_id,
+                        transactions=[i for i in group if i.must_be_sent],
+                        bootstrap_servers=pipeline.spec.sink.bootstrap_servers,
+                        reason=checkpoint.abort_reason or "aborted",
+                    )
+                except LeaderEpochRefused:
+                    raise
+                except ExecutorCallFailed as exc:
+                    _LOG.warning("abort not acked yet, will retry: %s", exc)
+                    span.set_status(Status(StatusCode.ERROR, str(exc)))
+                    return False
             for item in group:
                 self._lease.leader_call(
                     lambda f, task=item.task_id: self._store.checkpoints.mark_handles_aborted(  # type: ignore[misc]
@@ -306,26 +319,34 @@ class CheckpointDriver:
             Failpoint.AFTER_COMPLETE_BEFORE_COMMIT,
             detail=f"checkpoint {commit.checkpoint_id} of {commit.pipeline_id} is COMPLETE",
         )
-        for executor_id, handles in sorted(groups.items()):
-            try:
-                self._executors.commit_checkpoint(
-                    fence=fence,
-                    executor=records[executor_id],
-                    pipeline_name=commit.pipeline_id,
-                    checkpoint_id=commit.checkpoint_id,
-                    handles=handles,
-                    bootstrap_servers=pipeline.spec.sink.bootstrap_servers,
+        with self.traces.step(
+            "lockgate.checkpoint.commit",
+            commit.pipeline_id,
+            commit.checkpoint_id,
+            leader_epoch=int(fence.leader_epoch),
+        ) as span:
+            for executor_id, handles in sorted(groups.items()):
+                try:
+                    self._executors.commit_checkpoint(
+                        fence=fence,
+                        executor=records[executor_id],
+                        pipeline_name=commit.pipeline_id,
+                        checkpoint_id=commit.checkpoint_id,
+                        handles=handles,
+                        bootstrap_servers=pipeline.spec.sink.bootstrap_servers,
+                    )
+                except LeaderEpochRefused:
+                    raise
+                except ExecutorCallFailed as exc:
+                    _LOG.warning("commit not acked yet, will retry: %s", exc)
+                    span.set_status(Status(StatusCode.ERROR, str(exc)))
+                    return False
+            self._lease.leader_call(
+                lambda f: self._store.checkpoints.mark_committed(
+                    fence=f, pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
                 )
-            except LeaderEpochRefused:
-                raise
-            except ExecutorCallFailed as exc:
-                _LOG.warning("commit not acked yet, will retry: %s", exc)
-                return False
-        self._lease.leader_call(
-            lambda f: self._store.checkpoints.mark_committed(
-                fence=f, pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
             )
-        )
+        self.traces.committed(commit.pipeline_id, commit.checkpoint_id)
         _LOG.info("checkpoint %s of %s COMMITTED", commit.checkpoint_id, commit.pipeline_id)
         return True
 
@@ -336,6 +357,24 @@ class CheckpointDriver:
             self.abort_triggered(pipeline_id, reason="pipeline deleted")
             self.send_aborts(fence, only=pipeline_id)
             self.commit_pending(fence, only=pipeline_id)
+
+    # ------------------------------------------------------------------ traces
+
+    def settle_traces(self) -> None:
+        """End the trace of every checkpoint decided for good since the last pass, with
+        the state and abort reason SQL holds (every abort path, one place)."""
+        finals: dict[tuple[PipelineId, CheckpointId], tuple[str, str | None]] = {}
+        for pipeline_id, checkpoint_id in self.traces.open_checkpoints():
+            try:
+                record = self._store.checkpoints.get_checkpoint(
+                    pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+                )
+            except NotFound:
+                finals[(pipeline_id, checkpoint_id)] = ("ABORTED", "pipeline deleted")
+                continue
+            if record.state in (CheckpointState.COMMITTED, CheckpointState.ABORTED):
+                finals[(pipeline_id, checkpoint_id)] = (record.state.name, record.abort_reason)
+        self.traces.settle(finals)
 
     # ------------------------------------------------------------------ recovery
 
@@ -393,7 +432,20 @@ class CheckpointDriver:
             except FailedPrecondition as exc:
                 _LOG.debug("not triggering %s: %s", pipeline.pipeline_id, exc)
                 continue
-            self._send_trigger(fence, pipeline, checkpoint, tasks, alive)
+            self.traces.triggered(
+                pipeline.pipeline_id,
+                checkpoint.checkpoint_id,
+                leader_epoch=int(fence.leader_epoch),
+            )
+            with self.traces.step(
+                "lockgate.checkpoint.trigger",
+                pipeline.pipeline_id,
+                checkpoint.checkpoint_id,
+                leader_epoch=int(fence.leader_epoch),
+            ) as span:
+                failure = self._send_trigger(fence, pipeline, checkpoint, tasks, alive)
+                if failure is not None:
+                    span.set_status(Status(StatusCode.ERROR, failure))
 
     def _trigger_calls(
         self, pipeline: PipelineRecord, checkpoint: CheckpointRecord, tasks: Iterable[TaskRecord]
@@ -425,7 +477,8 @@ class CheckpointDriver:
         checkpoint: CheckpointRecord,
         tasks: Iterable[TaskRecord],
         alive: Mapping[ExecutorId, ExecutorRecord],
-    ) -> None:
+    ) -> str | None:
+        """Send N's triggers; why they failed (N is then aborted), or None."""
         failure: str | None = None
         for executor_id, task_calls in sorted(
             self._trigger_calls(pipeline, checkpoint, tasks).items()
@@ -469,3 +522,4 @@ class CheckpointDriver:
                 self.abort_checkpoint(
                     pipeline.pipeline_id, checkpoint.checkpoint_id, f"trigger failed: {failure}"
                 )
+        return failure
