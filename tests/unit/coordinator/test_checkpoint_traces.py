@@ -9,7 +9,7 @@ import time
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import NoOpTracerProvider, StatusCode
 
 from lockgate.common.model.ids import CheckpointId, PipelineId
 from lockgate.coordinator.herder.traces import CheckpointTraces
@@ -118,6 +118,6 @@ def test_at_most_max_open_roots_are_kept() -> None:
 
 
 def test_nothing_is_kept_when_tracing_is_off() -> None:
-    traces = CheckpointTraces()  # the global provider: a no-op one in the unit tier
+    traces = CheckpointTraces(NoOpTracerProvider().get_tracer("off"))
     traces.triggered(P, CheckpointId(1), leader_epoch=1)
     assert traces.open_checkpoints() == []
