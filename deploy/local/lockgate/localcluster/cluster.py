@@ -13,7 +13,8 @@ Settings: ``--home`` (else ``$LOCKGATE_HOME``, else ``<repo>/.lockgate``), ``--k
 
 Processes: ``kafka`` (the broker), then ``schema-registry`` (``python -m
 lockgate.schema_registry`` on a SQLite file in the home, one worker process per core sharing
-its two ports; stopping its pid stops the workers too).
+its two ports; stopping its pid stops the workers too), the services (``services.py``), and
+with ``LOCKGATE_PROMETHEUS=1`` a Prometheus server scraping them (``prometheus.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ from lockgate.localcluster.process import (
     process_status,
     start_process,
     stop_process,
+)
+from lockgate.localcluster.prometheus import (
+    local_targets,
+    prometheus_port,
+    prometheus_spec,
+    prometheus_wanted,
 )
 from lockgate.localcluster.services import ServiceSettings, service_processes
 
@@ -110,12 +117,25 @@ def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
 
 def cluster_processes(settings: ClusterSettings) -> list[ProcessSpec]:
     """The cluster's processes, in start order. Later services are appended here."""
-    return [
+    services = ServiceSettings.from_env(settings.home)
+    processes = [
         broker_spec(settings.kafka),
         schema_registry_spec(settings),
         # Coordinators c1..c3 (7070-7072) and executors e1..e2 (7080-7081): services.py.
-        *service_processes(ServiceSettings.from_env(settings.home)),
+        *service_processes(services),
     ]
+    if prometheus_wanted():  # LOCKGATE_PROMETHEUS=1: prometheus.py
+        processes.append(
+            prometheus_spec(
+                home=settings.home,
+                port=prometheus_port(),
+                targets=local_targets(
+                    coordinators=len(services.coordinator_ports),
+                    executors=len(services.executor_ports),
+                ),
+            )
+        )
+    return processes
 
 
 def _port(value: str | None, *, default: int, source: str) -> int:
