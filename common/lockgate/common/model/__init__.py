@@ -3,7 +3,8 @@
 - `ids`: typed identifiers (pipeline, task, executor, checkpoint, generation, epoch, ...).
 - `offsets`: a topic-partition and a half-open offset range of one partition.
 - `handles`: a prepared Kafka transaction (`TransactionHandle`), what commit and abort need.
-- `pipeline_spec`: the one pipeline-spec parser, validator and normaliser.
+- `pipeline_spec`: the one pipeline-spec parser, validator and normaliser; `spec_changes`:
+  which fields differ between two normalised specs (`lockgate pipeline apply`).
 - `proto`: the one converter of each of these to and from its `lockgate.v1` message. It is
   the only module here that imports `*_pb2`: the values above stay plain, so domain code
   that uses them needs no protobuf.
