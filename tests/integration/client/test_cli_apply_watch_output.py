@@ -175,3 +175,35 @@ def test_status_watch_refreshes_count_times_and_stops(
     assert [d["name"] for d in documents] == [name, name]
     bad = cli("pipeline", "status", name, "--watch", "--count", "0", exit_code=2)
     assert "--count must be > 0" in bad.output
+
+
+def test_apply_over_a_pipeline_changed_since_it_was_read_changes_nothing(
+    replica: CoordinatorProcess,
+    kafka_broker: KafkaBroker,
+    new_topic: Callable[..., str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another client updates the pipeline between apply's read and its UpdatePipeline: the
+    coordinator refuses the stale config version (ABORTED, exit 1) and keeps the other
+    client's change."""
+    cli = _runner(replica.address)
+    name, bootstrap = unique_name("race"), kafka_broker.bootstrap_servers
+    source, sink = new_topic(), new_topic()
+    spec_file = _pipeline_file(tmp_path / "p.yaml", name, bootstrap, source, sink)
+    cli("pipeline", "apply", "-f", str(spec_file))
+    stub = replica.stub()
+    read = stub.GetPipeline(coordinator_pb2.GetPipelineRequest(name=name), timeout=5).pipeline
+    other = coordinator_pb2.UpdatePipelineRequest(name=name, spec=read.spec)
+    other.spec.tasks_max = 3
+    stub.UpdatePipeline(other, timeout=10)
+    # apply reads the pipeline as it was before the other client's update.
+    monkeypatch.setattr(
+        "lockgate.client.coordinator_cli.existing_pipeline", lambda coordinator, name: read
+    )
+    _pipeline_file(spec_file, name, bootstrap, source, sink, checkpoint={"interval_ms": 700})
+    refused = cli("pipeline", "apply", "-f", str(spec_file), exit_code=1)
+    assert "ABORTED" in refused.output, refused.output
+    now = stub.GetPipeline(coordinator_pb2.GetPipelineRequest(name=name), timeout=5).pipeline
+    assert now.config_version == 2 and now.spec.tasks_max == 3
+    assert now.spec.checkpoint.interval_ms != 700
