@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from opentelemetry import trace
 
 from lockgate.executor.coordinator_client import GrpcCoordinatorClient
 from lockgate.executor.runtime.tasks import TaskPhase
@@ -18,8 +19,9 @@ from tests.unit.executor_runtime.runtime_doubles import (
 )
 
 
-@pytest.fixture
-def cluster() -> Iterator[tuple[Worker, FakeCoordinator, BlockingDataPlane]]:
+def start_worker(
+    tracer: trace.Tracer | None = None,
+) -> tuple[Worker, FakeCoordinator, BlockingDataPlane]:
     """A registered runtime whose task 0 of pipeline ``p`` is RUNNING."""
     timeline: list[str] = []
     coordinator = FakeCoordinator(timeline)
@@ -34,6 +36,7 @@ def cluster() -> Iterator[tuple[Worker, FakeCoordinator, BlockingDataPlane]]:
         ),
         coordinator=GrpcCoordinatorClient(coordinator),  # type: ignore[arg-type]
         data_plane=data_plane,
+        tracer=tracer,
     )
     runtime.start()
     wait_for(
@@ -41,9 +44,21 @@ def cluster() -> Iterator[tuple[Worker, FakeCoordinator, BlockingDataPlane]]:
         lambda: [v.phase for v in runtime.statuses()] == [TaskPhase.RUNNING],
         timeout_s=WAIT_S,
     )
+    return runtime, coordinator, data_plane
+
+
+def stop_worker(runtime: Worker, data_plane: BlockingDataPlane) -> None:
+    """Release every batch and stop the runtime."""
+    for release in data_plane.release.values():
+        release.set()
+    runtime.stop(deregister=False)
+
+
+@pytest.fixture
+def cluster() -> Iterator[tuple[Worker, FakeCoordinator, BlockingDataPlane]]:
+    """A registered runtime whose task 0 of pipeline ``p`` is RUNNING."""
+    runtime, coordinator, data_plane = start_worker()
     try:
         yield runtime, coordinator, data_plane
     finally:
-        for release in data_plane.release.values():
-            release.set()
-        runtime.stop(deregister=False)
+        stop_worker(runtime, data_plane)
