@@ -214,7 +214,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.lease_ms,
     )
     try:
-        # The open checkpoint traces end before the server flushes telemetry on its way out.
         server.serve_until_signal(on_signal=lambda _: herder.checkpoints.traces.close())
     finally:
         herder.stop()

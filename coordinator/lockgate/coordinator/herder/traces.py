@@ -179,7 +179,8 @@ class CheckpointTraces:
                 self.aborted(pipeline_id, checkpoint_id, reason=reason or "aborted")
 
     def close(self) -> None:
-        """End every open root (the replica stops leading or exits)."""
+        """End every open root (the replica stops leading or exits: `__main__` calls it on
+        SIGTERM, before the server flushes telemetry)."""
         with self._lock:
             roots = list(self._roots.values())
             self._roots.clear()
