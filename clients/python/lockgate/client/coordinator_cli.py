@@ -120,11 +120,12 @@ def cluster_status(
     output: OutputOption = None,
 ) -> None:
     """Leader, epoch, every coordinator replica (role, state, last seen) and executors."""
+    fmt = chosen_format(output, as_json)
     info = call(
         coordinator,
         lambda s: s.GetClusterInfo(coordinator_pb2.GetClusterInfoRequest(), timeout=TIMEOUT_S),
     )
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(info, fmt)
         return
     if info.leader_epoch.leader_id:
@@ -175,6 +176,7 @@ def pipeline_create(
     output: OutputOption = None,
 ) -> None:
     """Create a pipeline from a file; every invalid field is listed."""
+    fmt = chosen_format(output, as_json)
     pipeline_file = _read_file(file)
     check_spec(pipeline_file.spec, written=pipeline_file.written)
     request = coordinator_pb2.CreatePipelineRequest(
@@ -183,7 +185,7 @@ def pipeline_create(
         initial_target_state=common_pb2.TARGET_STATE_PAUSED if paused else 0,  # type: ignore[arg-type]
     )
     response = call(coordinator, lambda s: s.CreatePipeline(request, timeout=TIMEOUT_S))
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(response.pipeline, fmt)
         return
     out.print(
@@ -291,6 +293,7 @@ def pipeline_list(
     output: OutputOption = None,
 ) -> None:
     """Every pipeline, by name."""
+    fmt = chosen_format(output, as_json)
     pipelines: list[common_pb2.Pipeline] = []
     token = ""
     while True:
@@ -303,7 +306,7 @@ def pipeline_list(
         token = page.next_page_token
         if not token:
             break
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(coordinator_pb2.ListPipelinesResponse(pipelines=pipelines), fmt)
         return
     table = Table("name", "target", "version", "source", "sink", "tasks max", "updated")
@@ -328,11 +331,12 @@ def pipeline_get(
     output: OutputOption = None,
 ) -> None:
     """A pipeline's spec, target state and config version."""
+    fmt = chosen_format(output, as_json)
     response = call(
         coordinator,
         lambda s: s.GetPipeline(coordinator_pb2.GetPipelineRequest(name=name), timeout=TIMEOUT_S),
     )
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(response.pipeline, fmt)
         return
     p = response.pipeline
@@ -460,11 +464,12 @@ def pipeline_restart(
     output: OutputOption = None,
 ) -> None:
     """Re-plan the tasks and, with --include-tasks, restart them."""
+    fmt = chosen_format(output, as_json)
     request = coordinator_pb2.RestartPipelineRequest(
         request_id=uuid.uuid4().hex, name=name, include_tasks=include_tasks, only_failed=only_failed
     )
     response = call(coordinator, lambda s: s.RestartPipeline(request, timeout=TIMEOUT_S))
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(response, fmt)
         return
     restarted = ", ".join(task_text(t) for t in response.restarted_tasks) or "no tasks"
@@ -479,9 +484,10 @@ def pipeline_delete(
     output: OutputOption = None,
 ) -> None:
     """Finish or abort its checkpoints, then remove it with its history."""
+    fmt = chosen_format(output, as_json)
     request = coordinator_pb2.DeletePipelineRequest(request_id=uuid.uuid4().hex, name=name)
     call(coordinator, lambda s: s.DeletePipeline(request, timeout=60.0))
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         # DeletePipelineResponse is empty: say what was deleted instead of printing `{}`.
         print_document({"name": name, "deleted": True}, fmt)
         return
@@ -511,6 +517,7 @@ def pipeline_offsets(
     output: OutputOption = None,
 ) -> None:
     """Where each source partition resumes; --set resets them (pipeline STOPPED)."""
+    fmt = chosen_format(output, as_json)
     if set_offsets:
         reset = coordinator_pb2.ResetOffsetsRequest(
             request_id=uuid.uuid4().hex,
@@ -526,7 +533,7 @@ def pipeline_offsets(
             coordinator_pb2.GetOffsetsRequest(pipeline_name=name), timeout=TIMEOUT_S
         ),
     )
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(response, fmt)
         return
     source = (
@@ -554,6 +561,7 @@ def pipeline_checkpoints(
     output: OutputOption = None,
 ) -> None:
     """Checkpoint history, newest first, with timings (or one checkpoint with --id)."""
+    fmt = chosen_format(output, as_json)
     if checkpoint_id is not None:
         one = call(
             coordinator,
@@ -564,7 +572,7 @@ def pipeline_checkpoints(
                 timeout=TIMEOUT_S,
             ),
         )
-        if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+        if fmt is not OutputFormat.TABLE:
             print_document(one.checkpoint, fmt)
             return
         _print_checkpoints([one.checkpoint])
@@ -587,7 +595,7 @@ def pipeline_checkpoints(
             timeout=TIMEOUT_S,
         ),
     )
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(listed, fmt)
         return
     _print_checkpoints(list(listed.checkpoints))

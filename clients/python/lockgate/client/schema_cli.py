@@ -159,13 +159,14 @@ def register(
     output: OutputOption = None,
 ) -> None:
     """Register a schema under a subject (idempotent); prints its global id."""
+    fmt = chosen_format(output, as_json)
     answer = _run(
         registry,
         "POST",
         _subject_path(subject) + "/versions",
         json={"schema": _read_schema(schema)},
     )
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(answer, fmt)
         return
     found = _run(registry, "POST", _subject_path(subject), json={"schema": _read_schema(schema)})
@@ -184,9 +185,10 @@ def get(
     output: OutputOption = None,
 ) -> None:
     """Show one version of a subject, or a schema by id."""
+    fmt = chosen_format(output, as_json)
     if schema_id is not None:
         answer = _run(registry, "GET", f"/schemas/ids/{schema_id}")
-        if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+        if fmt is not OutputFormat.TABLE:
             print_document(answer, fmt)
         else:
             _out.print(f"id {schema_id}")
@@ -196,7 +198,7 @@ def get(
         _err.print("[red]pass a SUBJECT (and optionally VERSION), or --id N[/red]")
         raise typer.Exit(2)
     answer = _run(registry, "GET", f"{_subject_path(subject)}/versions/{quote(version, safe='')}")
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(answer, fmt)
     else:
         _show_version(answer)
@@ -211,6 +213,7 @@ def versions(
     output: OutputOption = None,
 ) -> None:
     """List a subject's versions with their schema ids."""
+    fmt = chosen_format(output, as_json)
     numbers = _run(
         registry, "GET", f"{_subject_path(subject)}/versions", params={"deleted": deleted}
     )
@@ -218,7 +221,7 @@ def versions(
         _run(registry, "GET", f"{_subject_path(subject)}/versions/{n}", params={"deleted": deleted})
         for n in numbers
     ]
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(rows, fmt)
         return
     table = Table("version", "id", "fields")
@@ -240,8 +243,9 @@ def subjects(
     output: OutputOption = None,
 ) -> None:
     """List subjects."""
+    fmt = chosen_format(output, as_json)
     names = _run(registry, "GET", "/subjects", params={"deleted": deleted})
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(names, fmt)
         return
     table = Table("subject")
@@ -268,13 +272,14 @@ def check(
 ) -> None:
     """Would the subject accept this schema? Exit status 0 yes, 1 no (reasons printed),
     2 if the schema itself is invalid."""
+    fmt = chosen_format(output, as_json)
     path = f"/compatibility{_subject_path(subject)}/versions"
     if version is not None:
         path += "/" + quote(version, safe="")
     answer = _run(
         registry, "POST", path, params={"verbose": "true"}, json={"schema": _read_schema(schema)}
     )
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(answer, fmt)
     elif answer["is_compatible"]:
         _out.print("[green]compatible[/green]")
@@ -302,6 +307,7 @@ def config(
     output: OutputOption = None,
 ) -> None:
     """Show or change the compatibility level (global, or of one subject)."""
+    fmt = chosen_format(output, as_json)
     path = "/config" + ("" if subject is None else "/" + quote(subject, safe=""))
     if set_level is not None and delete:
         _err.print("[red]use either --set LEVEL or --delete, not both[/red]")
@@ -315,7 +321,7 @@ def config(
     else:
         answer = _run(registry, "GET", path, params={"defaultToGlobal": "true"})
         level = answer["compatibilityLevel"]
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(answer, fmt)
     else:
         scope = "global" if subject is None else subject
@@ -337,11 +343,12 @@ def delete(
     output: OutputOption = None,
 ) -> None:
     """Soft-delete a subject or one version; --permanent removes a soft-deleted one."""
+    fmt = chosen_format(output, as_json)
     path = _subject_path(subject)
     if version is not None:
         path += "/versions/" + quote(version, safe="")
     answer = _run(registry, "DELETE", path, params={"permanent": permanent})
-    if (fmt := chosen_format(output, as_json)) is not OutputFormat.TABLE:
+    if fmt is not OutputFormat.TABLE:
         print_document(answer, fmt)
         return
     kind = "permanently deleted" if permanent else "soft-deleted"
