@@ -9,7 +9,7 @@ STAMP    := $(VENV)/.lockgate-install-stamp
 # Prometheus 3.16.0 (its Go module is tagged v0.316.0), built from the Go module proxy.
 PROMETHEUS_MODULE  := github.com/prometheus/prometheus/cmd/prometheus@v0.316.0
 
-.PHONY: help install protos lint test test-unit test-integration test-e2e demo cluster-up cluster-down cluster-status bench prometheus clean
+.PHONY: help install protos lint test test-unit test-integration test-e2e test-clients demo cluster-up cluster-down cluster-status bench prometheus clean
 
 help: ## List every target with what it does
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -21,12 +21,17 @@ protos: install ## Regenerate the Python stubs (+ .pyi) from protos/lockgate/v1/
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I protos \
 	  --python_out=clients/python --grpc_python_out=clients/python \
 	  --mypy_out=clients/python --mypy_grpc_out=clients/python $(PROTO_SRC)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash deploy/scripts/clients.sh generate
 
 lint: install ## buf lint (+ buf breaking against main), ruff, mypy --strict, the code's shape
 	@bash deploy/scripts/lint.sh
 
-test: install lint ## What CI runs: install, lint, then every test (unit, integration, fault)
+test: install lint ## What CI runs: install, lint, then every test (unit, integration, fault; the Go, Java, TypeScript clients)
 	$(VENV)/bin/pytest -q
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash deploy/scripts/clients.sh test
+
+test-clients: install ## Only the Go, Java and TypeScript clients' own tests, against real services
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash deploy/scripts/clients.sh test
 
 test-unit: install ## Only the unit tier (tests/unit): fast, no process, no socket
 	$(VENV)/bin/pytest -q -m unit
