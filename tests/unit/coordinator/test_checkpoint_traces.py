@@ -121,3 +121,15 @@ def test_nothing_is_kept_when_tracing_is_off() -> None:
     traces = CheckpointTraces(NoOpTracerProvider().get_tracer("off"))
     traces.triggered(P, CheckpointId(1), leader_epoch=1)
     assert traces.open_checkpoints() == []
+
+
+def test_a_checkpoint_a_new_leader_aborts_in_recovery_gets_a_trace_that_says_why() -> None:
+    traces, exporter = _traces()
+    with traces.recovery(leader_epoch=6) as recovery:
+        traces.adopt(P, CheckpointId(12), leader_epoch=6)
+    traces.settle({(P, CheckpointId(12)): ("ABORTED", "leader changed")})
+    (root,) = _named(exporter, "lockgate.checkpoint")
+    assert root.attributes is not None
+    assert root.attributes["lockgate.abort_reason"] == "leader changed"
+    assert root.attributes["lockgate.checkpoint.inherited"] is True
+    assert [link.context.span_id for link in root.links] == [recovery.get_span_context().span_id]

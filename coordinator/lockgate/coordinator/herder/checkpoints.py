@@ -388,6 +388,9 @@ class CheckpointDriver:
         aborted = self._lease.leader_call(
             lambda f: self._store.checkpoints.abort_in_flight(fence=f, reason="leader changed")
         )
+        for pipeline_id, checkpoint_id in aborted:
+            # Its trace ends, with the reason, at the end of this pass (settle_traces).
+            self.traces.adopt(pipeline_id, checkpoint_id, leader_epoch=int(fence.leader_epoch))
         return RecoveryPlan(
             aborted=tuple(aborted),
             to_commit=tuple(commit_order(self._store.checkpoints.list_pending_commits())),

@@ -139,6 +139,13 @@ class CheckpointTraces:
             return trace.set_span_in_context(trace.NonRecordingSpan(ended))
         return trace.set_span_in_context(self._root(key, leader_epoch=leader_epoch).span)
 
+    def adopt(
+        self, pipeline_id: PipelineId, checkpoint_id: CheckpointId, *, leader_epoch: int
+    ) -> None:
+        """Make sure N has a root: a checkpoint this replica did not trigger gets a new,
+        inherited one (a new leader's recovery adopts every checkpoint it decides)."""
+        self._root((pipeline_id, checkpoint_id), leader_epoch=leader_epoch)
+
     def committed(self, pipeline_id: PipelineId, checkpoint_id: CheckpointId) -> None:
         """N is COMMITTED: end its root, status OK."""
         root = self._pop((pipeline_id, checkpoint_id))
