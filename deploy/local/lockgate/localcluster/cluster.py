@@ -23,8 +23,6 @@ import argparse
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +33,7 @@ from lockgate.localcluster.process import (
     ProcessError,
     ProcessSpec,
     ProcessState,
+    answers_ok,
     lockgate_home,
     process_status,
     start_process,
@@ -83,13 +82,7 @@ class ClusterSettings:
 
 def is_registry_ready(http_address: str, *, timeout_s: float = 2.0) -> bool:
     """True when the registry's REST API answers ``GET /subjects`` with 200."""
-    # No proxy: loopback must not be sent to an HTTP proxy the environment names.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"http://{http_address}/subjects", timeout=timeout_s) as answer:
-            return int(answer.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    return answers_ok(f"http://{http_address}/subjects", timeout_s=timeout_s)
 
 
 def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:

@@ -16,8 +16,6 @@ own ``/metrics``. Each target carries a ``process`` label (``coordinator-c1``, .
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from lockgate.localcluster.ports import LOOPBACK
-from lockgate.localcluster.process import ProcessSpec, repo_root
+from lockgate.localcluster.process import ProcessSpec, answers_ok, repo_root
 
 PROMETHEUS_ENV = "LOCKGATE_PROMETHEUS"
 PROMETHEUS_PORT_ENV = "LOCKGATE_PROMETHEUS_PORT"
@@ -106,12 +104,7 @@ def prometheus_binary() -> Path:
 
 def is_prometheus_ready(address: str, *, timeout_s: float = 2.0) -> bool:
     """True when Prometheus at `address` answers ``/-/ready`` with 200."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"http://{address}/-/ready", timeout=timeout_s) as answer:
-            return int(answer.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    return answers_ok(f"http://{address}/-/ready", timeout_s=timeout_s)
 
 
 def prometheus_spec(
