@@ -9,8 +9,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.support.waits import wait_for
-from tests.unit.executor_runtime.conftest import start_worker, stop_worker
-from tests.unit.executor_runtime.runtime_doubles import WAIT_S, trigger
+from tests.unit.executor_runtime.runtime_doubles import (
+    WAIT_S,
+    start_worker,
+    stop_worker,
+    trigger,
+)
 
 
 def test_the_batch_span_is_a_child_of_the_trigger_call_that_started_it() -> None:
