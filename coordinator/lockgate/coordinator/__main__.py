@@ -224,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.lease_ms,
     )
     try:
-        server.serve_until_signal()
+        server.serve_until_signal(on_signal=lambda _: herder.checkpoints.traces.close())
     finally:
         herder.stop()
         store.close()

@@ -7,6 +7,7 @@
   is its reader of one raw field at a time, collecting every violation.
 - `limits`: the bounds on every request field (lengths, counts), checked by every gRPC
   server before its servicer runs and by the spec parser.
+- `spec_changes`: which fields differ between two normalised specs (`lockgate pipeline apply`).
 - `proto`: the one converter of each of these to and from its `lockgate.v1` message. It is
   the only module here that imports `*_pb2`: the values above stay plain, so domain code
   that uses them needs no protobuf.
