@@ -1,9 +1,10 @@
 """How every Lockgate service serves gRPC: one builder, one error mapping.
 
 ``build_server`` gives each service the same server: tracing interceptor (when telemetry is
-on), the error-mapping interceptor, ``grpc.health.v1``, server reflection, a bind that names
-the address (and the process holding it) when the port is taken, and a graceful stop on
-SIGTERM.
+on), the error-mapping interceptor, the request bounds (``model.limits``), a bound on
+message size and on concurrent calls (RESOURCE_EXHAUSTED beyond), ``grpc.health.v1``, server
+reflection, a bind that names the address (and the process holding it) when the port is
+taken, and a graceful stop on SIGTERM.
 
 The error mapping is the one place where domain errors (``lockgate.common.errors``) become
 gRPC statuses with ``google.rpc`` details; servicers just let them propagate. Anything else
@@ -28,6 +29,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -52,6 +54,7 @@ from lockgate.common.errors import (
     Unavailable,
     Unimplemented,
 )
+from lockgate.common.model.limits import check_request_limits
 from lockgate.common.telemetry import Telemetry
 from lockgate.v1 import common_pb2
 
@@ -209,7 +212,29 @@ def _is_grpc_abort(exc: BaseException) -> bool:
     return type(exc) is Exception and not exc.args
 
 
-class ErrorMappingInterceptor(grpc.ServerInterceptor):
+class _WrappingInterceptor(grpc.ServerInterceptor):
+    """An interceptor that wraps each method's behaviour, except probes and reflection."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Wrap the method's handler, whatever its streaming shape."""
+        handler = continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or method.startswith(_PASS_THROUGH_PREFIXES):
+            return handler
+        return self._wrapped(handler, method)
+
+    def _wrapped(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """The handler of ``method`` with its behaviour wrapped (each subclass's own)."""
+        raise NotImplementedError
+
+
+class ErrorMappingInterceptor(_WrappingInterceptor):
     """Turns exceptions escaping a servicer into gRPC statuses (see module docstring)."""
 
     def __init__(self, *, service_name: str) -> None:
@@ -269,37 +294,66 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):
 
         return call
 
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        """Wrap the method's handler, whatever its streaming shape."""
-        handler = continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or method.startswith(_PASS_THROUGH_PREFIXES):
-            return handler
-        codec: dict[str, Any] = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._wrap_unary_response(handler.unary_unary, method), **codec
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream_response(handler.unary_stream, method), **codec
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                self._wrap_unary_response(handler.stream_unary, method), **codec
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                self._wrap_stream_response(handler.stream_stream, method), **codec
-            )
-        return handler
+    def _wrapped(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        return _rewrap(
+            handler,
+            unary_response=lambda behavior: self._wrap_unary_response(behavior, method),
+            stream_response=lambda behavior: self._wrap_stream_response(behavior, method),
+        )
+
+
+_Behavior = Callable[[Any, grpc.ServicerContext], Any]
+
+
+def _rewrap(
+    handler: grpc.RpcMethodHandler[Any, Any],
+    *,
+    unary_response: Callable[[_Behavior], _Behavior],
+    stream_response: Callable[[_Behavior], _Behavior],
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """The same method handler with its behaviour wrapped: by ``unary_response`` for the
+    shapes that answer one message, by ``stream_response`` for those that stream."""
+    codec: dict[str, Any] = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(unary_response(handler.unary_unary), **codec)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(stream_response(handler.unary_stream), **codec)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary_response(handler.stream_unary), **codec)
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(
+            stream_response(handler.stream_stream), **codec
+        )
+    return handler
+
+
+class RequestLimitsInterceptor(_WrappingInterceptor):
+    """Refuses a request over the bounds of ``lockgate.common.model.limits`` with
+    ``INVALID_ARGUMENT`` naming each field and its limit, before the servicer runs.
+
+    It sits inside ``ErrorMappingInterceptor``, which turns its ``InvalidArgument`` into the
+    status. Probes and reflection pass through.
+    """
+
+    def _wrapped(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        return _rewrap(handler, unary_response=_checked, stream_response=_checked)
+
+
+def _checked(behavior: _Behavior) -> _Behavior:
+    def call(request: Any, context: grpc.ServicerContext) -> Any:
+        # A streamed request is an iterator of messages; Lockgate's services have none.
+        if isinstance(request, Message):
+            check_request_limits(request)
+        return behavior(request, context)
+
+    return call
 
 
 class ServerBindError(OSError):
@@ -358,13 +412,22 @@ def _parse_listen(listen: str) -> tuple[str, int]:
     return match["host"], int(match["port"])
 
 
+MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024
+"""Largest request a server reads (4 MiB); a larger one is answered RESOURCE_EXHAUSTED
+without reaching a servicer. The request bounds of ``model.limits`` fit well inside it."""
+
+MAX_CONCURRENT_RPCS = 256
+"""Calls a server holds at once, running or queued for a worker thread; the next one is
+answered RESOURCE_EXHAUSTED at once. With the 4 MiB message bound, requests can pin at
+most about 1 GiB of memory."""
+
 # Clients ping every 30 s (grpc_client); accept that instead of the 5-minute default that
 # would answer our keepalives with GOAWAY "too_many_pings".
 SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
     ("grpc.http2.max_ping_strikes", 0),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 )
 
@@ -452,6 +515,7 @@ def build_server(
     service_full_names: Sequence[str],
     telemetry: Telemetry | None = None,
     max_workers: int = 16,
+    maximum_concurrent_rpcs: int = MAX_CONCURRENT_RPCS,
     grace_seconds: float = 10.0,
     extra_interceptors: Sequence[grpc.ServerInterceptor] = (),
     options: Sequence[tuple[str, Any]] = (),
@@ -465,6 +529,9 @@ def build_server(
     ``HOST:PORT``; port 0 picks a free one (see ``LockgateServer.port``). Raises
     ``ServerBindError`` naming the address, and the process holding it, if the bind fails.
 
+    ``maximum_concurrent_rpcs`` bounds the calls held at once (``MAX_CONCURRENT_RPCS``);
+    requests are bounded by ``MAX_RECEIVE_MESSAGE_BYTES`` and ``model.limits``.
+
     ``reuse_port`` binds with ``SO_REUSEPORT`` so that several worker processes serve one
     port; the caller must have checked that nobody else holds it. Off by default, because
     gRPC's own default (on) would let two servers share a port silently.
@@ -476,11 +543,13 @@ def build_server(
         # span carries its status code.
         *telemetry.server_interceptors(),
         ErrorMappingInterceptor(service_name=service_name),
+        RequestLimitsInterceptor(),
         *extra_interceptors,
     ]
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=service_name),
         interceptors=interceptors,
+        maximum_concurrent_rpcs=maximum_concurrent_rpcs,
         # gRPC keeps the first value of a repeated option, so ours come first.
         options=[("grpc.so_reuseport", int(reuse_port)), *SERVER_OPTIONS, *options],
     )
@@ -521,10 +590,13 @@ def build_server(
 
 
 __all__ = [
+    "MAX_CONCURRENT_RPCS",
+    "MAX_RECEIVE_MESSAGE_BYTES",
     "SERVER_OPTIONS",
     "STATUS_CODES",
     "ErrorMappingInterceptor",
     "LockgateServer",
+    "RequestLimitsInterceptor",
     "ServerBindError",
     "build_server",
     "describe_port_holder",

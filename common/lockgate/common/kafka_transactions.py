@@ -653,4 +653,4 @@ def belongs_to_slot(transactional_id: str, slot_id: str) -> bool:
     if transactional_id == slot_id:
         return True
     suffix = transactional_id.removeprefix(slot_id + "-")
-    return suffix != transactional_id and suffix.isdigit()
+    return suffix != transactional_id and suffix.isascii() and suffix.isdigit()

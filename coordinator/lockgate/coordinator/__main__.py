@@ -27,12 +27,14 @@ from lockgate.coordinator.domain.assignment import (
     DEFAULT_REASSIGN_DELAY_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
 )
+from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
 from lockgate.coordinator.herder import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     CoordinatorSettings,
     Herder,
 )
 from lockgate.coordinator.store import SqlStore, open_store
+from lockgate.coordinator.store.engine import DEFAULT_LEASE_MS
 from lockgate.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 SERVICE_NAME = "lockgate-coordinator"
@@ -88,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
         "listen address)",
     )
     parser.add_argument(
-        "--lease-ms", type=_positive("--lease-ms"), default=3_000, help="leader lease (ms)"
+        "--lease-ms",
+        type=_positive("--lease-ms"),
+        default=DEFAULT_LEASE_MS,
+        help="leader lease (ms)",
     )
     parser.add_argument(
         "--session-timeout-ms",
@@ -109,14 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra wait after an executor's session expired before its tasks move (ms)",
     )
     parser.add_argument(
+        "--checkpoint-history",
+        type=_positive("--checkpoint-history"),
+        default=DEFAULT_CHECKPOINT_HISTORY,
+        help="final checkpoints kept per pipeline; older ones are deleted (non-final ones"
+        " never are)",
+    )
+    parser.add_argument(
         "--log-level", default=os.environ.get("LOCKGATE_LOG_LEVEL", "INFO"), help="e.g. DEBUG"
     )
     return parser
 
 
-def _open_state(db: str | None) -> SqlStore | int:
-    """The migrated store of `--db` (default: the home's SQLite file), or the exit code
-    after printing why it cannot be opened."""
+def _open_state(db: str | None, *, lease_ms: int) -> SqlStore | int:
+    """The migrated store of `--db` (default: the home's SQLite file), its sessions' timeouts
+    below `lease_ms`, or the exit code after printing why it cannot be opened."""
     url = db or default_database_url()
     if url.startswith("sqlite:///") and db is None:
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +137,7 @@ def _open_state(db: str | None) -> SqlStore | int:
     except sa.exc.ArgumentError:
         shown = "<unparseable URL>"
     try:
-        store = open_store(url)
+        store = open_store(url, lease_ms=lease_ms)
     except LockgateError as exc:
         print(f"error: --db: {exc.message}", file=sys.stderr)
         return 2
@@ -155,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TelemetryConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    store = _open_state(args.db)
+    store = _open_state(args.db, lease_ms=args.lease_ms)
     if isinstance(store, int):
         return store
     advertise = args.advertise or args.listen
@@ -175,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,
         reassign_delay_ms=args.reassign_delay_ms,
+        checkpoint_history=args.checkpoint_history,
     )
     try:
         failpoints = Failpoints.from_env()
@@ -183,10 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         store.close()
         return 2
     if failpoints.armed:
-        _LOG.warning(
-            "failpoints armed: %s",
-            ", ".join(a.describe() for a in failpoints.armed),
-        )
+        _LOG.warning("failpoints armed: %s", ", ".join(a.describe() for a in failpoints.armed))
     herder = Herder(store=store, settings=settings, failpoints=failpoints)
     servicer = CoordinatorServicer(herder)
     try:
@@ -214,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.lease_ms,
     )
     try:
-        server.serve_until_signal()
+        server.serve_until_signal(on_signal=lambda _: herder.checkpoints.traces.close())
     finally:
         herder.stop()
         store.close()

@@ -30,6 +30,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from opentelemetry import trace
+
 from lockgate.common.failpoints import Failpoints
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.executor.committer import Committer
@@ -66,6 +68,7 @@ class Worker:
         fence: LeaderEpochFence | None = None,
         failpoints: Failpoints | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tracer: trace.Tracer | None = None,
     ) -> None:
         self.fence = fence or LeaderEpochFence()
         failpoints = failpoints or Failpoints()
@@ -103,6 +106,7 @@ class Worker:
             registration=lambda: self._membership.registration,
             failpoints=failpoints,
             clock=clock,
+            tracer=tracer,
         )
 
     @property

@@ -14,7 +14,7 @@ from lockgate.common.model.pipeline_spec import (
     StartingOffsets,
 )
 from lockgate.common.model.proto import spec_from_proto, spec_to_proto, spec_violations
-from lockgate.coordinator.api.convert import page_size, precommit_from_proto
+from lockgate.coordinator.api.convert import int_token, name_token, page_size, precommit_from_proto
 from lockgate.v1 import common_pb2, coordinator_pb2
 
 
@@ -194,3 +194,23 @@ def test_avro_format_and_registry_url_survive_the_round_trip() -> None:
     assert back.source.kafka.format == avro
     proto.sink.kafka.format.schema_registry_url = ""
     assert "sink.kafka.schema_registry_url" in fields(proto)
+
+
+@pytest.mark.parametrize("token", ["²", "-1", "1e9", " 1", "1" * 19, "٣"])
+def test_a_numeric_page_token_the_server_never_issues_is_invalid(token: str) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        int_token(token)
+    assert refused.value.violations[0].field == "page_token"
+    assert "next_page_token" in refused.value.message
+
+
+def test_numeric_page_tokens_the_server_issues_are_read() -> None:
+    assert int_token("") is None
+    assert int_token("100") == 100
+
+
+@pytest.mark.parametrize("token", ["²", "Orders", "a/b", "x" * 64])
+def test_a_pipeline_page_token_that_is_no_pipeline_name_is_invalid(token: str) -> None:
+    with pytest.raises(InvalidArgument, match="page_token"):
+        name_token(token)
+    assert name_token("orders-2") == "orders-2"

@@ -951,8 +951,8 @@ class KafkaSourceSpec(_message.Message):
     """Where a pipeline with no complete checkpoint starts; unset means EARLIEST."""
     max_records_per_partition: _builtins.int
     """Most records one task reads from one partition in one checkpoint, so a backlog drains
-    in checkpoints that each fit within checkpoint.timeout_ms; 0 means 100000 (about 10 s
-    of one executor core's copying).
+    in checkpoints that each fit within checkpoint.timeout_ms; 0 means 50000 (about 10 s
+    of one task's copying).
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -1053,6 +1053,7 @@ class KafkaSinkSpec(_message.Message):
     TOPIC_FIELD_NUMBER: _builtins.int
     FORMAT_FIELD_NUMBER: _builtins.int
     TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    TRANSACTIONAL_ID_PREFIX_FIELD_NUMBER: _builtins.int
     bootstrap_servers: _builtins.str
     """Kafka bootstrap servers, comma-separated host:port, e.g. "127.0.0.1:9092"."""
     topic: _builtins.str
@@ -1062,6 +1063,12 @@ class KafkaSinkSpec(_message.Message):
     it must exceed checkpoint.timeout_ms plus the coordinator's recovery time (refused
     otherwise), or the broker could abort pre-committed output; at most the broker's
     transaction.max.timeout.ms; 0 means 900000 (the broker's default cap, 15 minutes).
+    """
+    transactional_id_prefix: _builtins.str
+    """The start of every Kafka `transactional.id` the pipeline's producers use, so two
+    installs or prefixed ACLs can share a cluster: 1-200 characters of [a-zA-Z0-9._-],
+    no other pipeline's. Empty means "lockgate-<pipeline name>". Ids are
+    "<prefix>-<task>-g<task generation>-<slot>[-<Spark write partition>]".
     """
     @_builtins.property
     def format(self) -> Global___FormatSpec:
@@ -1077,10 +1084,11 @@ class KafkaSinkSpec(_message.Message):
         topic: _builtins.str = ...,
         format: Global___FormatSpec | None = ...,
         transaction_timeout_ms: _builtins.int = ...,
+        transactional_id_prefix: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["format", b"format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrap_servers", b"bootstrap_servers", "format", b"format", "topic", b"topic", "transaction_timeout_ms", b"transaction_timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrap_servers", b"bootstrap_servers", "format", b"format", "topic", b"topic", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id_prefix", b"transactional_id_prefix"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -69,9 +69,11 @@ class CoordinatorServiceStub:
         COMPLETE checkpoint.
 
     Every RPC may also fail with UNAVAILABLE (not the leader, or the database is
-    unreachable), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is
-    logged, never sent). Invalid requests fail with INVALID_ARGUMENT and a
-    google.rpc.BadRequest naming each bad field and its fix.
+    unreachable), RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held),
+    DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is logged, never
+    sent). Invalid requests, and fields over their length or count limit (reason
+    LIMIT_EXCEEDED), fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming each
+    bad field and its fix.
     """
 
     @_typing.overload
@@ -103,8 +105,9 @@ class CoordinatorServiceStub:
     """CreatePipeline validates a spec, stores it as config version 1 and splits the
     pipeline into tasks. Leader only. Errors: INVALID_ARGUMENT (with a
     google.rpc.BadRequest listing every violation, each missing topic and each Kafka
-    cluster that did not answer within 3 s included), ALREADY_EXISTS (name taken),
-    UNAVAILABLE.
+    cluster that did not answer within 3 s included; a transactional_id_prefix another
+    pipeline has; a tasks_max giving a task over 10000 partitions), ALREADY_EXISTS (name
+    taken), UNAVAILABLE.
     """
     GetPipeline: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineRequest, _coordinator_pb2.GetPipelineResponse]
     """GetPipeline returns one pipeline's spec, target state and config version. Errors:
@@ -200,7 +203,9 @@ class CoordinatorServiceStub:
     its offset ranges and sink handles; a repeat of the same report succeeds. Leader
     only. Errors: FAILED_PRECONDITION with a FencingFailure (stale leader epoch, executor
     generation or task generation: abort the handles), NOT_FOUND (unknown checkpoint or
-    task), INVALID_ARGUMENT (ranges not contiguous with N-1's), UNAVAILABLE.
+    task), INVALID_ARGUMENT (reason PRECOMMIT_MISMATCH: a range of a partition not the
+    task's, or not starting where N-1 ended; a handle on another transactional id than
+    the task's or another cluster than the sink's), UNAVAILABLE.
     """
     ReportTaskFailure: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ReportTaskFailureRequest, _coordinator_pb2.ReportTaskFailureResponse]
     """ReportTaskFailure marks a task FAILED with its error (e.g. a bad record under
@@ -251,9 +256,11 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
         COMPLETE checkpoint.
 
     Every RPC may also fail with UNAVAILABLE (not the leader, or the database is
-    unreachable), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is
-    logged, never sent). Invalid requests fail with INVALID_ARGUMENT and a
-    google.rpc.BadRequest naming each bad field and its fix.
+    unreachable), RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held),
+    DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is logged, never
+    sent). Invalid requests, and fields over their length or count limit (reason
+    LIMIT_EXCEEDED), fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming each
+    bad field and its fix.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -282,8 +289,9 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     """CreatePipeline validates a spec, stores it as config version 1 and splits the
     pipeline into tasks. Leader only. Errors: INVALID_ARGUMENT (with a
     google.rpc.BadRequest listing every violation, each missing topic and each Kafka
-    cluster that did not answer within 3 s included), ALREADY_EXISTS (name taken),
-    UNAVAILABLE.
+    cluster that did not answer within 3 s included; a transactional_id_prefix another
+    pipeline has; a tasks_max giving a task over 10000 partitions), ALREADY_EXISTS (name
+    taken), UNAVAILABLE.
     """
     GetPipeline: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineRequest, _coordinator_pb2.GetPipelineResponse]  # type: ignore[assignment]
     """GetPipeline returns one pipeline's spec, target state and config version. Errors:
@@ -379,7 +387,9 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     its offset ranges and sink handles; a repeat of the same report succeeds. Leader
     only. Errors: FAILED_PRECONDITION with a FencingFailure (stale leader epoch, executor
     generation or task generation: abort the handles), NOT_FOUND (unknown checkpoint or
-    task), INVALID_ARGUMENT (ranges not contiguous with N-1's), UNAVAILABLE.
+    task), INVALID_ARGUMENT (reason PRECOMMIT_MISMATCH: a range of a partition not the
+    task's, or not starting where N-1 ended; a handle on another transactional id than
+    the task's or another cluster than the sink's), UNAVAILABLE.
     """
     ReportTaskFailure: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ReportTaskFailureRequest, _coordinator_pb2.ReportTaskFailureResponse]  # type: ignore[assignment]
     """ReportTaskFailure marks a task FAILED with its error (e.g. a bad record under
@@ -429,9 +439,11 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         COMPLETE checkpoint.
 
     Every RPC may also fail with UNAVAILABLE (not the leader, or the database is
-    unreachable), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is
-    logged, never sent). Invalid requests fail with INVALID_ARGUMENT and a
-    google.rpc.BadRequest naming each bad field and its fix.
+    unreachable), RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held),
+    DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is logged, never
+    sent). Invalid requests, and fields over their length or count limit (reason
+    LIMIT_EXCEEDED), fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming each
+    bad field and its fix.
     """
 
     @_abc_1.abstractmethod
@@ -488,8 +500,9 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         """CreatePipeline validates a spec, stores it as config version 1 and splits the
         pipeline into tasks. Leader only. Errors: INVALID_ARGUMENT (with a
         google.rpc.BadRequest listing every violation, each missing topic and each Kafka
-        cluster that did not answer within 3 s included), ALREADY_EXISTS (name taken),
-        UNAVAILABLE.
+        cluster that did not answer within 3 s included; a transactional_id_prefix another
+        pipeline has; a tasks_max giving a task over 10000 partitions), ALREADY_EXISTS (name
+        taken), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -687,7 +700,9 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         its offset ranges and sink handles; a repeat of the same report succeeds. Leader
         only. Errors: FAILED_PRECONDITION with a FencingFailure (stale leader epoch, executor
         generation or task generation: abort the handles), NOT_FOUND (unknown checkpoint or
-        task), INVALID_ARGUMENT (ranges not contiguous with N-1's), UNAVAILABLE.
+        task), INVALID_ARGUMENT (reason PRECOMMIT_MISMATCH: a range of a partition not the
+        task's, or not starting where N-1 ended; a handle on another transactional id than
+        the task's or another cluster than the sink's), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod

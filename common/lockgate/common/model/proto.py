@@ -297,6 +297,8 @@ def _raw_kafka_sink(
         raw["topic"] = sink.topic
     if sink.HasField("format"):
         raw.update(_raw_format(sink.format, f"{path}.format", extra))
+    if sink.transactional_id_prefix:
+        raw["transactional_id_prefix"] = sink.transactional_id_prefix
     if sink.transaction_timeout_ms or f"{path}.transaction_timeout_ms" in written:
         raw["transaction_timeout_ms"] = sink.transaction_timeout_ms
     return raw
@@ -380,6 +382,7 @@ def spec_to_proto(spec: PipelineSpec) -> common_pb2.PipelineSpec:
                 bootstrap_servers=sink.bootstrap_servers,
                 topic=sink.topic,
                 format=_format_to_proto(sink.format, sink.key_format, sink.schema_registry_url),
+                transactional_id_prefix=spec.transactional_id_prefix,
                 transaction_timeout_ms=sink.transaction_timeout_ms,
             )
         ),

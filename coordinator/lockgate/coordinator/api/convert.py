@@ -15,6 +15,7 @@ from google.protobuf import timestamp_pb2
 from lockgate.common.errors import FieldViolation
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import (
+    PIPELINE_ID_PATTERN,
     CheckpointId,
     ExecutorId,
     Generation,
@@ -306,14 +307,26 @@ def page_size(value: int, field_path: str = "page_size") -> int:
     return min(value or _DEFAULT_PAGE, _MAX_PAGE)
 
 
+_INT_TOKEN = re.compile(r"^[0-9]{1,18}$")
+_NOT_ISSUED = "is not a token this server returned; pass next_page_token unchanged"
+
+
 def int_token(token: str, field_path: str = "page_token") -> int | None:
+    """The position a numeric page token (ListTasks, ListCheckpoints) names; None for the
+    first page. InvalidArgument for anything the server never issues ('²', '-1', '1e9')."""
     if not token:
         return None
-    if not token.isdigit():
-        raise InvalidArgument.for_field(
-            field_path, "is not a token this server returned; pass next_page_token unchanged"
-        )
+    if not _INT_TOKEN.match(token):
+        raise InvalidArgument.for_field(field_path, _NOT_ISSUED)
     return int(token)
+
+
+def name_token(token: str, field_path: str = "page_token") -> str:
+    """A ListPipelines page token: the last pipeline name of the previous page, so it has
+    a pipeline name's shape; InvalidArgument otherwise."""
+    if token and not PIPELINE_ID_PATTERN.match(token):
+        raise InvalidArgument.for_field(field_path, _NOT_ISSUED)
+    return token
 
 
 def require(value: str, field_path: str, what: str) -> str:

@@ -46,6 +46,7 @@ from lockgate.coordinator.api.convert import (
     executor_to_proto,
     int_token,
     missing_precommit_to_proto,
+    name_token,
     page_size,
     partition_offsets_to_proto,
     pipeline_to_proto,
@@ -227,7 +228,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> coordinator_pb2.ListPipelinesResponse:
         """Any replica: pipelines ordered by name, a page at a time."""
         records, token = self.herder.pipelines.list_pipelines(
-            page_size=page_size(request.page_size), page_token=request.page_token
+            page_size=page_size(request.page_size), page_token=name_token(request.page_token)
         )
         return coordinator_pb2.ListPipelinesResponse(
             pipelines=[pipeline_to_proto(r) for r in records], next_page_token=token

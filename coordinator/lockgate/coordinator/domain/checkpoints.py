@@ -309,7 +309,7 @@ def plan_trigger(
                 task_generation=task.generation,
                 executor_id=task.executor_id,
                 transactional_id=transactional_id(
-                    pipeline_id, task.task_index, task.generation, slot
+                    pipeline.spec.transactional_id_prefix, task.task_index, task.generation, slot
                 ),
                 slot=slot,
             )

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import grpc
+from opentelemetry.trace import Status, StatusCode
 
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.model.handles import TransactionHandle
@@ -56,6 +57,7 @@ from lockgate.coordinator.domain.checkpoints import (
     trigger_due,
 )
 from lockgate.coordinator.domain.errors import FailedPrecondition, IllegalTransition, NotFound
+from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
@@ -76,6 +78,7 @@ from lockgate.coordinator.herder.leader_commits import (
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.membership import Membership, pick_executor
 from lockgate.coordinator.herder.pipelines import all_pipelines
+from lockgate.coordinator.herder.traces import EXECUTOR_ID, CheckpointTraces
 from lockgate.coordinator.store.sql_store import SqlStore
 
 _LOG = logging.getLogger(__name__)
@@ -127,6 +130,8 @@ class CheckpointDriver:
         failpoints: Failpoints,
         wake: Callable[[], None],
         duty_lock: threading.Lock,
+        keep_history: int = DEFAULT_CHECKPOINT_HISTORY,
+        traces: CheckpointTraces | None = None,
     ) -> None:
         self._store = store
         self._lease = lease
@@ -140,6 +145,9 @@ class CheckpointDriver:
         # deleted pipeline's checkpoints (they share the retry schedule).
         self._duty_lock = duty_lock
         self._backoff = _Backoff()
+        # Final checkpoints kept per pipeline; pruned as each one becomes final.
+        self._keep_history = keep_history
+        self.traces = traces or CheckpointTraces()
 
     # ------------------------------------------------------------------ reads
 
@@ -197,10 +205,9 @@ class CheckpointDriver:
         )
 
     def abort_triggered(self, pipeline_id: PipelineId, *, reason: str) -> None:
-        """Abort the pipeline's TRIGGERED checkpoints (the earliest takes the later ones
-        along), as the store finds them inside its transaction: a checkpoint that
-        completed since anyone looked is not refused as an abort of a COMPLETE one.
-        Leader-only."""
+        """Abort the pipeline's TRIGGERED checkpoints, chosen inside the aborting transaction:
+        one that turns COMPLETE between a read and the abort is committed, not refused as
+        an illegal COMPLETE -> ABORTED (Stop and Delete raced a report before). Leader-only."""
         self._lease.leader_call(
             lambda f: self._store.checkpoints.abort_triggered(
                 fence=f, pipeline_id=pipeline_id, reason=reason
@@ -261,25 +268,37 @@ class CheckpointDriver:
             records[executor.executor_id] = executor
             groups[executor.executor_id].append(item)
         for executor_id, group in sorted(groups.items()):
-            try:
-                self._executors.abort_checkpoint(
-                    fence=fence,
-                    executor=records[executor_id],
-                    pipeline_name=pipeline_id,
-                    checkpoint_id=checkpoint_id,
-                    transactions=[i for i in group if i.must_be_sent],
-                    bootstrap_servers=pipeline.spec.sink.bootstrap_servers,
-                    reason=checkpoint.abort_reason or "aborted",
-                )
-            except LeaderEpochRefused:
-                raise
-            except ExecutorCallFailed as exc:
-                _LOG.warning("abort not acked yet, will retry: %s", exc)
-                return False
+            with self.traces.step(
+                "lockgate.checkpoint.abort_transactions",
+                pipeline_id,
+                checkpoint_id,
+                leader_epoch=int(fence.leader_epoch),
+                attributes={EXECUTOR_ID: executor_id},
+            ) as span:
+                try:
+                    self._executors.abort_checkpoint(
+                        fence=fence,
+                        executor=records[executor_id],
+                        pipeline_name=pipeline_id,
+                        checkpoint_id=checkpoint_id,
+                        transactions=[i for i in group if i.must_be_sent],
+                        bootstrap_servers=pipeline.spec.sink.bootstrap_servers,
+                        reason=checkpoint.abort_reason or "aborted",
+                    )
+                except LeaderEpochRefused:
+                    raise
+                except ExecutorCallFailed as exc:
+                    _LOG.warning("abort not acked yet, will retry: %s", exc)
+                    span.set_status(Status(StatusCode.ERROR, str(exc)))
+                    return False
             for item in group:
                 self._lease.leader_call(
                     lambda f, task=item.task_id: self._store.checkpoints.mark_handles_aborted(  # type: ignore[misc]
-                        fence=f, pipeline_id=pipeline_id, checkpoint_id=checkpoint_id, task_id=task
+                        fence=f,
+                        pipeline_id=pipeline_id,
+                        checkpoint_id=checkpoint_id,
+                        task_id=task,
+                        keep_history=self._keep_history,
                     )
                 )
         return True
@@ -350,37 +369,51 @@ class CheckpointDriver:
                 commit.pipeline_id,
             )
             return self._commit_from_leader(commit, bootstrap)
-        for executor_id, handles in sorted(groups.items()):
-            try:
-                self._executors.commit_checkpoint(
-                    fence=fence,
-                    executor=records[executor_id],
-                    pipeline_name=commit.pipeline_id,
-                    checkpoint_id=commit.checkpoint_id,
-                    handles=handles,
-                    bootstrap_servers=bootstrap,
-                )
-            except LeaderEpochRefused:
-                raise
-            except ExecutorCallFailed as exc:
-                if exc.code == grpc.StatusCode.DATA_LOSS:
-                    # The executor stopped at a handle the broker aborted: find out, handle
-                    # by handle, which tasks' output is lost, and commit the others.
-                    _LOG.error(
-                        "checkpoint %s of %s: %s", commit.checkpoint_id, commit.pipeline_id, exc
+        with self.traces.step(
+            "lockgate.checkpoint.commit",
+            commit.pipeline_id,
+            commit.checkpoint_id,
+            leader_epoch=int(fence.leader_epoch),
+        ) as span:
+            for executor_id, handles in sorted(groups.items()):
+                try:
+                    self._executors.commit_checkpoint(
+                        fence=fence,
+                        executor=records[executor_id],
+                        pipeline_name=commit.pipeline_id,
+                        checkpoint_id=commit.checkpoint_id,
+                        handles=handles,
+                        bootstrap_servers=bootstrap,
                     )
-                    return self._commit_from_leader(commit, bootstrap)
-                _LOG.warning("commit not acked yet, will retry: %s", exc)
-                return False
+                except LeaderEpochRefused:
+                    raise
+                except ExecutorCallFailed as exc:
+                    span.set_status(Status(StatusCode.ERROR, str(exc)))
+                    if exc.code == grpc.StatusCode.DATA_LOSS:
+                        # The executor stopped at a handle the broker aborted: find out,
+                        # handle by handle, which tasks' output is lost, and commit the others.
+                        _LOG.error(
+                            "checkpoint %s of %s: %s",
+                            commit.checkpoint_id,
+                            commit.pipeline_id,
+                            exc,
+                        )
+                        return self._commit_from_leader(commit, bootstrap)
+                    _LOG.warning("commit not acked yet, will retry: %s", exc)
+                    return False
         self._mark_committed(commit)
         return True
 
     def _mark_committed(self, commit: PendingCommit) -> None:
         self._lease.leader_call(
             lambda f: self._store.checkpoints.mark_committed(
-                fence=f, pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
+                fence=f,
+                pipeline_id=commit.pipeline_id,
+                checkpoint_id=commit.checkpoint_id,
+                keep_history=self._keep_history,
             )
         )
+        self.traces.committed(commit.pipeline_id, commit.checkpoint_id)
         _LOG.info("checkpoint %s of %s COMMITTED", commit.checkpoint_id, commit.pipeline_id)
 
     def _commit_from_leader(self, commit: PendingCommit, bootstrap_servers: str) -> bool:
@@ -436,6 +469,24 @@ class CheckpointDriver:
             self.send_aborts(fence, only=pipeline_id)
             self.commit_pending(fence, only=pipeline_id)
 
+    # ------------------------------------------------------------------ traces
+
+    def settle_traces(self) -> None:
+        """End the trace of every checkpoint decided for good since the last pass, with
+        the state and abort reason SQL holds (every abort path, one place)."""
+        finals: dict[tuple[PipelineId, CheckpointId], tuple[str, str | None]] = {}
+        for pipeline_id, checkpoint_id in self.traces.open_checkpoints():
+            try:
+                record = self._store.checkpoints.get_checkpoint(
+                    pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+                )
+            except NotFound:
+                finals[(pipeline_id, checkpoint_id)] = ("ABORTED", "pipeline deleted")
+                continue
+            if record.state in (CheckpointState.COMMITTED, CheckpointState.ABORTED):
+                finals[(pipeline_id, checkpoint_id)] = (record.state.name, record.abort_reason)
+        self.traces.settle(finals)
+
     # ------------------------------------------------------------------ recovery
 
     def recover(self, fence: Fence) -> RecoveryPlan:
@@ -448,6 +499,9 @@ class CheckpointDriver:
         aborted = self._lease.leader_call(
             lambda f: self._store.checkpoints.abort_in_flight(fence=f, reason="leader changed")
         )
+        for pipeline_id, checkpoint_id in aborted:
+            # Its trace ends, with the reason, at the end of this pass (settle_traces).
+            self.traces.adopt(pipeline_id, checkpoint_id, leader_epoch=int(fence.leader_epoch))
         return RecoveryPlan(
             aborted=tuple(aborted),
             to_commit=tuple(commit_order(self._store.checkpoints.list_pending_commits())),
@@ -492,7 +546,20 @@ class CheckpointDriver:
             except FailedPrecondition as exc:
                 _LOG.debug("not triggering %s: %s", pipeline.pipeline_id, exc)
                 continue
-            self._send_trigger(fence, pipeline, checkpoint, tasks, alive)
+            self.traces.triggered(
+                pipeline.pipeline_id,
+                checkpoint.checkpoint_id,
+                leader_epoch=int(fence.leader_epoch),
+            )
+            with self.traces.step(
+                "lockgate.checkpoint.trigger",
+                pipeline.pipeline_id,
+                checkpoint.checkpoint_id,
+                leader_epoch=int(fence.leader_epoch),
+            ) as span:
+                failure = self._send_trigger(fence, pipeline, checkpoint, tasks, alive)
+                if failure is not None:
+                    span.set_status(Status(StatusCode.ERROR, failure))
 
     def _trigger_calls(
         self, pipeline: PipelineRecord, checkpoint: CheckpointRecord, tasks: Iterable[TaskRecord]
@@ -524,7 +591,8 @@ class CheckpointDriver:
         checkpoint: CheckpointRecord,
         tasks: Iterable[TaskRecord],
         alive: Mapping[ExecutorId, ExecutorRecord],
-    ) -> None:
+    ) -> str | None:
+        """Send N's triggers; why they failed (N is then aborted), or None."""
         failure: str | None = None
         for executor_id, task_calls in sorted(
             self._trigger_calls(pipeline, checkpoint, tasks).items()
@@ -568,3 +636,4 @@ class CheckpointDriver:
                 self.abort_checkpoint(
                     pipeline.pipeline_id, checkpoint.checkpoint_id, f"trigger failed: {failure}"
                 )
+        return failure

@@ -46,7 +46,7 @@ from lockgate.coordinator.domain.pipelines import (
     check_offsets_resettable,
 )
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
-from lockgate.coordinator.domain.tasks import split_partitions
+from lockgate.coordinator.domain.tasks import check_partitions_per_task, split_partitions
 from lockgate.coordinator.domain.topics import (
     kafka_refusal,
     source_partitions,
@@ -254,12 +254,17 @@ class Pipelines:
 
     def _check_kafka(self, spec: PipelineSpec, *, source: bool, sink: bool) -> list[TopicPartition]:
         """The source partitions (with `source`); InvalidArgument listing every missing
-        topic and unreachable cluster of the parts checked."""
+        topic and unreachable cluster of the parts checked, or naming a `tasks_max` that
+        gives a task more partitions than it may report."""
         clusters = self._topics.describe(topics_to_describe(spec, source=source, sink=sink))
         violations = topic_violations(spec, clusters, source=source, sink=sink)
         if violations:
             raise kafka_refusal(violations)
-        return source_partitions(spec, clusters) if source else []
+        if not source:
+            return []
+        partitions = source_partitions(spec, clusters)
+        check_partitions_per_task(len(partitions), spec.tasks_max)
+        return partitions
 
     # ------------------------------------------------------------------ configs
 

@@ -9,6 +9,7 @@ from lockgate.coordinator.domain.assignment import (
     DEFAULT_REASSIGN_DELAY_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
 )
+from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
 from lockgate.coordinator.domain.transaction_timeout import RecoveryTime
 
 DEFAULT_HEARTBEAT_INTERVAL_MS = 1_000
@@ -28,6 +29,8 @@ class CoordinatorSettings:
     reassign_delay_ms: int = DEFAULT_REASSIGN_DELAY_MS
     tick_ms: int = DEFAULT_TICK_MS
     """Longest sleep of the work loop between passes (it also wakes on reports)."""
+    checkpoint_history: int = DEFAULT_CHECKPOINT_HISTORY
+    """Final checkpoints kept per pipeline (`domain/history.py`)."""
 
     @property
     def lease_safety_ms(self) -> int:

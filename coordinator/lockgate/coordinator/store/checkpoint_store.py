@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import CheckpointId, LeaderEpoch, PipelineId, TaskId, split_task_id
-from lockgate.common.model.offsets import OffsetRange, next_offsets
+from lockgate.common.model.offsets import OffsetRange, TopicPartition, next_offsets
 from lockgate.coordinator.domain.aborts import timeout_reason
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
@@ -46,6 +46,7 @@ from lockgate.coordinator.domain.precommits import (
 )
 from lockgate.coordinator.domain.states import CheckpointState, transition_checkpoint
 from lockgate.coordinator.store.engine import Database, db_now_ms, upsert
+from lockgate.coordinator.store.history import prune_history
 from lockgate.coordinator.store.offset_store import next_offsets_of, write_next_offsets
 from lockgate.coordinator.store.recovery_queries import lingering_transactions, pending_commits
 from lockgate.coordinator.store.rows import (
@@ -101,8 +102,9 @@ class CheckpointStore:
 
         Idempotent: the same task pre-committing again is a no-op. StaleGeneration if the
         report comes from a replaced executor session or task assignment;
-        FailedPrecondition if N was aborted (the executor must abort its handles) or the
-        handles name a transactional id other than the one N allotted to the task
+        FailedPrecondition if N was aborted (the executor must abort its handles);
+        InvalidArgument if its ranges or handles are not what N asked of the task: another
+        start offset, another task's partition, another transactional id or sink cluster
         (`domain/precommits.py`).
         """
         with self._db.transaction(fence=fence) as conn:
@@ -129,9 +131,16 @@ class CheckpointStore:
             return [read_checkpoint(conn, p, c) for p, c in touched]
 
     def mark_committed(
-        self, *, fence: Fence, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+        self,
+        *,
+        fence: Fence,
+        pipeline_id: PipelineId,
+        checkpoint_id: CheckpointId,
+        keep_history: int | None = None,
     ) -> CheckpointRecord:
         """Mark COMPLETE checkpoint N COMMITTED (every handle acked). Leader-only; idempotent.
+        With `keep_history`, prune the pipeline's final checkpoints beyond the newest that
+        many in the same transaction (`store/history.py`).
 
         IllegalTransition if N is not COMPLETE or COMMITTED.
         """
@@ -148,6 +157,8 @@ class CheckpointStore:
                 )
                 .values(state=CheckpointState.COMMITTED.value, committed_at_ms=db_now_ms())
             )
+            if keep_history is not None:
+                prune_history(conn, pipeline_id, keep=keep_history)
             return read_checkpoint(conn, pipeline_id, checkpoint_id)
 
     def abort_checkpoint(
@@ -170,19 +181,20 @@ class CheckpointStore:
     def abort_triggered(
         self, *, fence: Fence, pipeline_id: PipelineId, reason: str
     ) -> list[CheckpointId]:
-        """Abort the pipeline's TRIGGERED checkpoints (the earliest takes the later ones
-        along), chosen inside the transaction: one that became COMPLETE meanwhile is the
-        commit point and stays. Leader-only. Returns the checkpoints aborted now."""
+        """Abort the pipeline's TRIGGERED checkpoints, whichever they are when this
+        transaction runs (one that became COMPLETE meanwhile is left to its commit).
+        Leader-only. Returns the checkpoints aborted now."""
         with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
-            triggered = [
-                c
-                for c, s in checkpoint_states(conn, pipeline_id).items()
-                if s is CheckpointState.TRIGGERED
-            ]
-            if not triggered:
+            first = conn.execute(
+                sa.select(sa.func.min(checkpoints.c.checkpoint_id)).where(
+                    checkpoints.c.pipeline_id == pipeline_id,
+                    checkpoints.c.state == CheckpointState.TRIGGERED.value,
+                )
+            ).scalar_one_or_none()
+            if first is None:
                 return []
-            return apply_abort(conn, pipeline_id, min(triggered), reason)
+            return apply_abort(conn, pipeline_id, CheckpointId(first), reason)
 
     def abort_in_flight(
         self, *, fence: Fence, reason: str
@@ -248,10 +260,14 @@ class CheckpointStore:
         pipeline_id: PipelineId,
         checkpoint_id: CheckpointId,
         task_id: TaskId,
+        keep_history: int | None = None,
     ) -> None:
         """Record that a task's transactions of ABORTED checkpoint N were aborted, so they
-        leave the lingering list. Leader-only. Idempotent."""
+        leave the lingering list. Leader-only. Idempotent. `keep_history` as for
+        `mark_committed` (N may have just become final)."""
         with self._db.transaction(fence=fence) as conn:
+            if keep_history is not None:  # the pipeline row first, as every write here
+                read_pipeline(conn, pipeline_id, for_update=True)
             check_handles_abortable(read_checkpoint(conn, pipeline_id, checkpoint_id))
             conn.execute(
                 checkpoint_tasks.update()
@@ -263,6 +279,8 @@ class CheckpointStore:
                 )
                 .values(abort_acked_at_ms=db_now_ms())
             )
+            if keep_history is not None:
+                prune_history(conn, pipeline_id, keep=keep_history)
 
     def get_checkpoint(
         self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
@@ -478,16 +496,50 @@ def _write_trigger(conn: Connection, plan: TriggerPlan, leader_epoch: LeaderEpoc
 def _store_precommits(conn: Connection, precommits: Sequence[Precommit]) -> None:
     """Check and store pre-commits with a handful of statements per checkpoint, however
     many tasks report (a 100-task checkpoint is one round of bulk writes)."""
+    keys = sorted(group_by_checkpoint(precommits))
+    pipeline_ids = sorted({p.pipeline_id for p in precommits})
     accepted = accept_precommits(
         precommits,
-        checkpoints={
-            key: find_checkpoint(conn, *key) for key in sorted(group_by_checkpoint(precommits))
-        },
+        checkpoints={key: find_checkpoint(conn, *key) for key in keys},
         executor_generations=executor_generations(conn, (p.executor_id for p in precommits)),
         tasks=read_tasks_by_id(conn, [p.task_id for p in precommits]),
+        resume_offsets={key: _start_offsets(conn, *key) for key in keys},
+        sink_servers={p: read_pipeline(conn, p).spec.sink.bootstrap_servers for p in pipeline_ids},
     )
     for key, fresh in accepted.items():
         _write_precommits(conn, key, fresh)
+
+
+def _start_offsets(
+    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+) -> dict[TopicPartition, int]:
+    """Where checkpoint N starts each partition that has a known start: where the previous
+    checkpoint ended. That is the pipeline's restore offsets (the last COMPLETE one's ends,
+    or a reset), unless an earlier checkpoint still TRIGGERED pre-committed the partition:
+    then its end (the leader triggers nothing while one is TRIGGERED, so only the store's
+    own callers reach that case)."""
+    starts = next_offsets_of(conn, pipeline_id)
+    earlier = conn.execute(
+        sa.select(
+            precommit_offsets.c.topic, precommit_offsets.c.partition, precommit_offsets.c.end_offset
+        )
+        .join(
+            checkpoints,
+            sa.and_(
+                checkpoints.c.pipeline_id == precommit_offsets.c.pipeline_id,
+                checkpoints.c.checkpoint_id == precommit_offsets.c.checkpoint_id,
+            ),
+        )
+        .where(
+            precommit_offsets.c.pipeline_id == pipeline_id,
+            precommit_offsets.c.checkpoint_id < checkpoint_id,
+            checkpoints.c.state == CheckpointState.TRIGGERED.value,
+        )
+        .order_by(precommit_offsets.c.checkpoint_id)
+    ).all()
+    for topic, partition, end in earlier:
+        starts[TopicPartition(topic, int(partition))] = int(end)
+    return starts
 
 
 def _write_precommits(conn: Connection, key: CheckpointKey, fresh: Sequence[Precommit]) -> None:

@@ -21,8 +21,9 @@ from lockgate.coordinator.store import migrate
 from lockgate.coordinator.store.checkpoint_store import CheckpointStore
 from lockgate.coordinator.store.data_loss_store import DataLossStore
 from lockgate.coordinator.store.engine import (
-    DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
+    DEFAULT_LEASE_MS,
     Database,
+    SessionTimeouts,
     create_engine,
 )
 from lockgate.coordinator.store.lease_store import LeaseStore
@@ -34,26 +35,30 @@ from lockgate.coordinator.store.request_store import RequestStore
 
 
 def open_store(
-    url: str,
-    *,
-    migrate_schema: bool = True,
-    sqlite_busy_timeout_ms: int = DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
+    url: str, *, migrate_schema: bool = True, lease_ms: int = DEFAULT_LEASE_MS
 ) -> SqlStore:
     """Open the store at a SQLAlchemy URL and, by default, migrate it to the newest schema.
 
-    `sqlite:///path/to/lockgate.db` or `postgresql+psycopg://user@host/db`.
+    `sqlite:///path/to/lockgate.db` or `postgresql+psycopg://user@host/db`. Every session
+    runs under timeouts below `lease_ms` (`engine.SessionTimeouts`); the migrations run
+    first on a connection of their own without them (their DDL may wait for another
+    replica's).
     """
-    engine = create_engine(url, sqlite_busy_timeout_ms=sqlite_busy_timeout_ms)
     if migrate_schema:
-        migrate.upgrade_to_head(engine)
-    return SqlStore(engine=engine)
+        migrations = create_engine(url, timeouts=None)
+        try:
+            migrate.upgrade_to_head(migrations)
+        finally:
+            migrations.dispose()
+    timeouts = SessionTimeouts.within_lease(lease_ms)
+    return SqlStore(engine=create_engine(url, timeouts=timeouts), timeouts=timeouts)
 
 
 class SqlStore:
     """All of the coordinator's state, one sub-store per kind. Thread-safe."""
 
-    def __init__(self, *, engine: Engine) -> None:
-        self.database = Database(engine)
+    def __init__(self, *, engine: Engine, timeouts: SessionTimeouts | None = None) -> None:
+        self.database = Database(engine, timeouts=timeouts)
         """The shared engine and its `transaction(fence=...)` / `read()`."""
         self.lease = LeaseStore(database=self.database)
         self.replicas = ReplicaStore(database=self.database)

@@ -13,7 +13,8 @@ Settings: ``--home`` (else ``$LOCKGATE_HOME``, else ``<repo>/.lockgate``), ``--k
 
 Processes: ``kafka`` (the broker), then ``schema-registry`` (``python -m
 lockgate.schema_registry`` on a SQLite file in the home, one worker process per core sharing
-its two ports; stopping its pid stops the workers too).
+its two ports; stopping its pid stops the workers too), the services (``services.py``), and
+with ``LOCKGATE_PROMETHEUS=1`` a Prometheus server scraping them (``prometheus.py``).
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ import argparse
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +33,17 @@ from lockgate.localcluster.process import (
     ProcessError,
     ProcessSpec,
     ProcessState,
+    answers_ok,
     lockgate_home,
     process_status,
     start_process,
     stop_process,
+)
+from lockgate.localcluster.prometheus import (
+    local_targets,
+    prometheus_port,
+    prometheus_spec,
+    prometheus_wanted,
 )
 from lockgate.localcluster.services import ServiceSettings, service_processes
 
@@ -76,13 +82,7 @@ class ClusterSettings:
 
 def is_registry_ready(http_address: str, *, timeout_s: float = 2.0) -> bool:
     """True when the registry's REST API answers ``GET /subjects`` with 200."""
-    # No proxy: loopback must not be sent to an HTTP proxy the environment names.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"http://{http_address}/subjects", timeout=timeout_s) as answer:
-            return int(answer.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    return answers_ok(f"http://{http_address}/subjects", timeout_s=timeout_s)
 
 
 def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
@@ -110,12 +110,25 @@ def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
 
 def cluster_processes(settings: ClusterSettings) -> list[ProcessSpec]:
     """The cluster's processes, in start order. Later services are appended here."""
-    return [
+    services = ServiceSettings.from_env(settings.home)
+    processes = [
         broker_spec(settings.kafka),
         schema_registry_spec(settings),
         # Coordinators c1..c3 (7070-7072) and executors e1..e2 (7080-7081): services.py.
-        *service_processes(ServiceSettings.from_env(settings.home)),
+        *service_processes(services),
     ]
+    if prometheus_wanted():  # LOCKGATE_PROMETHEUS=1: prometheus.py
+        processes.append(
+            prometheus_spec(
+                home=settings.home,
+                port=prometheus_port(),
+                targets=local_targets(
+                    coordinators=len(services.coordinator_ports),
+                    executors=len(services.executor_ports),
+                ),
+            )
+        )
+    return processes
 
 
 def _port(value: str | None, *, default: int, source: str) -> int:

@@ -45,6 +45,8 @@ class PrecommitOutput:
     records_read: int = 0
     records_written: int = 0
     records_dead_lettered: int = 0
+    #: The Spark jobs the batch ran (none for an empty batch or without Spark), for traces.
+    spark_job_ids: tuple[int, ...] = ()
 
 
 class DataPlane(Protocol):

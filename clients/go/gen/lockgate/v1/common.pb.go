@@ -1718,8 +1718,8 @@ type KafkaSourceSpec struct {
 	// How the source records are encoded; unset means bytes keys and values.
 	Format *FormatSpec `protobuf:"bytes,4,opt,name=format,proto3" json:"format,omitempty"`
 	// Most records one task reads from one partition in one checkpoint, so a backlog drains
-	// in checkpoints that each fit within checkpoint.timeout_ms; 0 means 100000 (about 10 s
-	// of one executor core's copying).
+	// in checkpoints that each fit within checkpoint.timeout_ms; 0 means 50000 (about 10 s
+	// of one task's copying).
 	MaxRecordsPerPartition int64 `protobuf:"varint,5,opt,name=max_records_per_partition,json=maxRecordsPerPartition,proto3" json:"max_records_per_partition,omitempty"`
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache
@@ -1969,8 +1969,13 @@ type KafkaSinkSpec struct {
 	// otherwise), or the broker could abort pre-committed output; at most the broker's
 	// transaction.max.timeout.ms; 0 means 900000 (the broker's default cap, 15 minutes).
 	TransactionTimeoutMs int64 `protobuf:"varint,4,opt,name=transaction_timeout_ms,json=transactionTimeoutMs,proto3" json:"transaction_timeout_ms,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The start of every Kafka `transactional.id` the pipeline's producers use, so two
+	// installs or prefixed ACLs can share a cluster: 1-200 characters of [a-zA-Z0-9._-],
+	// no other pipeline's. Empty means "lockgate-<pipeline name>". Ids are
+	// "<prefix>-<task>-g<task generation>-<slot>[-<Spark write partition>]".
+	TransactionalIdPrefix string `protobuf:"bytes,5,opt,name=transactional_id_prefix,json=transactionalIdPrefix,proto3" json:"transactional_id_prefix,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *KafkaSinkSpec) Reset() {
@@ -2029,6 +2034,13 @@ func (x *KafkaSinkSpec) GetTransactionTimeoutMs() int64 {
 		return x.TransactionTimeoutMs
 	}
 	return 0
+}
+
+func (x *KafkaSinkSpec) GetTransactionalIdPrefix() string {
+	if x != nil {
+		return x.TransactionalIdPrefix
+	}
+	return ""
 }
 
 // SinkSpec is where a pipeline writes to.
@@ -3393,12 +3405,13 @@ const file_lockgate_v1_common_proto_rawDesc = "" +
 	"\rTransformSpec\x12\x12\n" +
 	"\x03sql\x18\x01 \x01(\tH\x00R\x03sql\x12\x18\n" +
 	"\x06python\x18\x02 \x01(\tH\x00R\x06pythonB\v\n" +
-	"\ttransform\"\xb9\x01\n" +
+	"\ttransform\"\xf1\x01\n" +
 	"\rKafkaSinkSpec\x12+\n" +
 	"\x11bootstrap_servers\x18\x01 \x01(\tR\x10bootstrapServers\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12/\n" +
 	"\x06format\x18\x03 \x01(\v2\x17.lockgate.v1.FormatSpecR\x06format\x124\n" +
-	"\x16transaction_timeout_ms\x18\x04 \x01(\x03R\x14transactionTimeoutMs\"F\n" +
+	"\x16transaction_timeout_ms\x18\x04 \x01(\x03R\x14transactionTimeoutMs\x126\n" +
+	"\x17transactional_id_prefix\x18\x05 \x01(\tR\x15transactionalIdPrefix\"F\n" +
 	"\bSinkSpec\x122\n" +
 	"\x05kafka\x18\x01 \x01(\v2\x1a.lockgate.v1.KafkaSinkSpecH\x00R\x05kafkaB\x06\n" +
 	"\x04sink\"w\n" +

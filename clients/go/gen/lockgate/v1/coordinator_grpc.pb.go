@@ -92,9 +92,11 @@ const (
 //     COMPLETE checkpoint.
 //
 // Every RPC may also fail with UNAVAILABLE (not the leader, or the database is
-// unreachable), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is
-// logged, never sent). Invalid requests fail with INVALID_ARGUMENT and a
-// google.rpc.BadRequest naming each bad field and its fix.
+// unreachable), RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held),
+// DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is logged, never
+// sent). Invalid requests, and fields over their length or count limit (reason
+// LIMIT_EXCEEDED), fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming each
+// bad field and its fix.
 type CoordinatorServiceClient interface {
 	// GetClusterInfo returns the leader (id, address, epoch), the coordinator replicas and
 	// the executors. Any replica answers. Errors: UNAVAILABLE.
@@ -116,8 +118,9 @@ type CoordinatorServiceClient interface {
 	// CreatePipeline validates a spec, stores it as config version 1 and splits the
 	// pipeline into tasks. Leader only. Errors: INVALID_ARGUMENT (with a
 	// google.rpc.BadRequest listing every violation, each missing topic and each Kafka
-	// cluster that did not answer within 3 s included), ALREADY_EXISTS (name taken),
-	// UNAVAILABLE.
+	// cluster that did not answer within 3 s included; a transactional_id_prefix another
+	// pipeline has; a tasks_max giving a task over 10000 partitions), ALREADY_EXISTS (name
+	// taken), UNAVAILABLE.
 	CreatePipeline(ctx context.Context, in *CreatePipelineRequest, opts ...grpc.CallOption) (*CreatePipelineResponse, error)
 	// GetPipeline returns one pipeline's spec, target state and config version. Errors:
 	// NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE.
@@ -196,7 +199,9 @@ type CoordinatorServiceClient interface {
 	// its offset ranges and sink handles; a repeat of the same report succeeds. Leader
 	// only. Errors: FAILED_PRECONDITION with a FencingFailure (stale leader epoch, executor
 	// generation or task generation: abort the handles), NOT_FOUND (unknown checkpoint or
-	// task), INVALID_ARGUMENT (ranges not contiguous with N-1's), UNAVAILABLE.
+	// task), INVALID_ARGUMENT (reason PRECOMMIT_MISMATCH: a range of a partition not the
+	// task's, or not starting where N-1 ended; a handle on another transactional id than
+	// the task's or another cluster than the sink's), UNAVAILABLE.
 	ReportPrecommit(ctx context.Context, in *ReportPrecommitRequest, opts ...grpc.CallOption) (*ReportPrecommitResponse, error)
 	// ReportTaskFailure marks a task FAILED with its error (e.g. a bad record under
 	// errors.tolerance NONE); it stays failed until restarted. Leader only. Errors:
@@ -496,9 +501,11 @@ func (c *coordinatorServiceClient) ReportCheckpointFailure(ctx context.Context, 
 //     COMPLETE checkpoint.
 //
 // Every RPC may also fail with UNAVAILABLE (not the leader, or the database is
-// unreachable), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is
-// logged, never sent). Invalid requests fail with INVALID_ARGUMENT and a
-// google.rpc.BadRequest naming each bad field and its fix.
+// unreachable), RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held),
+// DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is logged, never
+// sent). Invalid requests, and fields over their length or count limit (reason
+// LIMIT_EXCEEDED), fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming each
+// bad field and its fix.
 type CoordinatorServiceServer interface {
 	// GetClusterInfo returns the leader (id, address, epoch), the coordinator replicas and
 	// the executors. Any replica answers. Errors: UNAVAILABLE.
@@ -520,8 +527,9 @@ type CoordinatorServiceServer interface {
 	// CreatePipeline validates a spec, stores it as config version 1 and splits the
 	// pipeline into tasks. Leader only. Errors: INVALID_ARGUMENT (with a
 	// google.rpc.BadRequest listing every violation, each missing topic and each Kafka
-	// cluster that did not answer within 3 s included), ALREADY_EXISTS (name taken),
-	// UNAVAILABLE.
+	// cluster that did not answer within 3 s included; a transactional_id_prefix another
+	// pipeline has; a tasks_max giving a task over 10000 partitions), ALREADY_EXISTS (name
+	// taken), UNAVAILABLE.
 	CreatePipeline(context.Context, *CreatePipelineRequest) (*CreatePipelineResponse, error)
 	// GetPipeline returns one pipeline's spec, target state and config version. Errors:
 	// NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE.
@@ -600,7 +608,9 @@ type CoordinatorServiceServer interface {
 	// its offset ranges and sink handles; a repeat of the same report succeeds. Leader
 	// only. Errors: FAILED_PRECONDITION with a FencingFailure (stale leader epoch, executor
 	// generation or task generation: abort the handles), NOT_FOUND (unknown checkpoint or
-	// task), INVALID_ARGUMENT (ranges not contiguous with N-1's), UNAVAILABLE.
+	// task), INVALID_ARGUMENT (reason PRECOMMIT_MISMATCH: a range of a partition not the
+	// task's, or not starting where N-1 ended; a handle on another transactional id than
+	// the task's or another cluster than the sink's), UNAVAILABLE.
 	ReportPrecommit(context.Context, *ReportPrecommitRequest) (*ReportPrecommitResponse, error)
 	// ReportTaskFailure marks a task FAILED with its error (e.g. a bad record under
 	// errors.tolerance NONE); it stays failed until restarted. Leader only. Errors:

@@ -584,8 +584,9 @@ func (x *AbortCheckpointResponse) GetAbortDurationMs() int64 {
 // GetExecutorStatusRequest asks an executor about itself.
 type GetExecutorStatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The calling leader's epoch; refused if lower than the highest seen. Callers outside
-	// the protocol (the CLI) leave it unset, which skips the check and records nothing.
+	// The calling leader's epoch; refused if lower than the highest seen, and never
+	// recorded: a read cannot raise the epoch the executor accepts. Callers outside the
+	// protocol (the CLI) leave it unset, which skips the check.
 	LeaderEpoch   *LeaderEpoch `protobuf:"bytes,1,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -96,6 +96,8 @@ class PrecommitResult:
     dead_lettered: int
     write_partitions: int
     duration_s: float
+    #: The Spark jobs of the batch's job group, oldest first.
+    spark_job_ids: tuple[int, ...] = ()
 
 
 def _spark_message(exc: BaseException) -> str:
@@ -424,8 +426,9 @@ def run_precommit_batch(
     # A stopping executor cancels its jobs (SparkDataPlane.cancel_running); interrupting
     # the task threads also ends a task blocked in the JVM (a read that never returns),
     # where cancelling alone only stops scheduling.
+    job_group = f"lockgate-{pipeline}-{task}-{checkpoint_id}"
     session.sparkContext.setJobGroup(
-        f"lockgate-{pipeline}-{task}-{checkpoint_id}",
+        job_group,
         f"pipeline {pipeline} task {task} checkpoint {checkpoint_id}",
         interruptOnCancel=True,
     )
@@ -464,4 +467,7 @@ def run_precommit_batch(
         dead_lettered=sum(m.dead_lettered for m in messages),
         write_partitions=len(messages),
         duration_s=time.monotonic() - started,
+        spark_job_ids=tuple(
+            sorted(session.sparkContext.statusTracker().getJobIdsForGroup(job_group))
+        ),
     )

@@ -88,6 +88,7 @@ class SparkDataPlane:
             records_read=result.records_in,
             records_written=result.records_out,
             records_dead_lettered=result.dead_lettered,
+            spark_job_ids=result.spark_job_ids,
         )
 
     def cancel_running(self) -> None:
