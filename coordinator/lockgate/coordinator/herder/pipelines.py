@@ -199,6 +199,11 @@ class Pipelines:
             states=[CheckpointState.TRIGGERED, CheckpointState.COMPLETE],
         )
         last_complete = complete[0].checkpoint_id if complete else CheckpointId(0)
+        # Counted before the newest abort is read (the reads are separate snapshots): the
+        # abort shown is then at least as new as the count, never older.
+        aborted_in_a_row = self._store.checkpoints.count_checkpoints(
+            pipeline_id=pipeline_id, states=[CheckpointState.ABORTED], after=last_complete
+        )
         aborted = self._store.checkpoints.list_checkpoints(
             pipeline_id=pipeline_id, limit=1, states=[CheckpointState.ABORTED]
         )
@@ -211,9 +216,7 @@ class Pipelines:
             last_committed=committed[0] if committed else None,
             in_flight_checkpoint_ids=tuple(sorted(c.checkpoint_id for c in in_flight)),
             last_aborted=last_aborted,
-            aborted_in_a_row=self._store.checkpoints.count_checkpoints(
-                pipeline_id=pipeline_id, states=[CheckpointState.ABORTED], after=last_complete
-            ),
+            aborted_in_a_row=aborted_in_a_row,
             missing_precommits=missing_precommits(
                 last_aborted, timeout_ms=pipeline.spec.checkpoint.timeout_ms, tasks=tasks
             )
