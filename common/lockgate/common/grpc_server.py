@@ -52,6 +52,8 @@ from lockgate.common.errors import (
     Unavailable,
     Unimplemented,
 )
+from lockgate.common.grpc_metrics import RpcMetricsInterceptor
+from lockgate.common.metrics import Instruments
 from lockgate.common.telemetry import Telemetry
 from lockgate.v1 import common_pb2
 
@@ -475,6 +477,11 @@ def build_server(
         # Outermost first: the SERVER span also covers the error mapping, so a failed call's
         # span carries its status code.
         *telemetry.server_interceptors(),
+        *(
+            [RpcMetricsInterceptor(Instruments(telemetry.meter()))]
+            if telemetry.records_metrics
+            else []
+        ),
         ErrorMappingInterceptor(service_name=service_name),
         *extra_interceptors,
     ]
