@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
@@ -73,7 +74,7 @@ class MetricsEndpoint:
     @property
     def address(self) -> str:
         """``host:port`` actually bound (the real port when asked for port 0)."""
-        return f"{self.host}:{self.port}"
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     @classmethod
     def start(cls, listen: str) -> MetricsEndpoint:
@@ -89,21 +90,28 @@ class MetricsEndpoint:
                 "choose a free port"
             ) from None
         reader = PrometheusMetricReader(registry=registry)
-        return cls(
+        endpoint = cls(
             reader=reader,
             host=host,
             port=int(server.server_address[1]),
             _server=server,
             _thread=thread,
         )
+        # Tests and operators find a port-0 endpoint by this line.
+        _LOG.info("metrics at http://%s/metrics", endpoint.address)
+        return endpoint
 
     @classmethod
-    def start_worker(cls, listen: str | None, index: int) -> MetricsEndpoint | None:
-        """The endpoint of worker ``index`` of a multi-process service: ``listen``'s port +
-        ``index`` (port 0 stays any free port); None if ``listen`` is None."""
+    def start_if_enabled(cls, listen: str | None, *, index: int = 0) -> MetricsEndpoint | None:
+        """``start`` unless ``listen`` is None or ``OTEL_SDK_DISABLED=true`` (the SDK then
+        records nothing: warn rather than serve an empty page). ``index``: worker ``index``
+        of a multi-process service serves ``listen``'s port + ``index`` (0 stays 0)."""
         if listen is None:
             return None
         host, port = parse_metrics_listen(listen)
+        if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() in ("true", "1", "yes", "on"):
+            _LOG.warning("%s %s ignored: OTEL_SDK_DISABLED=true", METRICS_LISTEN_FLAG, listen)
+            return None
         shown = f"[{host}]" if ":" in host else host
         return cls.start(f"{shown}:{port + index if port else 0}")
 
@@ -125,14 +133,12 @@ def start_telemetry(
 
     Raises ``TelemetryConfigError`` (a bad ``OTEL_*`` variable) or ``MetricsListenError``.
     """
-    endpoint = MetricsEndpoint.start(metrics_listen) if metrics_listen else None
+    endpoint = MetricsEndpoint.start_if_enabled(metrics_listen)
     telemetry = setup_telemetry(
         service_name,
         service_instance_id=service_instance_id,
         metric_readers=endpoint.readers if endpoint else [],
     )
-    if endpoint is not None:
-        _LOG.info("%s metrics at http://%s/metrics", service_name, endpoint.address)
     return telemetry
 
 

@@ -3,7 +3,8 @@
 Configuration comes from the standard environment variables, so operators use what they
 already know from other OpenTelemetry-instrumented software:
 
-- ``OTEL_SDK_DISABLED=true`` turns everything off, whatever else is set.
+- ``OTEL_SDK_DISABLED=true`` turns everything off, whatever else is set (a service's
+  ``--metrics-listen`` endpoint too: it logs a warning and does not listen).
 - ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER``: comma-separated list of
   ``none`` | ``console`` | ``otlp``. Unlike the OpenTelemetry default (``otlp``), Lockgate
   defaults to ``none``: a user who did not ask for telemetry pays nothing and sees no
