@@ -329,7 +329,8 @@ def pipeline_status(
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
     as_json: JsonOption = False,
 ) -> None:
-    """Target state, each task's observed state and executor, latest checkpoints."""
+    """Target state, lag, records/s, each task's observed state and executor, latest
+    checkpoints."""
     status = _call(
         coordinator,
         lambda s: s.GetPipelineStatus(
@@ -347,6 +348,7 @@ def pipeline_status(
         f"{status.last_committed_checkpoint_id} at {_time(status.last_commit_time)}; "
         f"in flight: {in_flight}"
     )
+    _print_progress(status)
     table = Table("task", "state", "executor", "generation", "partitions", "last error")
     for t in status.tasks:
         table.add_row(
@@ -359,6 +361,27 @@ def pipeline_status(
         )
     _out.print(table)
     _print_last_abort(status)
+
+
+def _print_progress(status: coordinator_pb2.GetPipelineStatusResponse) -> None:
+    """Lag (total and per partition), records/s and the last committed checkpoint's age."""
+    per_partition = ", ".join(f"{p.topic}[{p.partition}] {p.lag}" for p in status.source_lags)
+    lag = f"lag {status.total_source_lag} records" + (
+        f" ({per_partition})" if per_partition else ""
+    )
+    if not status.source_lag_complete:
+        lag += " (Kafka did not answer for every source partition)"
+    age = (
+        f"{status.last_commit_age.ToMilliseconds() / 1000:.1f} s ago"
+        if status.HasField("last_commit_age")
+        else "never"
+    )
+    _out.print(
+        f"{lag}; {status.records_per_second:.1f} records/s; last commit {age}",
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
+    )
 
 
 def _print_last_abort(status: coordinator_pb2.GetPipelineStatusResponse) -> None:

@@ -47,6 +47,7 @@ from lockgate.coordinator.api.convert import (
     partition_offsets_to_proto,
     pipeline_to_proto,
     precommit_from_proto,
+    progress_to_proto,
     require,
     session_id,
     task_to_proto,
@@ -372,6 +373,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         response.last_abort_missing_tasks.extend(
             missing_precommit_to_proto(m) for m in status.missing_precommits
         )
+        progress_to_proto(self.herder.progress.measure(pipeline), response)
         return response
 
     # ------------------------------------------------------------------ tasks

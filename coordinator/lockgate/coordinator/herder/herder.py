@@ -11,7 +11,8 @@ Two threads per replica:
   abort what never became COMPLETE), then on every pass: rebalance (expire dead
   executors after the session timeout, move their tasks after the reassignment delay),
   abort timed-out checkpoints, send aborts, send commits (retried until acked, then
-  COMMITTED), and trigger each RUNNING pipeline's next checkpoint on its interval.
+  COMMITTED), trigger each RUNNING pipeline's next checkpoint on its interval, and
+  measure the pipelines' lag every few seconds for the lag gauge (`progress.py`).
 
 Every write is leader-only and goes through `LeaseKeeper.leader_call` (the one leader
 check): it takes the current term's `Fence` just before the write (or the fence of the
@@ -28,6 +29,7 @@ import time
 from collections.abc import Callable
 
 from lockgate.common.failpoints import Failpoints
+from lockgate.common.metrics import Instruments
 from lockgate.coordinator.domain.errors import FencedError, NotLeader
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.herder.checkpoints import CheckpointDriver
@@ -35,6 +37,7 @@ from lockgate.coordinator.herder.executors import ExecutorClient, LeaderEpochRef
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.membership import Membership
 from lockgate.coordinator.herder.pipelines import Pipelines
+from lockgate.coordinator.herder.progress import Progress
 from lockgate.coordinator.herder.reports import Reports
 from lockgate.coordinator.herder.settings import CoordinatorSettings
 from lockgate.coordinator.store.kafka_topics import KafkaTopics
@@ -60,7 +63,10 @@ class Herder:
         topics: KafkaTopics | None = None,
         failpoints: Failpoints | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        instruments: Instruments | None = None,
     ) -> None:
+        instruments = instruments or Instruments.disabled()
+        topics = topics or KafkaTopics()
         self.store = store
         self.settings = settings
         self._executors = executor_client or ExecutorClient()
@@ -76,6 +82,7 @@ class Herder:
             settings=settings,
             on_became_leader=self._became_leader,
             monotonic=monotonic,
+            instruments=instruments,
         )
         self.membership = Membership(
             store=store, settings=settings, lease=self.lease_keeper, wake=self.wake
@@ -88,6 +95,7 @@ class Herder:
             failpoints=failpoints or Failpoints(),
             wake=self.wake,
             duty_lock=self._duty_lock,
+            instruments=instruments,
         )
         self.reports = Reports(
             store=store, lease=self.lease_keeper, checkpoints=self.checkpoints, wake=self.wake
@@ -95,9 +103,17 @@ class Herder:
         self.pipelines = Pipelines(
             store=store,
             lease=self.lease_keeper,
-            topics=topics or KafkaTopics(),
+            topics=topics,
             checkpoints=self.checkpoints,
             wake=self.wake,
+        )
+        self.progress = Progress(
+            store=store,
+            topics=topics,
+            lease=self.lease_keeper,
+            membership=self.membership,
+            instruments=instruments,
+            monotonic=monotonic,
         )
         self._thread = threading.Thread(
             target=self._run, name=f"leader-{settings.coordinator_id}", daemon=True
@@ -180,3 +196,4 @@ class Herder:
         self.checkpoints.send_aborts(fence)
         self.checkpoints.commit_pending(fence)
         self.checkpoints.trigger_due(fence)
+        self.progress.refresh(fence)

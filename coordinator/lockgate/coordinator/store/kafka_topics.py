@@ -1,4 +1,5 @@
-"""Kafka admin for the herder: which of the topics asked for exist, with their partitions.
+"""Kafka admin for the herder: which of the topics asked for exist, with their partitions,
+and where source partitions start and end (for the lag, `domain/progress.py`).
 
 It lives with the store because the store side is the only place that speaks SQL or Kafka
 admin; the herder asks it a plain question (bootstrap servers -> topics) and gets plain
@@ -18,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from lockgate.common.model.offsets import TopicPartition
+from lockgate.coordinator.domain.progress import PartitionBounds
 from lockgate.coordinator.domain.topics import ClusterTopics
 
 DEFAULT_TIMEOUT_S = 3.0
@@ -75,3 +78,42 @@ class KafkaTopics:
             if len(found) == len(set(topics)) or time.monotonic() >= deadline:
                 return ClusterTopics(bootstrap_servers=bootstrap_servers, partitions=found)
             time.sleep(0.2)  # metadata refresh interval while a new topic propagates
+
+    def partition_bounds(
+        self, bootstrap_servers: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, PartitionBounds]:
+        """Each partition's log start offset and its end offset as a read_committed
+        consumer sees it (the last stable offset), asked in one round of ListOffsets within
+        `timeout_s`. Partitions the cluster did not answer for are left out (empty if it is
+        unreachable): their lag is unknown, not zero."""
+        from confluent_kafka import IsolationLevel, KafkaException
+        from confluent_kafka import TopicPartition as KafkaPartition
+        from confluent_kafka.admin import AdminClient
+        from confluent_kafka.admin._listoffsets import OffsetSpec
+
+        if not partitions:
+            return {}
+        config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": _KAFKA_LOG}
+        admin = AdminClient(config)
+        answers: dict[str, dict[TopicPartition, int]] = {}
+        specs = (("start", OffsetSpec.earliest()), ("end", OffsetSpec.latest()))  # type: ignore[no-untyped-call]
+        for name, spec in specs:
+            futures = admin.list_offsets(
+                {KafkaPartition(tp.topic, tp.partition): spec for tp in partitions},
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=self._timeout_s,
+            )
+            found: dict[TopicPartition, int] = {}
+            for kafka_tp, future in futures.items():
+                try:
+                    found[TopicPartition(kafka_tp.topic, kafka_tp.partition)] = int(
+                        future.result(timeout=self._timeout_s).offset
+                    )
+                except (KafkaException, TimeoutError) as exc:
+                    _KAFKA_LOG.debug("no offsets for %s: %s", kafka_tp, exc)
+            answers[name] = found
+        return {
+            tp: PartitionBounds(start=answers["start"][tp], end=answers["end"][tp])
+            for tp in partitions
+            if tp in answers["start"] and tp in answers["end"]
+        }
