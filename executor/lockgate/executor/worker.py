@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from lockgate.common.failpoints import Failpoints
+from lockgate.common.metrics import Instruments
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.executor.committer import Committer
 from lockgate.executor.dataplane.protocol import DataPlane
@@ -66,7 +67,9 @@ class Worker:
         fence: LeaderEpochFence | None = None,
         failpoints: Failpoints | None = None,
         clock: Callable[[], float] = time.monotonic,
+        instruments: Instruments | None = None,
     ) -> None:
+        instruments = instruments or Instruments.disabled()
         self.fence = fence or LeaderEpochFence()
         failpoints = failpoints or Failpoints()
         self._stopping = threading.Event()
@@ -74,7 +77,11 @@ class Worker:
         self._data_plane = data_plane
         committer = Committer(failpoints=failpoints, timeout_s=settings.handle_timeout_s)
         reporter = Reporter(
-            coordinator, rpc_timeout_s=settings.rpc_timeout_s, stopping=self._stopping, clock=clock
+            coordinator,
+            rpc_timeout_s=settings.rpc_timeout_s,
+            stopping=self._stopping,
+            clock=clock,
+            instruments=instruments,
         )
         self._membership = Membership(
             settings,
@@ -103,6 +110,7 @@ class Worker:
             registration=lambda: self._membership.registration,
             failpoints=failpoints,
             clock=clock,
+            instruments=instruments,
         )
 
     @property

@@ -45,6 +45,8 @@ class PrecommitOutput:
     records_read: int = 0
     records_written: int = 0
     records_dead_lettered: int = 0
+    oldest_record_timestamp_ms: int | None = None
+    """The oldest Kafka timestamp of the batch's records (ms since the epoch), if known."""
 
 
 class DataPlane(Protocol):

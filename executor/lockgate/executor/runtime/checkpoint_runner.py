@@ -34,10 +34,12 @@ from dataclasses import dataclass
 
 from lockgate.common.errors import LockgateError, Unavailable
 from lockgate.common.failpoints import Failpoint, Failpoints
+from lockgate.common.metrics import Instruments
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.executor.committer import Committer
 from lockgate.executor.dataplane.protocol import DataPlane, PrecommitWork
 from lockgate.executor.fencing import TriggerVerdict, decide_trigger
+from lockgate.executor.runtime.batch_counts import BatchCounts
 from lockgate.executor.runtime.reporter import Reporter, ReportOutcome
 from lockgate.executor.runtime.tasks import Task, TaskBoard, TaskPhase, task_error, task_fails_on
 from lockgate.executor.runtime.values import (
@@ -78,8 +80,11 @@ class CheckpointRunner:
         registration: Callable[[], Registration | None],
         failpoints: Failpoints,
         clock: Callable[[], float] = time.monotonic,
+        instruments: Instruments | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings
+        self._progress = BatchCounts(instruments or Instruments.disabled(), wall_clock=wall_clock)
         self._board = board
         self._data_plane = data_plane
         self._committer = committer
@@ -222,6 +227,10 @@ class CheckpointRunner:
         )
         if outcome is ReportOutcome.ACCEPTED and answer is not None:
             self._board.precommitted(task, work.checkpoint_id)
+            if not answer.aborted:
+                self._progress.precommitted(
+                    task.ref, work.checkpoint_id, output, report.precommit_duration_ms / 1000
+                )
             _LOG.info(
                 "%s pre-committed in %d ms: %d records read, %d written, %d handles; leader"
                 " says %s",
@@ -302,6 +311,7 @@ class CheckpointRunner:
         """Commit a COMPLETE checkpoint's handles; idempotent. Returns the count committed."""
         what = f"commit of {pipeline_name} checkpoint {checkpoint_id}"
         count = self._committer.commit(handles, what=what)
+        self._progress.committed(pipeline_name, checkpoint_id)
         self._failpoints.reach(Failpoint.AFTER_COMMIT_BEFORE_ACK, detail=what)
         _LOG.info("%s: %d handles committed", what, count)
         return count
@@ -335,6 +345,7 @@ class CheckpointRunner:
                 retry_after_seconds=1.0,
             )
         count = self._committer.abort(handles, what=what)
+        self._progress.aborted(pipeline_name, checkpoint_id)
         _LOG.info("%s (%s): %d handles aborted", what, reason or "no reason given", count)
         return count
 
