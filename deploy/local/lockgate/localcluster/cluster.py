@@ -45,6 +45,9 @@ KAFKA_PORT_ENV = "LOCKGATE_KAFKA_PORT"
 KAFKA_CONTROLLER_PORT_ENV = "LOCKGATE_KAFKA_CONTROLLER_PORT"
 REGISTRY_GRPC_PORT_ENV = "LOCKGATE_SCHEMA_REGISTRY_GRPC_PORT"
 REGISTRY_HTTP_PORT_ENV = "LOCKGATE_SCHEMA_REGISTRY_HTTP_PORT"
+REGISTRY_METRICS_PORT_ENV = "LOCKGATE_SCHEMA_REGISTRY_METRICS_PORT"
+#: Prometheus port of the local registry's first worker (worker i serves port + i).
+REGISTRY_METRICS_PORT = 9490
 #: Name of the registry's pid and log files (``run/schema-registry.pid``).
 SCHEMA_REGISTRY = "schema-registry"
 
@@ -60,6 +63,8 @@ class ClusterSettings:
     registry_http_port: int = 8081
     #: The registry's ``--processes``; None: its default (one worker per core).
     registry_processes: int | None = None
+    #: Prometheus port of the registry's first worker (worker i: + i); None: off.
+    registry_metrics_port: int | None = None
 
     @property
     def kafka(self) -> KafkaBrokerConfig:
@@ -97,10 +102,14 @@ def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
                 grpc_listen=grpc_address,
                 http_listen=http_address,
                 processes=settings.registry_processes or None,
+                metrics_listen=None
+                if settings.registry_metrics_port is None
+                else f"127.0.0.1:{settings.registry_metrics_port}",
             )
         ),
         address=f"grpc={grpc_address},http={http_address}",
-        ports=(settings.registry_grpc_port, settings.registry_http_port),
+        ports=(settings.registry_grpc_port, settings.registry_http_port)
+        + (() if settings.registry_metrics_port is None else (settings.registry_metrics_port,)),
         ready=lambda: is_registry_ready(http_address),
         ready_timeout_s=60.0,
         # The supervisor stops its workers (gRPC grace 2 s, then REST) before exiting.
@@ -175,12 +184,16 @@ def settings_from_args(args: argparse.Namespace) -> ClusterSettings:
                 f"error: {flag} and {clashes[0]} must differ (both {port}); give each"
                 " process its own port"
             )
+    metrics = os.environ.get(REGISTRY_METRICS_PORT_ENV, "").strip()
     return ClusterSettings(
         home=lockgate_home(args.home),
         kafka_port=kafka_port,
         kafka_controller_port=controller_port,
         registry_grpc_port=registry_grpc_port,
         registry_http_port=registry_http_port,
+        registry_metrics_port=None
+        if metrics.lower() == "none"
+        else _port(metrics, default=REGISTRY_METRICS_PORT, source=f"${REGISTRY_METRICS_PORT_ENV}"),
     )
 
 
