@@ -39,12 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from lockgate.common.failpoints import Failpoint, Failpoints
-from lockgate.common.metrics import (
-    CHECKPOINT_DURATION,
-    CHECKPOINTS,
-    COMMIT_RETRIES,
-    Instruments,
-)
+from lockgate.common.metrics import COMMIT_RETRIES, Instruments
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId
 from lockgate.common.model.offsets import TopicPartition
@@ -59,7 +54,7 @@ from lockgate.coordinator.domain.errors import FailedPrecondition, IllegalTransi
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
-from lockgate.coordinator.domain.progress import AbortKind, abort_kind
+from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
 from lockgate.coordinator.herder.executors import (
     CheckpointTaskCall,
@@ -70,6 +65,7 @@ from lockgate.coordinator.herder.executors import (
 )
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.membership import Membership, pick_executor
+from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.pipelines import all_pipelines
 from lockgate.coordinator.store.sql_store import SqlStore
 
@@ -122,9 +118,11 @@ class CheckpointDriver:
         failpoints: Failpoints,
         wake: Callable[[], None],
         duty_lock: threading.Lock,
+        outcomes: CheckpointOutcomes | None = None,
         instruments: Instruments | None = None,
     ) -> None:
         self._store = store
+        self._outcomes = outcomes or CheckpointOutcomes()
         self._instruments = instruments or Instruments.disabled()
         self._lease = lease
         self._membership = membership
@@ -181,40 +179,8 @@ class CheckpointDriver:
             ),
             term=term,
         )
-        self.count_aborted([(pipeline_id, c) for c in aborted], reason)
+        self._outcomes.aborted([(pipeline_id, c) for c in aborted], reason)
         return aborted
-
-    def count_aborted(
-        self, aborted: Sequence[tuple[PipelineId, CheckpointId]], reason: str | AbortKind
-    ) -> None:
-        """Count checkpoints just aborted for `reason` (and the later ones it took along)
-        in `lockgate.checkpoints`."""
-        kind = reason if isinstance(reason, AbortKind) else abort_kind(reason)
-        for pipeline_id, _ in aborted:
-            self._instruments.add(
-                CHECKPOINTS,
-                1,
-                {"pipeline": pipeline_id, "state": "aborted", "abort_reason": kind.value},
-            )
-
-    def _count_committed(self, checkpoint: CheckpointRecord) -> None:
-        attributes = {"pipeline": checkpoint.pipeline_id}
-        self._instruments.add(
-            CHECKPOINTS, 1, {**attributes, "state": "committed", "abort_reason": "none"}
-        )
-        completed, committed = checkpoint.completed_at_ms, checkpoint.committed_at_ms
-        if completed is not None:
-            self._instruments.record(
-                CHECKPOINT_DURATION,
-                (completed - checkpoint.triggered_at_ms) / 1000,
-                {**attributes, "phase": "trigger_to_complete"},
-            )
-            if committed is not None:
-                self._instruments.record(
-                    CHECKPOINT_DURATION,
-                    (committed - completed) / 1000,
-                    {**attributes, "phase": "complete_to_committed"},
-                )
 
     def abort_triggered(self, pipeline_id: PipelineId, *, reason: str) -> None:
         """Abort the pipeline's TRIGGERED checkpoints (the earliest takes the later ones
@@ -230,7 +196,7 @@ class CheckpointDriver:
         aborted = self._lease.leader_call(
             lambda f: self._store.checkpoints.abort_timed_out(fence=f)
         )
-        self.count_aborted(aborted, AbortKind.TIMEOUT)
+        self._outcomes.aborted(aborted, AbortKind.TIMEOUT)
         for pipeline_id, checkpoint_id in aborted:
             _LOG.warning("checkpoint %s of %s timed out: aborted", checkpoint_id, pipeline_id)
 
@@ -371,7 +337,7 @@ class CheckpointDriver:
                 fence=f, pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
             )
         )
-        self._count_committed(committed)
+        self._outcomes.committed(committed)
         _LOG.info("checkpoint %s of %s COMMITTED", commit.checkpoint_id, commit.pipeline_id)
         return True
 
@@ -395,7 +361,7 @@ class CheckpointDriver:
         aborted = self._lease.leader_call(
             lambda f: self._store.checkpoints.abort_in_flight(fence=f, reason="leader changed")
         )
-        self.count_aborted(aborted, AbortKind.LEADER_CHANGED)
+        self._outcomes.aborted(aborted, AbortKind.LEADER_CHANGED)
         return RecoveryPlan(
             aborted=tuple(aborted),
             to_commit=tuple(commit_order(self._store.checkpoints.list_pending_commits())),

@@ -36,6 +36,7 @@ from lockgate.coordinator.herder.checkpoints import CheckpointDriver
 from lockgate.coordinator.herder.executors import ExecutorClient, LeaderEpochRefused
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.membership import Membership
+from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.pipelines import Pipelines
 from lockgate.coordinator.herder.progress import Progress
 from lockgate.coordinator.herder.reports import Reports
@@ -66,6 +67,7 @@ class Herder:
         instruments: Instruments | None = None,
     ) -> None:
         instruments = instruments or Instruments.disabled()
+        outcomes = CheckpointOutcomes(instruments)
         topics = topics or KafkaTopics()
         self.store = store
         self.settings = settings
@@ -85,7 +87,11 @@ class Herder:
             instruments=instruments,
         )
         self.membership = Membership(
-            store=store, settings=settings, lease=self.lease_keeper, wake=self.wake
+            store=store,
+            settings=settings,
+            lease=self.lease_keeper,
+            wake=self.wake,
+            outcomes=outcomes,
         )
         self.checkpoints = CheckpointDriver(
             store=store,
@@ -95,6 +101,7 @@ class Herder:
             failpoints=failpoints or Failpoints(),
             wake=self.wake,
             duty_lock=self._duty_lock,
+            outcomes=outcomes,
             instruments=instruments,
         )
         self.reports = Reports(
@@ -106,6 +113,7 @@ class Herder:
             topics=topics,
             checkpoints=self.checkpoints,
             wake=self.wake,
+            outcomes=outcomes,
         )
         self.progress = Progress(
             store=store,

@@ -31,6 +31,7 @@ from lockgate.coordinator.domain.aborts import MissingPrecommit, missing_precomm
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord
 from lockgate.coordinator.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from lockgate.coordinator.domain.pipelines import PartitionOffset, PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
 from lockgate.coordinator.domain.tasks import split_partitions
 from lockgate.coordinator.domain.topics import (
@@ -40,6 +41,7 @@ from lockgate.coordinator.domain.topics import (
     topics_to_describe,
 )
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
+from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.store.kafka_topics import KafkaTopics
 from lockgate.coordinator.store.sql_store import SqlStore
 
@@ -106,12 +108,14 @@ class Pipelines:
         topics: KafkaTopics,
         checkpoints: CheckpointDriver,
         wake: Callable[[], None],
+        outcomes: CheckpointOutcomes | None = None,
     ) -> None:
         self._store = store
         self._lease = lease
         self._topics = topics
         self._checkpoints = checkpoints
         self._wake = wake
+        self._outcomes = outcomes or CheckpointOutcomes()
 
     # ------------------------------------------------------------------ reads
 
@@ -350,11 +354,13 @@ class Pipelines:
         self.replan(pipeline_id)
         restarted: list[TaskRecord] = []
         if include_tasks:
-            restarted = self._lease.leader_call(
+            result = self._lease.leader_call(
                 lambda f: self._store.pipelines.restart_tasks(
                     fence=f, pipeline_id=pipeline_id, only_failed=only_failed
                 )
             )
+            self._outcomes.aborted(result.aborted, AbortKind.TASK_RESTARTED)
+            restarted = list(result.tasks)
             self._wake()
         return self._store.pipelines.get_pipeline(pipeline_id=pipeline_id), restarted
 

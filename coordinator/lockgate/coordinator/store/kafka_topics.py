@@ -95,14 +95,18 @@ class KafkaTopics:
             return {}
         config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": _KAFKA_LOG}
         admin = AdminClient(config)
-        answers: dict[str, dict[TopicPartition, int]] = {}
-        specs = (("start", OffsetSpec.earliest()), ("end", OffsetSpec.latest()))  # type: ignore[no-untyped-call]
-        for name, spec in specs:
-            futures = admin.list_offsets(
+        specs = {"start": OffsetSpec.earliest(), "end": OffsetSpec.latest()}  # type: ignore[no-untyped-call]
+        # Both questions at once: an unreachable cluster costs one timeout, not two.
+        asked = {
+            name: admin.list_offsets(
                 {KafkaPartition(tp.topic, tp.partition): spec for tp in partitions},
                 isolation_level=IsolationLevel.READ_COMMITTED,
                 request_timeout=self._timeout_s,
             )
+            for name, spec in specs.items()
+        }
+        answers: dict[str, dict[TopicPartition, int]] = {}
+        for name, futures in asked.items():
             found: dict[TopicPartition, int] = {}
             for kafka_tp, future in futures.items():
                 try:

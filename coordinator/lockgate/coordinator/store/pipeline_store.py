@@ -25,6 +25,7 @@ from lockgate.coordinator.domain.membership import check_executor_session, check
 from lockgate.coordinator.domain.pipelines import (
     PipelineRecord,
     TaskRecord,
+    TasksChanged,
     check_config_version,
     plan_task_split,
     tasks_to_restart,
@@ -240,8 +241,9 @@ class PipelineStore:
         *,
         fence: Fence,
         assignment: Mapping[ExecutorId, AbstractSet[TaskId]],
-    ) -> list[TaskRecord]:
-        """Write a new assignment (from `plan_assignment`); return the tasks that changed.
+    ) -> TasksChanged:
+        """Write a new assignment (from `plan_assignment`); return the tasks that changed
+        and the checkpoints that aborted.
 
         Leader-only. Every task whose executor changes gets generation + 1 and state
         UNASSIGNED (its old executor's reports become stale); tasks absent from
@@ -268,8 +270,11 @@ class PipelineStore:
                     )
                 )
             changed_ids = {t.task_id for t in changed}
-            abort_checkpoints_of_tasks(conn, changed_ids, reason="task reassigned")
-            return [t for t in read_tasks(conn, None) if t.task_id in changed_ids]
+            aborted = abort_checkpoints_of_tasks(conn, changed_ids, reason="task reassigned")
+            return TasksChanged(
+                tasks=tuple(t for t in read_tasks(conn, None) if t.task_id in changed_ids),
+                aborted=tuple(aborted),
+            )
 
     def report_task_state(
         self,
@@ -312,11 +317,12 @@ class PipelineStore:
 
     def restart_tasks(
         self, *, fence: Fence, pipeline_id: PipelineId, only_failed: bool = False
-    ) -> list[TaskRecord]:
+    ) -> TasksChanged:
         """Mark a pipeline's tasks RESTARTING with a new generation. Leader-only.
 
         The new generation makes the old instance's reports stale; its executor restarts
-        the task with restore state. Returns the tasks restarted.
+        the task with restore state. Returns the tasks restarted and the checkpoints that
+        aborted.
         """
         with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
@@ -333,5 +339,8 @@ class PipelineStore:
                     )
                 )
             chosen_ids = {t.task_id for t in chosen}
-            abort_checkpoints_of_tasks(conn, chosen_ids, reason="task restarted")
-            return [t for t in read_tasks(conn, pipeline_id) if t.task_id in chosen_ids]
+            aborted = abort_checkpoints_of_tasks(conn, chosen_ids, reason="task restarted")
+            return TasksChanged(
+                tasks=tuple(t for t in read_tasks(conn, pipeline_id) if t.task_id in chosen_ids),
+                aborted=tuple(aborted),
+            )
