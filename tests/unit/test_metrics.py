@@ -47,9 +47,8 @@ def _exported_series(reading: dict[str, float]) -> set[str]:
         elif metric.kind is MetricKind.HISTOGRAM:
             instruments.record(metric, 0.5, attributes)
         else:
-            instruments.observe(
-                metric, lambda a=attributes, n=metric.name: [(reading.get(n, 1.0), a)]
-            )
+            value = reading.get(metric.name, 1.0)
+            instruments.observe(metric, lambda a=attributes, v=value: [(v, a)])  # type: ignore[misc]
     text = generate_latest(registry).decode()
     provider.shutdown()
     return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1].isalpha()}

@@ -4,7 +4,7 @@ aborted one: they must match what read_committed readers of the sink see."""
 from __future__ import annotations
 
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 
 from lockgate.common.metrics import Instruments
 from lockgate.executor.dataplane.protocol import PrecommitOutput
@@ -31,7 +31,9 @@ def _values(
             for metric in scope.metrics:
                 for point in metric.data.data_points:
                     key = (metric.name, tuple(sorted((point.attributes or {}).items())))
-                    values[key] = getattr(point, "value", None) or getattr(point, "sum", 0)
+                    values[key] = float(
+                        point.sum if isinstance(point, HistogramDataPoint) else point.value  # type: ignore[union-attr]
+                    )
     return values
 
 
