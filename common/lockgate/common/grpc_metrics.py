@@ -9,14 +9,13 @@ Health checks and reflection are left out: probes would drown the real calls.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
 
+from lockgate.common.grpc_handlers import CallWrappingInterceptor, StreamBehavior, UnaryBehavior
 from lockgate.common.metrics import RPC_SERVER_DURATION, Instruments
-
-_SKIPPED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
 def _status_code(context: grpc.ServicerContext, failed: bool) -> int:
@@ -28,7 +27,7 @@ def _status_code(context: grpc.ServicerContext, failed: bool) -> int:
     return grpc.StatusCode.UNKNOWN.value[0] if failed else grpc.StatusCode.OK.value[0]
 
 
-class RpcMetricsInterceptor(grpc.ServerInterceptor):
+class RpcMetricsInterceptor(CallWrappingInterceptor):
     """Records ``rpc.server.duration`` of each call (see the module docstring)."""
 
     def __init__(self, instruments: Instruments) -> None:
@@ -49,9 +48,9 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
             },
         )
 
-    def _unary(
-        self, behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
-    ) -> Callable[[Any, grpc.ServicerContext], Any]:
+    def wrap_unary(self, behavior: UnaryBehavior, method: str) -> UnaryBehavior:
+        """Time a call with one response."""
+
         def call(request: Any, context: grpc.ServicerContext) -> Any:
             started = time.perf_counter()
             failed = True
@@ -64,9 +63,9 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
 
         return call
 
-    def _stream(
-        self, behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]], method: str
-    ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
+    def wrap_stream(self, behavior: StreamBehavior, method: str) -> StreamBehavior:
+        """Time a call with a streamed response, to its last message."""
+
         def call(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             started = time.perf_counter()
             failed = True
@@ -77,38 +76,6 @@ class RpcMetricsInterceptor(grpc.ServerInterceptor):
                 self._record(method, started, context, failed)
 
         return call
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        """Wrap the method's handler, whatever its streaming shape."""
-        handler = continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or method.startswith(_SKIPPED_PREFIXES):
-            return handler
-        codec: dict[str, Any] = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(handler.unary_unary, method), **codec
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._stream(handler.unary_stream, method), **codec
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                self._unary(handler.stream_unary, method), **codec
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                self._stream(handler.stream_stream, method), **codec
-            )
-        return handler
 
 
 __all__ = ["RpcMetricsInterceptor"]

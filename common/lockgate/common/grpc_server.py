@@ -52,6 +52,7 @@ from lockgate.common.errors import (
     Unavailable,
     Unimplemented,
 )
+from lockgate.common.grpc_handlers import CallWrappingInterceptor, StreamBehavior, UnaryBehavior
 from lockgate.common.grpc_metrics import RpcMetricsInterceptor
 from lockgate.common.metrics import Instruments
 from lockgate.common.telemetry import Telemetry
@@ -78,7 +79,6 @@ STATUS_CODES: dict[type[LockgateError], grpc.StatusCode] = {
 
 # Probes and reflection pass through untouched: the health servicer's Watch relies on a
 # non-blocking attribute of its own method that a wrapper would hide.
-_PASS_THROUGH_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
 class _Status(
@@ -211,7 +211,7 @@ def _is_grpc_abort(exc: BaseException) -> bool:
     return type(exc) is Exception and not exc.args
 
 
-class ErrorMappingInterceptor(grpc.ServerInterceptor):
+class ErrorMappingInterceptor(CallWrappingInterceptor):
     """Turns exceptions escaping a servicer into gRPC statuses (see module docstring)."""
 
     def __init__(self, *, service_name: str) -> None:
@@ -247,9 +247,9 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):
         span.set_status(trace.Status(trace.StatusCode.ERROR, status.code.name))
         context.abort_with_status(status)
 
-    def _wrap_unary_response(
-        self, behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
-    ) -> Callable[[Any, grpc.ServicerContext], Any]:
+    def wrap_unary(self, behavior: UnaryBehavior, method: str) -> UnaryBehavior:
+        """Map what escapes a call with one response."""
+
         def call(request: Any, context: grpc.ServicerContext) -> Any:
             try:
                 return behavior(request, context)
@@ -259,9 +259,9 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):
 
         return call
 
-    def _wrap_stream_response(
-        self, behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]], method: str
-    ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
+    def wrap_stream(self, behavior: StreamBehavior, method: str) -> StreamBehavior:
+        """Map what escapes a call with a streamed response."""
+
         def call(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             try:
                 yield from behavior(request, context)
@@ -270,38 +270,6 @@ class ErrorMappingInterceptor(grpc.ServerInterceptor):
                 raise
 
         return call
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        """Wrap the method's handler, whatever its streaming shape."""
-        handler = continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or method.startswith(_PASS_THROUGH_PREFIXES):
-            return handler
-        codec: dict[str, Any] = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._wrap_unary_response(handler.unary_unary, method), **codec
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream_response(handler.unary_stream, method), **codec
-            )
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(
-                self._wrap_unary_response(handler.stream_unary, method), **codec
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                self._wrap_stream_response(handler.stream_stream, method), **codec
-            )
-        return handler
 
 
 class ServerBindError(OSError):

@@ -87,9 +87,10 @@ def test_lookups_are_counted_by_api_and_cache_across_workers(
     series = "lockgate_registry_lookups_total"
     assert _total(addresses, series, api="grpc") == LOOKUPS
     assert _total(addresses, series, api="rest") == LOOKUPS
-    # Two workers, twenty lookups each way: repeats hit a worker's cache.
-    assert _total(addresses, series, api="grpc", cache="hit") >= 1
-    assert 1 <= _total(addresses, series, api="rest", cache="miss") <= 2
+    # A worker reads the database for the id at most once (its first lookup, whichever the
+    # API); every other lookup is a hit of its cache.
+    assert _total(addresses, series, cache="miss") <= 2
+    assert _total(addresses, series, cache="hit") >= 2 * LOOKUPS - 2
     calls = _total(addresses, "rpc_server_duration_seconds_count", rpc_method="GetSchema")
     assert calls == LOOKUPS
     ok = _total(
