@@ -79,8 +79,7 @@ def test_the_lag_of_a_pipeline_that_never_completed_is_its_whole_input(
     assert progress.total_lag == 20 and progress.lag_known
     assert progress.last_commit_age_ms is None and progress.records_per_second == 0.0
 
-    fence = leader.require_fence()
-    leader.run_pass(fence)
+    leader.progress.refresh(leader.require_fence())
     points = _points(reader)
     for partition in (0, 1):
         key = (
@@ -98,7 +97,7 @@ def test_a_follower_reports_no_lag_task_or_session_gauge(
     leader: Herder, reader: InMemoryMetricReader
 ) -> None:
     _create(leader)
-    leader.run_pass(leader.require_fence())
+    leader.progress.refresh(leader.require_fence())
     gauges = {"lockgate.source.lag", "lockgate.tasks", "lockgate.executor.sessions"}
     assert gauges <= {name for name, _ in _points(reader)}
     leader.lease_keeper.resign()

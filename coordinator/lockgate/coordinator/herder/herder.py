@@ -2,7 +2,7 @@
 the lease keeper, membership, pipelines, the checkpoint driver and executors' reports,
 and running the work loop.
 
-Two threads per replica:
+Two threads per replica do the work:
 - the `LeaseKeeper` acquires or renews the lease row every `lease_ms / 4` and keeps this
   replica's role and fence;
 - the work loop (its checkpoint duties are in `checkpoints.py`), which does nothing on a
@@ -11,8 +11,9 @@ Two threads per replica:
   abort what never became COMPLETE), then on every pass: rebalance (expire dead
   executors after the session timeout, move their tasks after the reassignment delay),
   abort timed-out checkpoints, send aborts, send commits (retried until acked, then
-  COMMITTED), trigger each RUNNING pipeline's next checkpoint on its interval, and
-  measure the pipelines' lag every few seconds for the lag gauge (`progress.py`).
+  COMMITTED), and trigger each RUNNING pipeline's next checkpoint on its interval.
+A third thread measures the pipelines' lag every few seconds for the lag gauge
+(`progress.py`), on the leader only.
 
 Every write is leader-only and goes through `LeaseKeeper.leader_call` (the one leader
 check): it takes the current term's `Fence` just before the write (or the fence of the
@@ -121,7 +122,6 @@ class Herder:
             lease=self.lease_keeper,
             membership=self.membership,
             instruments=instruments,
-            monotonic=monotonic,
         )
         self._thread = threading.Thread(
             target=self._run, name=f"leader-{settings.coordinator_id}", daemon=True
@@ -130,9 +130,10 @@ class Herder:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """Start the lease keeper and the work loop."""
+        """Start the lease keeper, the work loop and the lag measurement."""
         self.lease_keeper.start()
         self._thread.start()
+        self.progress.start()
 
     def stop(self) -> None:
         """Stop both threads and, if leading, give the lease up so a follower takes over
@@ -141,6 +142,7 @@ class Herder:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        self.progress.stop()
         self.lease_keeper.stop()
         if self.lease_keeper.current_fence() is not None:
             try:
@@ -204,4 +206,3 @@ class Herder:
         self.checkpoints.send_aborts(fence)
         self.checkpoints.commit_pending(fence)
         self.checkpoints.trigger_due(fence)
-        self.progress.refresh(fence)

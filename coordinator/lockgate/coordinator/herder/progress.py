@@ -4,9 +4,10 @@ leader's gauges (`lockgate.source.lag`, `lockgate.tasks`, `lockgate.executor.ses
 
 The arithmetic is `domain/progress.py`; the Kafka offsets come from
 `store/kafka_topics.py` and the positions from SQL. A status call measures its pipeline
-on the replica that answers it (any replica). The leader measures every pipeline at most
-every `LAG_REFRESH_S` seconds in its work loop and the lag gauge shows that measurement, so
-a scrape never waits for Kafka; followers report no lag, task or session gauge (the leader
+on the replica that answers it (any replica). The leader measures every pipeline every
+`LAG_REFRESH_S` seconds on a thread of its own (a slow or unreachable Kafka cluster must not
+hold up the work loop's triggers and commits) and the lag gauge shows that measurement, so a
+scrape never waits for Kafka; followers report no lag, task or session gauge (the leader
 does), so summing over replicas does not count twice.
 """
 
@@ -14,9 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lockgate.common.metrics import (
@@ -79,16 +79,15 @@ class Progress:
         lease: LeaseKeeper,
         membership: Membership,
         instruments: Instruments,
-        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._topics = topics
         self._lease = lease
         self._membership = membership
-        self._monotonic = monotonic
         self._lock = threading.Lock()
         self._lags: dict[PipelineId, tuple[PartitionLag, ...]] = {}
-        self._next_refresh = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="source-lag", daemon=True)
         instruments.observe(SOURCE_LAG, self._lag_reading)
         instruments.observe(TASKS, self._task_reading)
         instruments.observe(EXECUTOR_SESSIONS, self._session_reading)
@@ -124,14 +123,25 @@ class Progress:
             ),
         )
 
+    def start(self) -> None:
+        """Start measuring every `LAG_REFRESH_S` seconds while this replica leads."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the measuring thread (a measurement under way ends first)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(LAG_REFRESH_S):
+            fence = self._lease.current_fence()
+            if fence is not None:
+                self.refresh(fence)
+
     def refresh(self, fence: Fence) -> None:
-        """Measure the lag of every pipeline that is not STOPPED, at most every
-        `LAG_REFRESH_S` seconds, for the lag gauge. Leader-only; never raises (a pipeline
-        whose cluster does not answer keeps no lag)."""
-        now = self._monotonic()
-        if now < self._next_refresh:
-            return
-        self._next_refresh = now + LAG_REFRESH_S
+        """Measure the lag of every pipeline that is not STOPPED, for the lag gauge.
+        Leader-only; never raises (a pipeline whose cluster does not answer keeps no lag)."""
         lags: dict[PipelineId, tuple[PartitionLag, ...]] = {}
         for pipeline in all_pipelines(self._store):
             if pipeline.target_state is TargetState.STOPPED:
