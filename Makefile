@@ -6,8 +6,10 @@ VENV     := .venv
 PY       := $(VENV)/bin/python
 PROTO_SRC := $(wildcard protos/lockgate/v1/*.proto)
 STAMP    := $(VENV)/.lockgate-install-stamp
+# Prometheus 3.16.0 (its Go module is tagged v0.316.0), built from the Go module proxy.
+PROMETHEUS_MODULE  := github.com/prometheus/prometheus/cmd/prometheus@v0.316.0
 
-.PHONY: help install protos lint test test-unit test-integration test-e2e demo cluster-up cluster-down cluster-status bench clean
+.PHONY: help install protos lint test test-unit test-integration test-e2e test-clients demo cluster-up cluster-down cluster-status bench prometheus clean
 
 help: ## List every target with what it does
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -19,12 +21,17 @@ protos: install ## Regenerate the Python stubs (+ .pyi) from protos/lockgate/v1/
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I protos \
 	  --python_out=clients/python --grpc_python_out=clients/python \
 	  --mypy_out=clients/python --mypy_grpc_out=clients/python $(PROTO_SRC)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash deploy/scripts/clients.sh generate
 
 lint: install ## buf lint (+ buf breaking against main), ruff, mypy --strict, the code's shape
 	@bash deploy/scripts/lint.sh
 
-test: install lint ## What CI runs: install, lint, then every test (unit, integration, fault)
+test: install lint ## What CI runs: install, lint, then every test (unit, integration, fault; the Go, Java, TypeScript clients)
 	$(VENV)/bin/pytest -q
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash deploy/scripts/clients.sh test
+
+test-clients: install ## Only the Go, Java and TypeScript clients' own tests, against real services
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash deploy/scripts/clients.sh test
 
 test-unit: install ## Only the unit tier (tests/unit): fast, no process, no socket
 	$(VENV)/bin/pytest -q -m unit
@@ -49,6 +56,12 @@ cluster-down: ## Stop exactly the local-cluster processes started by cluster-up 
 
 bench: install ## Run the benchmarks in bench/ (figures printed, not pass/fail)
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+prometheus: ## Opt-in, slow (~7 min on 2 cores): build Prometheus with `go install` into .lockgate/bin
+	mkdir -p .lockgate/bin
+	GOBIN=$(CURDIR)/.lockgate/bin GOFLAGS=-buildvcs=false nice -n 10 go install $(PROMETHEUS_MODULE)
+	@.lockgate/bin/prometheus --version | head -1
+	@echo "start it with the cluster: LOCKGATE_PROMETHEUS=1 make cluster-up"
 
 clean: ## Stop the local cluster and remove build outputs and its data (.lockgate/, caches)
 	-@[ -x $(PY) ] && $(PY) -m lockgate.localcluster.cluster down || true

@@ -16,11 +16,12 @@ machine too busy to run it on time) counts against the figure too.
 
     .venv/bin/python bench/schema_registry.py [--seconds 5] [--concurrency 16] [--repeat 3]
 
-The load comes from ``bench/loadgen`` (Go, built here with ``go build`` and cached under
-``bench/loadgen/build/``): a Python client spends as much CPU per call as the Python server,
-and on a 2-core machine the two would share the cores, so the figures would measure the
-client as much as the server. Without Go the Python client drives the load and the output
-says so. ``--python-client`` adds the Python client's figures (labelled) for comparison.
+The load comes from ``bench/loadgen`` (Go, on the generated Go client of ``clients/go``, built
+here with ``go build`` and cached under ``bench/loadgen/build/``): a Python client spends as
+much CPU per call as the Python server, and on a 2-core machine the two would share the cores,
+so the figures would measure the client as much as the server. Without Go the Python client
+drives the load and the output says so. ``--python-client`` adds the Python client's figures
+(labelled) for comparison.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ TARGET_LOOKUPS_PER_S = 5000
 TARGET_P99_MS = 5.0
 LOADGEN_DIR = Path(__file__).resolve().parent / "loadgen"
 LOADGEN_BINARY = LOADGEN_DIR / "build" / "loadgen"
+GO_CLIENT_DIR = LOADGEN_DIR.parent.parent / "clients" / "go"
 
 
 @dataclass(frozen=True)
@@ -267,7 +269,9 @@ def build_loadgen() -> tuple[Path | None, str]:
 
     Returns (binary or None, a note for the output when it is None).
     """
-    sources = [LOADGEN_DIR / name for name in ("main.go", "go.mod", "go.sum")]
+    sources = [*LOADGEN_DIR.glob("*.go"), LOADGEN_DIR / "go.mod", LOADGEN_DIR / "go.sum"]
+    # The generated Go client it imports through its replace directive.
+    sources += [GO_CLIENT_DIR / "go.mod", *GO_CLIENT_DIR.glob("gen/**/*.go")]
     newest_source = max(path.stat().st_mtime for path in sources)
     if LOADGEN_BINARY.exists() and LOADGEN_BINARY.stat().st_mtime >= newest_source:
         return LOADGEN_BINARY, ""

@@ -3,13 +3,17 @@ module github.com/lockgate/lockgate/bench/loadgen
 go 1.26.0
 
 require (
+	github.com/lockgate/lockgate/clients/go v0.0.0
 	golang.org/x/net v0.60.0
 	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+// The Go client lives in this repository; build against its working copy.
+replace github.com/lockgate/lockgate/clients/go => ../../clients/go

@@ -20,6 +20,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	lockgatev1 "github.com/lockgate/lockgate/clients/go/gen/lockgate/v1"
 )
 
 // Windows large enough that the server never waits for a WINDOW_UPDATE from us.
@@ -257,7 +259,12 @@ func h2Caller(target string, ids []int, concurrency, conns int) (caller, func(),
 	}
 	requests := make([][]byte, len(ids))
 	for i, id := range ids {
-		requests[i] = grpcFrame(getSchemaRequest(id))
+		message, err := getSchemaRequest(id)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		requests[i] = grpcFrame(message)
 	}
 	dones := make([]chan error, concurrency)
 	for n := range dones {
@@ -265,7 +272,7 @@ func h2Caller(target string, ids []int, concurrency, conns int) (caller, func(),
 	}
 	call := func(n, index int) error {
 		c := clients[n%conns]
-		err := c.invoke(getSchemaMethod, requests[index%len(requests)], dones[n])
+		err := c.invoke(lockgatev1.SchemaRegistryService_GetSchema_FullMethodName, requests[index%len(requests)], dones[n])
 		if err != nil && c.isBroken() {
 			return fmt.Errorf("%w: %v", errConnectionGone, err)
 		}

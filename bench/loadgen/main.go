@@ -8,10 +8,11 @@
 //	loadgen -mode grpc -target 127.0.0.1:7090 -ids 1,2,3 -concurrency 16 -conns 8 -duration 5s
 //	loadgen -mode http -target 127.0.0.1:8081 -ids 1,2,3 -concurrency 16 -duration 5s
 //
-// The request bytes of a GetSchemaRequest are encoded by hand (field 1, varint), so no Go
-// code is generated from the protos. gRPC calls go out through a minimal HTTP/2 client
-// (h2grpc.go, the default) or, with -client grpc-go, as grpc-go generic unary calls with a
-// raw-bytes codec. HTTP requests are plain HTTP/1.1 GETs on one keep-alive connection per
+// Requests are the Go client's generated messages (clients/go/gen/lockgate/v1, through a
+// replace directive), encoded once up front. gRPC calls go out through a minimal HTTP/2
+// client (h2grpc.go, the default, which sends the pre-encoded bytes and checks that an
+// answer came) or, with -client grpc-go, through the generated SchemaRegistryService client
+// on grpc-go, which decodes each answer and checks its schema id. HTTP requests are plain HTTP/1.1 GETs on one keep-alive connection per
 // worker, written and parsed by hand for the same reason (net/http costs more CPU per call
 // than the server being measured).
 package main
@@ -34,45 +35,14 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/encoding"
+	"google.golang.org/protobuf/proto"
+
+	lockgatev1 "github.com/lockgate/lockgate/clients/go/gen/lockgate/v1"
 )
 
-const getSchemaMethod = "/lockgate.v1.SchemaRegistryService/GetSchema"
-
-// rawCodec sends and receives already-encoded protobuf bytes.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) {
-	b, ok := v.(*[]byte)
-	if !ok {
-		return nil, fmt.Errorf("rawCodec: cannot marshal %T", v)
-	}
-	return *b, nil
-}
-
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	b, ok := v.(*[]byte)
-	if !ok {
-		return fmt.Errorf("rawCodec: cannot unmarshal into %T", v)
-	}
-	*b = append((*b)[:0], data...)
-	return nil
-}
-
-// Name is "proto" so the content type is application/grpc+proto, as any client sends.
-func (rawCodec) Name() string { return "proto" }
-
-var _ encoding.Codec = rawCodec{}
-
-// getSchemaRequest encodes GetSchemaRequest{schema_id: id}: tag 0x08 then the varint.
-func getSchemaRequest(id int) []byte {
-	out := []byte{0x08}
-	v := uint64(id)
-	for v >= 0x80 {
-		out = append(out, byte(v)|0x80)
-		v >>= 7
-	}
-	return append(out, byte(v))
+// getSchemaRequest is GetSchemaRequest{schema_id: id} in the protobuf wire format.
+func getSchemaRequest(id int) ([]byte, error) {
+	return proto.Marshal(&lockgatev1.GetSchemaRequest{SchemaId: int32(id)})
 }
 
 type result struct {
@@ -155,10 +125,11 @@ func (w *worker) note(err error, began time.Time, record time.Time) {
 // concurrent use by different workers.
 type caller func(n, index int) error
 
-func grpcGoCaller(target string, ids []int, concurrency, conns int) (caller, func(), error) {
-	clients := make([]*grpc.ClientConn, conns)
+func grpcGoCaller(target string, ids []int, conns int) (caller, func(), error) {
+	clients := make([]lockgatev1.SchemaRegistryServiceClient, conns)
+	connections := make([]*grpc.ClientConn, conns)
 	closeAll := func() {
-		for _, conn := range clients {
+		for _, conn := range connections {
 			if conn != nil {
 				conn.Close()
 			}
@@ -169,26 +140,26 @@ func grpcGoCaller(target string, ids []int, concurrency, conns int) (caller, fun
 		// over the server's processes. WithNoProxy: a proxy would measure the proxy.
 		conn, err := grpc.NewClient("passthrough:///"+target,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithNoProxy(),
-			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+			grpc.WithNoProxy())
 		if err != nil {
 			closeAll()
 			return nil, nil, err
 		}
 		conn.Connect()
-		clients[i] = conn
+		connections[i] = conn
+		clients[i] = lockgatev1.NewSchemaRegistryServiceClient(conn)
 	}
-	requests := make([][]byte, len(ids))
+	requests := make([]*lockgatev1.GetSchemaRequest, len(ids))
 	for i, id := range ids {
-		requests[i] = getSchemaRequest(id)
+		requests[i] = &lockgatev1.GetSchemaRequest{SchemaId: int32(id)}
 	}
-	responses := make([][]byte, concurrency)
 	// One context for the whole run: a per-call deadline timer costs the client CPU.
 	ctx := context.Background()
 	call := func(n, index int) error {
-		err := clients[n%conns].Invoke(ctx, getSchemaMethod, &requests[index%len(requests)], &responses[n])
-		if err == nil && len(responses[n]) == 0 {
-			err = errors.New("empty GetSchemaResponse")
+		request := requests[index%len(requests)]
+		response, err := clients[n%conns].GetSchema(ctx, request)
+		if err == nil && response.GetSchema().GetSchemaId() != request.GetSchemaId() {
+			err = fmt.Errorf("GetSchema(%d) answered schema %d", request.GetSchemaId(), response.GetSchema().GetSchemaId())
 		}
 		return err
 	}
@@ -427,7 +398,7 @@ func main() {
 		case "h2":
 			call, closeAll, err = h2Caller(*target, ids, *concurrency, *conns)
 		case "grpc-go":
-			call, closeAll, err = grpcGoCaller(*target, ids, *concurrency, *conns)
+			call, closeAll, err = grpcGoCaller(*target, ids, *conns)
 		default:
 			err = fmt.Errorf("-client %q: use h2 or grpc-go", *client)
 		}

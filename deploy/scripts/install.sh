@@ -99,4 +99,7 @@ else
   note postgresql "server binaries present ($initdb_path)"
 fi
 
+# --- The Go, Java and TypeScript clients' dependencies (Go modules, Maven Central, npm) -------
+PATH="$repo/.venv/bin:$PATH" bash deploy/scripts/clients.sh install
+
 echo "== make install: done =="

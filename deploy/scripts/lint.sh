@@ -20,4 +20,6 @@ echo "== mypy --strict"
   clients/python/lockgate/client deploy/local/lockgate
 echo "== shape: no module over 700 lines, no function over 80"
 "$bin/python" deploy/scripts/check_shape.py
+echo "== generated clients match the protos"
+PATH="$PWD/$bin:$PATH" bash deploy/scripts/clients.sh check
 echo "== lint: clean"

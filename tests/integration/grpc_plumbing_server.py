@@ -7,7 +7,9 @@ gracefully on SIGTERM.
 
 Methods: ``Echo`` answers ``{"server", "trace_id", "payload"}`` as JSON (a follower started
 with ``--leader ADDRESS`` answers NotLeader instead); ``Fail`` raises the domain error named
-by the request; ``Boom`` raises an unexpected exception holding a fake secret.
+by the request; ``Boom`` raises an unexpected exception holding a fake secret; ``Hold``
+answers ``released`` once the file the request names exists (at most 60 s), so a test can
+keep calls in flight.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import argparse
 import json
 import logging
 import sys
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -41,6 +46,7 @@ def main() -> int:
     parser.add_argument("--name", required=True)
     parser.add_argument("--listen", default="127.0.0.1:0")
     parser.add_argument("--leader", default=None, help="act as a follower of this address")
+    parser.add_argument("--max-workers", type=int, default=16)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     telemetry = setup_telemetry(f"plumbing-{args.name}", service_instance_id=args.name)
@@ -78,6 +84,13 @@ def main() -> int:
     def boom(request: bytes, context: grpc.ServicerContext) -> bytes:
         raise RuntimeError(f"could not reach the broker with {SECRET}")
 
+    def hold(request: bytes, context: grpc.ServicerContext) -> bytes:
+        release = Path(request.decode())
+        deadline = time.monotonic() + 60
+        while not release.exists() and time.monotonic() < deadline:
+            threading.Event().wait(0.02)
+        return b"released" if release.exists() else b"timed out"
+
     def register(server: grpc.Server) -> None:
         server.add_generic_rpc_handlers(
             [
@@ -87,6 +100,7 @@ def main() -> int:
                         "Echo": grpc.unary_unary_rpc_method_handler(echo),
                         "Fail": grpc.unary_unary_rpc_method_handler(fail),
                         "Boom": grpc.unary_unary_rpc_method_handler(boom),
+                        "Hold": grpc.unary_unary_rpc_method_handler(hold),
                     },
                 )
             ]
@@ -99,6 +113,7 @@ def main() -> int:
         service_full_names=[SERVICE],
         telemetry=telemetry,
         grace_seconds=5.0,
+        max_workers=args.max_workers,
     )
     print(f"LISTENING {server.address}", flush=True)
     server.serve_until_signal()

@@ -12,7 +12,7 @@ import uuid
 
 from typer.testing import CliRunner
 
-from lockgate.client.coordinator_cli import message_json
+from lockgate.client.output import message_json
 from lockgate.client.pipeline_file import read_spec_file, spec_from_mapping
 from lockgate.client.schema_cli import app as schema_app
 from lockgate.common.model.proto import spec_violations

@@ -31,9 +31,15 @@ from lockgate.common.grpc_client import (
     leader_address_of,
     open_channel,
 )
-from lockgate.common.grpc_server import ServerBindError, build_server
+from lockgate.common.grpc_server import (
+    MAX_CONCURRENT_RPCS,
+    MAX_RECEIVE_MESSAGE_BYTES,
+    ServerBindError,
+    build_server,
+)
 from lockgate.common.telemetry import CONSOLE_PATH_ENV, setup_telemetry
 from lockgate.localcluster.ports import free_port
+from tests.support.waits import wait_for
 
 SERVER_SCRIPT = Path(__file__).with_name("grpc_plumbing_server.py")
 SERVICE = "lockgate.test.v1.Echo"
@@ -100,13 +106,16 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     """Start plumbing servers as separate processes; all are stopped after the test."""
     started: list[ServerProcess] = []
 
-    def start(name: str, *, leader: str | None = None, tracing: bool = True) -> ServerProcess:
+    def start(
+        name: str, *, leader: str | None = None, tracing: bool = True, max_workers: int = 16
+    ) -> ServerProcess:
         spans_path = tmp_path / f"{name}-spans.jsonl"
         log_path = tmp_path / f"{name}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "LOCKGATE_TELE"))}
         if tracing:
             env |= {"OTEL_TRACES_EXPORTER": "console", CONSOLE_PATH_ENV: str(spans_path)}
         args = [sys.executable, str(SERVER_SCRIPT), "--name", name]
+        args += ["--max-workers", str(max_workers)]
         if leader:
             args += ["--leader", leader]
         with open(log_path, "wb") as log:
@@ -271,6 +280,45 @@ def test_unexpected_exception_is_internal_without_its_text(
     # The operator finds the traceback by the incident id.
     assert f"incident {incident}" in log
     assert "RuntimeError: could not reach the broker" in log
+
+
+def test_a_request_over_the_message_bound_is_resource_exhausted_and_the_server_goes_on(
+    start_server: Callable[..., ServerProcess],
+) -> None:
+    server = start_server("big", tracing=False)
+    with open_channel(server.address, follow_leader=False) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            _echo(channel, "x" * (MAX_RECEIVE_MESSAGE_BYTES + 1))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        # Just under the bound still passes, and so does the next small call.
+        assert len(_echo(channel, "x" * (MAX_RECEIVE_MESSAGE_BYTES - 64))["payload"]) > 0
+        assert _echo(channel, "after")["payload"] == "after"
+
+
+def test_calls_beyond_the_concurrency_bound_are_resource_exhausted_until_some_end(
+    start_server: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    # Enough worker threads that a probe runs at once rather than queue behind the holds:
+    # the bound under test is the calls held, whatever the pool size.
+    server = start_server("busy", tracing=False, max_workers=MAX_CONCURRENT_RPCS + 8)
+    release = tmp_path / "release"
+    with grpc.insecure_channel(server.address) as channel:
+        hold: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(f"/{SERVICE}/Hold")
+        held = [hold.future(str(release).encode(), timeout=60) for _ in range(MAX_CONCURRENT_RPCS)]
+
+        def refused_probe() -> grpc.RpcError | None:
+            try:
+                _echo(channel, "probe", timeout=5)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    return exc
+                raise
+            return None
+
+        wait_for("a call beyond the bound to be refused", refused_probe, timeout_s=30)
+        release.touch()
+        assert [f.result(timeout=30) for f in held] == [b"released"] * MAX_CONCURRENT_RPCS
+        assert _echo(channel, "after")["payload"] == "after"
 
 
 def test_port_taken_names_address_and_process() -> None:

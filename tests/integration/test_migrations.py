@@ -57,7 +57,7 @@ def schema_differences(engine: Engine, metadata: sa.MetaData, *, version_table: 
 
 
 def migrated_coordinator(url: str) -> Engine:
-    engine = coordinator_engine(url, sqlite_busy_timeout_ms=10_000)
+    engine = coordinator_engine(url, timeouts=None)
     coordinator_migrate.upgrade_to_head(engine)
     return engine
 

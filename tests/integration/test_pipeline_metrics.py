@@ -127,7 +127,7 @@ def test_metrics_of_a_pipeline_with_a_forced_abort(
         assert status.records_per_second > 0
         assert status.HasField("last_commit_age")
         shown = cluster.cli("pipeline", "status", name).stdout
-        assert "lag 0 records" in shown and "records/s" in shown and "last commit" in shown
+        assert "lag 0 records" in shown and "records/s" in shown
 
         leader = scrape(coordinator)
         assert (series_value(leader, "lockgate_checkpoints_total", state="committed") or 0) >= 1

@@ -18,6 +18,7 @@ from lockgate.common.model.pipeline_spec import (
 )
 
 _TOPIC = st.from_regex(r"\A[a-z][a-z0-9._-]{0,20}\Z")
+_PREFIX = st.from_regex(r"\A[a-zA-Z0-9._-]{1,30}\Z")
 _KEY_FORMATS = st.sampled_from([RecordFormat.BYTES, RecordFormat.STRING, RecordFormat.JSON])
 
 
@@ -64,6 +65,8 @@ def raw_specs(draw: st.DrawFn) -> dict[str, Any]:
         raw["transform"] = {"sql": "SELECT key, value FROM input"}
     elif transform == "python":
         raw["transform"] = {"python": "pkg.mod:fn"}
+    if draw(st.booleans()):
+        raw["sink"]["kafka"]["transactional_id_prefix"] = draw(_PREFIX)
     if draw(st.booleans()):
         dead_letter = draw(_TOPIC.filter(lambda t: t != sink_topic))
         raw["errors"] = {"tolerance": ErrorTolerance.ALL.value, "dead_letter_topic": dead_letter}

@@ -257,7 +257,9 @@ class LeaderFollowingChannel(grpc.Channel):
     - carrying ``lockgate-leader: <address>``: switch to that address and resend at once
       (at most ``max_redirects`` times per call);
     - without it (connection refused, no leader elected yet): back off and retry on the next
-      seed address, at most ``max_attempts`` attempts in all.
+      seed address until the call's ``timeout`` would pass (a failover takes about one lease,
+      longer than a few quick attempts); a call without a timeout makes at most
+      ``max_attempts`` attempts.
     All attempts share the call's ``timeout``. Streaming calls and ``future()`` go to the
     current leader without retry. Resending after UNAVAILABLE is safe for Lockgate RPCs:
     mutating calls are idempotent by their ``request_id``.
@@ -347,7 +349,7 @@ class LeaderFollowingChannel(grpc.Channel):
                     self._follow(address, leader)
                     continue
                 attempts += 1
-                if attempts >= self._max_attempts:
+                if deadline is None and attempts >= self._max_attempts:
                     raise
                 delay = min(backoff, self._max_backoff)
                 if deadline is not None and time.monotonic() + delay >= deadline:

@@ -1,9 +1,11 @@
 """How every Lockgate service serves gRPC: one builder, one error mapping.
 
 ``build_server`` gives each service the same server: tracing interceptor (when telemetry is
-on), the error-mapping interceptor, ``grpc.health.v1``, server reflection, a bind that names
-the address (and the process holding it) when the port is taken, and a graceful stop on
-SIGTERM.
+on), ``rpc.server.duration`` (when metrics are on), the error-mapping interceptor, the
+request bounds (``model.limits``), a bound on
+message size and on concurrent calls (RESOURCE_EXHAUSTED beyond), ``grpc.health.v1``, server
+reflection, a bind that names the address (and the process holding it) when the port is
+taken, and a graceful stop on SIGTERM.
 
 The error mapping is the one place where domain errors (``lockgate.common.errors``) become
 gRPC statuses with ``google.rpc`` details; servicers just let them propagate. Anything else
@@ -19,6 +21,7 @@ import os
 import re
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
@@ -28,11 +31,12 @@ from typing import Any
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 
 from lockgate.common.errors import (
     ERROR_DOMAIN,
@@ -52,9 +56,8 @@ from lockgate.common.errors import (
     Unavailable,
     Unimplemented,
 )
-from lockgate.common.grpc_handlers import CallWrappingInterceptor, StreamBehavior, UnaryBehavior
-from lockgate.common.grpc_metrics import RpcMetricsInterceptor
-from lockgate.common.metrics import Instruments
+from lockgate.common.metrics import RPC_SERVER_DURATION, Instruments
+from lockgate.common.model.limits import check_request_limits
 from lockgate.common.telemetry import Telemetry
 from lockgate.v1 import common_pb2
 
@@ -79,6 +82,7 @@ STATUS_CODES: dict[type[LockgateError], grpc.StatusCode] = {
 
 # Probes and reflection pass through untouched: the health servicer's Watch relies on a
 # non-blocking attribute of its own method that a wrapper would hide.
+_PASS_THROUGH_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
 class _Status(
@@ -211,7 +215,29 @@ def _is_grpc_abort(exc: BaseException) -> bool:
     return type(exc) is Exception and not exc.args
 
 
-class ErrorMappingInterceptor(CallWrappingInterceptor):
+class _WrappingInterceptor(grpc.ServerInterceptor):
+    """An interceptor that wraps each method's behaviour, except probes and reflection."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """Wrap the method's handler, whatever its streaming shape."""
+        handler = continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or method.startswith(_PASS_THROUGH_PREFIXES):
+            return handler
+        return self._wrapped(handler, method)
+
+    def _wrapped(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """The handler of ``method`` with its behaviour wrapped (each subclass's own)."""
+        raise NotImplementedError
+
+
+class ErrorMappingInterceptor(_WrappingInterceptor):
     """Turns exceptions escaping a servicer into gRPC statuses (see module docstring)."""
 
     def __init__(self, *, service_name: str) -> None:
@@ -247,9 +273,9 @@ class ErrorMappingInterceptor(CallWrappingInterceptor):
         span.set_status(trace.Status(trace.StatusCode.ERROR, status.code.name))
         context.abort_with_status(status)
 
-    def wrap_unary(self, behavior: UnaryBehavior, method: str) -> UnaryBehavior:
-        """Map what escapes a call with one response."""
-
+    def _wrap_unary_response(
+        self, behavior: Callable[[Any, grpc.ServicerContext], Any], method: str
+    ) -> Callable[[Any, grpc.ServicerContext], Any]:
         def call(request: Any, context: grpc.ServicerContext) -> Any:
             try:
                 return behavior(request, context)
@@ -259,9 +285,9 @@ class ErrorMappingInterceptor(CallWrappingInterceptor):
 
         return call
 
-    def wrap_stream(self, behavior: StreamBehavior, method: str) -> StreamBehavior:
-        """Map what escapes a call with a streamed response."""
-
+    def _wrap_stream_response(
+        self, behavior: Callable[[Any, grpc.ServicerContext], Iterator[Any]], method: str
+    ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
         def call(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             try:
                 yield from behavior(request, context)
@@ -270,6 +296,118 @@ class ErrorMappingInterceptor(CallWrappingInterceptor):
                 raise
 
         return call
+
+    def _wrapped(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        return _rewrap(
+            handler,
+            unary_response=lambda behavior: self._wrap_unary_response(behavior, method),
+            stream_response=lambda behavior: self._wrap_stream_response(behavior, method),
+        )
+
+
+_Behavior = Callable[[Any, grpc.ServicerContext], Any]
+
+
+def _rewrap(
+    handler: grpc.RpcMethodHandler[Any, Any],
+    *,
+    unary_response: Callable[[_Behavior], _Behavior],
+    stream_response: Callable[[_Behavior], _Behavior],
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """The same method handler with its behaviour wrapped: by ``unary_response`` for the
+    shapes that answer one message, by ``stream_response`` for those that stream."""
+    codec: dict[str, Any] = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(unary_response(handler.unary_unary), **codec)
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(stream_response(handler.unary_stream), **codec)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(unary_response(handler.stream_unary), **codec)
+    if handler.stream_stream is not None:
+        return grpc.stream_stream_rpc_method_handler(
+            stream_response(handler.stream_stream), **codec
+        )
+    return handler
+
+
+class RequestLimitsInterceptor(_WrappingInterceptor):
+    """Refuses a request over the bounds of ``lockgate.common.model.limits`` with
+    ``INVALID_ARGUMENT`` naming each field and its limit, before the servicer runs.
+
+    It sits inside ``ErrorMappingInterceptor``, which turns its ``InvalidArgument`` into the
+    status. Probes and reflection pass through.
+    """
+
+    def _wrapped(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        return _rewrap(handler, unary_response=_checked, stream_response=_checked)
+
+
+def _checked(behavior: _Behavior) -> _Behavior:
+    def call(request: Any, context: grpc.ServicerContext) -> Any:
+        # A streamed request is an iterator of messages; Lockgate's services have none.
+        if isinstance(request, Message):
+            check_request_limits(request)
+        return behavior(request, context)
+
+    return call
+
+
+class RpcMetricsInterceptor(_WrappingInterceptor):
+    """Records ``rpc.server.duration`` of each call with OpenTelemetry's RPC attributes
+    (``rpc.system``, ``rpc.service``, ``rpc.method``, ``rpc.grpc.status_code``). It sits
+    outside the error mapping, so a refused call is recorded with the status its caller
+    got; probes and reflection pass through."""
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        self._instruments = Instruments(meter)
+
+    def _wrapped(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        service, _, name = method.lstrip("/").rpartition("/")
+        attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+
+        def record(started: float, context: grpc.ServicerContext, failed: bool) -> None:
+            code = context.code()  # type: ignore[attr-defined]
+            if not isinstance(code, grpc.StatusCode):
+                code = grpc.StatusCode.UNKNOWN if failed else grpc.StatusCode.OK
+            self._instruments.record(
+                RPC_SERVER_DURATION,
+                time.perf_counter() - started,
+                {**attributes, "rpc.grpc.status_code": int(code.value[0])},
+            )
+
+        def unary(behavior: _Behavior) -> _Behavior:
+            def call(request: Any, context: grpc.ServicerContext) -> Any:
+                started, failed = time.perf_counter(), True
+                try:
+                    response = behavior(request, context)
+                    failed = False
+                    return response
+                finally:
+                    record(started, context, failed)
+
+            return call
+
+        def stream(behavior: _Behavior) -> _Behavior:
+            def call(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                started, failed = time.perf_counter(), True
+                try:
+                    yield from behavior(request, context)
+                    failed = False
+                finally:
+                    record(started, context, failed)
+
+            return call
+
+        return _rewrap(handler, unary_response=unary, stream_response=stream)
 
 
 class ServerBindError(OSError):
@@ -328,13 +466,22 @@ def _parse_listen(listen: str) -> tuple[str, int]:
     return match["host"], int(match["port"])
 
 
+MAX_RECEIVE_MESSAGE_BYTES = 4 * 1024 * 1024
+"""Largest request a server reads (4 MiB); a larger one is answered RESOURCE_EXHAUSTED
+without reaching a servicer. The request bounds of ``model.limits`` fit well inside it."""
+
+MAX_CONCURRENT_RPCS = 256
+"""Calls a server holds at once, running or queued for a worker thread; the next one is
+answered RESOURCE_EXHAUSTED at once. With the 4 MiB message bound, requests can pin at
+most about 1 GiB of memory."""
+
 # Clients ping every 30 s (grpc_client); accept that instead of the 5-minute default that
 # would answer our keepalives with GOAWAY "too_many_pings".
 SERVER_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
     ("grpc.http2.max_ping_strikes", 0),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 )
 
@@ -414,6 +561,12 @@ class LockgateServer:
         return received[0]
 
 
+def _observing_interceptors(telemetry: Telemetry) -> list[grpc.ServerInterceptor]:
+    """Tracing (when traces are on), then ``rpc.server.duration`` (when metrics are on)."""
+    metering = [RpcMetricsInterceptor(telemetry.meter())] if telemetry.records_metrics else []
+    return [*telemetry.server_interceptors(), *metering]
+
+
 def build_server(
     *,
     service_name: str,
@@ -422,6 +575,7 @@ def build_server(
     service_full_names: Sequence[str],
     telemetry: Telemetry | None = None,
     max_workers: int = 16,
+    maximum_concurrent_rpcs: int = MAX_CONCURRENT_RPCS,
     grace_seconds: float = 10.0,
     extra_interceptors: Sequence[grpc.ServerInterceptor] = (),
     options: Sequence[tuple[str, Any]] = (),
@@ -435,6 +589,9 @@ def build_server(
     ``HOST:PORT``; port 0 picks a free one (see ``LockgateServer.port``). Raises
     ``ServerBindError`` naming the address, and the process holding it, if the bind fails.
 
+    ``maximum_concurrent_rpcs`` bounds the calls held at once (``MAX_CONCURRENT_RPCS``);
+    requests are bounded by ``MAX_RECEIVE_MESSAGE_BYTES`` and ``model.limits``.
+
     ``reuse_port`` binds with ``SO_REUSEPORT`` so that several worker processes serve one
     port; the caller must have checked that nobody else holds it. Off by default, because
     gRPC's own default (on) would let two servers share a port silently.
@@ -444,18 +601,15 @@ def build_server(
     interceptors: list[grpc.ServerInterceptor] = [
         # Outermost first: the SERVER span also covers the error mapping, so a failed call's
         # span carries its status code.
-        *telemetry.server_interceptors(),
-        *(
-            [RpcMetricsInterceptor(Instruments(telemetry.meter()))]
-            if telemetry.records_metrics
-            else []
-        ),
+        *_observing_interceptors(telemetry),
         ErrorMappingInterceptor(service_name=service_name),
+        RequestLimitsInterceptor(),
         *extra_interceptors,
     ]
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=service_name),
         interceptors=interceptors,
+        maximum_concurrent_rpcs=maximum_concurrent_rpcs,
         # gRPC keeps the first value of a repeated option, so ours come first.
         options=[("grpc.so_reuseport", int(reuse_port)), *SERVER_OPTIONS, *options],
     )
@@ -496,10 +650,13 @@ def build_server(
 
 
 __all__ = [
+    "MAX_CONCURRENT_RPCS",
+    "MAX_RECEIVE_MESSAGE_BYTES",
     "SERVER_OPTIONS",
     "STATUS_CODES",
     "ErrorMappingInterceptor",
     "LockgateServer",
+    "RequestLimitsInterceptor",
     "ServerBindError",
     "build_server",
     "describe_port_holder",

@@ -152,6 +152,16 @@ class UnknownTransactionError(TransactionResumeError):
     """
 
 
+#: The answers after which a commit can never succeed: the transaction was aborted or
+#: fenced (by the broker's ``transaction.timeout.ms`` or a newer producer), or its id is
+#: gone. Its output is lost; every other ``TransactionResumeError`` may pass on a retry.
+TRANSACTION_LOST_ERRORS: tuple[type[TransactionResumeError], ...] = (
+    ProducerFencedError,
+    InvalidTransactionStateError,
+    UnknownTransactionError,
+)
+
+
 class TransactionTimeoutError(TransactionResumeError):
     """The deadline passed while the coordinator kept answering with retriable errors."""
 
@@ -643,4 +653,4 @@ def belongs_to_slot(transactional_id: str, slot_id: str) -> bool:
     if transactional_id == slot_id:
         return True
     suffix = transactional_id.removeprefix(slot_id + "-")
-    return suffix != transactional_id and suffix.isdigit()
+    return suffix != transactional_id and suffix.isascii() and suffix.isdigit()

@@ -54,8 +54,8 @@ CHECKPOINTS = MetricDefinition(
     "lockgate.checkpoints",
     MetricKind.COUNTER,
     "{checkpoint}",
-    "Checkpoints that reached a final state: `state` committed or aborted, and for an abort "
-    "its `abort_reason` (timeout, trigger_failed, task_failed, leader_changed, "
+    "Checkpoints that reached a final state: `state` committed, aborted or data_lost, and "
+    "for an abort its `abort_reason` (timeout, trigger_failed, task_failed, leader_changed, "
     "pipeline_stopped, pipeline_deleted, task_reassigned, task_restarted, other; none when "
     "committed). A checkpoint aborted because an earlier one did carries the earlier one's "
     "reason.",

@@ -27,18 +27,20 @@ from lockgate.common.prometheus import (
     add_metrics_listen_argument,
     start_telemetry,
 )
-from lockgate.common.telemetry import TelemetryConfigError
+from lockgate.common.telemetry import Telemetry, TelemetryConfigError
 from lockgate.coordinator.api import CoordinatorServicer
 from lockgate.coordinator.domain.assignment import (
     DEFAULT_REASSIGN_DELAY_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
 )
+from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
 from lockgate.coordinator.herder import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     CoordinatorSettings,
     Herder,
 )
 from lockgate.coordinator.store import SqlStore, open_store
+from lockgate.coordinator.store.engine import DEFAULT_LEASE_MS
 from lockgate.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 SERVICE_NAME = "lockgate-coordinator"
@@ -94,7 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
         "listen address)",
     )
     parser.add_argument(
-        "--lease-ms", type=_positive("--lease-ms"), default=3_000, help="leader lease (ms)"
+        "--lease-ms",
+        type=_positive("--lease-ms"),
+        default=DEFAULT_LEASE_MS,
+        help="leader lease (ms)",
     )
     parser.add_argument(
         "--session-timeout-ms",
@@ -116,14 +121,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_metrics_listen_argument(parser)
     parser.add_argument(
+        "--checkpoint-history",
+        type=_positive("--checkpoint-history"),
+        default=DEFAULT_CHECKPOINT_HISTORY,
+        help="final checkpoints kept per pipeline; older ones are deleted (non-final ones"
+        " never are)",
+    )
+    parser.add_argument(
         "--log-level", default=os.environ.get("LOCKGATE_LOG_LEVEL", "INFO"), help="e.g. DEBUG"
     )
     return parser
 
 
-def _open_state(db: str | None) -> SqlStore | int:
-    """The migrated store of `--db` (default: the home's SQLite file), or the exit code
-    after printing why it cannot be opened."""
+def _open_state(db: str | None, *, lease_ms: int) -> SqlStore | int:
+    """The migrated store of `--db` (default: the home's SQLite file), its sessions' timeouts
+    below `lease_ms`, or the exit code after printing why it cannot be opened."""
     url = db or default_database_url()
     if url.startswith("sqlite:///") and db is None:
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -132,7 +144,7 @@ def _open_state(db: str | None) -> SqlStore | int:
     except sa.exc.ArgumentError:
         shown = "<unparseable URL>"
     try:
-        store = open_store(url)
+        store = open_store(url, lease_ms=lease_ms)
     except LockgateError as exc:
         print(f"error: --db: {exc.message}", file=sys.stderr)
         return 2
@@ -144,6 +156,17 @@ def _open_state(db: str | None) -> SqlStore | int:
         return 1
     _LOG.info("state database %s migrated", shown)
     return store
+
+
+def _telemetry(args: argparse.Namespace) -> Telemetry | None:
+    """Telemetry and the ``--metrics-listen`` endpoint, or None after printing why not."""
+    try:
+        return start_telemetry(
+            SERVICE_NAME, metrics_listen=args.metrics_listen, service_instance_id=args.id
+        )
+    except (TelemetryConfigError, MetricsListenError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
 
 
 def _failpoints() -> Failpoints | None:
@@ -170,14 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.reassign_delay_ms < 0:
         print("error: --reassign-delay-ms must be >= 0", file=sys.stderr)
         return 2
-    try:  # before _open_state: a bad OTEL_* value must not leave a migrated database
-        telemetry = start_telemetry(
-            SERVICE_NAME, metrics_listen=args.metrics_listen, service_instance_id=args.id
-        )
-    except (TelemetryConfigError, MetricsListenError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    telemetry = _telemetry(args)  # before _open_state: a bad OTEL_* value must not leave
+    if telemetry is None:  # a migrated database
         return 2
-    store = _open_state(args.db)
+    store = _open_state(args.db, lease_ms=args.lease_ms)
     if isinstance(store, int):
         return store
     advertise = args.advertise or args.listen
@@ -197,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms,
         reassign_delay_ms=args.reassign_delay_ms,
+        checkpoint_history=args.checkpoint_history,
     )
     failpoints = _failpoints()
     if failpoints is None:
@@ -234,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.lease_ms,
     )
     try:
-        server.serve_until_signal()
+        server.serve_until_signal(on_signal=lambda _: herder.checkpoints.traces.close())
     finally:
         herder.stop()
         store.close()

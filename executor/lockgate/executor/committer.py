@@ -25,6 +25,7 @@ from lockgate.common.errors import (
 )
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.kafka_transactions import (
+    TRANSACTION_LOST_ERRORS,
     InvalidTransactionStateError,
     ProducerFencedError,
     TransactionResumeError,
@@ -85,11 +86,7 @@ class Committer:
                     handle=handle,
                     timeout_s=self._timeout_s,
                 )
-            except (
-                ProducerFencedError,
-                InvalidTransactionStateError,
-                UnknownTransactionError,
-            ) as exc:
+            except TRANSACTION_LOST_ERRORS as exc:
                 raise HandleLostError(
                     f"{what}: transaction {handle.transactional_id!r} (producer id"
                     f" {handle.producer_id}, epoch {handle.producer_epoch}) cannot be committed:"

@@ -179,8 +179,8 @@ def assignment_from_proto(assignment: coordinator_pb2.TaskAssignment) -> Assignm
             (po.topic, po.partition): po.offset for po in assignment.restore.start_offsets
         },
         target_running=_is_running_target(assignment.target_state),
-        max_records_per_partition=spec.source.kafka.max_records_per_partition,
-        transaction_timeout_ms=spec.sink.kafka.transaction_timeout_ms,
+        max_records_per_partition=parsed.source.max_records_per_partition if parsed else 0,
+        transaction_timeout_ms=parsed.sink.transaction_timeout_ms if parsed else 0,
         restore=restore_from_proto(assignment.restore),
     )
 

@@ -90,6 +90,14 @@ class SourceError(FailedPrecondition):
     default_reason = "SOURCE_FAILED"
 
 
+class OffsetOutOfRangeError(SourceError):
+    """The offset a partition resumes from is no longer (retention) or not yet (past the
+    log end) in the log. It fails the task: skipping to the log start would lose records
+    silently, and waiting past the end would stall it; the operator decides."""
+
+    default_reason = "OFFSET_OUT_OF_RANGE"
+
+
 class SinkError(Internal):
     """The Kafka sink could not pre-commit, commit or abort (fenced, missing topic, timeout)."""
 

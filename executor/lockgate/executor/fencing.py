@@ -3,10 +3,15 @@
 Three tokens only grow (common.proto, "Conventions"):
 
 * ``leader_epoch``: one more per change of coordinator leader. The executor remembers the
-  highest epoch it has seen, from any ExecutorService call and from every
-  RegisterExecutor/Heartbeat response, and refuses a call carrying a lower one. An equal
-  or higher epoch is accepted; a higher one becomes the new highest. Kafka's brokers treat
-  the controller epoch the same way.
+  highest epoch it has seen and refuses a call carrying a lower one; an equal or higher
+  epoch is accepted. A higher one becomes the new highest (is *adopted*) only from the
+  coordinator's RegisterExecutor/Heartbeat responses and from a control call
+  (TriggerCheckpoint, CommitCheckpoint, AbortCheckpoint) that names this process's current
+  registration, after that check: never from a read (GetExecutorStatus), nor from a call
+  that is refused. One stray call carrying 2^63-1 would otherwise make the executor refuse
+  the real leader for good (issue 8). Without caller authentication a control call that
+  guesses the registration can still raise it; authenticating the coordinator closes that.
+  Kafka's brokers treat the controller epoch the same way.
 * ``executor_generation``: one more per registration of an executor id. A call must name
   this process's current registration exactly: a lower one was meant for an earlier
   process on the same address; a higher one means the coordinator registered us again
@@ -79,21 +84,33 @@ class LeaderEpochFence:
         with self._lock:
             return self._highest, self._leader_id
 
+    def check(self, presented: LeaderEpoch, *, rpc: str) -> None:
+        """Raise ``StaleTokenError`` if ``presented`` is lower than the highest seen; record
+        nothing (a read, or a call not yet checked further, cannot raise the epoch)."""
+        with self._lock:
+            self._decide(presented, rpc)
+
+    def _decide(self, presented: LeaderEpoch, rpc: str) -> EpochDecision:
+        """The decision on ``presented``; raises ``StaleTokenError`` if it is refused.
+        The caller holds the lock."""
+        decision = decide_leader_epoch(highest_seen=self._highest, presented=presented)
+        if not decision.accepted:
+            raise StaleTokenError(
+                token=FencingToken.LEADER_EPOCH,
+                subject="",
+                presented=presented,
+                current=self._highest,
+                rpc=rpc,
+            )
+        return decision
+
     def observe(self, presented: LeaderEpoch, *, leader_id: str = "", rpc: str) -> bool:
         """Record ``presented`` or raise ``StaleTokenError`` if it is lower than the highest.
 
         Returns True if ``presented`` is a new highest epoch (a new leader took over).
         """
         with self._lock:
-            decision = decide_leader_epoch(highest_seen=self._highest, presented=presented)
-            if not decision.accepted:
-                raise StaleTokenError(
-                    token=FencingToken.LEADER_EPOCH,
-                    subject="",
-                    presented=presented,
-                    current=self._highest,
-                    rpc=rpc,
-                )
+            decision = self._decide(presented, rpc)
             if decision.is_new_leader or not self._leader_id:
                 self._leader_id = leader_id or self._leader_id
             self._highest = decision.highest_seen

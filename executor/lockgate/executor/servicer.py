@@ -1,13 +1,14 @@
 """gRPC ``ExecutorService``: validate, fence, delegate to the runtime, convert back.
 
-Fencing happens here, before anything reaches the runtime: the leader epoch first (and
-recorded when it is a new highest), then the executor registration the call names. A
-refused call is logged with a stable line (``refused leader_epoch=3 highest_seen=4
-rpc=CommitCheckpoint``) and answered ``FAILED_PRECONDITION`` with a
-``lockgate.v1.FencingFailure`` in the status details, next to the usual ``ErrorInfo`` and
-``PreconditionFailure`` (``StaleTokenError``, mapped by the shared interceptor as every
-service's is). Other domain errors propagate to the error-mapping interceptor
-of ``lockgate.common.grpc_server`` (``HandleLostError`` is a ``DataLoss``: ``DATA_LOSS``).
+Fencing happens here, before anything reaches the runtime: the leader epoch first (refused
+if lower than the highest seen), then the executor registration the call names; only then
+does a control call's higher epoch become the new highest. A read (GetExecutorStatus) never
+raises it (``fencing.py``). A refused call is logged with a stable line (``refused
+leader_epoch=3 highest_seen=4 rpc=CommitCheckpoint``) and answered ``FAILED_PRECONDITION``
+with a ``lockgate.v1.FencingFailure`` in the status details, next to the usual ``ErrorInfo``
+and ``PreconditionFailure`` (``StaleTokenError``, mapped by the shared interceptor as every
+service's is). Other domain errors propagate to the error-mapping interceptor of
+``lockgate.common.grpc_server`` (``HandleLostError`` is a ``DataLoss``: ``DATA_LOSS``).
 """
 
 from __future__ import annotations
@@ -81,20 +82,27 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         leader_epoch: common_pb2.LeaderEpoch,
         check: Callable[[], _T],
         *,
-        epoch_required: bool = True,
+        control: bool = True,
     ) -> _T:
-        """Check the leader epoch, then run ``check``; refuse stale tokens with details."""
+        """Check the leader epoch, then run ``check``; refuse stale tokens with details.
+
+        Only a ``control`` call (Trigger/Commit/Abort) needs an epoch, and only one whose
+        ``check`` passed adopts a higher epoch (``fencing.py``); a read is checked against
+        the highest epoch seen and records nothing."""
+        presented = LeaderEpoch(leader_epoch.epoch)
+        fence = self._runtime.fence
         try:
-            if leader_epoch.epoch > 0:
-                self._runtime.fence.observe(
-                    LeaderEpoch(leader_epoch.epoch), leader_id=leader_epoch.leader_id, rpc=rpc
-                )
-            elif epoch_required:
+            if presented > 0:
+                fence.check(presented, rpc=rpc)
+            elif control:
                 raise InvalidArgument.for_field(
                     "leader_epoch.epoch",
                     "is required (>= 1): the calling leader's fencing token",
                 )
-            return check()
+            result = check()
+            if presented > 0 and control:
+                fence.observe(presented, leader_id=leader_epoch.leader_id, rpc=rpc)
+            return result
         except StaleTokenError as error:
             _LOG.warning(error.log_line())
             raise  # the error interceptor adds its FencingFailure detail
@@ -248,7 +256,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             "GetExecutorStatus",
             request.leader_epoch,
             lambda: None,
-            epoch_required=False,
+            control=False,
         )
         settings = self._runtime.settings
         registration = self._runtime.registration

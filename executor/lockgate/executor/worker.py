@@ -30,6 +30,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from opentelemetry import trace
+
 from lockgate.common.failpoints import Failpoints
 from lockgate.common.metrics import Instruments
 from lockgate.common.model.handles import TransactionHandle
@@ -68,6 +70,7 @@ class Worker:
         failpoints: Failpoints | None = None,
         clock: Callable[[], float] = time.monotonic,
         instruments: Instruments | None = None,
+        tracer: trace.Tracer | None = None,
     ) -> None:
         instruments = instruments or Instruments.disabled()
         self.fence = fence or LeaderEpochFence()
@@ -111,6 +114,7 @@ class Worker:
             failpoints=failpoints,
             clock=clock,
             instruments=instruments,
+            tracer=tracer,
         )
 
     @property

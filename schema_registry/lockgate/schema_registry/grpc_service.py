@@ -96,17 +96,30 @@ def _page(items: Sequence[Any], page_size: int, page_token: str) -> tuple[Sequen
             "page_size", f"{page_size} is negative; use 0 (default) to {MAX_PAGE_SIZE}"
         )
     size = min(page_size or MAX_PAGE_SIZE, MAX_PAGE_SIZE)
-    start = 0
-    if page_token:
-        try:
-            start = int(base64.urlsafe_b64decode(page_token.encode()).decode().removeprefix("o:"))
-        except (ValueError, UnicodeDecodeError):
-            raise common_errors.InvalidArgument.for_field(
-                "page_token", "is not a token this service returned; pass next_page_token as is"
-            ) from None
+    start = _page_start(page_token)
     end = start + size
     token = base64.urlsafe_b64encode(f"o:{end}".encode()).decode() if end < len(items) else ""
     return items[start:end], token
+
+
+_PAGE_TOKEN = re.compile(r"^o:([0-9]{1,18})$")
+
+
+def _page_start(page_token: str) -> int:
+    """Where the page a token names starts (0 without one); InvalidArgument for any token
+    this service does not issue (`base64("o:<offset>")`)."""
+    if not page_token:
+        return 0
+    try:
+        decoded = base64.urlsafe_b64decode(page_token.encode("ascii")).decode("ascii")
+    except (ValueError, UnicodeError):  # binascii.Error is a ValueError
+        decoded = ""
+    match = _PAGE_TOKEN.match(decoded)
+    if match is None:
+        raise common_errors.InvalidArgument.for_field(
+            "page_token", "is not a token this service returned; pass next_page_token as is"
+        )
+    return int(match[1])
 
 
 def _subject_version(version: SubjectVersion) -> pb.SubjectVersion:

@@ -10,6 +10,7 @@ from lockgate.schema_registry.errors import (
     InvalidCompatibilityLevelError,
     InvalidSubjectError,
     InvalidVersionError,
+    SchemaNotFoundError,
 )
 
 #: Global schema id: one per distinct normalised schema, shared by every subject, never reused.
@@ -136,3 +137,18 @@ def parse_version(text: str | int) -> Version | None:
             field="version",
         )
     return Version(number)
+
+
+#: Largest schema id: Confluent's ids are 32-bit signed integers.
+MAX_SCHEMA_ID = 2**31 - 1
+
+
+def parse_schema_id(text: str) -> SchemaId:
+    """A schema id from a URL path: 1 to 2^31-1 in ASCII digits. Anything else names no
+    schema, so it is 40403 (HTTP 404), as Confluent answers, rather than a bad request."""
+    if text.isascii() and text.isdigit() and len(text) <= 10 and 1 <= int(text) <= MAX_SCHEMA_ID:
+        return SchemaId(int(text))
+    raise SchemaNotFoundError(
+        f"Schema {text[:64]!r} not found: a schema id is an integer from 1 to {MAX_SCHEMA_ID}",
+        field="id",
+    )

@@ -27,7 +27,7 @@ from lockgate.schema_registry.errors import (
     SubjectConfigNotFoundError,
 )
 from lockgate.schema_registry.lookups import LookupApi, LookupCounter
-from lockgate.schema_registry.model import SCHEMA_TYPE_AVRO, SubjectVersion
+from lockgate.schema_registry.model import SCHEMA_TYPE_AVRO, SubjectVersion, parse_schema_id
 from lockgate.schema_registry.registry import SchemaRegistry
 
 _LOG = logging.getLogger(__name__)
@@ -67,6 +67,11 @@ class _Request:
             document = json.loads(self.body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BadRequestError(f"Request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise BadRequestError(
+                "Request body is nested too deeply: send a flat JSON object such as"
+                ' {"schema": "..."}'
+            ) from None
         if not isinstance(document, dict):
             raise BadRequestError('Request body must be a JSON object such as {"schema": "..."}')
         return document
@@ -134,7 +139,10 @@ class RestApp:
             and len(segments) == 3
             and segments[0] == "schemas"
             and segments[1] == "ids"
-        ) and segments[2].isdigit():
+            and segments[2].isascii()
+            and segments[2].isdigit()
+            and len(segments[2]) <= 10
+        ):
             cached = self._registry.cached_schema(int(segments[2]))
             if cached is not None:
                 self._lookups.count(LookupApi.REST, hit=True)
@@ -287,9 +295,7 @@ class RestApp:
             return 200, [SCHEMA_TYPE_AVRO]
         if len(segments) < 3 or segments[1] != "ids":
             return self._no_route(request)
-        if not segments[2].isdigit():
-            raise BadRequestError(f"Schema id {segments[2]!r} is not a positive integer")
-        schema_id = int(segments[2])
+        schema_id = parse_schema_id(segments[2])
         if len(segments) == 3 or segments[3] == "schema":
             self._lookups.count(LookupApi.REST, hit=registry.cached_schema(schema_id) is not None)
             text = registry.get_schema(schema_id).schema_text

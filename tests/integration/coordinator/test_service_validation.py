@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 import typer
+from google.protobuf import field_mask_pb2
 from typer.testing import CliRunner
 
 from lockgate.client.coordinator_cli import cluster_app, pipeline_app
@@ -149,3 +150,48 @@ def test_create_on_a_taken_name_says_what_the_cli_can_do(
     assert "ALREADY_EXISTS" in output
     assert f"lockgate pipeline delete {name}" in output
     assert "update that pipeline" not in output
+
+
+def test_a_transaction_timeout_recovery_could_outlive_is_refused_at_create_and_update(
+    coordinator: str, kafka_broker: KafkaBroker, new_topic: Callable[..., str]
+) -> None:
+    bootstrap = kafka_broker.bootstrap_servers
+    name = unique_name("txn")
+    spec = pipeline_spec(
+        name, bootstrap=bootstrap, source_topic=new_topic(), sink_topic=new_topic()
+    )
+    spec.checkpoint.timeout_ms = 60_000
+    both = {"checkpoint.timeout_ms", "sink.kafka.transaction_timeout_ms"}
+    with open_channel(coordinator) as channel:
+        stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+        spec.sink.kafka.transaction_timeout_ms = 61_000
+        err = rpc_error(
+            lambda: stub.CreatePipeline(
+                coordinator_pb2.CreatePipelineRequest(spec=spec), timeout=15
+            )
+        )
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error_details(err).reason == "TRANSACTION_TIMEOUT_TOO_SHORT"
+        assert set(violations(err)) == both
+        assert "raise sink.kafka.transaction_timeout_ms above" in (err.details() or "")
+
+        spec.sink.kafka.transaction_timeout_ms = 0  # the default, 900000: fits
+        stub.CreatePipeline(coordinator_pb2.CreatePipelineRequest(spec=spec), timeout=15)
+        update = coordinator_pb2.UpdatePipelineRequest(
+            name=name,
+            spec=common_pb2.PipelineSpec(
+                sink=common_pb2.SinkSpec(
+                    kafka=common_pb2.KafkaSinkSpec(
+                        bootstrap_servers=bootstrap,
+                        topic=spec.sink.kafka.topic,
+                        transaction_timeout_ms=61_000,
+                    )
+                )
+            ),
+            update_mask=field_mask_pb2.FieldMask(paths=["sink"]),
+        )
+        err = rpc_error(lambda: stub.UpdatePipeline(update, timeout=15))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert set(violations(err)) == both
+        got = stub.GetPipeline(coordinator_pb2.GetPipelineRequest(name=name), timeout=10)
+        assert got.pipeline.spec.sink.kafka.transaction_timeout_ms == 900_000

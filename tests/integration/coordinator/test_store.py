@@ -251,10 +251,12 @@ def test_fenced_leader_cannot_write(open_stores: Callable[..., SqlStore]) -> Non
 def test_contender_waits_for_a_write_that_passed_its_fence_check(
     open_stores: Callable[..., SqlStore],
 ) -> None:
-    """A leader paused *inside* a write (after its fence check) past its lease: the
-    contender's acquisition waits for that transaction, so every write of epoch 1 is
-    ordered before epoch 2 begins (SQLite: the write lock; PostgreSQL: FOR SHARE)."""
-    old_store, new_store = open_stores(), open_stores()
+    """A leader paused *inside* a write (after its fence check) past its lease, but not past
+    its sessions' idle-in-transaction bound: the contender's acquisition waits for that
+    transaction, so every write of epoch 1 is ordered before epoch 2 begins (SQLite: the
+    write lock; PostgreSQL: FOR SHARE). A longer pause: test_store_timeouts."""
+    # The old leader's sessions allow 5 s idle in a transaction: longer than this pause.
+    old_store, new_store = open_stores(lease_ms=10_000), open_stores()
     old = lead(old_store, "c1", lease_ms=1_500)
     taken: dict[str, Any] = {}
     done = threading.Event()
@@ -551,3 +553,35 @@ def test_replicas_migrating_at_once_all_start(store_url: str) -> None:
     store = open_store(store_url)
     assert store.lease.read_lease().holder is None
     store.close()
+
+
+def prefixed(name: str, prefix: str | None) -> PipelineSpec:
+    raw = spec(name).to_json()
+    if prefix is not None:
+        raw["sink"]["kafka"]["transactional_id_prefix"] = prefix
+    return parse_pipeline_spec(raw)
+
+
+def test_a_transactional_id_prefix_is_one_pipelines_own(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    store = open_stores()
+    fence = lead(store)
+    store.pipelines.create_pipeline(fence=fence, spec=prefixed("orders", "team-a.orders"))
+    # The same prefix again, or a custom prefix that is another pipeline's default.
+    store.pipelines.create_pipeline(fence=fence, spec=prefixed("refunds", None))
+    for name, prefix, owner in (
+        ("copy", "team-a.orders", "orders"),
+        ("other", "lockgate-refunds", "refunds"),
+    ):
+        with pytest.raises(InvalidArgument) as taken:
+            store.pipelines.create_pipeline(fence=fence, spec=prefixed(name, prefix))
+        assert [v.field for v in taken.value.violations] == ["sink.kafka.transactional_id_prefix"]
+        assert f"pipeline {owner!r}" in taken.value.message
+    with pytest.raises(InvalidArgument):
+        store.pipelines.update_pipeline(fence=fence, spec=prefixed("refunds", "team-a.orders"))
+    # A pipeline keeps its own prefix through an update, and may change it to a free one.
+    store.pipelines.update_pipeline(fence=fence, spec=prefixed("orders", "team-a.orders"))
+    moved = store.pipelines.update_pipeline(fence=fence, spec=prefixed("orders", "team-b"))
+    assert moved.spec.transactional_id_prefix == "team-b"
+    store.pipelines.create_pipeline(fence=fence, spec=prefixed("copy", "team-a.orders"))

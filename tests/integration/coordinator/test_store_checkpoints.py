@@ -13,8 +13,14 @@ from lockgate.common.errors import FailedPrecondition
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.common.model.offsets import OffsetRange, TopicPartition
+from lockgate.common.model.pipeline_spec import parse_pipeline_spec
 from lockgate.coordinator.domain.checkpoints import Precommit
-from lockgate.coordinator.domain.errors import FencedError, IllegalTransition, StaleGeneration
+from lockgate.coordinator.domain.errors import (
+    FencedError,
+    IllegalTransition,
+    InvalidArgument,
+    StaleGeneration,
+)
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.domain.tasks import split_partitions
@@ -197,7 +203,7 @@ def test_stale_task_generation_precommit_is_refused(open_stores: Callable[..., S
                 handles=(),
             ),
         )
-    with pytest.raises(FailedPrecondition, match="allotted"):
+    with pytest.raises(InvalidArgument, match="allotted"):
         store.checkpoints.record_precommit(
             fence=fence,
             precommit=Precommit(
@@ -238,8 +244,10 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
 
     precommit(store, fence, 2, t0, start=10, end=20, producer_id=2000)
     # N=3 fully pre-committed but N=2 is not: N=3 must wait (COMPLETE is in order).
+    # Each starts where its previous checkpoint ended: t0 where its N=2 did, t1 (which has
+    # not reported N=2) where N=1 did.
     precommit(store, fence, 3, t0, start=20, end=30)
-    assert precommit(store, fence, 3, t1, start=20, end=30) is CheckpointState.TRIGGERED
+    assert precommit(store, fence, 3, t1, start=10, end=30) is CheckpointState.TRIGGERED
 
     aborted = store.checkpoints.abort_checkpoint(
         fence=fence, pipeline_id=pid, checkpoint_id=C(2), reason="x"
@@ -568,3 +576,47 @@ def test_batched_precommits_are_all_or_nothing(
     )
     assert after.state is CheckpointState.COMPLETE
     assert offsets_table(store) == {("in", 0): 3, ("in", 2): 3}
+
+
+def test_abort_triggered_leaves_a_checkpoint_that_became_complete(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """Stop/Delete abort the TRIGGERED checkpoints as they are inside the aborting
+    transaction: N=1 turned COMPLETE after a caller would have listed it TRIGGERED, so it is
+    kept for its commit and only N=2 aborts (before, the abort of N=1 was refused as
+    COMPLETE -> ABORTED and failed the Stop/Delete)."""
+    store = open_stores()
+    fence = lead(store)
+    t0, t1 = running_pipeline(store, fence)
+    pid = PipelineId("p")
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    listed = store.checkpoints.list_checkpoints(pipeline_id=pid, states=[CheckpointState.TRIGGERED])
+    assert [c.checkpoint_id for c in listed] == [1]
+    precommit(store, fence, 1, t0, start=0, end=10)
+    assert precommit(store, fence, 1, t1, start=0, end=10) is CheckpointState.COMPLETE
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+
+    aborted = store.checkpoints.abort_triggered(fence=fence, pipeline_id=pid, reason="stopped")
+
+    assert aborted == [2]
+    states = {c.checkpoint_id: c.state for c in store.checkpoints.list_checkpoints(pipeline_id=pid)}
+    assert states == {1: CheckpointState.COMPLETE, 2: CheckpointState.ABORTED}
+    assert store.checkpoints.abort_triggered(fence=fence, pipeline_id=pid, reason="again") == []
+
+
+def test_triggers_allot_ids_under_the_pipelines_transactional_id_prefix(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    store = open_stores()
+    fence = lead(store)
+    raw = spec("q", tasks_max=2).to_json()
+    raw["sink"]["kafka"]["transactional_id_prefix"] = "team-a.q"
+    store.pipelines.create_pipeline(fence=fence, spec=parse_pipeline_spec(raw))
+    splits = split_partitions([TopicPartition("in", p) for p in range(4)], 2)
+    tasks = store.pipelines.set_pipeline_tasks(
+        fence=fence, pipeline_id=PipelineId("q"), splits=splits
+    )
+    store.executors.register_executor(fence=fence, executor_id=E1, address="e1:1")
+    store.pipelines.apply_assignment(fence=fence, assignment={E1: {t.task_id for t in tasks}})
+    n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("q"))
+    assert sorted(t.transactional_id for t in n1.tasks) == ["team-a.q-0-g2-0", "team-a.q-1-g2-0"]

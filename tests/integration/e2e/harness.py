@@ -118,8 +118,11 @@ class ServiceCluster:
             return process
         raise RuntimeError(f"could not start {key}: {last}")
 
-    def start_coordinator(self, coordinator_id: str, *, failpoints: str = "") -> RunningProcess:
-        """Start (or restart) replica ``coordinator_id`` and wait until it serves."""
+    def start_coordinator(
+        self, coordinator_id: str, *, failpoints: str = "", hold_dir: Path | None = None
+    ) -> RunningProcess:
+        """Start (or restart) replica ``coordinator_id`` and wait until it serves
+        (``hold_dir``: where its ``:hold`` failpoints wait, see ``held``/``release``)."""
         return self._start(
             lambda port, metrics: coordinator_spec(
                 coordinator_id=coordinator_id,
@@ -127,7 +130,7 @@ class ServiceCluster:
                 db_url=self.db_url,
                 lease_ms=self.lease_ms,
                 extra_args=self.coordinator_args,
-                env=failpoint_env(failpoints),
+                env=failpoint_env(failpoints, hold_dir=hold_dir),
                 metrics_port=metrics,
             ),
             self.coordinator_ports,
@@ -322,6 +325,7 @@ def pipeline_yaml(
     tolerance: str = "none",
     dead_letter_topic: str | None = None,
     extra_source: Mapping[str, Any] | None = None,
+    extra_sink: Mapping[str, Any] | None = None,
 ) -> str:
     """A pipeline file in the shape of examples/copy.yaml."""
     import yaml
@@ -339,7 +343,13 @@ def pipeline_yaml(
         "name": name,
         "source": {"kafka": source},
         "transform": {"sql": sql or "SELECT key, value, headers FROM input"},
-        "sink": {"kafka": {"bootstrap_servers": bootstrap_servers, "topic": sink_topic}},
+        "sink": {
+            "kafka": {
+                "bootstrap_servers": bootstrap_servers,
+                "topic": sink_topic,
+                **(extra_sink or {}),
+            }
+        },
         "delivery": delivery,
         "checkpoint": {"interval_ms": interval_ms, "timeout_ms": timeout_ms},
         "tasks_max": tasks_max,

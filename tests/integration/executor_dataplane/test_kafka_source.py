@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from lockgate.common.model.offsets import OffsetRange
 from lockgate.executor.dataplane.spark.kafka_source import KafkaSource, ranges_to_option
 from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges
-from lockgate.executor.errors import SourceError
+from lockgate.executor.errors import OffsetOutOfRangeError, SourceError
 from tests.integration.executor_dataplane.conftest import produce, produce_transaction
 
 pytestmark = pytest.mark.spark
@@ -138,4 +138,41 @@ def test_missing_topic_is_named(kafka_broker: Any) -> None:
             bootstrap_servers=kafka_broker.bootstrap_servers,
             topics=["no-such-topic-xyz"],
             start_offsets={},
+        )
+
+
+def test_records_deleted_before_they_were_read_are_a_named_error_not_a_skip(
+    kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from tests.support.waits import wait_for
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = new_topic(partitions=1, prefix="retention")
+    produce(bootstrap, topic, [(None, b"x")] * 10, partition=0)
+    # What retention does to old segments: the log now starts at offset 6.
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures need it alive
+    for future in admin.delete_records([TopicPartition(topic, 0, 6)]).values():
+        future.result(30)
+    wait_for(
+        "the log start to move",
+        lambda: (
+            snapshot_offset_ranges(bootstrap_servers=bootstrap, topics=[topic], start_offsets={})[
+                0
+            ].start_offset
+            == 6
+        ),
+        timeout_s=30,
+    )
+    with pytest.raises(OffsetOutOfRangeError) as deleted:
+        snapshot_offset_ranges(
+            bootstrap_servers=bootstrap, topics=[topic], start_offsets={(topic, 0): 2}
+        )
+    assert f"{topic}[0]" in deleted.value.message
+    assert "records 2..5 were deleted" in deleted.value.message
+    with pytest.raises(OffsetOutOfRangeError, match=r"offset 25, past the log end \(10\)"):
+        snapshot_offset_ranges(
+            bootstrap_servers=bootstrap, topics=[topic], start_offsets={(topic, 0): 25}
         )

@@ -33,6 +33,23 @@ def _running(coordinator: CoordinatorServer, pipeline: str, index: int, generati
     )
 
 
+def _empty_commit(
+    executor: ExecutorProcess, epoch: common_pb2.LeaderEpoch
+) -> executor_pb2.CommitCheckpointResponse:
+    """CommitCheckpoint of checkpoint p/1 with no handle, for registration e1/1 at `epoch`."""
+    response: executor_pb2.CommitCheckpointResponse = executor.stub.CommitCheckpoint(
+        executor_pb2.CommitCheckpointRequest(
+            leader_epoch=epoch,
+            executor_id="e1",
+            executor_generation=1,
+            pipeline_name="p",
+            checkpoint_id=1,
+        ),
+        timeout=5,
+    )
+    return response
+
+
 def _logged(executor: ExecutorProcess, line: str) -> Callable[[], bool]:
     return lambda: line in executor.log_text()
 
@@ -139,13 +156,10 @@ def test_refuses_calls_with_a_lower_leader_epoch_and_logs_them(
         line = f"refused leader_epoch=3 highest_seen=4 rpc={rpc}"
         wait_for(f"log {line!r}", _logged(executor, line), timeout_s=5)
 
-    # A newer leader (epoch 5) shows up: from then on the epoch-4 leader is the zombie.
-    status = executor.stub.GetExecutorStatus(
-        executor_pb2.GetExecutorStatusRequest(
-            leader_epoch=common_pb2.LeaderEpoch(epoch=5, leader_id="c2")
-        ),
-        timeout=5,
-    )
+    # A newer leader (epoch 5) shows up with a control call: from then on the epoch-4
+    # leader is the zombie.
+    _empty_commit(executor, common_pb2.LeaderEpoch(epoch=5, leader_id="c2"))
+    status = executor.stub.GetExecutorStatus(executor_pb2.GetExecutorStatusRequest(), timeout=5)
     assert status.highest_leader_epoch_seen.epoch == 5
     with pytest.raises(grpc.RpcError) as refused:
         executor.stub.AbortCheckpoint(
@@ -331,3 +345,42 @@ def test_failpoint_after_precommit_before_report_kills_the_process_there(
     )
     assert script.precommits == []
     assert script.deregistrations == []
+
+
+def test_only_a_control_call_of_this_registration_raises_the_leader_epoch(
+    coordinator: CoordinatorServer, launch_executor: Callable[..., ExecutorProcess]
+) -> None:
+    script = coordinator.coordinator
+    executor = launch_executor("e1")
+    forged = common_pb2.LeaderEpoch(epoch=2**63 - 1, leader_id="stranger")
+
+    def highest() -> int:
+        status = executor.stub.GetExecutorStatus(executor_pb2.GetExecutorStatusRequest(), timeout=5)
+        return int(status.highest_leader_epoch_seen.epoch)
+
+    # A read carrying a huge epoch answers, and records nothing.
+    executor.stub.GetExecutorStatus(
+        executor_pb2.GetExecutorStatusRequest(leader_epoch=forged), timeout=5
+    )
+    assert highest() == 1
+    # A control call that names another registration is refused before its epoch counts.
+    for generation, executor_id in ((7, "e1"), (1, "e2")):
+        with pytest.raises(grpc.RpcError) as refused:
+            executor.stub.AbortCheckpoint(
+                executor_pb2.AbortCheckpointRequest(
+                    leader_epoch=forged,
+                    executor_id=executor_id,
+                    executor_generation=generation,
+                    pipeline_name="p",
+                    checkpoint_id=1,
+                ),
+                timeout=5,
+            )
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert highest() == 1
+    # The real leader's calls and heartbeats still go through.
+    _empty_commit(executor, script.epoch())
+    seen = len(script.heartbeats)
+    wait_for("a heartbeat answered", lambda: len(script.heartbeats) > seen + 1, timeout_s=10)
+    assert "refused leader_epoch" not in executor.log_text()
+    assert highest() == 1

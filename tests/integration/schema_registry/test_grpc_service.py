@@ -168,3 +168,26 @@ def test_config_and_deletes_with_request_ids(stub: pb_grpc.SchemaRegistryService
     assert twice.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     permanent = stub.DeleteSubject(pb.DeleteSubjectRequest(subject="s", permanent=True))
     assert list(permanent.versions) == [1]
+
+
+@pytest.mark.parametrize("token", ["²", "bzotNQ==", "o:1", "x" * 300])
+def test_a_page_token_the_registry_never_issued_is_invalid_on_every_list(
+    stub: pb_grpc.SchemaRegistryServiceStub, token: str
+) -> None:
+    # "²" is a digit to str.isdigit() but not to int(); "bzotNQ==" is base64 of "o:-5".
+    registered = stub.RegisterSchema(pb.RegisterSchemaRequest(subject="paged", schema=V1))
+    calls = {
+        "ListSubjects": lambda: stub.ListSubjects(pb.ListSubjectsRequest(page_token=token)),
+        "ListSubjectVersions": lambda: stub.ListSubjectVersions(
+            pb.ListSubjectVersionsRequest(subject="paged", page_token=token)
+        ),
+        "ListSchemaVersions": lambda: stub.ListSchemaVersions(
+            pb.ListSchemaVersionsRequest(schema_id=registered.schema_id, page_token=token)
+        ),
+    }
+    for name, call in calls.items():
+        with pytest.raises(grpc.RpcError) as refused:
+            call()
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, name
+        violation = details(refused.value)["BadRequest"].field_violations[0]  # type: ignore[attr-defined]
+        assert violation.field == "page_token", name

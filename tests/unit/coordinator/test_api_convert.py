@@ -6,9 +6,15 @@ from __future__ import annotations
 import pytest
 
 from lockgate.common.errors import InvalidArgument
-from lockgate.common.model.pipeline_spec import Delivery, RecordFormat, StartingOffsets
+from lockgate.common.model.pipeline_spec import (
+    DEFAULT_MAX_RECORDS_PER_PARTITION,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    Delivery,
+    RecordFormat,
+    StartingOffsets,
+)
 from lockgate.common.model.proto import spec_from_proto, spec_to_proto, spec_violations
-from lockgate.coordinator.api.convert import page_size, precommit_from_proto
+from lockgate.coordinator.api.convert import int_token, name_token, page_size, precommit_from_proto
 from lockgate.v1 import common_pb2, coordinator_pb2
 
 
@@ -87,20 +93,41 @@ def test_missing_sections_and_bad_values_name_their_fields() -> None:
     assert {v.field for v in raised.value.violations} == set(violations)
 
 
-def test_fields_the_coordinator_cannot_keep_are_refused_not_dropped() -> None:
+def test_max_concurrent_the_coordinator_cannot_honour_is_refused_not_dropped() -> None:
     spec = valid_spec()
-    spec.source.kafka.max_records_per_partition = 100
-    spec.sink.kafka.transaction_timeout_ms = 60_000
     spec.checkpoint.max_concurrent = 5
-    assert set(fields(spec)) == {
-        "source.kafka.max_records_per_partition",
-        "sink.kafka.transaction_timeout_ms",
-        "checkpoint.max_concurrent",
-    }
+    assert set(fields(spec)) == {"checkpoint.max_concurrent"}
     spec.checkpoint.max_concurrent = 1
     assert "checkpoint.max_concurrent" in fields(spec)
     spec.checkpoint.max_concurrent = 2
     assert "checkpoint.max_concurrent" not in fields(spec)
+
+
+def test_batch_cap_and_transaction_timeout_are_kept_and_defaulted() -> None:
+    spec = valid_spec()
+    defaulted = spec_from_proto(spec)
+    assert defaulted.source.max_records_per_partition == DEFAULT_MAX_RECORDS_PER_PARTITION
+    assert defaulted.sink.transaction_timeout_ms == DEFAULT_TRANSACTION_TIMEOUT_MS
+    spec.source.kafka.max_records_per_partition = 3_000
+    spec.sink.kafka.transaction_timeout_ms = 120_000
+    parsed = spec_from_proto(spec)
+    assert parsed.source.max_records_per_partition == 3_000
+    assert parsed.sink.transaction_timeout_ms == 120_000
+    back = spec_to_proto(parsed)
+    assert back.source.kafka.max_records_per_partition == 3_000
+    assert back.sink.kafka.transaction_timeout_ms == 120_000
+
+
+def test_bad_batch_cap_and_transaction_timeout_name_their_fields() -> None:
+    spec = valid_spec()
+    spec.source.kafka.max_records_per_partition = -1
+    spec.sink.kafka.transaction_timeout_ms = 999
+    violations = fields(spec)
+    assert set(violations) == {
+        "source.kafka.max_records_per_partition",
+        "sink.kafka.transaction_timeout_ms",
+    }
+    assert ">= 1000" in violations["sink.kafka.transaction_timeout_ms"]
 
 
 def precommit_request(**overrides: object) -> coordinator_pb2.ReportPrecommitRequest:
@@ -167,3 +194,23 @@ def test_avro_format_and_registry_url_survive_the_round_trip() -> None:
     assert back.source.kafka.format == avro
     proto.sink.kafka.format.schema_registry_url = ""
     assert "sink.kafka.schema_registry_url" in fields(proto)
+
+
+@pytest.mark.parametrize("token", ["²", "-1", "1e9", " 1", "1" * 19, "٣"])
+def test_a_numeric_page_token_the_server_never_issues_is_invalid(token: str) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        int_token(token)
+    assert refused.value.violations[0].field == "page_token"
+    assert "next_page_token" in refused.value.message
+
+
+def test_numeric_page_tokens_the_server_issues_are_read() -> None:
+    assert int_token("") is None
+    assert int_token("100") == 100
+
+
+@pytest.mark.parametrize("token", ["²", "Orders", "a/b", "x" * 64])
+def test_a_pipeline_page_token_that_is_no_pipeline_name_is_invalid(token: str) -> None:
+    with pytest.raises(InvalidArgument, match="page_token"):
+        name_token(token)
+    assert name_token("orders-2") == "orders-2"

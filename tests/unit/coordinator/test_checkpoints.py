@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from lockgate.common.kafka_transactions import belongs_to_slot
 from lockgate.common.model.ids import CheckpointId, Generation, PipelineId, TaskId
 from lockgate.common.model.offsets import OffsetRange, TopicPartition, next_offsets
+from lockgate.common.model.pipeline_spec import default_transactional_id_prefix
 from lockgate.coordinator.domain.checkpoints import (
     PendingCommit,
     aborts_cascading_from,
@@ -77,8 +78,46 @@ def test_next_offsets_take_the_highest_end() -> None:
     assert got == {TopicPartition("t", 0): 15}
 
 
-def test_transactional_id_format() -> None:
-    assert transactional_id(PipelineId("orders"), 3, Generation(7), 1) == "lockgate-orders-3-g7-1"
+def test_transactional_id_format_is_unchanged_under_the_default_prefix() -> None:
+    # The ids stored before prefixes existed are the default prefix's: nothing to migrate.
+    prefix = default_transactional_id_prefix("orders")
+    assert transactional_id(prefix, 3, Generation(7), 1) == "lockgate-orders-3-g7-1"
+    assert transactional_id("team-a.orders", 3, Generation(7), 1) == "team-a.orders-3-g7-1"
+
+
+_PREFIXES = st.one_of(
+    st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True).map(default_transactional_id_prefix),
+    st.from_regex(r"[a-zA-Z0-9._-]{1,16}", fullmatch=True),  # prefixes users choose
+)
+_IDS = st.tuples(
+    _PREFIXES,
+    st.integers(0, 12),  # task index
+    st.integers(0, 12),  # task generation
+    st.integers(0, 12),  # slot
+    st.none() | st.integers(0, 12),  # Spark write partition, or the slot id itself
+)
+
+
+@given(_IDS, _IDS)
+def test_distinct_prefix_task_generation_slot_and_partition_never_share_an_id(
+    one: tuple[str, int, int, int, int | None], other: tuple[str, int, int, int, int | None]
+) -> None:
+    """Pipeline `a-1`'s ids and pipeline `a`'s (and any two prefixes' the leader lets
+    coexist, since it refuses equal ones) never meet, slot ids and write ids alike."""
+
+    def written(key: tuple[str, int, int, int, int | None]) -> str:
+        prefix, task, generation, slot, partition = key
+        slot_id = transactional_id(prefix, task, Generation(generation), slot)
+        return slot_id if partition is None else f"{slot_id}-{partition}"
+
+    assert (written(one) == written(other)) == (one == other)
+
+
+def test_the_issue_8_pair_no_longer_collides() -> None:
+    a_task_1 = transactional_id(default_transactional_id_prefix("a"), 1, Generation(0), 0)
+    a_1_task_0 = transactional_id(default_transactional_id_prefix("a-1"), 0, Generation(0), 0)
+    assert a_1_task_0 not in (a_task_1, f"{a_task_1}-0")
+    assert not belongs_to_slot(a_1_task_0, a_task_1)
 
 
 _SLOT_KEYS = st.tuples(
@@ -98,7 +137,8 @@ def test_an_id_belongs_to_exactly_its_own_task_generation_and_slot(
 
     def slot_id(key: tuple[str, int, int, int]) -> str:
         pipeline, task, generation, slot = key
-        return transactional_id(PipelineId(pipeline), task, Generation(generation), slot)
+        prefix = default_transactional_id_prefix(pipeline)
+        return transactional_id(prefix, task, Generation(generation), slot)
 
     written = f"{slot_id(other)}-{partition}"  # what a write partition of `other` uses
     assert belongs_to_slot(written, slot_id(mine)) == (mine == other)

@@ -18,6 +18,7 @@ from lockgate.common.model.ids import (
     LeaderEpoch,
     PipelineId,
     TaskId,
+    TransactionalId,
 )
 from lockgate.common.model.offsets import OffsetRange, TopicPartition
 from lockgate.common.model.pipeline_spec import parse_pipeline_spec
@@ -50,6 +51,8 @@ P = PipelineId("p")
 E1, E2 = ExecutorId("e1"), ExecutorId("e2")
 T0, T1 = TaskId("p/0"), TaskId("p/1")
 KEY = (P, C(1))
+SINK = "127.0.0.1:9092"
+RESUME = {TopicPartition("in", 0): 5, TopicPartition("in", 1): 5}
 
 
 def task(task_id: TaskId, executor: ExecutorId | None = E1, generation: int = 1) -> TaskRecord:
@@ -98,8 +101,8 @@ def report(task_id: TaskId = T0, **changes: object) -> Precommit:
         task_generation=Generation(1),
         executor_id=E1,
         executor_generation=Generation(3),
-        offsets=(OffsetRange("in", int(task_id[-1]), 0, 10),),
-        handles=(TransactionHandle(f"lockgate-p-{task_id[-1]}-g1-0-0", 7, 0),),
+        offsets=(OffsetRange("in", int(task_id[-1]), 5, 10),),
+        handles=(TransactionHandle(f"lockgate-p-{task_id[-1]}-g1-0-0", 7, 0, SINK),),
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
@@ -115,6 +118,8 @@ def accept(
         checkpoints={KEY: checkpoint() if record is None else record},
         executor_generations={E1: Generation(3)} if generations is None else generations,
         tasks={T0: task(T0), T1: task(T1)} if tasks is None else tasks,
+        resume_offsets={KEY: RESUME},
+        sink_servers={P: SINK},
     )
 
 
@@ -147,7 +152,14 @@ def test_reports_of_replaced_sessions_and_moved_tasks_are_refused() -> None:
 
 def test_reports_of_unknown_checkpoints_and_tasks_are_not_found() -> None:
     with pytest.raises(NotFound, match="no checkpoint 1"):
-        accept_precommits([report()], checkpoints={KEY: None}, executor_generations={}, tasks={})
+        accept_precommits(
+            [report()],
+            checkpoints={KEY: None},
+            executor_generations={},
+            tasks={},
+            resume_offsets={},
+            sink_servers={},
+        )
     with pytest.raises(NotFound, match="not part of checkpoint"):
         accept(report(TaskId("p/7")))
     with pytest.raises(NotFound, match="no task"):
@@ -159,21 +171,90 @@ def test_an_aborted_checkpoint_and_a_foreign_transactional_id_are_refused() -> N
         accept(report(), record=checkpoint(CheckpointState.ABORTED))
     assert aborted.value.reason == "CHECKPOINT_NOT_TRIGGERED"
     # Another slot, another generation's slot (a zombie's), a slot whose number starts
-    # with the allotted one, and the id of the scheme before generations.
+    # with the allotted one, the id of the scheme before generations, and a write
+    # partition number that is a digit to str.isdigit() only.
     for foreign_id in (
         "lockgate-p-0-g1-1-0",
         "lockgate-p-0-g0-0-0",
         "lockgate-p-0-g1-00",
         "lockgate-p-0-g10-0-0",
         "lockgate-p-0-0-0",
+        "lockgate-p-0-g1-0-²",
     ):
         wrong = report(handles=(TransactionHandle(foreign_id, 7, 0),))
-        with pytest.raises(FailedPrecondition) as foreign:
+        with pytest.raises(InvalidArgument) as foreign:
             accept(wrong)
-        assert foreign.value.reason == "WRONG_TRANSACTIONAL_ID", foreign_id
+        assert foreign.value.reason == "PRECOMMIT_MISMATCH", foreign_id
+        assert [v.field for v in foreign.value.violations] == [
+            "sink_handles[0].kafka.transactional_id"
+        ]
     # The allotted id itself and its write partitions' ids are the task's own.
     for own in ("lockgate-p-0-g1-0", "lockgate-p-0-g1-0-12"):
         assert accept(report(handles=(TransactionHandle(own, 7, 0),)))
+
+
+def refused_fields(forged: Precommit) -> dict[str, str]:
+    with pytest.raises(InvalidArgument) as refused:
+        accept(forged)
+    assert refused.value.reason == "PRECOMMIT_MISMATCH"
+    return {v.field: v.description for v in refused.value.violations}
+
+
+def test_a_range_not_starting_where_the_previous_checkpoint_ended_is_refused() -> None:
+    for start in (0, 4, 6):
+        found = refused_fields(report(offsets=(OffsetRange("in", 0, start, 10),)))
+        assert list(found) == ["source_ranges[0].start_offset"]
+        assert f"is {start}, but in[0] resumes at 5" in found["source_ranges[0].start_offset"]
+
+
+def test_a_partition_without_a_stored_offset_may_start_anywhere() -> None:
+    # No complete checkpoint yet: the executor resolved `starting_offsets` itself.
+    fresh = task(T0)
+    forged = report(offsets=(OffsetRange("in", 0, 42, 50),))
+    assert accept_precommits(
+        [forged],
+        checkpoints={KEY: checkpoint()},
+        executor_generations={E1: Generation(3)},
+        tasks={T0: fresh},
+        resume_offsets={},
+        sink_servers={P: SINK},
+    ) == {KEY: (forged,)}
+
+
+def test_a_range_of_another_tasks_partition_or_a_partition_twice_is_refused() -> None:
+    found = refused_fields(report(offsets=(OffsetRange("in", 1, 5, 10),)))
+    assert found == {
+        "source_ranges[0]": "in[1] is not a partition of task p/0 (its partitions: in[0])"
+    }
+    found = refused_fields(report(offsets=(OffsetRange("other", 0, 0, 10),)))
+    assert list(found) == ["source_ranges[0]"]
+    twice = (OffsetRange("in", 0, 5, 10), OffsetRange("in", 0, 5, 7))
+    assert refused_fields(report(offsets=twice)) == {"source_ranges[1]": "in[0] is reported twice"}
+
+
+def test_a_handle_on_another_cluster_is_refused_and_an_unnamed_one_is_the_sinks() -> None:
+    elsewhere = TransactionHandle(TransactionalId("lockgate-p-0-g1-0-0"), 7, 0, "evil:9092")
+    found = refused_fields(report(handles=(elsewhere,)))
+    assert list(found) == ["sink_handles[0].kafka.bootstrap_servers"]
+    assert (
+        "'evil:9092' is not the pipeline's sink cluster"
+        in found["sink_handles[0].kafka.bootstrap_servers"]
+    )
+    unnamed = TransactionHandle(TransactionalId("lockgate-p-0-g1-0-0"), 7, 0)
+    assert accept(report(handles=(unnamed,)))
+
+
+def test_every_forged_field_of_one_report_is_named_at_once() -> None:
+    forged = report(
+        offsets=(OffsetRange("in", 0, 0, 10), OffsetRange("in", 3, 0, 1)),
+        handles=(TransactionHandle(TransactionalId("lockgate-q-0-g1-0"), 7, 0, "evil:1"),),
+    )
+    assert sorted(refused_fields(forged)) == [
+        "sink_handles[0].kafka.bootstrap_servers",
+        "sink_handles[0].kafka.transactional_id",
+        "source_ranges[0].start_offset",
+        "source_ranges[1]",
+    ]
 
 
 def test_executor_session_check() -> None:

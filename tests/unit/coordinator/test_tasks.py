@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lockgate.common.model.limits import MAX_TASK_PARTITIONS
 from lockgate.common.model.offsets import TopicPartition
-from lockgate.coordinator.domain.tasks import split_partitions
+from lockgate.coordinator.domain.errors import InvalidArgument
+from lockgate.coordinator.domain.tasks import check_partitions_per_task, split_partitions
 
 partitions = st.sets(
     st.builds(TopicPartition, st.sampled_from(["a", "b", "c"]), st.integers(0, 30)), max_size=60
@@ -45,3 +47,14 @@ def test_contiguous_groups_like_kafka_connect() -> None:
 def test_bad_tasks_max() -> None:
     with pytest.raises(ValueError, match="tasks_max"):
         split_partitions([TopicPartition("t", 0)], 0)
+
+
+def test_a_task_may_read_at_most_the_partitions_one_report_may_list() -> None:
+    check_partitions_per_task(MAX_TASK_PARTITIONS, 1)
+    check_partitions_per_task(3 * MAX_TASK_PARTITIONS, 3)
+    check_partitions_per_task(0, 1)
+    with pytest.raises(InvalidArgument) as refused:
+        check_partitions_per_task(2 * MAX_TASK_PARTITIONS + 1, 2)
+    (violation,) = refused.value.violations
+    assert violation.field == "tasks_max"
+    assert "set tasks_max to 3 or more" in violation.description

@@ -10,13 +10,18 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from opentelemetry import trace
+
 from lockgate.common.model.ids import Generation, LeaderEpoch
 from lockgate.common.model.offsets import OffsetRange
+from lockgate.executor.coordinator_client import GrpcCoordinatorClient
 from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork
 from lockgate.executor.errors import SinkError
-from lockgate.executor.runtime.values import LeaderStamp, TaskRef, TriggerTask
+from lockgate.executor.runtime.tasks import TaskPhase
+from lockgate.executor.runtime.values import ExecutorSettings, LeaderStamp, TaskRef, TriggerTask
 from lockgate.executor.worker import Worker
 from lockgate.v1 import common_pb2, coordinator_pb2
+from tests.support.waits import wait_for
 
 PIPELINE = "p"
 TASK = TaskRef(PIPELINE, 0)
@@ -171,3 +176,38 @@ def start_batch(runtime: Worker, data_plane: BlockingDataPlane, n: int) -> threa
     started, release = data_plane.events(n)
     assert started.wait(WAIT_S), f"the batch of checkpoint {n} did not start"
     return release
+
+
+def start_worker(
+    tracer: trace.Tracer | None = None,
+) -> tuple[Worker, FakeCoordinator, BlockingDataPlane]:
+    """A registered runtime whose task 0 of pipeline ``p`` is RUNNING."""
+    timeline: list[str] = []
+    coordinator = FakeCoordinator(timeline)
+    data_plane = BlockingDataPlane(timeline)
+    runtime = Worker(
+        ExecutorSettings(
+            executor_id="e1",
+            advertised_address="127.0.0.1:1",
+            coordinator_addresses=("127.0.0.1:2",),
+            spark_master="local[1]",
+            heartbeat_interval_ms=20,
+        ),
+        coordinator=GrpcCoordinatorClient(coordinator),  # type: ignore[arg-type]
+        data_plane=data_plane,
+        tracer=tracer,
+    )
+    runtime.start()
+    wait_for(
+        "task running",
+        lambda: [v.phase for v in runtime.statuses()] == [TaskPhase.RUNNING],
+        timeout_s=WAIT_S,
+    )
+    return runtime, coordinator, data_plane
+
+
+def stop_worker(runtime: Worker, data_plane: BlockingDataPlane) -> None:
+    """Release every batch and stop the runtime."""
+    for release in data_plane.release.values():
+        release.set()
+    runtime.stop(deregister=False)

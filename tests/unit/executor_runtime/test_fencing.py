@@ -124,3 +124,14 @@ def test_stale_generation_wins_over_duplicate() -> None:
     # "duplicate", even for a checkpoint id the current generation already took.
     verdict = _trigger(presented_generation=Generation(2), already_triggered=True)
     assert verdict is TriggerVerdict.STALE_GENERATION
+
+
+def test_check_refuses_a_lower_epoch_and_never_records_a_higher_one() -> None:
+    fence = LeaderEpochFence()
+    fence.observe(LeaderEpoch(4), leader_id="c2", rpc="Heartbeat")
+    fence.check(LeaderEpoch(2**63 - 1), rpc="GetExecutorStatus")
+    fence.check(LeaderEpoch(4), rpc="GetExecutorStatus")
+    assert fence.highest_seen == (4, "c2")
+    with pytest.raises(StaleTokenError) as refused:
+        fence.check(LeaderEpoch(3), rpc="GetExecutorStatus")
+    assert refused.value.log_line() == "refused leader_epoch=3 highest_seen=4 rpc=GetExecutorStatus"

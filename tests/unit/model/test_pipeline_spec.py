@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import pytest
 
 from lockgate.common.errors import InvalidArgument
 from lockgate.common.model.pipeline_spec import (
+    DEFAULT_MAX_RECORDS_PER_PARTITION,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
     Delivery,
     ErrorTolerance,
     RecordFormat,
@@ -221,3 +224,125 @@ def test_python_target_splits_module_and_function() -> None:
     raw["transform"] = {"python": "pkg.mod:fn"}
     assert parse_pipeline_spec(raw).transform.python_target == ("pkg.mod", "fn")
     assert parse_pipeline_spec(valid()).transform.python_target is None
+
+
+@pytest.mark.parametrize(
+    ("servers", "words"),
+    [
+        ("127.0.0.1:99999", "port 99999"),
+        ("127.0.0.1:0", "port 0"),
+        ("a:9092,b:70000", "port 70000"),
+        ("127.0.0.1", "is not host:port"),
+        ("127.0.0.1:9092,", "is not host:port"),
+        (":9092", "is not host:port"),
+    ],
+)
+def test_bootstrap_servers_need_a_host_and_a_port_from_1_to_65535(servers: str, words: str) -> None:
+    raw = valid()
+    raw["sink"]["kafka"]["bootstrap_servers"] = servers
+    (violation,) = validate_pipeline_spec(raw)
+    assert violation.field == "sink.kafka.bootstrap_servers"
+    assert words in violation.description
+    assert "1-65535" in violation.fix
+
+
+def test_too_many_bootstrap_servers_are_refused_with_the_limit() -> None:
+    raw = valid()
+    raw["source"]["kafka"]["bootstrap_servers"] = ",".join(f"b{i}:9092" for i in range(101))
+    (violation,) = validate_pipeline_spec(raw)
+    assert violation.field == "source.kafka.bootstrap_servers"
+    assert "limit of 100" in violation.description
+
+
+def test_too_many_topics_are_refused_at_once_with_the_limit() -> None:
+    raw = valid()
+    raw["source"]["kafka"]["topics"] = [f"t{i}" for i in range(200_000)]
+    started = time.monotonic()
+    violations = validate_pipeline_spec(raw)
+    assert time.monotonic() - started < 0.5
+    assert [(v.field, v.description) for v in violations] == [
+        ("source.kafka.topics", "lists 200000 topics, more than the limit of 1000")
+    ]
+
+
+def test_the_most_topics_allowed_are_checked_quickly() -> None:
+    raw = valid()
+    raw["source"]["kafka"]["topics"] = [f"t{i}" for i in range(1000)]
+    raw["source"]["kafka"]["topics"][-1] = "t0"
+    started = time.monotonic()
+    assert fields(raw) == ["source.kafka.topics[999]"]
+    assert time.monotonic() - started < 0.5
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "limit"),
+    [
+        (("transform", "sql"), "SELECT 1 " + "x" * 1_048_576, 1_048_576),
+        (("sink", "kafka", "bootstrap_servers"), "h" * 5_000 + ":9092", 4_096),
+        (("source", "kafka", "schema_registry_url"), "http://h/" + "p" * 5_000, 4_096),
+    ],
+)
+def test_long_strings_are_refused_with_their_path_and_limit(
+    path: tuple[str, ...], value: str, limit: int
+) -> None:
+    raw = valid()
+    section = raw
+    for key in path[:-1]:
+        section = section[key]
+    section[path[-1]] = value
+    (violation,) = validate_pipeline_spec(raw)
+    assert violation.field == ".".join(path)
+    assert f"more than the limit of {limit}" in violation.description
+
+
+def test_the_transactional_id_prefix_defaults_to_lockgate_and_the_name() -> None:
+    assert parse_pipeline_spec(valid()).transactional_id_prefix == "lockgate-orders-eo"
+    raw = valid()
+    raw["sink"]["kafka"]["transactional_id_prefix"] = "team-a.orders"
+    spec = parse_pipeline_spec(raw)
+    assert spec.transactional_id_prefix == "team-a.orders"
+    assert spec.to_json()["sink"]["kafka"]["transactional_id_prefix"] == "team-a.orders"
+    # Writing the default out is the same spec, stored the same way.
+    raw["sink"]["kafka"]["transactional_id_prefix"] = "lockgate-orders-eo"
+    assert parse_pipeline_spec(raw) == parse_pipeline_spec(valid())
+    assert "transactional_id_prefix" not in parse_pipeline_spec(raw).to_json()["sink"]["kafka"]
+
+
+@pytest.mark.parametrize("prefix", ["", "team a", "x" * 201, "ids/1", "é"])
+def test_a_transactional_id_prefix_outside_its_charset_or_length_is_refused(prefix: str) -> None:
+    raw = valid()
+    raw["sink"]["kafka"]["transactional_id_prefix"] = prefix
+    assert fields(raw) == ["sink.kafka.transactional_id_prefix"]
+
+
+def test_batch_cap_and_transaction_timeout_default_and_are_stored_only_when_set() -> None:
+    spec = parse_pipeline_spec(valid())
+    assert spec.source.max_records_per_partition == DEFAULT_MAX_RECORDS_PER_PARTITION
+    assert spec.sink.transaction_timeout_ms == DEFAULT_TRANSACTION_TIMEOUT_MS
+    stored = spec.to_json()
+    assert "max_records_per_partition" not in stored["source"]["kafka"]
+    assert "transaction_timeout_ms" not in stored["sink"]["kafka"]
+    raw = valid()
+    raw["source"]["kafka"]["max_records_per_partition"] = 3_000
+    raw["sink"]["kafka"]["transaction_timeout_ms"] = 120_000
+    spec = parse_pipeline_spec(raw)
+    assert spec.source.max_records_per_partition == 3_000
+    assert spec.sink.transaction_timeout_ms == 120_000
+    assert parse_pipeline_spec(spec.to_json()) == spec
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("source", "max_records_per_partition", 0),
+        ("source", "max_records_per_partition", "many"),
+        ("sink", "transaction_timeout_ms", 999),
+        ("sink", "transaction_timeout_ms", True),
+    ],
+)
+def test_a_bad_batch_cap_or_transaction_timeout_is_named(
+    section: str, key: str, value: object
+) -> None:
+    raw = valid()
+    raw[section]["kafka"][key] = value
+    assert fields(raw) == [f"{section}.kafka.{key}"]

@@ -61,6 +61,17 @@ def _spec() -> PipelineSpec:
     )
 
 
+def test_the_transactional_id_prefix_in_force_is_what_the_proto_shows() -> None:
+    proto = spec_to_proto(_spec())
+    assert proto.sink.kafka.transactional_id_prefix == "lockgate-p"  # the default, written out
+    assert spec_from_proto(proto) == _spec()  # and read back as the default
+    proto.sink.kafka.transactional_id_prefix = "team-a.p"
+    assert spec_from_proto(proto).transactional_id_prefix == "team-a.p"
+    proto.sink.kafka.transactional_id_prefix = "team a"
+    (violation,) = spec_violations(proto)
+    assert violation.field == "sink.kafka.transactional_id_prefix"
+
+
 def test_key_format_and_reordering_reach_the_proto_and_back() -> None:
     proto = spec_to_proto(_spec())
     assert proto.sink.kafka.format.key_format == common_pb2.DATA_FORMAT_UNSPECIFIED

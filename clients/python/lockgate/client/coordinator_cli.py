@@ -1,10 +1,9 @@
 """``lockgate cluster ...`` and ``lockgate pipeline ...``: the coordinator from the command line.
 
-Calls go to ``--coordinator`` (one or several comma-separated addresses, env
-``LOCKGATE_COORDINATOR``) through a leader-following channel, so any replica will do.
-Readable tables by default, ``--json`` for scripts (every field, zero values included). Exit
-status 0 on success, 2 for invalid input (a bad file or argument, INVALID_ARGUMENT), 1 for
-other failures. The lead wires the two apps into the main CLI::
+Calls go to ``--coordinator`` (``coordinator_calls.py``: any replica will do).
+Readable tables by default, ``-o json|yaml`` (or ``--json``) for scripts, every field and zero
+values included (``output.py``). Exit status 0 on success, 2 for invalid input (a bad file or
+argument, INVALID_ARGUMENT), 1 for other failures. The lead wires the two apps into the main CLI::
 
     app.add_typer(coordinator_cli.cluster_app, name="cluster")
     app.add_typer(coordinator_cli.pipeline_app, name="pipeline")
@@ -19,34 +18,44 @@ prints each violation once.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import re
-import sys
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any
 
-import grpc
 import typer
 import yaml
-from google.protobuf import json_format, timestamp_pb2
-from google.protobuf.message import Message
-from rich.console import Console
+from google.protobuf import json_format
 from rich.table import Table
 
-from lockgate.client.pipeline_file import SpecFileError, read_pipeline_file
-from lockgate.common.grpc_client import error_details, open_channel
+from lockgate.client.coordinator_calls import (
+    DEFAULT_COORDINATOR,
+    TIMEOUT_S,
+    CoordinatorOption,
+    call,
+    existing_pipeline,
+)
+from lockgate.client.output import (
+    JsonOption,
+    OutputFormat,
+    OutputOption,
+    chosen_format,
+    error_text,
+    fail,
+    message_json,
+    out,
+    print_document,
+    state_name,
+    task_text,
+    timestamp_text,
+)
+from lockgate.client.pipeline_file import PipelineFile, SpecFileError, read_pipeline_file
+from lockgate.client.status_view import show_status, watch_status
 from lockgate.common.model.pipeline_spec import invalid_spec
-from lockgate.common.model.proto import spec_violations
+from lockgate.common.model.proto import spec_from_proto, spec_violations
+from lockgate.common.model.spec_changes import SpecChange, spec_changes
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
-
-DEFAULT_COORDINATOR = "127.0.0.1:7070"
-COORDINATOR_ENV = "LOCKGATE_COORDINATOR"
-_TIMEOUT_S = 15.0
-_T = TypeVar("_T")
 
 cluster_app = typer.Typer(
     name="cluster", help="Inspect the coordinator cluster.", no_args_is_help=True
@@ -54,27 +63,24 @@ cluster_app = typer.Typer(
 pipeline_app = typer.Typer(
     name="pipeline", help="Create, inspect and control pipelines.", no_args_is_help=True
 )
-_out = Console()
-_err = Console(stderr=True)
 
-CoordinatorOption = Annotated[
-    str,
-    typer.Option(
-        "--coordinator",
-        "-c",
-        envvar=COORDINATOR_ENV,
-        help=f"Coordinator address(es), comma-separated HOST:PORT (env {COORDINATOR_ENV}).",
-    ),
-]
-JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print the answer as JSON, every field included.")
-]
 NameArgument = Annotated[str, typer.Argument(help="Pipeline name.")]
+FileOption = Annotated[
+    Path, typer.Option("--file", "-f", help="Pipeline file (YAML or JSON).", exists=False)
+]
 
 
 # ---------------------------------------------------------------------------------------
 # Pipeline files (read by `pipeline_file.py`)
 # ---------------------------------------------------------------------------------------
+
+
+def _file_violations(pipeline_file: PipelineFile) -> list[tuple[str, str]]:
+    """Every (field, description) the coordinator would refuse the file's spec for."""
+    violations = spec_violations(pipeline_file.spec, written=pipeline_file.written)
+    if not violations:
+        return []
+    return [(v.field, v.description) for v in invalid_spec(violations).violations]
 
 
 def check_spec(spec: common_pb2.PipelineSpec, *, written: Collection[str] = ()) -> None:
@@ -84,8 +90,8 @@ def check_spec(spec: common_pb2.PipelineSpec, *, written: Collection[str] = ()) 
     violations = spec_violations(spec, written=written)
     if violations:
         error = invalid_spec(violations)
-        _fail(
-            _error_text(
+        fail(
+            error_text(
                 "INVALID_ARGUMENT",
                 error.message,
                 [(v.field, v.description) for v in error.violations],
@@ -94,90 +100,12 @@ def check_spec(spec: common_pb2.PipelineSpec, *, written: Collection[str] = ()) 
         )
 
 
-# ---------------------------------------------------------------------------------------
-# Calls and output
-# ---------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _stub(coordinator: str) -> Iterator[coordinator_pb2_grpc.CoordinatorServiceStub]:
+def _read_file(file: Path) -> PipelineFile:
+    """The pipeline file, or exit 2 naming what cannot be read in it."""
     try:
-        channel = open_channel([a for a in coordinator.split(",") if a.strip()])
-    except ValueError as exc:
-        _fail(f"--coordinator: {exc}", code=2)
-    with channel:
-        yield coordinator_pb2_grpc.CoordinatorServiceStub(channel)
-
-
-def _error_text(code: str, message: str, violations: Sequence[tuple[str, str]]) -> str:
-    """A failed call's status line and one line per field violation, each violation said
-    once: the status message repeats them for clients that read only the message, so the
-    parts of it that a listed violation says are left out of the status line."""
-    summary = message
-    for field, description in violations:
-        summary = summary.replace(f"{field}: {description}", "")
-    if violations:
-        summary = re.sub(r"(\s*;\s*)+", "; ", summary).strip(" ;:")
-    lines = [f"{code}: {summary}" if summary else f"{code}:"]
-    lines.extend(f"  {field}: {description}" for field, description in violations)
-    return "\n".join(lines)
-
-
-def _fail(message: str, *, code: int = 1) -> NoReturn:
-    _err.print(f"[red]error:[/red] {message}", highlight=False)
-    raise typer.Exit(code)
-
-
-def _call(
-    coordinator: str, invoke: Callable[[coordinator_pb2_grpc.CoordinatorServiceStub], _T]
-) -> _T:
-    """Run one call; a failed call prints its status and field violations and exits."""
-    with _stub(coordinator) as stub:
-        try:
-            return invoke(stub)
-        except grpc.RpcError as err:
-            details = error_details(err)
-            if details.code == grpc.StatusCode.UNAVAILABLE and not details.reason:
-                _fail(
-                    f"cannot reach a coordinator at {coordinator} ({details.message}); start "
-                    f"one (`make cluster-up`) or pass --coordinator / {COORDINATOR_ENV}"
-                )
-            violations = [(v.field, v.description) for v in details.field_violations]
-            _fail(
-                _error_text(details.code.name, details.message, violations),
-                code=2 if details.code == grpc.StatusCode.INVALID_ARGUMENT else 1,
-            )
-
-
-def message_json(message: Message) -> dict[str, Any]:
-    """`message` in the proto JSON mapping with proto field names and every field, zero
-    values included (partition 0 keeps its ``partition`` key), as scripts expect."""
-    document: dict[str, Any] = json_format.MessageToDict(
-        message, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
-    )
-    return document
-
-
-def _print_json(document: Message | Mapping[str, Any]) -> None:
-    shown = message_json(document) if isinstance(document, Message) else dict(document)
-    sys.stdout.write(json.dumps(shown, indent=2) + "\n")
-
-
-def _time(ts: timestamp_pb2.Timestamp) -> str:
-    if not ts.seconds and not ts.nanos:
-        return "-"
-    return datetime.fromtimestamp(ts.ToMilliseconds() / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[
-        :-3
-    ]
-
-
-def _enum(enum_type: Any, value: int) -> str:
-    name: str = enum_type.Name(value)
-    return name.split("_STATE_")[-1] if "_STATE_" in name else name
-
-
-def _task(task_id: common_pb2.TaskId) -> str:
-    return f"{task_id.pipeline_name}/{task_id.task_index}"
+        return read_pipeline_file(file)
+    except SpecFileError as exc:
+        fail(str(exc), code=2)
 
 
 # ---------------------------------------------------------------------------------------
@@ -187,34 +115,38 @@ def _task(task_id: common_pb2.TaskId) -> str:
 
 @cluster_app.command("status")
 def cluster_status(
-    coordinator: CoordinatorOption = DEFAULT_COORDINATOR, as_json: JsonOption = False
+    coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
+    as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Leader, epoch, every coordinator replica (role, state, last seen) and executors."""
-    info = _call(
+    fmt = chosen_format(output, as_json)
+    info = call(
         coordinator,
-        lambda s: s.GetClusterInfo(coordinator_pb2.GetClusterInfoRequest(), timeout=_TIMEOUT_S),
+        lambda s: s.GetClusterInfo(coordinator_pb2.GetClusterInfoRequest(), timeout=TIMEOUT_S),
     )
-    if as_json:
-        _print_json(info)
+    if fmt is not OutputFormat.TABLE:
+        print_document(info, fmt)
         return
     if info.leader_epoch.leader_id:
-        _out.print(
+        out.print(
             f"leader [bold]{info.leader_epoch.leader_id}[/bold] at {info.leader_address}, "
-            f"epoch {info.leader_epoch.epoch}, lease until {_time(info.lease_expire_time)} "
+            f"epoch {info.leader_epoch.epoch}, lease until "
+            f"{timestamp_text(info.lease_expire_time)} "
             f"(answered by {info.responder_id})"
         )
     else:
-        _out.print(f"[yellow]no leader elected[/yellow] (answered by {info.responder_id})")
+        out.print(f"[yellow]no leader elected[/yellow] (answered by {info.responder_id})")
     members = Table("coordinator", "address", "role", "state", "last seen", title="Coordinators")
     for m in info.coordinators:
         members.add_row(
             m.coordinator_id,
             m.address,
             "leader" if m.is_leader else "follower",
-            _enum(common_pb2.CoordinatorState, m.state),
-            _time(m.last_seen_time),
+            state_name(common_pb2.CoordinatorState, m.state),
+            timestamp_text(m.last_seen_time),
         )
-    _out.print(members)
+    out.print(members)
     executors = Table(
         "executor", "address", "state", "generation", "tasks", "last heartbeat", title="Executors"
     )
@@ -222,12 +154,12 @@ def cluster_status(
         executors.add_row(
             e.executor_id,
             e.address,
-            _enum(common_pb2.ExecutorState, e.state),
+            state_name(common_pb2.ExecutorState, e.state),
             str(e.executor_generation),
             str(len(e.tasks)),
-            _time(e.last_heartbeat_time),
+            timestamp_text(e.last_heartbeat_time),
         )
-    _out.print(executors)
+    out.print(executors)
 
 
 # ---------------------------------------------------------------------------------------
@@ -237,67 +169,158 @@ def cluster_status(
 
 @pipeline_app.command("create")
 def pipeline_create(
-    file: Annotated[
-        Path, typer.Option("--file", "-f", help="Pipeline file (YAML or JSON).", exists=False)
-    ],
+    file: FileOption,
     paused: Annotated[bool, typer.Option("--paused", help="Create it PAUSED.")] = False,
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Create a pipeline from a file; every invalid field is listed."""
-    try:
-        pipeline_file = read_pipeline_file(file)
-    except SpecFileError as exc:
-        _fail(str(exc), code=2)
+    fmt = chosen_format(output, as_json)
+    pipeline_file = _read_file(file)
     check_spec(pipeline_file.spec, written=pipeline_file.written)
     request = coordinator_pb2.CreatePipelineRequest(
         request_id=uuid.uuid4().hex,
         spec=pipeline_file.spec,
         initial_target_state=common_pb2.TARGET_STATE_PAUSED if paused else 0,  # type: ignore[arg-type]
     )
-    response = _call(coordinator, lambda s: s.CreatePipeline(request, timeout=_TIMEOUT_S))
-    if as_json:
-        _print_json(response.pipeline)
+    response = call(coordinator, lambda s: s.CreatePipeline(request, timeout=TIMEOUT_S))
+    if fmt is not OutputFormat.TABLE:
+        print_document(response.pipeline, fmt)
         return
-    _out.print(
+    out.print(
         f"created pipeline [bold]{response.pipeline.name}[/bold] "
         f"(config version {response.pipeline.config_version}, "
-        f"{_enum(common_pb2.TargetState, response.pipeline.target_state)})"
+        f"{state_name(common_pb2.TargetState, response.pipeline.target_state)})"
     )
+
+
+@pipeline_app.command("validate")
+def pipeline_validate(
+    file: FileOption, as_json: JsonOption = False, output: OutputOption = None
+) -> None:
+    """Check a pipeline file offline; every violation listed, exit 2 if any.
+
+    The parser is the coordinator's own; whether the topics exist is left to the coordinator.
+    """
+    fmt = chosen_format(output, as_json)
+    violations = _file_violations(_read_file(file))
+    if fmt is not OutputFormat.TABLE:
+        print_document(
+            {
+                "file": str(file),
+                "valid": not violations,
+                "violations": [{"field": f, "description": d} for f, d in violations],
+            },
+            fmt,
+        )
+        if violations:
+            raise typer.Exit(2)
+        return
+    if violations:
+        fail(error_text("INVALID_ARGUMENT", f"{file} is not a valid pipeline", violations), code=2)
+    out.print(f"{file}: valid", highlight=False)
+
+
+@pipeline_app.command("apply")
+def pipeline_apply(
+    file: FileOption,
+    coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
+    as_json: JsonOption = False,
+    output: OutputOption = None,
+) -> None:
+    """Create or update a pipeline from a file, printing each field that changed.
+
+    An update is refused if the pipeline changed since it was read (its config version);
+    nothing is sent when no field differs.
+    """
+    fmt = chosen_format(output, as_json)
+    pipeline_file = _read_file(file)
+    check_spec(pipeline_file.spec, written=pipeline_file.written)
+    wanted = pipeline_file.spec
+    current = existing_pipeline(coordinator, wanted.name)
+    changes: list[SpecChange] = []
+    if current is None:
+        action = "created"
+        create = coordinator_pb2.CreatePipelineRequest(request_id=uuid.uuid4().hex, spec=wanted)
+        pipeline = call(coordinator, lambda s: s.CreatePipeline(create, timeout=TIMEOUT_S)).pipeline
+    else:
+        changes = spec_changes(spec_from_proto(current.spec), spec_from_proto(wanted))
+        action, pipeline = "unchanged", current
+        if changes:
+            action = "updated"
+            update = coordinator_pb2.UpdatePipelineRequest(
+                request_id=uuid.uuid4().hex,
+                name=wanted.name,
+                spec=wanted,
+                expected_config_version=current.config_version,
+            )
+            pipeline = call(
+                coordinator, lambda s: s.UpdatePipeline(update, timeout=TIMEOUT_S)
+            ).pipeline
+    if fmt is not OutputFormat.TABLE:
+        print_document(
+            {
+                "action": action,
+                "pipeline": message_json(pipeline),
+                "changes": [
+                    {"field": c.field, "before": c.before, "after": c.after} for c in changes
+                ],
+            },
+            fmt,
+        )
+        return
+    out.print(
+        f"pipeline [bold]{pipeline.name}[/bold] {action} (config version {pipeline.config_version})"
+    )
+    for change in changes:
+        out.print(
+            f"  {change.field}: {_change_value(change.before)} -> {_change_value(change.after)}",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
+
+
+def _change_value(value: object) -> str:
+    return "(unset)" if value is None else json.dumps(value)
 
 
 @pipeline_app.command("list")
 def pipeline_list(
-    coordinator: CoordinatorOption = DEFAULT_COORDINATOR, as_json: JsonOption = False
+    coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
+    as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Every pipeline, by name."""
+    fmt = chosen_format(output, as_json)
     pipelines: list[common_pb2.Pipeline] = []
     token = ""
     while True:
         request = coordinator_pb2.ListPipelinesRequest(page_size=1000, page_token=token)
-        page = _call(
+        page = call(
             coordinator,
-            lambda s, r=request: s.ListPipelines(r, timeout=_TIMEOUT_S),  # type: ignore[misc]
+            lambda s, r=request: s.ListPipelines(r, timeout=TIMEOUT_S),  # type: ignore[misc]
         )
         pipelines.extend(page.pipelines)
         token = page.next_page_token
         if not token:
             break
-    if as_json:
-        _print_json(coordinator_pb2.ListPipelinesResponse(pipelines=pipelines))
+    if fmt is not OutputFormat.TABLE:
+        print_document(coordinator_pb2.ListPipelinesResponse(pipelines=pipelines), fmt)
         return
     table = Table("name", "target", "version", "source", "sink", "tasks max", "updated")
     for p in pipelines:
         table.add_row(
             p.name,
-            _enum(common_pb2.TargetState, p.target_state),
+            state_name(common_pb2.TargetState, p.target_state),
             str(p.config_version),
             ",".join(p.spec.source.kafka.topics),
             p.spec.sink.kafka.topic,
             str(p.spec.tasks_max),
-            _time(p.update_time),
+            timestamp_text(p.update_time),
         )
-    _out.print(table)
+    out.print(table)
 
 
 @pipeline_app.command("get")
@@ -305,126 +328,73 @@ def pipeline_get(
     name: NameArgument,
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """A pipeline's spec, target state and config version."""
-    response = _call(
+    fmt = chosen_format(output, as_json)
+    response = call(
         coordinator,
-        lambda s: s.GetPipeline(coordinator_pb2.GetPipelineRequest(name=name), timeout=_TIMEOUT_S),
+        lambda s: s.GetPipeline(coordinator_pb2.GetPipelineRequest(name=name), timeout=TIMEOUT_S),
     )
-    if as_json:
-        _print_json(response.pipeline)
+    if fmt is not OutputFormat.TABLE:
+        print_document(response.pipeline, fmt)
         return
     p = response.pipeline
-    _out.print(
-        f"[bold]{p.name}[/bold]: {_enum(common_pb2.TargetState, p.target_state)}, config "
-        f"version {p.config_version}, updated {_time(p.update_time)}"
+    out.print(
+        f"[bold]{p.name}[/bold]: {state_name(common_pb2.TargetState, p.target_state)}, config "
+        f"version {p.config_version}, updated {timestamp_text(p.update_time)}"
     )
     spec = json_format.MessageToDict(p.spec, preserving_proto_field_name=True)
-    _out.print(yaml.safe_dump(spec, sort_keys=False), highlight=False)
+    out.print(yaml.safe_dump(spec, sort_keys=False), highlight=False)
 
 
 @pipeline_app.command("status")
 def pipeline_status(
     name: NameArgument,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Refresh the view until interrupted.")
+    ] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", help="With --watch: seconds between refreshes.")
+    ] = 2.0,
+    count: Annotated[
+        int | None,
+        typer.Option("--count", help="With --watch: stop after this many refreshes."),
+    ] = None,
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
-    """Target state, lag, records/s, each task's observed state and executor, latest
-    checkpoints."""
-    status = _call(
-        coordinator,
-        lambda s: s.GetPipelineStatus(
-            coordinator_pb2.GetPipelineStatusRequest(name=name), timeout=_TIMEOUT_S
-        ),
-    )
-    if as_json:
-        _print_json(status)
-        return
-    in_flight = ", ".join(str(i) for i in status.in_flight_checkpoint_ids) or "none"
-    _out.print(
-        f"[bold]{status.name}[/bold]: target {_enum(common_pb2.TargetState, status.target_state)}"
-        f", config version {status.config_version}; last complete checkpoint "
-        f"{status.last_complete_checkpoint_id}, last committed "
-        f"{status.last_committed_checkpoint_id} at {_time(status.last_commit_time)}; "
-        f"in flight: {in_flight}"
-    )
-    _print_progress(status)
-    table = Table("task", "state", "executor", "generation", "partitions", "last error")
-    for t in status.tasks:
-        table.add_row(
-            _task(t.task_id),
-            _enum(common_pb2.TaskState, t.state),
-            t.executor_id or "-",
-            str(t.task_generation),
-            ", ".join(f"{p.topic}[{p.partition}]" for p in t.source_partitions),
-            t.last_error.message or "",
-        )
-    _out.print(table)
-    _print_last_abort(status)
+    """Target state, lag, records/s, tasks, checkpoints and the last commit's age; --watch
+    refreshes it."""
+    fmt = chosen_format(output, as_json)
+    if interval <= 0:
+        fail("--interval must be > 0 seconds", code=2)
+    if count is not None and count <= 0:
+        fail("--count must be > 0", code=2)
+    request = coordinator_pb2.GetPipelineStatusRequest(name=name)
 
+    def fetch() -> coordinator_pb2.GetPipelineStatusResponse:
+        return call(coordinator, lambda s: s.GetPipelineStatus(request, timeout=TIMEOUT_S))
 
-def _print_progress(status: coordinator_pb2.GetPipelineStatusResponse) -> None:
-    """Lag (total and per partition), records/s and the last committed checkpoint's age."""
-    per_partition = ", ".join(f"{p.topic}[{p.partition}] {p.lag}" for p in status.source_lags)
-    lag = f"lag {status.total_source_lag} records" + (
-        f" ({per_partition})" if per_partition else ""
-    )
-    if not status.source_lag_complete:
-        lag += " (Kafka did not answer for every source partition)"
-    age = (
-        f"{status.last_commit_age.ToMilliseconds() / 1000:.1f} s ago"
-        if status.HasField("last_commit_age")
-        else "never"
-    )
-    _out.print(
-        f"{lag}; {status.records_per_second:.1f} records/s; last commit {age}",
-        soft_wrap=True,
-        highlight=False,
-        markup=False,
-    )
-
-
-def _print_last_abort(status: coordinator_pb2.GetPipelineStatusResponse) -> None:
-    """The newest abort: its reason, how many in a row, the tasks that did not pre-commit."""
-    if not status.HasField("last_aborted_checkpoint"):
-        return
-    aborted = status.last_aborted_checkpoint
-    in_a_row = status.consecutive_aborted_checkpoints
-    since = (
-        f"{in_a_row} aborted in a row since the last complete one"
-        if in_a_row
-        else "a checkpoint completed since"
-    )
-    # soft_wrap: a reason is one line a script can grep, whatever the terminal's width.
-    _out.print(
-        f"last abort: checkpoint {aborted.checkpoint_id} at {_time(aborted.abort_time)} "
-        f"({since}): {aborted.abort_reason}",
-        soft_wrap=True,
-        highlight=False,
-        markup=False,
-    )
-    for t in status.last_abort_missing_tasks:
-        _out.print(
-            f"  not pre-committed: task {_task(t.task_id)} on {t.executor_id or '-'}: "
-            f"{t.error.message}",
-            soft_wrap=True,
-            highlight=False,
-            markup=False,
-        )
+    if watch:
+        watch_status(fetch, fmt=fmt, interval_s=interval, count=count)
+    else:
+        show_status(fetch(), fmt)
 
 
 def _verb(
     name: str,
     coordinator: str,
-    as_json: bool,
+    fmt: OutputFormat,
     invoke: Callable[[coordinator_pb2_grpc.CoordinatorServiceStub], Any],
     done: str,
 ) -> None:
-    response = _call(coordinator, invoke)
-    if as_json:
-        _print_json(response)
+    response = call(coordinator, invoke)
+    if fmt is not OutputFormat.TABLE:
+        print_document(response, fmt)
         return
-    _out.print(f"pipeline [bold]{name}[/bold] {done}")
+    out.print(f"pipeline [bold]{name}[/bold] {done}")
 
 
 @pipeline_app.command("pause")
@@ -432,11 +402,16 @@ def pipeline_pause(
     name: NameArgument,
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Take no new checkpoints; tasks stay assigned."""
     request = coordinator_pb2.PausePipelineRequest(request_id=uuid.uuid4().hex, name=name)
     _verb(
-        name, coordinator, as_json, lambda s: s.PausePipeline(request, timeout=_TIMEOUT_S), "paused"
+        name,
+        coordinator,
+        chosen_format(output, as_json),
+        lambda s: s.PausePipeline(request, timeout=TIMEOUT_S),
+        "paused",
     )
 
 
@@ -445,14 +420,15 @@ def pipeline_resume(
     name: NameArgument,
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Run again (from PAUSED or STOPPED)."""
     request = coordinator_pb2.ResumePipelineRequest(request_id=uuid.uuid4().hex, name=name)
     _verb(
         name,
         coordinator,
-        as_json,
-        lambda s: s.ResumePipeline(request, timeout=_TIMEOUT_S),
+        chosen_format(output, as_json),
+        lambda s: s.ResumePipeline(request, timeout=TIMEOUT_S),
         "resumed",
     )
 
@@ -462,11 +438,16 @@ def pipeline_stop(
     name: NameArgument,
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Release the tasks; offsets may be reset only when stopped."""
     request = coordinator_pb2.StopPipelineRequest(request_id=uuid.uuid4().hex, name=name)
     _verb(
-        name, coordinator, as_json, lambda s: s.StopPipeline(request, timeout=_TIMEOUT_S), "stopped"
+        name,
+        coordinator,
+        chosen_format(output, as_json),
+        lambda s: s.StopPipeline(request, timeout=TIMEOUT_S),
+        "stopped",
     )
 
 
@@ -479,19 +460,34 @@ def pipeline_restart(
     only_failed: Annotated[
         bool, typer.Option("--only-failed", help="With --include-tasks: only FAILED tasks.")
     ] = False,
+    from_checkpoint: Annotated[
+        int,
+        typer.Option(
+            "--from-checkpoint",
+            min=1,
+            help="Move a FAILED pipeline past its DATA_LOST checkpoint N, re-reading the"
+            " ranges it lost (see `pipeline status`).",
+        ),
+    ] = 0,
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Re-plan the tasks and, with --include-tasks, restart them."""
+    fmt = chosen_format(output, as_json)
     request = coordinator_pb2.RestartPipelineRequest(
-        request_id=uuid.uuid4().hex, name=name, include_tasks=include_tasks, only_failed=only_failed
+        request_id=uuid.uuid4().hex,
+        name=name,
+        include_tasks=include_tasks,
+        only_failed=only_failed,
+        from_checkpoint_id=from_checkpoint,
     )
-    response = _call(coordinator, lambda s: s.RestartPipeline(request, timeout=_TIMEOUT_S))
-    if as_json:
-        _print_json(response)
+    response = call(coordinator, lambda s: s.RestartPipeline(request, timeout=TIMEOUT_S))
+    if fmt is not OutputFormat.TABLE:
+        print_document(response, fmt)
         return
-    restarted = ", ".join(_task(t) for t in response.restarted_tasks) or "no tasks"
-    _out.print(f"pipeline [bold]{name}[/bold] re-planned; restarted: {restarted}")
+    restarted = ", ".join(task_text(t) for t in response.restarted_tasks) or "no tasks"
+    out.print(f"pipeline [bold]{name}[/bold] re-planned; restarted: {restarted}")
 
 
 @pipeline_app.command("delete")
@@ -499,22 +495,24 @@ def pipeline_delete(
     name: NameArgument,
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Finish or abort its checkpoints, then remove it with its history."""
+    fmt = chosen_format(output, as_json)
     request = coordinator_pb2.DeletePipelineRequest(request_id=uuid.uuid4().hex, name=name)
-    _call(coordinator, lambda s: s.DeletePipeline(request, timeout=60.0))
-    if as_json:
+    call(coordinator, lambda s: s.DeletePipeline(request, timeout=60.0))
+    if fmt is not OutputFormat.TABLE:
         # DeletePipelineResponse is empty: say what was deleted instead of printing `{}`.
-        _print_json({"name": name, "deleted": True})
+        print_document({"name": name, "deleted": True}, fmt)
         return
-    _out.print(f"pipeline [bold]{name}[/bold] deleted")
+    out.print(f"pipeline [bold]{name}[/bold] deleted")
 
 
 def _parse_offset(text: str) -> common_pb2.PartitionOffset:
     topic_partition, sep, offset = text.rpartition("=")
     topic, colon, partition = topic_partition.rpartition(":")
     if not sep or not colon or not partition.isdigit() or not offset.lstrip("-").isdigit():
-        _fail(f"--set {text!r}: write TOPIC:PARTITION=OFFSET, e.g. orders:0=42", code=2)
+        fail(f"--set {text!r}: write TOPIC:PARTITION=OFFSET, e.g. orders:0=42", code=2)
     return common_pb2.PartitionOffset(topic=topic, partition=int(partition), offset=int(offset))
 
 
@@ -530,8 +528,10 @@ def pipeline_offsets(
     ] = None,
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Where each source partition resumes; --set resets them (pipeline STOPPED)."""
+    fmt = chosen_format(output, as_json)
     if set_offsets:
         reset = coordinator_pb2.ResetOffsetsRequest(
             request_id=uuid.uuid4().hex,
@@ -540,15 +540,15 @@ def pipeline_offsets(
                 offsets=[_parse_offset(t) for t in set_offsets]
             ),
         )
-        _call(coordinator, lambda s: s.ResetOffsets(reset, timeout=_TIMEOUT_S))
-    response = _call(
+        call(coordinator, lambda s: s.ResetOffsets(reset, timeout=TIMEOUT_S))
+    response = call(
         coordinator,
         lambda s: s.GetOffsets(
-            coordinator_pb2.GetOffsetsRequest(pipeline_name=name), timeout=_TIMEOUT_S
+            coordinator_pb2.GetOffsetsRequest(pipeline_name=name), timeout=TIMEOUT_S
         ),
     )
-    if as_json:
-        _print_json(response)
+    if fmt is not OutputFormat.TABLE:
+        print_document(response, fmt)
         return
     source = (
         f"checkpoint {response.checkpoint_id}" if response.checkpoint_id else "a reset or none yet"
@@ -556,11 +556,11 @@ def pipeline_offsets(
     default = common_pb2.OffsetPosition.Name(response.default_position).removeprefix(
         "OFFSET_POSITION_"
     )
-    _out.print(f"offsets of [bold]{name}[/bold] from {source}; other partitions: {default}")
+    out.print(f"offsets of [bold]{name}[/bold] from {source}; other partitions: {default}")
     table = Table("topic", "partition", "next offset")
     for o in response.offsets:
         table.add_row(o.topic, str(o.partition), str(o.offset))
-    _out.print(table)
+    out.print(table)
 
 
 @pipeline_app.command("checkpoints")
@@ -572,43 +572,49 @@ def pipeline_checkpoints(
     limit: Annotated[int, typer.Option("--limit", help="Most checkpoints to list.")] = 20,
     coordinator: CoordinatorOption = DEFAULT_COORDINATOR,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Checkpoint history, newest first, with timings (or one checkpoint with --id)."""
+    fmt = chosen_format(output, as_json)
     if checkpoint_id is not None:
-        one = _call(
+        one = call(
             coordinator,
             lambda s: s.GetCheckpoint(
                 coordinator_pb2.GetCheckpointRequest(
                     pipeline_name=name, checkpoint_id=checkpoint_id
                 ),
-                timeout=_TIMEOUT_S,
+                timeout=TIMEOUT_S,
             ),
         )
-        if as_json:
-            _print_json(one.checkpoint)
+        if fmt is not OutputFormat.TABLE:
+            print_document(one.checkpoint, fmt)
             return
         _print_checkpoints([one.checkpoint])
-        tasks = Table("task", "generation", "executor", "state")
+        tasks = Table("task", "generation", "executor", "state", "source ranges")
         for t in one.checkpoint.tasks:
             tasks.add_row(
-                _task(t.task_id),
+                task_text(t.task_id),
                 str(t.task_generation),
                 t.executor_id,
-                _enum(common_pb2.TaskCheckpointState, t.state),
+                state_name(common_pb2.TaskCheckpointState, t.state),
+                ", ".join(
+                    f"{r.topic}[{r.partition}] {r.start_offset}..{r.end_offset}"
+                    for r in t.source_ranges
+                ),
             )
-        _out.print(tasks)
+        out.print(tasks)
         return
     if limit <= 0:
-        _fail("--limit must be > 0", code=2)
-    listed = _call(
+        fail("--limit must be > 0", code=2)
+    listed = call(
         coordinator,
         lambda s: s.ListCheckpoints(
             coordinator_pb2.ListCheckpointsRequest(pipeline_name=name, page_size=limit),
-            timeout=_TIMEOUT_S,
+            timeout=TIMEOUT_S,
         ),
     )
-    if as_json:
-        _print_json(listed)
+    if fmt is not OutputFormat.TABLE:
+        print_document(listed, fmt)
         return
     _print_checkpoints(list(listed.checkpoints))
 
@@ -620,12 +626,12 @@ def _print_checkpoints(checkpoints: list[common_pb2.Checkpoint]) -> None:
     for c in checkpoints:
         table.add_row(
             str(c.checkpoint_id),
-            _enum(common_pb2.CheckpointState, c.state),
+            state_name(common_pb2.CheckpointState, c.state),
             str(c.leader_epoch.epoch),
-            _time(c.trigger_time),
+            timestamp_text(c.trigger_time),
             str(c.precommit_duration_ms or "-"),
             str(c.commit_duration_ms or "-"),
             str(c.total_duration_ms or "-"),
             c.abort_reason,
         )
-    _out.print(table)
+    out.print(table)

@@ -1,7 +1,8 @@
 """``lockgate schema ...``: the schema registry from the command line.
 
 Speaks the registry's Confluent-compatible REST API, so it also works against Confluent
-Schema Registry or Karapace. Readable tables by default, ``--json`` for scripts. The lead
+Schema Registry or Karapace. Readable tables by default, ``-o json|yaml`` (or ``--json``) for
+scripts: the registry's answer as it is. The lead
 wires ``app`` into the main CLI with ``app.add_typer(schema_cli.app, name="schema")``.
 
 Exit status as every ``lockgate`` command: 0 on success, 2 for invalid input (a missing file,
@@ -22,6 +23,14 @@ import typer
 from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
+
+from lockgate.client.output import (
+    JsonOption,
+    OutputFormat,
+    OutputOption,
+    chosen_format,
+    print_document,
+)
 
 #: Where the local registry's REST API listens (``lockgate-schema-registry`` defaults).
 DEFAULT_REGISTRY = "http://127.0.0.1:8081"
@@ -53,7 +62,6 @@ RegistryOption = Annotated[
         show_default=True,
     ),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print the raw JSON answer.")]
 DeletedOption = Annotated[bool, typer.Option("--deleted", help="Include soft-deleted entries.")]
 
 
@@ -131,11 +139,6 @@ def _read_schema(source: str) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def _print_json(value: Any) -> None:
-    # Plain text, not rich's print_json: a script gets the JSON whatever the terminal width.
-    sys.stdout.write(json.dumps(value, indent=2) + "\n")
-
-
 def _show_version(answer: dict[str, Any]) -> None:
     table = Table(show_header=False, box=None)
     table.add_row("subject", str(answer.get("subject", "")))
@@ -153,16 +156,18 @@ def register(
     ],
     registry: RegistryOption = DEFAULT_REGISTRY,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Register a schema under a subject (idempotent); prints its global id."""
+    fmt = chosen_format(output, as_json)
     answer = _run(
         registry,
         "POST",
         _subject_path(subject) + "/versions",
         json={"schema": _read_schema(schema)},
     )
-    if as_json:
-        _print_json(answer)
+    if fmt is not OutputFormat.TABLE:
+        print_document(answer, fmt)
         return
     found = _run(registry, "POST", _subject_path(subject), json={"schema": _read_schema(schema)})
     _out.print(
@@ -177,12 +182,14 @@ def get(
     schema_id: Annotated[int | None, typer.Option("--id", help="Get by global schema id.")] = None,
     registry: RegistryOption = DEFAULT_REGISTRY,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Show one version of a subject, or a schema by id."""
+    fmt = chosen_format(output, as_json)
     if schema_id is not None:
         answer = _run(registry, "GET", f"/schemas/ids/{schema_id}")
-        if as_json:
-            _print_json(answer)
+        if fmt is not OutputFormat.TABLE:
+            print_document(answer, fmt)
         else:
             _out.print(f"id {schema_id}")
             _out.print(Syntax(json.dumps(json.loads(answer["schema"]), indent=2), "json"))
@@ -191,8 +198,8 @@ def get(
         _err.print("[red]pass a SUBJECT (and optionally VERSION), or --id N[/red]")
         raise typer.Exit(2)
     answer = _run(registry, "GET", f"{_subject_path(subject)}/versions/{quote(version, safe='')}")
-    if as_json:
-        _print_json(answer)
+    if fmt is not OutputFormat.TABLE:
+        print_document(answer, fmt)
     else:
         _show_version(answer)
 
@@ -203,8 +210,10 @@ def versions(
     deleted: DeletedOption = False,
     registry: RegistryOption = DEFAULT_REGISTRY,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """List a subject's versions with their schema ids."""
+    fmt = chosen_format(output, as_json)
     numbers = _run(
         registry, "GET", f"{_subject_path(subject)}/versions", params={"deleted": deleted}
     )
@@ -212,8 +221,8 @@ def versions(
         _run(registry, "GET", f"{_subject_path(subject)}/versions/{n}", params={"deleted": deleted})
         for n in numbers
     ]
-    if as_json:
-        _print_json(rows)
+    if fmt is not OutputFormat.TABLE:
+        print_document(rows, fmt)
         return
     table = Table("version", "id", "fields")
     for row in rows:
@@ -231,11 +240,13 @@ def subjects(
     deleted: DeletedOption = False,
     registry: RegistryOption = DEFAULT_REGISTRY,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """List subjects."""
+    fmt = chosen_format(output, as_json)
     names = _run(registry, "GET", "/subjects", params={"deleted": deleted})
-    if as_json:
-        _print_json(names)
+    if fmt is not OutputFormat.TABLE:
+        print_document(names, fmt)
         return
     table = Table("subject")
     for name in names:
@@ -257,17 +268,19 @@ def check(
     ] = None,
     registry: RegistryOption = DEFAULT_REGISTRY,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Would the subject accept this schema? Exit status 0 yes, 1 no (reasons printed),
     2 if the schema itself is invalid."""
+    fmt = chosen_format(output, as_json)
     path = f"/compatibility{_subject_path(subject)}/versions"
     if version is not None:
         path += "/" + quote(version, safe="")
     answer = _run(
         registry, "POST", path, params={"verbose": "true"}, json={"schema": _read_schema(schema)}
     )
-    if as_json:
-        _print_json(answer)
+    if fmt is not OutputFormat.TABLE:
+        print_document(answer, fmt)
     elif answer["is_compatible"]:
         _out.print("[green]compatible[/green]")
     else:
@@ -291,8 +304,10 @@ def config(
     ] = False,
     registry: RegistryOption = DEFAULT_REGISTRY,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Show or change the compatibility level (global, or of one subject)."""
+    fmt = chosen_format(output, as_json)
     path = "/config" + ("" if subject is None else "/" + quote(subject, safe=""))
     if set_level is not None and delete:
         _err.print("[red]use either --set LEVEL or --delete, not both[/red]")
@@ -306,8 +321,8 @@ def config(
     else:
         answer = _run(registry, "GET", path, params={"defaultToGlobal": "true"})
         level = answer["compatibilityLevel"]
-    if as_json:
-        _print_json(answer)
+    if fmt is not OutputFormat.TABLE:
+        print_document(answer, fmt)
     else:
         scope = "global" if subject is None else subject
         verb = "was" if delete else "is"
@@ -325,14 +340,16 @@ def delete(
     ] = False,
     registry: RegistryOption = DEFAULT_REGISTRY,
     as_json: JsonOption = False,
+    output: OutputOption = None,
 ) -> None:
     """Soft-delete a subject or one version; --permanent removes a soft-deleted one."""
+    fmt = chosen_format(output, as_json)
     path = _subject_path(subject)
     if version is not None:
         path += "/versions/" + quote(version, safe="")
     answer = _run(registry, "DELETE", path, params={"permanent": permanent})
-    if as_json:
-        _print_json(answer)
+    if fmt is not OutputFormat.TABLE:
+        print_document(answer, fmt)
         return
     kind = "permanently deleted" if permanent else "soft-deleted"
     deleted_versions = answer if isinstance(answer, list) else [answer]

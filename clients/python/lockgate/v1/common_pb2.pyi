@@ -197,6 +197,11 @@ class _CheckpointStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Check
     """Every handle of N was committed and acked; the output of N is visible."""
     CHECKPOINT_STATE_ABORTED: _CheckpointState.ValueType  # 4
     """A task failed or timed out before N was complete; every handle of N is aborted."""
+    CHECKPOINT_STATE_DATA_LOST: _CheckpointState.ValueType  # 5
+    """N was COMPLETE but the broker aborted some of its transactions before they were
+    committed (transaction.timeout.ms passed): the records of lost_ranges never reached
+    the sink. Its pipeline is FAILED until RestartPipeline with from_checkpoint_id = N.
+    """
 
 class CheckpointState(_CheckpointState, metaclass=_CheckpointStateEnumTypeWrapper):
     """CheckpointState is the state of checkpoint N of a pipeline (DESIGN.md, the checkpoint
@@ -215,6 +220,11 @@ CHECKPOINT_STATE_COMMITTED: CheckpointState.ValueType  # 3
 """Every handle of N was committed and acked; the output of N is visible."""
 CHECKPOINT_STATE_ABORTED: CheckpointState.ValueType  # 4
 """A task failed or timed out before N was complete; every handle of N is aborted."""
+CHECKPOINT_STATE_DATA_LOST: CheckpointState.ValueType  # 5
+"""N was COMPLETE but the broker aborted some of its transactions before they were
+committed (transaction.timeout.ms passed): the records of lost_ranges never reached
+the sink. Its pipeline is FAILED until RestartPipeline with from_checkpoint_id = N.
+"""
 Global___CheckpointState: _TypeAlias = CheckpointState  # noqa: Y015
 
 class _TaskCheckpointState:
@@ -940,8 +950,9 @@ class KafkaSourceSpec(_message.Message):
     starting_offsets: Global___OffsetPosition.ValueType
     """Where a pipeline with no complete checkpoint starts; unset means EARLIEST."""
     max_records_per_partition: _builtins.int
-    """Most records one task reads from one partition in one checkpoint, bounding a batch;
-    0 means no bound.
+    """Most records one task reads from one partition in one checkpoint, so a backlog drains
+    in checkpoints that each fit within checkpoint.timeout_ms; 0 means 50000 (about 10 s
+    of one task's copying).
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -1042,14 +1053,22 @@ class KafkaSinkSpec(_message.Message):
     TOPIC_FIELD_NUMBER: _builtins.int
     FORMAT_FIELD_NUMBER: _builtins.int
     TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    TRANSACTIONAL_ID_PREFIX_FIELD_NUMBER: _builtins.int
     bootstrap_servers: _builtins.str
     """Kafka bootstrap servers, comma-separated host:port, e.g. "127.0.0.1:9092"."""
     topic: _builtins.str
     """Topic to write to; it must exist."""
     transaction_timeout_ms: _builtins.int
-    """Kafka `transaction.timeout.ms` for the sink's transactions; it must exceed the
-    checkpoint timeout plus recovery time, or the broker aborts pre-committed output;
-    0 means 900000 (the broker's default cap, 15 minutes).
+    """Kafka `transaction.timeout.ms` for the sink's transactions, in milliseconds, >= 1000;
+    it must exceed checkpoint.timeout_ms plus the coordinator's recovery time (refused
+    otherwise), or the broker could abort pre-committed output; at most the broker's
+    transaction.max.timeout.ms; 0 means 900000 (the broker's default cap, 15 minutes).
+    """
+    transactional_id_prefix: _builtins.str
+    """The start of every Kafka `transactional.id` the pipeline's producers use, so two
+    installs or prefixed ACLs can share a cluster: 1-200 characters of [a-zA-Z0-9._-],
+    no other pipeline's. Empty means "lockgate-<pipeline name>". Ids are
+    "<prefix>-<task>-g<task generation>-<slot>[-<Spark write partition>]".
     """
     @_builtins.property
     def format(self) -> Global___FormatSpec:
@@ -1065,10 +1084,11 @@ class KafkaSinkSpec(_message.Message):
         topic: _builtins.str = ...,
         format: Global___FormatSpec | None = ...,
         transaction_timeout_ms: _builtins.int = ...,
+        transactional_id_prefix: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["format", b"format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrap_servers", b"bootstrap_servers", "format", b"format", "topic", b"topic", "transaction_timeout_ms", b"transaction_timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrap_servers", b"bootstrap_servers", "format", b"format", "topic", b"topic", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id_prefix", b"transactional_id_prefix"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1556,6 +1576,9 @@ class Checkpoint(_message.Message):
     ABORT_REASON_FIELD_NUMBER: _builtins.int
     COUNTS_FIELD_NUMBER: _builtins.int
     TASKS_FIELD_NUMBER: _builtins.int
+    DATA_LOSS_ERROR_FIELD_NUMBER: _builtins.int
+    LOST_RANGES_FIELD_NUMBER: _builtins.int
+    DATA_LOSS_TIME_FIELD_NUMBER: _builtins.int
     pipeline_name: _builtins.str
     """Pipeline the checkpoint belongs to."""
     checkpoint_id: _builtins.int
@@ -1572,6 +1595,8 @@ class Checkpoint(_message.Message):
     """Time from trigger to COMMITTED or ABORTED, in milliseconds; 0 while in flight."""
     abort_reason: _builtins.str
     """Why it was aborted (failed task, timeout, earlier checkpoint aborted, new leader)."""
+    data_loss_error: _builtins.str
+    """Why the commit failed for good (the broker's answer), set when state is DATA_LOST."""
     @_builtins.property
     def leader_epoch(self) -> Global___LeaderEpoch:
         """Leader epoch of the leader that triggered it."""
@@ -1600,6 +1625,16 @@ class Checkpoint(_message.Message):
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskCheckpoint]:
         """Each task's part; empty in ListCheckpoints results, filled by GetCheckpoint."""
 
+    @_builtins.property
+    def lost_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetRange]:
+        """The source offset ranges whose output was lost, half-open, set when state is
+        DATA_LOST: RestartPipeline with from_checkpoint_id re-reads exactly these.
+        """
+
+    @_builtins.property
+    def data_loss_time(self) -> _timestamp_pb2.Timestamp:
+        """When the commit failed for good; unset unless DATA_LOST."""
+
     def __init__(
         self,
         *,
@@ -1618,10 +1653,13 @@ class Checkpoint(_message.Message):
         abort_reason: _builtins.str = ...,
         counts: Global___RecordCounts | None = ...,
         tasks: _abc.Iterable[Global___TaskCheckpoint] | None = ...,
+        data_loss_error: _builtins.str = ...,
+        lost_ranges: _abc.Iterable[Global___OffsetRange] | None = ...,
+        data_loss_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_time", b"abort_time", "commit_time", b"commit_time", "complete_time", b"complete_time", "counts", b"counts", "leader_epoch", b"leader_epoch", "trigger_time", b"trigger_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abort_time", b"abort_time", "commit_time", b"commit_time", "complete_time", b"complete_time", "counts", b"counts", "data_loss_time", b"data_loss_time", "leader_epoch", b"leader_epoch", "trigger_time", b"trigger_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_reason", b"abort_reason", "abort_time", b"abort_time", "checkpoint_id", b"checkpoint_id", "commit_duration_ms", b"commit_duration_ms", "commit_time", b"commit_time", "complete_time", b"complete_time", "config_version", b"config_version", "counts", b"counts", "leader_epoch", b"leader_epoch", "pipeline_name", b"pipeline_name", "precommit_duration_ms", b"precommit_duration_ms", "state", b"state", "tasks", b"tasks", "total_duration_ms", b"total_duration_ms", "trigger_time", b"trigger_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abort_reason", b"abort_reason", "abort_time", b"abort_time", "checkpoint_id", b"checkpoint_id", "commit_duration_ms", b"commit_duration_ms", "commit_time", b"commit_time", "complete_time", b"complete_time", "config_version", b"config_version", "counts", b"counts", "data_loss_error", b"data_loss_error", "data_loss_time", b"data_loss_time", "leader_epoch", b"leader_epoch", "lost_ranges", b"lost_ranges", "pipeline_name", b"pipeline_name", "precommit_duration_ms", b"precommit_duration_ms", "state", b"state", "tasks", b"tasks", "total_duration_ms", b"total_duration_ms", "trigger_time", b"trigger_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

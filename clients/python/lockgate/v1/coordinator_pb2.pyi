@@ -16,6 +16,7 @@ from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from lockgate.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
@@ -27,6 +28,34 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _PipelineHealth:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PipelineHealthEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PipelineHealth.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PIPELINE_HEALTH_UNSPECIFIED: _PipelineHealth.ValueType  # 0
+    """Not set; never sent."""
+    PIPELINE_HEALTH_OK: _PipelineHealth.ValueType  # 1
+    """Nothing stops the pipeline's checkpoints."""
+    PIPELINE_HEALTH_FAILED: _PipelineHealth.ValueType  # 2
+    """A checkpoint lost its data (DATA_LOST): no checkpoint is triggered until the operator
+    moves on with RestartPipeline(from_checkpoint_id) or ResetOffsets.
+    """
+
+class PipelineHealth(_PipelineHealth, metaclass=_PipelineHealthEnumTypeWrapper):
+    """PipelineHealth says whether a pipeline makes progress without an operator."""
+
+PIPELINE_HEALTH_UNSPECIFIED: PipelineHealth.ValueType  # 0
+"""Not set; never sent."""
+PIPELINE_HEALTH_OK: PipelineHealth.ValueType  # 1
+"""Nothing stops the pipeline's checkpoints."""
+PIPELINE_HEALTH_FAILED: PipelineHealth.ValueType  # 2
+"""A checkpoint lost its data (DATA_LOST): no checkpoint is triggered until the operator
+moves on with RestartPipeline(from_checkpoint_id) or ResetOffsets.
+"""
+Global___PipelineHealth: _TypeAlias = PipelineHealth  # noqa: Y015
 
 @_typing.final
 class GetClusterInfoRequest(_message.Message):
@@ -824,6 +853,7 @@ class RestartPipelineRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     INCLUDE_TASKS_FIELD_NUMBER: _builtins.int
     ONLY_FAILED_FIELD_NUMBER: _builtins.int
+    FROM_CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Client-chosen id (UUID) making the call idempotent; empty disables deduplication."""
     name: _builtins.str
@@ -832,6 +862,12 @@ class RestartPipelineRequest(_message.Message):
     """Also restart the pipeline's tasks (each gets a new generation); false re-plans only."""
     only_failed: _builtins.bool
     """Restrict the restart to FAILED tasks (with include_tasks)."""
+    from_checkpoint_id: _builtins.int
+    """Move a FAILED pipeline past its DATA_LOST checkpoint N: the partitions whose records
+    N lost resume from N's start offsets (they are read and written again), the others
+    from N's end offsets. Must name the pipeline's unresolved DATA_LOST checkpoint
+    (FAILED_PRECONDITION otherwise, naming it); 0 for an ordinary restart.
+    """
     def __init__(
         self,
         *,
@@ -839,10 +875,11 @@ class RestartPipelineRequest(_message.Message):
         name: _builtins.str = ...,
         include_tasks: _builtins.bool = ...,
         only_failed: _builtins.bool = ...,
+        from_checkpoint_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_tasks", b"include_tasks", "name", b"name", "only_failed", b"only_failed", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_checkpoint_id", b"from_checkpoint_id", "include_tasks", b"include_tasks", "name", b"name", "only_failed", b"only_failed", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -922,6 +959,9 @@ class GetPipelineStatusResponse(_message.Message):
     SOURCE_LAG_COMPLETE_FIELD_NUMBER: _builtins.int
     RECORDS_PER_SECOND_FIELD_NUMBER: _builtins.int
     LAST_COMMIT_AGE_FIELD_NUMBER: _builtins.int
+    HEALTH_FIELD_NUMBER: _builtins.int
+    DATA_LOST_CHECKPOINT_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Pipeline name."""
     target_state: _common_pb2.TargetState.ValueType
@@ -945,6 +985,10 @@ class GetPipelineStatusResponse(_message.Message):
     records_per_second: _builtins.float
     """Source records (offsets) consumed per second over the newest committed checkpoints (up
     to 10), from the oldest one's trigger to the newest one's commit; 0 if none committed.
+    """
+    health: Global___PipelineHealth.ValueType
+    """Field numbers 17-39 are free for further status fields; this block starts at 40.
+    Whether the pipeline can make progress on its own.
     """
     @_builtins.property
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Task]:
@@ -984,6 +1028,19 @@ class GetPipelineStatusResponse(_message.Message):
         if none was.
         """
 
+    @_builtins.property
+    def data_lost_checkpoint(self) -> _common_pb2.Checkpoint:
+        """The DATA_LOST checkpoint that makes the pipeline FAILED, with data_loss_error and
+        lost_ranges; unset unless health is PIPELINE_HEALTH_FAILED.
+        """
+
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Conditions an operator should look at before they become failures, one sentence each
+        (e.g. a COMPLETE checkpoint's transactions still uncommitted past half of the sink's
+        transaction.timeout.ms).
+        """
+
     def __init__(
         self,
         *,
@@ -1003,10 +1060,13 @@ class GetPipelineStatusResponse(_message.Message):
         source_lag_complete: _builtins.bool = ...,
         records_per_second: _builtins.float = ...,
         last_commit_age: _duration_pb2.Duration | None = ...,
+        health: Global___PipelineHealth.ValueType = ...,
+        data_lost_checkpoint: _common_pb2.Checkpoint | None = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["last_aborted_checkpoint", b"last_aborted_checkpoint", "last_commit_age", b"last_commit_age", "last_commit_time", b"last_commit_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data_lost_checkpoint", b"data_lost_checkpoint", "last_aborted_checkpoint", b"last_aborted_checkpoint", "last_commit_age", b"last_commit_age", "last_commit_time", b"last_commit_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consecutive_aborted_checkpoints", b"consecutive_aborted_checkpoints", "in_flight_checkpoint_ids", b"in_flight_checkpoint_ids", "last_abort_missing_tasks", b"last_abort_missing_tasks", "last_aborted_checkpoint", b"last_aborted_checkpoint", "last_commit_age", b"last_commit_age", "last_commit_time", b"last_commit_time", "last_committed_checkpoint_id", b"last_committed_checkpoint_id", "last_complete_checkpoint_id", b"last_complete_checkpoint_id", "name", b"name", "records_per_second", b"records_per_second", "source_lag_complete", b"source_lag_complete", "source_lags", b"source_lags", "target_state", b"target_state", "tasks", b"tasks", "total_source_lag", b"total_source_lag"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consecutive_aborted_checkpoints", b"consecutive_aborted_checkpoints", "data_lost_checkpoint", b"data_lost_checkpoint", "health", b"health", "in_flight_checkpoint_ids", b"in_flight_checkpoint_ids", "last_abort_missing_tasks", b"last_abort_missing_tasks", "last_aborted_checkpoint", b"last_aborted_checkpoint", "last_commit_age", b"last_commit_age", "last_commit_time", b"last_commit_time", "last_committed_checkpoint_id", b"last_committed_checkpoint_id", "last_complete_checkpoint_id", b"last_complete_checkpoint_id", "name", b"name", "records_per_second", b"records_per_second", "source_lag_complete", b"source_lag_complete", "source_lags", b"source_lags", "target_state", b"target_state", "tasks", b"tasks", "total_source_lag", b"total_source_lag", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

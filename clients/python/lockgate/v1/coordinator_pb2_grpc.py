@@ -62,9 +62,11 @@ class CoordinatorServiceStub:
     COMPLETE checkpoint.
 
     Every RPC may also fail with UNAVAILABLE (not the leader, or the database is
-    unreachable), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is
-    logged, never sent). Invalid requests fail with INVALID_ARGUMENT and a
-    google.rpc.BadRequest naming each bad field and its fix.
+    unreachable), RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held),
+    DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is logged, never
+    sent). Invalid requests, and fields over their length or count limit (reason
+    LIMIT_EXCEEDED), fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming each
+    bad field and its fix.
     """
 
     def __init__(self, channel):
@@ -232,9 +234,11 @@ class CoordinatorServiceServicer:
     COMPLETE checkpoint.
 
     Every RPC may also fail with UNAVAILABLE (not the leader, or the database is
-    unreachable), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is
-    logged, never sent). Invalid requests fail with INVALID_ARGUMENT and a
-    google.rpc.BadRequest naming each bad field and its fix.
+    unreachable), RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held),
+    DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is logged, never
+    sent). Invalid requests, and fields over their length or count limit (reason
+    LIMIT_EXCEEDED), fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming each
+    bad field and its fix.
     """
 
     def GetClusterInfo(self, request, context):
@@ -278,8 +282,9 @@ class CoordinatorServiceServicer:
         """CreatePipeline validates a spec, stores it as config version 1 and splits the
         pipeline into tasks. Leader only. Errors: INVALID_ARGUMENT (with a
         google.rpc.BadRequest listing every violation, each missing topic and each Kafka
-        cluster that did not answer within 3 s included), ALREADY_EXISTS (name taken),
-        UNAVAILABLE.
+        cluster that did not answer within 3 s included; a transactional_id_prefix another
+        pipeline has; a tasks_max giving a task over 10000 partitions), ALREADY_EXISTS (name
+        taken), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -359,9 +364,11 @@ class CoordinatorServiceServicer:
     def RestartPipeline(self, request, context):
         """RestartPipeline re-plans a pipeline's tasks from its current spec and, with
         include_tasks, restarts its tasks with new generations (only the FAILED ones with
-        only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-        FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
-        missing, or their Kafka does not answer), UNAVAILABLE.
+        only_failed), as Kafka Connect's restart; with from_checkpoint_id it also moves a
+        FAILED pipeline past its DATA_LOST checkpoint, re-reading the lost ranges. Leader only.
+        Errors: NOT_FOUND, FAILED_PRECONDITION (pipeline is STOPPED, or its source topics
+        cannot be read: missing, or their Kafka does not answer; from_checkpoint_id is not the
+        pipeline's DATA_LOST checkpoint), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -371,7 +378,8 @@ class CoordinatorServiceServicer:
         """GetPipelineStatus returns a pipeline's target state and, per task, the observed
         state, the executor and generation running it and its last error, with the latest
         checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
-        had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
+        had not pre-committed and why), its health (FAILED with the DATA_LOST checkpoint and
+        its lost ranges) and warnings. Errors: NOT_FOUND, UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -406,7 +414,8 @@ class CoordinatorServiceServicer:
 
     def ResetOffsets(self, request, context):
         """ResetOffsets sets the offsets a STOPPED pipeline resumes from, per partition or to
-        earliest/latest, as Kafka Connect's offsets API. Leader only. Errors: NOT_FOUND,
+        earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
+        its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
         FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
         COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
         negative offset), UNAVAILABLE.
@@ -436,7 +445,9 @@ class CoordinatorServiceServicer:
         its offset ranges and sink handles; a repeat of the same report succeeds. Leader
         only. Errors: FAILED_PRECONDITION with a FencingFailure (stale leader epoch, executor
         generation or task generation: abort the handles), NOT_FOUND (unknown checkpoint or
-        task), INVALID_ARGUMENT (ranges not contiguous with N-1's), UNAVAILABLE.
+        task), INVALID_ARGUMENT (reason PRECOMMIT_MISMATCH: a range of a partition not the
+        task's, or not starting where N-1 ended; a handle on another transactional id than
+        the task's or another cluster than the sink's), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -628,9 +639,11 @@ class CoordinatorService:
     COMPLETE checkpoint.
 
     Every RPC may also fail with UNAVAILABLE (not the leader, or the database is
-    unreachable), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is
-    logged, never sent). Invalid requests fail with INVALID_ARGUMENT and a
-    google.rpc.BadRequest naming each bad field and its fix.
+    unreachable), RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held),
+    DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is logged, never
+    sent). Invalid requests, and fields over their length or count limit (reason
+    LIMIT_EXCEEDED), fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming each
+    bad field and its fix.
     """
 
     @staticmethod

@@ -69,9 +69,11 @@ class CoordinatorServiceStub:
         COMPLETE checkpoint.
 
     Every RPC may also fail with UNAVAILABLE (not the leader, or the database is
-    unreachable), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is
-    logged, never sent). Invalid requests fail with INVALID_ARGUMENT and a
-    google.rpc.BadRequest naming each bad field and its fix.
+    unreachable), RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held),
+    DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is logged, never
+    sent). Invalid requests, and fields over their length or count limit (reason
+    LIMIT_EXCEEDED), fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming each
+    bad field and its fix.
     """
 
     @_typing.overload
@@ -103,8 +105,9 @@ class CoordinatorServiceStub:
     """CreatePipeline validates a spec, stores it as config version 1 and splits the
     pipeline into tasks. Leader only. Errors: INVALID_ARGUMENT (with a
     google.rpc.BadRequest listing every violation, each missing topic and each Kafka
-    cluster that did not answer within 3 s included), ALREADY_EXISTS (name taken),
-    UNAVAILABLE.
+    cluster that did not answer within 3 s included; a transactional_id_prefix another
+    pipeline has; a tasks_max giving a task over 10000 partitions), ALREADY_EXISTS (name
+    taken), UNAVAILABLE.
     """
     GetPipeline: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineRequest, _coordinator_pb2.GetPipelineResponse]
     """GetPipeline returns one pipeline's spec, target state and config version. Errors:
@@ -148,15 +151,18 @@ class CoordinatorServiceStub:
     RestartPipeline: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.RestartPipelineRequest, _coordinator_pb2.RestartPipelineResponse]
     """RestartPipeline re-plans a pipeline's tasks from its current spec and, with
     include_tasks, restarts its tasks with new generations (only the FAILED ones with
-    only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-    FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
-    missing, or their Kafka does not answer), UNAVAILABLE.
+    only_failed), as Kafka Connect's restart; with from_checkpoint_id it also moves a
+    FAILED pipeline past its DATA_LOST checkpoint, re-reading the lost ranges. Leader only.
+    Errors: NOT_FOUND, FAILED_PRECONDITION (pipeline is STOPPED, or its source topics
+    cannot be read: missing, or their Kafka does not answer; from_checkpoint_id is not the
+    pipeline's DATA_LOST checkpoint), UNAVAILABLE.
     """
     GetPipelineStatus: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineStatusRequest, _coordinator_pb2.GetPipelineStatusResponse]
     """GetPipelineStatus returns a pipeline's target state and, per task, the observed
     state, the executor and generation running it and its last error, with the latest
     checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
-    had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
+    had not pre-committed and why), its health (FAILED with the DATA_LOST checkpoint and
+    its lost ranges) and warnings. Errors: NOT_FOUND, UNAVAILABLE.
     """
     ListTasks: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ListTasksRequest, _coordinator_pb2.ListTasksResponse]
     """ListTasks returns tasks, optionally of one pipeline or one executor, ordered by
@@ -175,7 +181,8 @@ class CoordinatorServiceStub:
     """
     ResetOffsets: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ResetOffsetsRequest, _coordinator_pb2.ResetOffsetsResponse]
     """ResetOffsets sets the offsets a STOPPED pipeline resumes from, per partition or to
-    earliest/latest, as Kafka Connect's offsets API. Leader only. Errors: NOT_FOUND,
+    earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
+    its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
     FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
     COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
     negative offset), UNAVAILABLE.
@@ -193,7 +200,9 @@ class CoordinatorServiceStub:
     its offset ranges and sink handles; a repeat of the same report succeeds. Leader
     only. Errors: FAILED_PRECONDITION with a FencingFailure (stale leader epoch, executor
     generation or task generation: abort the handles), NOT_FOUND (unknown checkpoint or
-    task), INVALID_ARGUMENT (ranges not contiguous with N-1's), UNAVAILABLE.
+    task), INVALID_ARGUMENT (reason PRECOMMIT_MISMATCH: a range of a partition not the
+    task's, or not starting where N-1 ended; a handle on another transactional id than
+    the task's or another cluster than the sink's), UNAVAILABLE.
     """
     ReportTaskFailure: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ReportTaskFailureRequest, _coordinator_pb2.ReportTaskFailureResponse]
     """ReportTaskFailure marks a task FAILED with its error (e.g. a bad record under
@@ -244,9 +253,11 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
         COMPLETE checkpoint.
 
     Every RPC may also fail with UNAVAILABLE (not the leader, or the database is
-    unreachable), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is
-    logged, never sent). Invalid requests fail with INVALID_ARGUMENT and a
-    google.rpc.BadRequest naming each bad field and its fix.
+    unreachable), RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held),
+    DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is logged, never
+    sent). Invalid requests, and fields over their length or count limit (reason
+    LIMIT_EXCEEDED), fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming each
+    bad field and its fix.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -275,8 +286,9 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     """CreatePipeline validates a spec, stores it as config version 1 and splits the
     pipeline into tasks. Leader only. Errors: INVALID_ARGUMENT (with a
     google.rpc.BadRequest listing every violation, each missing topic and each Kafka
-    cluster that did not answer within 3 s included), ALREADY_EXISTS (name taken),
-    UNAVAILABLE.
+    cluster that did not answer within 3 s included; a transactional_id_prefix another
+    pipeline has; a tasks_max giving a task over 10000 partitions), ALREADY_EXISTS (name
+    taken), UNAVAILABLE.
     """
     GetPipeline: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineRequest, _coordinator_pb2.GetPipelineResponse]  # type: ignore[assignment]
     """GetPipeline returns one pipeline's spec, target state and config version. Errors:
@@ -320,15 +332,18 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     RestartPipeline: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.RestartPipelineRequest, _coordinator_pb2.RestartPipelineResponse]  # type: ignore[assignment]
     """RestartPipeline re-plans a pipeline's tasks from its current spec and, with
     include_tasks, restarts its tasks with new generations (only the FAILED ones with
-    only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-    FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
-    missing, or their Kafka does not answer), UNAVAILABLE.
+    only_failed), as Kafka Connect's restart; with from_checkpoint_id it also moves a
+    FAILED pipeline past its DATA_LOST checkpoint, re-reading the lost ranges. Leader only.
+    Errors: NOT_FOUND, FAILED_PRECONDITION (pipeline is STOPPED, or its source topics
+    cannot be read: missing, or their Kafka does not answer; from_checkpoint_id is not the
+    pipeline's DATA_LOST checkpoint), UNAVAILABLE.
     """
     GetPipelineStatus: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetPipelineStatusRequest, _coordinator_pb2.GetPipelineStatusResponse]  # type: ignore[assignment]
     """GetPipelineStatus returns a pipeline's target state and, per task, the observed
     state, the executor and generation running it and its last error, with the latest
     checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
-    had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
+    had not pre-committed and why), its health (FAILED with the DATA_LOST checkpoint and
+    its lost ranges) and warnings. Errors: NOT_FOUND, UNAVAILABLE.
     """
     ListTasks: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ListTasksRequest, _coordinator_pb2.ListTasksResponse]  # type: ignore[assignment]
     """ListTasks returns tasks, optionally of one pipeline or one executor, ordered by
@@ -347,7 +362,8 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     """
     ResetOffsets: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ResetOffsetsRequest, _coordinator_pb2.ResetOffsetsResponse]  # type: ignore[assignment]
     """ResetOffsets sets the offsets a STOPPED pipeline resumes from, per partition or to
-    earliest/latest, as Kafka Connect's offsets API. Leader only. Errors: NOT_FOUND,
+    earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
+    its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
     FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
     COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
     negative offset), UNAVAILABLE.
@@ -365,7 +381,9 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     its offset ranges and sink handles; a repeat of the same report succeeds. Leader
     only. Errors: FAILED_PRECONDITION with a FencingFailure (stale leader epoch, executor
     generation or task generation: abort the handles), NOT_FOUND (unknown checkpoint or
-    task), INVALID_ARGUMENT (ranges not contiguous with N-1's), UNAVAILABLE.
+    task), INVALID_ARGUMENT (reason PRECOMMIT_MISMATCH: a range of a partition not the
+    task's, or not starting where N-1 ended; a handle on another transactional id than
+    the task's or another cluster than the sink's), UNAVAILABLE.
     """
     ReportTaskFailure: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ReportTaskFailureRequest, _coordinator_pb2.ReportTaskFailureResponse]  # type: ignore[assignment]
     """ReportTaskFailure marks a task FAILED with its error (e.g. a bad record under
@@ -415,9 +433,11 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         COMPLETE checkpoint.
 
     Every RPC may also fail with UNAVAILABLE (not the leader, or the database is
-    unreachable), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is
-    logged, never sent). Invalid requests fail with INVALID_ARGUMENT and a
-    google.rpc.BadRequest naming each bad field and its fix.
+    unreachable), RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held),
+    DEADLINE_EXCEEDED, and INTERNAL (an unexpected error, whose text is logged, never
+    sent). Invalid requests, and fields over their length or count limit (reason
+    LIMIT_EXCEEDED), fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming each
+    bad field and its fix.
     """
 
     @_abc_1.abstractmethod
@@ -474,8 +494,9 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         """CreatePipeline validates a spec, stores it as config version 1 and splits the
         pipeline into tasks. Leader only. Errors: INVALID_ARGUMENT (with a
         google.rpc.BadRequest listing every violation, each missing topic and each Kafka
-        cluster that did not answer within 3 s included), ALREADY_EXISTS (name taken),
-        UNAVAILABLE.
+        cluster that did not answer within 3 s included; a transactional_id_prefix another
+        pipeline has; a tasks_max giving a task over 10000 partitions), ALREADY_EXISTS (name
+        taken), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -573,9 +594,11 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_coordinator_pb2.RestartPipelineResponse, _abc.Awaitable[_coordinator_pb2.RestartPipelineResponse]]:
         """RestartPipeline re-plans a pipeline's tasks from its current spec and, with
         include_tasks, restarts its tasks with new generations (only the FAILED ones with
-        only_failed), as Kafka Connect's restart. Leader only. Errors: NOT_FOUND,
-        FAILED_PRECONDITION (pipeline is STOPPED, or its source topics cannot be read:
-        missing, or their Kafka does not answer), UNAVAILABLE.
+        only_failed), as Kafka Connect's restart; with from_checkpoint_id it also moves a
+        FAILED pipeline past its DATA_LOST checkpoint, re-reading the lost ranges. Leader only.
+        Errors: NOT_FOUND, FAILED_PRECONDITION (pipeline is STOPPED, or its source topics
+        cannot be read: missing, or their Kafka does not answer; from_checkpoint_id is not the
+        pipeline's DATA_LOST checkpoint), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -587,7 +610,8 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         """GetPipelineStatus returns a pipeline's target state and, per task, the observed
         state, the executor and generation running it and its last error, with the latest
         checkpoint ids and the newest abort (its reason, the aborts in a row, the tasks that
-        had not pre-committed and why). Errors: NOT_FOUND, UNAVAILABLE.
+        had not pre-committed and why), its health (FAILED with the DATA_LOST checkpoint and
+        its lost ranges) and warnings. Errors: NOT_FOUND, UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -630,7 +654,8 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.ResetOffsetsResponse, _abc.Awaitable[_coordinator_pb2.ResetOffsetsResponse]]:
         """ResetOffsets sets the offsets a STOPPED pipeline resumes from, per partition or to
-        earliest/latest, as Kafka Connect's offsets API. Leader only. Errors: NOT_FOUND,
+        earliest/latest, as Kafka Connect's offsets API; it also moves a FAILED pipeline past
+        its DATA_LOST checkpoint (the reset offsets say where). Leader only. Errors: NOT_FOUND,
         FAILED_PRECONDITION (pipeline not STOPPED, or a checkpoint still COMPLETE but not
         COMMITTED: stop it and wait), INVALID_ARGUMENT (partition not in the source topics,
         negative offset), UNAVAILABLE.
@@ -666,7 +691,9 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         its offset ranges and sink handles; a repeat of the same report succeeds. Leader
         only. Errors: FAILED_PRECONDITION with a FencingFailure (stale leader epoch, executor
         generation or task generation: abort the handles), NOT_FOUND (unknown checkpoint or
-        task), INVALID_ARGUMENT (ranges not contiguous with N-1's), UNAVAILABLE.
+        task), INVALID_ARGUMENT (reason PRECOMMIT_MISMATCH: a range of a partition not the
+        task's, or not starting where N-1 ended; a handle on another transactional id than
+        the task's or another cluster than the sink's), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod

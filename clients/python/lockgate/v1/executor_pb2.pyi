@@ -321,8 +321,9 @@ class GetExecutorStatusRequest(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def leader_epoch(self) -> _common_pb2.LeaderEpoch:
-        """The calling leader's epoch; refused if lower than the highest seen. Callers outside
-        the protocol (the CLI) leave it unset, which skips the check and records nothing.
+        """The calling leader's epoch; refused if lower than the highest seen, and never
+        recorded: a read cannot raise the epoch the executor accepts. Callers outside the
+        protocol (the CLI) leave it unset, which skips the check.
         """
 
     def __init__(

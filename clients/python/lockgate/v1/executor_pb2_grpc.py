@@ -32,17 +32,20 @@ class ExecutorServiceStub:
     responses.
 
     Fencing: every request carries the caller's leader_epoch. The executor remembers the
-    highest epoch it has seen (from any call or heartbeat response) and refuses a lower
-    one with FAILED_PRECONDITION and a FencingFailure holding both epochs, so a leader
-    that lost its lease while paused cannot act when it wakes. Every request also names
+    highest epoch it has seen and refuses a lower one with FAILED_PRECONDITION and a
+    FencingFailure holding both epochs, so a leader that lost its lease while paused cannot
+    act when it wakes. It takes a higher epoch as the new highest only from the
+    coordinator's registration and heartbeat responses and from a Trigger, Commit or Abort
+    call naming its current registration, never from GetExecutorStatus. Every request also names
     the executor registration it targets (executor_id, executor_generation), refused the
     same way when stale, since an address may be reused by a newer process. Requests about
     a task carry its task_generation and are refused for that task when stale.
 
-    Every RPC may also fail with INVALID_ARGUMENT (a missing or malformed field, named in
-    a google.rpc.BadRequest), UNAVAILABLE (the executor is starting or shutting down, or
-    Kafka is unreachable: retry), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error,
-    whose text is logged, never sent).
+    Every RPC may also fail with INVALID_ARGUMENT (a missing or malformed field, or one
+    over its length or count limit, named in a google.rpc.BadRequest), RESOURCE_EXHAUSTED
+    (a request over 4 MiB, or 256 calls already held), UNAVAILABLE (the executor is
+    starting or shutting down, or Kafka is unreachable: retry), DEADLINE_EXCEEDED, and
+    INTERNAL (an unexpected error, whose text is logged, never sent).
     """
 
     def __init__(self, channel):
@@ -80,17 +83,20 @@ class ExecutorServiceServicer:
     responses.
 
     Fencing: every request carries the caller's leader_epoch. The executor remembers the
-    highest epoch it has seen (from any call or heartbeat response) and refuses a lower
-    one with FAILED_PRECONDITION and a FencingFailure holding both epochs, so a leader
-    that lost its lease while paused cannot act when it wakes. Every request also names
+    highest epoch it has seen and refuses a lower one with FAILED_PRECONDITION and a
+    FencingFailure holding both epochs, so a leader that lost its lease while paused cannot
+    act when it wakes. It takes a higher epoch as the new highest only from the
+    coordinator's registration and heartbeat responses and from a Trigger, Commit or Abort
+    call naming its current registration, never from GetExecutorStatus. Every request also names
     the executor registration it targets (executor_id, executor_generation), refused the
     same way when stale, since an address may be reused by a newer process. Requests about
     a task carry its task_generation and are refused for that task when stale.
 
-    Every RPC may also fail with INVALID_ARGUMENT (a missing or malformed field, named in
-    a google.rpc.BadRequest), UNAVAILABLE (the executor is starting or shutting down, or
-    Kafka is unreachable: retry), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error,
-    whose text is logged, never sent).
+    Every RPC may also fail with INVALID_ARGUMENT (a missing or malformed field, or one
+    over its length or count limit, named in a google.rpc.BadRequest), RESOURCE_EXHAUSTED
+    (a request over 4 MiB, or 256 calls already held), UNAVAILABLE (the executor is
+    starting or shutting down, or Kafka is unreachable: retry), DEADLINE_EXCEEDED, and
+    INTERNAL (an unexpected error, whose text is logged, never sent).
     """
 
     def TriggerCheckpoint(self, request, context):
@@ -183,17 +189,20 @@ class ExecutorService:
     responses.
 
     Fencing: every request carries the caller's leader_epoch. The executor remembers the
-    highest epoch it has seen (from any call or heartbeat response) and refuses a lower
-    one with FAILED_PRECONDITION and a FencingFailure holding both epochs, so a leader
-    that lost its lease while paused cannot act when it wakes. Every request also names
+    highest epoch it has seen and refuses a lower one with FAILED_PRECONDITION and a
+    FencingFailure holding both epochs, so a leader that lost its lease while paused cannot
+    act when it wakes. It takes a higher epoch as the new highest only from the
+    coordinator's registration and heartbeat responses and from a Trigger, Commit or Abort
+    call naming its current registration, never from GetExecutorStatus. Every request also names
     the executor registration it targets (executor_id, executor_generation), refused the
     same way when stale, since an address may be reused by a newer process. Requests about
     a task carry its task_generation and are refused for that task when stale.
 
-    Every RPC may also fail with INVALID_ARGUMENT (a missing or malformed field, named in
-    a google.rpc.BadRequest), UNAVAILABLE (the executor is starting or shutting down, or
-    Kafka is unreachable: retry), DEADLINE_EXCEEDED, and INTERNAL (an unexpected error,
-    whose text is logged, never sent).
+    Every RPC may also fail with INVALID_ARGUMENT (a missing or malformed field, or one
+    over its length or count limit, named in a google.rpc.BadRequest), RESOURCE_EXHAUSTED
+    (a request over 4 MiB, or 256 calls already held), UNAVAILABLE (the executor is
+    starting or shutting down, or Kafka is unreachable: retry), DEADLINE_EXCEEDED, and
+    INTERNAL (an unexpected error, whose text is logged, never sent).
     """
 
     @staticmethod

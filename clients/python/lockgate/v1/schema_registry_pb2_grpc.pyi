@@ -40,8 +40,10 @@ class SchemaRegistryServiceStub:
     and resolves global ids. Any number of replicas may serve one database.
 
     Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
-    DEADLINE_EXCEEDED and INTERNAL (an unexpected error, logged, never sent). Invalid
-    requests fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming the bad field.
+    RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held), DEADLINE_EXCEEDED
+    and INTERNAL (an unexpected error, logged, never sent). Invalid requests, and fields over
+    their length or count limit, fail with INVALID_ARGUMENT and a google.rpc.BadRequest
+    naming the bad field.
     Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
     code the REST API would answer (40401 subject not found, 40402 version not found, 40403
     schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
@@ -122,8 +124,10 @@ class SchemaRegistryServiceAsyncStub(SchemaRegistryServiceStub):
     and resolves global ids. Any number of replicas may serve one database.
 
     Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
-    DEADLINE_EXCEEDED and INTERNAL (an unexpected error, logged, never sent). Invalid
-    requests fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming the bad field.
+    RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held), DEADLINE_EXCEEDED
+    and INTERNAL (an unexpected error, logged, never sent). Invalid requests, and fields over
+    their length or count limit, fail with INVALID_ARGUMENT and a google.rpc.BadRequest
+    naming the bad field.
     Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
     code the REST API would answer (40401 subject not found, 40402 version not found, 40403
     schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
@@ -200,8 +204,10 @@ class SchemaRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
     and resolves global ids. Any number of replicas may serve one database.
 
     Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
-    DEADLINE_EXCEEDED and INTERNAL (an unexpected error, logged, never sent). Invalid
-    requests fail with INVALID_ARGUMENT and a google.rpc.BadRequest naming the bad field.
+    RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held), DEADLINE_EXCEEDED
+    and INTERNAL (an unexpected error, logged, never sent). Invalid requests, and fields over
+    their length or count limit, fail with INVALID_ARGUMENT and a google.rpc.BadRequest
+    naming the bad field.
     Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
     code the REST API would answer (40401 subject not found, 40402 version not found, 40403
     schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid

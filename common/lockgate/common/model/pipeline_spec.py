@@ -16,46 +16,21 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any
 
-from lockgate.common.errors import FieldViolation, InvalidArgument
 from lockgate.common.model.ids import PIPELINE_ID_PATTERN, PipelineId
+from lockgate.common.model.limits import MAX_SOURCE_TOPICS, MAX_TEXT_CHARS
+from lockgate.common.model.spec_checker import SpecChecker
 
-_E = TypeVar("_E", bound=enum.StrEnum)
+# Re-exported: callers take a spec's violations and error from the parser's module.
+from lockgate.common.model.spec_checker import SpecViolation as SpecViolation
+from lockgate.common.model.spec_checker import invalid_spec as invalid_spec
 
 MAX_CONCURRENT_CHECKPOINTS = 2
 """Checkpoints of one pipeline in flight at once (TRIGGERED or COMPLETE: N commits while
 N+1 pre-commits); `checkpoint.max_concurrent` accepts only this value (or 0 for it). It
 must stay below the transactional-id pool of a task (the coordinator's slots)."""
-
-
-@dataclass(frozen=True)
-class SpecViolation:
-    """One invalid config field: where it is, what is wrong, and how to fix it."""
-
-    field: str
-    """Dotted path into the config, e.g. `sink.kafka.topic` or `source.kafka.topics[1]`."""
-    description: str
-    """What is wrong with the value."""
-    fix: str
-    """What to write instead."""
-
-    def __str__(self) -> str:
-        return f"{self.field or '<config>'}: {self.description}; fix: {self.fix}"
-
-    def to_field_violation(self) -> FieldViolation:
-        """The `google.rpc.BadRequest` form: the fix is folded into the description."""
-        return FieldViolation(field=self.field, description=f"{self.description}; fix: {self.fix}")
-
-
-def invalid_spec(violations: Sequence[SpecViolation]) -> InvalidArgument:
-    """Return the InvalidArgument that reports every violation of a pipeline config."""
-    return InvalidArgument(
-        "invalid pipeline config: " + "; ".join(str(v) for v in violations),
-        violations=[v.to_field_violation() for v in violations],
-        reason="INVALID_PIPELINE_CONFIG",
-    )
 
 
 class RecordFormat(enum.StrEnum):
@@ -100,6 +75,9 @@ class KafkaSource:
     """Base URL of the schema registry's REST facade; required by the avro format."""
     key_format: RecordFormat = RecordFormat.BYTES
     """How record keys are decoded (bytes, string or json; avro keys are refused)."""
+    max_records_per_partition: int = 0
+    """Most records one checkpoint reads from one partition (0: the default,
+    `DEFAULT_MAX_RECORDS_PER_PARTITION`), so a backlog drains in checkpoints that each fit."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +109,12 @@ class KafkaSink:
     Avro values are written with the newest schema registered under `<topic>-value`."""
     key_format: RecordFormat = RecordFormat.BYTES
     """How record keys are encoded (bytes, string or json; avro keys are refused)."""
+    transactional_id_prefix: str | None = None
+    """The start of the producers' `transactional.id`s; None for `lockgate-<pipeline>`
+    (`PipelineSpec.transactional_id_prefix` gives the one in force)."""
+    transaction_timeout_ms: int = 0
+    """Kafka `transaction.timeout.ms` of the sink's transactions (0: the default,
+    `DEFAULT_TRANSACTION_TIMEOUT_MS`)."""
 
     @property
     def value_subject(self) -> str:
@@ -170,6 +154,11 @@ class PipelineSpec:
     """The pipeline needs no per-key order: one partition's range may be split over several
     Spark write partitions (producers) in a checkpoint, interleaving them in the output."""
 
+    @property
+    def transactional_id_prefix(self) -> str:
+        """The start of every `transactional.id` of the pipeline's producers."""
+        return self.sink.transactional_id_prefix or default_transactional_id_prefix(self.name)
+
     def to_json(self) -> dict[str, Any]:
         """Return the normalized config as JSON-ready values (what the store keeps)."""
         transform: dict[str, str] = {}
@@ -193,6 +182,7 @@ class PipelineSpec:
                     "format": self.source.format.value,
                     **_key_format_json(self.source.key_format),
                     **_registry_json(self.source.schema_registry_url),
+                    **_set_json("max_records_per_partition", self.source.max_records_per_partition),
                 }
             },
             "transform": transform,
@@ -203,6 +193,8 @@ class PipelineSpec:
                     "format": self.sink.format.value,
                     **_key_format_json(self.sink.key_format),
                     **_registry_json(self.sink.schema_registry_url),
+                    **_prefix_json(self.sink.transactional_id_prefix),
+                    **_set_json("transaction_timeout_ms", self.sink.transaction_timeout_ms),
                 }
             },
             "delivery": self.delivery.value,
@@ -218,117 +210,21 @@ class PipelineSpec:
 
 DEFAULT_CHECKPOINT_INTERVAL_MS = 1_000
 DEFAULT_CHECKPOINT_TIMEOUT_MS = 60_000
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+"""The sink's `transaction.timeout.ms` unless set: the broker's default cap (15 minutes)."""
+DEFAULT_MAX_RECORDS_PER_PARTITION = 50_000
+"""A checkpoint's records per partition unless set. A task copies about 5,000 records/s
+(100-byte values, bytes format, one executor core of a loaded 2-core machine;
+bench/backlog_drain.py), so a task of two partitions needs about 20 s at the cap: a third
+of the default 60 s `checkpoint.timeout_ms`, leaving room for a slower transform or a
+busier machine."""
 
 _TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_BOOTSTRAP_PATTERN = re.compile(r"^[^\s,:]+:\d{1,5}(,[^\s,:]+:\d{1,5})*$")
+_PREFIX_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,200}$")
 _REGISTRY_URL_PATTERN = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 _PYTHON_REF_PATTERN = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 )
-
-
-class _Checker:
-    """Collects violations while walking a raw config; never raises."""
-
-    def __init__(self) -> None:
-        self.violations: list[SpecViolation] = []
-
-    def add(self, field: str, description: str, fix: str) -> None:
-        self.violations.append(SpecViolation(field=field, description=description, fix=fix))
-
-    def mapping(
-        self, raw: Mapping[str, Any], key: str, path: str, *, required: bool
-    ) -> Mapping[str, Any] | None:
-        if key not in raw or raw[key] is None:
-            if required:
-                self.add(path, "is missing", f"add a `{path}` section")
-            return None
-        value = raw[key]
-        if not isinstance(value, Mapping):
-            self.add(
-                path, f"must be a mapping, got {type(value).__name__}", "write key: value pairs"
-            )
-            return None
-        return value
-
-    def unknown_keys(self, raw: Mapping[str, Any], allowed: Sequence[str], path: str) -> None:
-        for key in raw:
-            if key not in allowed:
-                where = f"{path}.{key}" if path else str(key)
-                self.add(
-                    where, "is not a known field", f"remove it or use one of: {', '.join(allowed)}"
-                )
-
-    def string(
-        self,
-        raw: Mapping[str, Any],
-        key: str,
-        path: str,
-        *,
-        required: bool,
-        pattern: re.Pattern[str] | None = None,
-        pattern_fix: str = "",
-    ) -> str | None:
-        if key not in raw or raw[key] is None:
-            if required:
-                self.add(path, "is missing", f"set `{path}`")
-            return None
-        value = raw[key]
-        if not isinstance(value, str) or not value.strip():
-            self.add(path, "must be a non-empty string", f"set `{path}` to a string")
-            return None
-        if pattern is not None and not pattern.match(value):
-            self.add(path, f"{value!r} is not valid", pattern_fix)
-            return None
-        return value
-
-    def bootstrap_servers(self, kafka: Mapping[str, Any], path: str) -> str | None:
-        """`<path>.bootstrap_servers`: required, `host:port[,host:port...]`."""
-        return self.string(
-            kafka,
-            "bootstrap_servers",
-            f"{path}.bootstrap_servers",
-            required=True,
-            pattern=_BOOTSTRAP_PATTERN,
-            pattern_fix="write host:port[,host:port...], e.g. 127.0.0.1:9092",
-        )
-
-    def choice(
-        self,
-        raw: Mapping[str, Any],
-        key: str,
-        path: str,
-        enum_type: type[_E],
-        default: _E | None,
-    ) -> _E | None:
-        choices = ", ".join(e.value for e in enum_type)
-        if key not in raw or raw[key] is None:
-            if default is None:
-                self.add(path, "is missing", f"set `{path}` to one of: {choices}")
-            return default
-        value = raw[key]
-        try:
-            return enum_type(value)
-        except ValueError:
-            self.add(path, f"{value!r} is not supported", f"use one of: {choices}")
-            return None
-
-    def positive_int(
-        self, raw: Mapping[str, Any], key: str, path: str, default: int, minimum: int
-    ) -> int | None:
-        if key not in raw or raw[key] is None:
-            return default
-        value = raw[key]
-        # bool is an int in Python; `tasks_max: true` is a mistake, not 1.
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.add(path, f"must be an integer, got {value!r}", f"set `{path}` to a whole number")
-            return None
-        if value < minimum:
-            self.add(
-                path, f"must be >= {minimum}, got {value}", f"set `{path}` to {minimum} or more"
-            )
-            return None
-        return value
 
 
 def validate_pipeline_spec(raw: object) -> list[SpecViolation]:
@@ -359,7 +255,7 @@ _TOP_LEVEL = (
 
 
 def _parse(raw: object) -> tuple[PipelineSpec | None, list[SpecViolation]]:
-    c = _Checker()
+    c = SpecChecker()
     if not isinstance(raw, Mapping):
         c.add(
             "",
@@ -395,6 +291,8 @@ def _parse(raw: object) -> tuple[PipelineSpec | None, list[SpecViolation]]:
     assert name is not None and source is not None and transform is not None
     assert sink is not None and delivery is not None and checkpoint is not None
     assert tasks_max is not None and errors is not None
+    if sink.transactional_id_prefix == default_transactional_id_prefix(name):
+        sink = replace(sink, transactional_id_prefix=None)  # one stored form per meaning
     return (
         PipelineSpec(
             name=PipelineId(name),
@@ -412,7 +310,7 @@ def _parse(raw: object) -> tuple[PipelineSpec | None, list[SpecViolation]]:
 
 
 def _single_kind(
-    c: _Checker, section: Mapping[str, Any], path: str, noun: str
+    c: SpecChecker, section: Mapping[str, Any], path: str, noun: str
 ) -> Mapping[str, Any] | None:
     """Sources and sinks are `{kind: {...}}`; only `kafka` exists so far."""
     kinds = list(section)
@@ -427,7 +325,7 @@ def _single_kind(
     return c.mapping(section, "kafka", f"{path}.kafka", required=True)
 
 
-def _parse_source(c: _Checker, raw: Mapping[str, Any]) -> KafkaSource | None:
+def _parse_source(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSource | None:
     section = c.mapping(raw, "source", "source", required=True)
     if section is None:
         return None
@@ -444,11 +342,15 @@ def _parse_source(c: _Checker, raw: Mapping[str, Any]) -> KafkaSource | None:
             "format",
             "key_format",
             "schema_registry_url",
+            "max_records_per_partition",
         ),
         path,
     )
     servers = c.bootstrap_servers(kafka, path)
     topics = _parse_topics(c, kafka, f"{path}.topics")
+    cap = c.positive_int(
+        kafka, "max_records_per_partition", f"{path}.max_records_per_partition", 0, 1
+    )
     starting = c.choice(
         kafka,
         "starting_offsets",
@@ -468,10 +370,11 @@ def _parse_source(c: _Checker, raw: Mapping[str, Any]) -> KafkaSource | None:
         format=fmt,
         schema_registry_url=registry,
         key_format=key_fmt,
+        max_records_per_partition=cap or DEFAULT_MAX_RECORDS_PER_PARTITION,
     )
 
 
-def _parse_topics(c: _Checker, raw: Mapping[str, Any], path: str) -> tuple[str, ...] | None:
+def _parse_topics(c: SpecChecker, raw: Mapping[str, Any], path: str) -> tuple[str, ...] | None:
     value = raw.get("topics")
     if value is None:
         c.add(path, "is missing", f"list the topics to read, e.g. `{path}: [orders]`")
@@ -479,7 +382,15 @@ def _parse_topics(c: _Checker, raw: Mapping[str, Any], path: str) -> tuple[str, 
     if isinstance(value, str) or not isinstance(value, Sequence) or not value:
         c.add(path, "must be a non-empty list of topic names", f"write `{path}: [orders]`")
         return None
+    if len(value) > MAX_SOURCE_TOPICS:
+        c.add(
+            path,
+            f"lists {len(value)} topics, more than the limit of {MAX_SOURCE_TOPICS}",
+            f"read at most {MAX_SOURCE_TOPICS} topics per pipeline; split it into several",
+        )
+        return None
     topics: list[str] = []
+    seen: set[str] = set()
     for i, topic in enumerate(value):
         if not isinstance(topic, str) or not _TOPIC_PATTERN.match(topic):
             c.add(
@@ -487,19 +398,20 @@ def _parse_topics(c: _Checker, raw: Mapping[str, Any], path: str) -> tuple[str, 
                 f"{topic!r} is not a valid Kafka topic name",
                 "use 1-249 characters from a-z A-Z 0-9 . _ -",
             )
-        elif topic in topics:
+        elif topic in seen:
             c.add(f"{path}[{i}]", f"topic {topic!r} is listed twice", "list each topic once")
         else:
             topics.append(topic)
+            seen.add(topic)
     return tuple(topics) if len(topics) == len(value) else None
 
 
-def _parse_transform(c: _Checker, raw: Mapping[str, Any]) -> Transform | None:
+def _parse_transform(c: SpecChecker, raw: Mapping[str, Any]) -> Transform | None:
     section = c.mapping(raw, "transform", "transform", required=False)
     if section is None:
         return Transform(sql=None, python=None)  # identity: records pass unchanged
     c.unknown_keys(section, ("sql", "python"), "transform")
-    sql = c.string(section, "sql", "transform.sql", required=False)
+    sql = c.string(section, "sql", "transform.sql", required=False, max_chars=MAX_TEXT_CHARS)
     python = c.string(
         section,
         "python",
@@ -514,7 +426,7 @@ def _parse_transform(c: _Checker, raw: Mapping[str, Any]) -> Transform | None:
     return Transform(sql=sql, python=python)
 
 
-def _parse_sink(c: _Checker, raw: Mapping[str, Any]) -> KafkaSink | None:
+def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
     section = c.mapping(raw, "sink", "sink", required=True)
     if section is None:
         return None
@@ -523,7 +435,17 @@ def _parse_sink(c: _Checker, raw: Mapping[str, Any]) -> KafkaSink | None:
         return None
     path = "sink.kafka"
     c.unknown_keys(
-        kafka, ("bootstrap_servers", "topic", "format", "key_format", "schema_registry_url"), path
+        kafka,
+        (
+            "bootstrap_servers",
+            "topic",
+            "format",
+            "key_format",
+            "schema_registry_url",
+            "transactional_id_prefix",
+            "transaction_timeout_ms",
+        ),
+        path,
     )
     servers = c.bootstrap_servers(kafka, path)
     topic = c.string(
@@ -537,7 +459,19 @@ def _parse_sink(c: _Checker, raw: Mapping[str, Any]) -> KafkaSink | None:
     fmt = c.choice(kafka, "format", f"{path}.format", RecordFormat, RecordFormat.BYTES)
     key_fmt = _parse_key_format(c, kafka, path)
     registry = _parse_registry_url(c, kafka, path, fmt)
-    if servers is None or topic is None or fmt is None or key_fmt is None:
+    prefix = c.string(
+        kafka,
+        "transactional_id_prefix",
+        f"{path}.transactional_id_prefix",
+        required=False,
+        pattern=_PREFIX_PATTERN,
+        pattern_fix="use 1-200 characters from a-z A-Z 0-9 . _ -",
+    )
+    # Below 1 s no checkpoint could commit; the broker refuses values above its cap.
+    txn_timeout = c.positive_int(
+        kafka, "transaction_timeout_ms", f"{path}.transaction_timeout_ms", 0, 1000
+    )
+    if servers is None or topic is None or fmt is None or key_fmt is None or txn_timeout is None:
         return None
     return KafkaSink(
         bootstrap_servers=servers,
@@ -545,7 +479,28 @@ def _parse_sink(c: _Checker, raw: Mapping[str, Any]) -> KafkaSink | None:
         format=fmt,
         schema_registry_url=registry,
         key_format=key_fmt,
+        transactional_id_prefix=prefix,
+        transaction_timeout_ms=txn_timeout or DEFAULT_TRANSACTION_TIMEOUT_MS,
     )
+
+
+def default_transactional_id_prefix(pipeline: str) -> str:
+    """`lockgate-<pipeline>`: the prefix of a pipeline that names none."""
+    return f"lockgate-{pipeline}"
+
+
+def _prefix_json(prefix: str | None) -> dict[str, str]:
+    return {} if prefix is None else {"transactional_id_prefix": prefix}
+
+
+def _set_json(key: str, value: int) -> dict[str, int]:
+    """`{key: value}` unless `value` is its default: the stored form of a spec that leaves
+    it unset stays what earlier versions stored."""
+    defaults = {
+        "max_records_per_partition": DEFAULT_MAX_RECORDS_PER_PARTITION,
+        "transaction_timeout_ms": DEFAULT_TRANSACTION_TIMEOUT_MS,
+    }
+    return {} if value == defaults[key] else {key: value}
 
 
 def _registry_json(url: str | None) -> dict[str, str]:
@@ -556,7 +511,7 @@ def _key_format_json(fmt: RecordFormat) -> dict[str, str]:
     return {} if fmt is RecordFormat.BYTES else {"key_format": fmt.value}
 
 
-def _parse_key_format(c: _Checker, kafka: Mapping[str, Any], path: str) -> RecordFormat | None:
+def _parse_key_format(c: SpecChecker, kafka: Mapping[str, Any], path: str) -> RecordFormat | None:
     """`key_format`: bytes (default), string or json; the avro codec needs a key subject,
     which no pipeline names, so avro keys are refused."""
     fmt = c.choice(kafka, "key_format", f"{path}.key_format", RecordFormat, RecordFormat.BYTES)
@@ -570,7 +525,7 @@ def _parse_key_format(c: _Checker, kafka: Mapping[str, Any], path: str) -> Recor
     return fmt
 
 
-def _parse_bool(c: _Checker, raw: Mapping[str, Any], key: str) -> bool:
+def _parse_bool(c: SpecChecker, raw: Mapping[str, Any], key: str) -> bool:
     value = raw.get(key)
     if value is None:
         return False
@@ -581,7 +536,7 @@ def _parse_bool(c: _Checker, raw: Mapping[str, Any], key: str) -> bool:
 
 
 def _parse_registry_url(
-    c: _Checker, kafka: Mapping[str, Any], path: str, fmt: RecordFormat | None
+    c: SpecChecker, kafka: Mapping[str, Any], path: str, fmt: RecordFormat | None
 ) -> str | None:
     """`schema_registry_url`: an http(s) URL, required when the format is avro."""
     url = c.string(
@@ -601,7 +556,7 @@ def _parse_registry_url(
     return url.rstrip("/") if url is not None else None
 
 
-def _parse_checkpoint(c: _Checker, raw: Mapping[str, Any]) -> CheckpointConfig | None:
+def _parse_checkpoint(c: SpecChecker, raw: Mapping[str, Any]) -> CheckpointConfig | None:
     section = c.mapping(raw, "checkpoint", "checkpoint", required=False) or {}
     c.unknown_keys(section, ("interval_ms", "timeout_ms"), "checkpoint")
     interval = c.positive_int(
@@ -615,7 +570,7 @@ def _parse_checkpoint(c: _Checker, raw: Mapping[str, Any]) -> CheckpointConfig |
     return CheckpointConfig(interval_ms=interval, timeout_ms=timeout)
 
 
-def _parse_errors(c: _Checker, raw: Mapping[str, Any]) -> ErrorsConfig | None:
+def _parse_errors(c: SpecChecker, raw: Mapping[str, Any]) -> ErrorsConfig | None:
     section = c.mapping(raw, "errors", "errors", required=False) or {}
     c.unknown_keys(section, ("tolerance", "dead_letter_topic"), "errors")
     tolerance = c.choice(

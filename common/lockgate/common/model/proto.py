@@ -181,7 +181,7 @@ def raw_spec_from_proto(
     if spec.name:
         raw["name"] = spec.name
     if spec.HasField("source"):
-        raw["source"] = _raw_source(spec.source, extra)
+        raw["source"] = _raw_source(spec.source, extra, written)
     if spec.HasField("transform"):
         kind = spec.transform.WhichOneof("transform")
         if kind == "sql":
@@ -189,7 +189,7 @@ def raw_spec_from_proto(
         elif kind == "python":
             raw["transform"] = {"python": spec.transform.python}
     if spec.HasField("sink"):
-        raw["sink"] = _raw_sink(spec.sink, extra)
+        raw["sink"] = _raw_sink(spec.sink, extra, written)
     if spec.delivery:
         raw["delivery"] = _enum_value(_DELIVERY_FROM_PB, spec.delivery, "delivery", extra)
     if spec.HasField("checkpoint"):
@@ -210,9 +210,11 @@ def raw_spec_from_proto(
     return raw, extra
 
 
-def _raw_source(source: common_pb2.SourceSpec, extra: list[SpecViolation]) -> dict[str, Any]:
+def _raw_source(
+    source: common_pb2.SourceSpec, extra: list[SpecViolation], written: Collection[str]
+) -> dict[str, Any]:
     if source.WhichOneof("source") == "kafka":
-        return {"kafka": _raw_kafka_source(source.kafka, extra)}
+        return {"kafka": _raw_kafka_source(source.kafka, extra, written)}
     extra.extend(
         SpecViolation(
             "source",
@@ -224,9 +226,11 @@ def _raw_source(source: common_pb2.SourceSpec, extra: list[SpecViolation]) -> di
     return {}
 
 
-def _raw_sink(sink: common_pb2.SinkSpec, extra: list[SpecViolation]) -> dict[str, Any]:
+def _raw_sink(
+    sink: common_pb2.SinkSpec, extra: list[SpecViolation], written: Collection[str]
+) -> dict[str, Any]:
     if sink.WhichOneof("sink") == "kafka":
-        return {"kafka": _raw_kafka_sink(sink.kafka, extra)}
+        return {"kafka": _raw_kafka_sink(sink.kafka, extra, written)}
     unknown = _unknown_kinds(sink)
     extra.extend(
         SpecViolation(
@@ -263,7 +267,7 @@ def _raw_checkpoint(
 
 
 def _raw_kafka_source(
-    source: common_pb2.KafkaSourceSpec, extra: list[SpecViolation]
+    source: common_pb2.KafkaSourceSpec, extra: list[SpecViolation], written: Collection[str]
 ) -> dict[str, Any]:
     path = "source.kafka"
     raw: dict[str, Any] = {}
@@ -277,26 +281,14 @@ def _raw_kafka_source(
         )
     if source.HasField("format"):
         raw.update(_raw_format(source.format, f"{path}.format", extra))
-    if source.max_records_per_partition < 0:
-        extra.append(
-            SpecViolation(
-                f"{path}.max_records_per_partition",
-                f"must be >= 0, got {source.max_records_per_partition}",
-                "set 0 for no bound, or a positive record count",
-            )
-        )
-    elif source.max_records_per_partition > 0:
-        extra.append(
-            SpecViolation(
-                f"{path}.max_records_per_partition",
-                "is not supported by this coordinator version yet",
-                "leave it at 0 (no bound)",
-            )
-        )
+    if source.max_records_per_partition or f"{path}.max_records_per_partition" in written:
+        raw["max_records_per_partition"] = source.max_records_per_partition
     return raw
 
 
-def _raw_kafka_sink(sink: common_pb2.KafkaSinkSpec, extra: list[SpecViolation]) -> dict[str, Any]:
+def _raw_kafka_sink(
+    sink: common_pb2.KafkaSinkSpec, extra: list[SpecViolation], written: Collection[str]
+) -> dict[str, Any]:
     path = "sink.kafka"
     raw: dict[str, Any] = {}
     if sink.bootstrap_servers:
@@ -305,22 +297,10 @@ def _raw_kafka_sink(sink: common_pb2.KafkaSinkSpec, extra: list[SpecViolation]) 
         raw["topic"] = sink.topic
     if sink.HasField("format"):
         raw.update(_raw_format(sink.format, f"{path}.format", extra))
-    if sink.transaction_timeout_ms < 0:
-        extra.append(
-            SpecViolation(
-                f"{path}.transaction_timeout_ms",
-                f"must be >= 0, got {sink.transaction_timeout_ms}",
-                "set 0 for the default (900000 ms) or a positive duration",
-            )
-        )
-    elif sink.transaction_timeout_ms > 0:
-        extra.append(
-            SpecViolation(
-                f"{path}.transaction_timeout_ms",
-                "is not supported by this coordinator version yet",
-                "leave it at 0 (the broker's cap, 900000 ms)",
-            )
-        )
+    if sink.transactional_id_prefix:
+        raw["transactional_id_prefix"] = sink.transactional_id_prefix
+    if sink.transaction_timeout_ms or f"{path}.transaction_timeout_ms" in written:
+        raw["transaction_timeout_ms"] = sink.transaction_timeout_ms
     return raw
 
 
@@ -394,6 +374,7 @@ def spec_to_proto(spec: PipelineSpec) -> common_pb2.PipelineSpec:
                 format=_format_to_proto(
                     source.format, source.key_format, source.schema_registry_url
                 ),
+                max_records_per_partition=source.max_records_per_partition,
             )
         ),
         sink=common_pb2.SinkSpec(
@@ -401,6 +382,8 @@ def spec_to_proto(spec: PipelineSpec) -> common_pb2.PipelineSpec:
                 bootstrap_servers=sink.bootstrap_servers,
                 topic=sink.topic,
                 format=_format_to_proto(sink.format, sink.key_format, sink.schema_registry_url),
+                transactional_id_prefix=spec.transactional_id_prefix,
+                transaction_timeout_ms=sink.transaction_timeout_ms,
             )
         ),
         delivery=_DELIVERY_TO_PB[spec.delivery],  # type: ignore[arg-type]

@@ -8,13 +8,14 @@ fields are validated here by their proto paths (InvalidArgument naming the field
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from google.protobuf import timestamp_pb2
 
 from lockgate.common.errors import FieldViolation
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import (
+    PIPELINE_ID_PATTERN,
     CheckpointId,
     ExecutorId,
     Generation,
@@ -26,6 +27,7 @@ from lockgate.common.model.proto import (
     handle_from_proto,
     handle_to_proto,
     offset_range_from_proto,
+    offset_range_to_proto,
     spec_to_proto,
     task_id_from_proto,
     task_id_to_proto,
@@ -33,6 +35,7 @@ from lockgate.common.model.proto import (
 from lockgate.coordinator.domain.aborts import MissingPrecommit
 from lockgate.coordinator.domain.assignment import ExecutorLiveness
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit, RestoreState
+from lockgate.coordinator.domain.data_loss import PipelineHealth
 from lockgate.coordinator.domain.errors import InvalidArgument
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PartitionOffset, PipelineRecord, TaskRecord
@@ -64,9 +67,15 @@ CHECKPOINT_STATE_TO_PB: Mapping[CheckpointState, int] = {
     CheckpointState.COMPLETE: common_pb2.CHECKPOINT_STATE_COMPLETE,
     CheckpointState.COMMITTED: common_pb2.CHECKPOINT_STATE_COMMITTED,
     CheckpointState.ABORTED: common_pb2.CHECKPOINT_STATE_ABORTED,
+    CheckpointState.DATA_LOST: common_pb2.CHECKPOINT_STATE_DATA_LOST,
 }
 CHECKPOINT_STATE_FROM_PB: Mapping[int, CheckpointState] = {
     v: k for k, v in CHECKPOINT_STATE_TO_PB.items()
+}
+
+PIPELINE_HEALTH_TO_PB: Mapping[PipelineHealth, int] = {
+    PipelineHealth.OK: coordinator_pb2.PIPELINE_HEALTH_OK,
+    PipelineHealth.FAILED: coordinator_pb2.PIPELINE_HEALTH_FAILED,
 }
 
 _DEFAULT_PAGE = 100
@@ -147,8 +156,16 @@ def _duration(start: int | None, end: int | None) -> int:
     return end - start if start is not None and end is not None else 0
 
 
-def checkpoint_to_proto(record: CheckpointRecord, *, detailed: bool) -> common_pb2.Checkpoint:
-    """The Checkpoint resource with its timings; `detailed` adds each task's part."""
+def checkpoint_to_proto(
+    record: CheckpointRecord,
+    *,
+    detailed: bool,
+    lost_ranges: Sequence[OffsetRange] = (),
+    task_ranges: Mapping[TaskId, Sequence[OffsetRange]] | None = None,
+) -> common_pb2.Checkpoint:
+    """The Checkpoint resource with its timings; `detailed` adds each task's part (with
+    its source ranges from `task_ranges`); a DATA_LOST one carries its error and
+    `lost_ranges`."""
     end = record.committed_at_ms if record.committed_at_ms is not None else record.aborted_at_ms
     result = common_pb2.Checkpoint(
         pipeline_name=record.pipeline_id,
@@ -163,6 +180,9 @@ def checkpoint_to_proto(record: CheckpointRecord, *, detailed: bool) -> common_p
         commit_duration_ms=_duration(record.completed_at_ms, record.committed_at_ms),
         total_duration_ms=_duration(record.triggered_at_ms, end),
         abort_reason=record.abort_reason or "",
+        data_loss_error=record.data_loss_error or "",
+        data_loss_time=timestamp(record.data_lost_at_ms),
+        lost_ranges=[offset_range_to_proto(r) for r in lost_ranges],
     )
     if detailed:
         for trigger in record.tasks:
@@ -172,6 +192,10 @@ def checkpoint_to_proto(record: CheckpointRecord, *, detailed: bool) -> common_p
                     task_generation=trigger.task_generation,
                     executor_id=trigger.executor_id or "",
                     state=_task_checkpoint_state(record, trigger.task_id),  # type: ignore[arg-type]
+                    source_ranges=[
+                        offset_range_to_proto(r)
+                        for r in (task_ranges or {}).get(trigger.task_id, ())
+                    ],
                 )
             )
     return result
@@ -198,6 +222,10 @@ def _task_checkpoint_state(record: CheckpointRecord, task: TaskId) -> int:
         return common_pb2.TASK_CHECKPOINT_STATE_COMMITTED
     if record.state is CheckpointState.ABORTED:
         return common_pb2.TASK_CHECKPOINT_STATE_ABORTED
+    if record.state is CheckpointState.DATA_LOST:
+        if task in record.lost_tasks:
+            return common_pb2.TASK_CHECKPOINT_STATE_FAILED
+        return common_pb2.TASK_CHECKPOINT_STATE_COMMITTED
     if task in record.precommitted:
         return common_pb2.TASK_CHECKPOINT_STATE_PRECOMMITTED
     return common_pb2.TASK_CHECKPOINT_STATE_TRIGGERED
@@ -280,14 +308,26 @@ def page_size(value: int, field_path: str = "page_size") -> int:
     return min(value or _DEFAULT_PAGE, _MAX_PAGE)
 
 
+_INT_TOKEN = re.compile(r"^[0-9]{1,18}$")
+_NOT_ISSUED = "is not a token this server returned; pass next_page_token unchanged"
+
+
 def int_token(token: str, field_path: str = "page_token") -> int | None:
+    """The position a numeric page token (ListTasks, ListCheckpoints) names; None for the
+    first page. InvalidArgument for anything the server never issues ('²', '-1', '1e9')."""
     if not token:
         return None
-    if not token.isdigit():
-        raise InvalidArgument.for_field(
-            field_path, "is not a token this server returned; pass next_page_token unchanged"
-        )
+    if not _INT_TOKEN.match(token):
+        raise InvalidArgument.for_field(field_path, _NOT_ISSUED)
     return int(token)
+
+
+def name_token(token: str, field_path: str = "page_token") -> str:
+    """A ListPipelines page token: the last pipeline name of the previous page, so it has
+    a pipeline name's shape; InvalidArgument otherwise."""
+    if token and not PIPELINE_ID_PATTERN.match(token):
+        raise InvalidArgument.for_field(field_path, _NOT_ISSUED)
+    return token
 
 
 def require(value: str, field_path: str, what: str) -> str:

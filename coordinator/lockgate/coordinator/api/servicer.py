@@ -34,6 +34,7 @@ from lockgate.common.model.proto import (
 from lockgate.coordinator.api.convert import (
     CHECKPOINT_STATE_FROM_PB,
     CHECKPOINT_STATE_TO_PB,
+    PIPELINE_HEALTH_TO_PB,
     TARGET_STATE_FROM_PB,
     TARGET_STATE_TO_PB,
     TASK_STATE_FROM_PB,
@@ -43,6 +44,7 @@ from lockgate.coordinator.api.convert import (
     executor_to_proto,
     int_token,
     missing_precommit_to_proto,
+    name_token,
     page_size,
     partition_offsets_to_proto,
     pipeline_to_proto,
@@ -221,7 +223,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> coordinator_pb2.ListPipelinesResponse:
         """Any replica: pipelines ordered by name, a page at a time."""
         records, token = self.herder.pipelines.list_pipelines(
-            page_size=page_size(request.page_size), page_token=request.page_token
+            page_size=page_size(request.page_size), page_token=name_token(request.page_token)
         )
         return coordinator_pb2.ListPipelinesResponse(
             pipelines=[pipeline_to_proto(r) for r in records], next_page_token=token
@@ -331,10 +333,22 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     def RestartPipeline(
         self, request: coordinator_pb2.RestartPipelineRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.RestartPipelineResponse:
-        """Leader only: re-plan the tasks; with include_tasks, new generations."""
+        """Leader only: re-plan the tasks; with include_tasks, new generations; with
+        from_checkpoint_id, past the pipeline's DATA_LOST checkpoint."""
         name = require(request.name, "name", "the pipeline's name")
+        if request.from_checkpoint_id < 0:
+            raise InvalidArgument.for_field(
+                "from_checkpoint_id",
+                f"must be >= 0, got {request.from_checkpoint_id}; name the DATA_LOST"
+                " checkpoint `pipeline status` shows, or 0 for an ordinary restart",
+            )
         pipeline, restarted = self.herder.pipelines.restart(
-            PipelineId(name), include_tasks=request.include_tasks, only_failed=request.only_failed
+            PipelineId(name),
+            include_tasks=request.include_tasks,
+            only_failed=request.only_failed,
+            from_checkpoint=CheckpointId(request.from_checkpoint_id)
+            if request.from_checkpoint_id
+            else None,
         )
         return coordinator_pb2.RestartPipelineResponse(
             pipeline=pipeline_to_proto(pipeline),
@@ -373,6 +387,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         response.last_abort_missing_tasks.extend(
             missing_precommit_to_proto(m) for m in status.missing_precommits
         )
+        response.health = PIPELINE_HEALTH_TO_PB[status.health]  # type: ignore[assignment]
+        if status.data_lost is not None:
+            response.data_lost_checkpoint.CopyFrom(
+                checkpoint_to_proto(
+                    status.data_lost, detailed=False, lost_ranges=status.lost_ranges
+                )
+            )
+        response.warnings.extend(status.warnings)
         progress_to_proto(self.herder.progress.measure(pipeline), response)
         return response
 
@@ -483,11 +505,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> coordinator_pb2.GetCheckpointResponse:
         """Any replica: one checkpoint with each task's part."""
         name = require(request.pipeline_name, "pipeline_name", "the pipeline's name")
-        record = self.herder.checkpoints.get_checkpoint(
+        record, ranges = self.herder.checkpoints.get_checkpoint_with_ranges(
             pipeline_id=PipelineId(name), checkpoint_id=CheckpointId(request.checkpoint_id)
         )
         return coordinator_pb2.GetCheckpointResponse(
-            checkpoint=checkpoint_to_proto(record, detailed=True)
+            checkpoint=checkpoint_to_proto(record, detailed=True, task_ranges=ranges)
         )
 
     # ------------------------------------------------------------------ reports

@@ -94,6 +94,18 @@ class CheckpointRecord:
     committed_at_ms: int | None
     aborted_at_ms: int | None
     abort_reason: str | None
+    data_loss_error: str | None = None
+    """Set when DATA_LOST: the broker's answer to the commit that failed for good."""
+    data_lost_at_ms: int | None = None
+    data_loss_resolved: bool = False
+    """An operator moved the pipeline past this DATA_LOST checkpoint (restart or reset)."""
+    lost_tasks: frozenset[TaskId] = frozenset()
+    """The tasks whose transactions the broker aborted (their ranges are lost)."""
+
+    @property
+    def blocks_pipeline(self) -> bool:
+        """DATA_LOST and not moved past yet: the pipeline is FAILED, nothing triggers."""
+        return self.state is CheckpointState.DATA_LOST and not self.data_loss_resolved
 
     @property
     def task_ids(self) -> frozenset[TaskId]:
@@ -297,7 +309,7 @@ def plan_trigger(
                 task_generation=task.generation,
                 executor_id=task.executor_id,
                 transactional_id=transactional_id(
-                    pipeline_id, task.task_index, task.generation, slot
+                    pipeline.spec.transactional_id_prefix, task.task_index, task.generation, slot
                 ),
                 slot=slot,
             )
@@ -441,8 +453,10 @@ def trigger_due(
     reported by that very executor (a trigger to a task not running yet would only time
     out); no transaction of an aborted checkpoint of it is still to be aborted (the next
     checkpoint's producers could otherwise find them open); none of `recent` (its latest
-    checkpoints, newest first) is still TRIGGERED; and `should_trigger` agrees (interval,
-    in-flight limit). `trigger_checkpoint` re-checks what it can inside its transaction.
+    checkpoints, newest first) is still TRIGGERED or an unresolved DATA_LOST one (the
+    pipeline is FAILED until an operator moves past it; nothing newer can exist); and
+    `should_trigger` agrees (interval, in-flight limit). `trigger_checkpoint` re-checks
+    what it can inside its transaction.
     """
     if pipeline.target_state is not TargetState.RUNNING or not tasks or has_lingering:
         return False
@@ -453,7 +467,7 @@ def trigger_due(
         for t in tasks
     ):
         return False
-    if any(c.state is CheckpointState.TRIGGERED for c in recent):
+    if any(c.state is CheckpointState.TRIGGERED or c.blocks_pipeline for c in recent):
         return False
     return should_trigger(
         last_triggered_at_ms=recent[0].triggered_at_ms if recent else None,

@@ -8,8 +8,16 @@ A report is checked against what was asked, before anything of it is stored:
   whose task moved since the trigger is refused, not merely told N aborted;
 - a task that already pre-committed N is a retried report: accepted, nothing new stored;
 - otherwise N must still be TRIGGERED (an ABORTED one: the executor aborts its handles);
-- every Kafka handle is on the transactional id N allotted to the task, or one of its
-  write partitions' `<allotted>-<k>` ids.
+- what the report brings matches what N asked (`check_precommit_content`, INVALID_ARGUMENT
+  naming each field that does not): each offset range is of one of the task's own
+  partitions, listed once, and starts where the pipeline resumes that partition (the end
+  of the last COMPLETE checkpoint, or a reset: what the trigger sent); every Kafka handle
+  is on the transactional id N allotted to the task, or one of its write partitions'
+  `<allotted>-<k>` ids, and names the pipeline's sink cluster or none (the coordinator
+  stores no caller-chosen `bootstrap_servers`: it sends the pipeline's).
+  The trigger carries no end offsets (the executor snapshots each partition's end when its
+  batch starts), so an end offset is bounded only by its start; checking it against the
+  broker's high watermark would put a Kafka call on every report.
 The store reads the snapshot (the checkpoints, executor generations and tasks the reports
 name) inside its fenced transaction, calls `accept_precommits`, and writes what it returns.
 """
@@ -21,8 +29,14 @@ from collections.abc import Mapping, Sequence
 
 from lockgate.common.kafka_transactions import belongs_to_slot
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
+from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit, TaskTrigger
-from lockgate.coordinator.domain.errors import FailedPrecondition, NotFound
+from lockgate.coordinator.domain.errors import (
+    FailedPrecondition,
+    FieldViolation,
+    InvalidArgument,
+    NotFound,
+)
 from lockgate.coordinator.domain.membership import (
     check_executor_session,
     check_generation,
@@ -48,13 +62,19 @@ def accept_precommits(
     checkpoints: Mapping[CheckpointKey, CheckpointRecord | None],
     executor_generations: Mapping[ExecutorId, Generation],
     tasks: Mapping[TaskId, TaskRecord],
+    resume_offsets: Mapping[CheckpointKey, Mapping[TopicPartition, int]],
+    sink_servers: Mapping[PipelineId, str],
 ) -> dict[CheckpointKey, tuple[Precommit, ...]]:
     """Check every report; return the new ones to store, per checkpoint (all or nothing).
 
     `checkpoints` holds each reported checkpoint (None: it does not exist),
     `executor_generations` the current generation of each registered executor named,
-    `tasks` each reported task. Raises NotFound, StaleGeneration or FailedPrecondition
-    for the first refused report (checkpoints in order); retried reports are left out.
+    `tasks` each reported task, `resume_offsets` where each reported checkpoint starts each
+    partition that has a known start (where the previous checkpoint ended; partitions of a
+    pipeline without a complete checkpoint yet start where `starting_offsets` resolves, and
+    are absent), `sink_servers` each pipeline's sink cluster.
+    Raises NotFound, StaleGeneration, FailedPrecondition or InvalidArgument for the first
+    refused report (checkpoints in order); retried reports are left out.
     """
     accepted: dict[CheckpointKey, tuple[Precommit, ...]] = {}
     for key, group in sorted(group_by_checkpoint(precommits).items()):
@@ -72,7 +92,14 @@ def accept_precommits(
             trigger = _check_reporter(p, checkpoint, triggers, executor_generations, tasks)
             if p.task_id in checkpoint.precommitted or p.task_id in fresh:
                 continue  # a retried report
-            _check_new_precommit(p, checkpoint, trigger)
+            _check_still_triggered(checkpoint)
+            check_precommit_content(
+                p,
+                allotted=trigger.transactional_id,
+                partitions=tasks[p.task_id].partitions,
+                resume_offsets=resume_offsets.get(key, {}),
+                sink_servers=sink_servers.get(p.pipeline_id, ""),
+            )
             fresh[p.task_id] = p
         if fresh:
             accepted[key] = tuple(fresh.values())
@@ -119,22 +146,85 @@ def _check_reporter(
     return trigger
 
 
-def _check_new_precommit(p: Precommit, checkpoint: CheckpointRecord, trigger: TaskTrigger) -> None:
-    """Check what a first report of the task brings: N still open, its own ids."""
+def _check_still_triggered(checkpoint: CheckpointRecord) -> None:
+    """A first report of a task needs N still open."""
     if checkpoint.state is not CheckpointState.TRIGGERED:
         raise FailedPrecondition(
             f"checkpoint {checkpoint.checkpoint_id} of {checkpoint.pipeline_id!r} is "
             f"{checkpoint.state.value}; abort this pre-commit's transactions",
             reason="CHECKPOINT_NOT_TRIGGERED",
         )
-    allotted = trigger.transactional_id
-    for handle in p.handles:
-        # The allotted id is the task's prefix: its Spark write partition k writes with
-        # "<allotted>-<k>" (one producer per write partition).
+
+
+def check_precommit_content(
+    p: Precommit,
+    *,
+    allotted: str,
+    partitions: Sequence[TopicPartition],
+    resume_offsets: Mapping[TopicPartition, int],
+    sink_servers: str,
+) -> None:
+    """Check that a report's ranges and handles are what its trigger asked (see the module
+    docstring); InvalidArgument (reason `PRECOMMIT_MISMATCH`) names every field that is not,
+    by its ReportPrecommitRequest path."""
+    violations = _range_violations(p, partitions, resume_offsets)
+    for i, handle in enumerate(p.handles):
+        field = f"sink_handles[{i}].kafka"
+        # Spark write partition k of the task writes with "<allotted>-<k>".
         if not belongs_to_slot(handle.transactional_id, allotted):
-            raise FailedPrecondition(
-                f"handle uses transactional id {handle.transactional_id!r} but "
-                f"checkpoint {checkpoint.checkpoint_id} allotted {allotted!r} to task "
-                f"{p.task_id}",
-                reason="WRONG_TRANSACTIONAL_ID",
+            violations.append(
+                FieldViolation(
+                    f"{field}.transactional_id",
+                    f"{handle.transactional_id!r} is not the id checkpoint "
+                    f"{p.checkpoint_id} allotted to task {p.task_id} ({allotted!r}, or "
+                    f"{allotted!r}-<write partition>)",
+                )
             )
+        if handle.bootstrap_servers and handle.bootstrap_servers != sink_servers:
+            violations.append(
+                FieldViolation(
+                    f"{field}.bootstrap_servers",
+                    f"{handle.bootstrap_servers!r} is not the pipeline's sink cluster "
+                    f"{sink_servers!r}; leave it empty or name that cluster",
+                )
+            )
+    if violations:
+        raise InvalidArgument(
+            f"pre-commit of task {p.task_id} does not match checkpoint {p.checkpoint_id}'s "
+            "trigger: " + "; ".join(f"{v.field}: {v.description}" for v in violations),
+            violations=violations,
+            reason="PRECOMMIT_MISMATCH",
+        )
+
+
+def _range_violations(
+    p: Precommit,
+    partitions: Sequence[TopicPartition],
+    resume_offsets: Mapping[TopicPartition, int],
+) -> list[FieldViolation]:
+    own = set(partitions)
+    seen: set[TopicPartition] = set()
+    violations: list[FieldViolation] = []
+    for i, r in enumerate(p.offsets):
+        tp = r.topic_partition
+        where = f"{tp.topic}[{tp.partition}]"
+        if tp not in own:
+            mine = ", ".join(f"{o.topic}[{o.partition}]" for o in sorted(own)) or "none"
+            violations.append(
+                FieldViolation(
+                    f"source_ranges[{i}]",
+                    f"{where} is not a partition of task {p.task_id} (its partitions: {mine})",
+                )
+            )
+        elif tp in seen:
+            violations.append(FieldViolation(f"source_ranges[{i}]", f"{where} is reported twice"))
+        elif tp in resume_offsets and r.start_offset != resume_offsets[tp]:
+            violations.append(
+                FieldViolation(
+                    f"source_ranges[{i}].start_offset",
+                    f"is {r.start_offset}, but {where} resumes at {resume_offsets[tp]} (where "
+                    "the previous checkpoint ended, as the trigger said)",
+                )
+            )
+        seen.add(tp)
+    return violations

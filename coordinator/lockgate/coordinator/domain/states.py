@@ -45,7 +45,12 @@ class CheckpointState(enum.StrEnum):
     COMMITTED = "COMMITTED"
     """Every sink handle of N acknowledged its commit. Final."""
     ABORTED = "ABORTED"
-    """Failed, timed out, or an earlier checkpoint aborted. Final."""
+    """Failed, timed out, or an earlier checkpoint aborted (or lost its data). Final."""
+    DATA_LOST = "DATA_LOST"
+    """COMPLETE, but the broker aborted some of its transactions before they were
+    committed (`transaction.timeout.ms` passed), or an earlier checkpoint's: those records
+    never reach the sink. Final; its pipeline triggers nothing until an operator moves
+    past it (`domain/data_loss.py`)."""
 
 
 class LeaseRole(enum.StrEnum):
@@ -120,11 +125,16 @@ TASK_STATE_TRANSITIONS: Mapping[TaskState, frozenset[TaskState]] = {
 
 CHECKPOINT_TRANSITIONS: Mapping[CheckpointState, frozenset[CheckpointState]] = {
     CheckpointState.TRIGGERED: frozenset({CheckpointState.COMPLETE, CheckpointState.ABORTED}),
-    # COMPLETE is the commit point: it never aborts; re-marking it is a retried write.
-    CheckpointState.COMPLETE: frozenset({CheckpointState.COMPLETE, CheckpointState.COMMITTED}),
+    # COMPLETE is the commit point: it never aborts; re-marking it is a retried write. It
+    # goes DATA_LOST when the broker aborted its transactions first, or when an earlier
+    # checkpoint of its pipeline did (committing it would leave a gap before its records).
+    CheckpointState.COMPLETE: frozenset(
+        {CheckpointState.COMPLETE, CheckpointState.COMMITTED, CheckpointState.DATA_LOST}
+    ),
     # Commit is retried until acked, possibly by a new leader: repeating it is a no-op.
     CheckpointState.COMMITTED: frozenset({CheckpointState.COMMITTED}),
     CheckpointState.ABORTED: frozenset({CheckpointState.ABORTED}),
+    CheckpointState.DATA_LOST: frozenset({CheckpointState.DATA_LOST}),
 }
 
 LEASE_ROLE_TRANSITIONS: Mapping[LeaseRole, frozenset[LeaseRole]] = {
@@ -157,7 +167,8 @@ def transition_checkpoint(current: CheckpointState, target: CheckpointState) -> 
     """Apply a checkpoint transition; IllegalTransition if the table forbids it.
 
     In particular COMPLETE -> ABORTED is refused: once the commit point is written the
-    checkpoint's transactions must be committed, whatever fails afterwards.
+    checkpoint's transactions must be committed, whatever fails afterwards (or, if the
+    broker lost them, the checkpoint is DATA_LOST, never ABORTED).
     """
     return _apply("checkpoint", CHECKPOINT_TRANSITIONS, current, target)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from lockgate.common.model.limits import MAX_TASK_PARTITIONS
 from lockgate.common.model.offsets import TopicPartition
+from lockgate.coordinator.domain.errors import InvalidArgument
 
 
 @dataclass(frozen=True)
@@ -40,3 +42,17 @@ def split_partitions(partitions: Iterable[TopicPartition], tasks_max: int) -> li
         splits.append(TaskSplit(index=index, partitions=tuple(ordered[start : start + size])))
         start += size
     return splits
+
+
+def check_partitions_per_task(partition_count: int, tasks_max: int) -> None:
+    """InvalidArgument on `tasks_max` if `split_partitions` would give a task more than
+    `MAX_TASK_PARTITIONS` partitions: its pre-commit report could never be accepted."""
+    largest = -(-partition_count // max(1, tasks_max))
+    if largest > MAX_TASK_PARTITIONS:
+        needed = -(-partition_count // MAX_TASK_PARTITIONS)
+        raise InvalidArgument.for_field(
+            "tasks_max",
+            f"the source topics have {partition_count} partitions: with tasks_max {tasks_max} a "
+            f"task would read {largest}, more than the limit of {MAX_TASK_PARTITIONS} per task; "
+            f"set tasks_max to {needed} or more",
+        )

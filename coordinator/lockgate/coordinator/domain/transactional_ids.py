@@ -1,8 +1,19 @@
 """Kafka `transactional.id` allocation per task generation and slot.
 
-The id of task `t` of pipeline `p`, at task generation `g`, in slot `s` is
-`lockgate-<p>-<t>-g<g>-<s>`; its Spark write partition k writes with `<that id>-<k>`.
-Each task owns a small pool of slots (`TRANSACTIONAL_ID_SLOTS`) per generation.
+The id of task `t` of a pipeline whose prefix is `P` (`sink.kafka.transactional_id_prefix`,
+by default `lockgate-<pipeline>`), at task generation `g`, in slot `s` is `P-<t>-g<g>-<s>`;
+its Spark write partition k writes with `<that id>-<k>`. Each task owns a small pool of
+slots (`TRANSACTIONAL_ID_SLOTS`) per generation.
+
+Why two pipelines' ids never collide: read from its end, an id has exactly one parse. Its
+last "-"-separated fields are either `<t>`, `g<g>`, `<s>` or `<t>`, `g<g>`, `<s>`, `<k>`
+(digits, and `g` followed by digits); the second from the end is `g<g>` in the first form
+and digits in the second, so no id has both forms, and the prefix is whatever precedes
+those fields, whatever "-" it holds. Equal ids thus mean equal (prefix, t, g, s, k). The
+prefix is the one thing that could be shared, so the leader refuses a prefix another
+pipeline has (`check_prefix_free`); default prefixes differ because pipeline names do.
+(Before generations, ids were `lockgate-<p>-<t>-<s>`, with no such parse: pipeline `a-1`'s
+`lockgate-a-1-0-0` was also a write id of pipeline `a`'s task 1.)
 
 Why the generation: `init_transactions()` on a transactional id aborts whatever transaction
 is open on it (DESIGN.md, Kafka facts, and "Transactional ids and zombies"). An executor
@@ -56,19 +67,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lockgate.common.model.ids import Generation, PipelineId
+from lockgate.coordinator.domain.errors import InvalidArgument
 from lockgate.coordinator.domain.states import CheckpointState
 
 TRANSACTIONAL_ID_SLOTS = 3
 """Slots per task and generation: one committing checkpoint, one pre-committing, one spare."""
 
-_REUSABLE = frozenset({CheckpointState.COMMITTED, CheckpointState.ABORTED})
+# DATA_LOST: the broker already aborted (or the leader aborted) its transactions.
+_REUSABLE = frozenset(
+    {CheckpointState.COMMITTED, CheckpointState.ABORTED, CheckpointState.DATA_LOST}
+)
 
 
-def transactional_id(
-    pipeline_id: PipelineId, task_index: int, generation: Generation, slot: int
-) -> str:
-    """Return the Kafka `transactional.id` of a task's slot in the task's generation."""
-    return f"lockgate-{pipeline_id}-{task_index}-g{generation}-{slot}"
+def transactional_id(prefix: str, task_index: int, generation: Generation, slot: int) -> str:
+    """Return the Kafka `transactional.id` of a task's slot in the task's generation, under
+    its pipeline's prefix (`PipelineSpec.transactional_id_prefix`)."""
+    return f"{prefix}-{task_index}-g{generation}-{slot}"
+
+
+def check_prefix_free(
+    pipeline_id: PipelineId, prefix: str, taken: Mapping[str, PipelineId]
+) -> None:
+    """Refuse a prefix another pipeline's ids start with (`taken`: prefix -> pipeline, the
+    other pipelines'): the two would write on the same ids and fence each other."""
+    owner = taken.get(prefix)
+    if owner is not None and owner != pipeline_id:
+        raise InvalidArgument.for_field(
+            "sink.kafka.transactional_id_prefix",
+            f"{prefix!r} is the transactional id prefix of pipeline {owner!r}: their "
+            "producers would fence each other; choose a prefix of this pipeline's own",
+        )
 
 
 def choose_slot(

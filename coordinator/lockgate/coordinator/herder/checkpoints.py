@@ -25,7 +25,11 @@ Rules and known races:
   (domain/transactional_ids.py) and a move or restart bumps it, so such a late producer
   can only touch its own generation's ids, never a later checkpoint's.
 - Commits are sent oldest first per pipeline and retried (with backoff) until acked;
-  only then is the checkpoint marked COMMITTED.
+  only then is the checkpoint marked COMMITTED. With no executor alive the leader commits
+  the handles itself (`leader_commits.py`). An executor's DATA_LOSS (the broker aborted a
+  handle, `transaction.timeout.ms` passed) is not retried: the leader tries each handle
+  itself, and if any is lost the checkpoint goes DATA_LOST and its pipeline FAILED
+  (`domain/data_loss.py`) until an operator moves past it.
 """
 
 from __future__ import annotations
@@ -38,11 +42,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import grpc
+from opentelemetry.trace import Status, StatusCode
+
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.metrics import COMMIT_RETRIES, Instruments
 from lockgate.common.model.handles import TransactionHandle
-from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId
-from lockgate.common.model.offsets import TopicPartition
+from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId, TaskId
+from lockgate.common.model.offsets import OffsetRange, TopicPartition
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
     LingeringTransaction,
@@ -51,11 +58,13 @@ from lockgate.coordinator.domain.checkpoints import (
     trigger_due,
 )
 from lockgate.coordinator.domain.errors import FailedPrecondition, IllegalTransition, NotFound
+from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
+from lockgate.coordinator.domain.transaction_timeout import near_timeout_warnings
 from lockgate.coordinator.herder.executors import (
     CheckpointTaskCall,
     ExecutorCallFailed,
@@ -63,10 +72,16 @@ from lockgate.coordinator.herder.executors import (
     ExecutorRegistrationStale,
     LeaderEpochRefused,
 )
+from lockgate.coordinator.herder.leader_commits import (
+    CommitNotAcked,
+    abort_from_leader,
+    commit_from_leader,
+)
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.membership import Membership, pick_executor
 from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.pipelines import all_pipelines
+from lockgate.coordinator.herder.traces import EXECUTOR_ID, CheckpointTraces
 from lockgate.coordinator.store.sql_store import SqlStore
 
 _LOG = logging.getLogger(__name__)
@@ -120,6 +135,8 @@ class CheckpointDriver:
         duty_lock: threading.Lock,
         outcomes: CheckpointOutcomes | None = None,
         instruments: Instruments | None = None,
+        keep_history: int = DEFAULT_CHECKPOINT_HISTORY,
+        traces: CheckpointTraces | None = None,
     ) -> None:
         self._store = store
         self._outcomes = outcomes or CheckpointOutcomes()
@@ -135,6 +152,9 @@ class CheckpointDriver:
         # deleted pipeline's checkpoints (they share the retry schedule).
         self._duty_lock = duty_lock
         self._backoff = _Backoff()
+        # Final checkpoints kept per pipeline; pruned as each one becomes final.
+        self._keep_history = keep_history
+        self.traces = traces or CheckpointTraces()
 
     # ------------------------------------------------------------------ reads
 
@@ -161,6 +181,17 @@ class CheckpointDriver:
             pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
         )
 
+    def get_checkpoint_with_ranges(
+        self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    ) -> tuple[CheckpointRecord, dict[TaskId, list[OffsetRange]]]:
+        """One checkpoint (as `get_checkpoint`) with the source ranges each task
+        pre-committed. Any replica."""
+        record = self.get_checkpoint(pipeline_id=pipeline_id, checkpoint_id=checkpoint_id)
+        ranges = self._store.checkpoints.precommit_ranges(
+            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+        )
+        return record, ranges
+
     # ------------------------------------------------------------------ aborts
 
     def abort_checkpoint(
@@ -183,13 +214,14 @@ class CheckpointDriver:
         return aborted
 
     def abort_triggered(self, pipeline_id: PipelineId, *, reason: str) -> None:
-        """Abort the pipeline's TRIGGERED checkpoints (the earliest takes the later ones
-        along). Leader-only."""
-        triggered = self._store.checkpoints.list_checkpoints(
-            pipeline_id=pipeline_id, limit=100, states=[CheckpointState.TRIGGERED]
+        """Abort the pipeline's TRIGGERED checkpoints, chosen inside the aborting transaction:
+        one that turns COMPLETE between a read and the abort is committed, not refused as
+        an illegal COMPLETE -> ABORTED (Stop and Delete raced a report before). Leader-only."""
+        self._lease.leader_call(
+            lambda f: self._store.checkpoints.abort_triggered(
+                fence=f, pipeline_id=pipeline_id, reason=reason
+            )
         )
-        if triggered:
-            self.abort_checkpoint(pipeline_id, min(c.checkpoint_id for c in triggered), reason)
 
     def abort_timed_out(self, fence: Fence) -> None:
         """Abort checkpoints older than their pipeline's timeout. Leader-only."""
@@ -246,25 +278,37 @@ class CheckpointDriver:
             records[executor.executor_id] = executor
             groups[executor.executor_id].append(item)
         for executor_id, group in sorted(groups.items()):
-            try:
-                self._executors.abort_checkpoint(
-                    fence=fence,
-                    executor=records[executor_id],
-                    pipeline_name=pipeline_id,
-                    checkpoint_id=checkpoint_id,
-                    transactions=[i for i in group if i.must_be_sent],
-                    bootstrap_servers=pipeline.spec.sink.bootstrap_servers,
-                    reason=checkpoint.abort_reason or "aborted",
-                )
-            except LeaderEpochRefused:
-                raise
-            except ExecutorCallFailed as exc:
-                _LOG.warning("abort not acked yet, will retry: %s", exc)
-                return False
+            with self.traces.step(
+                "lockgate.checkpoint.abort_transactions",
+                pipeline_id,
+                checkpoint_id,
+                leader_epoch=int(fence.leader_epoch),
+                attributes={EXECUTOR_ID: executor_id},
+            ) as span:
+                try:
+                    self._executors.abort_checkpoint(
+                        fence=fence,
+                        executor=records[executor_id],
+                        pipeline_name=pipeline_id,
+                        checkpoint_id=checkpoint_id,
+                        transactions=[i for i in group if i.must_be_sent],
+                        bootstrap_servers=pipeline.spec.sink.bootstrap_servers,
+                        reason=checkpoint.abort_reason or "aborted",
+                    )
+                except LeaderEpochRefused:
+                    raise
+                except ExecutorCallFailed as exc:
+                    _LOG.warning("abort not acked yet, will retry: %s", exc)
+                    span.set_status(Status(StatusCode.ERROR, str(exc)))
+                    return False
             for item in group:
                 self._lease.leader_call(
                     lambda f, task=item.task_id: self._store.checkpoints.mark_handles_aborted(  # type: ignore[misc]
-                        fence=f, pipeline_id=pipeline_id, checkpoint_id=checkpoint_id, task_id=task
+                        fence=f,
+                        pipeline_id=pipeline_id,
+                        checkpoint_id=checkpoint_id,
+                        task_id=task,
+                        keep_history=self._keep_history,
                     )
                 )
         return True
@@ -291,6 +335,21 @@ class CheckpointDriver:
                 self._instruments.add(COMMIT_RETRIES, 1, {"pipeline": commit.pipeline_id})
                 self._backoff.failed(key)
                 blocked.add(commit.pipeline_id)
+                self._warn_near_timeout(commit)
+
+    def _warn_near_timeout(self, commit: PendingCommit) -> None:
+        """Log what status warns: a COMPLETE checkpoint still uncommitted past half of the
+        sink's transaction timeout (the broker aborts it, losing its records, at the end)."""
+        pipeline = self._store.pipelines.get_pipeline(pipeline_id=commit.pipeline_id)
+        checkpoint = self._store.checkpoints.get_checkpoint(
+            pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
+        )
+        for warning in near_timeout_warnings(
+            [checkpoint],
+            transaction_timeout_ms=pipeline.spec.sink.transaction_timeout_ms,
+            now_ms=self._store.db_now_ms(),
+        ):
+            _LOG.warning("pipeline %s: %s", commit.pipeline_id, warning)
 
     def _commit_one(
         self, fence: Fence, commit: PendingCommit, alive: Mapping[ExecutorId, ExecutorRecord]
@@ -299,46 +358,121 @@ class CheckpointDriver:
         checkpoint = self._store.checkpoints.get_checkpoint(
             pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
         )
+        bootstrap = pipeline.spec.sink.bootstrap_servers
         owner = {t.task_id: t.executor_id for t in checkpoint.tasks}
         groups: dict[ExecutorId, list[TransactionHandle]] = defaultdict(list)
         records: dict[ExecutorId, ExecutorRecord] = {}
         for task_handles in commit.handles:
             executor = pick_executor(owner.get(task_handles.task_id), alive)
             if executor is None:
-                _LOG.warning(
-                    "checkpoint %s of %s is COMPLETE but no executor is alive to commit it",
-                    commit.checkpoint_id,
-                    commit.pipeline_id,
-                )
-                return False
+                break
             records[executor.executor_id] = executor
             groups[executor.executor_id].extend(task_handles.handles)
         self._failpoints.reach(
             Failpoint.AFTER_COMPLETE_BEFORE_COMMIT,
             detail=f"checkpoint {commit.checkpoint_id} of {commit.pipeline_id} is COMPLETE",
         )
-        for executor_id, handles in sorted(groups.items()):
-            try:
-                self._executors.commit_checkpoint(
-                    fence=fence,
-                    executor=records[executor_id],
-                    pipeline_name=commit.pipeline_id,
-                    checkpoint_id=commit.checkpoint_id,
-                    handles=handles,
-                    bootstrap_servers=pipeline.spec.sink.bootstrap_servers,
-                )
-            except LeaderEpochRefused:
-                raise
-            except ExecutorCallFailed as exc:
-                _LOG.warning("commit not acked yet, will retry: %s", exc)
-                return False
+        if not alive:
+            _LOG.warning(
+                "checkpoint %s of %s is COMPLETE and no executor is alive: the leader"
+                " commits its transactions itself",
+                commit.checkpoint_id,
+                commit.pipeline_id,
+            )
+            return self._commit_from_leader(commit, bootstrap)
+        with self.traces.step(
+            "lockgate.checkpoint.commit",
+            commit.pipeline_id,
+            commit.checkpoint_id,
+            leader_epoch=int(fence.leader_epoch),
+        ) as span:
+            for executor_id, handles in sorted(groups.items()):
+                try:
+                    self._executors.commit_checkpoint(
+                        fence=fence,
+                        executor=records[executor_id],
+                        pipeline_name=commit.pipeline_id,
+                        checkpoint_id=commit.checkpoint_id,
+                        handles=handles,
+                        bootstrap_servers=bootstrap,
+                    )
+                except LeaderEpochRefused:
+                    raise
+                except ExecutorCallFailed as exc:
+                    span.set_status(Status(StatusCode.ERROR, str(exc)))
+                    if exc.code == grpc.StatusCode.DATA_LOSS:
+                        # The executor stopped at a handle the broker aborted: find out,
+                        # handle by handle, which tasks' output is lost, and commit the others.
+                        _LOG.error(
+                            "checkpoint %s of %s: %s",
+                            commit.checkpoint_id,
+                            commit.pipeline_id,
+                            exc,
+                        )
+                        return self._commit_from_leader(commit, bootstrap)
+                    _LOG.warning("commit not acked yet, will retry: %s", exc)
+                    return False
+        self._mark_committed(commit)
+        return True
+
+    def _mark_committed(self, commit: PendingCommit) -> None:
         committed = self._lease.leader_call(
             lambda f: self._store.checkpoints.mark_committed(
-                fence=f, pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
+                fence=f,
+                pipeline_id=commit.pipeline_id,
+                checkpoint_id=commit.checkpoint_id,
+                keep_history=self._keep_history,
             )
         )
         self._outcomes.committed(committed)
+        self.traces.committed(commit.pipeline_id, commit.checkpoint_id)
         _LOG.info("checkpoint %s of %s COMMITTED", commit.checkpoint_id, commit.pipeline_id)
+
+    def _commit_from_leader(self, commit: PendingCommit, bootstrap_servers: str) -> bool:
+        """Commit every handle of `commit` from this process (`leader_commits.py`); record
+        DATA_LOST if the broker lost any. False if Kafka did not answer (retry)."""
+        try:
+            outcome = commit_from_leader(commit, bootstrap_servers=bootstrap_servers)
+        except CommitNotAcked as exc:
+            _LOG.warning("commit not acked yet, will retry: %s", exc)
+            return False
+        if not outcome.lost:
+            self._mark_committed(commit)
+            return True
+        error = "; ".join(f"task {t}: {why}" for t, why in sorted(outcome.lost.items()))
+        later = [
+            c
+            for c in self._store.checkpoints.list_pending_commits(pipeline_id=commit.pipeline_id)
+            if c.checkpoint_id > commit.checkpoint_id
+        ]
+        try:
+            abort_from_leader(later, bootstrap_servers=bootstrap_servers)
+        except CommitNotAcked as exc:
+            _LOG.warning("abort after a data loss not acked yet, will retry: %s", exc)
+            return False
+        aborted = self._lease.leader_call(
+            lambda f: self._store.data_loss.record_data_loss(
+                fence=f,
+                pipeline_id=commit.pipeline_id,
+                checkpoint_id=commit.checkpoint_id,
+                lost_tasks=frozenset(outcome.lost),
+                error=error,
+            )
+        )
+        self._outcomes.data_lost([(commit.pipeline_id, commit.checkpoint_id)])
+        self._outcomes.data_lost([(commit.pipeline_id, c) for c in aborted])
+        _LOG.error(
+            "checkpoint %s of %s is DATA_LOST (the pipeline is FAILED; taken along: %s):"
+            " %s. Move on with `lockgate pipeline restart %s --from-checkpoint %s`, which"
+            " reads the lost ranges again",
+            commit.checkpoint_id,
+            commit.pipeline_id,
+            aborted or "none",
+            error,
+            commit.pipeline_id,
+            commit.checkpoint_id,
+        )
+        self._wake()
         return True
 
     def finish_deleted(self, fence: Fence, pipeline_id: PipelineId) -> None:
@@ -348,6 +482,24 @@ class CheckpointDriver:
             self.abort_triggered(pipeline_id, reason="pipeline deleted")
             self.send_aborts(fence, only=pipeline_id)
             self.commit_pending(fence, only=pipeline_id)
+
+    # ------------------------------------------------------------------ traces
+
+    def settle_traces(self) -> None:
+        """End the trace of every checkpoint decided for good since the last pass, with
+        the state and abort reason SQL holds (every abort path, one place)."""
+        finals: dict[tuple[PipelineId, CheckpointId], tuple[str, str | None]] = {}
+        for pipeline_id, checkpoint_id in self.traces.open_checkpoints():
+            try:
+                record = self._store.checkpoints.get_checkpoint(
+                    pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+                )
+            except NotFound:
+                finals[(pipeline_id, checkpoint_id)] = ("ABORTED", "pipeline deleted")
+                continue
+            if record.state in (CheckpointState.COMMITTED, CheckpointState.ABORTED):
+                finals[(pipeline_id, checkpoint_id)] = (record.state.name, record.abort_reason)
+        self.traces.settle(finals)
 
     # ------------------------------------------------------------------ recovery
 
@@ -362,6 +514,9 @@ class CheckpointDriver:
             lambda f: self._store.checkpoints.abort_in_flight(fence=f, reason="leader changed")
         )
         self._outcomes.aborted(aborted, AbortKind.LEADER_CHANGED)
+        for pipeline_id, checkpoint_id in aborted:
+            # Its trace ends, with the reason, at the end of this pass (settle_traces).
+            self.traces.adopt(pipeline_id, checkpoint_id, leader_epoch=int(fence.leader_epoch))
         return RecoveryPlan(
             aborted=tuple(aborted),
             to_commit=tuple(commit_order(self._store.checkpoints.list_pending_commits())),
@@ -406,7 +561,20 @@ class CheckpointDriver:
             except FailedPrecondition as exc:
                 _LOG.debug("not triggering %s: %s", pipeline.pipeline_id, exc)
                 continue
-            self._send_trigger(fence, pipeline, checkpoint, tasks, alive)
+            self.traces.triggered(
+                pipeline.pipeline_id,
+                checkpoint.checkpoint_id,
+                leader_epoch=int(fence.leader_epoch),
+            )
+            with self.traces.step(
+                "lockgate.checkpoint.trigger",
+                pipeline.pipeline_id,
+                checkpoint.checkpoint_id,
+                leader_epoch=int(fence.leader_epoch),
+            ) as span:
+                failure = self._send_trigger(fence, pipeline, checkpoint, tasks, alive)
+                if failure is not None:
+                    span.set_status(Status(StatusCode.ERROR, failure))
 
     def _trigger_calls(
         self, pipeline: PipelineRecord, checkpoint: CheckpointRecord, tasks: Iterable[TaskRecord]
@@ -438,7 +606,8 @@ class CheckpointDriver:
         checkpoint: CheckpointRecord,
         tasks: Iterable[TaskRecord],
         alive: Mapping[ExecutorId, ExecutorRecord],
-    ) -> None:
+    ) -> str | None:
+        """Send N's triggers; why they failed (N is then aborted), or None."""
         failure: str | None = None
         for executor_id, task_calls in sorted(
             self._trigger_calls(pipeline, checkpoint, tasks).items()
@@ -482,3 +651,4 @@ class CheckpointDriver:
                 self.abort_checkpoint(
                     pipeline.pipeline_id, checkpoint.checkpoint_id, f"trigger failed: {failure}"
                 )
+        return failure

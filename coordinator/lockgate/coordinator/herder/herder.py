@@ -11,7 +11,8 @@ Two threads per replica do the work:
   abort what never became COMPLETE), then on every pass: rebalance (expire dead
   executors after the session timeout, move their tasks after the reassignment delay),
   abort timed-out checkpoints, send aborts, send commits (retried until acked, then
-  COMMITTED), and trigger each RUNNING pipeline's next checkpoint on its interval.
+  COMMITTED), trigger each RUNNING pipeline's next checkpoint on its interval, and end
+  the trace of each checkpoint decided since (`traces.py`).
 A third thread measures the pipelines' lag every few seconds for the lag gauge
 (`progress.py`), on the leader only.
 
@@ -42,6 +43,7 @@ from lockgate.coordinator.herder.pipelines import Pipelines
 from lockgate.coordinator.herder.progress import Progress
 from lockgate.coordinator.herder.reports import Reports
 from lockgate.coordinator.herder.settings import CoordinatorSettings
+from lockgate.coordinator.herder.traces import CheckpointTraces
 from lockgate.coordinator.store.kafka_topics import KafkaTopics
 from lockgate.coordinator.store.sql_store import SqlStore
 
@@ -66,6 +68,7 @@ class Herder:
         failpoints: Failpoints | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         instruments: Instruments | None = None,
+        traces: CheckpointTraces | None = None,
     ) -> None:
         instruments = instruments or Instruments.disabled()
         outcomes = CheckpointOutcomes(instruments)
@@ -104,9 +107,15 @@ class Herder:
             duty_lock=self._duty_lock,
             outcomes=outcomes,
             instruments=instruments,
+            keep_history=settings.checkpoint_history,
+            traces=traces,
         )
         self.reports = Reports(
-            store=store, lease=self.lease_keeper, checkpoints=self.checkpoints, wake=self.wake
+            store=store,
+            lease=self.lease_keeper,
+            checkpoints=self.checkpoints,
+            wake=self.wake,
+            traces=self.checkpoints.traces,
         )
         self.pipelines = Pipelines(
             store=store,
@@ -115,6 +124,7 @@ class Herder:
             checkpoints=self.checkpoints,
             wake=self.wake,
             outcomes=outcomes,
+            recovery=settings.recovery_time,
         )
         self.progress = Progress(
             store=store,
@@ -151,6 +161,7 @@ class Herder:
             except Exception:
                 _LOG.warning("could not release the lease; it will expire", exc_info=True)
         self._executors.close()
+        self.checkpoints.traces.close()
 
     def wake(self) -> None:
         """Run a pass of the work loop now (a report arrived, an executor joined)."""
@@ -190,7 +201,8 @@ class Herder:
         with self._recover_lock:
             recover = self._recover_term == fence
         if recover:
-            plan = self.checkpoints.recover(fence)
+            with self.checkpoints.traces.recovery(leader_epoch=int(fence.leader_epoch)):
+                plan = self.checkpoints.recover(fence)
             _LOG.info(
                 "leader epoch %s recovery: aborted %d in-flight checkpoints; %d to commit "
                 "again, %d transactions to abort",
@@ -206,3 +218,4 @@ class Herder:
         self.checkpoints.send_aborts(fence)
         self.checkpoints.commit_pending(fence)
         self.checkpoints.trigger_due(fence)
+        self.checkpoints.settle_traces()

@@ -36,6 +36,16 @@ class CheckpointOutcomes:
                 {"pipeline": pipeline_id, "state": "aborted", "abort_reason": kind.value},
             )
 
+    def data_lost(self, checkpoints: Sequence[tuple[PipelineId, CheckpointId]]) -> None:
+        """Checkpoints that went DATA_LOST (the broker lost a transaction of theirs, or an
+        earlier one's)."""
+        for pipeline_id, _ in checkpoints:
+            self._instruments.add(
+                CHECKPOINTS,
+                1,
+                {"pipeline": pipeline_id, "state": "data_lost", "abort_reason": "none"},
+            )
+
     def committed(self, checkpoint: CheckpointRecord) -> None:
         """A checkpoint just marked COMMITTED: count it and record its two phases."""
         attributes = {"pipeline": checkpoint.pipeline_id}

@@ -7,6 +7,9 @@ Rules written here (the api only converts):
   go and refuse with one InvalidArgument naming every missing topic and every Kafka
   cluster that did not answer (`domain/topics.py`), within about 5 s
   (`store/kafka_topics.py`).
+- A spec whose sink transactions could outlive `transaction.timeout.ms` before they are
+  committed (checkpoint timeout plus this coordinator's recovery time) is refused at
+  create and update (`domain/transaction_timeout.py`).
 - Pausing a STOPPED pipeline is refused (resume it first); restarting one too.
 - Stopping a pipeline releases its tasks, so its in-flight pre-commits can never complete:
   they abort at once.
@@ -25,20 +28,26 @@ from typing import TYPE_CHECKING
 
 from lockgate.common.errors import Aborted, FieldViolation, Unimplemented
 from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
-from lockgate.common.model.offsets import TopicPartition
+from lockgate.common.model.offsets import OffsetRange, TopicPartition
 from lockgate.common.model.pipeline_spec import PipelineSpec, StartingOffsets
 from lockgate.coordinator.domain.aborts import MissingPrecommit, missing_precommits
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord
+from lockgate.coordinator.domain.data_loss import PipelineHealth, pipeline_health
 from lockgate.coordinator.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from lockgate.coordinator.domain.pipelines import PartitionOffset, PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
-from lockgate.coordinator.domain.tasks import split_partitions
+from lockgate.coordinator.domain.tasks import check_partitions_per_task, split_partitions
 from lockgate.coordinator.domain.topics import (
     kafka_refusal,
     source_partitions,
     topic_violations,
     topics_to_describe,
+)
+from lockgate.coordinator.domain.transaction_timeout import (
+    RecoveryTime,
+    check_transaction_timeout,
+    near_timeout_warnings,
 )
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
@@ -66,6 +75,17 @@ class PipelineStatus:
     """ABORTED checkpoints newer than the newest COMPLETE or COMMITTED one."""
     missing_precommits: tuple[MissingPrecommit, ...]
     """The tasks that had not pre-committed `last_aborted`, and why."""
+    data_lost: CheckpointRecord | None = None
+    """The DATA_LOST checkpoint nobody moved past: the pipeline is FAILED while set."""
+    lost_ranges: tuple[OffsetRange, ...] = ()
+    """The source ranges whose output `data_lost` lost."""
+    warnings: tuple[str, ...] = ()
+    """COMPLETE checkpoints still uncommitted past half the sink's transaction timeout."""
+
+    @property
+    def health(self) -> PipelineHealth:
+        """FAILED while a DATA_LOST checkpoint blocks the pipeline."""
+        return pipeline_health(self.data_lost)
 
 
 @dataclass(frozen=True)
@@ -109,8 +129,10 @@ class Pipelines:
         checkpoints: CheckpointDriver,
         wake: Callable[[], None],
         outcomes: CheckpointOutcomes | None = None,
+        recovery: RecoveryTime,
     ) -> None:
         self._store = store
+        self._recovery = recovery
         self._lease = lease
         self._topics = topics
         self._checkpoints = checkpoints
@@ -152,8 +174,9 @@ class Pipelines:
 
     def status(self, pipeline_id: PipelineId) -> PipelineStatus:
         """The pipeline's target state with each task's observed state, its latest
-        complete, committed and in-flight checkpoints, and its newest abort: why, how many
-        in a row since the last COMPLETE one, and which tasks had not pre-committed."""
+        complete, committed and in-flight checkpoints, its newest abort (why, how many in a
+        row since the last COMPLETE one, which tasks had not pre-committed), the DATA_LOST
+        checkpoint that makes it FAILED with its lost ranges, and its warnings."""
         pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
         tasks = self._store.pipelines.list_tasks(pipeline_id=pipeline_id)
         complete = self._store.checkpoints.list_checkpoints(
@@ -174,6 +197,7 @@ class Pipelines:
             pipeline_id=pipeline_id, limit=1, states=[CheckpointState.ABORTED]
         )
         last_aborted = aborted[0] if aborted else None
+        data_lost = self._store.data_loss.blocking_loss(pipeline_id=pipeline_id)
         return PipelineStatus(
             pipeline=pipeline,
             tasks=tuple(tasks),
@@ -189,6 +213,21 @@ class Pipelines:
             )
             if last_aborted is not None
             else (),
+            data_lost=data_lost,
+            lost_ranges=tuple(
+                self._store.data_loss.lost_ranges(
+                    pipeline_id=pipeline_id, checkpoint_id=data_lost.checkpoint_id
+                )
+            )
+            if data_lost is not None
+            else (),
+            warnings=tuple(
+                near_timeout_warnings(
+                    in_flight,
+                    transaction_timeout_ms=pipeline.spec.sink.transaction_timeout_ms,
+                    now_ms=self._store.db_now_ms(),
+                )
+            ),
         )
 
     def offsets(self, pipeline_id: PipelineId) -> PipelineOffsets:
@@ -209,21 +248,29 @@ class Pipelines:
 
     def _check_kafka(self, spec: PipelineSpec, *, source: bool, sink: bool) -> list[TopicPartition]:
         """The source partitions (with `source`); InvalidArgument listing every missing
-        topic and unreachable cluster of the parts checked."""
+        topic and unreachable cluster of the parts checked, or naming a `tasks_max` that
+        gives a task more partitions than it may report."""
         clusters = self._topics.describe(topics_to_describe(spec, source=source, sink=sink))
         violations = topic_violations(spec, clusters, source=source, sink=sink)
         if violations:
             raise kafka_refusal(violations)
-        return source_partitions(spec, clusters) if source else []
+        if not source:
+            return []
+        partitions = source_partitions(spec, clusters)
+        check_partitions_per_task(len(partitions), spec.tasks_max)
+        return partitions
 
     # ------------------------------------------------------------------ configs
 
     def create(self, *, spec: PipelineSpec, target_state: TargetState) -> PipelineRecord:
         """Create a pipeline and split it into tasks over its source partitions.
 
-        Leader-only. InvalidArgument naming every missing topic and unreachable cluster.
+        Leader-only. InvalidArgument if a transaction could outlive the sink's timeout
+        (`domain/transaction_timeout.py`), or naming every missing topic and unreachable
+        cluster.
         """
         self._lease.require_fence()
+        check_transaction_timeout(spec, self._recovery)
         partitions = self._check_kafka(spec, source=True, sink=True)
         record = self._lease.leader_call(
             lambda f: self._store.pipelines.create_pipeline(fence=f, spec=spec)
@@ -248,8 +295,10 @@ class Pipelines:
 
     def update(self, *, spec: PipelineSpec, expected_version: int | None) -> PipelineRecord:
         """Replace a pipeline's spec (config version + 1) and re-split its tasks if its
-        topics or tasks_max changed. Leader-only. Aborted if another update came first."""
+        topics or tasks_max changed. Leader-only. Aborted if another update came first;
+        InvalidArgument as `create`."""
         self._lease.require_fence()
+        check_transaction_timeout(spec, self._recovery)
         before = self._store.pipelines.get_pipeline(pipeline_id=spec.name)
         resplit = before.spec.source != spec.source or before.spec.tasks_max != spec.tasks_max
         sink_changed = spec.sink != before.spec.sink or spec.errors != before.spec.errors
@@ -338,11 +387,18 @@ class Pipelines:
         )
 
     def restart(
-        self, pipeline_id: PipelineId, *, include_tasks: bool, only_failed: bool
+        self,
+        pipeline_id: PipelineId,
+        *,
+        include_tasks: bool,
+        only_failed: bool,
+        from_checkpoint: CheckpointId | None = None,
     ) -> tuple[PipelineRecord, list[TaskRecord]]:
         """Re-plan a pipeline's tasks and, with `include_tasks`, give them (or only the
         FAILED ones) new generations, as Kafka Connect's restart with
-        `includeTasks`/`onlyFailed`. Returns the pipeline and the tasks restarted.
+        `includeTasks`/`onlyFailed`. With `from_checkpoint` N, first move the pipeline past
+        its DATA_LOST checkpoint N: it triggers again, re-reading N's lost ranges
+        (`domain/data_loss.py`). Returns the pipeline and the tasks restarted.
         Leader-only; refused for a STOPPED pipeline."""
         self._lease.require_fence()
         current = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
@@ -351,6 +407,13 @@ class Pipelines:
                 f"pipeline {pipeline_id!r} is STOPPED; resume it to restart it",
                 reason="PIPELINE_STOPPED",
             )
+        if from_checkpoint is not None:
+            self._lease.leader_call(
+                lambda f: self._store.data_loss.move_past(
+                    fence=f, pipeline_id=pipeline_id, checkpoint_id=from_checkpoint
+                )
+            )
+            self._wake()
         self.replan(pipeline_id)
         restarted: list[TaskRecord] = []
         if include_tasks:

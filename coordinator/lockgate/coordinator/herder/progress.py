@@ -110,7 +110,7 @@ class Progress:
             resume_offsets=resume,
             starting_offsets=pipeline.spec.source.starting_offsets,
         )
-        committed, now_ms = self._store.checkpoints.committed_progress(
+        committed, now_ms = self._store.progress.committed_progress(
             pipeline_id=pipeline.pipeline_id, limit=RATE_WINDOW_CHECKPOINTS
         )
         return PipelineProgress(

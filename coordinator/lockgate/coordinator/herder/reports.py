@@ -17,6 +17,7 @@ Rules and known races:
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ from lockgate.coordinator.domain.states import CheckpointState, TaskState
 from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder.checkpoints import CheckpointDriver
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
+from lockgate.coordinator.herder.traces import STATE, CheckpointTraces
 from lockgate.coordinator.store.sql_store import SqlStore
 
 
@@ -58,11 +60,13 @@ class Reports:
         lease: LeaseKeeper,
         checkpoints: CheckpointDriver,
         wake: Callable[[], None],
+        traces: CheckpointTraces | None = None,
     ) -> None:
         self._store = store
         self._lease = lease
         self._checkpoints = checkpoints
         self._wake = wake
+        self._traces = traces or CheckpointTraces()
         self._precommits: GroupCommit[Precommit, CheckpointRecord] = GroupCommit(
             write_batch=self._write_precommits,
             write_one=lambda one: self._lease.leader_call(
@@ -76,18 +80,31 @@ class Reports:
         Wakes the loop to commit at once. Reports that arrive together share one
         transaction (group commit)."""
         self._check_report_epoch(leader_epoch)
-        try:
-            record = self._precommits.submit(precommit)
-        except StaleGeneration as exc:
-            reporter = TaskReport(
-                task=precommit.task_id,
-                task_generation=precommit.task_generation,
-                executor_id=precommit.executor_id,
-                executor_generation=precommit.executor_generation,
-            )
-            raise self._stale_report(exc, reporter, checkpoint_id=precommit.checkpoint_id) from None
-        if record.state is CheckpointState.COMPLETE:
-            self._wake()
+        with self._traces.report(
+            precommit.pipeline_id,
+            precommit.checkpoint_id,
+            task_id=precommit.task_id,
+            leader_epoch=leader_epoch,
+        ) as span:
+            started_ns = time.time_ns()
+            try:
+                record = self._precommits.submit(precommit)
+            except StaleGeneration as exc:
+                reporter = TaskReport(
+                    task=precommit.task_id,
+                    task_generation=precommit.task_generation,
+                    executor_id=precommit.executor_id,
+                    executor_generation=precommit.executor_generation,
+                )
+                raise self._stale_report(
+                    exc, reporter, checkpoint_id=precommit.checkpoint_id
+                ) from None
+            span.set_attribute(STATE, record.state.name)
+            if record.state is CheckpointState.COMPLETE:
+                self._traces.completed(
+                    precommit.pipeline_id, precommit.checkpoint_id, started_ns=started_ns
+                )
+                self._wake()
         return record
 
     def _write_precommits(self, batch: Sequence[Precommit]) -> list[CheckpointRecord]:

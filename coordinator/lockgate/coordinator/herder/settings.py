@@ -9,6 +9,8 @@ from lockgate.coordinator.domain.assignment import (
     DEFAULT_REASSIGN_DELAY_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
 )
+from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
+from lockgate.coordinator.domain.transaction_timeout import RecoveryTime
 
 DEFAULT_HEARTBEAT_INTERVAL_MS = 1_000
 DEFAULT_TICK_MS = 100
@@ -27,6 +29,8 @@ class CoordinatorSettings:
     reassign_delay_ms: int = DEFAULT_REASSIGN_DELAY_MS
     tick_ms: int = DEFAULT_TICK_MS
     """Longest sleep of the work loop between passes (it also wakes on reports)."""
+    checkpoint_history: int = DEFAULT_CHECKPOINT_HISTORY
+    """Final checkpoints kept per pipeline (`domain/history.py`)."""
 
     @property
     def lease_safety_ms(self) -> int:
@@ -37,3 +41,12 @@ class CoordinatorSettings:
     def lease_poll_s(self) -> float:
         """Time between two lease attempts (renewal or acquisition)."""
         return max(0.02, self.lease_ms / 4 / 1000.0)
+
+    @property
+    def recovery_time(self) -> RecoveryTime:
+        """The durations a COMPLETE checkpoint's commit may wait for (the timeout guard)."""
+        return RecoveryTime(
+            session_timeout_ms=self.session_timeout_ms,
+            reassign_delay_ms=self.reassign_delay_ms,
+            lease_ms=self.lease_ms,
+        )

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import CheckpointId, LeaderEpoch, PipelineId, TaskId, split_task_id
-from lockgate.common.model.offsets import OffsetRange, next_offsets
+from lockgate.common.model.offsets import OffsetRange, TopicPartition, next_offsets
 from lockgate.coordinator.domain.aborts import timeout_reason
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
@@ -44,9 +44,9 @@ from lockgate.coordinator.domain.precommits import (
     accept_precommits,
     group_by_checkpoint,
 )
-from lockgate.coordinator.domain.progress import CommittedCheckpoint
 from lockgate.coordinator.domain.states import CheckpointState, transition_checkpoint
 from lockgate.coordinator.store.engine import Database, db_now_ms, upsert
+from lockgate.coordinator.store.history import prune_history
 from lockgate.coordinator.store.offset_store import next_offsets_of, write_next_offsets
 from lockgate.coordinator.store.recovery_queries import lingering_transactions, pending_commits
 from lockgate.coordinator.store.rows import (
@@ -55,6 +55,7 @@ from lockgate.coordinator.store.rows import (
     find_checkpoint,
     read_checkpoint,
     read_pipeline,
+    read_precommit_ranges,
     read_task,
     read_tasks,
     read_tasks_by_id,
@@ -101,8 +102,9 @@ class CheckpointStore:
 
         Idempotent: the same task pre-committing again is a no-op. StaleGeneration if the
         report comes from a replaced executor session or task assignment;
-        FailedPrecondition if N was aborted (the executor must abort its handles) or the
-        handles name a transactional id other than the one N allotted to the task
+        FailedPrecondition if N was aborted (the executor must abort its handles);
+        InvalidArgument if its ranges or handles are not what N asked of the task: another
+        start offset, another task's partition, another transactional id or sink cluster
         (`domain/precommits.py`).
         """
         with self._db.transaction(fence=fence) as conn:
@@ -129,9 +131,16 @@ class CheckpointStore:
             return [read_checkpoint(conn, p, c) for p, c in touched]
 
     def mark_committed(
-        self, *, fence: Fence, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+        self,
+        *,
+        fence: Fence,
+        pipeline_id: PipelineId,
+        checkpoint_id: CheckpointId,
+        keep_history: int | None = None,
     ) -> CheckpointRecord:
         """Mark COMPLETE checkpoint N COMMITTED (every handle acked). Leader-only; idempotent.
+        With `keep_history`, prune the pipeline's final checkpoints beyond the newest that
+        many in the same transaction (`store/history.py`).
 
         IllegalTransition if N is not COMPLETE or COMMITTED.
         """
@@ -148,6 +157,8 @@ class CheckpointStore:
                 )
                 .values(state=CheckpointState.COMMITTED.value, committed_at_ms=db_now_ms())
             )
+            if keep_history is not None:
+                prune_history(conn, pipeline_id, keep=keep_history)
             return read_checkpoint(conn, pipeline_id, checkpoint_id)
 
     def abort_checkpoint(
@@ -166,6 +177,24 @@ class CheckpointStore:
         with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
             return apply_abort(conn, pipeline_id, checkpoint_id, reason)
+
+    def abort_triggered(
+        self, *, fence: Fence, pipeline_id: PipelineId, reason: str
+    ) -> list[CheckpointId]:
+        """Abort the pipeline's TRIGGERED checkpoints, whichever they are when this
+        transaction runs (one that became COMPLETE meanwhile is left to its commit).
+        Leader-only. Returns the checkpoints aborted now."""
+        with self._db.transaction(fence=fence) as conn:
+            read_pipeline(conn, pipeline_id, for_update=True)
+            first = conn.execute(
+                sa.select(sa.func.min(checkpoints.c.checkpoint_id)).where(
+                    checkpoints.c.pipeline_id == pipeline_id,
+                    checkpoints.c.state == CheckpointState.TRIGGERED.value,
+                )
+            ).scalar_one_or_none()
+            if first is None:
+                return []
+            return apply_abort(conn, pipeline_id, CheckpointId(first), reason)
 
     def abort_in_flight(
         self, *, fence: Fence, reason: str
@@ -231,10 +260,14 @@ class CheckpointStore:
         pipeline_id: PipelineId,
         checkpoint_id: CheckpointId,
         task_id: TaskId,
+        keep_history: int | None = None,
     ) -> None:
         """Record that a task's transactions of ABORTED checkpoint N were aborted, so they
-        leave the lingering list. Leader-only. Idempotent."""
+        leave the lingering list. Leader-only. Idempotent. `keep_history` as for
+        `mark_committed` (N may have just become final)."""
         with self._db.transaction(fence=fence) as conn:
+            if keep_history is not None:  # the pipeline row first, as every write here
+                read_pipeline(conn, pipeline_id, for_update=True)
             check_handles_abortable(read_checkpoint(conn, pipeline_id, checkpoint_id))
             conn.execute(
                 checkpoint_tasks.update()
@@ -246,6 +279,8 @@ class CheckpointStore:
                 )
                 .values(abort_acked_at_ms=db_now_ms())
             )
+            if keep_history is not None:
+                prune_history(conn, pipeline_id, keep=keep_history)
 
     def get_checkpoint(
         self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
@@ -253,6 +288,18 @@ class CheckpointStore:
         """One checkpoint with its tasks and timings; NotFound if absent."""
         with self._db.read() as conn:
             return read_checkpoint(conn, pipeline_id, checkpoint_id)
+
+    def precommit_ranges(
+        self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    ) -> dict[TaskId, list[OffsetRange]]:
+        """The source ranges each task of checkpoint N pre-committed."""
+        ranges: dict[TaskId, list[OffsetRange]] = defaultdict(list)
+        with self._db.read() as conn:
+            for _, task, tp, start, end in read_precommit_ranges(
+                conn, pipeline_id, [checkpoint_id]
+            ):
+                ranges[task].append(OffsetRange(tp.topic, tp.partition, start, end))
+        return dict(ranges)
 
     def list_checkpoints(
         self,
@@ -297,47 +344,6 @@ class CheckpointStore:
                     )
                 ).scalar_one()
             )
-
-    def committed_progress(
-        self, *, pipeline_id: PipelineId, limit: int
-    ) -> tuple[list[CommittedCheckpoint], int]:
-        """The newest `limit` COMMITTED checkpoints of the pipeline with the source offsets
-        each consumed, and the database's clock now (ms)."""
-        size = precommit_offsets.c.end_offset - precommit_offsets.c.start_offset
-        consumed = (
-            sa.select(precommit_offsets.c.checkpoint_id, sa.func.sum(size).label("records"))
-            .where(precommit_offsets.c.pipeline_id == pipeline_id)
-            .group_by(precommit_offsets.c.checkpoint_id)
-            .subquery()
-        )
-        with self._db.read() as conn:
-            rows = conn.execute(
-                sa.select(
-                    checkpoints.c.triggered_at_ms,
-                    checkpoints.c.committed_at_ms,
-                    sa.func.coalesce(consumed.c.records, 0).label("records"),
-                )
-                .select_from(
-                    checkpoints.outerjoin(
-                        consumed, consumed.c.checkpoint_id == checkpoints.c.checkpoint_id
-                    )
-                )
-                .where(
-                    checkpoints.c.pipeline_id == pipeline_id,
-                    checkpoints.c.state == CheckpointState.COMMITTED.value,
-                )
-                .order_by(checkpoints.c.checkpoint_id.desc())
-                .limit(limit)
-            ).all()
-            now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
-        return [
-            CommittedCheckpoint(
-                triggered_at_ms=int(r.triggered_at_ms),
-                committed_at_ms=int(r.committed_at_ms),
-                records_read=int(r.records),
-            )
-            for r in rows
-        ], now
 
     def list_pending_commits(self, *, pipeline_id: PipelineId | None = None) -> list[PendingCommit]:
         """COMPLETE but not COMMITTED checkpoints with all their handles, oldest first per
@@ -490,16 +496,50 @@ def _write_trigger(conn: Connection, plan: TriggerPlan, leader_epoch: LeaderEpoc
 def _store_precommits(conn: Connection, precommits: Sequence[Precommit]) -> None:
     """Check and store pre-commits with a handful of statements per checkpoint, however
     many tasks report (a 100-task checkpoint is one round of bulk writes)."""
+    keys = sorted(group_by_checkpoint(precommits))
+    pipeline_ids = sorted({p.pipeline_id for p in precommits})
     accepted = accept_precommits(
         precommits,
-        checkpoints={
-            key: find_checkpoint(conn, *key) for key in sorted(group_by_checkpoint(precommits))
-        },
+        checkpoints={key: find_checkpoint(conn, *key) for key in keys},
         executor_generations=executor_generations(conn, (p.executor_id for p in precommits)),
         tasks=read_tasks_by_id(conn, [p.task_id for p in precommits]),
+        resume_offsets={key: _start_offsets(conn, *key) for key in keys},
+        sink_servers={p: read_pipeline(conn, p).spec.sink.bootstrap_servers for p in pipeline_ids},
     )
     for key, fresh in accepted.items():
         _write_precommits(conn, key, fresh)
+
+
+def _start_offsets(
+    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+) -> dict[TopicPartition, int]:
+    """Where checkpoint N starts each partition that has a known start: where the previous
+    checkpoint ended. That is the pipeline's restore offsets (the last COMPLETE one's ends,
+    or a reset), unless an earlier checkpoint still TRIGGERED pre-committed the partition:
+    then its end (the leader triggers nothing while one is TRIGGERED, so only the store's
+    own callers reach that case)."""
+    starts = next_offsets_of(conn, pipeline_id)
+    earlier = conn.execute(
+        sa.select(
+            precommit_offsets.c.topic, precommit_offsets.c.partition, precommit_offsets.c.end_offset
+        )
+        .join(
+            checkpoints,
+            sa.and_(
+                checkpoints.c.pipeline_id == precommit_offsets.c.pipeline_id,
+                checkpoints.c.checkpoint_id == precommit_offsets.c.checkpoint_id,
+            ),
+        )
+        .where(
+            precommit_offsets.c.pipeline_id == pipeline_id,
+            precommit_offsets.c.checkpoint_id < checkpoint_id,
+            checkpoints.c.state == CheckpointState.TRIGGERED.value,
+        )
+        .order_by(precommit_offsets.c.checkpoint_id)
+    ).all()
+    for topic, partition, end in earlier:
+        starts[TopicPartition(topic, int(partition))] = int(end)
+    return starts
 
 
 def _write_precommits(conn: Connection, key: CheckpointKey, fresh: Sequence[Precommit]) -> None:

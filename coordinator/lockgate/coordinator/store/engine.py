@@ -20,6 +20,11 @@ nothing is written and `FencedError` is raised. Each check-then-write inside a t
 also locks the rows it re-reads (`FOR UPDATE` on PostgreSQL: the pipeline row first, then
 the rows under it, always in that order, so two leader threads cannot deadlock), and
 conditional `UPDATE ... WHERE state = ...` statements check their row counts.
+
+Every session runs under `SessionTimeouts` derived from the lease (lock, statement and
+idle-in-transaction timeouts and TCP keepalives on PostgreSQL, the busy timeout on SQLite),
+so a leader paused or partitioned mid-write cannot block the other replicas past the
+lease; a call cut short raises `Unavailable` (reason `DATABASE_BUSY`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -39,11 +45,69 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import FunctionElement
 
 from lockgate.common.model.ids import CoordinatorId, LeaderEpoch
-from lockgate.coordinator.domain.errors import FencedError, InvalidArgument
+from lockgate.coordinator.domain.errors import FencedError, InvalidArgument, Unavailable
 from lockgate.coordinator.domain.lease import Fence, LeaseRecord
 from lockgate.coordinator.store.tables import LEASE_ROW_ID, leader_lease
 
-DEFAULT_SQLITE_BUSY_TIMEOUT_MS = 10_000
+DEFAULT_LEASE_MS = 3_000
+"""The coordinator's default `--lease-ms`; the session timeouts below are derived from it."""
+
+_DATABASE_BUSY_SQLSTATES = frozenset({"57014", "55P03"})
+"""PostgreSQL's query_canceled (statement_timeout) and lock_not_available (lock_timeout)."""
+
+
+@dataclass(frozen=True)
+class SessionTimeouts:
+    """How long one database call may take, all below the leader's lease, so that a
+    leader paused or cut off in the middle of a write (or a replica stuck behind one)
+    cannot hold the others past the lease: its statement fails, its locks go.
+
+    - `lock_ms`: waiting for a row lock (PostgreSQL `lock_timeout`) or for SQLite's write
+      lock (`busy_timeout`);
+    - `statement_ms`: one statement (`statement_timeout`);
+    - `idle_in_transaction_ms`: a session idle inside an open transaction (a paused
+      leader's) is ended by the server, releasing its locks
+      (`idle_in_transaction_session_timeout`);
+    - `tcp_user_timeout_ms` and TCP keepalives every second: a connection to a server
+      that vanished (a partition) fails instead of waiting for the kernel's minutes.
+    """
+
+    lock_ms: int
+    statement_ms: int
+    idle_in_transaction_ms: int
+    tcp_user_timeout_ms: int
+
+    @classmethod
+    def within_lease(cls, lease_ms: int) -> SessionTimeouts:
+        """Half the lease for locks, idle transactions and the TCP timeout, three quarters
+        for a statement (which includes its lock waits)."""
+        half = max(100, lease_ms // 2)
+        return cls(
+            lock_ms=half,
+            statement_ms=max(150, lease_ms * 3 // 4),
+            idle_in_transaction_ms=half,
+            tcp_user_timeout_ms=half,
+        )
+
+    def postgresql_connect_args(self) -> dict[str, Any]:
+        """libpq connection parameters (psycopg) that apply them to every session."""
+        options = " ".join(
+            f"-c {name}={value}"
+            for name, value in (
+                ("statement_timeout", self.statement_ms),
+                ("lock_timeout", self.lock_ms),
+                ("idle_in_transaction_session_timeout", self.idle_in_transaction_ms),
+            )
+        )
+        return {
+            "options": options,
+            "keepalives": 1,
+            "keepalives_idle": 1,
+            "keepalives_interval": 1,
+            "keepalives_count": max(1, self.tcp_user_timeout_ms // 1000),
+            "tcp_user_timeout": self.tcp_user_timeout_ms,
+            "connect_timeout": max(2, -(-self.statement_ms // 1000)),
+        }
 
 
 class db_now_ms(FunctionElement[int]):
@@ -70,8 +134,10 @@ def _db_now_postgresql(element: db_now_ms, compiler: SQLCompiler, **kw: Any) -> 
     return "CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000 AS BIGINT)"
 
 
-def create_engine(url: str, *, sqlite_busy_timeout_ms: int) -> Engine:
-    """Create an engine configured for the coordinator (WAL, busy timeout, explicit BEGIN)."""
+def create_engine(url: str, *, timeouts: SessionTimeouts | None) -> Engine:
+    """Create an engine configured for the coordinator (WAL, busy timeout, explicit BEGIN,
+    and on PostgreSQL its session timeouts and keepalives); `timeouts` None: none (the
+    migrations, whose DDL may wait for another replica's)."""
     try:
         parsed = sa.make_url(url)
     except sa.exc.ArgumentError as exc:
@@ -87,9 +153,16 @@ def create_engine(url: str, *, sqlite_busy_timeout_ms: int) -> Engine:
         )
     if backend == "sqlite":
         engine = sa.create_engine(parsed)
-        _configure_sqlite(engine, busy_timeout_ms=sqlite_busy_timeout_ms)
+        _configure_sqlite(
+            engine, busy_timeout_ms=timeouts.lock_ms if timeouts else _MIGRATION_BUSY_TIMEOUT_MS
+        )
         return engine
-    return sa.create_engine(parsed, pool_pre_ping=True)
+    connect_args = timeouts.postgresql_connect_args() if timeouts else {}
+    return sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+
+
+_MIGRATION_BUSY_TIMEOUT_MS = 30_000
+"""SQLite's wait for another replica migrating the same file at start."""
 
 
 def _configure_sqlite(engine: Engine, *, busy_timeout_ms: int) -> None:
@@ -120,8 +193,9 @@ class Database:
     Thread-safe (one connection per transaction).
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, timeouts: SessionTimeouts | None = None) -> None:
         self._engine = engine
+        self._timeouts = timeouts
         # The threads of one replica take turns at writing here rather than in the
         # database: SQLite's busy handler retries a refused BEGIN IMMEDIATE only after
         # sleeping (up to 100 ms a try), and on PostgreSQL the row locks would queue them
@@ -136,7 +210,7 @@ class Database:
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
         """A read-only snapshot transaction."""
-        with self._engine.connect() as conn, conn.begin():
+        with self._busy_as_unavailable(), self._engine.connect() as conn, conn.begin():
             yield conn
 
     @contextlib.contextmanager
@@ -145,12 +219,34 @@ class Database:
         (FencedError before anything is written otherwise). None only for the lease's own
         compare-and-set, which is its own condition, and for a replica's own presence row,
         which every replica writes, leader or not."""
-        with self._write_turn, self._engine.connect() as conn:
+        with self._write_turn, self._busy_as_unavailable(), self._engine.connect() as conn:
             conn.execution_options(lockgate_write=True)
             with conn.begin():
                 if fence is not None:
                     _check_fence(conn, fence)
                 yield conn
+
+    @contextlib.contextmanager
+    def _busy_as_unavailable(self) -> Iterator[None]:
+        """A statement or lock wait cut short by the session timeouts is `Unavailable`
+        (retry), not an internal error: another replica held a lock, or the database was
+        slow, for longer than the lease allows."""
+        try:
+            yield
+        except sa.exc.OperationalError as exc:
+            orig = exc.orig
+            busy = getattr(orig, "sqlstate", None) in _DATABASE_BUSY_SQLSTATES or (
+                "database is locked" in str(orig)
+            )
+            if not busy or self._timeouts is None:
+                raise
+            raise Unavailable(
+                f"the state database did not answer within {self._timeouts.statement_ms} ms"
+                " (a lock held by another replica or a paused leader, or a slow database);"
+                " nothing was written; retry",
+                reason="DATABASE_BUSY",
+                retry_after_seconds=0.5,
+            ) from exc
 
     def db_now_ms(self) -> int:
         """The database's clock, in milliseconds since the Unix epoch."""

@@ -21,7 +21,12 @@ from lockgate.coordinator.domain.pipelines import (
     check_reset_offsets,
 )
 from lockgate.coordinator.store.engine import Database, upsert
-from lockgate.coordinator.store.rows import checkpoint_states, opt_int, read_pipeline
+from lockgate.coordinator.store.rows import (
+    checkpoint_states,
+    opt_int,
+    read_pipeline,
+    resolve_data_loss,
+)
 from lockgate.coordinator.store.tables import source_offsets
 
 
@@ -96,7 +101,8 @@ class OffsetStore:
     ) -> list[PartitionOffset]:
         """Set where a STOPPED pipeline resumes (None: forget all, back to
         `starting_offsets`). Leader-only. FailedPrecondition unless the target state is
-        STOPPED and no checkpoint is still in flight (as Kafka Connect's offsets API)."""
+        STOPPED and no checkpoint is still in flight (as Kafka Connect's offsets API).
+        Moves the pipeline past a DATA_LOST checkpoint (the reset offsets say where)."""
         check_reset_offsets(offsets)
         with self._db.transaction(fence=fence) as conn:
             pipeline = read_pipeline(conn, pipeline_id, for_update=True)
@@ -106,4 +112,6 @@ class OffsetStore:
                     source_offsets.delete().where(source_offsets.c.pipeline_id == pipeline_id)
                 )
             write_next_offsets(conn, pipeline_id, offsets or {}, checkpoint_id=None)
+            # The operator said where to resume: a DATA_LOST checkpoint no longer blocks.
+            resolve_data_loss(conn, pipeline_id)
         return self.get_offsets(pipeline_id=pipeline_id)

@@ -34,11 +34,13 @@ from lockgate.coordinator.domain.errors import NotFound
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
+from lockgate.coordinator.store.engine import db_now_ms
 from lockgate.coordinator.store.tables import (
     checkpoint_tasks,
     checkpoints,
     executors,
     pipelines,
+    precommit_offsets,
     tasks,
 )
 
@@ -250,6 +252,10 @@ def find_checkpoint(
         committed_at_ms=opt_int(row.committed_at_ms),
         aborted_at_ms=opt_int(row.aborted_at_ms),
         abort_reason=row.abort_reason,
+        data_loss_error=row.data_loss_error,
+        data_lost_at_ms=opt_int(row.data_lost_at_ms),
+        data_loss_resolved=row.data_loss_resolved_at_ms is not None,
+        lost_tasks=frozenset(TaskId(t.task_id) for t in task_rows if t.lost_at_ms is not None),
     )
 
 
@@ -265,3 +271,42 @@ def read_checkpoint(
             resource_name=f"{pipeline_id}/{checkpoint_id}",
         )
     return record
+
+
+def resolve_data_loss(conn: Connection, pipeline_id: PipelineId) -> None:
+    """Mark every unresolved DATA_LOST checkpoint of the pipeline moved past (an offset
+    reset or a restart from it); the caller holds the pipeline row's lock."""
+    conn.execute(
+        checkpoints.update()
+        .where(
+            checkpoints.c.pipeline_id == pipeline_id,
+            checkpoints.c.state == CheckpointState.DATA_LOST.value,
+            checkpoints.c.data_loss_resolved_at_ms.is_(None),
+        )
+        .values(data_loss_resolved_at_ms=db_now_ms())
+    )
+
+
+def read_precommit_ranges(
+    conn: Connection, pipeline_id: PipelineId, checkpoint_ids: list[CheckpointId]
+) -> list[tuple[CheckpointId, TaskId, TopicPartition, int, int]]:
+    """(checkpoint, task, partition, start, end) of every range the checkpoints' tasks
+    pre-committed, by topic and partition."""
+    rows = conn.execute(
+        sa.select(precommit_offsets)
+        .where(
+            precommit_offsets.c.pipeline_id == pipeline_id,
+            precommit_offsets.c.checkpoint_id.in_(checkpoint_ids),
+        )
+        .order_by(precommit_offsets.c.topic, precommit_offsets.c.partition)
+    ).all()
+    return [
+        (
+            CheckpointId(int(r.checkpoint_id)),
+            TaskId(r.task_id),
+            TopicPartition(r.topic, int(r.partition)),
+            int(r.start_offset),
+            int(r.end_offset),
+        )
+        for r in rows
+    ]

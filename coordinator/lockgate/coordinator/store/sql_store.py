@@ -5,7 +5,8 @@ split into `lease` (`lease_store.py`), `replicas` (the coordinator replicas:
 `replica_store.py`), `executors` (`membership_store.py`), `pipelines`
 (pipelines, tasks, assignment: `pipeline_store.py`), `checkpoints` (checkpoints,
 pre-commits, commits and aborts, lingering transactions, restore states:
-`checkpoint_store.py`) and `offsets` (`offset_store.py`), all on one `engine.Database`
+`checkpoint_store.py`), `data_loss` (DATA_LOST checkpoints and the way past them:
+`data_loss_store.py`) and `offsets` (`offset_store.py`), all on one `engine.Database`
 that owns the fenced transaction. No other code in the coordinator speaks SQL.
 Sub-store methods take keyword-only arguments and return domain values; leader-only ones
 take the leader's `Fence` and write nothing (FencedError) once it no longer leads.
@@ -17,39 +18,46 @@ from sqlalchemy.engine import Engine
 
 from lockgate.coordinator.store import migrate
 from lockgate.coordinator.store.checkpoint_store import CheckpointStore
+from lockgate.coordinator.store.data_loss_store import DataLossStore
 from lockgate.coordinator.store.engine import (
-    DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
+    DEFAULT_LEASE_MS,
     Database,
+    SessionTimeouts,
     create_engine,
 )
 from lockgate.coordinator.store.lease_store import LeaseStore
 from lockgate.coordinator.store.membership_store import MembershipStore
 from lockgate.coordinator.store.offset_store import OffsetStore
 from lockgate.coordinator.store.pipeline_store import PipelineStore
+from lockgate.coordinator.store.progress_store import ProgressStore
 from lockgate.coordinator.store.replica_store import ReplicaStore
 
 
 def open_store(
-    url: str,
-    *,
-    migrate_schema: bool = True,
-    sqlite_busy_timeout_ms: int = DEFAULT_SQLITE_BUSY_TIMEOUT_MS,
+    url: str, *, migrate_schema: bool = True, lease_ms: int = DEFAULT_LEASE_MS
 ) -> SqlStore:
     """Open the store at a SQLAlchemy URL and, by default, migrate it to the newest schema.
 
-    `sqlite:///path/to/lockgate.db` or `postgresql+psycopg://user@host/db`.
+    `sqlite:///path/to/lockgate.db` or `postgresql+psycopg://user@host/db`. Every session
+    runs under timeouts below `lease_ms` (`engine.SessionTimeouts`); the migrations run
+    first on a connection of their own without them (their DDL may wait for another
+    replica's).
     """
-    engine = create_engine(url, sqlite_busy_timeout_ms=sqlite_busy_timeout_ms)
     if migrate_schema:
-        migrate.upgrade_to_head(engine)
-    return SqlStore(engine=engine)
+        migrations = create_engine(url, timeouts=None)
+        try:
+            migrate.upgrade_to_head(migrations)
+        finally:
+            migrations.dispose()
+    timeouts = SessionTimeouts.within_lease(lease_ms)
+    return SqlStore(engine=create_engine(url, timeouts=timeouts), timeouts=timeouts)
 
 
 class SqlStore:
     """All of the coordinator's state, one sub-store per kind. Thread-safe."""
 
-    def __init__(self, *, engine: Engine) -> None:
-        self.database = Database(engine)
+    def __init__(self, *, engine: Engine, timeouts: SessionTimeouts | None = None) -> None:
+        self.database = Database(engine, timeouts=timeouts)
         """The shared engine and its `transaction(fence=...)` / `read()`."""
         self.lease = LeaseStore(database=self.database)
         self.replicas = ReplicaStore(database=self.database)
@@ -57,6 +65,8 @@ class SqlStore:
         self.pipelines = PipelineStore(database=self.database)
         self.checkpoints = CheckpointStore(database=self.database)
         self.offsets = OffsetStore(database=self.database)
+        self.data_loss = DataLossStore(database=self.database)
+        self.progress = ProgressStore(database=self.database)
 
     @property
     def engine(self) -> Engine:

@@ -97,6 +97,10 @@ checkpoints = sa.Table(
     sa.Column("committed_at_ms", sa.BigInteger, nullable=True),
     sa.Column("aborted_at_ms", sa.BigInteger, nullable=True),
     sa.Column("abort_reason", sa.Text, nullable=True),
+    # DATA_LOST: the commit's error, when, and when an operator moved past it (0004).
+    sa.Column("data_loss_error", sa.Text, nullable=True),
+    sa.Column("data_lost_at_ms", sa.BigInteger, nullable=True),
+    sa.Column("data_loss_resolved_at_ms", sa.BigInteger, nullable=True),
     sa.Index("ix_checkpoints_state", "state"),
 )
 
@@ -113,6 +117,8 @@ checkpoint_tasks = sa.Table(
     sa.Column("precommitted_at_ms", sa.BigInteger, nullable=True),
     sa.Column("commit_acked_at_ms", sa.BigInteger, nullable=True),
     sa.Column("abort_acked_at_ms", sa.BigInteger, nullable=True),
+    # Set when the broker aborted this task's transactions of a DATA_LOST checkpoint (0004).
+    sa.Column("lost_at_ms", sa.BigInteger, nullable=True),
     sa.ForeignKeyConstraint(
         ["pipeline_id", "checkpoint_id"],
         ["checkpoints.pipeline_id", "checkpoints.checkpoint_id"],

@@ -13,7 +13,8 @@ Settings: ``--home`` (else ``$LOCKGATE_HOME``, else ``<repo>/.lockgate``), ``--k
 
 Processes: ``kafka`` (the broker), then ``schema-registry`` (``python -m
 lockgate.schema_registry`` on a SQLite file in the home, one worker process per core sharing
-its two ports; stopping its pid stops the workers too).
+its two ports; stopping its pid stops the workers too), the services (``services.py``), and
+with ``LOCKGATE_PROMETHEUS=1`` a Prometheus server scraping them (``prometheus.py``).
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ import argparse
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +33,20 @@ from lockgate.localcluster.process import (
     ProcessError,
     ProcessSpec,
     ProcessState,
+    answers_ok,
     lockgate_home,
     process_status,
     start_process,
     stop_process,
 )
+from lockgate.localcluster.prometheus import (
+    local_targets,
+    prometheus_port,
+    prometheus_spec,
+    prometheus_wanted,
+)
 from lockgate.localcluster.services import ServiceSettings, service_processes
+from lockgate.schema_registry.server import default_processes
 
 KAFKA_PORT_ENV = "LOCKGATE_KAFKA_PORT"
 KAFKA_CONTROLLER_PORT_ENV = "LOCKGATE_KAFKA_CONTROLLER_PORT"
@@ -74,6 +81,14 @@ class ClusterSettings:
         )
 
     @property
+    def registry_metrics_ports(self) -> tuple[int, ...]:
+        """The metrics port of each of the registry's worker processes (none if off)."""
+        if self.registry_metrics_port is None:
+            return ()
+        workers = self.registry_processes or default_processes()
+        return tuple(self.registry_metrics_port + i for i in range(workers))
+
+    @property
     def registry_db_url(self) -> str:
         """The schema registry's SQLite database, in the home."""
         return f"sqlite:///{self.home / 'schema-registry.db'}"
@@ -81,13 +96,7 @@ class ClusterSettings:
 
 def is_registry_ready(http_address: str, *, timeout_s: float = 2.0) -> bool:
     """True when the registry's REST API answers ``GET /subjects`` with 200."""
-    # No proxy: loopback must not be sent to an HTTP proxy the environment names.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"http://{http_address}/subjects", timeout=timeout_s) as answer:
-            return int(answer.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+    return answers_ok(f"http://{http_address}/subjects", timeout_s=timeout_s)
 
 
 def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
@@ -119,12 +128,28 @@ def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
 
 def cluster_processes(settings: ClusterSettings) -> list[ProcessSpec]:
     """The cluster's processes, in start order. Later services are appended here."""
-    return [
+    services = ServiceSettings.from_env(settings.home)
+    processes = [
         broker_spec(settings.kafka),
         schema_registry_spec(settings),
         # Coordinators c1..c3 (7070-7072) and executors e1..e2 (7080-7081): services.py.
-        *service_processes(ServiceSettings.from_env(settings.home)),
+        *service_processes(services),
     ]
+    if prometheus_wanted():  # LOCKGATE_PROMETHEUS=1: prometheus.py
+        processes.append(
+            prometheus_spec(
+                home=settings.home,
+                port=prometheus_port(),
+                targets=local_targets(
+                    coordinator_ports=services.coordinator_metrics_ports[
+                        : len(services.coordinator_ports)
+                    ],
+                    executor_ports=services.executor_metrics_ports[: len(services.executor_ports)],
+                    registry_ports=settings.registry_metrics_ports,
+                ),
+            )
+        )
+    return processes
 
 
 def _port(value: str | None, *, default: int, source: str) -> int:

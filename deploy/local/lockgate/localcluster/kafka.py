@@ -5,7 +5,8 @@ broker runs as ``java -cp 'deploy/kafka/libs/*' kafka.Kafka server.properties`` 
 storage under ``<home>/kafka/data`` (formatted on first start) and its own log4j2 log under
 ``<home>/kafka/logs``. The settings are the ones a one-node cluster needs: internal topics
 with replication factor 1, min ISR 1, no initial rebalance delay. ``transaction.max.timeout.ms``
-stays at Kafka's default (15 minutes) so tests see the same limits production does.
+stays at Kafka's default (15 minutes) so tests see the same limits production does, unless a
+test's broker overrides it (``KafkaBrokerConfig.overrides``).
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ class KafkaBrokerConfig:
     controller_port: int = 9093
     heap: str = "512m"
     node_id: int = 1
+    overrides: tuple[tuple[str, str], ...] = ()
+    """Extra ``server.properties`` settings, last wins (tests: e.g. a short
+    ``transaction.max.timeout.ms``)."""
 
     @property
     def kafka_dir(self) -> Path:
@@ -197,6 +201,7 @@ def server_properties(config: KafkaBrokerConfig) -> str:
         "min.insync.replicas": "1",
         "group.initial.rebalance.delay.ms": "0",
         "auto.create.topics.enable": "false",
+        **dict(config.overrides),
     }
     lines = ["# Written by lockgate.localcluster.kafka; regenerated on every start."]
     lines += [f"{key}={value}" for key, value in settings.items()]

@@ -17,6 +17,8 @@ import os
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -67,6 +69,17 @@ def lockgate_home(override: Path | str | None = None) -> Path:
     if env_home:
         return Path(env_home).resolve()
     return repo_root() / ".lockgate"
+
+
+def answers_ok(url: str, *, timeout_s: float = 2.0) -> bool:
+    """True when an HTTP GET of `url` answers 200 (a readiness check; no proxy: loopback
+    must not be sent to an HTTP proxy the environment names)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout_s) as answer:
+            return int(answer.status) == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
 
 
 def pid_path(home: Path, name: str) -> Path:

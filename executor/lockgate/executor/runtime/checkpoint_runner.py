@@ -30,7 +30,12 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
 
 from lockgate.common.errors import LockgateError, Unavailable
 from lockgate.common.failpoints import Failpoint, Failpoints
@@ -64,6 +69,9 @@ class _Trigger:
     leader: LeaderStamp
     received: float
     deadline: float
+    #: The TriggerCheckpoint call's trace context (W3C, from the leader): the batch runs
+    #: after the call returned, on the task's thread, and re-attaches it.
+    trace_context: otel_context.Context
 
 
 class CheckpointRunner:
@@ -82,9 +90,11 @@ class CheckpointRunner:
         clock: Callable[[], float] = time.monotonic,
         instruments: Instruments | None = None,
         wall_clock: Callable[[], float] = time.time,
+        tracer: trace.Tracer | None = None,
     ) -> None:
         self._settings = settings
         self._progress = BatchCounts(instruments or Instruments.disabled(), wall_clock=wall_clock)
+        self._tracer = tracer or trace.get_tracer("lockgate.executor")
         self._board = board
         self._data_plane = data_plane
         self._committer = committer
@@ -107,6 +117,7 @@ class CheckpointRunner:
         """Start the pre-commit of checkpoint N on each task that may take it."""
         received = self._clock()
         deadline = received + (timeout_ms or 60_000) / 1000
+        trace_context = otel_context.get_current()
         results: list[TriggerResult] = []
         to_run: list[tuple[Task, PrecommitWork]] = []
         with self._board.lock:
@@ -119,7 +130,9 @@ class CheckpointRunner:
         for task, work in to_run:
             try:
                 task.queue.submit(
-                    self._run_precommit, task, _Trigger(work, leader, received, deadline)
+                    self._run_precommit,
+                    task,
+                    _Trigger(work, leader, received, deadline, trace_context),
                 )
             except RuntimeError:
                 # The task was stopped between the decision and the submit; the leader
@@ -188,7 +201,17 @@ class CheckpointRunner:
 
     def _run_precommit(self, task: Task, trigger: _Trigger) -> None:
         try:
-            self._precommit_and_report(task, trigger)
+            with self._tracer.start_as_current_span(
+                "lockgate.executor.precommit",
+                context=trigger.trace_context,
+                attributes={
+                    "lockgate.pipeline": task.ref.pipeline_name,
+                    "lockgate.task.id": str(task.ref),
+                    "lockgate.checkpoint.id": trigger.work.checkpoint_id,
+                    "lockgate.executor.id": self._settings.executor_id,
+                },
+            ):
+                self._precommit_and_report(task, trigger)
         except Exception:
             _LOG.exception(
                 "pre-commit of %s checkpoint %d crashed", task.ref, trigger.work.checkpoint_id
@@ -202,11 +225,16 @@ class CheckpointRunner:
         if not self._board.begin_batch(task, work.checkpoint_id):
             _LOG.info("%s skipped: stopped or aborted before it started", what)
             return
+        span = trace.get_current_span()
         try:
             output = self._data_plane.run_precommit(work)
         except Exception as exc:
+            span.set_status(Status(StatusCode.ERROR, str(exc)))
             self._report_failure(task, trigger, exc)
             return
+        span.set_attribute("lockgate.spark.job_ids", list(output.spark_job_ids))
+        span.set_attribute("lockgate.records.read", output.records_read)
+        span.set_attribute("lockgate.records.written", output.records_written)
         self._failpoints.reach(Failpoint.AFTER_PRECOMMIT_BEFORE_REPORT, detail=what)
         if not self._board.is_current(task, work.checkpoint_id):
             # Never reported, so never COMPLETE: safe to abort here.
@@ -310,7 +338,8 @@ class CheckpointRunner:
     ) -> int:
         """Commit a COMPLETE checkpoint's handles; idempotent. Returns the count committed."""
         what = f"commit of {pipeline_name} checkpoint {checkpoint_id}"
-        count = self._committer.commit(handles, what=what)
+        with self._handles_span("lockgate.executor.commit", pipeline_name, checkpoint_id, handles):
+            count = self._committer.commit(handles, what=what)
         self._progress.committed(pipeline_name, checkpoint_id)
         self._failpoints.reach(Failpoint.AFTER_COMMIT_BEFORE_ACK, detail=what)
         _LOG.info("%s: %d handles committed", what, count)
@@ -344,10 +373,30 @@ class CheckpointRunner:
                 " transactional ids; retry once it ended",
                 retry_after_seconds=1.0,
             )
-        count = self._committer.abort(handles, what=what)
+        with self._handles_span("lockgate.executor.abort", pipeline_name, checkpoint_id, handles):
+            count = self._committer.abort(handles, what=what)
         self._progress.aborted(pipeline_name, checkpoint_id)
         _LOG.info("%s (%s): %d handles aborted", what, reason or "no reason given", count)
         return count
+
+    def _handles_span(
+        self,
+        name: str,
+        pipeline_name: str,
+        checkpoint_id: int,
+        handles: Sequence[TransactionHandle],
+    ) -> AbstractContextManager[trace.Span]:
+        """The Kafka commit or abort of a checkpoint's handles, as a span in the
+        CommitCheckpoint/AbortCheckpoint call's trace (the leader's checkpoint trace)."""
+        return self._tracer.start_as_current_span(
+            name,
+            attributes={
+                "lockgate.pipeline": pipeline_name,
+                "lockgate.checkpoint.id": checkpoint_id,
+                "lockgate.executor.id": self._settings.executor_id,
+                "lockgate.transactional_ids": [h.transactional_id for h in handles],
+            },
+        )
 
 
 def _work(task: Task, requested: TriggerTask, checkpoint_id: int) -> PrecommitWork:

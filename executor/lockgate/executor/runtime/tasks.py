@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from lockgate.common.errors import InvalidArgument, LockgateError
 from lockgate.common.model.ids import Generation
-from lockgate.executor.errors import RecordError
+from lockgate.executor.errors import OffsetOutOfRangeError, RecordError
 from lockgate.executor.runtime.values import Assignment, TaskError, TaskRef
 
 _LOG = logging.getLogger(__name__)
@@ -66,10 +66,11 @@ def next_phase(current: TaskPhase, target: TaskPhase) -> TaskPhase:
 def task_fails_on(exc: BaseException) -> bool:
     """True if ``exc`` fails the task itself, not just one checkpoint.
 
-    A bad record (tolerance none), a bad spec or a failing transform comes back at every
-    retry; a missing topic, a broker outage or a Spark hiccup may not.
+    A bad record (tolerance none), a bad spec, a failing transform or a resume offset
+    outside the log comes back at every retry; a missing topic, a broker outage or a Spark
+    hiccup may not.
     """
-    return isinstance(exc, RecordError | InvalidArgument)
+    return isinstance(exc, RecordError | InvalidArgument | OffsetOutOfRangeError)
 
 
 def _now() -> datetime.datetime:

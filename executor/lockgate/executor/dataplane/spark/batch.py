@@ -98,6 +98,8 @@ class PrecommitResult:
     duration_s: float
     oldest_timestamp_ms: int | None = None
     """The oldest Kafka timestamp among the records read; None if none had one."""
+    #: The Spark jobs of the batch's job group, oldest first.
+    spark_job_ids: tuple[int, ...] = ()
 
 
 def _spark_message(exc: BaseException) -> str:
@@ -442,8 +444,9 @@ def run_precommit_batch(
     # A stopping executor cancels its jobs (SparkDataPlane.cancel_running); interrupting
     # the task threads also ends a task blocked in the JVM (a read that never returns),
     # where cancelling alone only stops scheduling.
+    job_group = f"lockgate-{pipeline}-{task}-{checkpoint_id}"
     session.sparkContext.setJobGroup(
-        f"lockgate-{pipeline}-{task}-{checkpoint_id}",
+        job_group,
         f"pipeline {pipeline} task {task} checkpoint {checkpoint_id}",
         interruptOnCancel=True,
     )
@@ -481,4 +484,7 @@ def run_precommit_batch(
         write_partitions=len(messages),
         duration_s=time.monotonic() - started,
         oldest_timestamp_ms=oldest_ms,
+        spark_job_ids=tuple(
+            sorted(session.sparkContext.statusTracker().getJobIdsForGroup(job_group))
+        ),
     )

@@ -14,15 +14,13 @@ from typing import TYPE_CHECKING
 
 from lockgate.common.errors import Unavailable
 from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
+from lockgate.common.model.pipeline_spec import DEFAULT_TRANSACTION_TIMEOUT_MS
 from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _LOG = logging.getLogger(__name__)
-
-#: ``transaction.timeout.ms`` used when the sink spec leaves it 0 (the broker's default cap).
-DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
 
 
 class SparkDataPlane:
@@ -91,6 +89,7 @@ class SparkDataPlane:
             records_written=result.records_out,
             records_dead_lettered=result.dead_lettered,
             oldest_record_timestamp_ms=result.oldest_timestamp_ms,
+            spark_job_ids=result.spark_job_ids,
         )
 
     def cancel_running(self) -> None:
@@ -132,4 +131,4 @@ class SparkDataPlane:
             jvm_process.wait(timeout=5)
 
 
-__all__ = ["DEFAULT_TRANSACTION_TIMEOUT_MS", "SparkDataPlane"]
+__all__ = ["SparkDataPlane"]

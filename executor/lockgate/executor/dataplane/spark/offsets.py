@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from lockgate.common.model.offsets import OffsetRange
-from lockgate.executor.errors import SourceError
+from lockgate.executor.errors import OffsetOutOfRangeError, SourceError
 
 
 def _consumer(bootstrap_servers: str) -> Consumer:
@@ -48,6 +48,27 @@ def topic_partitions(*, bootstrap_servers: str, topic: str, timeout_s: float = 1
     return sorted(topic_metadata.partitions)
 
 
+def check_in_log(topic: str, partition: int, *, start: int, low: int, stable: int) -> None:
+    """``OffsetOutOfRangeError`` naming the partition and offsets if ``start`` is below the
+    log start (retention deleted the records: they would be skipped) or past the last
+    stable offset (the log was truncated or the topic re-created: nothing would be read)."""
+    fix = (
+        "stop the pipeline, set where it resumes with `lockgate pipeline offsets NAME --set"
+        f" {topic}:{partition}=OFFSET`, then resume it"
+    )
+    if start < low:
+        raise OffsetOutOfRangeError(
+            f"{topic}[{partition}]: the pipeline resumes at offset {start}, but the log starts"
+            f" at {low}: records {start}..{low - 1} were deleted (retention) before they were"
+            f" read; {fix} (at {low} to accept the loss)"
+        )
+    if start > stable:
+        raise OffsetOutOfRangeError(
+            f"{topic}[{partition}]: the pipeline resumes at offset {start}, past the log end"
+            f" ({stable}): the log was truncated or the topic re-created; {fix}"
+        )
+
+
 def snapshot_offset_ranges(
     *,
     bootstrap_servers: str,
@@ -61,7 +82,8 @@ def snapshot_offset_ranges(
 
     Each range starts at ``start_offsets[(topic, partition)]`` (the end of the last
     complete checkpoint) or, for a partition never read, at the ``starting_offsets``
-    policy (``earliest`` = log start, ``latest`` = current last stable offset); it ends at
+    policy (``earliest`` = log start, ``latest`` = current last stable offset); a start
+    outside the log is an ``OffsetOutOfRangeError`` (``check_in_log``); it ends at
     the partition's last stable offset (read_committed high watermark), capped at
     ``max_offsets_per_partition`` offsets to bound the batch. Empty ranges are included so
     the caller can carry the position forward.
@@ -84,8 +106,7 @@ def snapshot_offset_ranges(
                 start = start_offsets.get((topic, partition))
                 if start is None:
                     start = low if starting_offsets == "earliest" else stable
-                # Retention may have deleted offsets below the log start.
-                start = max(start, low)
+                check_in_log(topic, partition, start=start, low=low, stable=stable)
                 end = max(start, stable)
                 if max_offsets_per_partition is not None:
                     end = min(end, start + max_offsets_per_partition)

@@ -1,0 +1,125 @@
+# ruff: noqa: F811 - the fixtures imported from test_store are redefined as test parameters
+"""The leader's commit loop on SQLite and PostgreSQL, executors faked (issue 14): against a
+COMPLETE checkpoint whose commit keeps failing it logs what status warns once the
+checkpoint's transactions near the sink's timeout (hole 3); as checkpoints commit, it keeps
+the history bounded (Also)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import pytest
+import sqlalchemy as sa
+
+from lockgate.common.model.ids import CoordinatorId, PipelineId
+from lockgate.coordinator.domain.states import CheckpointState
+from lockgate.coordinator.herder import CoordinatorSettings, Herder
+from lockgate.coordinator.herder.executors import ExecutorCallFailed, ExecutorClient
+from lockgate.coordinator.store import SqlStore
+from lockgate.coordinator.store.tables import (
+    checkpoint_tasks,
+    checkpoints,
+    precommit_handles,
+    precommit_offsets,
+)
+from tests.integration.coordinator.test_store import (
+    open_stores,  # noqa: F401 - fixture
+    store_url,  # noqa: F401 - fixture
+)
+from tests.integration.coordinator.test_store_checkpoints import precommit, running_pipeline
+from tests.support.topics import FixedTopics
+from tests.support.waits import wait_for
+
+
+class UnreachableExecutors(ExecutorClient):
+    """Every commit call fails as an executor that does not answer would."""
+
+    def commit_checkpoint(self, **_: Any) -> int:
+        raise ExecutorCallFailed("CommitCheckpoint: unreachable", code=grpc.StatusCode.UNAVAILABLE)
+
+
+def test_a_commit_still_failing_past_half_the_transaction_timeout_is_logged(
+    open_stores: Callable[..., SqlStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    store = open_stores()
+    leader = Herder(
+        store=store,
+        settings=CoordinatorSettings(coordinator_id=CoordinatorId("c1"), advertise="c1:1"),
+        topics=FixedTopics(),  # type: ignore[arg-type]
+        executor_client=UnreachableExecutors(),
+    )
+    leader.lease_keeper.campaign()
+    fence = leader.lease_keeper.require_fence()
+    t0, t1 = running_pipeline(store, fence)
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
+    precommit(store, fence, 1, t0, start=0, end=5)
+    assert precommit(store, fence, 1, t1, start=0, end=5) is CheckpointState.COMPLETE
+
+    with caplog.at_level(logging.WARNING):
+        leader.checkpoints.commit_pending(fence)
+    assert "is COMPLETE but not committed" not in caplog.text, "a fresh checkpoint is no news"
+
+    # Triggered ten minutes ago: 66% of the default 900000 ms transaction timeout.
+    with store.engine.begin() as conn:
+        conn.execute(checkpoints.update().values(triggered_at_ms=store.db_now_ms() - 600_000))
+    caplog.clear()
+
+    def warned() -> bool:
+        # The loop's retry backoff skips passes; the next one that tries the commit warns.
+        with caplog.at_level(logging.WARNING):
+            leader.checkpoints.commit_pending(fence)
+        return "is COMPLETE but not committed" in caplog.text
+
+    wait_for("the commit loop to warn", warned, timeout_s=10)
+    assert "pipeline p: checkpoint 1 is COMPLETE but not committed after 600" in caplog.text
+    assert "66% of sink.kafka.transaction_timeout_ms (900000 ms)" in caplog.text
+
+
+class AnsweringExecutors(ExecutorClient):
+    """Every commit call is acknowledged, as a live executor's would be."""
+
+    def commit_checkpoint(self, **kwargs: Any) -> int:
+        return len(kwargs["handles"])
+
+
+def test_history_stays_bounded_as_checkpoints_commit(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """Thirty checkpoints commit one after the other on a coordinator that keeps five final
+    ones: the table never holds more than five committed checkpoints (plus the one in flight),
+    and the newest five are the ones kept, with their tasks, ranges and handles."""
+    store = open_stores()
+    leader = Herder(
+        store=store,
+        settings=CoordinatorSettings(
+            coordinator_id=CoordinatorId("c1"), advertise="c1:1", checkpoint_history=5
+        ),
+        topics=FixedTopics(),  # type: ignore[arg-type]
+        executor_client=AnsweringExecutors(),
+    )
+    leader.lease_keeper.campaign()
+    fence = leader.lease_keeper.require_fence()
+    t0, t1 = running_pipeline(store, fence)
+    rows: list[int] = []
+    for n in range(1, 31):
+        store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
+        precommit(store, fence, n, t0, start=5 * (n - 1), end=5 * n)
+        precommit(store, fence, n, t1, start=5 * (n - 1), end=5 * n)
+        leader.checkpoints.commit_pending(fence)
+        with store.engine.connect() as conn:
+            rows.append(
+                conn.execute(sa.select(sa.func.count()).select_from(checkpoints)).scalar_one()
+            )
+    assert max(rows) <= 5
+    kept = store.checkpoints.list_checkpoints(pipeline_id=PipelineId("p"))
+    assert [c.checkpoint_id for c in kept] == [30, 29, 28, 27, 26]
+    assert all(c.state is CheckpointState.COMMITTED for c in kept)
+    with store.engine.connect() as conn:
+        for table in (checkpoint_tasks, precommit_offsets, precommit_handles):
+            ids = {r[0] for r in conn.execute(sa.select(table.c.checkpoint_id))}
+            assert ids == {26, 27, 28, 29, 30}, table.name
+    # The pipeline resumes where the newest checkpoint ended, pruning or not.
+    assert {o.next_offset for o in store.offsets.get_offsets(pipeline_id=PipelineId("p"))} == {150}

@@ -1,0 +1,109 @@
+"""The request bounds every gRPC server checks before its servicer runs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from google.protobuf import struct_pb2
+
+from lockgate.common.errors import InvalidArgument
+from lockgate.common.model.limits import (
+    MAX_REPEATED_ITEMS,
+    MAX_STRING_CHARS,
+    check_request_limits,
+    request_violations,
+)
+from lockgate.v1 import common_pb2, coordinator_pb2, executor_pb2, schema_registry_pb2
+
+
+def test_a_request_within_bounds_passes() -> None:
+    request = coordinator_pb2.CreatePipelineRequest(
+        spec=common_pb2.PipelineSpec(
+            name="orders",
+            source=common_pb2.SourceSpec(
+                kafka=common_pb2.KafkaSourceSpec(
+                    bootstrap_servers="127.0.0.1:9092", topics=[f"t{i}" for i in range(1000)]
+                )
+            ),
+            transform=common_pb2.TransformSpec(sql="SELECT * FROM input " + "x" * 100_000),
+        )
+    )
+    check_request_limits(request)
+
+
+def test_too_many_topics_are_named_by_path_and_limit_without_walking_them() -> None:
+    request = coordinator_pb2.CreatePipelineRequest(
+        spec=common_pb2.PipelineSpec(
+            source=common_pb2.SourceSpec(
+                kafka=common_pb2.KafkaSourceSpec(topics=[f"t{i}" for i in range(200_000)])
+            )
+        )
+    )
+    started = time.monotonic()
+    with pytest.raises(InvalidArgument) as refused:
+        check_request_limits(request)
+    assert time.monotonic() - started < 0.1
+    assert refused.value.reason == "LIMIT_EXCEEDED"
+    assert [(v.field, v.description) for v in refused.value.violations] == [
+        ("spec.source.kafka.topics", "has 200000 items, more than the limit of 1000")
+    ]
+
+
+def test_a_long_string_inside_a_repeated_message_is_named_by_index() -> None:
+    request = coordinator_pb2.ReportPrecommitRequest(
+        source_ranges=[
+            common_pb2.OffsetRange(topic="ok"),
+            common_pb2.OffsetRange(topic="t" * (MAX_STRING_CHARS + 1)),
+        ]
+    )
+    (violation,) = request_violations(request)
+    assert violation.field == "source_ranges[1].topic"
+    assert f"has {MAX_STRING_CHARS + 1} characters" in violation.description
+
+
+def test_too_many_handles_are_refused_on_the_executor_too() -> None:
+    handle = common_pb2.SinkHandle(kafka=common_pb2.KafkaTransactionHandle(transactional_id="x"))
+    request = executor_pb2.CommitCheckpointRequest(handles=[handle] * (MAX_REPEATED_ITEMS + 1))
+    (violation,) = request_violations(request)
+    assert violation.field == "handles"
+    assert f"more than the limit of {MAX_REPEATED_ITEMS}" in violation.description
+
+
+def test_a_registry_schema_may_be_long_but_a_subject_may_not() -> None:
+    request = schema_registry_pb2.RegisterSchemaRequest(
+        subject="s" * (MAX_STRING_CHARS + 1), schema="x" * 500_000
+    )
+    assert [v.field for v in request_violations(request)] == ["subject"]
+
+
+def test_a_refusal_lists_at_most_twenty_violations_and_counts_the_rest() -> None:
+    request = coordinator_pb2.HeartbeatRequest(
+        task_statuses=[
+            common_pb2.TaskStatus(task_id=common_pb2.TaskId(pipeline_name="p" * 5_000))
+            for _ in range(30)
+        ]
+    )
+    with pytest.raises(InvalidArgument) as refused:
+        check_request_limits(request)
+    assert len(refused.value.violations) == 20
+    assert "and 10 more" in refused.value.message
+
+
+def test_map_fields_are_bounded_in_entries_keys_and_values() -> None:
+    # No Lockgate request has a map yet (Kafka client properties will); Struct's is one.
+    fine = struct_pb2.Struct()
+    fine.update({"a": "x" * 100, "b": {"c": "y"}})
+    assert request_violations(fine) == []
+    long_value = struct_pb2.Struct()
+    long_value.update({"sasl.mechanism": "x" * (MAX_STRING_CHARS + 1)})
+    assert [v.field for v in request_violations(long_value)] == [
+        "fields['sasl.mechanism'].string_value"
+    ]
+    long_key = struct_pb2.Struct()
+    long_key.update({"k" * (MAX_STRING_CHARS + 1): 1})
+    (violation,) = request_violations(long_key)
+    assert violation.field.endswith("(key)")
+    many = struct_pb2.Struct()
+    many.update({f"k{i}": i for i in range(MAX_REPEATED_ITEMS + 1)})
+    assert [v.field for v in request_violations(many)] == ["fields"]
