@@ -10,7 +10,13 @@ input topic, then copies them four times, each into its own output topic:
 (b) the same pipeline with ``delivery: at_least_once``;
 (c) a plain confluent-kafka consume -> produce loop (no transactions, one process);
 (d) Kafka's ``TransactionalMessageCopier`` (kafka-tools jar), one per input partition,
-    in parallel.
+    in parallel;
+(e) unless ``--no-metrics-overhead``: (a) again on a coordinator and an executor restarted
+    with ``--metrics-listen`` (every metric of README's Metrics section recorded and served
+    to Prometheus; (a)-(b) run with metrics off, the services' default), after its own
+    untimed warm-up, to print the overhead of metrics, 1 - e/a, against its < 3 % target.
+    The run ends by scraping the executor's /metrics: its records-written counter must
+    cover the input, so (e) really measured metrics on.
 
 For each it prints records/s, MB/s (of values) and, for (a) and (b), the executor's RSS
 (its Python process plus the Spark JVM and Python workers under it), then the ratios a/b
@@ -27,8 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +62,9 @@ from lockgate.localcluster.process import (
 )
 from lockgate.localcluster.services import coordinator_spec, executor_spec
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+
+#: The overhead of metrics on exactly_once throughput that issue 12 allows.
+METRICS_OVERHEAD_TARGET = 0.03
 
 COPIER = "org.apache.kafka.tools.TransactionalMessageCopier"
 
@@ -303,8 +313,75 @@ def print_checkpoints(
     )
 
 
+@dataclass(frozen=True)
+class Services:
+    """One coordinator and one executor of a run, and the executor's /metrics if on."""
+
+    coordinator: str
+    executor: RunningProcess
+    executor_metrics: str | None
+
+
+def start_services(
+    start: Callable[[ProcessSpec, Path], RunningProcess],
+    home: Path,
+    *,
+    spark_master: str,
+    metrics: bool,
+) -> Services:
+    """c1 then e1 (its Spark warm-up included), under ``home``; ``metrics``: both serve
+    ``--metrics-listen`` on free ports."""
+    home.mkdir(parents=True, exist_ok=True)
+    coordinator_port, executor_port = free_port(), free_port()
+    executor_metrics = free_port() if metrics else None
+    coordinator = f"127.0.0.1:{coordinator_port}"
+    start(
+        coordinator_spec(
+            coordinator_id="c1",
+            port=coordinator_port,
+            db_url=f"sqlite:///{home / 'c.db'}",
+            metrics_port=free_port() if metrics else None,
+        ),
+        home,
+    )
+    t0 = time.monotonic()
+    executor = start(
+        executor_spec(
+            executor_id="e1",
+            port=executor_port,
+            coordinators=[coordinator],
+            spark_master=spark_master,
+            spark_conf={},
+            metrics_port=executor_metrics,
+        ),
+        home,
+    )
+    print(
+        f"executor ready (Spark {spark_master}, warm-up included, metrics "
+        f"{'on' if metrics else 'off'}) in {time.monotonic() - t0:.1f}s"
+    )
+    return Services(
+        coordinator, executor, None if executor_metrics is None else f"127.0.0.1:{executor_metrics}"
+    )
+
+
+def records_written_counter(metrics_address: str) -> float:
+    """The executor's lockgate_task_records_written_total, summed, from its /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://{metrics_address}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "lockgate_task_records_written_total"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the four contenders and print the figures."""
+    """Run the contenders and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
@@ -323,6 +400,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="ab",
         help="which Lockgate run goes first (the first also warms the executor's JIT and"
         " Python workers up)",
+    )
+    parser.add_argument(
+        "--no-metrics-overhead",
+        dest="metrics_overhead",
+        action="store_false",
+        help="skip (e), exactly_once with metrics on",
     )
     args = parser.parse_args(argv)
     if args.records < 1 or args.partitions < 1 or args.value_bytes < 10:
@@ -343,28 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             start(broker_spec(config), config.home)
             bootstrap = config.bootstrap_servers
-            coordinator_port, executor_port = free_port(), free_port()
-            coordinator = f"127.0.0.1:{coordinator_port}"
-            start(
-                coordinator_spec(
-                    coordinator_id="c1", port=coordinator_port, db_url=f"sqlite:///{home / 'c.db'}"
-                ),
-                home,
-            )
-            t0 = time.monotonic()
-            executor = start(
-                executor_spec(
-                    executor_id="e1",
-                    port=executor_port,
-                    coordinators=[coordinator],
-                    spark_master=args.spark_master,
-                    spark_conf={},
-                ),
-                home,
-            )
-            print(
-                f"executor ready (Spark {args.spark_master}, warm-up included) in "
-                f"{time.monotonic() - t0:.1f}s"
+            services = start_services(
+                start, home / "off", spark_master=args.spark_master, metrics=False
             )
 
             def new_topic(prefix: str, records: int = 0) -> str:
@@ -389,44 +452,67 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
 
             figures: dict[str, Figure] = {}
-            with open_channel([coordinator]) as channel:
-                stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+            warmup_in = new_topic("bench-warmup-in", args.warmup_records)
 
-                def copy(
-                    source: str, sink: str, records: int, delivery: str
-                ) -> tuple[float, float]:
-                    return run_pipeline(
-                        stub,
-                        bootstrap=bootstrap,
-                        source=source,
-                        sink=sink,
-                        records=records,
-                        delivery=delivery,
-                        tasks_max=args.partitions,
-                        executor_pid=executor.pid,
-                        directory=home,
-                        coordinators=coordinator,
-                    )
+            def lockgate_runs(services: Services, runs: dict[str, str], label: str) -> None:
+                """Warm ``services`` up, then time each of ``runs`` (key -> delivery)."""
+                with open_channel([services.coordinator]) as channel:
+                    stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
 
-                if args.warmup_records > 0:
-                    warmup_in = new_topic("bench-warmup-in", args.warmup_records)
-                    seconds, _ = copy(
-                        warmup_in,
-                        new_topic("bench-warmup-out"),
-                        args.warmup_records,
-                        "exactly_once",
-                    )
-                    print(f"warm-up: {args.warmup_records:,} records in {seconds:.1f}s (untimed)")
-                runs = {"a": "exactly_once", "b": "at_least_once"}
-                for key in args.order:
-                    delivery = runs[key]
-                    sink = new_topic(f"bench-out-{key}")
-                    seconds, rss = copy(source, sink, args.records, delivery)
-                    out = len(read_visible(bootstrap, sink, timeout_s=300))
-                    assert out >= args.records, f"{delivery}: only {out} records visible"
-                    figures[key] = Figure(
-                        f"({key}) lockgate {delivery}", args.records, seconds, args.value_bytes, rss
-                    )
+                    def copy(
+                        source: str, sink: str, records: int, delivery: str
+                    ) -> tuple[float, float]:
+                        return run_pipeline(
+                            stub,
+                            bootstrap=bootstrap,
+                            source=source,
+                            sink=sink,
+                            records=records,
+                            delivery=delivery,
+                            tasks_max=args.partitions,
+                            executor_pid=services.executor.pid,
+                            directory=home,
+                            coordinators=services.coordinator,
+                        )
+
+                    if args.warmup_records > 0:
+                        seconds, _ = copy(
+                            warmup_in,
+                            new_topic("bench-warmup-out"),
+                            args.warmup_records,
+                            "exactly_once",
+                        )
+                        print(
+                            f"warm-up: {args.warmup_records:,} records in {seconds:.1f}s (untimed)"
+                        )
+                    for key, delivery in runs.items():
+                        sink = new_topic(f"bench-out-{key}")
+                        seconds, rss = copy(source, sink, args.records, delivery)
+                        out = len(read_visible(bootstrap, sink, timeout_s=300))
+                        assert out >= args.records, f"{delivery}: only {out} records visible"
+                        figures[key] = Figure(
+                            f"({key}) lockgate {delivery}{label}",
+                            args.records,
+                            seconds,
+                            args.value_bytes,
+                            rss,
+                        )
+
+            runs = {"a": "exactly_once", "b": "at_least_once"}
+            lockgate_runs(services, {key: runs[key] for key in args.order}, "")
+            if args.metrics_overhead:
+                # Metrics are per process: the same services again, with /metrics served.
+                stop_process(home=home / "off", name=services.executor.name)
+                stop_process(home=home / "off", name="coordinator-c1")
+                services = start_services(
+                    start, home / "on", spark_master=args.spark_master, metrics=True
+                )
+                lockgate_runs(services, {"e": "exactly_once"}, ", metrics on")
+                assert services.executor_metrics is not None
+                counted = records_written_counter(services.executor_metrics)
+                # The warm-up's records are counted too.
+                assert counted >= args.records, f"metrics on, but only {counted} records counted"
+                print(f"    metrics on: the executor counted {counted:,.0f} records written")
             sink = new_topic("bench-out-c")
             figures["c"] = Figure(
                 "(c) confluent-kafka loop",
@@ -445,15 +531,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             for where, process in reversed(started):
                 stop_process(home=where, name=process.name)
 
-    print(f"\n{'contender':<34}{'records/s':>12}{'MB/s':>9}{'seconds':>9}{'executor RSS':>14}")
+    print(f"\n{'contender':<40}{'records/s':>12}{'MB/s':>9}{'seconds':>9}{'executor RSS':>14}")
     for figure in sorted(figures.values(), key=lambda f: f.name):
         shown = f"{figure.rss_mb:,.0f} MB" if figure.rss_mb is not None else "-"
         print(
-            f"{figure.name:<34}{figure.records_per_s:>12,.0f}{figure.mb_per_s:>9.2f}"
+            f"{figure.name:<40}{figure.records_per_s:>12,.0f}{figure.mb_per_s:>9.2f}"
             f"{figure.seconds:>9.1f}{shown:>14}"
         )
     a, b, d = figures["a"].records_per_s, figures["b"].records_per_s, figures["d"].records_per_s
     print(f"\na/b = {a / b:.2f} (target >= 0.8)    a/d = {a / d:.2f} (target >= 1.0)")
+    if "e" in figures:
+        overhead = 1 - figures["e"].records_per_s / a
+        verdict = "within" if overhead < METRICS_OVERHEAD_TARGET else "over"
+        print(
+            f"metrics overhead = 1 - e/a = {overhead:+.1%} ({verdict} the < "
+            f"{METRICS_OVERHEAD_TARGET:.0%} target; a run is timed to its last commit, so "
+            "small runs carry about one checkpoint interval of noise)"
+        )
     return 0
 
 

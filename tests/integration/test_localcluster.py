@@ -49,6 +49,7 @@ from lockgate.localcluster.process import (
 )
 from lockgate.v1 import schema_registry_pb2 as sr_pb
 from lockgate.v1 import schema_registry_pb2_grpc as sr_grpc
+from tests.support.metrics import scrape, series_value
 from tests.support.processes import children, descendants, pid_alive
 from tests.support.waits import wait_for
 
@@ -96,6 +97,10 @@ def _cluster(
     else:
         env.pop("LOCKGATE_CLUSTER_SERVICES", None)
         env.update(services)
+    # Not the fixed default metrics ports: the services' ports come with ``services``.
+    env["LOCKGATE_SCHEMA_REGISTRY_METRICS_PORT"] = "none"
+    for name in ("LOCKGATE_COORDINATOR_METRICS_PORTS", "LOCKGATE_EXECUTOR_METRICS_PORTS"):
+        env[name] = (services or {}).get(name, "none")
     return subprocess.run(
         [
             sys.executable,
@@ -150,9 +155,12 @@ def test_cluster_up_with_services_status_down_leaves_nothing_running(tmp_path: P
     ports = _Ports.free()
     coordinator_ports = [free_port() for _ in range(3)]
     executor_port = free_port()
+    metrics_ports = [free_port() for _ in range(4)]
     services = {
         "LOCKGATE_COORDINATOR_PORTS": ",".join(str(p) for p in coordinator_ports),
         "LOCKGATE_EXECUTOR_PORTS": str(executor_port),
+        "LOCKGATE_COORDINATOR_METRICS_PORTS": ",".join(str(p) for p in metrics_ports[:3]),
+        "LOCKGATE_EXECUTOR_METRICS_PORTS": str(metrics_ports[3]),
     }
     names = ["kafka", SCHEMA_REGISTRY, "coordinator-c1", "coordinator-c2", "coordinator-c3"]
     names.append("executor-e1")
@@ -172,6 +180,11 @@ def test_cluster_up_with_services_status_down_leaves_nothing_running(tmp_path: P
         assert status.returncode == 0
         listed = {line.split()[0]: line.split()[-1] for line in status.stdout.splitlines()}
         assert listed == dict.fromkeys(names, "up"), status.stdout
+        # Every service serves /metrics on its port; the leader reports its epoch.
+        texts = [scrape(f"127.0.0.1:{port}") for port in metrics_ports]
+        assert all("# TYPE" in text for text in texts)
+        epochs = [series_value(t, "lockgate_leader_epoch") for t in texts[:3]]
+        assert any(e is not None and e >= 1 for e in epochs), epochs
 
         down = _cluster(home, ports, "down", services=services)
         assert down.returncode == 0, down.stderr
@@ -182,7 +195,7 @@ def test_cluster_up_with_services_status_down_leaves_nothing_running(tmp_path: P
             assert not is_alive(record)
         left = [pid for pid in spark if pid_alive(pid)]
         assert not left, f"processes the executor started outlived `down`: {left}"
-        for port in (ports.kafka, *coordinator_ports, executor_port):
+        for port in (ports.kafka, *coordinator_ports, executor_port, *metrics_ports):
             assert port_holder(port) is None, f"port {port} still held"
     finally:
         _cluster(home, ports, "down", services=services)

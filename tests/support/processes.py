@@ -175,9 +175,12 @@ class RegistryProcess:
         return int(self.process.returncode)
 
 
-def start_registry(db_url: str, *extra_args: str) -> RegistryProcess:
-    """Start a registry on ``db_url``, on ports the kernel picks, and wait for its ready line."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OTEL_SDK_DISABLED="true")
+def start_registry(
+    db_url: str, *extra_args: str, environ: Mapping[str, str] | None = None
+) -> RegistryProcess:
+    """Start a registry on ``db_url``, on ports the kernel picks, and wait for its ready line
+    (telemetry off unless ``environ`` says otherwise)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OTEL_SDK_DISABLED": "true", **(environ or {})}
     process = subprocess.Popen(
         registry_command(
             db_url=db_url, grpc_listen="127.0.0.1:0", http_listen="127.0.0.1:0", extra=extra_args

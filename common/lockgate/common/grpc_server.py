@@ -1,7 +1,8 @@
 """How every Lockgate service serves gRPC: one builder, one error mapping.
 
 ``build_server`` gives each service the same server: tracing interceptor (when telemetry is
-on), the error-mapping interceptor, the request bounds (``model.limits``), a bound on
+on), ``rpc.server.duration`` (when metrics are on), the error-mapping interceptor, the
+request bounds (``model.limits``), a bound on
 message size and on concurrent calls (RESOURCE_EXHAUSTED beyond), ``grpc.health.v1``, server
 reflection, a bind that names the address (and the process holding it) when the port is
 taken, and a graceful stop on SIGTERM.
@@ -20,6 +21,7 @@ import os
 import re
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
@@ -34,7 +36,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 
 from lockgate.common.errors import (
     ERROR_DOMAIN,
@@ -54,6 +56,7 @@ from lockgate.common.errors import (
     Unavailable,
     Unimplemented,
 )
+from lockgate.common.metrics import RPC_SERVER_DURATION, Instruments
 from lockgate.common.model.limits import check_request_limits
 from lockgate.common.telemetry import Telemetry
 from lockgate.v1 import common_pb2
@@ -356,6 +359,57 @@ def _checked(behavior: _Behavior) -> _Behavior:
     return call
 
 
+class RpcMetricsInterceptor(_WrappingInterceptor):
+    """Records ``rpc.server.duration`` of each call with OpenTelemetry's RPC attributes
+    (``rpc.system``, ``rpc.service``, ``rpc.method``, ``rpc.grpc.status_code``). It sits
+    outside the error mapping, so a refused call is recorded with the status its caller
+    got; probes and reflection pass through."""
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        self._instruments = Instruments(meter)
+
+    def _wrapped(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        service, _, name = method.lstrip("/").rpartition("/")
+        attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+
+        def record(started: float, context: grpc.ServicerContext, failed: bool) -> None:
+            code = context.code()  # type: ignore[attr-defined]
+            if not isinstance(code, grpc.StatusCode):
+                code = grpc.StatusCode.UNKNOWN if failed else grpc.StatusCode.OK
+            self._instruments.record(
+                RPC_SERVER_DURATION,
+                time.perf_counter() - started,
+                {**attributes, "rpc.grpc.status_code": int(code.value[0])},
+            )
+
+        def unary(behavior: _Behavior) -> _Behavior:
+            def call(request: Any, context: grpc.ServicerContext) -> Any:
+                started, failed = time.perf_counter(), True
+                try:
+                    response = behavior(request, context)
+                    failed = False
+                    return response
+                finally:
+                    record(started, context, failed)
+
+            return call
+
+        def stream(behavior: _Behavior) -> _Behavior:
+            def call(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                started, failed = time.perf_counter(), True
+                try:
+                    yield from behavior(request, context)
+                    failed = False
+                finally:
+                    record(started, context, failed)
+
+            return call
+
+        return _rewrap(handler, unary_response=unary, stream_response=stream)
+
+
 class ServerBindError(OSError):
     """The server could not listen on the requested address."""
 
@@ -507,6 +561,12 @@ class LockgateServer:
         return received[0]
 
 
+def _observing_interceptors(telemetry: Telemetry) -> list[grpc.ServerInterceptor]:
+    """Tracing (when traces are on), then ``rpc.server.duration`` (when metrics are on)."""
+    metering = [RpcMetricsInterceptor(telemetry.meter())] if telemetry.records_metrics else []
+    return [*telemetry.server_interceptors(), *metering]
+
+
 def build_server(
     *,
     service_name: str,
@@ -541,7 +601,7 @@ def build_server(
     interceptors: list[grpc.ServerInterceptor] = [
         # Outermost first: the SERVER span also covers the error mapping, so a failed call's
         # span carries its status code.
-        *telemetry.server_interceptors(),
+        *_observing_interceptors(telemetry),
         ErrorMappingInterceptor(service_name=service_name),
         RequestLimitsInterceptor(),
         *extra_interceptors,

@@ -3,7 +3,8 @@
 Configuration comes from the standard environment variables, so operators use what they
 already know from other OpenTelemetry-instrumented software:
 
-- ``OTEL_SDK_DISABLED=true`` turns everything off, whatever else is set.
+- ``OTEL_SDK_DISABLED=true`` turns everything off, whatever else is set (a service's
+  ``--metrics-listen`` endpoint too: it logs a warning and does not listen).
 - ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER``: comma-separated list of
   ``none`` | ``console`` | ``otlp``. Unlike the OpenTelemetry default (``otlp``), Lockgate
   defaults to ``none``: a user who did not ask for telemetry pays nothing and sees no
@@ -29,7 +30,7 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -274,6 +275,11 @@ class Telemetry:
         """A tracer for spans of internal work (``name`` is the instrumenting module)."""
         return self.tracer_provider.get_tracer(name)
 
+    @property
+    def records_metrics(self) -> bool:
+        """True if metrics go somewhere (an ``OTEL_METRICS_EXPORTER`` or ``/metrics``)."""
+        return isinstance(self.meter_provider, SdkMeterProvider)
+
     def meter(self, name: str = _INSTRUMENTATION_NAME) -> metrics.Meter:
         """A meter to create counters and histograms (``name`` is the instrumenting module)."""
         return self.meter_provider.get_meter(name)
@@ -385,9 +391,12 @@ def setup_telemetry(
     service_instance_id: str | None = None,
     environ: Mapping[str, str] | None = None,
     set_global: bool = True,
+    metric_readers: Sequence[MetricReader] = (),
 ) -> Telemetry:
     """Configure traces and metrics for one service process from the ``OTEL_*`` variables.
 
+    ``metric_readers`` are added to the ``OTEL_METRICS_EXPORTER`` ones (the Prometheus
+    endpoint's reader, ``lockgate.common.prometheus``); any of them turns metrics on.
     With nothing set, returns no-op telemetry (no exporter, no interceptor). With
     ``set_global`` the providers also become OpenTelemetry's global ones, so libraries
     instrumented with the plain API report into them; OpenTelemetry allows that once per
@@ -396,7 +405,8 @@ def setup_telemetry(
     config = telemetry_config_from_env(
         service_name, service_instance_id=service_instance_id, environ=environ
     )
-    if not config.traces_enabled and not config.metrics_enabled:
+    metrics_on = config.metrics_enabled or bool(metric_readers)
+    if not config.traces_enabled and not metrics_on:
         disabled = Telemetry.disabled(config.service_name)
         return Telemetry(
             config,
@@ -420,16 +430,17 @@ def setup_telemetry(
     else:
         tracer_provider = trace.NoOpTracerProvider()
     meter_provider: metrics.MeterProvider
-    if config.metrics_enabled:
+    if metrics_on:
         meter_provider = SdkMeterProvider(
-            resource=resource, metric_readers=_metric_readers(config, sink)
+            resource=resource,
+            metric_readers=[*_metric_readers(config, sink), *metric_readers],
         )
     else:
         meter_provider = metrics.NoOpMeterProvider()
     if set_global:
         if config.traces_enabled:
             trace.set_tracer_provider(tracer_provider)
-        if config.metrics_enabled:
+        if metrics_on:
             metrics.set_meter_provider(meter_provider)
     return Telemetry(
         config,

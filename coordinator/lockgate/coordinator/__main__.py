@@ -20,8 +20,14 @@ import sqlalchemy as sa
 from lockgate.common.errors import LockgateError
 from lockgate.common.failpoints import FailpointConfigError, Failpoints
 from lockgate.common.grpc_server import ServerBindError, build_server
+from lockgate.common.metrics import Instruments
 from lockgate.common.model.ids import CoordinatorId
-from lockgate.common.telemetry import TelemetryConfigError, setup_telemetry
+from lockgate.common.prometheus import (
+    MetricsListenError,
+    add_metrics_listen_argument,
+    start_telemetry,
+)
+from lockgate.common.telemetry import Telemetry, TelemetryConfigError
 from lockgate.coordinator.api import CoordinatorServicer
 from lockgate.coordinator.domain.assignment import (
     DEFAULT_REASSIGN_DELAY_MS,
@@ -113,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_REASSIGN_DELAY_MS,
         help="extra wait after an executor's session expired before its tasks move (ms)",
     )
+    add_metrics_listen_argument(parser)
     parser.add_argument(
         "--checkpoint-history",
         type=_positive("--checkpoint-history"),
@@ -151,6 +158,30 @@ def _open_state(db: str | None, *, lease_ms: int) -> SqlStore | int:
     return store
 
 
+def _telemetry(args: argparse.Namespace) -> Telemetry | None:
+    """Telemetry and the ``--metrics-listen`` endpoint, or None after printing why not."""
+    try:
+        return start_telemetry(
+            SERVICE_NAME, metrics_listen=args.metrics_listen, service_instance_id=args.id
+        )
+    except (TelemetryConfigError, MetricsListenError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def _failpoints() -> Failpoints | None:
+    """The failpoints armed by ``LOCKGATE_FAILPOINTS`` (logged), or None after printing
+    why the variable is wrong."""
+    try:
+        failpoints = Failpoints.from_env()
+    except FailpointConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+    if failpoints.armed:
+        _LOG.warning("failpoints armed: %s", ", ".join(a.describe() for a in failpoints.armed))
+    return failpoints
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a replica until SIGTERM/SIGINT; returns the process exit code."""
     args = build_parser().parse_args(argv)
@@ -162,10 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.reassign_delay_ms < 0:
         print("error: --reassign-delay-ms must be >= 0", file=sys.stderr)
         return 2
-    try:  # before _open_state: a bad OTEL_* value must not leave a migrated database
-        telemetry = setup_telemetry(SERVICE_NAME, service_instance_id=args.id)
-    except TelemetryConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    telemetry = _telemetry(args)  # before _open_state: a bad OTEL_* value must not leave
+    if telemetry is None:  # a migrated database
         return 2
     store = _open_state(args.db, lease_ms=args.lease_ms)
     if isinstance(store, int):
@@ -189,15 +218,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         reassign_delay_ms=args.reassign_delay_ms,
         checkpoint_history=args.checkpoint_history,
     )
-    try:
-        failpoints = Failpoints.from_env()
-    except FailpointConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    failpoints = _failpoints()
+    if failpoints is None:
         store.close()
         return 2
-    if failpoints.armed:
-        _LOG.warning("failpoints armed: %s", ", ".join(a.describe() for a in failpoints.armed))
-    herder = Herder(store=store, settings=settings, failpoints=failpoints)
+    herder = Herder(
+        store=store,
+        settings=settings,
+        failpoints=failpoints,
+        instruments=Instruments(telemetry.meter()),
+    )
     servicer = CoordinatorServicer(herder)
     try:
         server = build_server(

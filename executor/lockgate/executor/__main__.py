@@ -37,7 +37,13 @@ import grpc
 from lockgate.common.failpoints import FailpointConfigError, Failpoints
 from lockgate.common.grpc_client import open_channel
 from lockgate.common.grpc_server import ServerBindError, build_server
-from lockgate.common.telemetry import TelemetryConfigError, setup_telemetry
+from lockgate.common.metrics import Instruments
+from lockgate.common.prometheus import (
+    MetricsListenError,
+    add_metrics_listen_argument,
+    start_telemetry,
+)
+from lockgate.common.telemetry import TelemetryConfigError
 from lockgate.executor.coordinator_client import GrpcCoordinatorClient
 from lockgate.executor.dataplane.control_only import ControlOnlyDataPlane
 from lockgate.executor.dataplane.protocol import DataPlane
@@ -110,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds from SIGTERM/SIGINT to exit: running Spark jobs are cancelled; past "
         f"this the executor kills its children and exits {EXIT_SHUTDOWN_TIMEOUT}",
     )
+    add_metrics_listen_argument(parser)
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return parser
 
@@ -181,8 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     coordinators, spark_conf, failpoints = _checked_options(parser, args)
     try:
-        telemetry = setup_telemetry("lockgate-executor", service_instance_id=args.id)
-    except TelemetryConfigError as exc:
+        telemetry = start_telemetry(
+            "lockgate-executor", metrics_listen=args.metrics_listen, service_instance_id=args.id
+        )
+    except (TelemetryConfigError, MetricsListenError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     data_plane: DataPlane = (
@@ -198,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         data_plane=data_plane,
         fence=LeaderEpochFence(),
         failpoints=failpoints,
+        instruments=Instruments(telemetry.meter()),
     )
 
     def register(server: grpc.Server) -> None:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from opentelemetry import trace
 
 from lockgate.common.failpoints import Failpoints
+from lockgate.common.metrics import Instruments
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.executor.committer import Committer
 from lockgate.executor.dataplane.protocol import DataPlane
@@ -68,8 +69,10 @@ class Worker:
         fence: LeaderEpochFence | None = None,
         failpoints: Failpoints | None = None,
         clock: Callable[[], float] = time.monotonic,
+        instruments: Instruments | None = None,
         tracer: trace.Tracer | None = None,
     ) -> None:
+        instruments = instruments or Instruments.disabled()
         self.fence = fence or LeaderEpochFence()
         failpoints = failpoints or Failpoints()
         self._stopping = threading.Event()
@@ -77,7 +80,11 @@ class Worker:
         self._data_plane = data_plane
         committer = Committer(failpoints=failpoints, timeout_s=settings.handle_timeout_s)
         reporter = Reporter(
-            coordinator, rpc_timeout_s=settings.rpc_timeout_s, stopping=self._stopping, clock=clock
+            coordinator,
+            rpc_timeout_s=settings.rpc_timeout_s,
+            stopping=self._stopping,
+            clock=clock,
+            instruments=instruments,
         )
         self._membership = Membership(
             settings,
@@ -106,6 +113,7 @@ class Worker:
             registration=lambda: self._membership.registration,
             failpoints=failpoints,
             clock=clock,
+            instruments=instruments,
             tracer=tracer,
         )
 

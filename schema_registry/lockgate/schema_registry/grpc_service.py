@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 
 from lockgate.common import errors as common_errors
 from lockgate.schema_registry.errors import IncompatibleSchemaError, RegistryError
+from lockgate.schema_registry.lookups import LookupApi, LookupCounter
 from lockgate.schema_registry.model import CompatibilityLevel, SubjectVersion
 from lockgate.schema_registry.registry import SchemaRegistry
 from lockgate.v1 import schema_registry_pb2 as pb
@@ -139,8 +140,9 @@ def _schema_type(value: int) -> str:
 class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
     """Translates RPCs to :class:`SchemaRegistry` calls."""
 
-    def __init__(self, registry: SchemaRegistry) -> None:
+    def __init__(self, registry: SchemaRegistry, lookups: LookupCounter | None = None) -> None:
         self._registry = registry
+        self._lookups = lookups or LookupCounter()
         self._answers: OrderedDict[tuple[str, str], Message] = OrderedDict()
         self._answers_lock = threading.Lock()
         self._schema_responses: dict[int, pb.GetSchemaResponse] = {}
@@ -168,7 +170,10 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
         """See the proto."""
         cached = self._schema_responses.get(request.schema_id)
         if cached is not None:
+            self._lookups.count(LookupApi.GRPC, hit=True)
             return cached
+        hit = self._registry.cached_schema(request.schema_id) is not None
+        self._lookups.count(LookupApi.GRPC, hit=hit)
         found = self._registry.get_schema(request.schema_id)
         response = pb.GetSchemaResponse(
             schema=pb.Schema(
@@ -358,12 +363,14 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
         return self._once("DeleteSubjectVersion", request.request_id, produce)
 
 
-def add_to_server(registry: SchemaRegistry) -> Callable[[grpc.Server], None]:
+def add_to_server(
+    registry: SchemaRegistry, lookups: LookupCounter | None = None
+) -> Callable[[grpc.Server], None]:
     """A ``register`` callback for ``lockgate.common.grpc_server.build_server``."""
 
     def register(server: grpc.Server) -> None:
         pb_grpc.add_SchemaRegistryServiceServicer_to_server(
-            SchemaRegistryServicer(registry), server
+            SchemaRegistryServicer(registry, lookups), server
         )
 
     return register

@@ -26,6 +26,7 @@ from lockgate.schema_registry.errors import (
     RegistryError,
     SubjectConfigNotFoundError,
 )
+from lockgate.schema_registry.lookups import LookupApi, LookupCounter
 from lockgate.schema_registry.model import SCHEMA_TYPE_AVRO, SubjectVersion, parse_schema_id
 from lockgate.schema_registry.registry import SchemaRegistry
 
@@ -111,8 +112,15 @@ def _schema_arguments(request: _Request) -> tuple[str, str | None]:
 class RestApp:
     """The ASGI application serving Confluent's REST API."""
 
-    def __init__(self, registry: SchemaRegistry, *, max_schema_bytes: int) -> None:
+    def __init__(
+        self,
+        registry: SchemaRegistry,
+        *,
+        max_schema_bytes: int,
+        lookups: LookupCounter | None = None,
+    ) -> None:
         self._registry = registry
+        self._lookups = lookups or LookupCounter()
         self._max_body = max_schema_bytes * 2 + _BODY_OVERHEAD
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
@@ -137,6 +145,7 @@ class RestApp:
         ):
             cached = self._registry.cached_schema(int(segments[2]))
             if cached is not None:
+                self._lookups.count(LookupApi.REST, hit=True)
                 await self._send_json(send, 200, {"schema": cached.schema_text})
                 return
         try:
@@ -287,12 +296,12 @@ class RestApp:
         if len(segments) < 3 or segments[1] != "ids":
             return self._no_route(request)
         schema_id = parse_schema_id(segments[2])
-        if len(segments) == 3:
-            return 200, {"schema": registry.get_schema(schema_id).schema_text}
+        if len(segments) == 3 or segments[3] == "schema":
+            self._lookups.count(LookupApi.REST, hit=registry.cached_schema(schema_id) is not None)
+            text = registry.get_schema(schema_id).schema_text
+            return 200, {"schema": text} if len(segments) == 3 else json.loads(text)
         tail = segments[3]
         deleted = request.flag("deleted")
-        if tail == "schema":
-            return 200, json.loads(registry.get_schema(schema_id).schema_text)
         if tail == "versions":
             usages = registry.schema_usages(schema_id, include_deleted=deleted)
             return 200, [{"subject": subject, "version": version} for subject, version in usages]

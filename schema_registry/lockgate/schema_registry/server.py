@@ -5,6 +5,9 @@ Port 0 picks a free port; once both servers listen, one line goes to stdout:
 ``lockgate-schema-registry ready grpc=HOST:PORT http=HOST:PORT`` (tests and scripts wait for
 it). SIGTERM / SIGINT stop both servers gracefully.
 
+``--metrics-listen HOST:PORT`` serves Prometheus metrics: worker ``i`` on ``PORT + i`` (each
+worker counts its own calls; Prometheus sums the workers), one process on ``PORT``.
+
 ``--processes N`` (default: the number of usable cores) serves from N worker processes
 sharing both ports with ``SO_REUSEPORT``: one Python process tops out near one core, and a
 lookup by id costs a few hundred microseconds of Python per gRPC call. The process started
@@ -48,6 +51,13 @@ from lockgate.common.grpc_server import (
     build_server,
     describe_port_holder,
 )
+from lockgate.common.metrics import Instruments
+from lockgate.common.prometheus import (
+    MetricsEndpoint,
+    MetricsListenError,
+    add_metrics_listen_argument,
+    parse_metrics_listen,
+)
 from lockgate.common.telemetry import (
     TelemetryConfigError,
     setup_telemetry,
@@ -55,6 +65,7 @@ from lockgate.common.telemetry import (
 )
 from lockgate.schema_registry.avro_schema import DEFAULT_MAX_SCHEMA_BYTES
 from lockgate.schema_registry.grpc_service import SERVICE_FULL_NAME, add_to_server
+from lockgate.schema_registry.lookups import LookupCounter
 from lockgate.schema_registry.registry import SchemaRegistry
 from lockgate.schema_registry.rest import RestApp
 from lockgate.schema_registry.store import SchemaStore, create_db_engine, default_database_url
@@ -94,6 +105,8 @@ class ServerOptions:
     max_schema_bytes: int
     grpc_workers: int
     processes: int = 1
+    metrics_listen: str | None = None
+    """Worker i serves /metrics on this port + i (each worker's own counts)."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> ServerOptions:
@@ -135,7 +148,13 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerOptions:
         help="worker processes serving both ports with SO_REUSEPORT (default: one per core,"
         f" now {default_processes()}; 1 serves from this process alone)",
     )
+    add_metrics_listen_argument(parser)
     args = parser.parse_args(argv)
+    if args.metrics_listen is not None:
+        try:
+            parse_metrics_listen(args.metrics_listen)
+        except MetricsListenError as exc:
+            parser.error(str(exc))
     if args.max_schema_bytes < 1024:
         parser.error("--max-schema-bytes must be at least 1024")
     if args.grpc_workers < 1:
@@ -150,6 +169,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerOptions:
         max_schema_bytes=args.max_schema_bytes,
         grpc_workers=args.grpc_workers,
         processes=processes,
+        metrics_listen=args.metrics_listen,
     )
 
 
@@ -319,15 +339,24 @@ def _serve(
     share_grpc_port: bool,
     http_socket: socket.socket,
     on_ready: Callable[[str, str], None],
+    worker_index: int = 0,
 ) -> int:
     """Serve both APIs from this process until SIGTERM/SIGINT; the exit status."""
     registry = SchemaRegistry(store, max_schema_bytes=options.max_schema_bytes)
-    telemetry = setup_telemetry(SERVICE_NAME)
+    try:
+        endpoint = MetricsEndpoint.start_if_enabled(options.metrics_listen, index=worker_index)
+    except MetricsListenError as exc:
+        http_socket.close()
+        store.close()
+        print(f"{SERVICE_NAME}: {exc}", file=sys.stderr)
+        return 2
+    telemetry = setup_telemetry(SERVICE_NAME, metric_readers=endpoint.readers if endpoint else [])
+    lookups = LookupCounter(Instruments(telemetry.meter()))
     try:
         grpc_server: LockgateServer = build_server(
             service_name=SERVICE_NAME,
             listen=grpc_listen,
-            register=add_to_server(registry),
+            register=add_to_server(registry, lookups),
             service_full_names=[SERVICE_FULL_NAME],
             telemetry=telemetry,
             max_workers=options.grpc_workers,
@@ -340,7 +369,7 @@ def _serve(
         print(str(exc), file=sys.stderr)
         return 2
     config = uvicorn.Config(
-        RestApp(registry, max_schema_bytes=options.max_schema_bytes),
+        RestApp(registry, max_schema_bytes=options.max_schema_bytes, lookups=lookups),
         log_level="warning",
         access_log=False,
         lifespan="on",
@@ -437,6 +466,7 @@ def _worker_main(
         share_grpc_port=True,
         http_socket=http_socket,
         on_ready=announce,
+        worker_index=index,
     )
 
 

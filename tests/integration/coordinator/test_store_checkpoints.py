@@ -384,7 +384,8 @@ def test_moving_a_task_aborts_its_in_flight_checkpoint(
     store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
     precommit(store, fence, 1, t0, start=0, end=5)
     changed = store.pipelines.apply_assignment(fence=fence, assignment={E1: {t0, t1}})
-    assert [t.task_id for t in changed] == [t1]
+    assert [t.task_id for t in changed.tasks] == [t1]
+    assert changed.aborted == ((pid, C(1)),)
     assert store.checkpoints.get_checkpoint(pipeline_id=pid, checkpoint_id=C(1)).state is (
         CheckpointState.ABORTED
     )

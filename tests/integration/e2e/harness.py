@@ -66,6 +66,10 @@ class ServiceCluster:
     coordinator_args: Sequence[str] = ()
     coordinator_ports: dict[str, int] = field(default_factory=dict)
     executor_ports: dict[str, int] = field(default_factory=dict)
+    #: Serve each process's Prometheus metrics (``--metrics-listen``) on a free port.
+    with_metrics: bool = False
+    #: Process name -> its metrics port (``with_metrics`` only).
+    metrics_ports: dict[str, int] = field(default_factory=dict)
     running: dict[str, RunningProcess] = field(default_factory=dict)
     #: Every name ever started here, so teardown stops them all.
     names: set[str] = field(default_factory=set)
@@ -82,21 +86,33 @@ class ServiceCluster:
         """Every replica's address, in id order."""
         return [f"127.0.0.1:{port}" for _, port in sorted(self.coordinator_ports.items())]
 
+    def metrics_address(self, name: str) -> str:
+        """``127.0.0.1:PORT`` of process ``name``'s ``/metrics`` (``with_metrics`` only)."""
+        return f"127.0.0.1:{self.metrics_ports[name]}"
+
     def _start(
-        self, make_spec: Callable[[int], ProcessSpec], ports: dict[str, int], key: str
+        self,
+        make_spec: Callable[[int, int | None], ProcessSpec],
+        ports: dict[str, int],
+        key: str,
+        name: str,
     ) -> RunningProcess:
         last: Exception | None = None
         for _ in range(3):
             port = ports.get(key) or free_port()
-            spec = make_spec(port)
+            metrics = (self.metrics_ports.get(name) or free_port()) if self.with_metrics else None
+            spec = make_spec(port, metrics)
             try:
                 process = start_process(spec, home=self.home)
             except PortInUseError as exc:
-                # Someone took the port between free_port() and the bind: pick another.
+                # Someone took a port between free_port() and the bind: pick others.
                 ports.pop(key, None)
+                self.metrics_ports.pop(name, None)
                 last = exc
                 continue
             ports[key] = port
+            if metrics is not None:
+                self.metrics_ports[name] = metrics
             self.running[spec.name] = process
             self.names.add(spec.name)
             return process
@@ -108,16 +124,18 @@ class ServiceCluster:
         """Start (or restart) replica ``coordinator_id`` and wait until it serves
         (``hold_dir``: where its ``:hold`` failpoints wait, see ``held``/``release``)."""
         return self._start(
-            lambda port: coordinator_spec(
+            lambda port, metrics: coordinator_spec(
                 coordinator_id=coordinator_id,
                 port=port,
                 db_url=self.db_url,
                 lease_ms=self.lease_ms,
                 extra_args=self.coordinator_args,
                 env=failpoint_env(failpoints, hold_dir=hold_dir),
+                metrics_port=metrics,
             ),
             self.coordinator_ports,
             coordinator_id,
+            f"coordinator-{coordinator_id}",
         )
 
     def start_executor(
@@ -133,16 +151,18 @@ class ServiceCluster:
         (``data_plane="none"``: the control path only, no SparkSession; ``hold_dir``:
         where its ``:hold`` failpoints wait, see ``held``/``release``)."""
         return self._start(
-            lambda port: executor_spec(
+            lambda port, metrics: executor_spec(
                 executor_id=executor_id,
                 port=port,
                 coordinators=self.coordinator_addresses,
                 spark_master=spark_master,
                 env=failpoint_env(failpoints, hold_dir=hold_dir),
                 data_plane=data_plane,
+                metrics_port=metrics,
             ),
             self.executor_ports,
             executor_id,
+            f"executor-{executor_id}",
         )
 
     def pid(self, name: str) -> int | None:

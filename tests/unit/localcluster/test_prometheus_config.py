@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lockgate.localcluster.cluster import REGISTRY_METRICS_PORT, ClusterSettings
 from lockgate.localcluster.prometheus import (
     ScrapeTarget,
     local_targets,
     prometheus_spec,
     scrape_config,
 )
+from lockgate.localcluster.services import COORDINATOR_METRICS_PORTS, EXECUTOR_METRICS_PORTS
 
 
 def _jobs(text: str) -> dict[str, dict[str, str]]:
@@ -29,7 +31,14 @@ def _jobs(text: str) -> dict[str, dict[str, str]]:
 
 
 def test_the_default_cluster_is_scraped_on_its_documented_ports() -> None:
-    text = scrape_config(local_targets(coordinators=3, executors=2), self_address="127.0.0.1:9090")
+    targets = local_targets(
+        coordinator_ports=COORDINATOR_METRICS_PORTS,
+        executor_ports=EXECUTOR_METRICS_PORTS,
+        registry_ports=ClusterSettings(
+            home=Path("h"), registry_metrics_port=REGISTRY_METRICS_PORT, registry_processes=1
+        ).registry_metrics_ports,
+    )
+    text = scrape_config(targets, self_address="127.0.0.1:9090")
     assert _jobs(text) == {
         "prometheus": {"prometheus": "127.0.0.1:9090"},
         "lockgate-coordinator": {
@@ -43,15 +52,22 @@ def test_the_default_cluster_is_scraped_on_its_documented_ports() -> None:
     assert yaml.safe_load(text)["global"]["scrape_interval"] == "5s"
 
 
-def test_more_replicas_get_the_next_ports() -> None:
-    jobs = _jobs(
-        scrape_config(local_targets(coordinators=1, executors=3), self_address="127.0.0.1:1")
+def test_every_registry_worker_is_scraped() -> None:
+    ports = ClusterSettings(
+        home=Path("h"), registry_metrics_port=9490, registry_processes=3
+    ).registry_metrics_ports
+    assert ports == (9490, 9491, 9492)
+    document = yaml.safe_load(
+        scrape_config(
+            local_targets(coordinator_ports=[1], executor_ports=[], registry_ports=ports),
+            self_address="127.0.0.1:1",
+        )
     )
-    assert jobs["lockgate-coordinator"] == {"coordinator-c1": "127.0.0.1:9470"}
-    assert list(jobs["lockgate-executor"].values()) == [
-        "127.0.0.1:9480",
-        "127.0.0.1:9481",
-        "127.0.0.1:9482",
+    (registry,) = [j for j in document["scrape_configs"] if j["job_name"].endswith("registry")]
+    assert [s["targets"][0] for s in registry["static_configs"]] == [
+        "127.0.0.1:9490",
+        "127.0.0.1:9491",
+        "127.0.0.1:9492",
     ]
 
 

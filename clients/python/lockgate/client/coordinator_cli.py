@@ -365,7 +365,8 @@ def pipeline_status(
     as_json: JsonOption = False,
     output: OutputOption = None,
 ) -> None:
-    """Target state, tasks, checkpoints and the last commit's age; --watch refreshes it."""
+    """Target state, lag, records/s, tasks, checkpoints and the last commit's age; --watch
+    refreshes it."""
     fmt = chosen_format(output, as_json)
     if interval <= 0:
         fail("--interval must be > 0 seconds", code=2)

@@ -1,9 +1,9 @@
 """The table view of ``lockgate pipeline status`` (and of each ``--watch`` refresh).
 
 The fields this view knows get their own words (target, checkpoints, the age of the last
-commit, the tasks, the newest abort); every other field of ``GetPipelineStatusResponse`` and
-of its ``Task`` that is set is shown too, by its proto name, so a field the coordinator
-starts sending (lag, records per second, ...) appears without a change here.
+commit, lag and records/s, the tasks, the newest abort); every other field of
+``GetPipelineStatusResponse`` and of its ``Task`` that is set is shown too, by its proto
+name, so a field the coordinator starts sending appears without a change here.
 """
 
 from __future__ import annotations
@@ -50,6 +50,12 @@ _SHOWN = frozenset(
         "health",
         "data_lost_checkpoint",
         "warnings",
+        "source_lags",
+        "total_source_lag",
+        "source_lag_complete",
+        "records_per_second",
+        # The header says the age, from last_commit_time.
+        "last_commit_age",
     }
 )
 #: Task fields the task table has a column for.
@@ -166,11 +172,23 @@ def _health_lines(status: coordinator_pb2.GetPipelineStatusResponse) -> list[Tex
     return lines
 
 
+def _progress_line(status: coordinator_pb2.GetPipelineStatusResponse) -> Text:
+    """Lag, total and per source partition, and records/s over the newest commits."""
+    per_partition = ", ".join(f"{p.topic}[{p.partition}] {p.lag}" for p in status.source_lags)
+    lag = f"lag {status.total_source_lag} records" + (
+        f" ({per_partition})" if per_partition else ""
+    )
+    if not status.source_lag_complete:
+        lag += " (Kafka did not answer for every source partition)"
+    return Text(f"{lag}; {status.records_per_second:.1f} records/s")
+
+
 def status_view(
     status: coordinator_pb2.GetPipelineStatusResponse, *, now: datetime
 ) -> list[RenderableType]:
-    """The header, any further status fields, the task table, the newest abort, and the
-    pipeline's health (FAILED after a data loss) with its warnings."""
+    """The header, the progress line (lag, records/s), any further status fields, the task
+    table, the newest abort, and the pipeline's health (FAILED after a data loss) with its
+    warnings."""
     in_flight = ", ".join(str(i) for i in status.in_flight_checkpoint_ids) or "none"
     header = Text.from_markup(
         f"[bold]{status.name}[/bold]: target "
@@ -180,7 +198,7 @@ def status_view(
         f"{status.last_committed_checkpoint_id} at {timestamp_text(status.last_commit_time)} "
         f"({age_text(status.last_commit_time, now)}); in flight: {in_flight}"
     )
-    parts: list[RenderableType] = [header]
+    parts: list[RenderableType] = [header, _progress_line(status)]
     parts.extend(
         Text(f"{name}: {_value_text(value)}")
         for name, value in extra_fields(status, _SHOWN).items()

@@ -11,6 +11,7 @@ the order of the service, then the messages only this service uses.
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -953,6 +954,11 @@ class GetPipelineStatusResponse(_message.Message):
     LAST_ABORTED_CHECKPOINT_FIELD_NUMBER: _builtins.int
     CONSECUTIVE_ABORTED_CHECKPOINTS_FIELD_NUMBER: _builtins.int
     LAST_ABORT_MISSING_TASKS_FIELD_NUMBER: _builtins.int
+    SOURCE_LAGS_FIELD_NUMBER: _builtins.int
+    TOTAL_SOURCE_LAG_FIELD_NUMBER: _builtins.int
+    SOURCE_LAG_COMPLETE_FIELD_NUMBER: _builtins.int
+    RECORDS_PER_SECOND_FIELD_NUMBER: _builtins.int
+    LAST_COMMIT_AGE_FIELD_NUMBER: _builtins.int
     HEALTH_FIELD_NUMBER: _builtins.int
     DATA_LOST_CHECKPOINT_FIELD_NUMBER: _builtins.int
     WARNINGS_FIELD_NUMBER: _builtins.int
@@ -970,8 +976,18 @@ class GetPipelineStatusResponse(_message.Message):
     """How many checkpoints aborted in a row: the ABORTED ones newer than the newest
     COMPLETE (or COMMITTED) checkpoint; 0 once a checkpoint completes again.
     """
+    total_source_lag: _builtins.int
+    """Sum of source_lags[].lag, in records."""
+    source_lag_complete: _builtins.bool
+    """False if Kafka did not answer for some source partition: total_source_lag then counts
+    only the partitions in source_lags.
+    """
+    records_per_second: _builtins.float
+    """Source records (offsets) consumed per second over the newest committed checkpoints (up
+    to 10), from the oldest one's trigger to the newest one's commit; 0 if none committed.
+    """
     health: Global___PipelineHealth.ValueType
-    """Field numbers 12-39 are left to other status fields (metrics); this block starts at 40.
+    """Field numbers 17-39 are free for further status fields; this block starts at 40.
     Whether the pipeline can make progress on its own.
     """
     @_builtins.property
@@ -997,6 +1013,19 @@ class GetPipelineStatusResponse(_message.Message):
         """The tasks that had not pre-committed last_aborted_checkpoint, in task order, each with
         state TASK_CHECKPOINT_STATE_FAILED and error.message saying why (the task's error, or
         "no pre-commit report within N ms"); empty if every task had pre-committed it.
+        """
+
+    @_builtins.property
+    def source_lags(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionLag]:
+        """Source lag per source partition, in topic-partition order: records (offsets) not yet
+        in a COMPLETE checkpoint, i.e. the log end offset a read_committed consumer sees minus
+        the offset the pipeline resumes from. Partitions Kafka did not answer for are left out.
+        """
+
+    @_builtins.property
+    def last_commit_age(self) -> _duration_pb2.Duration:
+        """How long ago the newest checkpoint was committed (coordinator database clock); unset
+        if none was.
         """
 
     @_builtins.property
@@ -1026,17 +1055,54 @@ class GetPipelineStatusResponse(_message.Message):
         last_aborted_checkpoint: _common_pb2.Checkpoint | None = ...,
         consecutive_aborted_checkpoints: _builtins.int = ...,
         last_abort_missing_tasks: _abc.Iterable[_common_pb2.TaskCheckpoint] | None = ...,
+        source_lags: _abc.Iterable[Global___PartitionLag] | None = ...,
+        total_source_lag: _builtins.int = ...,
+        source_lag_complete: _builtins.bool = ...,
+        records_per_second: _builtins.float = ...,
+        last_commit_age: _duration_pb2.Duration | None = ...,
         health: Global___PipelineHealth.ValueType = ...,
         data_lost_checkpoint: _common_pb2.Checkpoint | None = ...,
         warnings: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["data_lost_checkpoint", b"data_lost_checkpoint", "last_aborted_checkpoint", b"last_aborted_checkpoint", "last_commit_time", b"last_commit_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data_lost_checkpoint", b"data_lost_checkpoint", "last_aborted_checkpoint", b"last_aborted_checkpoint", "last_commit_age", b"last_commit_age", "last_commit_time", b"last_commit_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consecutive_aborted_checkpoints", b"consecutive_aborted_checkpoints", "data_lost_checkpoint", b"data_lost_checkpoint", "health", b"health", "in_flight_checkpoint_ids", b"in_flight_checkpoint_ids", "last_abort_missing_tasks", b"last_abort_missing_tasks", "last_aborted_checkpoint", b"last_aborted_checkpoint", "last_commit_time", b"last_commit_time", "last_committed_checkpoint_id", b"last_committed_checkpoint_id", "last_complete_checkpoint_id", b"last_complete_checkpoint_id", "name", b"name", "target_state", b"target_state", "tasks", b"tasks", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consecutive_aborted_checkpoints", b"consecutive_aborted_checkpoints", "data_lost_checkpoint", b"data_lost_checkpoint", "health", b"health", "in_flight_checkpoint_ids", b"in_flight_checkpoint_ids", "last_abort_missing_tasks", b"last_abort_missing_tasks", "last_aborted_checkpoint", b"last_aborted_checkpoint", "last_commit_age", b"last_commit_age", "last_commit_time", b"last_commit_time", "last_committed_checkpoint_id", b"last_committed_checkpoint_id", "last_complete_checkpoint_id", b"last_complete_checkpoint_id", "name", b"name", "records_per_second", b"records_per_second", "source_lag_complete", b"source_lag_complete", "source_lags", b"source_lags", "target_state", b"target_state", "tasks", b"tasks", "total_source_lag", b"total_source_lag", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetPipelineStatusResponse: _TypeAlias = GetPipelineStatusResponse  # noqa: Y015
+
+@_typing.final
+class PartitionLag(_message.Message):
+    """PartitionLag is how far a pipeline is behind in one source partition."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LAG_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Kafka topic name."""
+    partition: _builtins.int
+    """Partition number, from 0."""
+    lag: _builtins.int
+    """Records (offsets) between the position the pipeline resumes from and the
+    read_committed log end offset; never negative.
+    """
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        lag: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lag", b"lag", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionLag: _TypeAlias = PartitionLag  # noqa: Y015
 
 @_typing.final
 class ListTasksRequest(_message.Message):

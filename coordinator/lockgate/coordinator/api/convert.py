@@ -42,6 +42,7 @@ from lockgate.coordinator.domain.pipelines import PartitionOffset, PipelineRecor
 from lockgate.coordinator.domain.replicas import ReplicaLiveness, ReplicaView
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
 from lockgate.coordinator.herder.membership import ExecutorView, TaskAssignment
+from lockgate.coordinator.herder.progress import PipelineProgress
 from lockgate.v1 import common_pb2, coordinator_pb2
 
 TARGET_STATE_TO_PB: Mapping[TargetState, int] = {
@@ -410,3 +411,20 @@ def assignments_to_proto(
             )
         )
     return result
+
+
+def progress_to_proto(
+    progress: PipelineProgress, response: coordinator_pb2.GetPipelineStatusResponse
+) -> None:
+    """Fill the lag, rate and last-commit-age fields of a status response."""
+    response.source_lags.extend(
+        coordinator_pb2.PartitionLag(
+            topic=p.partition.topic, partition=p.partition.partition, lag=p.lag
+        )
+        for p in progress.lags
+    )
+    response.total_source_lag = progress.total_lag
+    response.source_lag_complete = progress.lag_known
+    response.records_per_second = progress.records_per_second
+    if progress.last_commit_age_ms is not None:
+        response.last_commit_age.FromMilliseconds(progress.last_commit_age_ms)

@@ -51,6 +51,7 @@ from lockgate.coordinator.api.convert import (
     partition_offsets_to_proto,
     pipeline_to_proto,
     precommit_from_proto,
+    progress_to_proto,
     require,
     session_id,
     task_to_proto,
@@ -406,6 +407,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 )
             )
         response.warnings.extend(status.warnings)
+        progress_to_proto(self.herder.progress.measure(pipeline), response)
         return response
 
     # ------------------------------------------------------------------ tasks

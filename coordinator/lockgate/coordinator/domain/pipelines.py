@@ -59,6 +59,15 @@ class TaskRecord:
 
 
 @dataclass(frozen=True)
+class TasksChanged:
+    """Tasks a reassignment or a restart changed, and the in-flight checkpoints it aborted
+    (those the changed tasks were in, with the later ones of their pipelines)."""
+
+    tasks: tuple[TaskRecord, ...]
+    aborted: tuple[tuple[PipelineId, CheckpointId], ...]
+
+
+@dataclass(frozen=True)
 class PartitionOffset:
     """Where a pipeline resumes reading one source partition."""
 

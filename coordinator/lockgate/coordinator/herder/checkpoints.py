@@ -46,6 +46,7 @@ import grpc
 from opentelemetry.trace import Status, StatusCode
 
 from lockgate.common.failpoints import Failpoint, Failpoints
+from lockgate.common.metrics import COMMIT_RETRIES, Instruments
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId, TaskId
 from lockgate.common.model.offsets import OffsetRange, TopicPartition
@@ -61,6 +62,7 @@ from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
 from lockgate.coordinator.domain.transaction_timeout import near_timeout_warnings
 from lockgate.coordinator.herder.executors import (
@@ -77,6 +79,7 @@ from lockgate.coordinator.herder.leader_commits import (
 )
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.membership import Membership, pick_executor
+from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.pipelines import all_pipelines
 from lockgate.coordinator.herder.traces import EXECUTOR_ID, CheckpointTraces
 from lockgate.coordinator.store.sql_store import SqlStore
@@ -130,10 +133,14 @@ class CheckpointDriver:
         failpoints: Failpoints,
         wake: Callable[[], None],
         duty_lock: threading.Lock,
+        outcomes: CheckpointOutcomes | None = None,
+        instruments: Instruments | None = None,
         keep_history: int = DEFAULT_CHECKPOINT_HISTORY,
         traces: CheckpointTraces | None = None,
     ) -> None:
         self._store = store
+        self._outcomes = outcomes or CheckpointOutcomes()
+        self._instruments = instruments or Instruments.disabled()
         self._lease = lease
         self._membership = membership
         self._executors = executors
@@ -197,12 +204,14 @@ class CheckpointDriver:
     ) -> list[CheckpointId]:
         """Abort a TRIGGERED checkpoint and the later in-flight ones of its pipeline.
         Leader-only (`term`: the pass that decided it, if any)."""
-        return self._lease.leader_call(
+        aborted = self._lease.leader_call(
             lambda f: self._store.checkpoints.abort_checkpoint(
                 fence=f, pipeline_id=pipeline_id, checkpoint_id=checkpoint_id, reason=reason
             ),
             term=term,
         )
+        self._outcomes.aborted([(pipeline_id, c) for c in aborted], reason)
+        return aborted
 
     def abort_triggered(self, pipeline_id: PipelineId, *, reason: str) -> None:
         """Abort the pipeline's TRIGGERED checkpoints, chosen inside the aborting transaction:
@@ -219,6 +228,7 @@ class CheckpointDriver:
         aborted = self._lease.leader_call(
             lambda f: self._store.checkpoints.abort_timed_out(fence=f)
         )
+        self._outcomes.aborted(aborted, AbortKind.TIMEOUT)
         for pipeline_id, checkpoint_id in aborted:
             _LOG.warning("checkpoint %s of %s timed out: aborted", checkpoint_id, pipeline_id)
 
@@ -322,6 +332,7 @@ class CheckpointDriver:
             elif self._commit_one(fence, commit, alive):
                 self._backoff.succeeded(key)
             else:
+                self._instruments.add(COMMIT_RETRIES, 1, {"pipeline": commit.pipeline_id})
                 self._backoff.failed(key)
                 blocked.add(commit.pipeline_id)
                 self._warn_near_timeout(commit)
@@ -405,7 +416,7 @@ class CheckpointDriver:
         return True
 
     def _mark_committed(self, commit: PendingCommit) -> None:
-        self._lease.leader_call(
+        committed = self._lease.leader_call(
             lambda f: self._store.checkpoints.mark_committed(
                 fence=f,
                 pipeline_id=commit.pipeline_id,
@@ -413,6 +424,7 @@ class CheckpointDriver:
                 keep_history=self._keep_history,
             )
         )
+        self._outcomes.committed(committed)
         self.traces.committed(commit.pipeline_id, commit.checkpoint_id)
         _LOG.info("checkpoint %s of %s COMMITTED", commit.checkpoint_id, commit.pipeline_id)
 
@@ -447,6 +459,8 @@ class CheckpointDriver:
                 error=error,
             )
         )
+        self._outcomes.data_lost([(commit.pipeline_id, commit.checkpoint_id)])
+        self._outcomes.data_lost([(commit.pipeline_id, c) for c in aborted])
         _LOG.error(
             "checkpoint %s of %s is DATA_LOST (the pipeline is FAILED; taken along: %s):"
             " %s. Move on with `lockgate pipeline restart %s --from-checkpoint %s`, which"
@@ -499,6 +513,7 @@ class CheckpointDriver:
         aborted = self._lease.leader_call(
             lambda f: self._store.checkpoints.abort_in_flight(fence=f, reason="leader changed")
         )
+        self._outcomes.aborted(aborted, AbortKind.LEADER_CHANGED)
         for pipeline_id, checkpoint_id in aborted:
             # Its trace ends, with the reason, at the end of this pass (settle_traces).
             self.traces.adopt(pipeline_id, checkpoint_id, leader_epoch=int(fence.leader_epoch))

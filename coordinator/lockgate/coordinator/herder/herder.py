@@ -2,7 +2,7 @@
 the lease keeper, membership, pipelines, the checkpoint driver and executors' reports,
 and running the work loop.
 
-Two threads per replica:
+Two threads per replica do the work:
 - the `LeaseKeeper` acquires or renews the lease row every `lease_ms / 4` and keeps this
   replica's role and fence;
 - the work loop (its checkpoint duties are in `checkpoints.py`), which does nothing on a
@@ -13,6 +13,8 @@ Two threads per replica:
   abort timed-out checkpoints, send aborts, send commits (retried until acked, then
   COMMITTED), trigger each RUNNING pipeline's next checkpoint on its interval, and end
   the trace of each checkpoint decided since (`traces.py`).
+A third thread measures the pipelines' lag every few seconds for the lag gauge
+(`progress.py`), on the leader only.
 
 Every write is leader-only and goes through `LeaseKeeper.leader_call` (the one leader
 check): it takes the current term's `Fence` just before the write (or the fence of the
@@ -29,13 +31,16 @@ import time
 from collections.abc import Callable
 
 from lockgate.common.failpoints import Failpoints
+from lockgate.common.metrics import Instruments
 from lockgate.coordinator.domain.errors import FencedError, NotLeader
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.herder.checkpoints import CheckpointDriver
 from lockgate.coordinator.herder.executors import ExecutorClient, LeaderEpochRefused
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.membership import Membership
+from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.pipelines import Pipelines
+from lockgate.coordinator.herder.progress import Progress
 from lockgate.coordinator.herder.reports import Reports
 from lockgate.coordinator.herder.requests import IdempotentCalls
 from lockgate.coordinator.herder.settings import CoordinatorSettings
@@ -64,8 +69,12 @@ class Herder:
         topics: KafkaTopics | None = None,
         failpoints: Failpoints | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        instruments: Instruments | None = None,
         traces: CheckpointTraces | None = None,
     ) -> None:
+        instruments = instruments or Instruments.disabled()
+        outcomes = CheckpointOutcomes(instruments)
+        topics = topics or KafkaTopics()
         self.store = store
         self.settings = settings
         self._executors = executor_client or ExecutorClient()
@@ -81,9 +90,14 @@ class Herder:
             settings=settings,
             on_became_leader=self._became_leader,
             monotonic=monotonic,
+            instruments=instruments,
         )
         self.membership = Membership(
-            store=store, settings=settings, lease=self.lease_keeper, wake=self.wake
+            store=store,
+            settings=settings,
+            lease=self.lease_keeper,
+            wake=self.wake,
+            outcomes=outcomes,
         )
         self.checkpoints = CheckpointDriver(
             store=store,
@@ -93,6 +107,8 @@ class Herder:
             failpoints=failpoints or Failpoints(),
             wake=self.wake,
             duty_lock=self._duty_lock,
+            outcomes=outcomes,
+            instruments=instruments,
             keep_history=settings.checkpoint_history,
             traces=traces,
         )
@@ -106,12 +122,20 @@ class Herder:
         self.pipelines = Pipelines(
             store=store,
             lease=self.lease_keeper,
-            topics=topics or KafkaTopics(),
+            topics=topics,
             checkpoints=self.checkpoints,
             wake=self.wake,
+            outcomes=outcomes,
             recovery=settings.recovery_time,
         )
         self.requests = IdempotentCalls(store=store, lease=self.lease_keeper)
+        self.progress = Progress(
+            store=store,
+            topics=topics,
+            lease=self.lease_keeper,
+            membership=self.membership,
+            instruments=instruments,
+        )
         self._thread = threading.Thread(
             target=self._run, name=f"leader-{settings.coordinator_id}", daemon=True
         )
@@ -119,9 +143,10 @@ class Herder:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """Start the lease keeper and the work loop."""
+        """Start the lease keeper, the work loop and the lag measurement."""
         self.lease_keeper.start()
         self._thread.start()
+        self.progress.start()
 
     def stop(self) -> None:
         """Stop both threads and, if leading, give the lease up so a follower takes over
@@ -130,6 +155,7 @@ class Herder:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        self.progress.stop()
         self.lease_keeper.stop()
         if self.lease_keeper.current_fence() is not None:
             try:

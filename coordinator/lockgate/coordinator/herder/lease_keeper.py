@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
+from lockgate.common.metrics import LEADER_FAILOVERS, LEASE_RENEWALS, Instruments
 from lockgate.coordinator.domain.errors import FencedError, NotLeader
 from lockgate.coordinator.domain.lease import Fence, LeaseRecord, local_deadline, next_role
 from lockgate.coordinator.domain.replicas import ReplicaView, replica_views
@@ -53,8 +54,10 @@ class LeaseKeeper:
         settings: CoordinatorSettings,
         on_became_leader: Callable[[Fence], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        instruments: Instruments | None = None,
     ) -> None:
         self._store = store
+        self._instruments = instruments or Instruments.disabled()
         self._settings = settings
         self._on_became_leader = on_became_leader
         self._monotonic = monotonic
@@ -91,6 +94,7 @@ class LeaseKeeper:
     def attempt(self) -> None:
         """One acquire-or-renew attempt, then this replica's presence row; announces a new
         term."""
+        led = self._term is not None
         try:
             lease: LeaseRecord | None = self.campaign()
         except Exception:
@@ -99,7 +103,11 @@ class LeaseKeeper:
         if lease is not None:
             self._record_presence()
         fence = self.current_fence()
+        if led or fence is not None:
+            outcome = "error" if lease is None else "renewed" if fence is not None else "lost"
+            self._instruments.add(LEASE_RENEWALS, 1, {"outcome": outcome})
         if fence is not None and fence != self._term:
+            self._instruments.add(LEADER_FAILOVERS, 1, {})
             _LOG.info(
                 "coordinator %s became leader with epoch %s",
                 self._settings.coordinator_id,
@@ -127,6 +135,11 @@ class LeaseKeeper:
             _LOG.warning("could not record this replica's presence", exc_info=True)
 
     # ------------------------------------------------------------------ role and fence
+
+    @property
+    def last_lease(self) -> LeaseRecord | None:
+        """The lease row as this replica's last successful attempt read it."""
+        return self._last_lease
 
     def campaign(self) -> LeaseRecord:
         """Try to acquire or renew the lease once; update this replica's role.

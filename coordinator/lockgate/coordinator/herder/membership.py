@@ -37,8 +37,10 @@ from lockgate.coordinator.domain.errors import (
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import TargetState, TaskState
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
+from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.pipelines import all_pipelines, restored_checkpoint
 from lockgate.coordinator.herder.settings import CoordinatorSettings
 from lockgate.coordinator.store.sql_store import SqlStore
@@ -105,11 +107,13 @@ class Membership:
         settings: CoordinatorSettings,
         lease: LeaseKeeper,
         wake: Callable[[], None],
+        outcomes: CheckpointOutcomes | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
         self._lease = lease
         self._wake = wake
+        self._outcomes = outcomes or CheckpointOutcomes()
 
     # ------------------------------------------------------------------ liveness
 
@@ -346,9 +350,11 @@ class Membership:
         old = {e: frozenset(ts) for e, ts in current.items() if ts}
         if new == old:
             return RebalanceResult(plan=plan, changed=())
-        changed = self._lease.leader_call(
+        result = self._lease.leader_call(
             lambda f: self._store.pipelines.apply_assignment(fence=f, assignment=new), term=fence
         )
+        self._outcomes.aborted(result.aborted, AbortKind.TASK_REASSIGNED)
+        changed = list(result.tasks)
         _LOG.info(
             "rebalanced: %d tasks changed executor (%s)",
             len(changed),

@@ -45,6 +45,7 @@ from lockgate.coordinator.domain.pipelines import (
     TaskRecord,
     check_offsets_resettable,
 )
+from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
 from lockgate.coordinator.domain.tasks import check_partitions_per_task, split_partitions
 from lockgate.coordinator.domain.topics import (
@@ -59,6 +60,7 @@ from lockgate.coordinator.domain.transaction_timeout import (
     near_timeout_warnings,
 )
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
+from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.store.kafka_topics import KafkaTopics
 from lockgate.coordinator.store.sql_store import SqlStore
 
@@ -136,6 +138,7 @@ class Pipelines:
         topics: KafkaTopics,
         checkpoints: CheckpointDriver,
         wake: Callable[[], None],
+        outcomes: CheckpointOutcomes | None = None,
         recovery: RecoveryTime,
     ) -> None:
         self._store = store
@@ -144,6 +147,7 @@ class Pipelines:
         self._topics = topics
         self._checkpoints = checkpoints
         self._wake = wake
+        self._outcomes = outcomes or CheckpointOutcomes()
 
     # ------------------------------------------------------------------ reads
 
@@ -426,11 +430,13 @@ class Pipelines:
         self.replan(pipeline_id)
         restarted: list[TaskRecord] = []
         if include_tasks:
-            restarted = self._lease.leader_call(
+            result = self._lease.leader_call(
                 lambda f: self._store.pipelines.restart_tasks(
                     fence=f, pipeline_id=pipeline_id, only_failed=only_failed
                 )
             )
+            self._outcomes.aborted(result.aborted, AbortKind.TASK_RESTARTED)
+            restarted = list(result.tasks)
             self._wake()
         return self._store.pipelines.get_pipeline(pipeline_id=pipeline_id), restarted
 
@@ -441,9 +447,11 @@ class Pipelines:
         pipeline. Leader-only; refused for a STOPPED pipeline, NotFound for an unknown
         task."""
         self._lease.require_fence()
-        task = self._lease.leader_call(
+        result = self._lease.leader_call(
             lambda f: self._store.pipelines.restart_task(fence=f, task_id=task_id)
         )
+        self._outcomes.aborted(result.aborted, AbortKind.TASK_RESTARTED)
+        (task,) = result.tasks
         self._wake()
         return task, self._store.pipelines.get_pipeline(pipeline_id=task.pipeline_id)
 

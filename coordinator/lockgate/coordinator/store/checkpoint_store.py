@@ -662,11 +662,12 @@ def apply_abort(
 
 def abort_checkpoints_of_tasks(
     conn: Connection, task_ids: AbstractSet[TaskId], *, reason: str
-) -> None:
+) -> list[tuple[PipelineId, CheckpointId]]:
     """Abort the TRIGGERED checkpoints any of these tasks is in (moved or restarted tasks:
-    their new instance restarts from the last COMPLETE checkpoint), with the later ones."""
+    their new instance restarts from the last COMPLETE checkpoint), with the later ones;
+    return them."""
     if not task_ids:
-        return
+        return []
     rows = conn.execute(
         sa.select(checkpoint_tasks.c.pipeline_id, sa.func.min(checkpoints.c.checkpoint_id))
         .join(
@@ -682,5 +683,8 @@ def abort_checkpoints_of_tasks(
         )
         .group_by(checkpoint_tasks.c.pipeline_id)
     ).all()
-    for pipeline_id, first in rows:
-        apply_abort(conn, PipelineId(pipeline_id), CheckpointId(first), reason)
+    return [
+        (PipelineId(pipeline_id), aborted)
+        for pipeline_id, first in rows
+        for aborted in apply_abort(conn, PipelineId(pipeline_id), CheckpointId(first), reason)
+    ]

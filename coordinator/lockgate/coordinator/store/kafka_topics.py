@@ -1,5 +1,6 @@
 """Kafka admin for the herder: which of the topics asked for exist, with their partitions,
-and where their partitions' logs start and end (an offset reset to a position).
+and where their partitions' logs start and end (the lag, `domain/progress.py`; an offset reset
+to a position).
 
 It lives with the store because the store side is the only place that speaks SQL or Kafka
 admin; the herder asks it a plain question (bootstrap servers -> topics) and gets plain
@@ -21,6 +22,7 @@ from typing import Any
 
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.errors import FailedPrecondition
+from lockgate.coordinator.domain.progress import PartitionBounds
 from lockgate.coordinator.domain.topics import ClusterTopics
 
 DEFAULT_TIMEOUT_S = 3.0
@@ -79,14 +81,13 @@ class KafkaTopics:
                 return ClusterTopics(bootstrap_servers=bootstrap_servers, partitions=found)
             time.sleep(0.2)  # metadata refresh interval while a new topic propagates
 
-    def log_offsets(
-        self, bootstrap_servers: str, partitions: Sequence[TopicPartition], *, latest: bool
-    ) -> dict[TopicPartition, int]:
-        """Each partition's log end offset under read_committed (the last stable offset:
-        records of open transactions are not skipped past) with `latest`, else its log start
-        offset, as `kafka-consumer-groups --reset-offsets --to-latest/--to-earliest` resolves
-        them. FailedPrecondition naming the cluster if it does not answer within `timeout_s`.
-        """
+    def partition_bounds(
+        self, bootstrap_servers: str, partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, PartitionBounds]:
+        """Each partition's log start offset and its end offset as a read_committed
+        consumer sees it (the last stable offset), asked in one round of ListOffsets within
+        `timeout_s`. Partitions the cluster did not answer for are left out (empty if it is
+        unreachable): their lag is unknown, not zero."""
         from confluent_kafka import IsolationLevel, KafkaException
         from confluent_kafka import TopicPartition as KafkaPartition
         from confluent_kafka.admin import AdminClient
@@ -96,26 +97,50 @@ class KafkaTopics:
             return {}
         config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": _KAFKA_LOG}
         admin = AdminClient(config)
-        # confluent-kafka ships OffsetSpec without annotations.
-        spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-        futures = admin.list_offsets(
-            {KafkaPartition(tp.topic, tp.partition): spec for tp in partitions},
-            isolation_level=IsolationLevel.READ_COMMITTED,
-            request_timeout=self._timeout_s,
-        )
-        try:
-            return {
-                TopicPartition(kp.topic, kp.partition): int(
-                    future.result(timeout=self._timeout_s * 2).offset
-                )
-                for kp, future in futures.items()
-            }
-        except (KafkaException, TimeoutError) as exc:
-            error = exc.args[0] if exc.args else exc
-            reason = error.str() if hasattr(error, "str") else str(error) or type(exc).__name__
+        specs = {"start": OffsetSpec.earliest(), "end": OffsetSpec.latest()}  # type: ignore[no-untyped-call]
+        # Both questions at once: an unreachable cluster costs one timeout, not two.
+        asked = {
+            name: admin.list_offsets(
+                {KafkaPartition(tp.topic, tp.partition): spec for tp in partitions},
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=self._timeout_s,
+            )
+            for name, spec in specs.items()
+        }
+        answers: dict[str, dict[TopicPartition, int]] = {}
+        for name, futures in asked.items():
+            found: dict[TopicPartition, int] = {}
+            for kafka_tp, future in futures.items():
+                try:
+                    found[TopicPartition(kafka_tp.topic, kafka_tp.partition)] = int(
+                        future.result(timeout=self._timeout_s).offset
+                    )
+                except (KafkaException, TimeoutError) as exc:
+                    _KAFKA_LOG.debug("no offsets for %s: %s", kafka_tp, exc)
+            answers[name] = found
+        return {
+            tp: PartitionBounds(start=answers["start"][tp], end=answers["end"][tp])
+            for tp in partitions
+            if tp in answers["start"] and tp in answers["end"]
+        }
+
+    def log_offsets(
+        self, bootstrap_servers: str, partitions: Sequence[TopicPartition], *, latest: bool
+    ) -> dict[TopicPartition, int]:
+        """Each partition's log end offset under read_committed (the last stable offset:
+        records of open transactions are not skipped past) with `latest`, else its log start
+        offset, as `kafka-consumer-groups --reset-offsets --to-latest/--to-earliest` resolves
+        them. FailedPrecondition naming the cluster and the partitions it did not answer for
+        within `timeout_s`."""
+        bounds = self.partition_bounds(bootstrap_servers, partitions)
+        missing = [tp for tp in partitions if tp not in bounds]
+        if missing:
+            names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in missing[:10])
             raise FailedPrecondition(
-                f"the source Kafka cluster {bootstrap_servers} did not say where its partitions'"
-                f" logs {'end' if latest else 'start'} within {self._timeout_s:g} s: {reason};"
+                f"the source Kafka cluster {bootstrap_servers} did not say where the logs of"
+                f" {names}{' ...' if len(missing) > 10 else ''}"
+                f" {'end' if latest else 'start'} within {self._timeout_s:g} s;"
                 " retry when it answers, or reset to explicit offsets",
                 reason="KAFKA_UNREACHABLE",
-            ) from None
+            )
+        return {tp: (b.end if latest else b.start) for tp, b in bounds.items()}

@@ -26,6 +26,7 @@ from lockgate.coordinator.domain.membership import check_executor_session, check
 from lockgate.coordinator.domain.pipelines import (
     PipelineRecord,
     TaskRecord,
+    TasksChanged,
     check_config_version,
     check_task_restartable,
     plan_task_split,
@@ -277,8 +278,9 @@ class PipelineStore:
         *,
         fence: Fence,
         assignment: Mapping[ExecutorId, AbstractSet[TaskId]],
-    ) -> list[TaskRecord]:
-        """Write a new assignment (from `plan_assignment`); return the tasks that changed.
+    ) -> TasksChanged:
+        """Write a new assignment (from `plan_assignment`); return the tasks that changed
+        and the checkpoints that aborted.
 
         Leader-only. Every task whose executor changes gets generation + 1 and state
         UNASSIGNED (its old executor's reports become stale); tasks absent from
@@ -305,8 +307,11 @@ class PipelineStore:
                     )
                 )
             changed_ids = {t.task_id for t in changed}
-            abort_checkpoints_of_tasks(conn, changed_ids, reason="task reassigned")
-            return [t for t in read_tasks(conn, None) if t.task_id in changed_ids]
+            aborted = abort_checkpoints_of_tasks(conn, changed_ids, reason="task reassigned")
+            return TasksChanged(
+                tasks=tuple(t for t in read_tasks(conn, None) if t.task_id in changed_ids),
+                aborted=tuple(aborted),
+            )
 
     def report_task_state(
         self,
@@ -349,11 +354,12 @@ class PipelineStore:
 
     def restart_tasks(
         self, *, fence: Fence, pipeline_id: PipelineId, only_failed: bool = False
-    ) -> list[TaskRecord]:
+    ) -> TasksChanged:
         """Mark a pipeline's tasks RESTARTING with a new generation. Leader-only.
 
         The new generation makes the old instance's reports stale; its executor restarts
-        the task with restore state. Returns the tasks restarted.
+        the task with restore state. Returns the tasks restarted and the checkpoints that
+        aborted.
         """
         with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
@@ -370,10 +376,13 @@ class PipelineStore:
                     )
                 )
             chosen_ids = {t.task_id for t in chosen}
-            abort_checkpoints_of_tasks(conn, chosen_ids, reason="task restarted")
-            return [t for t in read_tasks(conn, pipeline_id) if t.task_id in chosen_ids]
+            aborted = abort_checkpoints_of_tasks(conn, chosen_ids, reason="task restarted")
+            return TasksChanged(
+                tasks=tuple(t for t in read_tasks(conn, pipeline_id) if t.task_id in chosen_ids),
+                aborted=tuple(aborted),
+            )
 
-    def restart_task(self, *, fence: Fence, task_id: TaskId) -> TaskRecord:
+    def restart_task(self, *, fence: Fence, task_id: TaskId) -> TasksChanged:
         """Restart one task with a new generation, its error cleared (Kafka Connect's task
         restart). Leader-only.
 
@@ -397,5 +406,5 @@ class PipelineStore:
                     updated_at_ms=db_now_ms(),
                 )
             )
-            abort_checkpoints_of_tasks(conn, {task_id}, reason="task restarted")
-            return read_task(conn, task_id)
+            aborted = abort_checkpoints_of_tasks(conn, {task_id}, reason="task restarted")
+            return TasksChanged(tasks=(read_task(conn, task_id),), aborted=tuple(aborted))

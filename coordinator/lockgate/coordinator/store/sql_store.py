@@ -30,6 +30,7 @@ from lockgate.coordinator.store.lease_store import LeaseStore
 from lockgate.coordinator.store.membership_store import MembershipStore
 from lockgate.coordinator.store.offset_store import OffsetStore
 from lockgate.coordinator.store.pipeline_store import PipelineStore
+from lockgate.coordinator.store.progress_store import ProgressStore
 from lockgate.coordinator.store.replica_store import ReplicaStore
 from lockgate.coordinator.store.request_store import RequestStore
 
@@ -68,6 +69,7 @@ class SqlStore:
         self.offsets = OffsetStore(database=self.database)
         self.data_loss = DataLossStore(database=self.database)
         self.requests = RequestStore(database=self.database)
+        self.progress = ProgressStore(database=self.database)
 
     @property
     def engine(self) -> Engine:

@@ -46,11 +46,15 @@ from lockgate.localcluster.prometheus import (
     prometheus_wanted,
 )
 from lockgate.localcluster.services import ServiceSettings, service_processes
+from lockgate.schema_registry.server import default_processes
 
 KAFKA_PORT_ENV = "LOCKGATE_KAFKA_PORT"
 KAFKA_CONTROLLER_PORT_ENV = "LOCKGATE_KAFKA_CONTROLLER_PORT"
 REGISTRY_GRPC_PORT_ENV = "LOCKGATE_SCHEMA_REGISTRY_GRPC_PORT"
 REGISTRY_HTTP_PORT_ENV = "LOCKGATE_SCHEMA_REGISTRY_HTTP_PORT"
+REGISTRY_METRICS_PORT_ENV = "LOCKGATE_SCHEMA_REGISTRY_METRICS_PORT"
+#: Prometheus port of the local registry's first worker (worker i serves port + i).
+REGISTRY_METRICS_PORT = 9490
 #: Name of the registry's pid and log files (``run/schema-registry.pid``).
 SCHEMA_REGISTRY = "schema-registry"
 
@@ -66,6 +70,8 @@ class ClusterSettings:
     registry_http_port: int = 8081
     #: The registry's ``--processes``; None: its default (one worker per core).
     registry_processes: int | None = None
+    #: Prometheus port of the registry's first worker (worker i: + i); None: off.
+    registry_metrics_port: int | None = None
 
     @property
     def kafka(self) -> KafkaBrokerConfig:
@@ -73,6 +79,14 @@ class ClusterSettings:
         return KafkaBrokerConfig(
             home=self.home, port=self.kafka_port, controller_port=self.kafka_controller_port
         )
+
+    @property
+    def registry_metrics_ports(self) -> tuple[int, ...]:
+        """The metrics port of each of the registry's worker processes (none if off)."""
+        if self.registry_metrics_port is None:
+            return ()
+        workers = self.registry_processes or default_processes()
+        return tuple(self.registry_metrics_port + i for i in range(workers))
 
     @property
     def registry_db_url(self) -> str:
@@ -97,10 +111,14 @@ def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
                 grpc_listen=grpc_address,
                 http_listen=http_address,
                 processes=settings.registry_processes or None,
+                metrics_listen=None
+                if settings.registry_metrics_port is None
+                else f"127.0.0.1:{settings.registry_metrics_port}",
             )
         ),
         address=f"grpc={grpc_address},http={http_address}",
-        ports=(settings.registry_grpc_port, settings.registry_http_port),
+        ports=(settings.registry_grpc_port, settings.registry_http_port)
+        + (() if settings.registry_metrics_port is None else (settings.registry_metrics_port,)),
         ready=lambda: is_registry_ready(http_address),
         ready_timeout_s=60.0,
         # The supervisor stops its workers (gRPC grace 2 s, then REST) before exiting.
@@ -123,8 +141,11 @@ def cluster_processes(settings: ClusterSettings) -> list[ProcessSpec]:
                 home=settings.home,
                 port=prometheus_port(),
                 targets=local_targets(
-                    coordinators=len(services.coordinator_ports),
-                    executors=len(services.executor_ports),
+                    coordinator_ports=services.coordinator_metrics_ports[
+                        : len(services.coordinator_ports)
+                    ],
+                    executor_ports=services.executor_metrics_ports[: len(services.executor_ports)],
+                    registry_ports=settings.registry_metrics_ports,
                 ),
             )
         )
@@ -188,12 +209,16 @@ def settings_from_args(args: argparse.Namespace) -> ClusterSettings:
                 f"error: {flag} and {clashes[0]} must differ (both {port}); give each"
                 " process its own port"
             )
+    metrics = os.environ.get(REGISTRY_METRICS_PORT_ENV, "").strip()
     return ClusterSettings(
         home=lockgate_home(args.home),
         kafka_port=kafka_port,
         kafka_controller_port=controller_port,
         registry_grpc_port=registry_grpc_port,
         registry_http_port=registry_http_port,
+        registry_metrics_port=None
+        if metrics.lower() == "none"
+        else _port(metrics, default=REGISTRY_METRICS_PORT, source=f"${REGISTRY_METRICS_PORT_ENV}"),
     )
 
 

@@ -21,10 +21,12 @@ def coordinator_command(
     listen: str,
     advertise: str | None = None,
     lease_ms: int | None = None,
+    metrics_listen: str | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """``python -m lockgate.coordinator``: replica ``coordinator_id`` on ``db_url``, serving on
-    ``listen`` (and advertised as ``advertise``); ``extra`` is appended as it is."""
+    ``listen`` (and advertised as ``advertise``), Prometheus metrics on ``metrics_listen``;
+    ``extra`` is appended as it is."""
     argv = [
         sys.executable,
         "-m",
@@ -40,7 +42,11 @@ def coordinator_command(
         argv += ["--advertise", advertise]
     if lease_ms is not None:
         argv += ["--lease-ms", str(lease_ms)]
-    return [*argv, *extra]
+    return [*argv, *_metrics(metrics_listen), *extra]
+
+
+def _metrics(metrics_listen: str | None) -> list[str]:
+    return [] if metrics_listen is None else ["--metrics-listen", metrics_listen]
 
 
 def executor_command(
@@ -51,11 +57,13 @@ def executor_command(
     spark_master: str | None = None,
     spark_conf: Mapping[str, str] | None = None,
     data_plane: str | None = None,
+    metrics_listen: str | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """``python -m lockgate.executor``: executor ``executor_id`` serving on ``listen`` and
     registering with every replica in ``coordinators``; ``data_plane`` ``"none"`` runs the
-    control path only; ``extra`` is appended as it is."""
+    control path only; Prometheus metrics on ``metrics_listen``; ``extra`` is appended as it
+    is."""
     argv = [
         sys.executable,
         "-m",
@@ -73,7 +81,7 @@ def executor_command(
         argv += ["--spark-master", spark_master]
     for key, value in (spark_conf or {}).items():
         argv += ["--spark-conf", f"{key}={value}"]
-    return [*argv, *extra]
+    return [*argv, *_metrics(metrics_listen), *extra]
 
 
 def registry_command(
@@ -82,11 +90,13 @@ def registry_command(
     grpc_listen: str,
     http_listen: str,
     processes: int | None = None,
+    metrics_listen: str | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """``python -m lockgate.schema_registry`` on ``db_url``, gRPC on ``grpc_listen`` and REST on
     ``http_listen`` (port 0: any; it prints ``ready grpc=H:P http=H:P`` once it serves), with
-    ``processes`` workers (None: one per core); ``extra`` is appended as it is."""
+    ``processes`` workers (None: one per core), worker ``i``'s Prometheus metrics on
+    ``metrics_listen``'s port + ``i``; ``extra`` is appended as it is."""
     argv = [
         sys.executable,
         "-m",
@@ -100,4 +110,4 @@ def registry_command(
     ]
     if processes is not None:
         argv += ["--processes", str(processes)]
-    return [*argv, *extra]
+    return [*argv, *_metrics(metrics_listen), *extra]

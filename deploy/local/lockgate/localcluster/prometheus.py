@@ -8,9 +8,10 @@ builds it from the Go module proxy with ``go install`` into ``<repo>/.lockgate/b
 
 The scrape configuration is generated into ``<home>/prometheus/prometheus.yml`` each time
 the server starts, from the ports the services' metrics endpoints listen on in the local
-cluster (coordinators c1..c3 ``9470-9472``, executors e1..e2 ``9480-9481``, the schema
-registry ``9490``: one port per process, in the order of their gRPC ports), plus the server's
-own ``/metrics``. Each target carries a ``process`` label (``coordinator-c1``, ...).
+cluster (``services.py`` and ``cluster.py`` own them: coordinators c1..c3 ``9470-9472``,
+executors e1..e2 ``9480-9481``, the schema registry ``9490`` and one more port per further
+worker process), plus the server's own ``/metrics``. Each target carries a ``process``
+label (``coordinator-c1``, ...; every registry worker is ``schema-registry``).
 """
 
 from __future__ import annotations
@@ -30,10 +31,6 @@ PROMETHEUS_PORT_ENV = "LOCKGATE_PROMETHEUS_PORT"
 PROMETHEUS_BIN_ENV = "LOCKGATE_PROMETHEUS_BIN"
 #: Where Prometheus listens in the local cluster (its UI and API).
 DEFAULT_PORT = 9090
-#: First metrics port of each kind of service; the i-th process of a kind uses base + i.
-COORDINATOR_METRICS_BASE = 9470
-EXECUTOR_METRICS_BASE = 9480
-REGISTRY_METRICS_PORT = 9490
 #: Seconds between scrapes.
 SCRAPE_INTERVAL_S = 5
 PROCESS_NAME = "prometheus"
@@ -48,28 +45,26 @@ class ScrapeTarget:
     address: str
 
 
-def local_targets(*, coordinators: int, executors: int) -> list[ScrapeTarget]:
-    """The services' metrics endpoints in the local cluster: coordinators c1..cN, executors
-    e1..eM and the schema registry, on the ports of the module docstring."""
+def local_targets(
+    *,
+    coordinator_ports: Sequence[int],
+    executor_ports: Sequence[int],
+    registry_ports: Sequence[int],
+) -> list[ScrapeTarget]:
+    """The services' metrics endpoints: coordinators c1..cN and executors e1..eM on the given
+    ports, in order, and each worker process of the schema registry."""
     targets = [
-        ScrapeTarget(
-            "lockgate-coordinator",
-            f"coordinator-c{i}",
-            f"{LOOPBACK}:{COORDINATOR_METRICS_BASE + i - 1}",
-        )
-        for i in range(1, coordinators + 1)
+        ScrapeTarget("lockgate-coordinator", f"coordinator-c{i}", f"{LOOPBACK}:{port}")
+        for i, port in enumerate(coordinator_ports, start=1)
     ]
     targets += [
-        ScrapeTarget(
-            "lockgate-executor", f"executor-e{i}", f"{LOOPBACK}:{EXECUTOR_METRICS_BASE + i - 1}"
-        )
-        for i in range(1, executors + 1)
+        ScrapeTarget("lockgate-executor", f"executor-e{i}", f"{LOOPBACK}:{port}")
+        for i, port in enumerate(executor_ports, start=1)
     ]
-    targets.append(
-        ScrapeTarget(
-            "lockgate-schema-registry", "schema-registry", f"{LOOPBACK}:{REGISTRY_METRICS_PORT}"
-        )
-    )
+    targets += [
+        ScrapeTarget("lockgate-schema-registry", "schema-registry", f"{LOOPBACK}:{port}")
+        for port in registry_ports
+    ]
     return targets
 
 

@@ -10,7 +10,10 @@ spelled in :mod:`lockgate.localcluster.commands`.
 Environment: ``LOCKGATE_COORDINATOR_PORTS`` (default ``7070,7071,7072``; one replica per
 port), ``LOCKGATE_EXECUTOR_PORTS`` (default ``7080,7081``), ``LOCKGATE_SPARK_MASTER``
 (default ``local[1]``); ``LOCKGATE_CLUSTER_SERVICES=none`` leaves them all out (a cluster of
-the broker and the registry only, as the local-cluster tests use).
+the broker and the registry only, as the local-cluster tests use). Each serves Prometheus
+metrics at ``http://127.0.0.1:PORT/metrics``: ``LOCKGATE_COORDINATOR_METRICS_PORTS`` (default
+``9470,9471,9472``) and ``LOCKGATE_EXECUTOR_METRICS_PORTS`` (default ``9480,9481``); ``none``
+turns them off.
 
 A coordinator is ready when its ``grpc.health.v1`` answers SERVING; an executor when its
 ``GetExecutorStatus`` shows a registration (generation > 0), i.e. after its SparkSession
@@ -36,10 +39,15 @@ COORDINATOR_PORTS_ENV = "LOCKGATE_COORDINATOR_PORTS"
 EXECUTOR_PORTS_ENV = "LOCKGATE_EXECUTOR_PORTS"
 SPARK_MASTER_ENV = "LOCKGATE_SPARK_MASTER"
 SERVICES_ENV = "LOCKGATE_CLUSTER_SERVICES"
+COORDINATOR_METRICS_PORTS_ENV = "LOCKGATE_COORDINATOR_METRICS_PORTS"
+EXECUTOR_METRICS_PORTS_ENV = "LOCKGATE_EXECUTOR_METRICS_PORTS"
 #: Ports of the coordinator replicas c1, c2, c3 in the local cluster.
 COORDINATOR_PORTS: tuple[int, ...] = (7070, 7071, 7072)
 #: Ports of the executors e1, e2 in the local cluster.
 EXECUTOR_PORTS: tuple[int, ...] = (7080, 7081)
+#: Prometheus ports (``/metrics``) of c1, c2, c3 and of e1, e2 in the local cluster.
+COORDINATOR_METRICS_PORTS: tuple[int, ...] = (9470, 9471, 9472)
+EXECUTOR_METRICS_PORTS: tuple[int, ...] = (9480, 9481)
 #: Spark master of each local executor: one core each, two executors share two cores.
 DEFAULT_SPARK_MASTER = "local[1]"
 #: Spark settings that make a local executor's start cheaper (measured: the JVM and the
@@ -95,8 +103,10 @@ def coordinator_spec(
     lease_ms: int = 3000,
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    metrics_port: int | None = None,
 ) -> ProcessSpec:
-    """One coordinator replica listening (and advertised) on ``127.0.0.1:port``."""
+    """One coordinator replica listening (and advertised) on ``127.0.0.1:port``, with
+    Prometheus metrics on ``127.0.0.1:metrics_port`` if given."""
     address = f"{LOOPBACK}:{port}"
     return ProcessSpec(
         name=f"coordinator-{coordinator_id}",
@@ -107,11 +117,12 @@ def coordinator_spec(
                 listen=address,
                 advertise=address,
                 lease_ms=lease_ms,
+                metrics_listen=_loopback(metrics_port),
                 extra=extra_args,
             )
         ),
         address=address,
-        ports=(port,),
+        ports=(port,) if metrics_port is None else (port, metrics_port),
         ready=lambda: is_serving(address),
         env=dict(env or {}),
         ready_timeout_s=60.0,
@@ -130,8 +141,10 @@ def executor_spec(
     ready_timeout_s: float = 240.0,
     data_plane: str | None = None,
     extra_args: Sequence[str] = (),
+    metrics_port: int | None = None,
 ) -> ProcessSpec:
-    """One executor on ``127.0.0.1:port`` that registers with ``coordinators``.
+    """One executor on ``127.0.0.1:port`` that registers with ``coordinators``, with
+    Prometheus metrics on ``127.0.0.1:metrics_port`` if given.
 
     Ready only once registered: its SparkSession (JVM start and warm-up job, 20-80 s on a
     busy machine) comes first, hence the long default deadline. ``data_plane`` ``"none"`` runs
@@ -148,16 +161,21 @@ def executor_spec(
                 spark_master=spark_master,
                 spark_conf=spark_conf,
                 data_plane=data_plane,
+                metrics_listen=_loopback(metrics_port),
                 extra=extra_args,
             )
         ),
         address=address,
-        ports=(port,),
+        ports=(port,) if metrics_port is None else (port, metrics_port),
         ready=lambda: is_executor_registered(address),
         env=dict(env or {}),
         ready_timeout_s=ready_timeout_s,
         stop_grace_s=20.0,
     )
+
+
+def _loopback(port: int | None) -> str | None:
+    return None if port is None else f"{LOOPBACK}:{port}"
 
 
 @dataclass(frozen=True)
@@ -167,6 +185,9 @@ class ServiceSettings:
     home: Path
     coordinator_ports: tuple[int, ...] = COORDINATOR_PORTS
     executor_ports: tuple[int, ...] = EXECUTOR_PORTS
+    coordinator_metrics_ports: tuple[int, ...] = COORDINATOR_METRICS_PORTS
+    """Prometheus port of c1, c2, ...; a replica past the end of the list has none."""
+    executor_metrics_ports: tuple[int, ...] = EXECUTOR_METRICS_PORTS
     spark_master: str = DEFAULT_SPARK_MASTER
     lease_ms: int = 3000
     executor_env: Mapping[str, str] = field(default_factory=dict)
@@ -178,6 +199,12 @@ class ServiceSettings:
             home=home,
             coordinator_ports=_ports_from_env(COORDINATOR_PORTS_ENV, COORDINATOR_PORTS),
             executor_ports=_ports_from_env(EXECUTOR_PORTS_ENV, EXECUTOR_PORTS),
+            coordinator_metrics_ports=_ports_from_env(
+                COORDINATOR_METRICS_PORTS_ENV, COORDINATOR_METRICS_PORTS
+            ),
+            executor_metrics_ports=_ports_from_env(
+                EXECUTOR_METRICS_PORTS_ENV, EXECUTOR_METRICS_PORTS
+            ),
             spark_master=os.environ.get(SPARK_MASTER_ENV) or DEFAULT_SPARK_MASTER,
         )
 
@@ -196,6 +223,8 @@ def _ports_from_env(name: str, default: tuple[int, ...]) -> tuple[int, ...]:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
+    if raw.lower() == "none":
+        return ()
     try:
         ports = tuple(int(part) for part in raw.split(",") if part.strip())
     except ValueError:
@@ -219,6 +248,7 @@ def service_processes(settings: ServiceSettings) -> list[ProcessSpec]:
             port=port,
             db_url=settings.coordinator_db_url,
             lease_ms=settings.lease_ms,
+            metrics_port=_nth(settings.coordinator_metrics_ports, i),
         )
         for i, port in enumerate(settings.coordinator_ports, start=1)
     ]
@@ -229,7 +259,13 @@ def service_processes(settings: ServiceSettings) -> list[ProcessSpec]:
             coordinators=settings.coordinator_addresses,
             spark_master=settings.spark_master,
             env=settings.executor_env,
+            metrics_port=_nth(settings.executor_metrics_ports, i),
         )
         for i, port in enumerate(settings.executor_ports, start=1)
     ]
     return [*coordinators, *executors]
+
+
+def _nth(ports: tuple[int, ...], number: int) -> int | None:
+    """The port of process ``number`` (from 1), or None past the end of the list."""
+    return ports[number - 1] if number <= len(ports) else None

@@ -39,10 +39,12 @@ from opentelemetry.trace import Status, StatusCode
 
 from lockgate.common.errors import LockgateError, Unavailable
 from lockgate.common.failpoints import Failpoint, Failpoints
+from lockgate.common.metrics import Instruments
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.executor.committer import Committer
 from lockgate.executor.dataplane.protocol import DataPlane, PrecommitWork
 from lockgate.executor.fencing import TriggerVerdict, decide_trigger
+from lockgate.executor.runtime.batch_counts import BatchCounts
 from lockgate.executor.runtime.reporter import Reporter, ReportOutcome
 from lockgate.executor.runtime.tasks import Task, TaskBoard, TaskPhase, task_error, task_fails_on
 from lockgate.executor.runtime.values import (
@@ -86,9 +88,12 @@ class CheckpointRunner:
         registration: Callable[[], Registration | None],
         failpoints: Failpoints,
         clock: Callable[[], float] = time.monotonic,
+        instruments: Instruments | None = None,
+        wall_clock: Callable[[], float] = time.time,
         tracer: trace.Tracer | None = None,
     ) -> None:
         self._settings = settings
+        self._progress = BatchCounts(instruments or Instruments.disabled(), wall_clock=wall_clock)
         self._tracer = tracer or trace.get_tracer("lockgate.executor")
         self._board = board
         self._data_plane = data_plane
@@ -250,6 +255,10 @@ class CheckpointRunner:
         )
         if outcome is ReportOutcome.ACCEPTED and answer is not None:
             self._board.precommitted(task, work.checkpoint_id)
+            if not answer.aborted:
+                self._progress.precommitted(
+                    task.ref, work.checkpoint_id, output, report.precommit_duration_ms / 1000
+                )
             _LOG.info(
                 "%s pre-committed in %d ms: %d records read, %d written, %d handles; leader"
                 " says %s",
@@ -331,6 +340,7 @@ class CheckpointRunner:
         what = f"commit of {pipeline_name} checkpoint {checkpoint_id}"
         with self._handles_span("lockgate.executor.commit", pipeline_name, checkpoint_id, handles):
             count = self._committer.commit(handles, what=what)
+        self._progress.committed(pipeline_name, checkpoint_id)
         self._failpoints.reach(Failpoint.AFTER_COMMIT_BEFORE_ACK, detail=what)
         _LOG.info("%s: %d handles committed", what, count)
         return count
@@ -365,6 +375,7 @@ class CheckpointRunner:
             )
         with self._handles_span("lockgate.executor.abort", pipeline_name, checkpoint_id, handles):
             count = self._committer.abort(handles, what=what)
+        self._progress.aborted(pipeline_name, checkpoint_id)
         _LOG.info("%s (%s): %d handles aborted", what, reason or "no reason given", count)
         return count
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from lockgate.common.metrics import REPORT_RETRIES, Instruments
 from lockgate.executor.runtime.coordinator import CoordinatorCallError, CoordinatorClient
 from lockgate.executor.runtime.values import (
     CheckpointFailureReport,
@@ -48,8 +49,10 @@ class Reporter:
         rpc_timeout_s: float,
         stopping: threading.Event,
         clock: Callable[[], float] = time.monotonic,
+        instruments: Instruments | None = None,
     ) -> None:
         self._client = client
+        self._instruments = instruments or Instruments.disabled()
         self._rpc_timeout_s = rpc_timeout_s
         self._stopping = stopping
         self._clock = clock
@@ -62,6 +65,7 @@ class Reporter:
             lambda timeout: self._client.report_precommit(report, timeout_s=timeout),
             deadline=deadline,
             what=what,
+            kind="precommit",
         )
 
     def report_checkpoint_failure(
@@ -72,6 +76,7 @@ class Reporter:
             lambda timeout: self._client.report_checkpoint_failure(report, timeout_s=timeout),
             deadline=deadline,
             what=what,
+            kind="checkpoint_failure",
         )
         return outcome
 
@@ -83,7 +88,7 @@ class Reporter:
             _LOG.warning("ReportTaskFailure failed: %s", exc.message)
 
     def _send(
-        self, call: Callable[[float], _T], *, deadline: float, what: str
+        self, call: Callable[[float], _T], *, deadline: float, what: str, kind: str
     ) -> tuple[ReportOutcome, _T | None]:
         """Send a report until answered or ``deadline``.
 
@@ -104,6 +109,7 @@ class Reporter:
                     _LOG.warning("%s unanswered before its deadline: %s", what, exc.message)
                     return ReportOutcome.UNKNOWN, None
                 _LOG.info("%s: %s, retrying", what, exc.code)
+                self._instruments.add(REPORT_RETRIES, 1, {"report": kind})
                 self._stopping.wait(min(1.0, max(0.0, deadline - self._clock())))
 
 

@@ -16,6 +16,7 @@ package lockgatev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -1812,7 +1813,22 @@ type GetPipelineStatusResponse struct {
 	// state TASK_CHECKPOINT_STATE_FAILED and error.message saying why (the task's error, or
 	// "no pre-commit report within N ms"); empty if every task had pre-committed it.
 	LastAbortMissingTasks []*TaskCheckpoint `protobuf:"bytes,11,rep,name=last_abort_missing_tasks,json=lastAbortMissingTasks,proto3" json:"last_abort_missing_tasks,omitempty"`
-	// Field numbers 12-39 are left to other status fields (metrics); this block starts at 40.
+	// Source lag per source partition, in topic-partition order: records (offsets) not yet
+	// in a COMPLETE checkpoint, i.e. the log end offset a read_committed consumer sees minus
+	// the offset the pipeline resumes from. Partitions Kafka did not answer for are left out.
+	SourceLags []*PartitionLag `protobuf:"bytes,12,rep,name=source_lags,json=sourceLags,proto3" json:"source_lags,omitempty"`
+	// Sum of source_lags[].lag, in records.
+	TotalSourceLag int64 `protobuf:"varint,13,opt,name=total_source_lag,json=totalSourceLag,proto3" json:"total_source_lag,omitempty"`
+	// False if Kafka did not answer for some source partition: total_source_lag then counts
+	// only the partitions in source_lags.
+	SourceLagComplete bool `protobuf:"varint,14,opt,name=source_lag_complete,json=sourceLagComplete,proto3" json:"source_lag_complete,omitempty"`
+	// Source records (offsets) consumed per second over the newest committed checkpoints (up
+	// to 10), from the oldest one's trigger to the newest one's commit; 0 if none committed.
+	RecordsPerSecond float64 `protobuf:"fixed64,15,opt,name=records_per_second,json=recordsPerSecond,proto3" json:"records_per_second,omitempty"`
+	// How long ago the newest checkpoint was committed (coordinator database clock); unset
+	// if none was.
+	LastCommitAge *durationpb.Duration `protobuf:"bytes,16,opt,name=last_commit_age,json=lastCommitAge,proto3" json:"last_commit_age,omitempty"`
+	// Field numbers 17-39 are free for further status fields; this block starts at 40.
 	// Whether the pipeline can make progress on its own.
 	Health PipelineHealth `protobuf:"varint,40,opt,name=health,proto3,enum=lockgate.v1.PipelineHealth" json:"health,omitempty"`
 	// The DATA_LOST checkpoint that makes the pipeline FAILED, with data_loss_error and
@@ -1933,6 +1949,41 @@ func (x *GetPipelineStatusResponse) GetLastAbortMissingTasks() []*TaskCheckpoint
 	return nil
 }
 
+func (x *GetPipelineStatusResponse) GetSourceLags() []*PartitionLag {
+	if x != nil {
+		return x.SourceLags
+	}
+	return nil
+}
+
+func (x *GetPipelineStatusResponse) GetTotalSourceLag() int64 {
+	if x != nil {
+		return x.TotalSourceLag
+	}
+	return 0
+}
+
+func (x *GetPipelineStatusResponse) GetSourceLagComplete() bool {
+	if x != nil {
+		return x.SourceLagComplete
+	}
+	return false
+}
+
+func (x *GetPipelineStatusResponse) GetRecordsPerSecond() float64 {
+	if x != nil {
+		return x.RecordsPerSecond
+	}
+	return 0
+}
+
+func (x *GetPipelineStatusResponse) GetLastCommitAge() *durationpb.Duration {
+	if x != nil {
+		return x.LastCommitAge
+	}
+	return nil
+}
+
 func (x *GetPipelineStatusResponse) GetHealth() PipelineHealth {
 	if x != nil {
 		return x.Health
@@ -1954,6 +2005,71 @@ func (x *GetPipelineStatusResponse) GetWarnings() []string {
 	return nil
 }
 
+// PartitionLag is how far a pipeline is behind in one source partition.
+type PartitionLag struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Kafka topic name.
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// Partition number, from 0.
+	Partition int32 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Records (offsets) between the position the pipeline resumes from and the
+	// read_committed log end offset; never negative.
+	Lag           int64 `protobuf:"varint,3,opt,name=lag,proto3" json:"lag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionLag) Reset() {
+	*x = PartitionLag{}
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionLag) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionLag) ProtoMessage() {}
+
+func (x *PartitionLag) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionLag.ProtoReflect.Descriptor instead.
+func (*PartitionLag) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *PartitionLag) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *PartitionLag) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionLag) GetLag() int64 {
+	if x != nil {
+		return x.Lag
+	}
+	return 0
+}
+
 // ListTasksRequest asks for one page of tasks.
 type ListTasksRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1971,7 +2087,7 @@ type ListTasksRequest struct {
 
 func (x *ListTasksRequest) Reset() {
 	*x = ListTasksRequest{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[30]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2099,7 @@ func (x *ListTasksRequest) String() string {
 func (*ListTasksRequest) ProtoMessage() {}
 
 func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[30]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2112,7 @@ func (x *ListTasksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksRequest.ProtoReflect.Descriptor instead.
 func (*ListTasksRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{30}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListTasksRequest) GetPipelineName() string {
@@ -2040,7 +2156,7 @@ type ListTasksResponse struct {
 
 func (x *ListTasksResponse) Reset() {
 	*x = ListTasksResponse{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[31]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2168,7 @@ func (x *ListTasksResponse) String() string {
 func (*ListTasksResponse) ProtoMessage() {}
 
 func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[31]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2181,7 @@ func (x *ListTasksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTasksResponse.ProtoReflect.Descriptor instead.
 func (*ListTasksResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListTasksResponse) GetTasks() []*Task {
@@ -2095,7 +2211,7 @@ type RestartTaskRequest struct {
 
 func (x *RestartTaskRequest) Reset() {
 	*x = RestartTaskRequest{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[32]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2223,7 @@ func (x *RestartTaskRequest) String() string {
 func (*RestartTaskRequest) ProtoMessage() {}
 
 func (x *RestartTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[32]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2236,7 @@ func (x *RestartTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartTaskRequest.ProtoReflect.Descriptor instead.
 func (*RestartTaskRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RestartTaskRequest) GetRequestId() string {
@@ -2148,7 +2264,7 @@ type RestartTaskResponse struct {
 
 func (x *RestartTaskResponse) Reset() {
 	*x = RestartTaskResponse{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[33]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2276,7 @@ func (x *RestartTaskResponse) String() string {
 func (*RestartTaskResponse) ProtoMessage() {}
 
 func (x *RestartTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[33]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2289,7 @@ func (x *RestartTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartTaskResponse.ProtoReflect.Descriptor instead.
 func (*RestartTaskResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RestartTaskResponse) GetTask() *Task {
@@ -2194,7 +2310,7 @@ type GetOffsetsRequest struct {
 
 func (x *GetOffsetsRequest) Reset() {
 	*x = GetOffsetsRequest{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[34]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2322,7 @@ func (x *GetOffsetsRequest) String() string {
 func (*GetOffsetsRequest) ProtoMessage() {}
 
 func (x *GetOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[34]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2335,7 @@ func (x *GetOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*GetOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetOffsetsRequest) GetPipelineName() string {
@@ -2246,7 +2362,7 @@ type GetOffsetsResponse struct {
 
 func (x *GetOffsetsResponse) Reset() {
 	*x = GetOffsetsResponse{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[35]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2374,7 @@ func (x *GetOffsetsResponse) String() string {
 func (*GetOffsetsResponse) ProtoMessage() {}
 
 func (x *GetOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[35]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2387,7 @@ func (x *GetOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*GetOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetOffsetsResponse) GetOffsets() []*PartitionOffset {
@@ -2315,7 +2431,7 @@ type ResetOffsetsRequest struct {
 
 func (x *ResetOffsetsRequest) Reset() {
 	*x = ResetOffsetsRequest{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[36]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2443,7 @@ func (x *ResetOffsetsRequest) String() string {
 func (*ResetOffsetsRequest) ProtoMessage() {}
 
 func (x *ResetOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[36]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2456,7 @@ func (x *ResetOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*ResetOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResetOffsetsRequest) GetRequestId() string {
@@ -2413,7 +2529,7 @@ type PartitionOffsets struct {
 
 func (x *PartitionOffsets) Reset() {
 	*x = PartitionOffsets{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[37]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2425,7 +2541,7 @@ func (x *PartitionOffsets) String() string {
 func (*PartitionOffsets) ProtoMessage() {}
 
 func (x *PartitionOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[37]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2438,7 +2554,7 @@ func (x *PartitionOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOffsets.ProtoReflect.Descriptor instead.
 func (*PartitionOffsets) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PartitionOffsets) GetOffsets() []*PartitionOffset {
@@ -2462,7 +2578,7 @@ type ResetOffsetsResponse struct {
 
 func (x *ResetOffsetsResponse) Reset() {
 	*x = ResetOffsetsResponse{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[38]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2590,7 @@ func (x *ResetOffsetsResponse) String() string {
 func (*ResetOffsetsResponse) ProtoMessage() {}
 
 func (x *ResetOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[38]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2603,7 @@ func (x *ResetOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*ResetOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{38}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ResetOffsetsResponse) GetOffsets() []*PartitionOffset {
@@ -2521,7 +2637,7 @@ type ListCheckpointsRequest struct {
 
 func (x *ListCheckpointsRequest) Reset() {
 	*x = ListCheckpointsRequest{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[39]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2649,7 @@ func (x *ListCheckpointsRequest) String() string {
 func (*ListCheckpointsRequest) ProtoMessage() {}
 
 func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[39]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2662,7 @@ func (x *ListCheckpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{39}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListCheckpointsRequest) GetPipelineName() string {
@@ -2590,7 +2706,7 @@ type ListCheckpointsResponse struct {
 
 func (x *ListCheckpointsResponse) Reset() {
 	*x = ListCheckpointsResponse{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[40]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +2718,7 @@ func (x *ListCheckpointsResponse) String() string {
 func (*ListCheckpointsResponse) ProtoMessage() {}
 
 func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[40]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +2731,7 @@ func (x *ListCheckpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCheckpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListCheckpointsResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{40}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListCheckpointsResponse) GetCheckpoints() []*Checkpoint {
@@ -2645,7 +2761,7 @@ type GetCheckpointRequest struct {
 
 func (x *GetCheckpointRequest) Reset() {
 	*x = GetCheckpointRequest{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[41]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2773,7 @@ func (x *GetCheckpointRequest) String() string {
 func (*GetCheckpointRequest) ProtoMessage() {}
 
 func (x *GetCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[41]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2786,7 @@ func (x *GetCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*GetCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{41}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetCheckpointRequest) GetPipelineName() string {
@@ -2698,7 +2814,7 @@ type GetCheckpointResponse struct {
 
 func (x *GetCheckpointResponse) Reset() {
 	*x = GetCheckpointResponse{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[42]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +2826,7 @@ func (x *GetCheckpointResponse) String() string {
 func (*GetCheckpointResponse) ProtoMessage() {}
 
 func (x *GetCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[42]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +2839,7 @@ func (x *GetCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*GetCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{42}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetCheckpointResponse) GetCheckpoint() *Checkpoint {
@@ -2769,7 +2885,7 @@ type ReportPrecommitRequest struct {
 
 func (x *ReportPrecommitRequest) Reset() {
 	*x = ReportPrecommitRequest{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[43]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +2897,7 @@ func (x *ReportPrecommitRequest) String() string {
 func (*ReportPrecommitRequest) ProtoMessage() {}
 
 func (x *ReportPrecommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[43]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +2910,7 @@ func (x *ReportPrecommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPrecommitRequest.ProtoReflect.Descriptor instead.
 func (*ReportPrecommitRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{43}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReportPrecommitRequest) GetRequestId() string {
@@ -2886,7 +3002,7 @@ type ReportPrecommitResponse struct {
 
 func (x *ReportPrecommitResponse) Reset() {
 	*x = ReportPrecommitResponse{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[44]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2898,7 +3014,7 @@ func (x *ReportPrecommitResponse) String() string {
 func (*ReportPrecommitResponse) ProtoMessage() {}
 
 func (x *ReportPrecommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[44]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2911,7 +3027,7 @@ func (x *ReportPrecommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPrecommitResponse.ProtoReflect.Descriptor instead.
 func (*ReportPrecommitResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{44}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReportPrecommitResponse) GetCheckpointState() CheckpointState {
@@ -2942,7 +3058,7 @@ type ReportTaskFailureRequest struct {
 
 func (x *ReportTaskFailureRequest) Reset() {
 	*x = ReportTaskFailureRequest{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[45]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2954,7 +3070,7 @@ func (x *ReportTaskFailureRequest) String() string {
 func (*ReportTaskFailureRequest) ProtoMessage() {}
 
 func (x *ReportTaskFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[45]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2967,7 +3083,7 @@ func (x *ReportTaskFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportTaskFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportTaskFailureRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{45}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReportTaskFailureRequest) GetRequestId() string {
@@ -3021,7 +3137,7 @@ type ReportTaskFailureResponse struct {
 
 func (x *ReportTaskFailureResponse) Reset() {
 	*x = ReportTaskFailureResponse{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[46]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3033,7 +3149,7 @@ func (x *ReportTaskFailureResponse) String() string {
 func (*ReportTaskFailureResponse) ProtoMessage() {}
 
 func (x *ReportTaskFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[46]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3046,7 +3162,7 @@ func (x *ReportTaskFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportTaskFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportTaskFailureResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{47}
 }
 
 // ReportCheckpointFailureRequest says a task could not pre-commit checkpoint N.
@@ -3079,7 +3195,7 @@ type ReportCheckpointFailureRequest struct {
 
 func (x *ReportCheckpointFailureRequest) Reset() {
 	*x = ReportCheckpointFailureRequest{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[47]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3207,7 @@ func (x *ReportCheckpointFailureRequest) String() string {
 func (*ReportCheckpointFailureRequest) ProtoMessage() {}
 
 func (x *ReportCheckpointFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[47]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3220,7 @@ func (x *ReportCheckpointFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCheckpointFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportCheckpointFailureRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReportCheckpointFailureRequest) GetRequestId() string {
@@ -3189,7 +3305,7 @@ type ReportCheckpointFailureResponse struct {
 
 func (x *ReportCheckpointFailureResponse) Reset() {
 	*x = ReportCheckpointFailureResponse{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[48]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3201,7 +3317,7 @@ func (x *ReportCheckpointFailureResponse) String() string {
 func (*ReportCheckpointFailureResponse) ProtoMessage() {}
 
 func (x *ReportCheckpointFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[48]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3214,7 +3330,7 @@ func (x *ReportCheckpointFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCheckpointFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportCheckpointFailureResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReportCheckpointFailureResponse) GetCheckpointState() CheckpointState {
@@ -3248,7 +3364,7 @@ type TaskAssignment struct {
 
 func (x *TaskAssignment) Reset() {
 	*x = TaskAssignment{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[49]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3376,7 @@ func (x *TaskAssignment) String() string {
 func (*TaskAssignment) ProtoMessage() {}
 
 func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[49]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3389,7 @@ func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
 func (*TaskAssignment) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{49}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TaskAssignment) GetTaskId() *TaskId {
@@ -3348,7 +3464,7 @@ type TaskRestoreState struct {
 
 func (x *TaskRestoreState) Reset() {
 	*x = TaskRestoreState{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[50]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3360,7 +3476,7 @@ func (x *TaskRestoreState) String() string {
 func (*TaskRestoreState) ProtoMessage() {}
 
 func (x *TaskRestoreState) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[50]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3373,7 +3489,7 @@ func (x *TaskRestoreState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRestoreState.ProtoReflect.Descriptor instead.
 func (*TaskRestoreState) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{50}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *TaskRestoreState) GetRestoredCheckpointId() int64 {
@@ -3408,7 +3524,7 @@ var File_lockgate_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_lockgate_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	"\x1dlockgate/v1/coordinator.proto\x12\vlockgate.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lockgate/v1/common.proto\"\x17\n" +
+	"\x1dlockgate/v1/coordinator.proto\x12\vlockgate.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lockgate/v1/common.proto\"\x17\n" +
 	"\x15GetClusterInfoRequest\"\xe0\x02\n" +
 	"\x16GetClusterInfoResponse\x12;\n" +
 	"\fleader_epoch\x18\x01 \x01(\v2\x18.lockgate.v1.LeaderEpochR\vleaderEpoch\x12%\n" +
@@ -3524,7 +3640,7 @@ const file_lockgate_v1_coordinator_proto_rawDesc = "" +
 	"\bpipeline\x18\x01 \x01(\v2\x15.lockgate.v1.PipelineR\bpipeline\x12<\n" +
 	"\x0frestarted_tasks\x18\x02 \x03(\v2\x13.lockgate.v1.TaskIdR\x0erestartedTasks\".\n" +
 	"\x18GetPipelineStatusRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xc6\x06\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xcd\b\n" +
 	"\x19GetPipelineStatusResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
 	"\ftarget_state\x18\x02 \x01(\x0e2\x18.lockgate.v1.TargetStateR\vtargetState\x12%\n" +
@@ -3537,10 +3653,20 @@ const file_lockgate_v1_coordinator_proto_rawDesc = "" +
 	"\x17last_aborted_checkpoint\x18\t \x01(\v2\x17.lockgate.v1.CheckpointR\x15lastAbortedCheckpoint\x12F\n" +
 	"\x1fconsecutive_aborted_checkpoints\x18\n" +
 	" \x01(\x03R\x1dconsecutiveAbortedCheckpoints\x12T\n" +
-	"\x18last_abort_missing_tasks\x18\v \x03(\v2\x1b.lockgate.v1.TaskCheckpointR\x15lastAbortMissingTasks\x123\n" +
+	"\x18last_abort_missing_tasks\x18\v \x03(\v2\x1b.lockgate.v1.TaskCheckpointR\x15lastAbortMissingTasks\x12:\n" +
+	"\vsource_lags\x18\f \x03(\v2\x19.lockgate.v1.PartitionLagR\n" +
+	"sourceLags\x12(\n" +
+	"\x10total_source_lag\x18\r \x01(\x03R\x0etotalSourceLag\x12.\n" +
+	"\x13source_lag_complete\x18\x0e \x01(\bR\x11sourceLagComplete\x12,\n" +
+	"\x12records_per_second\x18\x0f \x01(\x01R\x10recordsPerSecond\x12A\n" +
+	"\x0flast_commit_age\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\rlastCommitAge\x123\n" +
 	"\x06health\x18( \x01(\x0e2\x1b.lockgate.v1.PipelineHealthR\x06health\x12I\n" +
 	"\x14data_lost_checkpoint\x18) \x01(\v2\x17.lockgate.v1.CheckpointR\x12dataLostCheckpoint\x12\x1a\n" +
-	"\bwarnings\x18* \x03(\tR\bwarnings\"\x94\x01\n" +
+	"\bwarnings\x18* \x03(\tR\bwarnings\"T\n" +
+	"\fPartitionLag\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x10\n" +
+	"\x03lag\x18\x03 \x01(\x03R\x03lag\"\x94\x01\n" +
 	"\x10ListTasksRequest\x12#\n" +
 	"\rpipeline_name\x18\x01 \x01(\tR\fpipelineName\x12\x1f\n" +
 	"\vexecutor_id\x18\x02 \x01(\tR\n" +
@@ -3693,7 +3819,7 @@ func file_lockgate_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_lockgate_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lockgate_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_lockgate_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_lockgate_v1_coordinator_proto_goTypes = []any{
 	(PipelineHealth)(0),                     // 0: lockgate.v1.PipelineHealth
 	(*GetClusterInfoRequest)(nil),           // 1: lockgate.v1.GetClusterInfoRequest
@@ -3726,171 +3852,175 @@ var file_lockgate_v1_coordinator_proto_goTypes = []any{
 	(*RestartPipelineResponse)(nil),         // 28: lockgate.v1.RestartPipelineResponse
 	(*GetPipelineStatusRequest)(nil),        // 29: lockgate.v1.GetPipelineStatusRequest
 	(*GetPipelineStatusResponse)(nil),       // 30: lockgate.v1.GetPipelineStatusResponse
-	(*ListTasksRequest)(nil),                // 31: lockgate.v1.ListTasksRequest
-	(*ListTasksResponse)(nil),               // 32: lockgate.v1.ListTasksResponse
-	(*RestartTaskRequest)(nil),              // 33: lockgate.v1.RestartTaskRequest
-	(*RestartTaskResponse)(nil),             // 34: lockgate.v1.RestartTaskResponse
-	(*GetOffsetsRequest)(nil),               // 35: lockgate.v1.GetOffsetsRequest
-	(*GetOffsetsResponse)(nil),              // 36: lockgate.v1.GetOffsetsResponse
-	(*ResetOffsetsRequest)(nil),             // 37: lockgate.v1.ResetOffsetsRequest
-	(*PartitionOffsets)(nil),                // 38: lockgate.v1.PartitionOffsets
-	(*ResetOffsetsResponse)(nil),            // 39: lockgate.v1.ResetOffsetsResponse
-	(*ListCheckpointsRequest)(nil),          // 40: lockgate.v1.ListCheckpointsRequest
-	(*ListCheckpointsResponse)(nil),         // 41: lockgate.v1.ListCheckpointsResponse
-	(*GetCheckpointRequest)(nil),            // 42: lockgate.v1.GetCheckpointRequest
-	(*GetCheckpointResponse)(nil),           // 43: lockgate.v1.GetCheckpointResponse
-	(*ReportPrecommitRequest)(nil),          // 44: lockgate.v1.ReportPrecommitRequest
-	(*ReportPrecommitResponse)(nil),         // 45: lockgate.v1.ReportPrecommitResponse
-	(*ReportTaskFailureRequest)(nil),        // 46: lockgate.v1.ReportTaskFailureRequest
-	(*ReportTaskFailureResponse)(nil),       // 47: lockgate.v1.ReportTaskFailureResponse
-	(*ReportCheckpointFailureRequest)(nil),  // 48: lockgate.v1.ReportCheckpointFailureRequest
-	(*ReportCheckpointFailureResponse)(nil), // 49: lockgate.v1.ReportCheckpointFailureResponse
-	(*TaskAssignment)(nil),                  // 50: lockgate.v1.TaskAssignment
-	(*TaskRestoreState)(nil),                // 51: lockgate.v1.TaskRestoreState
-	(*LeaderEpoch)(nil),                     // 52: lockgate.v1.LeaderEpoch
-	(*timestamppb.Timestamp)(nil),           // 53: google.protobuf.Timestamp
-	(*CoordinatorMember)(nil),               // 54: lockgate.v1.CoordinatorMember
-	(*Executor)(nil),                        // 55: lockgate.v1.Executor
-	(*TaskStatus)(nil),                      // 56: lockgate.v1.TaskStatus
-	(*PipelineSpec)(nil),                    // 57: lockgate.v1.PipelineSpec
-	(TargetState)(0),                        // 58: lockgate.v1.TargetState
-	(*Pipeline)(nil),                        // 59: lockgate.v1.Pipeline
-	(*fieldmaskpb.FieldMask)(nil),           // 60: google.protobuf.FieldMask
-	(*FieldViolation)(nil),                  // 61: lockgate.v1.FieldViolation
-	(*TaskId)(nil),                          // 62: lockgate.v1.TaskId
-	(*Task)(nil),                            // 63: lockgate.v1.Task
-	(*Checkpoint)(nil),                      // 64: lockgate.v1.Checkpoint
-	(*TaskCheckpoint)(nil),                  // 65: lockgate.v1.TaskCheckpoint
-	(*PartitionOffset)(nil),                 // 66: lockgate.v1.PartitionOffset
-	(OffsetPosition)(0),                     // 67: lockgate.v1.OffsetPosition
-	(CheckpointState)(0),                    // 68: lockgate.v1.CheckpointState
-	(*OffsetRange)(nil),                     // 69: lockgate.v1.OffsetRange
-	(*SinkHandle)(nil),                      // 70: lockgate.v1.SinkHandle
-	(*RecordCounts)(nil),                    // 71: lockgate.v1.RecordCounts
-	(*TaskError)(nil),                       // 72: lockgate.v1.TaskError
-	(*TopicPartition)(nil),                  // 73: lockgate.v1.TopicPartition
-	(*CheckpointHandles)(nil),               // 74: lockgate.v1.CheckpointHandles
+	(*PartitionLag)(nil),                    // 31: lockgate.v1.PartitionLag
+	(*ListTasksRequest)(nil),                // 32: lockgate.v1.ListTasksRequest
+	(*ListTasksResponse)(nil),               // 33: lockgate.v1.ListTasksResponse
+	(*RestartTaskRequest)(nil),              // 34: lockgate.v1.RestartTaskRequest
+	(*RestartTaskResponse)(nil),             // 35: lockgate.v1.RestartTaskResponse
+	(*GetOffsetsRequest)(nil),               // 36: lockgate.v1.GetOffsetsRequest
+	(*GetOffsetsResponse)(nil),              // 37: lockgate.v1.GetOffsetsResponse
+	(*ResetOffsetsRequest)(nil),             // 38: lockgate.v1.ResetOffsetsRequest
+	(*PartitionOffsets)(nil),                // 39: lockgate.v1.PartitionOffsets
+	(*ResetOffsetsResponse)(nil),            // 40: lockgate.v1.ResetOffsetsResponse
+	(*ListCheckpointsRequest)(nil),          // 41: lockgate.v1.ListCheckpointsRequest
+	(*ListCheckpointsResponse)(nil),         // 42: lockgate.v1.ListCheckpointsResponse
+	(*GetCheckpointRequest)(nil),            // 43: lockgate.v1.GetCheckpointRequest
+	(*GetCheckpointResponse)(nil),           // 44: lockgate.v1.GetCheckpointResponse
+	(*ReportPrecommitRequest)(nil),          // 45: lockgate.v1.ReportPrecommitRequest
+	(*ReportPrecommitResponse)(nil),         // 46: lockgate.v1.ReportPrecommitResponse
+	(*ReportTaskFailureRequest)(nil),        // 47: lockgate.v1.ReportTaskFailureRequest
+	(*ReportTaskFailureResponse)(nil),       // 48: lockgate.v1.ReportTaskFailureResponse
+	(*ReportCheckpointFailureRequest)(nil),  // 49: lockgate.v1.ReportCheckpointFailureRequest
+	(*ReportCheckpointFailureResponse)(nil), // 50: lockgate.v1.ReportCheckpointFailureResponse
+	(*TaskAssignment)(nil),                  // 51: lockgate.v1.TaskAssignment
+	(*TaskRestoreState)(nil),                // 52: lockgate.v1.TaskRestoreState
+	(*LeaderEpoch)(nil),                     // 53: lockgate.v1.LeaderEpoch
+	(*timestamppb.Timestamp)(nil),           // 54: google.protobuf.Timestamp
+	(*CoordinatorMember)(nil),               // 55: lockgate.v1.CoordinatorMember
+	(*Executor)(nil),                        // 56: lockgate.v1.Executor
+	(*TaskStatus)(nil),                      // 57: lockgate.v1.TaskStatus
+	(*PipelineSpec)(nil),                    // 58: lockgate.v1.PipelineSpec
+	(TargetState)(0),                        // 59: lockgate.v1.TargetState
+	(*Pipeline)(nil),                        // 60: lockgate.v1.Pipeline
+	(*fieldmaskpb.FieldMask)(nil),           // 61: google.protobuf.FieldMask
+	(*FieldViolation)(nil),                  // 62: lockgate.v1.FieldViolation
+	(*TaskId)(nil),                          // 63: lockgate.v1.TaskId
+	(*Task)(nil),                            // 64: lockgate.v1.Task
+	(*Checkpoint)(nil),                      // 65: lockgate.v1.Checkpoint
+	(*TaskCheckpoint)(nil),                  // 66: lockgate.v1.TaskCheckpoint
+	(*durationpb.Duration)(nil),             // 67: google.protobuf.Duration
+	(*PartitionOffset)(nil),                 // 68: lockgate.v1.PartitionOffset
+	(OffsetPosition)(0),                     // 69: lockgate.v1.OffsetPosition
+	(CheckpointState)(0),                    // 70: lockgate.v1.CheckpointState
+	(*OffsetRange)(nil),                     // 71: lockgate.v1.OffsetRange
+	(*SinkHandle)(nil),                      // 72: lockgate.v1.SinkHandle
+	(*RecordCounts)(nil),                    // 73: lockgate.v1.RecordCounts
+	(*TaskError)(nil),                       // 74: lockgate.v1.TaskError
+	(*TopicPartition)(nil),                  // 75: lockgate.v1.TopicPartition
+	(*CheckpointHandles)(nil),               // 76: lockgate.v1.CheckpointHandles
 }
 var file_lockgate_v1_coordinator_proto_depIdxs = []int32{
-	52, // 0: lockgate.v1.GetClusterInfoResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	53, // 1: lockgate.v1.GetClusterInfoResponse.lease_expire_time:type_name -> google.protobuf.Timestamp
-	54, // 2: lockgate.v1.GetClusterInfoResponse.coordinators:type_name -> lockgate.v1.CoordinatorMember
-	55, // 3: lockgate.v1.GetClusterInfoResponse.executors:type_name -> lockgate.v1.Executor
-	52, // 4: lockgate.v1.RegisterExecutorResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	50, // 5: lockgate.v1.RegisterExecutorResponse.assignments:type_name -> lockgate.v1.TaskAssignment
-	56, // 6: lockgate.v1.HeartbeatRequest.task_statuses:type_name -> lockgate.v1.TaskStatus
-	52, // 7: lockgate.v1.HeartbeatRequest.highest_leader_epoch_seen:type_name -> lockgate.v1.LeaderEpoch
-	52, // 8: lockgate.v1.HeartbeatResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	50, // 9: lockgate.v1.HeartbeatResponse.assignments:type_name -> lockgate.v1.TaskAssignment
-	57, // 10: lockgate.v1.CreatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
-	58, // 11: lockgate.v1.CreatePipelineRequest.initial_target_state:type_name -> lockgate.v1.TargetState
-	59, // 12: lockgate.v1.CreatePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	59, // 13: lockgate.v1.GetPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	59, // 14: lockgate.v1.ListPipelinesResponse.pipelines:type_name -> lockgate.v1.Pipeline
-	57, // 15: lockgate.v1.UpdatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
-	60, // 16: lockgate.v1.UpdatePipelineRequest.update_mask:type_name -> google.protobuf.FieldMask
-	59, // 17: lockgate.v1.UpdatePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	57, // 18: lockgate.v1.ValidatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
-	61, // 19: lockgate.v1.ValidatePipelineResponse.violations:type_name -> lockgate.v1.FieldViolation
-	59, // 20: lockgate.v1.PausePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	59, // 21: lockgate.v1.ResumePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	59, // 22: lockgate.v1.StopPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	59, // 23: lockgate.v1.RestartPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	62, // 24: lockgate.v1.RestartPipelineResponse.restarted_tasks:type_name -> lockgate.v1.TaskId
-	58, // 25: lockgate.v1.GetPipelineStatusResponse.target_state:type_name -> lockgate.v1.TargetState
-	63, // 26: lockgate.v1.GetPipelineStatusResponse.tasks:type_name -> lockgate.v1.Task
-	53, // 27: lockgate.v1.GetPipelineStatusResponse.last_commit_time:type_name -> google.protobuf.Timestamp
-	64, // 28: lockgate.v1.GetPipelineStatusResponse.last_aborted_checkpoint:type_name -> lockgate.v1.Checkpoint
-	65, // 29: lockgate.v1.GetPipelineStatusResponse.last_abort_missing_tasks:type_name -> lockgate.v1.TaskCheckpoint
-	0,  // 30: lockgate.v1.GetPipelineStatusResponse.health:type_name -> lockgate.v1.PipelineHealth
-	64, // 31: lockgate.v1.GetPipelineStatusResponse.data_lost_checkpoint:type_name -> lockgate.v1.Checkpoint
-	63, // 32: lockgate.v1.ListTasksResponse.tasks:type_name -> lockgate.v1.Task
-	62, // 33: lockgate.v1.RestartTaskRequest.task_id:type_name -> lockgate.v1.TaskId
-	63, // 34: lockgate.v1.RestartTaskResponse.task:type_name -> lockgate.v1.Task
-	66, // 35: lockgate.v1.GetOffsetsResponse.offsets:type_name -> lockgate.v1.PartitionOffset
-	67, // 36: lockgate.v1.GetOffsetsResponse.default_position:type_name -> lockgate.v1.OffsetPosition
-	38, // 37: lockgate.v1.ResetOffsetsRequest.offsets:type_name -> lockgate.v1.PartitionOffsets
-	67, // 38: lockgate.v1.ResetOffsetsRequest.position:type_name -> lockgate.v1.OffsetPosition
-	66, // 39: lockgate.v1.PartitionOffsets.offsets:type_name -> lockgate.v1.PartitionOffset
-	66, // 40: lockgate.v1.ResetOffsetsResponse.offsets:type_name -> lockgate.v1.PartitionOffset
-	67, // 41: lockgate.v1.ResetOffsetsResponse.default_position:type_name -> lockgate.v1.OffsetPosition
-	68, // 42: lockgate.v1.ListCheckpointsRequest.states:type_name -> lockgate.v1.CheckpointState
-	64, // 43: lockgate.v1.ListCheckpointsResponse.checkpoints:type_name -> lockgate.v1.Checkpoint
-	64, // 44: lockgate.v1.GetCheckpointResponse.checkpoint:type_name -> lockgate.v1.Checkpoint
-	52, // 45: lockgate.v1.ReportPrecommitRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	62, // 46: lockgate.v1.ReportPrecommitRequest.task_id:type_name -> lockgate.v1.TaskId
-	69, // 47: lockgate.v1.ReportPrecommitRequest.source_ranges:type_name -> lockgate.v1.OffsetRange
-	70, // 48: lockgate.v1.ReportPrecommitRequest.sink_handles:type_name -> lockgate.v1.SinkHandle
-	71, // 49: lockgate.v1.ReportPrecommitRequest.counts:type_name -> lockgate.v1.RecordCounts
-	68, // 50: lockgate.v1.ReportPrecommitResponse.checkpoint_state:type_name -> lockgate.v1.CheckpointState
-	62, // 51: lockgate.v1.ReportTaskFailureRequest.task_id:type_name -> lockgate.v1.TaskId
-	72, // 52: lockgate.v1.ReportTaskFailureRequest.error:type_name -> lockgate.v1.TaskError
-	52, // 53: lockgate.v1.ReportCheckpointFailureRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	62, // 54: lockgate.v1.ReportCheckpointFailureRequest.task_id:type_name -> lockgate.v1.TaskId
-	72, // 55: lockgate.v1.ReportCheckpointFailureRequest.error:type_name -> lockgate.v1.TaskError
-	70, // 56: lockgate.v1.ReportCheckpointFailureRequest.sink_handles:type_name -> lockgate.v1.SinkHandle
-	68, // 57: lockgate.v1.ReportCheckpointFailureResponse.checkpoint_state:type_name -> lockgate.v1.CheckpointState
-	62, // 58: lockgate.v1.TaskAssignment.task_id:type_name -> lockgate.v1.TaskId
-	57, // 59: lockgate.v1.TaskAssignment.pipeline_spec:type_name -> lockgate.v1.PipelineSpec
-	73, // 60: lockgate.v1.TaskAssignment.source_partitions:type_name -> lockgate.v1.TopicPartition
-	58, // 61: lockgate.v1.TaskAssignment.target_state:type_name -> lockgate.v1.TargetState
-	51, // 62: lockgate.v1.TaskAssignment.restore:type_name -> lockgate.v1.TaskRestoreState
-	66, // 63: lockgate.v1.TaskRestoreState.start_offsets:type_name -> lockgate.v1.PartitionOffset
-	74, // 64: lockgate.v1.TaskRestoreState.commit_before_start:type_name -> lockgate.v1.CheckpointHandles
-	70, // 65: lockgate.v1.TaskRestoreState.abort_before_start:type_name -> lockgate.v1.SinkHandle
-	1,  // 66: lockgate.v1.CoordinatorService.GetClusterInfo:input_type -> lockgate.v1.GetClusterInfoRequest
-	3,  // 67: lockgate.v1.CoordinatorService.RegisterExecutor:input_type -> lockgate.v1.RegisterExecutorRequest
-	5,  // 68: lockgate.v1.CoordinatorService.Heartbeat:input_type -> lockgate.v1.HeartbeatRequest
-	7,  // 69: lockgate.v1.CoordinatorService.DeregisterExecutor:input_type -> lockgate.v1.DeregisterExecutorRequest
-	9,  // 70: lockgate.v1.CoordinatorService.CreatePipeline:input_type -> lockgate.v1.CreatePipelineRequest
-	11, // 71: lockgate.v1.CoordinatorService.GetPipeline:input_type -> lockgate.v1.GetPipelineRequest
-	13, // 72: lockgate.v1.CoordinatorService.ListPipelines:input_type -> lockgate.v1.ListPipelinesRequest
-	15, // 73: lockgate.v1.CoordinatorService.UpdatePipeline:input_type -> lockgate.v1.UpdatePipelineRequest
-	17, // 74: lockgate.v1.CoordinatorService.DeletePipeline:input_type -> lockgate.v1.DeletePipelineRequest
-	19, // 75: lockgate.v1.CoordinatorService.ValidatePipeline:input_type -> lockgate.v1.ValidatePipelineRequest
-	21, // 76: lockgate.v1.CoordinatorService.PausePipeline:input_type -> lockgate.v1.PausePipelineRequest
-	23, // 77: lockgate.v1.CoordinatorService.ResumePipeline:input_type -> lockgate.v1.ResumePipelineRequest
-	25, // 78: lockgate.v1.CoordinatorService.StopPipeline:input_type -> lockgate.v1.StopPipelineRequest
-	27, // 79: lockgate.v1.CoordinatorService.RestartPipeline:input_type -> lockgate.v1.RestartPipelineRequest
-	29, // 80: lockgate.v1.CoordinatorService.GetPipelineStatus:input_type -> lockgate.v1.GetPipelineStatusRequest
-	31, // 81: lockgate.v1.CoordinatorService.ListTasks:input_type -> lockgate.v1.ListTasksRequest
-	33, // 82: lockgate.v1.CoordinatorService.RestartTask:input_type -> lockgate.v1.RestartTaskRequest
-	35, // 83: lockgate.v1.CoordinatorService.GetOffsets:input_type -> lockgate.v1.GetOffsetsRequest
-	37, // 84: lockgate.v1.CoordinatorService.ResetOffsets:input_type -> lockgate.v1.ResetOffsetsRequest
-	40, // 85: lockgate.v1.CoordinatorService.ListCheckpoints:input_type -> lockgate.v1.ListCheckpointsRequest
-	42, // 86: lockgate.v1.CoordinatorService.GetCheckpoint:input_type -> lockgate.v1.GetCheckpointRequest
-	44, // 87: lockgate.v1.CoordinatorService.ReportPrecommit:input_type -> lockgate.v1.ReportPrecommitRequest
-	46, // 88: lockgate.v1.CoordinatorService.ReportTaskFailure:input_type -> lockgate.v1.ReportTaskFailureRequest
-	48, // 89: lockgate.v1.CoordinatorService.ReportCheckpointFailure:input_type -> lockgate.v1.ReportCheckpointFailureRequest
-	2,  // 90: lockgate.v1.CoordinatorService.GetClusterInfo:output_type -> lockgate.v1.GetClusterInfoResponse
-	4,  // 91: lockgate.v1.CoordinatorService.RegisterExecutor:output_type -> lockgate.v1.RegisterExecutorResponse
-	6,  // 92: lockgate.v1.CoordinatorService.Heartbeat:output_type -> lockgate.v1.HeartbeatResponse
-	8,  // 93: lockgate.v1.CoordinatorService.DeregisterExecutor:output_type -> lockgate.v1.DeregisterExecutorResponse
-	10, // 94: lockgate.v1.CoordinatorService.CreatePipeline:output_type -> lockgate.v1.CreatePipelineResponse
-	12, // 95: lockgate.v1.CoordinatorService.GetPipeline:output_type -> lockgate.v1.GetPipelineResponse
-	14, // 96: lockgate.v1.CoordinatorService.ListPipelines:output_type -> lockgate.v1.ListPipelinesResponse
-	16, // 97: lockgate.v1.CoordinatorService.UpdatePipeline:output_type -> lockgate.v1.UpdatePipelineResponse
-	18, // 98: lockgate.v1.CoordinatorService.DeletePipeline:output_type -> lockgate.v1.DeletePipelineResponse
-	20, // 99: lockgate.v1.CoordinatorService.ValidatePipeline:output_type -> lockgate.v1.ValidatePipelineResponse
-	22, // 100: lockgate.v1.CoordinatorService.PausePipeline:output_type -> lockgate.v1.PausePipelineResponse
-	24, // 101: lockgate.v1.CoordinatorService.ResumePipeline:output_type -> lockgate.v1.ResumePipelineResponse
-	26, // 102: lockgate.v1.CoordinatorService.StopPipeline:output_type -> lockgate.v1.StopPipelineResponse
-	28, // 103: lockgate.v1.CoordinatorService.RestartPipeline:output_type -> lockgate.v1.RestartPipelineResponse
-	30, // 104: lockgate.v1.CoordinatorService.GetPipelineStatus:output_type -> lockgate.v1.GetPipelineStatusResponse
-	32, // 105: lockgate.v1.CoordinatorService.ListTasks:output_type -> lockgate.v1.ListTasksResponse
-	34, // 106: lockgate.v1.CoordinatorService.RestartTask:output_type -> lockgate.v1.RestartTaskResponse
-	36, // 107: lockgate.v1.CoordinatorService.GetOffsets:output_type -> lockgate.v1.GetOffsetsResponse
-	39, // 108: lockgate.v1.CoordinatorService.ResetOffsets:output_type -> lockgate.v1.ResetOffsetsResponse
-	41, // 109: lockgate.v1.CoordinatorService.ListCheckpoints:output_type -> lockgate.v1.ListCheckpointsResponse
-	43, // 110: lockgate.v1.CoordinatorService.GetCheckpoint:output_type -> lockgate.v1.GetCheckpointResponse
-	45, // 111: lockgate.v1.CoordinatorService.ReportPrecommit:output_type -> lockgate.v1.ReportPrecommitResponse
-	47, // 112: lockgate.v1.CoordinatorService.ReportTaskFailure:output_type -> lockgate.v1.ReportTaskFailureResponse
-	49, // 113: lockgate.v1.CoordinatorService.ReportCheckpointFailure:output_type -> lockgate.v1.ReportCheckpointFailureResponse
-	90, // [90:114] is the sub-list for method output_type
-	66, // [66:90] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	53, // 0: lockgate.v1.GetClusterInfoResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	54, // 1: lockgate.v1.GetClusterInfoResponse.lease_expire_time:type_name -> google.protobuf.Timestamp
+	55, // 2: lockgate.v1.GetClusterInfoResponse.coordinators:type_name -> lockgate.v1.CoordinatorMember
+	56, // 3: lockgate.v1.GetClusterInfoResponse.executors:type_name -> lockgate.v1.Executor
+	53, // 4: lockgate.v1.RegisterExecutorResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	51, // 5: lockgate.v1.RegisterExecutorResponse.assignments:type_name -> lockgate.v1.TaskAssignment
+	57, // 6: lockgate.v1.HeartbeatRequest.task_statuses:type_name -> lockgate.v1.TaskStatus
+	53, // 7: lockgate.v1.HeartbeatRequest.highest_leader_epoch_seen:type_name -> lockgate.v1.LeaderEpoch
+	53, // 8: lockgate.v1.HeartbeatResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	51, // 9: lockgate.v1.HeartbeatResponse.assignments:type_name -> lockgate.v1.TaskAssignment
+	58, // 10: lockgate.v1.CreatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
+	59, // 11: lockgate.v1.CreatePipelineRequest.initial_target_state:type_name -> lockgate.v1.TargetState
+	60, // 12: lockgate.v1.CreatePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	60, // 13: lockgate.v1.GetPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	60, // 14: lockgate.v1.ListPipelinesResponse.pipelines:type_name -> lockgate.v1.Pipeline
+	58, // 15: lockgate.v1.UpdatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
+	61, // 16: lockgate.v1.UpdatePipelineRequest.update_mask:type_name -> google.protobuf.FieldMask
+	60, // 17: lockgate.v1.UpdatePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	58, // 18: lockgate.v1.ValidatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
+	62, // 19: lockgate.v1.ValidatePipelineResponse.violations:type_name -> lockgate.v1.FieldViolation
+	60, // 20: lockgate.v1.PausePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	60, // 21: lockgate.v1.ResumePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	60, // 22: lockgate.v1.StopPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	60, // 23: lockgate.v1.RestartPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	63, // 24: lockgate.v1.RestartPipelineResponse.restarted_tasks:type_name -> lockgate.v1.TaskId
+	59, // 25: lockgate.v1.GetPipelineStatusResponse.target_state:type_name -> lockgate.v1.TargetState
+	64, // 26: lockgate.v1.GetPipelineStatusResponse.tasks:type_name -> lockgate.v1.Task
+	54, // 27: lockgate.v1.GetPipelineStatusResponse.last_commit_time:type_name -> google.protobuf.Timestamp
+	65, // 28: lockgate.v1.GetPipelineStatusResponse.last_aborted_checkpoint:type_name -> lockgate.v1.Checkpoint
+	66, // 29: lockgate.v1.GetPipelineStatusResponse.last_abort_missing_tasks:type_name -> lockgate.v1.TaskCheckpoint
+	31, // 30: lockgate.v1.GetPipelineStatusResponse.source_lags:type_name -> lockgate.v1.PartitionLag
+	67, // 31: lockgate.v1.GetPipelineStatusResponse.last_commit_age:type_name -> google.protobuf.Duration
+	0,  // 32: lockgate.v1.GetPipelineStatusResponse.health:type_name -> lockgate.v1.PipelineHealth
+	65, // 33: lockgate.v1.GetPipelineStatusResponse.data_lost_checkpoint:type_name -> lockgate.v1.Checkpoint
+	64, // 34: lockgate.v1.ListTasksResponse.tasks:type_name -> lockgate.v1.Task
+	63, // 35: lockgate.v1.RestartTaskRequest.task_id:type_name -> lockgate.v1.TaskId
+	64, // 36: lockgate.v1.RestartTaskResponse.task:type_name -> lockgate.v1.Task
+	68, // 37: lockgate.v1.GetOffsetsResponse.offsets:type_name -> lockgate.v1.PartitionOffset
+	69, // 38: lockgate.v1.GetOffsetsResponse.default_position:type_name -> lockgate.v1.OffsetPosition
+	39, // 39: lockgate.v1.ResetOffsetsRequest.offsets:type_name -> lockgate.v1.PartitionOffsets
+	69, // 40: lockgate.v1.ResetOffsetsRequest.position:type_name -> lockgate.v1.OffsetPosition
+	68, // 41: lockgate.v1.PartitionOffsets.offsets:type_name -> lockgate.v1.PartitionOffset
+	68, // 42: lockgate.v1.ResetOffsetsResponse.offsets:type_name -> lockgate.v1.PartitionOffset
+	69, // 43: lockgate.v1.ResetOffsetsResponse.default_position:type_name -> lockgate.v1.OffsetPosition
+	70, // 44: lockgate.v1.ListCheckpointsRequest.states:type_name -> lockgate.v1.CheckpointState
+	65, // 45: lockgate.v1.ListCheckpointsResponse.checkpoints:type_name -> lockgate.v1.Checkpoint
+	65, // 46: lockgate.v1.GetCheckpointResponse.checkpoint:type_name -> lockgate.v1.Checkpoint
+	53, // 47: lockgate.v1.ReportPrecommitRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	63, // 48: lockgate.v1.ReportPrecommitRequest.task_id:type_name -> lockgate.v1.TaskId
+	71, // 49: lockgate.v1.ReportPrecommitRequest.source_ranges:type_name -> lockgate.v1.OffsetRange
+	72, // 50: lockgate.v1.ReportPrecommitRequest.sink_handles:type_name -> lockgate.v1.SinkHandle
+	73, // 51: lockgate.v1.ReportPrecommitRequest.counts:type_name -> lockgate.v1.RecordCounts
+	70, // 52: lockgate.v1.ReportPrecommitResponse.checkpoint_state:type_name -> lockgate.v1.CheckpointState
+	63, // 53: lockgate.v1.ReportTaskFailureRequest.task_id:type_name -> lockgate.v1.TaskId
+	74, // 54: lockgate.v1.ReportTaskFailureRequest.error:type_name -> lockgate.v1.TaskError
+	53, // 55: lockgate.v1.ReportCheckpointFailureRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	63, // 56: lockgate.v1.ReportCheckpointFailureRequest.task_id:type_name -> lockgate.v1.TaskId
+	74, // 57: lockgate.v1.ReportCheckpointFailureRequest.error:type_name -> lockgate.v1.TaskError
+	72, // 58: lockgate.v1.ReportCheckpointFailureRequest.sink_handles:type_name -> lockgate.v1.SinkHandle
+	70, // 59: lockgate.v1.ReportCheckpointFailureResponse.checkpoint_state:type_name -> lockgate.v1.CheckpointState
+	63, // 60: lockgate.v1.TaskAssignment.task_id:type_name -> lockgate.v1.TaskId
+	58, // 61: lockgate.v1.TaskAssignment.pipeline_spec:type_name -> lockgate.v1.PipelineSpec
+	75, // 62: lockgate.v1.TaskAssignment.source_partitions:type_name -> lockgate.v1.TopicPartition
+	59, // 63: lockgate.v1.TaskAssignment.target_state:type_name -> lockgate.v1.TargetState
+	52, // 64: lockgate.v1.TaskAssignment.restore:type_name -> lockgate.v1.TaskRestoreState
+	68, // 65: lockgate.v1.TaskRestoreState.start_offsets:type_name -> lockgate.v1.PartitionOffset
+	76, // 66: lockgate.v1.TaskRestoreState.commit_before_start:type_name -> lockgate.v1.CheckpointHandles
+	72, // 67: lockgate.v1.TaskRestoreState.abort_before_start:type_name -> lockgate.v1.SinkHandle
+	1,  // 68: lockgate.v1.CoordinatorService.GetClusterInfo:input_type -> lockgate.v1.GetClusterInfoRequest
+	3,  // 69: lockgate.v1.CoordinatorService.RegisterExecutor:input_type -> lockgate.v1.RegisterExecutorRequest
+	5,  // 70: lockgate.v1.CoordinatorService.Heartbeat:input_type -> lockgate.v1.HeartbeatRequest
+	7,  // 71: lockgate.v1.CoordinatorService.DeregisterExecutor:input_type -> lockgate.v1.DeregisterExecutorRequest
+	9,  // 72: lockgate.v1.CoordinatorService.CreatePipeline:input_type -> lockgate.v1.CreatePipelineRequest
+	11, // 73: lockgate.v1.CoordinatorService.GetPipeline:input_type -> lockgate.v1.GetPipelineRequest
+	13, // 74: lockgate.v1.CoordinatorService.ListPipelines:input_type -> lockgate.v1.ListPipelinesRequest
+	15, // 75: lockgate.v1.CoordinatorService.UpdatePipeline:input_type -> lockgate.v1.UpdatePipelineRequest
+	17, // 76: lockgate.v1.CoordinatorService.DeletePipeline:input_type -> lockgate.v1.DeletePipelineRequest
+	19, // 77: lockgate.v1.CoordinatorService.ValidatePipeline:input_type -> lockgate.v1.ValidatePipelineRequest
+	21, // 78: lockgate.v1.CoordinatorService.PausePipeline:input_type -> lockgate.v1.PausePipelineRequest
+	23, // 79: lockgate.v1.CoordinatorService.ResumePipeline:input_type -> lockgate.v1.ResumePipelineRequest
+	25, // 80: lockgate.v1.CoordinatorService.StopPipeline:input_type -> lockgate.v1.StopPipelineRequest
+	27, // 81: lockgate.v1.CoordinatorService.RestartPipeline:input_type -> lockgate.v1.RestartPipelineRequest
+	29, // 82: lockgate.v1.CoordinatorService.GetPipelineStatus:input_type -> lockgate.v1.GetPipelineStatusRequest
+	32, // 83: lockgate.v1.CoordinatorService.ListTasks:input_type -> lockgate.v1.ListTasksRequest
+	34, // 84: lockgate.v1.CoordinatorService.RestartTask:input_type -> lockgate.v1.RestartTaskRequest
+	36, // 85: lockgate.v1.CoordinatorService.GetOffsets:input_type -> lockgate.v1.GetOffsetsRequest
+	38, // 86: lockgate.v1.CoordinatorService.ResetOffsets:input_type -> lockgate.v1.ResetOffsetsRequest
+	41, // 87: lockgate.v1.CoordinatorService.ListCheckpoints:input_type -> lockgate.v1.ListCheckpointsRequest
+	43, // 88: lockgate.v1.CoordinatorService.GetCheckpoint:input_type -> lockgate.v1.GetCheckpointRequest
+	45, // 89: lockgate.v1.CoordinatorService.ReportPrecommit:input_type -> lockgate.v1.ReportPrecommitRequest
+	47, // 90: lockgate.v1.CoordinatorService.ReportTaskFailure:input_type -> lockgate.v1.ReportTaskFailureRequest
+	49, // 91: lockgate.v1.CoordinatorService.ReportCheckpointFailure:input_type -> lockgate.v1.ReportCheckpointFailureRequest
+	2,  // 92: lockgate.v1.CoordinatorService.GetClusterInfo:output_type -> lockgate.v1.GetClusterInfoResponse
+	4,  // 93: lockgate.v1.CoordinatorService.RegisterExecutor:output_type -> lockgate.v1.RegisterExecutorResponse
+	6,  // 94: lockgate.v1.CoordinatorService.Heartbeat:output_type -> lockgate.v1.HeartbeatResponse
+	8,  // 95: lockgate.v1.CoordinatorService.DeregisterExecutor:output_type -> lockgate.v1.DeregisterExecutorResponse
+	10, // 96: lockgate.v1.CoordinatorService.CreatePipeline:output_type -> lockgate.v1.CreatePipelineResponse
+	12, // 97: lockgate.v1.CoordinatorService.GetPipeline:output_type -> lockgate.v1.GetPipelineResponse
+	14, // 98: lockgate.v1.CoordinatorService.ListPipelines:output_type -> lockgate.v1.ListPipelinesResponse
+	16, // 99: lockgate.v1.CoordinatorService.UpdatePipeline:output_type -> lockgate.v1.UpdatePipelineResponse
+	18, // 100: lockgate.v1.CoordinatorService.DeletePipeline:output_type -> lockgate.v1.DeletePipelineResponse
+	20, // 101: lockgate.v1.CoordinatorService.ValidatePipeline:output_type -> lockgate.v1.ValidatePipelineResponse
+	22, // 102: lockgate.v1.CoordinatorService.PausePipeline:output_type -> lockgate.v1.PausePipelineResponse
+	24, // 103: lockgate.v1.CoordinatorService.ResumePipeline:output_type -> lockgate.v1.ResumePipelineResponse
+	26, // 104: lockgate.v1.CoordinatorService.StopPipeline:output_type -> lockgate.v1.StopPipelineResponse
+	28, // 105: lockgate.v1.CoordinatorService.RestartPipeline:output_type -> lockgate.v1.RestartPipelineResponse
+	30, // 106: lockgate.v1.CoordinatorService.GetPipelineStatus:output_type -> lockgate.v1.GetPipelineStatusResponse
+	33, // 107: lockgate.v1.CoordinatorService.ListTasks:output_type -> lockgate.v1.ListTasksResponse
+	35, // 108: lockgate.v1.CoordinatorService.RestartTask:output_type -> lockgate.v1.RestartTaskResponse
+	37, // 109: lockgate.v1.CoordinatorService.GetOffsets:output_type -> lockgate.v1.GetOffsetsResponse
+	40, // 110: lockgate.v1.CoordinatorService.ResetOffsets:output_type -> lockgate.v1.ResetOffsetsResponse
+	42, // 111: lockgate.v1.CoordinatorService.ListCheckpoints:output_type -> lockgate.v1.ListCheckpointsResponse
+	44, // 112: lockgate.v1.CoordinatorService.GetCheckpoint:output_type -> lockgate.v1.GetCheckpointResponse
+	46, // 113: lockgate.v1.CoordinatorService.ReportPrecommit:output_type -> lockgate.v1.ReportPrecommitResponse
+	48, // 114: lockgate.v1.CoordinatorService.ReportTaskFailure:output_type -> lockgate.v1.ReportTaskFailureResponse
+	50, // 115: lockgate.v1.CoordinatorService.ReportCheckpointFailure:output_type -> lockgate.v1.ReportCheckpointFailureResponse
+	92, // [92:116] is the sub-list for method output_type
+	68, // [68:92] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_lockgate_v1_coordinator_proto_init() }
@@ -3899,7 +4029,7 @@ func file_lockgate_v1_coordinator_proto_init() {
 		return
 	}
 	file_lockgate_v1_common_proto_init()
-	file_lockgate_v1_coordinator_proto_msgTypes[36].OneofWrappers = []any{
+	file_lockgate_v1_coordinator_proto_msgTypes[37].OneofWrappers = []any{
 		(*ResetOffsetsRequest_Offsets)(nil),
 		(*ResetOffsetsRequest_Position)(nil),
 	}
@@ -3909,7 +4039,7 @@ func file_lockgate_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockgate_v1_coordinator_proto_rawDesc), len(file_lockgate_v1_coordinator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -96,6 +96,8 @@ class PrecommitResult:
     dead_lettered: int
     write_partitions: int
     duration_s: float
+    oldest_timestamp_ms: int | None = None
+    """The oldest Kafka timestamp among the records read; None if none had one."""
     #: The Spark jobs of the batch's job group, oldest first.
     spark_job_ids: tuple[int, ...] = ()
 
@@ -226,8 +228,14 @@ def _dead_letter_frame(marked: DataFrame, dead_letter_topic: str) -> DataFrame:
 
 
 def _count(frame: DataFrame, name: str) -> tuple[DataFrame, Observation]:
+    # The oldest Kafka timestamp rides on the same observation (one aggregate in the job,
+    # no per-record Python): it is what lockgate.visibility.latency is measured from.
     observation = Observation(name)
-    return frame.observe(observation, F.count(F.lit(1)).alias("n")), observation
+    return frame.observe(
+        observation,
+        F.count(F.lit(1)).alias("n"),
+        F.min(F.unix_micros(F.col("timestamp"))).alias("oldest_us"),
+    ), observation
 
 
 def _unique(name: str) -> str:
@@ -391,6 +399,16 @@ def _write_prepared(
         return read_result_file(result_path)
 
 
+def _observed(source: _Input) -> tuple[int, int | None]:
+    """Records read (dead letters included) and their oldest timestamp in ms, if any."""
+    observed = [source.counted.get]
+    if source.dead_counted is not None:
+        observed.append(source.dead_counted.get)
+    oldest_us = [int(o["oldest_us"]) for o in observed if o.get("oldest_us") is not None]
+    records = sum(int(o.get("n", 0)) for o in observed)
+    return records, min(oldest_us) // 1000 if oldest_us else None
+
+
 def run_precommit_batch(
     spark: SparkSession,
     spec: PipelineSpec,
@@ -449,9 +467,7 @@ def run_precommit_batch(
         if source.cached is not None:
             source.cached.unpersist()
 
-    records_in = int(source.counted.get.get("n", 0))
-    if source.dead_counted is not None:
-        records_in += int(source.dead_counted.get.get("n", 0))
+    records_in, oldest_ms = _observed(source)
     handles = tuple(
         m.handle for m in sorted(messages, key=lambda m: m.write_partition) if m.handle is not None
     )
@@ -467,6 +483,7 @@ def run_precommit_batch(
         dead_lettered=sum(m.dead_lettered for m in messages),
         write_partitions=len(messages),
         duration_s=time.monotonic() - started,
+        oldest_timestamp_ms=oldest_ms,
         spark_job_ids=tuple(
             sorted(session.sparkContext.statusTracker().getJobIdsForGroup(job_group))
         ),

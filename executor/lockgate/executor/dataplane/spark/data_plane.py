@@ -88,6 +88,7 @@ class SparkDataPlane:
             records_read=result.records_in,
             records_written=result.records_out,
             records_dead_lettered=result.dead_lettered,
+            oldest_record_timestamp_ms=result.oldest_timestamp_ms,
             spark_job_ids=result.spark_job_ids,
         )
 

@@ -1,0 +1,65 @@
+"""Progress reads: the newest COMMITTED checkpoints of a pipeline with the source offsets
+each consumed (tables `checkpoints` and `precommit_offsets`), for the records/s rate of
+`domain/progress.py`. Read-only; any replica.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from lockgate.common.model.ids import PipelineId
+from lockgate.coordinator.domain.progress import CommittedCheckpoint
+from lockgate.coordinator.domain.states import CheckpointState
+from lockgate.coordinator.store.engine import Database, db_now_ms
+from lockgate.coordinator.store.tables import checkpoints, precommit_offsets
+
+
+class ProgressStore:
+    """What a pipeline's recent commits consumed."""
+
+    def __init__(self, *, database: Database) -> None:
+        self._db = database
+
+    def committed_progress(
+        self, *, pipeline_id: PipelineId, limit: int
+    ) -> tuple[list[CommittedCheckpoint], int]:
+        """The newest `limit` COMMITTED checkpoints of the pipeline with the source offsets
+        each consumed, and the database's clock now (ms)."""
+        size = precommit_offsets.c.end_offset - precommit_offsets.c.start_offset
+        consumed = (
+            sa.select(precommit_offsets.c.checkpoint_id, sa.func.sum(size).label("records"))
+            .where(precommit_offsets.c.pipeline_id == pipeline_id)
+            .group_by(precommit_offsets.c.checkpoint_id)
+            .subquery()
+        )
+        with self._db.read() as conn:
+            rows = conn.execute(
+                sa.select(
+                    checkpoints.c.triggered_at_ms,
+                    checkpoints.c.committed_at_ms,
+                    sa.func.coalesce(consumed.c.records, 0).label("records"),
+                )
+                .select_from(
+                    checkpoints.outerjoin(
+                        consumed, consumed.c.checkpoint_id == checkpoints.c.checkpoint_id
+                    )
+                )
+                .where(
+                    checkpoints.c.pipeline_id == pipeline_id,
+                    checkpoints.c.state == CheckpointState.COMMITTED.value,
+                )
+                .order_by(checkpoints.c.checkpoint_id.desc())
+                .limit(limit)
+            ).all()
+            now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
+        return [
+            CommittedCheckpoint(
+                triggered_at_ms=int(r.triggered_at_ms),
+                committed_at_ms=int(r.committed_at_ms),
+                records_read=int(r.records),
+            )
+            for r in rows
+        ], now
+
+
+__all__ = ["ProgressStore"]
