@@ -126,6 +126,14 @@ class InvalidCompatibilityLevelError(RegistryError):
     status_name = "INVALID_ARGUMENT"
 
 
+class ReferenceExistsError(RegistryError):
+    """The version is referenced by another schema and cannot be deleted (42206)."""
+
+    error_code = 42206
+    http_status = 422
+    status_name = "FAILED_PRECONDITION"
+
+
 class InvalidSubjectError(RegistryError):
     """The subject name is empty, too long or contains control characters (42208)."""
 

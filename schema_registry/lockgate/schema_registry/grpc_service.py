@@ -20,7 +20,8 @@ from google.protobuf.message import Message
 
 from lockgate.common import errors as common_errors
 from lockgate.schema_registry.errors import IncompatibleSchemaError, RegistryError
-from lockgate.schema_registry.model import CompatibilityLevel, SubjectVersion
+from lockgate.schema_registry.model import CompatibilityLevel, SchemaReference, SubjectVersion
+from lockgate.schema_registry.references import ReferenceRequest, parse_reference
 from lockgate.schema_registry.registry import SchemaRegistry
 from lockgate.v1 import schema_registry_pb2 as pb
 from lockgate.v1 import schema_registry_pb2_grpc as pb_grpc
@@ -108,6 +109,20 @@ def _page(items: Sequence[Any], page_size: int, page_token: str) -> tuple[Sequen
     return items[start:end], token
 
 
+def _references_pb(references: Sequence[SchemaReference]) -> list[pb.SchemaReference]:
+    return [
+        pb.SchemaReference(name=ref.name, subject=ref.subject, version=ref.version)
+        for ref in references
+    ]
+
+
+def _reference_requests(references: Sequence[pb.SchemaReference]) -> tuple[ReferenceRequest, ...]:
+    return tuple(
+        parse_reference(position, ref.name, ref.subject, ref.version)
+        for position, ref in enumerate(references)
+    )
+
+
 def _subject_version(version: SubjectVersion) -> pb.SubjectVersion:
     return pb.SubjectVersion(
         subject=version.subject,
@@ -116,6 +131,7 @@ def _subject_version(version: SubjectVersion) -> pb.SubjectVersion:
         schema_type=pb.SCHEMA_TYPE_AVRO,
         schema=version.schema_text,
         deleted=version.deleted,
+        references=_references_pb(version.references),
     )
 
 
@@ -159,7 +175,10 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
         found = self._registry.get_schema(request.schema_id)
         response = pb.GetSchemaResponse(
             schema=pb.Schema(
-                schema_id=found.schema_id, schema_type=pb.SCHEMA_TYPE_AVRO, schema=found.schema_text
+                schema_id=found.schema_id,
+                schema_type=pb.SCHEMA_TYPE_AVRO,
+                schema=found.schema_text,
+                references=_references_pb(found.references),
             )
         )
         # Ids never change meaning, so the answer can be reused as is (bounded like the
@@ -191,7 +210,10 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
 
         def produce() -> pb.RegisterSchemaResponse:
             result = self._registry.register(
-                request.subject, request.schema, schema_type=_schema_type(request.schema_type)
+                request.subject,
+                request.schema,
+                schema_type=_schema_type(request.schema_type),
+                references=_reference_requests(request.references),
             )
             return pb.RegisterSchemaResponse(
                 schema_id=result.schema_id, version=result.version, created=result.created
@@ -208,6 +230,7 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
             request.subject,
             request.schema,
             schema_type=_schema_type(request.schema_type),
+            references=_reference_requests(request.references),
             include_deleted=request.include_deleted,
         )
         return pb.LookupSchemaResponse(subject_version=_subject_version(found))
@@ -255,6 +278,7 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
             request.schema,
             version=request.version or None,
             schema_type=_schema_type(request.schema_type),
+            references=_reference_requests(request.references),
         )
         return pb.CheckCompatibilityResponse(
             compatible=report.compatible,
@@ -343,6 +367,16 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
             return pb.DeleteSubjectVersionResponse(version=deleted)
 
         return self._once("DeleteSubjectVersion", request.request_id, produce)
+
+    @_translating
+    def ListReferencingSchemas(
+        self, request: pb.ListReferencingSchemasRequest, context: grpc.ServicerContext
+    ) -> pb.ListReferencingSchemasResponse:
+        """See the proto."""
+        version: str | int = request.version if request.version else "latest"
+        schema_ids = self._registry.referenced_by(request.subject, version)
+        page, token = _page(schema_ids, request.page_size, request.page_token)
+        return pb.ListReferencingSchemasResponse(schema_ids=list(page), next_page_token=token)
 
 
 def add_to_server(registry: SchemaRegistry) -> Callable[[grpc.Server], None]:

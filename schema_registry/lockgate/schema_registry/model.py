@@ -69,12 +69,26 @@ DEFAULT_COMPATIBILITY = CompatibilityLevel.BACKWARD
 
 
 @dataclass(frozen=True)
+class SchemaReference:
+    """A named type a schema takes from another subject's version (Confluent's reference).
+
+    For Avro, ``name`` is the full name of the type the referenced version defines.
+    """
+
+    name: str
+    subject: Subject
+    #: The referenced version; a caller may send -1 (latest), stored as the number it meant.
+    version: Version
+
+
+@dataclass(frozen=True)
 class RegisteredSchema:
-    """A distinct schema: its global id and normalised text."""
+    """A distinct schema: its global id, normalised text and the references it resolves."""
 
     schema_id: SchemaId
     schema_text: str
     schema_type: str = SCHEMA_TYPE_AVRO
+    references: tuple[SchemaReference, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,7 @@ class SubjectVersion:
     schema_text: str
     deleted: bool = False
     schema_type: str = SCHEMA_TYPE_AVRO
+    references: tuple[SchemaReference, ...] = ()
 
 
 @dataclass(frozen=True)

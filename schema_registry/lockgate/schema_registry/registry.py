@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import avro.schema
@@ -40,6 +41,13 @@ from lockgate.schema_registry.model import (
     parse_subject,
     parse_version,
 )
+from lockgate.schema_registry.references import (
+    ReferenceRequest,
+    ResolvedReferences,
+    fingerprint_with_references,
+    pinned,
+    resolve_references,
+)
 from lockgate.schema_registry.store import SchemaStore
 
 _V = TypeVar("_V")
@@ -57,6 +65,16 @@ def check_schema_type(schema_type: str | None) -> str:
         " AVRO only",
         field="schema_type",
     )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A schema sent by a caller, parsed with its references resolved."""
+
+    parsed: ParsedSchema
+    resolved: ResolvedReferences
+    #: The identity of text and references together (what a global id stands for).
+    fingerprint: str
 
 
 class SchemaRegistry:
@@ -79,20 +97,49 @@ class SchemaRegistry:
 
     # --- parsing helpers ---------------------------------------------------------------
 
-    def parse(self, schema_text: str, schema_type: str | None = None) -> ParsedSchema:
-        """Validate a schema sent by a caller (defaults checked, size capped)."""
+    def parse(
+        self,
+        schema_text: str,
+        schema_type: str | None = None,
+        references: Sequence[ReferenceRequest] = (),
+        *,
+        new_schema: bool = True,
+    ) -> Candidate:
+        """Validate a schema sent by a caller (defaults checked, size capped, references
+        resolved: ``new_schema`` refuses references to soft-deleted versions)."""
         check_schema_type(schema_type)
         if not isinstance(schema_text, str):
             raise InvalidSchemaError(
                 "Invalid schema: 'schema' must be a JSON string", field="schema"
             )
-        return parse_schema(schema_text, max_bytes=self._max_schema_bytes)
+        resolved = resolve_references(references, self._fetch_version, new_schema=new_schema)
+        parsed = parse_schema(
+            schema_text, max_bytes=self._max_schema_bytes, referenced_texts=resolved.texts
+        )
+        fingerprint = fingerprint_with_references(parsed.fingerprint, resolved.references)
+        return Candidate(parsed=parsed, resolved=resolved, fingerprint=fingerprint)
+
+    def _fetch_version(
+        self, subject: Subject, version: Version | None, include_deleted: bool
+    ) -> SubjectVersion | None:
+        """A version of ``subject`` (None: its newest live one), or None when there is none."""
+        versions = self._store.subject_versions(subject=subject, include_deleted=include_deleted)
+        if version is None:
+            live = [v for v in versions if not v.deleted]
+            return live[-1] if live else None
+        return next((v for v in versions if v.version == version), None)
 
     def _parsed(self, version: SubjectVersion) -> avro.schema.Schema:
         cached = self._parsed_by_id.get(version.schema_id)
         if cached is None:
+            resolved = resolve_references(
+                pinned(version.references), self._fetch_version, new_schema=False
+            )
             cached = parse_schema(
-                version.schema_text, validate_defaults_too=False, max_bytes=2**31
+                version.schema_text,
+                validate_defaults_too=False,
+                max_bytes=2**31,
+                referenced_texts=resolved.texts,
             ).avro_schema
             self._remember(self._parsed_by_id, version.schema_id, cached)
         return cached
@@ -140,11 +187,17 @@ class SchemaRegistry:
         )
 
     def register(
-        self, subject: str, schema_text: str, *, schema_type: str | None = None
+        self,
+        subject: str,
+        schema_text: str,
+        *,
+        schema_type: str | None = None,
+        references: Sequence[ReferenceRequest] = (),
     ) -> RegistrationResult:
         """Register ``schema_text`` under ``subject``; idempotent; 409 with reasons if refused."""
         valid_subject = parse_subject(subject)
-        parsed = self.parse(schema_text, schema_type)
+        candidate = self.parse(schema_text, schema_type, references)
+        parsed = candidate.parsed
         level = self.effective_level(valid_subject)
 
         def check(live: Sequence[SubjectVersion]) -> None:
@@ -159,10 +212,11 @@ class SchemaRegistry:
 
         result = self._store.register(
             subject=valid_subject,
-            fingerprint=parsed.fingerprint,
+            fingerprint=candidate.fingerprint,
             schema_text=parsed.normalized_text,
             schema_type=SCHEMA_TYPE_AVRO,
             check=check,
+            references=candidate.resolved.references,
         )
         if result.schema_id not in self._parsed_by_id:
             self._remember(self._parsed_by_id, result.schema_id, parsed.avro_schema)
@@ -174,13 +228,16 @@ class SchemaRegistry:
         schema_text: str,
         *,
         schema_type: str | None = None,
+        references: Sequence[ReferenceRequest] = (),
         include_deleted: bool = False,
     ) -> SubjectVersion:
         """The version of ``subject`` holding this schema (40401 subject, 40403 schema)."""
         valid_subject = parse_subject(subject)
-        parsed = self.parse(schema_text, schema_type)
+        candidate = self.parse(schema_text, schema_type, references, new_schema=False)
         found = self._store.find_in_subject(
-            subject=valid_subject, fingerprint=parsed.fingerprint, include_deleted=include_deleted
+            subject=valid_subject,
+            fingerprint=candidate.fingerprint,
+            include_deleted=include_deleted,
         )
         if found is not None:
             return found
@@ -224,6 +281,11 @@ class SchemaRegistry:
             f"Version {wanted} not found in subject '{valid_subject}'.", field="version"
         )
 
+    def referenced_by(self, subject: str, version: str | int) -> list[SchemaId]:
+        """Ids of the schemas that reference this version (40401, 40402 when it is unknown)."""
+        found = self.get_version(subject, version, include_deleted=True)
+        return self._store.referenced_by(subject=found.subject, version=found.version)
+
     # --- compatibility -------------------------------------------------------------------
 
     def check(
@@ -233,11 +295,12 @@ class SchemaRegistry:
         *,
         version: str | int | None = None,
         schema_type: str | None = None,
+        references: Sequence[ReferenceRequest] = (),
     ) -> CompatibilityReport:
         """Would ``schema_text`` be accepted? ``version`` None: against what the level names;
         a version (or ``latest``): against that version only, in the level's direction."""
         valid_subject = parse_subject(subject)
-        parsed = self.parse(schema_text, schema_type)
+        parsed = self.parse(schema_text, schema_type, references).parsed
         level = self.effective_level(valid_subject)
         if version is None:
             live = self._store.subject_versions(subject=valid_subject, include_deleted=False)

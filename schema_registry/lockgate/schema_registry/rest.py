@@ -26,7 +26,13 @@ from lockgate.schema_registry.errors import (
     RegistryError,
     SubjectConfigNotFoundError,
 )
-from lockgate.schema_registry.model import SCHEMA_TYPE_AVRO, SubjectVersion
+from lockgate.schema_registry.model import (
+    SCHEMA_TYPE_AVRO,
+    RegisteredSchema,
+    SchemaReference,
+    SubjectVersion,
+)
+from lockgate.schema_registry.references import ReferenceRequest, parse_reference
 from lockgate.schema_registry.registry import SchemaRegistry
 
 _LOG = logging.getLogger(__name__)
@@ -71,6 +77,10 @@ class _Request:
         return document
 
 
+def _references_json(references: tuple[SchemaReference, ...]) -> list[dict[str, Any]]:
+    return [{"name": r.name, "subject": r.subject, "version": r.version} for r in references]
+
+
 def _version_json(version: SubjectVersion) -> dict[str, Any]:
     body: dict[str, Any] = {
         "subject": version.subject,
@@ -80,10 +90,40 @@ def _version_json(version: SubjectVersion) -> dict[str, Any]:
     }
     if version.schema_type != SCHEMA_TYPE_AVRO:
         body["schemaType"] = version.schema_type
+    if version.references:
+        body["references"] = _references_json(version.references)
     return body
 
 
-def _schema_arguments(request: _Request) -> tuple[str, str | None]:
+def _schema_json(schema: RegisteredSchema) -> dict[str, Any]:
+    """The body of ``GET /schemas/ids/{id}``."""
+    body: dict[str, Any] = {"schema": schema.schema_text}
+    if schema.schema_type != SCHEMA_TYPE_AVRO:
+        body["schemaType"] = schema.schema_type
+    if schema.references:
+        body["references"] = _references_json(schema.references)
+    return body
+
+
+def _parse_references(raw: Any) -> tuple[ReferenceRequest, ...]:
+    """The body's ``references`` (absent or null: none); 42201 naming a malformed one."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidSchemaError(
+            'Invalid schema: \'references\' must be a list of {"name", "subject", "version"}',
+            field="references",
+        )
+    requests: list[ReferenceRequest] = []
+    for position, item in enumerate(raw):
+        entry = item if isinstance(item, dict) else {}
+        requests.append(
+            parse_reference(position, entry.get("name"), entry.get("subject"), entry.get("version"))
+        )
+    return tuple(requests)
+
+
+def _schema_arguments(request: _Request) -> tuple[str, str | None, tuple[ReferenceRequest, ...]]:
     body = request.json_body()
     schema = body.get("schema")
     if schema is None:
@@ -94,13 +134,9 @@ def _schema_arguments(request: _Request) -> tuple[str, str | None]:
         raise InvalidSchemaError(
             "Invalid schema: 'schema' must be the schema as a JSON *string*", field="schema"
         )
-    if body.get("references"):
-        raise InvalidSchemaError(
-            "Invalid schema: schema references are not supported; inline the referenced types",
-            field="references",
-        )
+    references = _parse_references(body.get("references"))
     schema_type = body.get("schemaType")
-    return schema, None if schema_type is None else str(schema_type)
+    return schema, None if schema_type is None else str(schema_type), references
 
 
 class RestApp:
@@ -129,7 +165,7 @@ class RestApp:
         ) and segments[2].isdigit():
             cached = self._registry.cached_schema(int(segments[2]))
             if cached is not None:
-                await self._send_json(send, 200, {"schema": cached.schema_text})
+                await self._send_json(send, 200, _schema_json(cached))
                 return
         try:
             body = await self._read_body(receive) if method in ("POST", "PUT") else b""
@@ -230,9 +266,13 @@ class RestApp:
         subject = segments[1]
         if len(segments) == 2:
             if method == "POST":
-                schema, schema_type = _schema_arguments(request)
+                schema, schema_type, references = _schema_arguments(request)
                 found = registry.lookup(
-                    subject, schema, schema_type=schema_type, include_deleted=deleted
+                    subject,
+                    schema,
+                    schema_type=schema_type,
+                    references=references,
+                    include_deleted=deleted,
                 )
                 return 200, _version_json(found)
             if method == "DELETE":
@@ -246,8 +286,10 @@ class RestApp:
                     v.version for v in registry.list_versions(subject, include_deleted=deleted)
                 ]
             if method == "POST":
-                schema, schema_type = _schema_arguments(request)
-                result = registry.register(subject, schema, schema_type=schema_type)
+                schema, schema_type, references = _schema_arguments(request)
+                result = registry.register(
+                    subject, schema, schema_type=schema_type, references=references
+                )
                 return 200, {"id": result.schema_id}
             return self._no_route(request)
         version = segments[3]
@@ -266,8 +308,7 @@ class RestApp:
                 found = registry.get_version(subject, version, include_deleted=deleted)
                 return 200, json.loads(found.schema_text)
             if segments[4] == "referencedby":
-                registry.get_version(subject, version, include_deleted=deleted)
-                return 200, []
+                return 200, registry.referenced_by(subject, version)
         return self._no_route(request)
 
     def _schemas(self, request: _Request) -> tuple[int, Any]:
@@ -282,7 +323,7 @@ class RestApp:
             raise BadRequestError(f"Schema id {segments[2]!r} is not a positive integer")
         schema_id = int(segments[2])
         if len(segments) == 3:
-            return 200, {"schema": registry.get_schema(schema_id).schema_text}
+            return 200, _schema_json(registry.get_schema(schema_id))
         tail = segments[3]
         deleted = request.flag("deleted")
         if tail == "schema":
@@ -301,9 +342,11 @@ class RestApp:
             return self._no_route(request)
         if segments[3] != "versions":
             return self._no_route(request)
-        schema, schema_type = _schema_arguments(request)
+        schema, schema_type, references = _schema_arguments(request)
         version = segments[4] if len(segments) == 5 else None
-        report = self._registry.check(segments[2], schema, version=version, schema_type=schema_type)
+        report = self._registry.check(
+            segments[2], schema, version=version, schema_type=schema_type, references=references
+        )
         body: dict[str, Any] = {"is_compatible": report.compatible}
         if request.flag("verbose") or not report.compatible:
             body["messages"] = list(report.reasons)

@@ -16,6 +16,7 @@ writer lock), so writers queue instead of failing on a lock upgrade.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import time
@@ -33,6 +34,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from lockgate.schema_registry import tables
 from lockgate.schema_registry.errors import (
+    InvalidSchemaError,
+    ReferenceExistsError,
     StoreUnavailableError,
     SubjectNotFoundError,
     SubjectNotSoftDeletedError,
@@ -46,6 +49,7 @@ from lockgate.schema_registry.model import (
     RegisteredSchema,
     RegistrationResult,
     SchemaId,
+    SchemaReference,
     Subject,
     SubjectVersion,
     Version,
@@ -176,9 +180,44 @@ class SchemaStore:
                     tables.schemas.c.id == schema_id
                 )
             ).first()
-        if row is None:
-            return None
-        return RegisteredSchema(schema_id=schema_id, schema_text=row[0], schema_type=row[1])
+            if row is None:
+                return None
+            references = self._references_of(connection, [schema_id]).get(schema_id, ())
+        return RegisteredSchema(
+            schema_id=schema_id, schema_text=row[0], schema_type=row[1], references=references
+        )
+
+    @staticmethod
+    def _references_of(
+        connection: Connection, schema_ids: Sequence[SchemaId]
+    ) -> dict[SchemaId, tuple[SchemaReference, ...]]:
+        """The references of each schema id that has any, in their stored order."""
+        if not schema_ids:
+            return {}
+        refs = tables.schema_references
+        rows = connection.execute(
+            sa.select(refs.c.schema_id, refs.c.name, refs.c.subject, refs.c.version)
+            .where(refs.c.schema_id.in_(sorted(set(schema_ids))))
+            .order_by(refs.c.schema_id, refs.c.position)
+        ).all()
+        found: dict[SchemaId, list[SchemaReference]] = {}
+        for row in rows:
+            found.setdefault(SchemaId(row[0]), []).append(
+                SchemaReference(name=row[1], subject=Subject(row[2]), version=Version(row[3]))
+            )
+        return {schema_id: tuple(items) for schema_id, items in found.items()}
+
+    def _with_references(
+        self, connection: Connection, rows: Sequence[Sequence[Any]]
+    ) -> list[SubjectVersion]:
+        versions = [self._to_version(row) for row in rows]
+        references = self._references_of(connection, [v.schema_id for v in versions])
+        return [
+            dataclasses.replace(v, references=references[v.schema_id])
+            if v.schema_id in references
+            else v
+            for v in versions
+        ]
 
     def schema_usages(
         self, *, schema_id: SchemaId, include_deleted: bool
@@ -239,7 +278,7 @@ class SchemaStore:
         query = self._versions_query(subject)
         if not include_deleted:
             query = query.where(tables.subject_versions.c.deleted.is_(False))
-        return [self._to_version(row) for row in connection.execute(query).all()]
+        return self._with_references(connection, connection.execute(query).all())
 
     def list_subjects(self, *, include_deleted: bool) -> list[Subject]:
         """Subjects with at least one version (live ones only unless ``include_deleted``)."""
@@ -259,7 +298,7 @@ class SchemaStore:
             query = query.where(tables.subject_versions.c.deleted.is_(False))
         with self._read() as connection:
             rows = connection.execute(query).all()
-        return self._to_version(rows[-1]) if rows else None
+            return self._with_references(connection, rows[-1:])[0] if rows else None
 
     def register(
         self,
@@ -269,12 +308,16 @@ class SchemaStore:
         schema_text: str,
         schema_type: str,
         check: RegistrationCheck,
+        references: Sequence[SchemaReference] = (),
     ) -> RegistrationResult:
         """Register a schema under ``subject``, idempotently, in one transaction.
 
         If the schema is already a live version of the subject, that version is returned.
         Otherwise ``check`` sees the live versions (and raises to refuse), the schema gets its
-        global id (existing or new) and the next version number.
+        global id (existing or new) and the next version number. Each of ``references`` must
+        still be a live version when the transaction writes (42201 otherwise): a delete racing
+        the registration either sees the new reference (and is refused) or wins (and this
+        registration is refused).
         """
 
         def work(connection: Connection) -> RegistrationResult:
@@ -292,9 +335,24 @@ class SchemaStore:
                     created=False,
                 )
             check(self._subject_versions(connection, subject, include_deleted=False))
-            schema_id = self._insert_or_select_schema(
+            self._lock_referenced(connection, references)
+            schema_id, inserted = self._insert_or_select_schema(
                 connection, fingerprint, schema_text, schema_type
             )
+            if inserted and references:
+                connection.execute(
+                    sa.insert(tables.schema_references),
+                    [
+                        {
+                            "schema_id": schema_id,
+                            "position": position,
+                            "name": ref.name,
+                            "subject": ref.subject,
+                            "version": ref.version,
+                        }
+                        for position, ref in enumerate(references)
+                    ],
+                )
             highest = connection.execute(
                 sa.select(sa.func.max(sv.c.version)).where(sv.c.subject == subject)
             ).scalar()
@@ -310,9 +368,30 @@ class SchemaStore:
 
         return self._write(work)
 
+    @staticmethod
+    def _lock_referenced(connection: Connection, references: Sequence[SchemaReference]) -> None:
+        """Check each referenced version is live, locking its row (PostgreSQL) against deletes."""
+        sv = tables.subject_versions
+        for ref in references:
+            found = connection.execute(
+                sa.select(sv.c.version)
+                .where(
+                    sv.c.subject == ref.subject,
+                    sv.c.version == ref.version,
+                    sv.c.deleted.is_(False),
+                )
+                .with_for_update()
+            ).first()
+            if found is None:
+                raise InvalidSchemaError(
+                    f"Invalid schema: no schema reference found for subject {ref.subject!r} and"
+                    f" version {ref.version} (reference {ref.name}); it was deleted meanwhile",
+                    field="references",
+                )
+
     def _insert_or_select_schema(
         self, connection: Connection, fingerprint: str, schema_text: str, schema_type: str
-    ) -> SchemaId:
+    ) -> tuple[SchemaId, bool]:
         values = {
             "fingerprint": fingerprint,
             "schema_text": schema_text,
@@ -331,12 +410,12 @@ class SchemaStore:
             .returning(tables.schemas.c.id)
         ).scalar()
         if inserted is not None:
-            return SchemaId(int(inserted))
+            return SchemaId(int(inserted)), True
         # Another transaction (maybe another process) registered it first: use its id.
         existing = connection.execute(
             sa.select(tables.schemas.c.id).where(tables.schemas.c.fingerprint == fingerprint)
         ).scalar_one()
-        return SchemaId(int(existing))
+        return SchemaId(int(existing)), False
 
     # --- deletes ------------------------------------------------------------------------
 
@@ -353,6 +432,7 @@ class SchemaStore:
             if not rows:
                 raise SubjectNotFoundError(f"Subject '{subject}' not found.", field="subject")
             live = [row for row in rows if not row.deleted]
+            self._refuse_if_referenced(connection, subject, [row.version for row in rows])
             if permanent:
                 if live:
                     raise SubjectNotSoftDeletedError(
@@ -403,6 +483,7 @@ class SchemaStore:
                         f"Version {version} not found in subject '{subject}'.", field="version"
                     )
                 target = matches[0]
+            self._refuse_if_referenced(connection, subject, [target.version])
             where = (sv.c.subject == subject, sv.c.version == target.version)
             if permanent:
                 if not target.deleted:
@@ -424,6 +505,41 @@ class SchemaStore:
             return target.version
 
         return self._write(work)
+
+    def referenced_by(self, *, subject: Subject, version: Version) -> list[SchemaId]:
+        """Ids of the schemas referencing ``subject``/``version`` that a version still uses."""
+        with self._read() as connection:
+            return self._referencing_ids(connection, subject, [version])
+
+    @staticmethod
+    def _referencing_ids(
+        connection: Connection, subject: Subject, versions: Sequence[Version]
+    ) -> list[SchemaId]:
+        # A schema whose every version was permanently deleted no longer holds a reference
+        # (Confluent drops it on the tombstone); a soft-deleted version still does, because
+        # its id stays readable and readers resolve the reference.
+        refs, sv = tables.schema_references, tables.subject_versions
+        query = (
+            sa.select(refs.c.schema_id)
+            .distinct()
+            .join(sv, sv.c.schema_id == refs.c.schema_id)
+            .where(refs.c.subject == subject, refs.c.version.in_(list(versions)))
+            .order_by(refs.c.schema_id)
+        )
+        return [SchemaId(row[0]) for row in connection.execute(query).all()]
+
+    def _refuse_if_referenced(
+        self, connection: Connection, subject: Subject, versions: Sequence[Version]
+    ) -> None:
+        """42206 when another schema references one of ``versions`` (Confluent's rule)."""
+        referencing = self._referencing_ids(connection, subject, versions)
+        if referencing:
+            raise ReferenceExistsError(
+                f"One or more references exist to the schema {{subject={subject},"
+                f" versions={sorted(versions)}}}: schema ids {referencing} reference it; delete"
+                " the referencing versions (permanently) first",
+                field="version",
+            )
 
     # --- compatibility configs ----------------------------------------------------------
 

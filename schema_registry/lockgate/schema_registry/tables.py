@@ -59,3 +59,17 @@ configs = sa.Table(
 
 #: The config row key of the global level (subject names cannot be empty).
 GLOBAL_CONFIG_KEY = ""
+
+#: The references of a schema (Confluent's ``references``): part of the schema's identity, so
+#: they hang off the schema row; ``position`` keeps the caller's order.
+schema_references = sa.Table(
+    "sr_schema_references",
+    metadata,
+    sa.Column("schema_id", sa.Integer, sa.ForeignKey("sr_schemas.id"), primary_key=True),
+    sa.Column("position", sa.Integer, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("subject", sa.String(255), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    # Who references (subject, version): the referencedby lookup and the delete refusal.
+    sa.Index("sr_schema_references_target", "subject", "version"),
+)

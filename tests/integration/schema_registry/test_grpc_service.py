@@ -168,3 +168,47 @@ def test_config_and_deletes_with_request_ids(stub: pb_grpc.SchemaRegistryService
     assert twice.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     permanent = stub.DeleteSubject(pb.DeleteSubjectRequest(subject="s", permanent=True))
     assert list(permanent.versions) == [1]
+
+
+def test_schema_references(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
+    address = json.dumps(
+        {"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"}]}
+    )
+    customer = json.dumps(
+        {"type": "record", "name": "Customer", "fields": [{"name": "home", "type": "Address"}]}
+    )
+    stub.RegisterSchema(pb.RegisterSchemaRequest(subject="address", schema=address))
+    latest = pb.SchemaReference(name="Address", subject="address", version=-1)
+    registered = stub.RegisterSchema(
+        pb.RegisterSchemaRequest(subject="customer", schema=customer, references=[latest])
+    )
+    pinned = pb.SchemaReference(name="Address", subject="address", version=1)
+    got = stub.GetSchema(pb.GetSchemaRequest(schema_id=registered.schema_id)).schema
+    assert list(got.references) == [pinned]
+    version = stub.GetSubjectVersion(pb.GetSubjectVersionRequest(subject="customer"))
+    assert list(version.subject_version.references) == [pinned]
+    checked = stub.CheckCompatibility(
+        pb.CheckCompatibilityRequest(subject="customer", schema=customer, references=[pinned])
+    )
+    assert checked.compatible
+    referencing = stub.ListReferencingSchemas(
+        pb.ListReferencingSchemasRequest(subject="address", version=1)
+    )
+    assert list(referencing.schema_ids) == [registered.schema_id]
+
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.DeleteSubjectVersion(pb.DeleteSubjectVersionRequest(subject="address", version=1))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    info = details(refused.value)["ErrorInfo"]
+    assert isinstance(info, error_details_pb2.ErrorInfo)
+    assert info.metadata["confluent_error_code"] == "42206"
+
+    missing = pb.SchemaReference(name="Address", subject="nowhere", version=1)
+    with pytest.raises(grpc.RpcError) as invalid:
+        stub.RegisterSchema(
+            pb.RegisterSchemaRequest(subject="other", schema=customer, references=[missing])
+        )
+    assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    bad_request = details(invalid.value)["BadRequest"]
+    assert isinstance(bad_request, error_details_pb2.BadRequest)
+    assert bad_request.field_violations[0].field == "references"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,16 +10,6 @@ import pytest
 from lockgate.schema_registry import errors
 from lockgate.schema_registry.model import CompatibilityLevel, Subject
 from lockgate.schema_registry.registry import SchemaRegistry
-from lockgate.schema_registry.store import SchemaStore, create_db_engine
-
-
-@pytest.fixture
-def registry(tmp_path: Path) -> Iterator[SchemaRegistry]:
-    """A registry on a fresh SQLite file, migrated."""
-    store = SchemaStore(create_db_engine(f"sqlite:///{tmp_path / 'registry.db'}"))
-    store.migrate()
-    yield SchemaRegistry(store)
-    store.close()
 
 
 def user(*extra_fields: dict[str, Any]) -> str:

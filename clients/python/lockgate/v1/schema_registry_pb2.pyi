@@ -210,6 +210,7 @@ class RegisterSchemaRequest(_message.Message):
     SUBJECT_FIELD_NUMBER: _builtins.int
     SCHEMA_FIELD_NUMBER: _builtins.int
     SCHEMA_TYPE_FIELD_NUMBER: _builtins.int
+    REFERENCES_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Client-chosen id making retries idempotent (a UUID); empty disables the dedupe."""
     subject: _builtins.str
@@ -218,6 +219,12 @@ class RegisterSchemaRequest(_message.Message):
     """The Avro schema as JSON text."""
     schema_type: Global___SchemaType.ValueType
     """Schema type; UNSPECIFIED means AVRO."""
+    @_builtins.property
+    def references(self) -> _containers.RepeatedCompositeFieldContainer[Global___SchemaReference]:
+        """Named types the schema takes from other subjects' versions; version -1 means the
+        latest and is stored as the number it meant. Part of the schema's identity.
+        """
+
     def __init__(
         self,
         *,
@@ -225,10 +232,11 @@ class RegisterSchemaRequest(_message.Message):
         subject: _builtins.str = ...,
         schema: _builtins.str = ...,
         schema_type: Global___SchemaType.ValueType = ...,
+        references: _abc.Iterable[Global___SchemaReference] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id", "schema", b"schema", "schema_type", b"schema_type", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["references", b"references", "request_id", b"request_id", "schema", b"schema", "schema_type", b"schema_type", "subject", b"subject"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -274,6 +282,7 @@ class LookupSchemaRequest(_message.Message):
     SCHEMA_FIELD_NUMBER: _builtins.int
     SCHEMA_TYPE_FIELD_NUMBER: _builtins.int
     INCLUDE_DELETED_FIELD_NUMBER: _builtins.int
+    REFERENCES_FIELD_NUMBER: _builtins.int
     subject: _builtins.str
     """Subject name."""
     schema: _builtins.str
@@ -282,6 +291,10 @@ class LookupSchemaRequest(_message.Message):
     """Schema type; UNSPECIFIED means AVRO."""
     include_deleted: _builtins.bool
     """Also match soft-deleted versions."""
+    @_builtins.property
+    def references(self) -> _containers.RepeatedCompositeFieldContainer[Global___SchemaReference]:
+        """The schema's references, as registered (the same text with others is another schema)."""
+
     def __init__(
         self,
         *,
@@ -289,10 +302,11 @@ class LookupSchemaRequest(_message.Message):
         schema: _builtins.str = ...,
         schema_type: Global___SchemaType.ValueType = ...,
         include_deleted: _builtins.bool = ...,
+        references: _abc.Iterable[Global___SchemaReference] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_deleted", b"include_deleted", "schema", b"schema", "schema_type", b"schema_type", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_deleted", b"include_deleted", "references", b"references", "schema", b"schema", "schema_type", b"schema_type", "subject", b"subject"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -506,6 +520,7 @@ class CheckCompatibilityRequest(_message.Message):
     SCHEMA_FIELD_NUMBER: _builtins.int
     SCHEMA_TYPE_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    REFERENCES_FIELD_NUMBER: _builtins.int
     subject: _builtins.str
     """Subject name."""
     schema: _builtins.str
@@ -516,6 +531,10 @@ class CheckCompatibilityRequest(_message.Message):
     """0: check against what the subject's level names (the latest live version, or every
     live version for *_TRANSITIVE levels); N >= 1: against version N only.
     """
+    @_builtins.property
+    def references(self) -> _containers.RepeatedCompositeFieldContainer[Global___SchemaReference]:
+        """The candidate's references; the checks run with the referenced types resolved."""
+
     def __init__(
         self,
         *,
@@ -523,10 +542,11 @@ class CheckCompatibilityRequest(_message.Message):
         schema: _builtins.str = ...,
         schema_type: Global___SchemaType.ValueType = ...,
         version: _builtins.int = ...,
+        references: _abc.Iterable[Global___SchemaReference] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema", "schema_type", b"schema_type", "subject", b"subject", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["references", b"references", "schema", b"schema", "schema_type", b"schema_type", "subject", b"subject", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -823,6 +843,70 @@ class DeleteSubjectVersionResponse(_message.Message):
 Global___DeleteSubjectVersionResponse: _TypeAlias = DeleteSubjectVersionResponse  # noqa: Y015
 
 @_typing.final
+class ListReferencingSchemasRequest(_message.Message):
+    """ListReferencingSchemasRequest names the referenced version."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    subject: _builtins.str
+    """Subject name."""
+    version: _builtins.int
+    """Version number >= 1; 0 means the latest live version."""
+    page_size: _builtins.int
+    """Most ids per page; 0 means 1000, the maximum."""
+    page_token: _builtins.str
+    """next_page_token of the previous page; empty for the first page."""
+    def __init__(
+        self,
+        *,
+        subject: _builtins.str = ...,
+        version: _builtins.int = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "subject", b"subject", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListReferencingSchemasRequest: _TypeAlias = ListReferencingSchemasRequest  # noqa: Y015
+
+@_typing.final
+class ListReferencingSchemasResponse(_message.Message):
+    """ListReferencingSchemasResponse lists one page of schema ids."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEMA_IDS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token of the next page; empty on the last page."""
+    @_builtins.property
+    def schema_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Global ids of the schemas referencing the version, ascending; a schema counts while a
+        version (live or soft-deleted) still uses it.
+        """
+
+    def __init__(
+        self,
+        *,
+        schema_ids: _abc.Iterable[_builtins.int] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "schema_ids", b"schema_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListReferencingSchemasResponse: _TypeAlias = ListReferencingSchemasResponse  # noqa: Y015
+
+@_typing.final
 class Schema(_message.Message):
     """Schema is a registered schema, independent of subjects."""
 
@@ -831,22 +915,28 @@ class Schema(_message.Message):
     SCHEMA_ID_FIELD_NUMBER: _builtins.int
     SCHEMA_TYPE_FIELD_NUMBER: _builtins.int
     SCHEMA_FIELD_NUMBER: _builtins.int
+    REFERENCES_FIELD_NUMBER: _builtins.int
     schema_id: _builtins.int
     """Global schema id, >= 1."""
     schema_type: Global___SchemaType.ValueType
     """Schema type."""
     schema: _builtins.str
     """The normalised schema as compact JSON text."""
+    @_builtins.property
+    def references(self) -> _containers.RepeatedCompositeFieldContainer[Global___SchemaReference]:
+        """The named types it takes from other subjects' versions, in the registered order."""
+
     def __init__(
         self,
         *,
         schema_id: _builtins.int = ...,
         schema_type: Global___SchemaType.ValueType = ...,
         schema: _builtins.str = ...,
+        references: _abc.Iterable[Global___SchemaReference] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema", "schema_id", b"schema_id", "schema_type", b"schema_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["references", b"references", "schema", b"schema", "schema_id", b"schema_id", "schema_type", b"schema_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -864,6 +954,7 @@ class SubjectVersion(_message.Message):
     SCHEMA_TYPE_FIELD_NUMBER: _builtins.int
     SCHEMA_FIELD_NUMBER: _builtins.int
     DELETED_FIELD_NUMBER: _builtins.int
+    REFERENCES_FIELD_NUMBER: _builtins.int
     subject: _builtins.str
     """Subject name."""
     version: _builtins.int
@@ -876,6 +967,10 @@ class SubjectVersion(_message.Message):
     """The normalised schema as compact JSON text."""
     deleted: _builtins.bool
     """True if the version is soft-deleted."""
+    @_builtins.property
+    def references(self) -> _containers.RepeatedCompositeFieldContainer[Global___SchemaReference]:
+        """The named types its schema takes from other subjects' versions."""
+
     def __init__(
         self,
         *,
@@ -885,14 +980,47 @@ class SubjectVersion(_message.Message):
         schema_type: Global___SchemaType.ValueType = ...,
         schema: _builtins.str = ...,
         deleted: _builtins.bool = ...,
+        references: _abc.Iterable[Global___SchemaReference] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "schema", b"schema", "schema_id", b"schema_id", "schema_type", b"schema_type", "subject", b"subject", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "references", b"references", "schema", b"schema", "schema_id", b"schema_id", "schema_type", b"schema_type", "subject", b"subject", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SubjectVersion: _TypeAlias = SubjectVersion  # noqa: Y015
+
+@_typing.final
+class SchemaReference(_message.Message):
+    """SchemaReference names a type a schema takes from another subject's version (Confluent's
+    schema reference).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The referenced type's name; for Avro its full name (namespace.Name)."""
+    subject: _builtins.str
+    """The subject holding the type's schema."""
+    version: _builtins.int
+    """The version of that subject, >= 1 (-1 in requests: the latest live version)."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        subject: _builtins.str = ...,
+        version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "subject", b"subject", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SchemaReference: _TypeAlias = SchemaReference  # noqa: Y015
 
 @_typing.final
 class SubjectVersionRef(_message.Message):

@@ -35,7 +35,8 @@ class SchemaRegistryServiceStub:
     Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
     code the REST API would answer (40401 subject not found, 40402 version not found, 40403
     schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
-    schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+    schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+    referenced, 42208 invalid subject).
     Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
     first answer instead of applying the change twice (remembered per replica).
     """
@@ -111,6 +112,11 @@ class SchemaRegistryServiceStub:
                 request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteSubjectVersionRequest.SerializeToString,
                 response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteSubjectVersionResponse.FromString,
                 _registered_method=True)
+        self.ListReferencingSchemas = channel.unary_unary(
+                '/lockgate.v1.SchemaRegistryService/ListReferencingSchemas',
+                request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasRequest.SerializeToString,
+                response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasResponse.FromString,
+                _registered_method=True)
 
 
 class SchemaRegistryServiceServicer:
@@ -123,7 +129,8 @@ class SchemaRegistryServiceServicer:
     Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
     code the REST API would answer (40401 subject not found, 40402 version not found, 40403
     schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
-    schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+    schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+    referenced, 42208 invalid subject).
     Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
     first answer instead of applying the change twice (remembered per replica).
     """
@@ -148,8 +155,9 @@ class SchemaRegistryServiceServicer:
         """RegisterSchema adds a schema as the next version of a subject, after checking it
         against the subject's compatibility level; registering a schema that is already a
         live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
-        invalid Avro or default, 42208 invalid subject), FAILED_PRECONDITION (409
-        incompatible; a google.rpc.PreconditionFailure carries one violation per reason).
+        invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
+        invalid subject), FAILED_PRECONDITION (409 incompatible; a
+        google.rpc.PreconditionFailure carries one violation per reason).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -226,7 +234,8 @@ class SchemaRegistryServiceServicer:
     def DeleteSubject(self, request, context):
         """DeleteSubject soft-deletes every live version of a subject, or, with permanent,
         removes a subject that was soft-deleted before. Errors: NOT_FOUND (40401),
-        FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first).
+        FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first, 42206
+        another schema references one of its versions).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -235,7 +244,18 @@ class SchemaRegistryServiceServicer:
     def DeleteSubjectVersion(self, request, context):
         """DeleteSubjectVersion soft-deletes one version, or, with permanent, removes a version
         that was soft-deleted before. Errors: NOT_FOUND (40401, 40402), FAILED_PRECONDITION
-        (40406 already soft-deleted, 40407 not soft-deleted first), INVALID_ARGUMENT (42202).
+        (40406 already soft-deleted, 40407 not soft-deleted first, 42206 another schema
+        references the version), INVALID_ARGUMENT (42202).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListReferencingSchemas(self, request, context):
+        """ListReferencingSchemas lists the ids of the schemas that reference a version of a
+        subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
+        the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
+        (42202, 42208, bad page_token or negative page_size).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -309,6 +329,11 @@ def add_SchemaRegistryServiceServicer_to_server(servicer, server):
                     request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteSubjectVersionRequest.FromString,
                     response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteSubjectVersionResponse.SerializeToString,
             ),
+            'ListReferencingSchemas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListReferencingSchemas,
+                    request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasRequest.FromString,
+                    response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'lockgate.v1.SchemaRegistryService', rpc_method_handlers)
@@ -327,7 +352,8 @@ class SchemaRegistryService:
     Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
     code the REST API would answer (40401 subject not found, 40402 version not found, 40403
     schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
-    schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+    schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+    referenced, 42208 invalid subject).
     Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
     first answer instead of applying the change twice (remembered per replica).
     """
@@ -673,6 +699,33 @@ class SchemaRegistryService:
             '/lockgate.v1.SchemaRegistryService/DeleteSubjectVersion',
             lockgate_dot_v1_dot_schema__registry__pb2.DeleteSubjectVersionRequest.SerializeToString,
             lockgate_dot_v1_dot_schema__registry__pb2.DeleteSubjectVersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListReferencingSchemas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lockgate.v1.SchemaRegistryService/ListReferencingSchemas',
+            lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasRequest.SerializeToString,
+            lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -45,7 +45,8 @@ class SchemaRegistryServiceStub:
     Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
     code the REST API would answer (40401 subject not found, 40402 version not found, 40403
     schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
-    schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+    schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+    referenced, 42208 invalid subject).
     Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
     first answer instead of applying the change twice (remembered per replica).
     """
@@ -66,8 +67,9 @@ class SchemaRegistryServiceStub:
     """RegisterSchema adds a schema as the next version of a subject, after checking it
     against the subject's compatibility level; registering a schema that is already a
     live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
-    invalid Avro or default, 42208 invalid subject), FAILED_PRECONDITION (409
-    incompatible; a google.rpc.PreconditionFailure carries one violation per reason).
+    invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
+    invalid subject), FAILED_PRECONDITION (409 incompatible; a
+    google.rpc.PreconditionFailure carries one violation per reason).
     """
     LookupSchema: _grpc.UnaryUnaryMultiCallable[_schema_registry_pb2.LookupSchemaRequest, _schema_registry_pb2.LookupSchemaResponse]
     """LookupSchema finds the version of a subject that holds a given schema (compared
@@ -108,12 +110,20 @@ class SchemaRegistryServiceStub:
     DeleteSubject: _grpc.UnaryUnaryMultiCallable[_schema_registry_pb2.DeleteSubjectRequest, _schema_registry_pb2.DeleteSubjectResponse]
     """DeleteSubject soft-deletes every live version of a subject, or, with permanent,
     removes a subject that was soft-deleted before. Errors: NOT_FOUND (40401),
-    FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first).
+    FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first, 42206
+    another schema references one of its versions).
     """
     DeleteSubjectVersion: _grpc.UnaryUnaryMultiCallable[_schema_registry_pb2.DeleteSubjectVersionRequest, _schema_registry_pb2.DeleteSubjectVersionResponse]
     """DeleteSubjectVersion soft-deletes one version, or, with permanent, removes a version
     that was soft-deleted before. Errors: NOT_FOUND (40401, 40402), FAILED_PRECONDITION
-    (40406 already soft-deleted, 40407 not soft-deleted first), INVALID_ARGUMENT (42202).
+    (40406 already soft-deleted, 40407 not soft-deleted first, 42206 another schema
+    references the version), INVALID_ARGUMENT (42202).
+    """
+    ListReferencingSchemas: _grpc.UnaryUnaryMultiCallable[_schema_registry_pb2.ListReferencingSchemasRequest, _schema_registry_pb2.ListReferencingSchemasResponse]
+    """ListReferencingSchemas lists the ids of the schemas that reference a version of a
+    subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
+    the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
+    (42202, 42208, bad page_token or negative page_size).
     """
 
 @_typing.type_check_only
@@ -127,7 +137,8 @@ class SchemaRegistryServiceAsyncStub(SchemaRegistryServiceStub):
     Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
     code the REST API would answer (40401 subject not found, 40402 version not found, 40403
     schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
-    schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+    schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+    referenced, 42208 invalid subject).
     Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
     first answer instead of applying the change twice (remembered per replica).
     """
@@ -145,8 +156,9 @@ class SchemaRegistryServiceAsyncStub(SchemaRegistryServiceStub):
     """RegisterSchema adds a schema as the next version of a subject, after checking it
     against the subject's compatibility level; registering a schema that is already a
     live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
-    invalid Avro or default, 42208 invalid subject), FAILED_PRECONDITION (409
-    incompatible; a google.rpc.PreconditionFailure carries one violation per reason).
+    invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
+    invalid subject), FAILED_PRECONDITION (409 incompatible; a
+    google.rpc.PreconditionFailure carries one violation per reason).
     """
     LookupSchema: _aio.UnaryUnaryMultiCallable[_schema_registry_pb2.LookupSchemaRequest, _schema_registry_pb2.LookupSchemaResponse]  # type: ignore[assignment]
     """LookupSchema finds the version of a subject that holds a given schema (compared
@@ -187,12 +199,20 @@ class SchemaRegistryServiceAsyncStub(SchemaRegistryServiceStub):
     DeleteSubject: _aio.UnaryUnaryMultiCallable[_schema_registry_pb2.DeleteSubjectRequest, _schema_registry_pb2.DeleteSubjectResponse]  # type: ignore[assignment]
     """DeleteSubject soft-deletes every live version of a subject, or, with permanent,
     removes a subject that was soft-deleted before. Errors: NOT_FOUND (40401),
-    FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first).
+    FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first, 42206
+    another schema references one of its versions).
     """
     DeleteSubjectVersion: _aio.UnaryUnaryMultiCallable[_schema_registry_pb2.DeleteSubjectVersionRequest, _schema_registry_pb2.DeleteSubjectVersionResponse]  # type: ignore[assignment]
     """DeleteSubjectVersion soft-deletes one version, or, with permanent, removes a version
     that was soft-deleted before. Errors: NOT_FOUND (40401, 40402), FAILED_PRECONDITION
-    (40406 already soft-deleted, 40407 not soft-deleted first), INVALID_ARGUMENT (42202).
+    (40406 already soft-deleted, 40407 not soft-deleted first, 42206 another schema
+    references the version), INVALID_ARGUMENT (42202).
+    """
+    ListReferencingSchemas: _aio.UnaryUnaryMultiCallable[_schema_registry_pb2.ListReferencingSchemasRequest, _schema_registry_pb2.ListReferencingSchemasResponse]  # type: ignore[assignment]
+    """ListReferencingSchemas lists the ids of the schemas that reference a version of a
+    subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
+    the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
+    (42202, 42208, bad page_token or negative page_size).
     """
 
 class SchemaRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -205,7 +225,8 @@ class SchemaRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
     Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
     code the REST API would answer (40401 subject not found, 40402 version not found, 40403
     schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
-    schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+    schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+    referenced, 42208 invalid subject).
     Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
     first answer instead of applying the change twice (remembered per replica).
     """
@@ -239,8 +260,9 @@ class SchemaRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
         """RegisterSchema adds a schema as the next version of a subject, after checking it
         against the subject's compatibility level; registering a schema that is already a
         live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
-        invalid Avro or default, 42208 invalid subject), FAILED_PRECONDITION (409
-        incompatible; a google.rpc.PreconditionFailure carries one violation per reason).
+        invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
+        invalid subject), FAILED_PRECONDITION (409 incompatible; a
+        google.rpc.PreconditionFailure carries one violation per reason).
         """
 
     @_abc_1.abstractmethod
@@ -335,7 +357,8 @@ class SchemaRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_schema_registry_pb2.DeleteSubjectResponse, _abc.Awaitable[_schema_registry_pb2.DeleteSubjectResponse]]:
         """DeleteSubject soft-deletes every live version of a subject, or, with permanent,
         removes a subject that was soft-deleted before. Errors: NOT_FOUND (40401),
-        FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first).
+        FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first, 42206
+        another schema references one of its versions).
         """
 
     @_abc_1.abstractmethod
@@ -346,7 +369,20 @@ class SchemaRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_schema_registry_pb2.DeleteSubjectVersionResponse, _abc.Awaitable[_schema_registry_pb2.DeleteSubjectVersionResponse]]:
         """DeleteSubjectVersion soft-deletes one version, or, with permanent, removes a version
         that was soft-deleted before. Errors: NOT_FOUND (40401, 40402), FAILED_PRECONDITION
-        (40406 already soft-deleted, 40407 not soft-deleted first), INVALID_ARGUMENT (42202).
+        (40406 already soft-deleted, 40407 not soft-deleted first, 42206 another schema
+        references the version), INVALID_ARGUMENT (42202).
+        """
+
+    @_abc_1.abstractmethod
+    def ListReferencingSchemas(
+        self,
+        request: _schema_registry_pb2.ListReferencingSchemasRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schema_registry_pb2.ListReferencingSchemasResponse, _abc.Awaitable[_schema_registry_pb2.ListReferencingSchemasResponse]]:
+        """ListReferencingSchemas lists the ids of the schemas that reference a version of a
+        subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
+        the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
+        (42202, 42208, bad page_token or negative page_size).
         """
 
 def add_SchemaRegistryServiceServicer_to_server(servicer: SchemaRegistryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -383,7 +383,10 @@ type RegisterSchemaRequest struct {
 	// The Avro schema as JSON text.
 	Schema string `protobuf:"bytes,3,opt,name=schema,proto3" json:"schema,omitempty"`
 	// Schema type; UNSPECIFIED means AVRO.
-	SchemaType    SchemaType `protobuf:"varint,4,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
+	SchemaType SchemaType `protobuf:"varint,4,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
+	// Named types the schema takes from other subjects' versions; version -1 means the
+	// latest and is stored as the number it meant. Part of the schema's identity.
+	References    []*SchemaReference `protobuf:"bytes,5,rep,name=references,proto3" json:"references,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -444,6 +447,13 @@ func (x *RegisterSchemaRequest) GetSchemaType() SchemaType {
 		return x.SchemaType
 	}
 	return SchemaType_SCHEMA_TYPE_UNSPECIFIED
+}
+
+func (x *RegisterSchemaRequest) GetReferences() []*SchemaReference {
+	if x != nil {
+		return x.References
+	}
+	return nil
 }
 
 // RegisterSchemaResponse says which id and version the schema has.
@@ -521,8 +531,10 @@ type LookupSchemaRequest struct {
 	SchemaType SchemaType `protobuf:"varint,3,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
 	// Also match soft-deleted versions.
 	IncludeDeleted bool `protobuf:"varint,4,opt,name=include_deleted,json=includeDeleted,proto3" json:"include_deleted,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The schema's references, as registered (the same text with others is another schema).
+	References    []*SchemaReference `protobuf:"bytes,5,rep,name=references,proto3" json:"references,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LookupSchemaRequest) Reset() {
@@ -581,6 +593,13 @@ func (x *LookupSchemaRequest) GetIncludeDeleted() bool {
 		return x.IncludeDeleted
 	}
 	return false
+}
+
+func (x *LookupSchemaRequest) GetReferences() []*SchemaReference {
+	if x != nil {
+		return x.References
+	}
+	return nil
 }
 
 // LookupSchemaResponse carries the matching version.
@@ -997,7 +1016,9 @@ type CheckCompatibilityRequest struct {
 	SchemaType SchemaType `protobuf:"varint,3,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
 	// 0: check against what the subject's level names (the latest live version, or every
 	// live version for *_TRANSITIVE levels); N >= 1: against version N only.
-	Version       int32 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	Version int32 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	// The candidate's references; the checks run with the referenced types resolved.
+	References    []*SchemaReference `protobuf:"bytes,5,rep,name=references,proto3" json:"references,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1058,6 +1079,13 @@ func (x *CheckCompatibilityRequest) GetVersion() int32 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *CheckCompatibilityRequest) GetReferences() []*SchemaReference {
+	if x != nil {
+		return x.References
+	}
+	return nil
 }
 
 // CheckCompatibilityResponse answers yes or no with every reason.
@@ -1665,6 +1693,135 @@ func (x *DeleteSubjectVersionResponse) GetVersion() int32 {
 	return 0
 }
 
+// ListReferencingSchemasRequest names the referenced version.
+type ListReferencingSchemasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Subject name.
+	Subject string `protobuf:"bytes,1,opt,name=subject,proto3" json:"subject,omitempty"`
+	// Version number >= 1; 0 means the latest live version.
+	Version int32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Most ids per page; 0 means 1000, the maximum.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReferencingSchemasRequest) Reset() {
+	*x = ListReferencingSchemasRequest{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReferencingSchemasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReferencingSchemasRequest) ProtoMessage() {}
+
+func (x *ListReferencingSchemasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReferencingSchemasRequest.ProtoReflect.Descriptor instead.
+func (*ListReferencingSchemasRequest) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListReferencingSchemasRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *ListReferencingSchemasRequest) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ListReferencingSchemasRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListReferencingSchemasRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListReferencingSchemasResponse lists one page of schema ids.
+type ListReferencingSchemasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Global ids of the schemas referencing the version, ascending; a schema counts while a
+	// version (live or soft-deleted) still uses it.
+	SchemaIds []int32 `protobuf:"varint,1,rep,packed,name=schema_ids,json=schemaIds,proto3" json:"schema_ids,omitempty"`
+	// Token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReferencingSchemasResponse) Reset() {
+	*x = ListReferencingSchemasResponse{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReferencingSchemasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReferencingSchemasResponse) ProtoMessage() {}
+
+func (x *ListReferencingSchemasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReferencingSchemasResponse.ProtoReflect.Descriptor instead.
+func (*ListReferencingSchemasResponse) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListReferencingSchemasResponse) GetSchemaIds() []int32 {
+	if x != nil {
+		return x.SchemaIds
+	}
+	return nil
+}
+
+func (x *ListReferencingSchemasResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // Schema is a registered schema, independent of subjects.
 type Schema struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1673,14 +1830,16 @@ type Schema struct {
 	// Schema type.
 	SchemaType SchemaType `protobuf:"varint,2,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
 	// The normalised schema as compact JSON text.
-	Schema        string `protobuf:"bytes,3,opt,name=schema,proto3" json:"schema,omitempty"`
+	Schema string `protobuf:"bytes,3,opt,name=schema,proto3" json:"schema,omitempty"`
+	// The named types it takes from other subjects' versions, in the registered order.
+	References    []*SchemaReference `protobuf:"bytes,4,rep,name=references,proto3" json:"references,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Schema) Reset() {
 	*x = Schema{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[26]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1851,7 @@ func (x *Schema) String() string {
 func (*Schema) ProtoMessage() {}
 
 func (x *Schema) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[26]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1864,7 @@ func (x *Schema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schema.ProtoReflect.Descriptor instead.
 func (*Schema) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{26}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Schema) GetSchemaId() int32 {
@@ -1729,6 +1888,13 @@ func (x *Schema) GetSchema() string {
 	return ""
 }
 
+func (x *Schema) GetReferences() []*SchemaReference {
+	if x != nil {
+		return x.References
+	}
+	return nil
+}
+
 // SubjectVersion is one version of a subject with its schema.
 type SubjectVersion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1743,14 +1909,16 @@ type SubjectVersion struct {
 	// The normalised schema as compact JSON text.
 	Schema string `protobuf:"bytes,5,opt,name=schema,proto3" json:"schema,omitempty"`
 	// True if the version is soft-deleted.
-	Deleted       bool `protobuf:"varint,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	Deleted bool `protobuf:"varint,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// The named types its schema takes from other subjects' versions.
+	References    []*SchemaReference `protobuf:"bytes,7,rep,name=references,proto3" json:"references,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubjectVersion) Reset() {
 	*x = SubjectVersion{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[27]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1930,7 @@ func (x *SubjectVersion) String() string {
 func (*SubjectVersion) ProtoMessage() {}
 
 func (x *SubjectVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[27]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1943,7 @@ func (x *SubjectVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubjectVersion.ProtoReflect.Descriptor instead.
 func (*SubjectVersion) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{27}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SubjectVersion) GetSubject() string {
@@ -1820,6 +1988,78 @@ func (x *SubjectVersion) GetDeleted() bool {
 	return false
 }
 
+func (x *SubjectVersion) GetReferences() []*SchemaReference {
+	if x != nil {
+		return x.References
+	}
+	return nil
+}
+
+// SchemaReference names a type a schema takes from another subject's version (Confluent's
+// schema reference).
+type SchemaReference struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The referenced type's name; for Avro its full name (namespace.Name).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The subject holding the type's schema.
+	Subject string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	// The version of that subject, >= 1 (-1 in requests: the latest live version).
+	Version       int32 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SchemaReference) Reset() {
+	*x = SchemaReference{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SchemaReference) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SchemaReference) ProtoMessage() {}
+
+func (x *SchemaReference) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SchemaReference.ProtoReflect.Descriptor instead.
+func (*SchemaReference) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SchemaReference) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SchemaReference) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *SchemaReference) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // SubjectVersionRef names one version of a subject, without its schema.
 type SubjectVersionRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1833,7 +2073,7 @@ type SubjectVersionRef struct {
 
 func (x *SubjectVersionRef) Reset() {
 	*x = SubjectVersionRef{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2085,7 @@ func (x *SubjectVersionRef) String() string {
 func (*SubjectVersionRef) ProtoMessage() {}
 
 func (x *SubjectVersionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2098,7 @@ func (x *SubjectVersionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubjectVersionRef.ProtoReflect.Descriptor instead.
 func (*SubjectVersionRef) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{28}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SubjectVersionRef) GetSubject() string {
@@ -1892,24 +2132,30 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"\x80\x01\n" +
 	"\x1aListSchemaVersionsResponse\x12:\n" +
 	"\bversions\x18\x01 \x03(\v2\x1e.lockgate.v1.SubjectVersionRefR\bversions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa2\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe0\x01\n" +
 	"\x15RegisterSchemaRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +
 	"\asubject\x18\x02 \x01(\tR\asubject\x12\x16\n" +
 	"\x06schema\x18\x03 \x01(\tR\x06schema\x128\n" +
 	"\vschema_type\x18\x04 \x01(\x0e2\x17.lockgate.v1.SchemaTypeR\n" +
-	"schemaType\"i\n" +
+	"schemaType\x12<\n" +
+	"\n" +
+	"references\x18\x05 \x03(\v2\x1c.lockgate.v1.SchemaReferenceR\n" +
+	"references\"i\n" +
 	"\x16RegisterSchemaResponse\x12\x1b\n" +
 	"\tschema_id\x18\x01 \x01(\x05R\bschemaId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x18\n" +
-	"\acreated\x18\x03 \x01(\bR\acreated\"\xaa\x01\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\"\xe8\x01\n" +
 	"\x13LookupSchemaRequest\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x16\n" +
 	"\x06schema\x18\x02 \x01(\tR\x06schema\x128\n" +
 	"\vschema_type\x18\x03 \x01(\x0e2\x17.lockgate.v1.SchemaTypeR\n" +
 	"schemaType\x12'\n" +
-	"\x0finclude_deleted\x18\x04 \x01(\bR\x0eincludeDeleted\"\\\n" +
+	"\x0finclude_deleted\x18\x04 \x01(\bR\x0eincludeDeleted\x12<\n" +
+	"\n" +
+	"references\x18\x05 \x03(\v2\x1c.lockgate.v1.SchemaReferenceR\n" +
+	"references\"\\\n" +
 	"\x14LookupSchemaResponse\x12D\n" +
 	"\x0fsubject_version\x18\x01 \x01(\v2\x1b.lockgate.v1.SubjectVersionR\x0esubjectVersion\"z\n" +
 	"\x13ListSubjectsRequest\x12'\n" +
@@ -1934,13 +2180,16 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x05R\aversion\x12'\n" +
 	"\x0finclude_deleted\x18\x03 \x01(\bR\x0eincludeDeleted\"a\n" +
 	"\x19GetSubjectVersionResponse\x12D\n" +
-	"\x0fsubject_version\x18\x01 \x01(\v2\x1b.lockgate.v1.SubjectVersionR\x0esubjectVersion\"\xa1\x01\n" +
+	"\x0fsubject_version\x18\x01 \x01(\v2\x1b.lockgate.v1.SubjectVersionR\x0esubjectVersion\"\xdf\x01\n" +
 	"\x19CheckCompatibilityRequest\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x16\n" +
 	"\x06schema\x18\x02 \x01(\tR\x06schema\x128\n" +
 	"\vschema_type\x18\x03 \x01(\x0e2\x17.lockgate.v1.SchemaTypeR\n" +
 	"schemaType\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\x05R\aversion\"\x8d\x01\n" +
+	"\aversion\x18\x04 \x01(\x05R\aversion\x12<\n" +
+	"\n" +
+	"references\x18\x05 \x03(\v2\x1c.lockgate.v1.SchemaReferenceR\n" +
+	"references\"\x8d\x01\n" +
 	"\x1aCheckCompatibilityResponse\x12\x1e\n" +
 	"\n" +
 	"compatible\x18\x01 \x01(\bR\n" +
@@ -1979,12 +2228,25 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\aversion\x18\x03 \x01(\x05R\aversion\x12\x1c\n" +
 	"\tpermanent\x18\x04 \x01(\bR\tpermanent\"8\n" +
 	"\x1cDeleteSubjectVersionResponse\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x05R\aversion\"w\n" +
+	"\aversion\x18\x01 \x01(\x05R\aversion\"\x8f\x01\n" +
+	"\x1dListReferencingSchemasRequest\x12\x18\n" +
+	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"g\n" +
+	"\x1eListReferencingSchemasResponse\x12\x1d\n" +
+	"\n" +
+	"schema_ids\x18\x01 \x03(\x05R\tschemaIds\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb5\x01\n" +
 	"\x06Schema\x12\x1b\n" +
 	"\tschema_id\x18\x01 \x01(\x05R\bschemaId\x128\n" +
 	"\vschema_type\x18\x02 \x01(\x0e2\x17.lockgate.v1.SchemaTypeR\n" +
 	"schemaType\x12\x16\n" +
-	"\x06schema\x18\x03 \x01(\tR\x06schema\"\xcd\x01\n" +
+	"\x06schema\x18\x03 \x01(\tR\x06schema\x12<\n" +
+	"\n" +
+	"references\x18\x04 \x03(\v2\x1c.lockgate.v1.SchemaReferenceR\n" +
+	"references\"\x8b\x02\n" +
 	"\x0eSubjectVersion\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x1b\n" +
@@ -1992,7 +2254,14 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\vschema_type\x18\x04 \x01(\x0e2\x17.lockgate.v1.SchemaTypeR\n" +
 	"schemaType\x12\x16\n" +
 	"\x06schema\x18\x05 \x01(\tR\x06schema\x12\x18\n" +
-	"\adeleted\x18\x06 \x01(\bR\adeleted\"G\n" +
+	"\adeleted\x18\x06 \x01(\bR\adeleted\x12<\n" +
+	"\n" +
+	"references\x18\a \x03(\v2\x1c.lockgate.v1.SchemaReferenceR\n" +
+	"references\"Y\n" +
+	"\x0fSchemaReference\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x05R\aversion\"G\n" +
 	"\x11SubjectVersionRef\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x05R\aversion*?\n" +
@@ -2008,8 +2277,7 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\x1bCOMPATIBILITY_LEVEL_FORWARD\x10\x04\x12*\n" +
 	"&COMPATIBILITY_LEVEL_FORWARD_TRANSITIVE\x10\x05\x12\x1c\n" +
 	"\x18COMPATIBILITY_LEVEL_FULL\x10\x06\x12'\n" +
-	"#COMPATIBILITY_LEVEL_FULL_TRANSITIVE\x10\a2\xdc\n" +
-	"\n" +
+	"#COMPATIBILITY_LEVEL_FULL_TRANSITIVE\x10\a2\xd4\v\n" +
 	"\x15SchemaRegistryService\x12O\n" +
 	"\tGetSchema\x12\x1d.lockgate.v1.GetSchemaRequest\x1a\x1e.lockgate.v1.GetSchemaResponse\"\x03\x90\x02\x01\x12j\n" +
 	"\x12ListSchemaVersions\x12&.lockgate.v1.ListSchemaVersionsRequest\x1a'.lockgate.v1.ListSchemaVersionsResponse\"\x03\x90\x02\x01\x12Y\n" +
@@ -2023,7 +2291,8 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\x19UpdateCompatibilityConfig\x12-.lockgate.v1.UpdateCompatibilityConfigRequest\x1a..lockgate.v1.UpdateCompatibilityConfigResponse\x12z\n" +
 	"\x19DeleteCompatibilityConfig\x12-.lockgate.v1.DeleteCompatibilityConfigRequest\x1a..lockgate.v1.DeleteCompatibilityConfigResponse\x12V\n" +
 	"\rDeleteSubject\x12!.lockgate.v1.DeleteSubjectRequest\x1a\".lockgate.v1.DeleteSubjectResponse\x12k\n" +
-	"\x14DeleteSubjectVersion\x12(.lockgate.v1.DeleteSubjectVersionRequest\x1a).lockgate.v1.DeleteSubjectVersionResponseB\xb7\x01\n" +
+	"\x14DeleteSubjectVersion\x12(.lockgate.v1.DeleteSubjectVersionRequest\x1a).lockgate.v1.DeleteSubjectVersionResponse\x12v\n" +
+	"\x16ListReferencingSchemas\x12*.lockgate.v1.ListReferencingSchemasRequest\x1a+.lockgate.v1.ListReferencingSchemasResponse\"\x03\x90\x02\x01B\xb7\x01\n" +
 	"\x0fcom.lockgate.v1B\x13SchemaRegistryProtoP\x01ZBgithub.com/lockgate/lockgate/clients/go/gen/lockgate/v1;lockgatev1\xa2\x02\x03LXX\xaa\x02\vLockgate.V1\xca\x02\vLockgate\\V1\xe2\x02\x17Lockgate\\V1\\GPBMetadata\xea\x02\fLockgate::V1b\x06proto3"
 
 var (
@@ -2039,7 +2308,7 @@ func file_lockgate_v1_schema_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_lockgate_v1_schema_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lockgate_v1_schema_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_lockgate_v1_schema_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_lockgate_v1_schema_registry_proto_goTypes = []any{
 	(SchemaType)(0),                           // 0: lockgate.v1.SchemaType
 	(CompatibilityLevel)(0),                   // 1: lockgate.v1.CompatibilityLevel
@@ -2069,57 +2338,67 @@ var file_lockgate_v1_schema_registry_proto_goTypes = []any{
 	(*DeleteSubjectResponse)(nil),             // 25: lockgate.v1.DeleteSubjectResponse
 	(*DeleteSubjectVersionRequest)(nil),       // 26: lockgate.v1.DeleteSubjectVersionRequest
 	(*DeleteSubjectVersionResponse)(nil),      // 27: lockgate.v1.DeleteSubjectVersionResponse
-	(*Schema)(nil),                            // 28: lockgate.v1.Schema
-	(*SubjectVersion)(nil),                    // 29: lockgate.v1.SubjectVersion
-	(*SubjectVersionRef)(nil),                 // 30: lockgate.v1.SubjectVersionRef
+	(*ListReferencingSchemasRequest)(nil),     // 28: lockgate.v1.ListReferencingSchemasRequest
+	(*ListReferencingSchemasResponse)(nil),    // 29: lockgate.v1.ListReferencingSchemasResponse
+	(*Schema)(nil),                            // 30: lockgate.v1.Schema
+	(*SubjectVersion)(nil),                    // 31: lockgate.v1.SubjectVersion
+	(*SchemaReference)(nil),                   // 32: lockgate.v1.SchemaReference
+	(*SubjectVersionRef)(nil),                 // 33: lockgate.v1.SubjectVersionRef
 }
 var file_lockgate_v1_schema_registry_proto_depIdxs = []int32{
-	28, // 0: lockgate.v1.GetSchemaResponse.schema:type_name -> lockgate.v1.Schema
-	30, // 1: lockgate.v1.ListSchemaVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersionRef
+	30, // 0: lockgate.v1.GetSchemaResponse.schema:type_name -> lockgate.v1.Schema
+	33, // 1: lockgate.v1.ListSchemaVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersionRef
 	0,  // 2: lockgate.v1.RegisterSchemaRequest.schema_type:type_name -> lockgate.v1.SchemaType
-	0,  // 3: lockgate.v1.LookupSchemaRequest.schema_type:type_name -> lockgate.v1.SchemaType
-	29, // 4: lockgate.v1.LookupSchemaResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
-	29, // 5: lockgate.v1.ListSubjectVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersion
-	29, // 6: lockgate.v1.GetSubjectVersionResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
-	0,  // 7: lockgate.v1.CheckCompatibilityRequest.schema_type:type_name -> lockgate.v1.SchemaType
-	1,  // 8: lockgate.v1.CheckCompatibilityResponse.level:type_name -> lockgate.v1.CompatibilityLevel
-	1,  // 9: lockgate.v1.GetCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
-	1,  // 10: lockgate.v1.UpdateCompatibilityConfigRequest.level:type_name -> lockgate.v1.CompatibilityLevel
-	1,  // 11: lockgate.v1.UpdateCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
-	1,  // 12: lockgate.v1.DeleteCompatibilityConfigResponse.previous_level:type_name -> lockgate.v1.CompatibilityLevel
-	0,  // 13: lockgate.v1.Schema.schema_type:type_name -> lockgate.v1.SchemaType
-	0,  // 14: lockgate.v1.SubjectVersion.schema_type:type_name -> lockgate.v1.SchemaType
-	2,  // 15: lockgate.v1.SchemaRegistryService.GetSchema:input_type -> lockgate.v1.GetSchemaRequest
-	4,  // 16: lockgate.v1.SchemaRegistryService.ListSchemaVersions:input_type -> lockgate.v1.ListSchemaVersionsRequest
-	6,  // 17: lockgate.v1.SchemaRegistryService.RegisterSchema:input_type -> lockgate.v1.RegisterSchemaRequest
-	8,  // 18: lockgate.v1.SchemaRegistryService.LookupSchema:input_type -> lockgate.v1.LookupSchemaRequest
-	10, // 19: lockgate.v1.SchemaRegistryService.ListSubjects:input_type -> lockgate.v1.ListSubjectsRequest
-	12, // 20: lockgate.v1.SchemaRegistryService.ListSubjectVersions:input_type -> lockgate.v1.ListSubjectVersionsRequest
-	14, // 21: lockgate.v1.SchemaRegistryService.GetSubjectVersion:input_type -> lockgate.v1.GetSubjectVersionRequest
-	16, // 22: lockgate.v1.SchemaRegistryService.CheckCompatibility:input_type -> lockgate.v1.CheckCompatibilityRequest
-	18, // 23: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:input_type -> lockgate.v1.GetCompatibilityConfigRequest
-	20, // 24: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:input_type -> lockgate.v1.UpdateCompatibilityConfigRequest
-	22, // 25: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:input_type -> lockgate.v1.DeleteCompatibilityConfigRequest
-	24, // 26: lockgate.v1.SchemaRegistryService.DeleteSubject:input_type -> lockgate.v1.DeleteSubjectRequest
-	26, // 27: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:input_type -> lockgate.v1.DeleteSubjectVersionRequest
-	3,  // 28: lockgate.v1.SchemaRegistryService.GetSchema:output_type -> lockgate.v1.GetSchemaResponse
-	5,  // 29: lockgate.v1.SchemaRegistryService.ListSchemaVersions:output_type -> lockgate.v1.ListSchemaVersionsResponse
-	7,  // 30: lockgate.v1.SchemaRegistryService.RegisterSchema:output_type -> lockgate.v1.RegisterSchemaResponse
-	9,  // 31: lockgate.v1.SchemaRegistryService.LookupSchema:output_type -> lockgate.v1.LookupSchemaResponse
-	11, // 32: lockgate.v1.SchemaRegistryService.ListSubjects:output_type -> lockgate.v1.ListSubjectsResponse
-	13, // 33: lockgate.v1.SchemaRegistryService.ListSubjectVersions:output_type -> lockgate.v1.ListSubjectVersionsResponse
-	15, // 34: lockgate.v1.SchemaRegistryService.GetSubjectVersion:output_type -> lockgate.v1.GetSubjectVersionResponse
-	17, // 35: lockgate.v1.SchemaRegistryService.CheckCompatibility:output_type -> lockgate.v1.CheckCompatibilityResponse
-	19, // 36: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:output_type -> lockgate.v1.GetCompatibilityConfigResponse
-	21, // 37: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:output_type -> lockgate.v1.UpdateCompatibilityConfigResponse
-	23, // 38: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:output_type -> lockgate.v1.DeleteCompatibilityConfigResponse
-	25, // 39: lockgate.v1.SchemaRegistryService.DeleteSubject:output_type -> lockgate.v1.DeleteSubjectResponse
-	27, // 40: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:output_type -> lockgate.v1.DeleteSubjectVersionResponse
-	28, // [28:41] is the sub-list for method output_type
-	15, // [15:28] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	32, // 3: lockgate.v1.RegisterSchemaRequest.references:type_name -> lockgate.v1.SchemaReference
+	0,  // 4: lockgate.v1.LookupSchemaRequest.schema_type:type_name -> lockgate.v1.SchemaType
+	32, // 5: lockgate.v1.LookupSchemaRequest.references:type_name -> lockgate.v1.SchemaReference
+	31, // 6: lockgate.v1.LookupSchemaResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
+	31, // 7: lockgate.v1.ListSubjectVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersion
+	31, // 8: lockgate.v1.GetSubjectVersionResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
+	0,  // 9: lockgate.v1.CheckCompatibilityRequest.schema_type:type_name -> lockgate.v1.SchemaType
+	32, // 10: lockgate.v1.CheckCompatibilityRequest.references:type_name -> lockgate.v1.SchemaReference
+	1,  // 11: lockgate.v1.CheckCompatibilityResponse.level:type_name -> lockgate.v1.CompatibilityLevel
+	1,  // 12: lockgate.v1.GetCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
+	1,  // 13: lockgate.v1.UpdateCompatibilityConfigRequest.level:type_name -> lockgate.v1.CompatibilityLevel
+	1,  // 14: lockgate.v1.UpdateCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
+	1,  // 15: lockgate.v1.DeleteCompatibilityConfigResponse.previous_level:type_name -> lockgate.v1.CompatibilityLevel
+	0,  // 16: lockgate.v1.Schema.schema_type:type_name -> lockgate.v1.SchemaType
+	32, // 17: lockgate.v1.Schema.references:type_name -> lockgate.v1.SchemaReference
+	0,  // 18: lockgate.v1.SubjectVersion.schema_type:type_name -> lockgate.v1.SchemaType
+	32, // 19: lockgate.v1.SubjectVersion.references:type_name -> lockgate.v1.SchemaReference
+	2,  // 20: lockgate.v1.SchemaRegistryService.GetSchema:input_type -> lockgate.v1.GetSchemaRequest
+	4,  // 21: lockgate.v1.SchemaRegistryService.ListSchemaVersions:input_type -> lockgate.v1.ListSchemaVersionsRequest
+	6,  // 22: lockgate.v1.SchemaRegistryService.RegisterSchema:input_type -> lockgate.v1.RegisterSchemaRequest
+	8,  // 23: lockgate.v1.SchemaRegistryService.LookupSchema:input_type -> lockgate.v1.LookupSchemaRequest
+	10, // 24: lockgate.v1.SchemaRegistryService.ListSubjects:input_type -> lockgate.v1.ListSubjectsRequest
+	12, // 25: lockgate.v1.SchemaRegistryService.ListSubjectVersions:input_type -> lockgate.v1.ListSubjectVersionsRequest
+	14, // 26: lockgate.v1.SchemaRegistryService.GetSubjectVersion:input_type -> lockgate.v1.GetSubjectVersionRequest
+	16, // 27: lockgate.v1.SchemaRegistryService.CheckCompatibility:input_type -> lockgate.v1.CheckCompatibilityRequest
+	18, // 28: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:input_type -> lockgate.v1.GetCompatibilityConfigRequest
+	20, // 29: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:input_type -> lockgate.v1.UpdateCompatibilityConfigRequest
+	22, // 30: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:input_type -> lockgate.v1.DeleteCompatibilityConfigRequest
+	24, // 31: lockgate.v1.SchemaRegistryService.DeleteSubject:input_type -> lockgate.v1.DeleteSubjectRequest
+	26, // 32: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:input_type -> lockgate.v1.DeleteSubjectVersionRequest
+	28, // 33: lockgate.v1.SchemaRegistryService.ListReferencingSchemas:input_type -> lockgate.v1.ListReferencingSchemasRequest
+	3,  // 34: lockgate.v1.SchemaRegistryService.GetSchema:output_type -> lockgate.v1.GetSchemaResponse
+	5,  // 35: lockgate.v1.SchemaRegistryService.ListSchemaVersions:output_type -> lockgate.v1.ListSchemaVersionsResponse
+	7,  // 36: lockgate.v1.SchemaRegistryService.RegisterSchema:output_type -> lockgate.v1.RegisterSchemaResponse
+	9,  // 37: lockgate.v1.SchemaRegistryService.LookupSchema:output_type -> lockgate.v1.LookupSchemaResponse
+	11, // 38: lockgate.v1.SchemaRegistryService.ListSubjects:output_type -> lockgate.v1.ListSubjectsResponse
+	13, // 39: lockgate.v1.SchemaRegistryService.ListSubjectVersions:output_type -> lockgate.v1.ListSubjectVersionsResponse
+	15, // 40: lockgate.v1.SchemaRegistryService.GetSubjectVersion:output_type -> lockgate.v1.GetSubjectVersionResponse
+	17, // 41: lockgate.v1.SchemaRegistryService.CheckCompatibility:output_type -> lockgate.v1.CheckCompatibilityResponse
+	19, // 42: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:output_type -> lockgate.v1.GetCompatibilityConfigResponse
+	21, // 43: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:output_type -> lockgate.v1.UpdateCompatibilityConfigResponse
+	23, // 44: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:output_type -> lockgate.v1.DeleteCompatibilityConfigResponse
+	25, // 45: lockgate.v1.SchemaRegistryService.DeleteSubject:output_type -> lockgate.v1.DeleteSubjectResponse
+	27, // 46: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:output_type -> lockgate.v1.DeleteSubjectVersionResponse
+	29, // 47: lockgate.v1.SchemaRegistryService.ListReferencingSchemas:output_type -> lockgate.v1.ListReferencingSchemasResponse
+	34, // [34:48] is the sub-list for method output_type
+	20, // [20:34] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_lockgate_v1_schema_registry_proto_init() }
@@ -2133,7 +2412,7 @@ func file_lockgate_v1_schema_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockgate_v1_schema_registry_proto_rawDesc), len(file_lockgate_v1_schema_registry_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,7 @@ const (
 	SchemaRegistryService_DeleteCompatibilityConfig_FullMethodName = "/lockgate.v1.SchemaRegistryService/DeleteCompatibilityConfig"
 	SchemaRegistryService_DeleteSubject_FullMethodName             = "/lockgate.v1.SchemaRegistryService/DeleteSubject"
 	SchemaRegistryService_DeleteSubjectVersion_FullMethodName      = "/lockgate.v1.SchemaRegistryService/DeleteSubjectVersion"
+	SchemaRegistryService_ListReferencingSchemas_FullMethodName    = "/lockgate.v1.SchemaRegistryService/ListReferencingSchemas"
 )
 
 // SchemaRegistryServiceClient is the client API for SchemaRegistryService service.
@@ -57,7 +58,8 @@ const (
 // Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
 // code the REST API would answer (40401 subject not found, 40402 version not found, 40403
 // schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
-// schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+// schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+// referenced, 42208 invalid subject).
 // Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
 // first answer instead of applying the change twice (remembered per replica).
 type SchemaRegistryServiceClient interface {
@@ -70,8 +72,9 @@ type SchemaRegistryServiceClient interface {
 	// RegisterSchema adds a schema as the next version of a subject, after checking it
 	// against the subject's compatibility level; registering a schema that is already a
 	// live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
-	// invalid Avro or default, 42208 invalid subject), FAILED_PRECONDITION (409
-	// incompatible; a google.rpc.PreconditionFailure carries one violation per reason).
+	// invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
+	// invalid subject), FAILED_PRECONDITION (409 incompatible; a
+	// google.rpc.PreconditionFailure carries one violation per reason).
 	RegisterSchema(ctx context.Context, in *RegisterSchemaRequest, opts ...grpc.CallOption) (*RegisterSchemaResponse, error)
 	// LookupSchema finds the version of a subject that holds a given schema (compared
 	// after normalisation). Errors: NOT_FOUND (40401 subject, 40403 schema),
@@ -103,12 +106,19 @@ type SchemaRegistryServiceClient interface {
 	DeleteCompatibilityConfig(ctx context.Context, in *DeleteCompatibilityConfigRequest, opts ...grpc.CallOption) (*DeleteCompatibilityConfigResponse, error)
 	// DeleteSubject soft-deletes every live version of a subject, or, with permanent,
 	// removes a subject that was soft-deleted before. Errors: NOT_FOUND (40401),
-	// FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first).
+	// FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first, 42206
+	// another schema references one of its versions).
 	DeleteSubject(ctx context.Context, in *DeleteSubjectRequest, opts ...grpc.CallOption) (*DeleteSubjectResponse, error)
 	// DeleteSubjectVersion soft-deletes one version, or, with permanent, removes a version
 	// that was soft-deleted before. Errors: NOT_FOUND (40401, 40402), FAILED_PRECONDITION
-	// (40406 already soft-deleted, 40407 not soft-deleted first), INVALID_ARGUMENT (42202).
+	// (40406 already soft-deleted, 40407 not soft-deleted first, 42206 another schema
+	// references the version), INVALID_ARGUMENT (42202).
 	DeleteSubjectVersion(ctx context.Context, in *DeleteSubjectVersionRequest, opts ...grpc.CallOption) (*DeleteSubjectVersionResponse, error)
+	// ListReferencingSchemas lists the ids of the schemas that reference a version of a
+	// subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
+	// the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
+	// (42202, 42208, bad page_token or negative page_size).
+	ListReferencingSchemas(ctx context.Context, in *ListReferencingSchemasRequest, opts ...grpc.CallOption) (*ListReferencingSchemasResponse, error)
 }
 
 type schemaRegistryServiceClient struct {
@@ -249,6 +259,16 @@ func (c *schemaRegistryServiceClient) DeleteSubjectVersion(ctx context.Context, 
 	return out, nil
 }
 
+func (c *schemaRegistryServiceClient) ListReferencingSchemas(ctx context.Context, in *ListReferencingSchemasRequest, opts ...grpc.CallOption) (*ListReferencingSchemasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReferencingSchemasResponse)
+	err := c.cc.Invoke(ctx, SchemaRegistryService_ListReferencingSchemas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SchemaRegistryServiceServer is the server API for SchemaRegistryService service.
 // All implementations must embed UnimplementedSchemaRegistryServiceServer
 // for forward compatibility.
@@ -262,7 +282,8 @@ func (c *schemaRegistryServiceClient) DeleteSubjectVersion(ctx context.Context, 
 // Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
 // code the REST API would answer (40401 subject not found, 40402 version not found, 40403
 // schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
-// schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+// schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+// referenced, 42208 invalid subject).
 // Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
 // first answer instead of applying the change twice (remembered per replica).
 type SchemaRegistryServiceServer interface {
@@ -275,8 +296,9 @@ type SchemaRegistryServiceServer interface {
 	// RegisterSchema adds a schema as the next version of a subject, after checking it
 	// against the subject's compatibility level; registering a schema that is already a
 	// live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
-	// invalid Avro or default, 42208 invalid subject), FAILED_PRECONDITION (409
-	// incompatible; a google.rpc.PreconditionFailure carries one violation per reason).
+	// invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
+	// invalid subject), FAILED_PRECONDITION (409 incompatible; a
+	// google.rpc.PreconditionFailure carries one violation per reason).
 	RegisterSchema(context.Context, *RegisterSchemaRequest) (*RegisterSchemaResponse, error)
 	// LookupSchema finds the version of a subject that holds a given schema (compared
 	// after normalisation). Errors: NOT_FOUND (40401 subject, 40403 schema),
@@ -308,12 +330,19 @@ type SchemaRegistryServiceServer interface {
 	DeleteCompatibilityConfig(context.Context, *DeleteCompatibilityConfigRequest) (*DeleteCompatibilityConfigResponse, error)
 	// DeleteSubject soft-deletes every live version of a subject, or, with permanent,
 	// removes a subject that was soft-deleted before. Errors: NOT_FOUND (40401),
-	// FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first).
+	// FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first, 42206
+	// another schema references one of its versions).
 	DeleteSubject(context.Context, *DeleteSubjectRequest) (*DeleteSubjectResponse, error)
 	// DeleteSubjectVersion soft-deletes one version, or, with permanent, removes a version
 	// that was soft-deleted before. Errors: NOT_FOUND (40401, 40402), FAILED_PRECONDITION
-	// (40406 already soft-deleted, 40407 not soft-deleted first), INVALID_ARGUMENT (42202).
+	// (40406 already soft-deleted, 40407 not soft-deleted first, 42206 another schema
+	// references the version), INVALID_ARGUMENT (42202).
 	DeleteSubjectVersion(context.Context, *DeleteSubjectVersionRequest) (*DeleteSubjectVersionResponse, error)
+	// ListReferencingSchemas lists the ids of the schemas that reference a version of a
+	// subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
+	// the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
+	// (42202, 42208, bad page_token or negative page_size).
+	ListReferencingSchemas(context.Context, *ListReferencingSchemasRequest) (*ListReferencingSchemasResponse, error)
 	mustEmbedUnimplementedSchemaRegistryServiceServer()
 }
 
@@ -362,6 +391,9 @@ func (UnimplementedSchemaRegistryServiceServer) DeleteSubject(context.Context, *
 }
 func (UnimplementedSchemaRegistryServiceServer) DeleteSubjectVersion(context.Context, *DeleteSubjectVersionRequest) (*DeleteSubjectVersionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteSubjectVersion not implemented")
+}
+func (UnimplementedSchemaRegistryServiceServer) ListReferencingSchemas(context.Context, *ListReferencingSchemasRequest) (*ListReferencingSchemasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReferencingSchemas not implemented")
 }
 func (UnimplementedSchemaRegistryServiceServer) mustEmbedUnimplementedSchemaRegistryServiceServer() {}
 func (UnimplementedSchemaRegistryServiceServer) testEmbeddedByValue()                               {}
@@ -618,6 +650,24 @@ func _SchemaRegistryService_DeleteSubjectVersion_Handler(srv interface{}, ctx co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchemaRegistryService_ListReferencingSchemas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReferencingSchemasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchemaRegistryServiceServer).ListReferencingSchemas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchemaRegistryService_ListReferencingSchemas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchemaRegistryServiceServer).ListReferencingSchemas(ctx, req.(*ListReferencingSchemasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SchemaRegistryService_ServiceDesc is the grpc.ServiceDesc for SchemaRegistryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -676,6 +726,10 @@ var SchemaRegistryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteSubjectVersion",
 			Handler:    _SchemaRegistryService_DeleteSubjectVersion_Handler,
+		},
+		{
+			MethodName: "ListReferencingSchemas",
+			Handler:    _SchemaRegistryService_ListReferencingSchemas_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file lockgate/v1/schema_registry.proto.
  */
 export const file_lockgate_v1_schema_registry: GenFile = /*@__PURE__*/
-  fileDesc("CiFsb2NrZ2F0ZS92MS9zY2hlbWFfcmVnaXN0cnkucHJvdG8SC2xvY2tnYXRlLnYxIiUKEEdldFNjaGVtYVJlcXVlc3QSEQoJc2NoZW1hX2lkGAEgASgFIjgKEUdldFNjaGVtYVJlc3BvbnNlEiMKBnNjaGVtYRgBIAEoCzITLmxvY2tnYXRlLnYxLlNjaGVtYSJuChlMaXN0U2NoZW1hVmVyc2lvbnNSZXF1ZXN0EhEKCXNjaGVtYV9pZBgBIAEoBRIXCg9pbmNsdWRlX2RlbGV0ZWQYAiABKAgSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiZwoaTGlzdFNjaGVtYVZlcnNpb25zUmVzcG9uc2USMAoIdmVyc2lvbnMYASADKAsyHi5sb2NrZ2F0ZS52MS5TdWJqZWN0VmVyc2lvblJlZhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiegoVUmVnaXN0ZXJTY2hlbWFSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDwoHc3ViamVjdBgCIAEoCRIOCgZzY2hlbWEYAyABKAkSLAoLc2NoZW1hX3R5cGUYBCABKA4yFy5sb2NrZ2F0ZS52MS5TY2hlbWFUeXBlIk0KFlJlZ2lzdGVyU2NoZW1hUmVzcG9uc2USEQoJc2NoZW1hX2lkGAEgASgFEg8KB3ZlcnNpb24YAiABKAUSDwoHY3JlYXRlZBgDIAEoCCJ9ChNMb29rdXBTY2hlbWFSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSDgoGc2NoZW1hGAIgASgJEiwKC3NjaGVtYV90eXBlGAMgASgOMhcubG9ja2dhdGUudjEuU2NoZW1hVHlwZRIXCg9pbmNsdWRlX2RlbGV0ZWQYBCABKAgiTAoUTG9va3VwU2NoZW1hUmVzcG9uc2USNAoPc3ViamVjdF92ZXJzaW9uGAEgASgLMhsubG9ja2dhdGUudjEuU3ViamVjdFZlcnNpb24iVQoTTGlzdFN1YmplY3RzUmVxdWVzdBIXCg9pbmNsdWRlX2RlbGV0ZWQYASABKAgSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiQQoUTGlzdFN1YmplY3RzUmVzcG9uc2USEAoIc3ViamVjdHMYASADKAkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIm0KGkxpc3RTdWJqZWN0VmVyc2lvbnNSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSFwoPaW5jbHVkZV9kZWxldGVkGAIgASgIEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJImUKG0xpc3RTdWJqZWN0VmVyc2lvbnNSZXNwb25zZRItCgh2ZXJzaW9ucxgBIAMoCzIbLmxvY2tnYXRlLnYxLlN1YmplY3RWZXJzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJVChhHZXRTdWJqZWN0VmVyc2lvblJlcXVlc3QSDwoHc3ViamVjdBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgFEhcKD2luY2x1ZGVfZGVsZXRlZBgDIAEoCCJRChlHZXRTdWJqZWN0VmVyc2lvblJlc3BvbnNlEjQKD3N1YmplY3RfdmVyc2lvbhgBIAEoCzIbLmxvY2tnYXRlLnYxLlN1YmplY3RWZXJzaW9uInsKGUNoZWNrQ29tcGF0aWJpbGl0eVJlcXVlc3QSDwoHc3ViamVjdBgBIAEoCRIOCgZzY2hlbWEYAiABKAkSLAoLc2NoZW1hX3R5cGUYAyABKA4yFy5sb2NrZ2F0ZS52MS5TY2hlbWFUeXBlEg8KB3ZlcnNpb24YBCABKAUicQoaQ2hlY2tDb21wYXRpYmlsaXR5UmVzcG9uc2USEgoKY29tcGF0aWJsZRgBIAEoCBIPCgdyZWFzb25zGAIgAygJEi4KBWxldmVsGAMgASgOMh8ubG9ja2dhdGUudjEuQ29tcGF0aWJpbGl0eUxldmVsIksKHUdldENvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSGQoRZGVmYXVsdF90b19nbG9iYWwYAiABKAgiUAoeR2V0Q29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlEi4KBWxldmVsGAEgASgOMh8ubG9ja2dhdGUudjEuQ29tcGF0aWJpbGl0eUxldmVsIncKIFVwZGF0ZUNvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDwoHc3ViamVjdBgCIAEoCRIuCgVsZXZlbBgDIAEoDjIfLmxvY2tnYXRlLnYxLkNvbXBhdGliaWxpdHlMZXZlbCJTCiFVcGRhdGVDb21wYXRpYmlsaXR5Q29uZmlnUmVzcG9uc2USLgoFbGV2ZWwYASABKA4yHy5sb2NrZ2F0ZS52MS5Db21wYXRpYmlsaXR5TGV2ZWwiRwogRGVsZXRlQ29tcGF0aWJpbGl0eUNvbmZpZ1JlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJIlwKIURlbGV0ZUNvbXBhdGliaWxpdHlDb25maWdSZXNwb25zZRI3Cg5wcmV2aW91c19sZXZlbBgBIAEoDjIfLmxvY2tnYXRlLnYxLkNvbXBhdGliaWxpdHlMZXZlbCJOChREZWxldGVTdWJqZWN0UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEg8KB3N1YmplY3QYAiABKAkSEQoJcGVybWFuZW50GAMgASgIIikKFURlbGV0ZVN1YmplY3RSZXNwb25zZRIQCgh2ZXJzaW9ucxgBIAMoBSJmChtEZWxldGVTdWJqZWN0VmVyc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEg8KB3ZlcnNpb24YAyABKAUSEQoJcGVybWFuZW50GAQgASgIIi8KHERlbGV0ZVN1YmplY3RWZXJzaW9uUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoBSJZCgZTY2hlbWESEQoJc2NoZW1hX2lkGAEgASgFEiwKC3NjaGVtYV90eXBlGAIgASgOMhcubG9ja2dhdGUudjEuU2NoZW1hVHlwZRIOCgZzY2hlbWEYAyABKAkilAEKDlN1YmplY3RWZXJzaW9uEg8KB3N1YmplY3QYASABKAkSDwoHdmVyc2lvbhgCIAEoBRIRCglzY2hlbWFfaWQYAyABKAUSLAoLc2NoZW1hX3R5cGUYBCABKA4yFy5sb2NrZ2F0ZS52MS5TY2hlbWFUeXBlEg4KBnNjaGVtYRgFIAEoCRIPCgdkZWxldGVkGAYgASgIIjUKEVN1YmplY3RWZXJzaW9uUmVmEg8KB3N1YmplY3QYASABKAkSDwoHdmVyc2lvbhgCIAEoBSo/CgpTY2hlbWFUeXBlEhsKF1NDSEVNQV9UWVBFX1VOU1BFQ0lGSUVEEAASFAoQU0NIRU1BX1RZUEVfQVZSTxABKroCChJDb21wYXRpYmlsaXR5TGV2ZWwSIwofQ09NUEFUSUJJTElUWV9MRVZFTF9VTlNQRUNJRklFRBAAEhwKGENPTVBBVElCSUxJVFlfTEVWRUxfTk9ORRABEiAKHENPTVBBVElCSUxJVFlfTEVWRUxfQkFDS1dBUkQQAhIrCidDT01QQVRJQklMSVRZX0xFVkVMX0JBQ0tXQVJEX1RSQU5TSVRJVkUQAxIfChtDT01QQVRJQklMSVRZX0xFVkVMX0ZPUldBUkQQBBIqCiZDT01QQVRJQklMSVRZX0xFVkVMX0ZPUldBUkRfVFJBTlNJVElWRRAFEhwKGENPTVBBVElCSUxJVFlfTEVWRUxfRlVMTBAGEicKI0NPTVBBVElCSUxJVFlfTEVWRUxfRlVMTF9UUkFOU0lUSVZFEAcy3AoKFVNjaGVtYVJlZ2lzdHJ5U2VydmljZRJPCglHZXRTY2hlbWESHS5sb2NrZ2F0ZS52MS5HZXRTY2hlbWFSZXF1ZXN0Gh4ubG9ja2dhdGUudjEuR2V0U2NoZW1hUmVzcG9uc2UiA5ACARJqChJMaXN0U2NoZW1hVmVyc2lvbnMSJi5sb2NrZ2F0ZS52MS5MaXN0U2NoZW1hVmVyc2lvbnNSZXF1ZXN0GicubG9ja2dhdGUudjEuTGlzdFNjaGVtYVZlcnNpb25zUmVzcG9uc2UiA5ACARJZCg5SZWdpc3RlclNjaGVtYRIiLmxvY2tnYXRlLnYxLlJlZ2lzdGVyU2NoZW1hUmVxdWVzdBojLmxvY2tnYXRlLnYxLlJlZ2lzdGVyU2NoZW1hUmVzcG9uc2USWAoMTG9va3VwU2NoZW1hEiAubG9ja2dhdGUudjEuTG9va3VwU2NoZW1hUmVxdWVzdBohLmxvY2tnYXRlLnYxLkxvb2t1cFNjaGVtYVJlc3BvbnNlIgOQAgESWAoMTGlzdFN1YmplY3RzEiAubG9ja2dhdGUudjEuTGlzdFN1YmplY3RzUmVxdWVzdBohLmxvY2tnYXRlLnYxLkxpc3RTdWJqZWN0c1Jlc3BvbnNlIgOQAgESbQoTTGlzdFN1YmplY3RWZXJzaW9ucxInLmxvY2tnYXRlLnYxLkxpc3RTdWJqZWN0VmVyc2lvbnNSZXF1ZXN0GigubG9ja2dhdGUudjEuTGlzdFN1YmplY3RWZXJzaW9uc1Jlc3BvbnNlIgOQAgESZwoRR2V0U3ViamVjdFZlcnNpb24SJS5sb2NrZ2F0ZS52MS5HZXRTdWJqZWN0VmVyc2lvblJlcXVlc3QaJi5sb2NrZ2F0ZS52MS5HZXRTdWJqZWN0VmVyc2lvblJlc3BvbnNlIgOQAgESagoSQ2hlY2tDb21wYXRpYmlsaXR5EiYubG9ja2dhdGUudjEuQ2hlY2tDb21wYXRpYmlsaXR5UmVxdWVzdBonLmxvY2tnYXRlLnYxLkNoZWNrQ29tcGF0aWJpbGl0eVJlc3BvbnNlIgOQAgESdgoWR2V0Q29tcGF0aWJpbGl0eUNvbmZpZxIqLmxvY2tnYXRlLnYxLkdldENvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0GisubG9ja2dhdGUudjEuR2V0Q29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlIgOQAgESegoZVXBkYXRlQ29tcGF0aWJpbGl0eUNvbmZpZxItLmxvY2tnYXRlLnYxLlVwZGF0ZUNvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0Gi4ubG9ja2dhdGUudjEuVXBkYXRlQ29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlEnoKGURlbGV0ZUNvbXBhdGliaWxpdHlDb25maWcSLS5sb2NrZ2F0ZS52MS5EZWxldGVDb21wYXRpYmlsaXR5Q29uZmlnUmVxdWVzdBouLmxvY2tnYXRlLnYxLkRlbGV0ZUNvbXBhdGliaWxpdHlDb25maWdSZXNwb25zZRJWCg1EZWxldGVTdWJqZWN0EiEubG9ja2dhdGUudjEuRGVsZXRlU3ViamVjdFJlcXVlc3QaIi5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0UmVzcG9uc2USawoURGVsZXRlU3ViamVjdFZlcnNpb24SKC5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0VmVyc2lvblJlcXVlc3QaKS5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0VmVyc2lvblJlc3BvbnNlQmQKD2Rldi5sb2NrZ2F0ZS52MUITU2NoZW1hUmVnaXN0cnlQcm90b1ABWjpnaXRodWIuY29tL2xvY2tnYXRlL2xvY2tnYXRlL2dlbi9nby9sb2NrZ2F0ZS92MTtsb2NrZ2F0ZXYxYgZwcm90bzM");
+  fileDesc("CiFsb2NrZ2F0ZS92MS9zY2hlbWFfcmVnaXN0cnkucHJvdG8SC2xvY2tnYXRlLnYxIiUKEEdldFNjaGVtYVJlcXVlc3QSEQoJc2NoZW1hX2lkGAEgASgFIjgKEUdldFNjaGVtYVJlc3BvbnNlEiMKBnNjaGVtYRgBIAEoCzITLmxvY2tnYXRlLnYxLlNjaGVtYSJuChlMaXN0U2NoZW1hVmVyc2lvbnNSZXF1ZXN0EhEKCXNjaGVtYV9pZBgBIAEoBRIXCg9pbmNsdWRlX2RlbGV0ZWQYAiABKAgSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiZwoaTGlzdFNjaGVtYVZlcnNpb25zUmVzcG9uc2USMAoIdmVyc2lvbnMYASADKAsyHi5sb2NrZ2F0ZS52MS5TdWJqZWN0VmVyc2lvblJlZhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkirAEKFVJlZ2lzdGVyU2NoZW1hUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEg8KB3N1YmplY3QYAiABKAkSDgoGc2NoZW1hGAMgASgJEiwKC3NjaGVtYV90eXBlGAQgASgOMhcubG9ja2dhdGUudjEuU2NoZW1hVHlwZRIwCgpyZWZlcmVuY2VzGAUgAygLMhwubG9ja2dhdGUudjEuU2NoZW1hUmVmZXJlbmNlIk0KFlJlZ2lzdGVyU2NoZW1hUmVzcG9uc2USEQoJc2NoZW1hX2lkGAEgASgFEg8KB3ZlcnNpb24YAiABKAUSDwoHY3JlYXRlZBgDIAEoCCKvAQoTTG9va3VwU2NoZW1hUmVxdWVzdBIPCgdzdWJqZWN0GAEgASgJEg4KBnNjaGVtYRgCIAEoCRIsCgtzY2hlbWFfdHlwZRgDIAEoDjIXLmxvY2tnYXRlLnYxLlNjaGVtYVR5cGUSFwoPaW5jbHVkZV9kZWxldGVkGAQgASgIEjAKCnJlZmVyZW5jZXMYBSADKAsyHC5sb2NrZ2F0ZS52MS5TY2hlbWFSZWZlcmVuY2UiTAoUTG9va3VwU2NoZW1hUmVzcG9uc2USNAoPc3ViamVjdF92ZXJzaW9uGAEgASgLMhsubG9ja2dhdGUudjEuU3ViamVjdFZlcnNpb24iVQoTTGlzdFN1YmplY3RzUmVxdWVzdBIXCg9pbmNsdWRlX2RlbGV0ZWQYASABKAgSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiQQoUTGlzdFN1YmplY3RzUmVzcG9uc2USEAoIc3ViamVjdHMYASADKAkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIm0KGkxpc3RTdWJqZWN0VmVyc2lvbnNSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSFwoPaW5jbHVkZV9kZWxldGVkGAIgASgIEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJImUKG0xpc3RTdWJqZWN0VmVyc2lvbnNSZXNwb25zZRItCgh2ZXJzaW9ucxgBIAMoCzIbLmxvY2tnYXRlLnYxLlN1YmplY3RWZXJzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJVChhHZXRTdWJqZWN0VmVyc2lvblJlcXVlc3QSDwoHc3ViamVjdBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgFEhcKD2luY2x1ZGVfZGVsZXRlZBgDIAEoCCJRChlHZXRTdWJqZWN0VmVyc2lvblJlc3BvbnNlEjQKD3N1YmplY3RfdmVyc2lvbhgBIAEoCzIbLmxvY2tnYXRlLnYxLlN1YmplY3RWZXJzaW9uIq0BChlDaGVja0NvbXBhdGliaWxpdHlSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSDgoGc2NoZW1hGAIgASgJEiwKC3NjaGVtYV90eXBlGAMgASgOMhcubG9ja2dhdGUudjEuU2NoZW1hVHlwZRIPCgd2ZXJzaW9uGAQgASgFEjAKCnJlZmVyZW5jZXMYBSADKAsyHC5sb2NrZ2F0ZS52MS5TY2hlbWFSZWZlcmVuY2UicQoaQ2hlY2tDb21wYXRpYmlsaXR5UmVzcG9uc2USEgoKY29tcGF0aWJsZRgBIAEoCBIPCgdyZWFzb25zGAIgAygJEi4KBWxldmVsGAMgASgOMh8ubG9ja2dhdGUudjEuQ29tcGF0aWJpbGl0eUxldmVsIksKHUdldENvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSGQoRZGVmYXVsdF90b19nbG9iYWwYAiABKAgiUAoeR2V0Q29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlEi4KBWxldmVsGAEgASgOMh8ubG9ja2dhdGUudjEuQ29tcGF0aWJpbGl0eUxldmVsIncKIFVwZGF0ZUNvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDwoHc3ViamVjdBgCIAEoCRIuCgVsZXZlbBgDIAEoDjIfLmxvY2tnYXRlLnYxLkNvbXBhdGliaWxpdHlMZXZlbCJTCiFVcGRhdGVDb21wYXRpYmlsaXR5Q29uZmlnUmVzcG9uc2USLgoFbGV2ZWwYASABKA4yHy5sb2NrZ2F0ZS52MS5Db21wYXRpYmlsaXR5TGV2ZWwiRwogRGVsZXRlQ29tcGF0aWJpbGl0eUNvbmZpZ1JlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJIlwKIURlbGV0ZUNvbXBhdGliaWxpdHlDb25maWdSZXNwb25zZRI3Cg5wcmV2aW91c19sZXZlbBgBIAEoDjIfLmxvY2tnYXRlLnYxLkNvbXBhdGliaWxpdHlMZXZlbCJOChREZWxldGVTdWJqZWN0UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEg8KB3N1YmplY3QYAiABKAkSEQoJcGVybWFuZW50GAMgASgIIikKFURlbGV0ZVN1YmplY3RSZXNwb25zZRIQCgh2ZXJzaW9ucxgBIAMoBSJmChtEZWxldGVTdWJqZWN0VmVyc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEg8KB3ZlcnNpb24YAyABKAUSEQoJcGVybWFuZW50GAQgASgIIi8KHERlbGV0ZVN1YmplY3RWZXJzaW9uUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoBSJoCh1MaXN0UmVmZXJlbmNpbmdTY2hlbWFzUmVxdWVzdBIPCgdzdWJqZWN0GAEgASgJEg8KB3ZlcnNpb24YAiABKAUSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiTQoeTGlzdFJlZmVyZW5jaW5nU2NoZW1hc1Jlc3BvbnNlEhIKCnNjaGVtYV9pZHMYASADKAUSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBCgZTY2hlbWESEQoJc2NoZW1hX2lkGAEgASgFEiwKC3NjaGVtYV90eXBlGAIgASgOMhcubG9ja2dhdGUudjEuU2NoZW1hVHlwZRIOCgZzY2hlbWEYAyABKAkSMAoKcmVmZXJlbmNlcxgEIAMoCzIcLmxvY2tnYXRlLnYxLlNjaGVtYVJlZmVyZW5jZSLGAQoOU3ViamVjdFZlcnNpb24SDwoHc3ViamVjdBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgFEhEKCXNjaGVtYV9pZBgDIAEoBRIsCgtzY2hlbWFfdHlwZRgEIAEoDjIXLmxvY2tnYXRlLnYxLlNjaGVtYVR5cGUSDgoGc2NoZW1hGAUgASgJEg8KB2RlbGV0ZWQYBiABKAgSMAoKcmVmZXJlbmNlcxgHIAMoCzIcLmxvY2tnYXRlLnYxLlNjaGVtYVJlZmVyZW5jZSJBCg9TY2hlbWFSZWZlcmVuY2USDAoEbmFtZRgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEg8KB3ZlcnNpb24YAyABKAUiNQoRU3ViamVjdFZlcnNpb25SZWYSDwoHc3ViamVjdBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgFKj8KClNjaGVtYVR5cGUSGwoXU0NIRU1BX1RZUEVfVU5TUEVDSUZJRUQQABIUChBTQ0hFTUFfVFlQRV9BVlJPEAEqugIKEkNvbXBhdGliaWxpdHlMZXZlbBIjCh9DT01QQVRJQklMSVRZX0xFVkVMX1VOU1BFQ0lGSUVEEAASHAoYQ09NUEFUSUJJTElUWV9MRVZFTF9OT05FEAESIAocQ09NUEFUSUJJTElUWV9MRVZFTF9CQUNLV0FSRBACEisKJ0NPTVBBVElCSUxJVFlfTEVWRUxfQkFDS1dBUkRfVFJBTlNJVElWRRADEh8KG0NPTVBBVElCSUxJVFlfTEVWRUxfRk9SV0FSRBAEEioKJkNPTVBBVElCSUxJVFlfTEVWRUxfRk9SV0FSRF9UUkFOU0lUSVZFEAUSHAoYQ09NUEFUSUJJTElUWV9MRVZFTF9GVUxMEAYSJwojQ09NUEFUSUJJTElUWV9MRVZFTF9GVUxMX1RSQU5TSVRJVkUQBzLUCwoVU2NoZW1hUmVnaXN0cnlTZXJ2aWNlEk8KCUdldFNjaGVtYRIdLmxvY2tnYXRlLnYxLkdldFNjaGVtYVJlcXVlc3QaHi5sb2NrZ2F0ZS52MS5HZXRTY2hlbWFSZXNwb25zZSIDkAIBEmoKEkxpc3RTY2hlbWFWZXJzaW9ucxImLmxvY2tnYXRlLnYxLkxpc3RTY2hlbWFWZXJzaW9uc1JlcXVlc3QaJy5sb2NrZ2F0ZS52MS5MaXN0U2NoZW1hVmVyc2lvbnNSZXNwb25zZSIDkAIBElkKDlJlZ2lzdGVyU2NoZW1hEiIubG9ja2dhdGUudjEuUmVnaXN0ZXJTY2hlbWFSZXF1ZXN0GiMubG9ja2dhdGUudjEuUmVnaXN0ZXJTY2hlbWFSZXNwb25zZRJYCgxMb29rdXBTY2hlbWESIC5sb2NrZ2F0ZS52MS5Mb29rdXBTY2hlbWFSZXF1ZXN0GiEubG9ja2dhdGUudjEuTG9va3VwU2NoZW1hUmVzcG9uc2UiA5ACARJYCgxMaXN0U3ViamVjdHMSIC5sb2NrZ2F0ZS52MS5MaXN0U3ViamVjdHNSZXF1ZXN0GiEubG9ja2dhdGUudjEuTGlzdFN1YmplY3RzUmVzcG9uc2UiA5ACARJtChNMaXN0U3ViamVjdFZlcnNpb25zEicubG9ja2dhdGUudjEuTGlzdFN1YmplY3RWZXJzaW9uc1JlcXVlc3QaKC5sb2NrZ2F0ZS52MS5MaXN0U3ViamVjdFZlcnNpb25zUmVzcG9uc2UiA5ACARJnChFHZXRTdWJqZWN0VmVyc2lvbhIlLmxvY2tnYXRlLnYxLkdldFN1YmplY3RWZXJzaW9uUmVxdWVzdBomLmxvY2tnYXRlLnYxLkdldFN1YmplY3RWZXJzaW9uUmVzcG9uc2UiA5ACARJqChJDaGVja0NvbXBhdGliaWxpdHkSJi5sb2NrZ2F0ZS52MS5DaGVja0NvbXBhdGliaWxpdHlSZXF1ZXN0GicubG9ja2dhdGUudjEuQ2hlY2tDb21wYXRpYmlsaXR5UmVzcG9uc2UiA5ACARJ2ChZHZXRDb21wYXRpYmlsaXR5Q29uZmlnEioubG9ja2dhdGUudjEuR2V0Q29tcGF0aWJpbGl0eUNvbmZpZ1JlcXVlc3QaKy5sb2NrZ2F0ZS52MS5HZXRDb21wYXRpYmlsaXR5Q29uZmlnUmVzcG9uc2UiA5ACARJ6ChlVcGRhdGVDb21wYXRpYmlsaXR5Q29uZmlnEi0ubG9ja2dhdGUudjEuVXBkYXRlQ29tcGF0aWJpbGl0eUNvbmZpZ1JlcXVlc3QaLi5sb2NrZ2F0ZS52MS5VcGRhdGVDb21wYXRpYmlsaXR5Q29uZmlnUmVzcG9uc2USegoZRGVsZXRlQ29tcGF0aWJpbGl0eUNvbmZpZxItLmxvY2tnYXRlLnYxLkRlbGV0ZUNvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0Gi4ubG9ja2dhdGUudjEuRGVsZXRlQ29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlElYKDURlbGV0ZVN1YmplY3QSIS5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0UmVxdWVzdBoiLmxvY2tnYXRlLnYxLkRlbGV0ZVN1YmplY3RSZXNwb25zZRJrChREZWxldGVTdWJqZWN0VmVyc2lvbhIoLmxvY2tnYXRlLnYxLkRlbGV0ZVN1YmplY3RWZXJzaW9uUmVxdWVzdBopLmxvY2tnYXRlLnYxLkRlbGV0ZVN1YmplY3RWZXJzaW9uUmVzcG9uc2USdgoWTGlzdFJlZmVyZW5jaW5nU2NoZW1hcxIqLmxvY2tnYXRlLnYxLkxpc3RSZWZlcmVuY2luZ1NjaGVtYXNSZXF1ZXN0GisubG9ja2dhdGUudjEuTGlzdFJlZmVyZW5jaW5nU2NoZW1hc1Jlc3BvbnNlIgOQAgFCZAoPZGV2LmxvY2tnYXRlLnYxQhNTY2hlbWFSZWdpc3RyeVByb3RvUAFaOmdpdGh1Yi5jb20vbG9ja2dhdGUvbG9ja2dhdGUvZ2VuL2dvL2xvY2tnYXRlL3YxO2xvY2tnYXRldjFiBnByb3RvMw");
 
 /**
  * GetSchemaRequest names a schema by global id.
@@ -167,6 +167,14 @@ export type RegisterSchemaRequest = Message<"lockgate.v1.RegisterSchemaRequest">
    * @generated from field: lockgate.v1.SchemaType schema_type = 4;
    */
   schemaType: SchemaType;
+
+  /**
+   * Named types the schema takes from other subjects' versions; version -1 means the
+   * latest and is stored as the number it meant. Part of the schema's identity.
+   *
+   * @generated from field: repeated lockgate.v1.SchemaReference references = 5;
+   */
+  references: SchemaReference[];
 };
 
 /**
@@ -244,6 +252,13 @@ export type LookupSchemaRequest = Message<"lockgate.v1.LookupSchemaRequest"> & {
    * @generated from field: bool include_deleted = 4;
    */
   includeDeleted: boolean;
+
+  /**
+   * The schema's references, as registered (the same text with others is another schema).
+   *
+   * @generated from field: repeated lockgate.v1.SchemaReference references = 5;
+   */
+  references: SchemaReference[];
 };
 
 /**
@@ -497,6 +512,13 @@ export type CheckCompatibilityRequest = Message<"lockgate.v1.CheckCompatibilityR
    * @generated from field: int32 version = 4;
    */
   version: number;
+
+  /**
+   * The candidate's references; the checks run with the referenced types resolved.
+   *
+   * @generated from field: repeated lockgate.v1.SchemaReference references = 5;
+   */
+  references: SchemaReference[];
 };
 
 /**
@@ -815,6 +837,77 @@ export const DeleteSubjectVersionResponseSchema: GenMessage<DeleteSubjectVersion
   messageDesc(file_lockgate_v1_schema_registry, 25);
 
 /**
+ * ListReferencingSchemasRequest names the referenced version.
+ *
+ * @generated from message lockgate.v1.ListReferencingSchemasRequest
+ */
+export type ListReferencingSchemasRequest = Message<"lockgate.v1.ListReferencingSchemasRequest"> & {
+  /**
+   * Subject name.
+   *
+   * @generated from field: string subject = 1;
+   */
+  subject: string;
+
+  /**
+   * Version number >= 1; 0 means the latest live version.
+   *
+   * @generated from field: int32 version = 2;
+   */
+  version: number;
+
+  /**
+   * Most ids per page; 0 means 1000, the maximum.
+   *
+   * @generated from field: int32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * next_page_token of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message lockgate.v1.ListReferencingSchemasRequest.
+ * Use `create(ListReferencingSchemasRequestSchema)` to create a new message.
+ */
+export const ListReferencingSchemasRequestSchema: GenMessage<ListReferencingSchemasRequest> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 26);
+
+/**
+ * ListReferencingSchemasResponse lists one page of schema ids.
+ *
+ * @generated from message lockgate.v1.ListReferencingSchemasResponse
+ */
+export type ListReferencingSchemasResponse = Message<"lockgate.v1.ListReferencingSchemasResponse"> & {
+  /**
+   * Global ids of the schemas referencing the version, ascending; a schema counts while a
+   * version (live or soft-deleted) still uses it.
+   *
+   * @generated from field: repeated int32 schema_ids = 1;
+   */
+  schemaIds: number[];
+
+  /**
+   * Token of the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message lockgate.v1.ListReferencingSchemasResponse.
+ * Use `create(ListReferencingSchemasResponseSchema)` to create a new message.
+ */
+export const ListReferencingSchemasResponseSchema: GenMessage<ListReferencingSchemasResponse> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 27);
+
+/**
  * Schema is a registered schema, independent of subjects.
  *
  * @generated from message lockgate.v1.Schema
@@ -840,6 +933,13 @@ export type Schema = Message<"lockgate.v1.Schema"> & {
    * @generated from field: string schema = 3;
    */
   schema: string;
+
+  /**
+   * The named types it takes from other subjects' versions, in the registered order.
+   *
+   * @generated from field: repeated lockgate.v1.SchemaReference references = 4;
+   */
+  references: SchemaReference[];
 };
 
 /**
@@ -847,7 +947,7 @@ export type Schema = Message<"lockgate.v1.Schema"> & {
  * Use `create(SchemaSchema)` to create a new message.
  */
 export const SchemaSchema: GenMessage<Schema> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_schema_registry, 26);
+  messageDesc(file_lockgate_v1_schema_registry, 28);
 
 /**
  * SubjectVersion is one version of a subject with its schema.
@@ -896,6 +996,13 @@ export type SubjectVersion = Message<"lockgate.v1.SubjectVersion"> & {
    * @generated from field: bool deleted = 6;
    */
   deleted: boolean;
+
+  /**
+   * The named types its schema takes from other subjects' versions.
+   *
+   * @generated from field: repeated lockgate.v1.SchemaReference references = 7;
+   */
+  references: SchemaReference[];
 };
 
 /**
@@ -903,7 +1010,43 @@ export type SubjectVersion = Message<"lockgate.v1.SubjectVersion"> & {
  * Use `create(SubjectVersionSchema)` to create a new message.
  */
 export const SubjectVersionSchema: GenMessage<SubjectVersion> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_schema_registry, 27);
+  messageDesc(file_lockgate_v1_schema_registry, 29);
+
+/**
+ * SchemaReference names a type a schema takes from another subject's version (Confluent's
+ * schema reference).
+ *
+ * @generated from message lockgate.v1.SchemaReference
+ */
+export type SchemaReference = Message<"lockgate.v1.SchemaReference"> & {
+  /**
+   * The referenced type's name; for Avro its full name (namespace.Name).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The subject holding the type's schema.
+   *
+   * @generated from field: string subject = 2;
+   */
+  subject: string;
+
+  /**
+   * The version of that subject, >= 1 (-1 in requests: the latest live version).
+   *
+   * @generated from field: int32 version = 3;
+   */
+  version: number;
+};
+
+/**
+ * Describes the message lockgate.v1.SchemaReference.
+ * Use `create(SchemaReferenceSchema)` to create a new message.
+ */
+export const SchemaReferenceSchema: GenMessage<SchemaReference> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 30);
 
 /**
  * SubjectVersionRef names one version of a subject, without its schema.
@@ -931,7 +1074,7 @@ export type SubjectVersionRef = Message<"lockgate.v1.SubjectVersionRef"> & {
  * Use `create(SubjectVersionRefSchema)` to create a new message.
  */
 export const SubjectVersionRefSchema: GenMessage<SubjectVersionRef> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_schema_registry, 28);
+  messageDesc(file_lockgate_v1_schema_registry, 31);
 
 /**
  * SchemaType is the schema language.
@@ -1039,7 +1182,8 @@ export const CompatibilityLevelSchema: GenEnum<CompatibilityLevel> = /*@__PURE__
  * Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
  * code the REST API would answer (40401 subject not found, 40402 version not found, 40403
  * schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
- * schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+ * schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+ * referenced, 42208 invalid subject).
  * Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
  * first answer instead of applying the change twice (remembered per replica).
  *
@@ -1072,8 +1216,9 @@ export const SchemaRegistryService: GenService<{
    * RegisterSchema adds a schema as the next version of a subject, after checking it
    * against the subject's compatibility level; registering a schema that is already a
    * live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
-   * invalid Avro or default, 42208 invalid subject), FAILED_PRECONDITION (409
-   * incompatible; a google.rpc.PreconditionFailure carries one violation per reason).
+   * invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
+   * invalid subject), FAILED_PRECONDITION (409 incompatible; a
+   * google.rpc.PreconditionFailure carries one violation per reason).
    *
    * @generated from rpc lockgate.v1.SchemaRegistryService.RegisterSchema
    */
@@ -1177,7 +1322,8 @@ export const SchemaRegistryService: GenService<{
   /**
    * DeleteSubject soft-deletes every live version of a subject, or, with permanent,
    * removes a subject that was soft-deleted before. Errors: NOT_FOUND (40401),
-   * FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first).
+   * FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first, 42206
+   * another schema references one of its versions).
    *
    * @generated from rpc lockgate.v1.SchemaRegistryService.DeleteSubject
    */
@@ -1189,7 +1335,8 @@ export const SchemaRegistryService: GenService<{
   /**
    * DeleteSubjectVersion soft-deletes one version, or, with permanent, removes a version
    * that was soft-deleted before. Errors: NOT_FOUND (40401, 40402), FAILED_PRECONDITION
-   * (40406 already soft-deleted, 40407 not soft-deleted first), INVALID_ARGUMENT (42202).
+   * (40406 already soft-deleted, 40407 not soft-deleted first, 42206 another schema
+   * references the version), INVALID_ARGUMENT (42202).
    *
    * @generated from rpc lockgate.v1.SchemaRegistryService.DeleteSubjectVersion
    */
@@ -1197,6 +1344,19 @@ export const SchemaRegistryService: GenService<{
     methodKind: "unary";
     input: typeof DeleteSubjectVersionRequestSchema;
     output: typeof DeleteSubjectVersionResponseSchema;
+  },
+  /**
+   * ListReferencingSchemas lists the ids of the schemas that reference a version of a
+   * subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
+   * the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
+   * (42202, 42208, bad page_token or negative page_size).
+   *
+   * @generated from rpc lockgate.v1.SchemaRegistryService.ListReferencingSchemas
+   */
+  listReferencingSchemas: {
+    methodKind: "unary";
+    input: typeof ListReferencingSchemasRequestSchema;
+    output: typeof ListReferencingSchemasResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_lockgate_v1_schema_registry, 0);
