@@ -20,7 +20,13 @@ from google.protobuf.message import Message
 
 from lockgate.common import errors as common_errors
 from lockgate.schema_registry.errors import IncompatibleSchemaError, RegistryError
-from lockgate.schema_registry.model import CompatibilityLevel, SchemaReference, SubjectVersion
+from lockgate.schema_registry.model import (
+    SCHEMA_TYPE_AVRO,
+    SCHEMA_TYPE_JSON,
+    CompatibilityLevel,
+    SchemaReference,
+    SubjectVersion,
+)
 from lockgate.schema_registry.references import ReferenceRequest, parse_reference
 from lockgate.schema_registry.registry import SchemaRegistry
 from lockgate.v1 import schema_registry_pb2 as pb
@@ -39,6 +45,11 @@ _LEVEL_TO_PB = {
     for level in CompatibilityLevel
 }
 _PB_TO_LEVEL = {value: level for level, value in _LEVEL_TO_PB.items()}
+_SCHEMA_TYPE_TO_PB = {
+    SCHEMA_TYPE_AVRO: pb.SCHEMA_TYPE_AVRO,
+    SCHEMA_TYPE_JSON: pb.SCHEMA_TYPE_JSON,
+}
+_PB_TO_SCHEMA_TYPE = {value: name for name, value in _SCHEMA_TYPE_TO_PB.items()}
 _Response = TypeVar("_Response", bound=Message)
 
 
@@ -128,15 +139,18 @@ def _subject_version(version: SubjectVersion) -> pb.SubjectVersion:
         subject=version.subject,
         version=version.version,
         schema_id=version.schema_id,
-        schema_type=pb.SCHEMA_TYPE_AVRO,
+        schema_type=_SCHEMA_TYPE_TO_PB.get(version.schema_type, pb.SCHEMA_TYPE_UNSPECIFIED),
         schema=version.schema_text,
         deleted=version.deleted,
         references=_references_pb(version.references),
     )
 
 
-def _schema_type(value: int) -> str:
-    return "AVRO" if value in (pb.SCHEMA_TYPE_UNSPECIFIED, pb.SCHEMA_TYPE_AVRO) else f"type {value}"
+def _schema_type(value: pb.SchemaType.ValueType) -> str:
+    """The registry's type name of a SchemaType value (UNSPECIFIED means AVRO)."""
+    if value == pb.SCHEMA_TYPE_UNSPECIFIED:
+        return SCHEMA_TYPE_AVRO
+    return _PB_TO_SCHEMA_TYPE.get(value, f"type {value}")
 
 
 class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
@@ -176,7 +190,7 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
         response = pb.GetSchemaResponse(
             schema=pb.Schema(
                 schema_id=found.schema_id,
-                schema_type=pb.SCHEMA_TYPE_AVRO,
+                schema_type=_SCHEMA_TYPE_TO_PB.get(found.schema_type, pb.SCHEMA_TYPE_UNSPECIFIED),
                 schema=found.schema_text,
                 references=_references_pb(found.references),
             )

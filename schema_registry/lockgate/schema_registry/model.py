@@ -21,8 +21,10 @@ Version = NewType("Version", int)
 
 #: Longest subject name accepted, in characters (Confluent has no limit; a database index does).
 MAX_SUBJECT_CHARS = 255
-#: The only schema type this registry serves.
+#: Apache Avro (the default ``schemaType``).
 SCHEMA_TYPE_AVRO = "AVRO"
+#: JSON Schema.
+SCHEMA_TYPE_JSON = "JSON"
 
 
 class CompatibilityLevel(enum.Enum):

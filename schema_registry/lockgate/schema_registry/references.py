@@ -58,8 +58,14 @@ class ResolvedReferences:
 
     #: The schema's own references, in the caller's order, versions as numbers.
     references: tuple[SchemaReference, ...]
-    #: Texts of every version reached, dependencies before dependants, each version once.
-    texts: tuple[str, ...]
+    #: ``(reference name, schema text)`` of every version reached, dependencies before
+    #: dependants, each version once (Avro needs the texts, JSON Schema the names too).
+    named_texts: tuple[tuple[str, str], ...]
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """The referenced schema texts, dependencies first."""
+        return tuple(text for _, text in self.named_texts)
 
 
 def parse_reference(
@@ -104,13 +110,13 @@ def resolve_references(
             f"Invalid schema: {len(requested)} references; the limit is {MAX_REFERENCES}",
             field="references",
         )
-    texts: list[str] = []
+    texts: list[tuple[str, str]] = []
     seen: set[tuple[Subject, Version]] = set()
     own: list[SchemaReference] = []
     for request in requested:
         found = _follow(request, fetch, include_deleted=not new_schema, texts=texts, seen=seen)
         own.append(SchemaReference(request.name, request.subject, found.version))
-    return ResolvedReferences(references=tuple(own), texts=tuple(texts))
+    return ResolvedReferences(references=tuple(own), named_texts=tuple(texts))
 
 
 def _follow(
@@ -118,7 +124,7 @@ def _follow(
     fetch: VersionFetch,
     *,
     include_deleted: bool,
-    texts: list[str],
+    texts: list[tuple[str, str]],
     seen: set[tuple[Subject, Version]],
     depth: int = 0,
 ) -> SubjectVersion:
@@ -148,7 +154,7 @@ def _follow(
                 seen=seen,
                 depth=depth + 1,
             )
-        texts.append(found.schema_text)
+        texts.append((request.name, found.schema_text))
     return found
 
 

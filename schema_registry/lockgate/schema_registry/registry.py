@@ -11,15 +11,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
-import avro.schema
-
-from lockgate.schema_registry.avro_schema import (
-    DEFAULT_MAX_SCHEMA_BYTES,
-    ParsedSchema,
-    parse_schema,
-)
+from lockgate.schema_registry.avro_schema import DEFAULT_MAX_SCHEMA_BYTES
 from lockgate.schema_registry.compatibility import CompatibilityReport, check_compatibility
 from lockgate.schema_registry.errors import (
     IncompatibleSchemaError,
@@ -28,9 +22,14 @@ from lockgate.schema_registry.errors import (
     SubjectNotFoundError,
     VersionNotFoundError,
 )
+from lockgate.schema_registry.formats import (
+    FormatSchema,
+    check_schema_type,
+    incompatibilities_of,
+    parse_format,
+)
 from lockgate.schema_registry.model import (
     DEFAULT_COMPATIBILITY,
-    SCHEMA_TYPE_AVRO,
     CompatibilityLevel,
     RegisteredSchema,
     RegistrationResult,
@@ -56,22 +55,11 @@ _V = TypeVar("_V")
 MAX_CACHED_SCHEMAS = 100_000
 
 
-def check_schema_type(schema_type: str | None) -> str:
-    """Accept AVRO (or nothing, which means AVRO); refuse the types this registry lacks."""
-    if not schema_type or schema_type.strip().upper() == SCHEMA_TYPE_AVRO:
-        return SCHEMA_TYPE_AVRO
-    raise InvalidSchemaError(
-        f"Invalid schema: schemaType {schema_type!r} is not supported; this registry serves"
-        " AVRO only",
-        field="schema_type",
-    )
-
-
 @dataclass(frozen=True)
 class Candidate:
     """A schema sent by a caller, parsed with its references resolved."""
 
-    parsed: ParsedSchema
+    parsed: FormatSchema
     resolved: ResolvedReferences
     #: The identity of text and references together (what a global id stands for).
     fingerprint: str
@@ -86,7 +74,8 @@ class SchemaRegistry:
         self._store = store
         self._max_schema_bytes = max_schema_bytes
         self._by_id: dict[SchemaId, RegisteredSchema] = {}
-        self._parsed_by_id: dict[SchemaId, avro.schema.Schema] = {}
+        # Schema id -> the format's parsed model (what compatibility checks walk).
+        self._parsed_by_id: dict[SchemaId, Any] = {}
         # Guards only the caches' size resets; dict get/set are atomic under the GIL.
         self._cache_lock = threading.Lock()
 
@@ -107,14 +96,17 @@ class SchemaRegistry:
     ) -> Candidate:
         """Validate a schema sent by a caller (defaults checked, size capped, references
         resolved: ``new_schema`` refuses references to soft-deleted versions)."""
-        check_schema_type(schema_type)
+        valid_type = check_schema_type(schema_type)
         if not isinstance(schema_text, str):
             raise InvalidSchemaError(
                 "Invalid schema: 'schema' must be a JSON string", field="schema"
             )
         resolved = resolve_references(references, self._fetch_version, new_schema=new_schema)
-        parsed = parse_schema(
-            schema_text, max_bytes=self._max_schema_bytes, referenced_texts=resolved.texts
+        parsed = parse_format(
+            valid_type,
+            schema_text,
+            max_bytes=self._max_schema_bytes,
+            referenced=resolved.named_texts,
         )
         fingerprint = fingerprint_with_references(parsed.fingerprint, resolved.references)
         return Candidate(parsed=parsed, resolved=resolved, fingerprint=fingerprint)
@@ -129,18 +121,19 @@ class SchemaRegistry:
             return live[-1] if live else None
         return next((v for v in versions if v.version == version), None)
 
-    def _parsed(self, version: SubjectVersion) -> avro.schema.Schema:
+    def _parsed(self, version: SubjectVersion) -> Any:
         cached = self._parsed_by_id.get(version.schema_id)
         if cached is None:
             resolved = resolve_references(
                 pinned(version.references), self._fetch_version, new_schema=False
             )
-            cached = parse_schema(
+            cached = parse_format(
+                version.schema_type,
                 version.schema_text,
-                validate_defaults_too=False,
                 max_bytes=2**31,
-                referenced_texts=resolved.texts,
-            ).avro_schema
+                referenced=resolved.named_texts,
+                new_schema=False,
+            ).model
             self._remember(self._parsed_by_id, version.schema_id, cached)
         return cached
 
@@ -201,8 +194,7 @@ class SchemaRegistry:
         level = self.effective_level(valid_subject)
 
         def check(live: Sequence[SubjectVersion]) -> None:
-            existing = [(int(version.version), self._parsed(version)) for version in live]
-            report = check_compatibility(level, parsed.avro_schema, existing)
+            report = self._report(level, parsed, live)
             if not report.compatible:
                 raise IncompatibleSchemaError(
                     "Schema being registered is incompatible with an earlier schema for subject"
@@ -214,12 +206,12 @@ class SchemaRegistry:
             subject=valid_subject,
             fingerprint=candidate.fingerprint,
             schema_text=parsed.normalized_text,
-            schema_type=SCHEMA_TYPE_AVRO,
+            schema_type=parsed.schema_type,
             check=check,
             references=candidate.resolved.references,
         )
         if result.schema_id not in self._parsed_by_id:
-            self._remember(self._parsed_by_id, result.schema_id, parsed.avro_schema)
+            self._remember(self._parsed_by_id, result.schema_id, parsed.model)
         return result
 
     def lookup(
@@ -314,8 +306,35 @@ class SchemaRegistry:
             if level.transitive:
                 # Against one named version, a transitive level means its plain form.
                 level = CompatibilityLevel(level.value.removesuffix("_TRANSITIVE"))
-        existing = [(int(target.version), self._parsed(target)) for target in targets]
-        return check_compatibility(level, parsed.avro_schema, existing)
+        return self._report(level, parsed, targets)
+
+    def _report(
+        self, level: CompatibilityLevel, parsed: FormatSchema, live: Sequence[SubjectVersion]
+    ) -> CompatibilityReport:
+        """Check ``parsed`` against ``live`` (oldest first) with its format's rules.
+
+        A version of another schema type is incompatible at every level but NONE (Confluent
+        compares only schemas of one type).
+        """
+        targets = list(live) if level.transitive else list(live[-1:])
+        if level is not CompatibilityLevel.NONE:
+            other_types = [
+                f"SCHEMA_TYPE_CHANGED: version {target.version} is {target.schema_type}, the new"
+                f" schema is {parsed.schema_type} ({level.value})"
+                for target in reversed(targets)
+                if target.schema_type != parsed.schema_type
+            ]
+            if other_types:
+                return CompatibilityReport(
+                    compatible=False, reasons=tuple(other_types), level=level
+                )
+        existing = [(int(version.version), self._parsed(version)) for version in live]
+        return check_compatibility(
+            level,
+            parsed.model,
+            existing,
+            incompatibilities=incompatibilities_of(parsed.schema_type),
+        )
 
     # --- configuration ---------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from lockgate.schema_registry.errors import (
     RegistryError,
     SubjectConfigNotFoundError,
 )
+from lockgate.schema_registry.formats import SCHEMA_TYPES
 from lockgate.schema_registry.model import (
     SCHEMA_TYPE_AVRO,
     RegisteredSchema,
@@ -316,7 +317,7 @@ class RestApp:
         if request.method != "GET":
             return self._no_route(request)
         if segments == ["schemas", "types"]:
-            return 200, [SCHEMA_TYPE_AVRO]
+            return 200, list(SCHEMA_TYPES)
         if len(segments) < 3 or segments[1] != "ids":
             return self._no_route(request)
         if not segments[2].isdigit():

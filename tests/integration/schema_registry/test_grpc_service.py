@@ -212,3 +212,24 @@ def test_schema_references(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
     bad_request = details(invalid.value)["BadRequest"]
     assert isinstance(bad_request, error_details_pb2.BadRequest)
     assert bad_request.field_violations[0].field == "references"
+
+
+def test_json_schema_type(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
+    person = {"type": "object", "properties": {"name": {"type": "string"}}}
+    registered = stub.RegisterSchema(
+        pb.RegisterSchemaRequest(
+            subject="people", schema=json.dumps(person), schema_type=pb.SCHEMA_TYPE_JSON
+        )
+    )
+    got = stub.GetSchema(pb.GetSchemaRequest(schema_id=registered.schema_id)).schema
+    assert got.schema_type == pb.SCHEMA_TYPE_JSON
+    assert json.loads(got.schema) == person
+    looked_up = stub.LookupSchema(
+        pb.LookupSchemaRequest(
+            subject="people",
+            schema=json.dumps(person, indent=2),
+            schema_type=pb.SCHEMA_TYPE_JSON,
+        )
+    )
+    assert looked_up.subject_version.schema_id == registered.schema_id
+    assert looked_up.subject_version.schema_type == pb.SCHEMA_TYPE_JSON

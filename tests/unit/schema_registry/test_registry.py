@@ -159,5 +159,5 @@ def test_check_against_one_version_and_all(registry: SchemaRegistry) -> None:
 
 
 def test_schema_type_other_than_avro_is_refused(registry: SchemaRegistry) -> None:
-    with pytest.raises(errors.InvalidSchemaError, match="AVRO only"):
+    with pytest.raises(errors.InvalidSchemaError, match="serves AVRO, JSON"):
         registry.register("s", "{}", schema_type="PROTOBUF")

@@ -26,8 +26,8 @@ if _version_not_supported:
 
 
 class SchemaRegistryServiceStub:
-    """SchemaRegistryService registers Avro schemas under subjects, checks their compatibility
-    and resolves global ids. Any number of replicas may serve one database.
+    """SchemaRegistryService registers Avro and JSON Schema schemas under subjects, checks their
+    compatibility and resolves global ids. Any number of replicas may serve one database.
 
     Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
     DEADLINE_EXCEEDED and INTERNAL (an unexpected error, logged, never sent). Invalid
@@ -120,8 +120,8 @@ class SchemaRegistryServiceStub:
 
 
 class SchemaRegistryServiceServicer:
-    """SchemaRegistryService registers Avro schemas under subjects, checks their compatibility
-    and resolves global ids. Any number of replicas may serve one database.
+    """SchemaRegistryService registers Avro and JSON Schema schemas under subjects, checks their
+    compatibility and resolves global ids. Any number of replicas may serve one database.
 
     Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
     DEADLINE_EXCEEDED and INTERNAL (an unexpected error, logged, never sent). Invalid
@@ -343,8 +343,8 @@ def add_SchemaRegistryServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class SchemaRegistryService:
-    """SchemaRegistryService registers Avro schemas under subjects, checks their compatibility
-    and resolves global ids. Any number of replicas may serve one database.
+    """SchemaRegistryService registers Avro and JSON Schema schemas under subjects, checks their
+    compatibility and resolves global ids. Any number of replicas may serve one database.
 
     Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
     DEADLINE_EXCEEDED and INTERNAL (an unexpected error, logged, never sent). Invalid

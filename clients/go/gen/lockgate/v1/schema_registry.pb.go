@@ -1,4 +1,4 @@
-// Lockgate v1: SchemaRegistryService, Avro schemas and their evolution.
+// Lockgate v1: SchemaRegistryService, Avro and JSON Schema schemas and their evolution.
 //
 // A schema has one global id (int32, as in Confluent's wire format: magic byte 0, then the
 // id as 4 bytes big-endian, then the Avro binary), shared by every subject that registers
@@ -39,6 +39,8 @@ const (
 	SchemaType_SCHEMA_TYPE_UNSPECIFIED SchemaType = 0
 	// Apache Avro (JSON schema text).
 	SchemaType_SCHEMA_TYPE_AVRO SchemaType = 1
+	// JSON Schema (draft 7 unless its $schema names another draft).
+	SchemaType_SCHEMA_TYPE_JSON SchemaType = 2
 )
 
 // Enum value maps for SchemaType.
@@ -46,10 +48,12 @@ var (
 	SchemaType_name = map[int32]string{
 		0: "SCHEMA_TYPE_UNSPECIFIED",
 		1: "SCHEMA_TYPE_AVRO",
+		2: "SCHEMA_TYPE_JSON",
 	}
 	SchemaType_value = map[string]int32{
 		"SCHEMA_TYPE_UNSPECIFIED": 0,
 		"SCHEMA_TYPE_AVRO":        1,
+		"SCHEMA_TYPE_JSON":        2,
 	}
 )
 
@@ -380,7 +384,7 @@ type RegisterSchemaRequest struct {
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Subject name, 1 to 255 printable characters.
 	Subject string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
-	// The Avro schema as JSON text.
+	// The schema text (Avro or JSON Schema, both JSON).
 	Schema string `protobuf:"bytes,3,opt,name=schema,proto3" json:"schema,omitempty"`
 	// Schema type; UNSPECIFIED means AVRO.
 	SchemaType SchemaType `protobuf:"varint,4,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
@@ -525,7 +529,7 @@ type LookupSchemaRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Subject name.
 	Subject string `protobuf:"bytes,1,opt,name=subject,proto3" json:"subject,omitempty"`
-	// The Avro schema as JSON text; compared after normalisation.
+	// The schema text; compared after normalisation.
 	Schema string `protobuf:"bytes,2,opt,name=schema,proto3" json:"schema,omitempty"`
 	// Schema type; UNSPECIFIED means AVRO.
 	SchemaType SchemaType `protobuf:"varint,3,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
@@ -1010,7 +1014,7 @@ type CheckCompatibilityRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Subject name.
 	Subject string `protobuf:"bytes,1,opt,name=subject,proto3" json:"subject,omitempty"`
-	// The candidate Avro schema as JSON text.
+	// The candidate schema text.
 	Schema string `protobuf:"bytes,2,opt,name=schema,proto3" json:"schema,omitempty"`
 	// Schema type; UNSPECIFIED means AVRO.
 	SchemaType SchemaType `protobuf:"varint,3,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
@@ -2264,11 +2268,12 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\aversion\x18\x03 \x01(\x05R\aversion\"G\n" +
 	"\x11SubjectVersionRef\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x05R\aversion*?\n" +
+	"\aversion\x18\x02 \x01(\x05R\aversion*U\n" +
 	"\n" +
 	"SchemaType\x12\x1b\n" +
 	"\x17SCHEMA_TYPE_UNSPECIFIED\x10\x00\x12\x14\n" +
-	"\x10SCHEMA_TYPE_AVRO\x10\x01*\xba\x02\n" +
+	"\x10SCHEMA_TYPE_AVRO\x10\x01\x12\x14\n" +
+	"\x10SCHEMA_TYPE_JSON\x10\x02*\xba\x02\n" +
 	"\x12CompatibilityLevel\x12#\n" +
 	"\x1fCOMPATIBILITY_LEVEL_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18COMPATIBILITY_LEVEL_NONE\x10\x01\x12 \n" +

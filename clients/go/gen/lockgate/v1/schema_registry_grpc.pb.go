@@ -1,4 +1,4 @@
-// Lockgate v1: SchemaRegistryService, Avro schemas and their evolution.
+// Lockgate v1: SchemaRegistryService, Avro and JSON Schema schemas and their evolution.
 //
 // A schema has one global id (int32, as in Confluent's wire format: magic byte 0, then the
 // id as 4 bytes big-endian, then the Avro binary), shared by every subject that registers
@@ -49,8 +49,8 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// SchemaRegistryService registers Avro schemas under subjects, checks their compatibility
-// and resolves global ids. Any number of replicas may serve one database.
+// SchemaRegistryService registers Avro and JSON Schema schemas under subjects, checks their
+// compatibility and resolves global ids. Any number of replicas may serve one database.
 //
 // Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
 // DEADLINE_EXCEEDED and INTERNAL (an unexpected error, logged, never sent). Invalid
@@ -273,8 +273,8 @@ func (c *schemaRegistryServiceClient) ListReferencingSchemas(ctx context.Context
 // All implementations must embed UnimplementedSchemaRegistryServiceServer
 // for forward compatibility.
 //
-// SchemaRegistryService registers Avro schemas under subjects, checks their compatibility
-// and resolves global ids. Any number of replicas may serve one database.
+// SchemaRegistryService registers Avro and JSON Schema schemas under subjects, checks their
+// compatibility and resolves global ids. Any number of replicas may serve one database.
 //
 // Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
 // DEADLINE_EXCEEDED and INTERNAL (an unexpected error, logged, never sent). Invalid
