@@ -90,6 +90,14 @@ class SubjectConfigNotFoundError(RegistryError):
     status_name = "NOT_FOUND"
 
 
+class SubjectModeNotFoundError(RegistryError):
+    """The subject has no mode of its own (40409)."""
+
+    error_code = 40409
+    http_status = 404
+    status_name = "NOT_FOUND"
+
+
 class IncompatibleSchemaError(RegistryError):
     """The schema breaks the subject's compatibility level (409); ``reasons`` says how."""
 
@@ -124,6 +132,30 @@ class InvalidCompatibilityLevelError(RegistryError):
     error_code = 42203
     http_status = 422
     status_name = "INVALID_ARGUMENT"
+
+
+class InvalidModeError(RegistryError):
+    """The mode is not READWRITE, READONLY or IMPORT (42204)."""
+
+    error_code = 42204
+    http_status = 422
+    status_name = "INVALID_ARGUMENT"
+
+
+class OperationNotPermittedError(RegistryError):
+    """The subject's mode forbids the operation (42205): read-only, or an id outside IMPORT."""
+
+    error_code = 42205
+    http_status = 422
+    status_name = "FAILED_PRECONDITION"
+
+
+class IdDoesNotMatchError(RegistryError):
+    """An imported schema's id is already another schema's (42207)."""
+
+    error_code = 42207
+    http_status = 422
+    status_name = "FAILED_PRECONDITION"
 
 
 class ReferenceExistsError(RegistryError):

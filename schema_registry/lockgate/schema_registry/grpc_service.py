@@ -72,10 +72,11 @@ def to_common_error(error: RegistryError) -> common_errors.LockgateError:
             error.message, resource_type=error.field, reason=reason, metadata=metadata
         )
     if error.status_name == "FAILED_PRECONDITION":
+        incompatible = isinstance(error, IncompatibleSchemaError)
         reasons = error.reasons if isinstance(error, IncompatibleSchemaError) else (error.message,)
+        kind = "SCHEMA_COMPATIBILITY" if incompatible else reason
         precondition = [
-            common_errors.PreconditionViolation("SCHEMA_COMPATIBILITY", error.field, text)
-            for text in reasons
+            common_errors.PreconditionViolation(kind, error.field, text) for text in reasons
         ]
         return common_errors.FailedPrecondition(
             error.message, violations=precondition, reason=reason, metadata=metadata

@@ -8,6 +8,7 @@ from typing import NewType
 
 from lockgate.schema_registry.errors import (
     InvalidCompatibilityLevelError,
+    InvalidModeError,
     InvalidSubjectError,
     InvalidVersionError,
 )
@@ -64,6 +65,30 @@ class CompatibilityLevel(enum.Enum):
                 f"Invalid compatibility level {text!r}: use one of {names}",
                 field="compatibility",
             ) from None
+
+
+class Mode(enum.Enum):
+    """Confluent's registry modes: what writes a subject (or the whole registry) accepts."""
+
+    #: Registrations, deletes and config changes as usual.
+    READWRITE = "READWRITE"
+    #: Registrations and deletes refused (42205); lookups and config changes still work.
+    READONLY = "READONLY"
+    #: Registrations may carry their own id and version (a migration from another registry);
+    #: compatibility is not checked.
+    IMPORT = "IMPORT"
+
+    @classmethod
+    def parse(cls, text: object) -> Mode:
+        """Parse a mode name case-insensitively, or raise 42204 listing the valid names."""
+        if isinstance(text, str) and text.strip().upper() in cls.__members__:
+            return cls[text.strip().upper()]
+        names = ", ".join(mode.value for mode in cls)
+        raise InvalidModeError(f"Invalid mode {text!r}: use one of {names}", field="mode")
+
+
+#: The mode when neither the subject nor the global setting names one.
+DEFAULT_MODE = Mode.READWRITE
 
 
 #: The level used when neither the subject nor the global config sets one (Confluent's default).

@@ -18,7 +18,9 @@ from lockgate.schema_registry.compatibility import CompatibilityReport, check_co
 from lockgate.schema_registry.errors import (
     IncompatibleSchemaError,
     InvalidSchemaError,
+    OperationNotPermittedError,
     SchemaNotFoundError,
+    SubjectModeNotFoundError,
     SubjectNotFoundError,
     VersionNotFoundError,
 )
@@ -30,7 +32,9 @@ from lockgate.schema_registry.formats import (
 )
 from lockgate.schema_registry.model import (
     DEFAULT_COMPATIBILITY,
+    DEFAULT_MODE,
     CompatibilityLevel,
+    Mode,
     RegisteredSchema,
     RegistrationResult,
     SchemaId,
@@ -47,7 +51,7 @@ from lockgate.schema_registry.references import (
     pinned,
     resolve_references,
 )
-from lockgate.schema_registry.store import SchemaStore
+from lockgate.schema_registry.store import ImportedIds, SchemaStore
 
 _V = TypeVar("_V")
 
@@ -186,12 +190,22 @@ class SchemaRegistry:
         *,
         schema_type: str | None = None,
         references: Sequence[ReferenceRequest] = (),
+        schema_id: int | None = None,
+        version: int | None = None,
     ) -> RegistrationResult:
-        """Register ``schema_text`` under ``subject``; idempotent; 409 with reasons if refused."""
+        """Register ``schema_text`` under ``subject``; idempotent; 409 with reasons if refused.
+
+        ``schema_id`` and ``version`` are for IMPORT mode only (42205 otherwise), which also
+        skips the compatibility check, as Confluent's does.
+        """
         valid_subject = parse_subject(subject)
+        mode = self.effective_mode(valid_subject)
+        imported = self._imported_ids(valid_subject, mode, schema_id, version)
         candidate = self.parse(schema_text, schema_type, references)
         parsed = candidate.parsed
-        level = self.effective_level(valid_subject)
+        level = (
+            CompatibilityLevel.NONE if mode is Mode.IMPORT else self.effective_level(valid_subject)
+        )
 
         def check(live: Sequence[SubjectVersion]) -> None:
             report = self._report(level, parsed, live)
@@ -209,10 +223,36 @@ class SchemaRegistry:
             schema_type=parsed.schema_type,
             check=check,
             references=candidate.resolved.references,
+            imported=imported,
         )
         if result.schema_id not in self._parsed_by_id:
             self._remember(self._parsed_by_id, result.schema_id, parsed.model)
         return result
+
+    @staticmethod
+    def _imported_ids(
+        subject: Subject, mode: Mode, schema_id: int | None, version: int | None
+    ) -> ImportedIds | None:
+        """The ids a registration brings, allowed only in IMPORT mode; 42205 when not."""
+        if mode is Mode.READONLY:
+            raise OperationNotPermittedError(
+                f"Subject '{subject}' is in read-only mode: set its mode (or the global one) to"
+                " READWRITE to register",
+                field="mode",
+            )
+        if schema_id is None and version is None:
+            return None
+        if mode is not Mode.IMPORT:
+            raise OperationNotPermittedError(
+                f"Subject '{subject}' is not in import mode: an id or version may be given only"
+                " when the mode is IMPORT",
+                field="id" if schema_id is not None else "version",
+            )
+        if schema_id is None:
+            raise OperationNotPermittedError(
+                "An import names the schema's id too, not only its version", field="id"
+            )
+        return ImportedIds(SchemaId(schema_id), None if version is None else Version(version))
 
     def lookup(
         self,
@@ -374,12 +414,68 @@ class SchemaRegistry:
 
     def delete_subject(self, subject: str, *, permanent: bool = False) -> list[Version]:
         """Soft-delete a subject, or permanently delete a soft-deleted one; the versions hit."""
-        return self._store.delete_subject(subject=parse_subject(subject), permanent=permanent)
+        valid_subject = self._writable(subject)
+        return self._store.delete_subject(subject=valid_subject, permanent=permanent)
 
     def delete_version(
         self, subject: str, version: str | int, *, permanent: bool = False
     ) -> Version:
         """Soft-delete one version, or permanently delete a soft-deleted one."""
         return self._store.delete_version(
-            subject=parse_subject(subject), version=parse_version(version), permanent=permanent
+            subject=self._writable(subject), version=parse_version(version), permanent=permanent
         )
+
+    def _writable(self, subject: str) -> Subject:
+        """The subject, if its mode lets versions be deleted (42205 in READONLY)."""
+        valid_subject = parse_subject(subject)
+        if self.effective_mode(valid_subject) is Mode.READONLY:
+            raise OperationNotPermittedError(
+                f"Subject '{valid_subject}' is in read-only mode: set its mode (or the global"
+                " one) to READWRITE to delete",
+                field="mode",
+            )
+        return valid_subject
+
+    # --- modes ---------------------------------------------------------------------------------
+
+    def effective_mode(self, subject: Subject) -> Mode:
+        """The subject's mode, else the global one, else READWRITE."""
+        return (
+            self._store.get_mode(subject=subject)
+            or self._store.get_mode(subject=None)
+            or DEFAULT_MODE
+        )
+
+    def get_mode(self, subject: str | None, *, default_to_global: bool = False) -> Mode:
+        """The mode of ``subject`` (None: the global one); 40409 when it has none of its own."""
+        if subject is None:
+            return self._store.get_mode(subject=None) or DEFAULT_MODE
+        valid_subject = parse_subject(subject)
+        mode = self._store.get_mode(subject=valid_subject)
+        if mode is None:
+            if default_to_global:
+                return self.get_mode(None)
+            raise SubjectModeNotFoundError(
+                f"Subject '{valid_subject}' does not have subject-level mode configured",
+                field="subject",
+            )
+        return mode
+
+    def set_mode(self, subject: str | None, mode: object, *, force: bool = False) -> Mode:
+        """Set the mode of ``subject`` (None: global); IMPORT needs no versions there, or force."""
+        new_mode = Mode.parse(mode)
+        valid_subject = None if subject is None else parse_subject(subject)
+        only_if_empty = new_mode is Mode.IMPORT and not force
+        self._store.set_mode(subject=valid_subject, mode=new_mode, only_if_empty=only_if_empty)
+        return new_mode
+
+    def delete_mode(self, subject: str | None) -> Mode:
+        """Remove the mode of ``subject`` (None: reset the global one); returns the old mode."""
+        valid_subject = None if subject is None else parse_subject(subject)
+        old = self._store.delete_mode(subject=valid_subject)
+        if old is None and valid_subject is not None:
+            raise SubjectModeNotFoundError(
+                f"Subject '{valid_subject}' does not have subject-level mode configured",
+                field="subject",
+            )
+        return old or DEFAULT_MODE

@@ -23,6 +23,7 @@ from lockgate.schema_registry.errors import (
     BadRequestError,
     InvalidCompatibilityLevelError,
     InvalidSchemaError,
+    InvalidVersionError,
     RegistryError,
     SubjectConfigNotFoundError,
 )
@@ -32,6 +33,7 @@ from lockgate.schema_registry.model import (
     RegisteredSchema,
     SchemaReference,
     SubjectVersion,
+    parse_version,
 )
 from lockgate.schema_registry.references import ReferenceRequest, parse_reference
 from lockgate.schema_registry.registry import SchemaRegistry
@@ -138,6 +140,24 @@ def _schema_arguments(request: _Request) -> tuple[str, str | None, tuple[Referen
     references = _parse_references(body.get("references"))
     schema_type = body.get("schemaType")
     return schema, None if schema_type is None else str(schema_type), references
+
+
+def _imported_ids(request: _Request) -> tuple[int | None, int | None]:
+    """The body's ``id`` and ``version`` (IMPORT mode); 42201 / 42202 when malformed."""
+    body = request.json_body()
+    schema_id, version = body.get("id"), body.get("version")
+    if schema_id is not None and (
+        isinstance(schema_id, bool) or not isinstance(schema_id, int) or schema_id < 1
+    ):
+        raise InvalidSchemaError(
+            f"Invalid schema id {schema_id!r}: an imported id is an integer >= 1", field="id"
+        )
+    parsed_version = None if version is None else parse_version(version)
+    if version is not None and parsed_version is None:
+        raise InvalidVersionError(
+            "An imported version is a number >= 1, not 'latest'", field="version"
+        )
+    return schema_id, parsed_version
 
 
 class RestApp:
@@ -288,8 +308,14 @@ class RestApp:
                 ]
             if method == "POST":
                 schema, schema_type, references = _schema_arguments(request)
+                schema_id, imported_version = _imported_ids(request)
                 result = registry.register(
-                    subject, schema, schema_type=schema_type, references=references
+                    subject,
+                    schema,
+                    schema_type=schema_type,
+                    references=references,
+                    schema_id=schema_id,
+                    version=imported_version,
                 )
                 return 200, {"id": result.schema_id}
             return self._no_route(request)
@@ -383,6 +409,19 @@ class RestApp:
         return self._no_route(request)
 
     def _mode(self, request: _Request) -> tuple[int, Any]:
-        if request.method == "GET" and len(request.segments) <= 2:
-            return 200, {"mode": "READWRITE"}
+        segments, method = request.segments, request.method
+        if len(segments) > 2:
+            return self._no_route(request)
+        subject = segments[1] if len(segments) == 2 else None
+        if method == "GET":
+            mode = self._registry.get_mode(
+                subject, default_to_global=request.flag("defaultToGlobal")
+            )
+            return 200, {"mode": mode.value}
+        if method == "PUT":
+            wanted = request.json_body().get("mode")
+            new_mode = self._registry.set_mode(subject, wanted, force=request.flag("force"))
+            return 200, {"mode": new_mode.value}
+        if method == "DELETE":
+            return 200, {"mode": self._registry.delete_mode(subject).value}
         return self._no_route(request)

@@ -10,31 +10,25 @@ any number of registry processes can share one database:
   for the same number collide on the primary key and the loser retries the whole transaction,
   re-running the compatibility check against the version that won.
 
-On SQLite every writing transaction starts with ``BEGIN IMMEDIATE`` (the database's one
-writer lock), so writers queue instead of failing on a lock upgrade.
+The engine, migrations and the retried write transaction are :mod:`lockgate.schema_registry.sql`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import random
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from importlib import resources
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from lockgate.schema_registry import tables
 from lockgate.schema_registry.errors import (
+    IdDoesNotMatchError,
     InvalidSchemaError,
+    OperationNotPermittedError,
     ReferenceExistsError,
     StoreUnavailableError,
     SubjectNotFoundError,
@@ -46,6 +40,7 @@ from lockgate.schema_registry.errors import (
 )
 from lockgate.schema_registry.model import (
     CompatibilityLevel,
+    Mode,
     RegisteredSchema,
     RegistrationResult,
     SchemaId,
@@ -54,121 +49,24 @@ from lockgate.schema_registry.model import (
     SubjectVersion,
     Version,
 )
+from lockgate.schema_registry.sql import SqlStore
 
-_T = TypeVar("_T")
 
-#: How many times a writing transaction is retried after a conflict before giving up.
-MAX_WRITE_ATTEMPTS = 30
-#: PostgreSQL advisory lock key serialising concurrent migrations ("lockgate-sr" in hex-ish).
-_MIGRATION_LOCK_KEY = 0x10C6A7E5
+@dataclass(frozen=True)
+class ImportedIds:
+    """The id (and maybe version) an IMPORT-mode registration brings from another registry."""
+
+    schema_id: SchemaId
+    #: None: the next version of the subject.
+    version: Version | None = None
+
+
 #: Validates a registration against the subject's live versions; raises to refuse it.
 RegistrationCheck = Callable[[Sequence[SubjectVersion]], None]
 
 
-def default_database_url() -> str:
-    """SQLite file under ``$LOCKGATE_HOME`` (or ``./.lockgate``): zero setup."""
-    home = Path(os.environ.get("LOCKGATE_HOME", ".lockgate"))
-    home.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{(home / 'schema_registry.db').resolve()}"
-
-
-def create_db_engine(url: str) -> Engine:
-    """An engine for ``url`` with the settings the registry needs (SQLite: WAL, immediate)."""
-    if url.startswith("sqlite"):
-        engine = sa.create_engine(url, connect_args={"timeout": 30.0, "check_same_thread": False})
-
-        @sa.event.listens_for(engine, "connect")
-        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-            # Let SQLAlchemy's "begin" event decide how transactions start (pysqlite's own
-            # implicit BEGIN is deferred, which deadlocks two writers upgrading their locks).
-            dbapi_connection.isolation_level = None
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA busy_timeout=30000")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.close()
-
-        @sa.event.listens_for(engine, "begin")
-        def _on_begin(connection: Connection) -> None:
-            if connection.get_execution_options().get("sqlite_write"):
-                connection.exec_driver_sql("BEGIN IMMEDIATE")
-            else:
-                connection.exec_driver_sql("BEGIN")
-
-        return engine
-    return sa.create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
-
-
-def _is_retryable(exc: sa.exc.DBAPIError) -> bool:
-    if isinstance(exc, sa.exc.IntegrityError):
-        return True
-    # PostgreSQL: serialization_failure / deadlock_detected; SQLite: database is locked.
-    code = getattr(exc.orig, "sqlstate", None)
-    if code in ("40001", "40P01"):
-        return True
-    return "locked" in str(exc.orig).lower()
-
-
-class SchemaStore:
+class SchemaStore(SqlStore):
     """The registry's SQL store; methods take keyword-only arguments and return domain values."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._dialect = engine.dialect.name
-
-    @property
-    def engine(self) -> Engine:
-        """The SQLAlchemy engine (for tests and shutdown)."""
-        return self._engine
-
-    def migrate(self) -> None:
-        """Bring the tables to the newest Alembic revision (safe to run from several processes)."""
-        script_location = str(resources.files("lockgate.schema_registry") / "migrations")
-        config = Config()
-        config.set_main_option("script_location", script_location)
-        with self._engine.connect() as connection:
-            if self._dialect == "postgresql":
-                # Two registries starting together must not both create the tables.
-                connection.exec_driver_sql(f"SELECT pg_advisory_lock({_MIGRATION_LOCK_KEY})")
-                connection.commit()
-            try:
-                config.attributes["connection"] = connection
-                command.upgrade(config, "head")
-                connection.commit()
-            finally:
-                if self._dialect == "postgresql":
-                    connection.exec_driver_sql(f"SELECT pg_advisory_unlock({_MIGRATION_LOCK_KEY})")
-                    connection.commit()
-
-    def close(self) -> None:
-        """Release the connection pool."""
-        self._engine.dispose()
-
-    # --- transactions -------------------------------------------------------------------
-
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        with self._engine.connect() as connection, connection.begin():
-            yield connection
-
-    def _write(self, work: Callable[[Connection], _T]) -> _T:
-        """Run ``work`` in one writing transaction, retrying it whole after a conflict."""
-        last: Exception | None = None
-        for attempt in range(MAX_WRITE_ATTEMPTS):
-            try:
-                with self._engine.connect() as raw:
-                    connection = raw.execution_options(sqlite_write=True)
-                    with connection.begin():
-                        return work(connection)
-            except sa.exc.DBAPIError as exc:
-                if not _is_retryable(exc):
-                    raise
-                last = exc
-                # Jittered backoff so racing writers do not collide again in lock step.
-                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
-        raise StoreUnavailableError(
-            f"the database kept reporting conflicts after {MAX_WRITE_ATTEMPTS} attempts: {last}"
-        )
 
     # --- schemas ------------------------------------------------------------------------
 
@@ -309,6 +207,7 @@ class SchemaStore:
         schema_type: str,
         check: RegistrationCheck,
         references: Sequence[SchemaReference] = (),
+        imported: ImportedIds | None = None,
     ) -> RegistrationResult:
         """Register a schema under ``subject``, idempotently, in one transaction.
 
@@ -317,7 +216,9 @@ class SchemaStore:
         global id (existing or new) and the next version number. Each of ``references`` must
         still be a live version when the transaction writes (42201 otherwise): a delete racing
         the registration either sees the new reference (and is refused) or wins (and this
-        registration is refused).
+        registration is refused). ``imported`` (IMPORT mode) gives the id, and maybe the
+        version, the schema must get (42207 when the id is another schema's, 42205 when the
+        version is taken).
         """
 
         def work(connection: Connection) -> RegistrationResult:
@@ -336,27 +237,17 @@ class SchemaStore:
                 )
             check(self._subject_versions(connection, subject, include_deleted=False))
             self._lock_referenced(connection, references)
-            schema_id, inserted = self._insert_or_select_schema(
-                connection, fingerprint, schema_text, schema_type
-            )
-            if inserted and references:
-                connection.execute(
-                    sa.insert(tables.schema_references),
-                    [
-                        {
-                            "schema_id": schema_id,
-                            "position": position,
-                            "name": ref.name,
-                            "subject": ref.subject,
-                            "version": ref.version,
-                        }
-                        for position, ref in enumerate(references)
-                    ],
+            if imported is None:
+                schema_id, inserted = self._insert_or_select_schema(
+                    connection, fingerprint, schema_text, schema_type
                 )
-            highest = connection.execute(
-                sa.select(sa.func.max(sv.c.version)).where(sv.c.subject == subject)
-            ).scalar()
-            version = Version(int(highest or 0) + 1)
+            else:
+                schema_id, inserted = self._insert_imported_schema(
+                    connection, imported.schema_id, fingerprint, schema_text, schema_type
+                )
+            if inserted and references:
+                self._insert_references(connection, schema_id, references)
+            version = self._next_version(connection, subject, imported)
             connection.execute(
                 sa.insert(sv).values(
                     subject=subject, version=version, schema_id=schema_id, deleted=False
@@ -367,6 +258,93 @@ class SchemaStore:
             )
 
         return self._write(work)
+
+    @staticmethod
+    def _insert_references(
+        connection: Connection, schema_id: SchemaId, references: Sequence[SchemaReference]
+    ) -> None:
+        connection.execute(
+            sa.insert(tables.schema_references),
+            [
+                {
+                    "schema_id": schema_id,
+                    "position": position,
+                    "name": ref.name,
+                    "subject": ref.subject,
+                    "version": ref.version,
+                }
+                for position, ref in enumerate(references)
+            ],
+        )
+
+    @staticmethod
+    def _next_version(
+        connection: Connection, subject: Subject, imported: ImportedIds | None
+    ) -> Version:
+        """The version a registration gets: the imported one if free, else highest + 1."""
+        sv = tables.subject_versions
+        if imported is not None and imported.version is not None:
+            taken = connection.execute(
+                sa.select(sv.c.version).where(
+                    sv.c.subject == subject, sv.c.version == imported.version
+                )
+            ).first()
+            if taken is not None:
+                raise OperationNotPermittedError(
+                    f"Version {imported.version} of subject '{subject}' already exists; an"
+                    " import cannot overwrite it",
+                    field="version",
+                )
+            return imported.version
+        highest = connection.execute(
+            sa.select(sa.func.max(sv.c.version)).where(sv.c.subject == subject)
+        ).scalar()
+        return Version(int(highest or 0) + 1)
+
+    def _insert_imported_schema(
+        self,
+        connection: Connection,
+        schema_id: SchemaId,
+        fingerprint: str,
+        schema_text: str,
+        schema_type: str,
+    ) -> tuple[SchemaId, bool]:
+        """Store the schema under the id an import names (Confluent's IMPORT mode)."""
+        schemas = tables.schemas
+        by_id = connection.execute(
+            sa.select(schemas.c.fingerprint).where(schemas.c.id == schema_id)
+        ).scalar()
+        if by_id is not None:
+            if by_id != fingerprint:
+                raise IdDoesNotMatchError(
+                    f"Schema id {schema_id} is already another schema; an import cannot"
+                    " overwrite it",
+                    field="id",
+                )
+            return schema_id, False
+        by_fingerprint = connection.execute(
+            sa.select(schemas.c.id).where(schemas.c.fingerprint == fingerprint)
+        ).scalar()
+        if by_fingerprint is not None:
+            raise IdDoesNotMatchError(
+                f"This schema already has id {by_fingerprint}; it cannot also have id {schema_id}",
+                field="id",
+            )
+        connection.execute(
+            sa.insert(schemas).values(
+                id=schema_id,
+                fingerprint=fingerprint,
+                schema_text=schema_text,
+                schema_type=schema_type,
+            )
+        )
+        if self._dialect == "postgresql":
+            # Ids handed out later must start above the imported ones.
+            connection.exec_driver_sql(
+                "SELECT setval(pg_get_serial_sequence('sr_schemas', 'id'),"
+                " (SELECT MAX(id) FROM sr_schemas))"
+            )
+        return schema_id, True
 
     @staticmethod
     def _lock_referenced(connection: Connection, references: Sequence[SchemaReference]) -> None:
@@ -541,44 +519,51 @@ class SchemaStore:
                 field="version",
             )
 
-    # --- compatibility configs ----------------------------------------------------------
+    # --- compatibility configs and modes ------------------------------------------------
 
     def get_config(self, *, subject: Subject | None) -> CompatibilityLevel | None:
         """The level set for ``subject`` (None: the global one), or None when not set."""
-        key = tables.GLOBAL_CONFIG_KEY if subject is None else subject
-        with self._read() as connection:
-            value = connection.execute(
-                sa.select(tables.configs.c.compatibility).where(tables.configs.c.subject == key)
-            ).scalar()
+        value = self._get_setting(tables.configs.c.compatibility, subject)
         return None if value is None else CompatibilityLevel(value)
 
     def set_config(self, *, subject: Subject | None, level: CompatibilityLevel) -> None:
         """Set the level for ``subject`` (None: the global one)."""
-        key = tables.GLOBAL_CONFIG_KEY if subject is None else subject
-
-        def work(connection: Connection) -> None:
-            updated = connection.execute(
-                sa.update(tables.configs)
-                .where(tables.configs.c.subject == key)
-                .values(compatibility=level.value)
-            ).rowcount
-            if not updated:
-                # A racing insert makes this fail with IntegrityError: _write retries, updates.
-                connection.execute(
-                    sa.insert(tables.configs).values(subject=key, compatibility=level.value)
-                )
-
-        self._write(work)
+        self._set_setting(tables.configs.c.compatibility, subject, level.value)
 
     def delete_config(self, *, subject: Subject | None) -> CompatibilityLevel | None:
         """Remove the level set for ``subject``; returns what it was (None: was not set)."""
-        key = tables.GLOBAL_CONFIG_KEY if subject is None else subject
+        value = self._delete_setting(tables.configs.c.compatibility, subject)
+        return None if value is None else CompatibilityLevel(value)
 
-        def work(connection: Connection) -> CompatibilityLevel | None:
-            value = connection.execute(
-                sa.select(tables.configs.c.compatibility).where(tables.configs.c.subject == key)
-            ).scalar()
-            connection.execute(sa.delete(tables.configs).where(tables.configs.c.subject == key))
-            return None if value is None else CompatibilityLevel(value)
+    def get_mode(self, *, subject: Subject | None) -> Mode | None:
+        """The mode set for ``subject`` (None: the global one), or None when not set."""
+        value = self._get_setting(tables.modes.c.mode, subject)
+        return None if value is None else Mode(value)
 
-        return self._write(work)
+    def set_mode(self, *, subject: Subject | None, mode: Mode, only_if_empty: bool) -> None:
+        """Set the mode for ``subject`` (None: the global one).
+
+        ``only_if_empty``: refuse (42205) when the subject (or, globally, the registry) has
+        versions, checked in the same transaction as the write.
+        """
+
+        def guard(connection: Connection) -> None:
+            sv = tables.subject_versions
+            query = sa.select(sv.c.subject).limit(1)
+            if subject is not None:
+                query = query.where(sv.c.subject == subject)
+            if only_if_empty and connection.execute(query).first() is not None:
+                where = (
+                    "the registry has subjects" if subject is None else f"'{subject}' has versions"
+                )
+                raise OperationNotPermittedError(
+                    f"Cannot set mode {mode.value}: {where}; pass force=true to set it anyway",
+                    field="mode",
+                )
+
+        self._set_setting(tables.modes.c.mode, subject, mode.value, guard=guard)
+
+    def delete_mode(self, *, subject: Subject | None) -> Mode | None:
+        """Remove the mode set for ``subject``; returns what it was (None: was not set)."""
+        value = self._delete_setting(tables.modes.c.mode, subject)
+        return None if value is None else Mode(value)

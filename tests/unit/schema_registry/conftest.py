@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from lockgate.schema_registry.registry import SchemaRegistry
-from lockgate.schema_registry.store import SchemaStore, create_db_engine
+from lockgate.schema_registry.sql import create_db_engine
+from lockgate.schema_registry.store import SchemaStore
 
 
 @pytest.fixture
