@@ -19,11 +19,16 @@ import grpc
 from google.protobuf.message import Message
 
 from lockgate.common import errors as common_errors
-from lockgate.schema_registry.errors import IncompatibleSchemaError, RegistryError
+from lockgate.schema_registry.errors import (
+    IncompatibleSchemaError,
+    InvalidModeError,
+    RegistryError,
+)
 from lockgate.schema_registry.model import (
     SCHEMA_TYPE_AVRO,
     SCHEMA_TYPE_JSON,
     CompatibilityLevel,
+    Mode,
     SchemaReference,
     SubjectVersion,
 )
@@ -45,6 +50,8 @@ _LEVEL_TO_PB = {
     for level in CompatibilityLevel
 }
 _PB_TO_LEVEL = {value: level for level, value in _LEVEL_TO_PB.items()}
+_MODE_TO_PB = {mode: pb.Mode.Value(f"MODE_{mode.value}") for mode in Mode}
+_PB_TO_MODE = {value: mode for mode, value in _MODE_TO_PB.items()}
 _SCHEMA_TYPE_TO_PB = {
     SCHEMA_TYPE_AVRO: pb.SCHEMA_TYPE_AVRO,
     SCHEMA_TYPE_JSON: pb.SCHEMA_TYPE_JSON,
@@ -229,6 +236,8 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
                 request.schema,
                 schema_type=_schema_type(request.schema_type),
                 references=_reference_requests(request.references),
+                schema_id=request.schema_id or None,
+                version=request.version or None,
             )
             return pb.RegisterSchemaResponse(
                 schema_id=result.schema_id, version=result.version, created=result.created
@@ -255,7 +264,9 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
         self, request: pb.ListSubjectsRequest, context: grpc.ServicerContext
     ) -> pb.ListSubjectsResponse:
         """See the proto."""
-        subjects = self._registry.list_subjects(include_deleted=request.include_deleted)
+        subjects = self._registry.list_subjects(
+            include_deleted=request.include_deleted, deleted_only=request.deleted_only
+        )
         page, token = _page(subjects, request.page_size, request.page_token)
         return pb.ListSubjectsResponse(subjects=list(page), next_page_token=token)
 
@@ -265,7 +276,9 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
     ) -> pb.ListSubjectVersionsResponse:
         """See the proto."""
         versions = self._registry.list_versions(
-            request.subject, include_deleted=request.include_deleted
+            request.subject,
+            include_deleted=request.include_deleted,
+            deleted_only=request.deleted_only,
         )
         page, token = _page(versions, request.page_size, request.page_token)
         return pb.ListSubjectVersionsResponse(
@@ -392,6 +405,49 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
         schema_ids = self._registry.referenced_by(request.subject, version)
         page, token = _page(schema_ids, request.page_size, request.page_token)
         return pb.ListReferencingSchemasResponse(schema_ids=list(page), next_page_token=token)
+
+    @_translating
+    def GetMode(
+        self, request: pb.GetModeRequest, context: grpc.ServicerContext
+    ) -> pb.GetModeResponse:
+        """See the proto."""
+        mode = self._registry.get_mode(
+            request.subject or None, default_to_global=request.default_to_global
+        )
+        return pb.GetModeResponse(mode=_MODE_TO_PB[mode])
+
+    @_translating
+    def UpdateMode(
+        self, request: pb.UpdateModeRequest, context: grpc.ServicerContext
+    ) -> pb.UpdateModeResponse:
+        """See the proto."""
+        wanted = _PB_TO_MODE.get(request.mode)
+        if wanted is None:
+            raise InvalidModeError(
+                f"mode: {request.mode} is not a mode; use MODE_READWRITE, MODE_READONLY or"
+                " MODE_IMPORT",
+                field="mode",
+            )
+
+        def produce() -> pb.UpdateModeResponse:
+            mode = self._registry.set_mode(
+                request.subject or None, wanted.value, force=request.force
+            )
+            return pb.UpdateModeResponse(mode=_MODE_TO_PB[mode])
+
+        return self._once("UpdateMode", request.request_id, produce)
+
+    @_translating
+    def DeleteMode(
+        self, request: pb.DeleteModeRequest, context: grpc.ServicerContext
+    ) -> pb.DeleteModeResponse:
+        """See the proto."""
+
+        def produce() -> pb.DeleteModeResponse:
+            old = self._registry.delete_mode(request.subject or None)
+            return pb.DeleteModeResponse(previous_mode=_MODE_TO_PB[old])
+
+        return self._once("DeleteMode", request.request_id, produce)
 
 
 def add_to_server(registry: SchemaRegistry) -> Callable[[grpc.Server], None]:

@@ -281,19 +281,27 @@ class SchemaRegistry:
 
     # --- subjects and versions -----------------------------------------------------------
 
-    def list_subjects(self, *, include_deleted: bool = False) -> list[Subject]:
-        """Subject names, sorted."""
-        return self._store.list_subjects(include_deleted=include_deleted)
+    def list_subjects(
+        self, *, include_deleted: bool = False, deleted_only: bool = False
+    ) -> list[Subject]:
+        """Subject names, sorted; ``deleted_only``: those whose versions are all soft-deleted."""
+        if not deleted_only:
+            return self._store.list_subjects(include_deleted=include_deleted)
+        live = set(self._store.list_subjects(include_deleted=False))
+        return [s for s in self._store.list_subjects(include_deleted=True) if s not in live]
 
-    def list_versions(self, subject: str, *, include_deleted: bool = False) -> list[SubjectVersion]:
-        """The subject's versions, oldest first; 40401 when it has none."""
+    def list_versions(
+        self, subject: str, *, include_deleted: bool = False, deleted_only: bool = False
+    ) -> list[SubjectVersion]:
+        """The subject's versions, oldest first (``deleted_only``: the soft-deleted ones);
+        40401 when it has none to show."""
         valid_subject = parse_subject(subject)
         versions = self._store.subject_versions(
-            subject=valid_subject, include_deleted=include_deleted
+            subject=valid_subject, include_deleted=include_deleted or deleted_only
         )
         if not versions:
             raise SubjectNotFoundError(f"Subject '{valid_subject}' not found.", field="subject")
-        return versions
+        return [v for v in versions if v.deleted] if deleted_only else versions
 
     def get_version(
         self, subject: str, version: str | int, *, include_deleted: bool = False

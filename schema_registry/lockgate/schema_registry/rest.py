@@ -280,8 +280,12 @@ class RestApp:
     def _subjects(self, request: _Request) -> tuple[int, Any]:
         registry, segments, method = self._registry, request.segments, request.method
         deleted = request.flag("deleted")
+        # Confluent's server spells it deletedOnly; its Python client sends deleted_only.
+        deleted_only = request.flag("deletedOnly") or request.flag("deleted_only")
         if len(segments) == 1 and method == "GET":
-            return 200, list(registry.list_subjects(include_deleted=deleted))
+            return 200, list(
+                registry.list_subjects(include_deleted=deleted, deleted_only=deleted_only)
+            )
         if len(segments) < 2:
             return self._no_route(request)
         subject = segments[1]
@@ -303,9 +307,10 @@ class RestApp:
             return self._no_route(request)
         if len(segments) == 3:
             if method == "GET":
-                return 200, [
-                    v.version for v in registry.list_versions(subject, include_deleted=deleted)
-                ]
+                listed = registry.list_versions(
+                    subject, include_deleted=deleted, deleted_only=deleted_only
+                )
+                return 200, [v.version for v in listed]
             if method == "POST":
                 schema, schema_type, references = _schema_arguments(request)
                 schema_id, imported_version = _imported_ids(request)

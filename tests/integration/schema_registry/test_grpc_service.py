@@ -233,3 +233,35 @@ def test_json_schema_type(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
     )
     assert looked_up.subject_version.schema_id == registered.schema_id
     assert looked_up.subject_version.schema_type == pb.SCHEMA_TYPE_JSON
+
+
+def test_modes_and_deleted_only_listings(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
+    assert stub.GetMode(pb.GetModeRequest()).mode == pb.MODE_READWRITE
+    stub.UpdateMode(pb.UpdateModeRequest(subject="imported", mode=pb.MODE_IMPORT))
+    imported = stub.RegisterSchema(
+        pb.RegisterSchemaRequest(subject="imported", schema=V1, schema_id=500, version=9)
+    )
+    assert (imported.schema_id, imported.version) == (500, 9)
+    with pytest.raises(grpc.RpcError) as outside_import:
+        stub.RegisterSchema(pb.RegisterSchemaRequest(subject="plain", schema=V1, schema_id=3))
+    assert outside_import.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    info = details(outside_import.value)["ErrorInfo"]
+    assert isinstance(info, error_details_pb2.ErrorInfo)
+    assert info.metadata["confluent_error_code"] == "42205"
+    previous = stub.DeleteMode(pb.DeleteModeRequest(subject="imported"))
+    assert previous.previous_mode == pb.MODE_IMPORT
+    with pytest.raises(grpc.RpcError) as no_mode:
+        stub.GetMode(pb.GetModeRequest(subject="imported"))
+    assert no_mode.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as unspecified:
+        stub.UpdateMode(pb.UpdateModeRequest(mode=pb.MODE_UNSPECIFIED))
+    assert unspecified.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    stub.RegisterSchema(pb.RegisterSchemaRequest(subject="gone", schema=V1))
+    stub.DeleteSubject(pb.DeleteSubjectRequest(subject="gone"))
+    only = stub.ListSubjects(pb.ListSubjectsRequest(deleted_only=True))
+    assert list(only.subjects) == ["gone"]
+    versions = stub.ListSubjectVersions(
+        pb.ListSubjectVersionsRequest(subject="gone", deleted_only=True)
+    )
+    assert [v.version for v in versions.versions] == [1]

@@ -161,3 +161,15 @@ def test_check_against_one_version_and_all(registry: SchemaRegistry) -> None:
 def test_schema_type_other_than_avro_is_refused(registry: SchemaRegistry) -> None:
     with pytest.raises(errors.InvalidSchemaError, match="serves AVRO, JSON"):
         registry.register("s", "{}", schema_type="PROTOBUF")
+
+
+def test_deleted_only_listings(registry: SchemaRegistry) -> None:
+    registry.register("half", user())
+    registry.register("half", user(EMAIL_DEFAULT))
+    registry.delete_version("half", 1)
+    registry.register("gone", user())
+    registry.delete_subject("gone")
+    assert registry.list_subjects(deleted_only=True) == ["gone"]
+    assert registry.list_subjects(include_deleted=True) == ["gone", "half"]
+    assert [v.version for v in registry.list_versions("half", deleted_only=True)] == [1]
+    assert [v.version for v in registry.list_versions("half")] == [2]

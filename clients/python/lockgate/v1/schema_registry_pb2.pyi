@@ -52,6 +52,34 @@ SCHEMA_TYPE_JSON: SchemaType.ValueType  # 2
 """JSON Schema (draft 7 unless its $schema names another draft)."""
 Global___SchemaType: _TypeAlias = SchemaType  # noqa: Y015
 
+class _Mode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Mode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MODE_UNSPECIFIED: _Mode.ValueType  # 0
+    """Not set; refused where a mode is required."""
+    MODE_READWRITE: _Mode.ValueType  # 1
+    """Registrations, deletes and config changes as usual (the default)."""
+    MODE_READONLY: _Mode.ValueType  # 2
+    """Registrations and deletes are refused (42205)."""
+    MODE_IMPORT: _Mode.ValueType  # 3
+    """Registrations may carry their own id and version; compatibility is not checked."""
+
+class Mode(_Mode, metaclass=_ModeEnumTypeWrapper):
+    """Mode is Confluent's registry mode: which writes a subject (or the registry) accepts."""
+
+MODE_UNSPECIFIED: Mode.ValueType  # 0
+"""Not set; refused where a mode is required."""
+MODE_READWRITE: Mode.ValueType  # 1
+"""Registrations, deletes and config changes as usual (the default)."""
+MODE_READONLY: Mode.ValueType  # 2
+"""Registrations and deletes are refused (42205)."""
+MODE_IMPORT: Mode.ValueType  # 3
+"""Registrations may carry their own id and version; compatibility is not checked."""
+Global___Mode: _TypeAlias = Mode  # noqa: Y015
+
 class _CompatibilityLevel:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -215,6 +243,8 @@ class RegisterSchemaRequest(_message.Message):
     SCHEMA_FIELD_NUMBER: _builtins.int
     SCHEMA_TYPE_FIELD_NUMBER: _builtins.int
     REFERENCES_FIELD_NUMBER: _builtins.int
+    SCHEMA_ID_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Client-chosen id making retries idempotent (a UUID); empty disables the dedupe."""
     subject: _builtins.str
@@ -223,6 +253,10 @@ class RegisterSchemaRequest(_message.Message):
     """The schema text (Avro or JSON Schema, both JSON)."""
     schema_type: Global___SchemaType.ValueType
     """Schema type; UNSPECIFIED means AVRO."""
+    schema_id: _builtins.int
+    """IMPORT mode only: the global id the schema must get; 0 lets the registry choose."""
+    version: _builtins.int
+    """IMPORT mode only: the version the schema must get; 0 means the next one."""
     @_builtins.property
     def references(self) -> _containers.RepeatedCompositeFieldContainer[Global___SchemaReference]:
         """Named types the schema takes from other subjects' versions; version -1 means the
@@ -237,10 +271,12 @@ class RegisterSchemaRequest(_message.Message):
         schema: _builtins.str = ...,
         schema_type: Global___SchemaType.ValueType = ...,
         references: _abc.Iterable[Global___SchemaReference] | None = ...,
+        schema_id: _builtins.int = ...,
+        version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["references", b"references", "request_id", b"request_id", "schema", b"schema", "schema_type", b"schema_type", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["references", b"references", "request_id", b"request_id", "schema", b"schema", "schema_id", b"schema_id", "schema_type", b"schema_type", "subject", b"subject", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -349,22 +385,26 @@ class ListSubjectsRequest(_message.Message):
     INCLUDE_DELETED_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    DELETED_ONLY_FIELD_NUMBER: _builtins.int
     include_deleted: _builtins.bool
     """Include subjects whose versions are all soft-deleted."""
     page_size: _builtins.int
     """Most names per page; 0 means 1000, the maximum."""
     page_token: _builtins.str
     """next_page_token of the previous page; empty for the first page."""
+    deleted_only: _builtins.bool
+    """Only subjects whose versions are all soft-deleted (wins over include_deleted)."""
     def __init__(
         self,
         *,
         include_deleted: _builtins.bool = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        deleted_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_deleted", b"include_deleted", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_only", b"deleted_only", "include_deleted", b"include_deleted", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -408,6 +448,7 @@ class ListSubjectVersionsRequest(_message.Message):
     INCLUDE_DELETED_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    DELETED_ONLY_FIELD_NUMBER: _builtins.int
     subject: _builtins.str
     """Subject name."""
     include_deleted: _builtins.bool
@@ -416,6 +457,8 @@ class ListSubjectVersionsRequest(_message.Message):
     """Most versions per page; 0 means 1000, the maximum."""
     page_token: _builtins.str
     """next_page_token of the previous page; empty for the first page."""
+    deleted_only: _builtins.bool
+    """Only soft-deleted versions (wins over include_deleted)."""
     def __init__(
         self,
         *,
@@ -423,10 +466,11 @@ class ListSubjectVersionsRequest(_message.Message):
         include_deleted: _builtins.bool = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        deleted_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_deleted", b"include_deleted", "page_size", b"page_size", "page_token", b"page_token", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_only", b"deleted_only", "include_deleted", b"include_deleted", "page_size", b"page_size", "page_token", b"page_token", "subject", b"subject"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -909,6 +953,158 @@ class ListReferencingSchemasResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListReferencingSchemasResponse: _TypeAlias = ListReferencingSchemasResponse  # noqa: Y015
+
+@_typing.final
+class GetModeRequest(_message.Message):
+    """GetModeRequest names a subject, or none for the global mode."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    DEFAULT_TO_GLOBAL_FIELD_NUMBER: _builtins.int
+    subject: _builtins.str
+    """Subject name; empty for the global mode."""
+    default_to_global: _builtins.bool
+    """When the subject has no mode of its own, return the global one instead of NOT_FOUND."""
+    def __init__(
+        self,
+        *,
+        subject: _builtins.str = ...,
+        default_to_global: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_to_global", b"default_to_global", "subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetModeRequest: _TypeAlias = GetModeRequest  # noqa: Y015
+
+@_typing.final
+class GetModeResponse(_message.Message):
+    """GetModeResponse carries the mode."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    mode: Global___Mode.ValueType
+    """The mode."""
+    def __init__(
+        self,
+        *,
+        mode: Global___Mode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetModeResponse: _TypeAlias = GetModeResponse  # noqa: Y015
+
+@_typing.final
+class UpdateModeRequest(_message.Message):
+    """UpdateModeRequest sets a mode."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """Client-chosen id making retries idempotent (a UUID); empty disables the dedupe."""
+    subject: _builtins.str
+    """Subject name; empty for the global mode."""
+    mode: Global___Mode.ValueType
+    """The new mode; UNSPECIFIED is refused."""
+    force: _builtins.bool
+    """Set IMPORT even where versions exist."""
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        subject: _builtins.str = ...,
+        mode: Global___Mode.ValueType = ...,
+        force: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "mode", b"mode", "request_id", b"request_id", "subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateModeRequest: _TypeAlias = UpdateModeRequest  # noqa: Y015
+
+@_typing.final
+class UpdateModeResponse(_message.Message):
+    """UpdateModeResponse echoes the mode set."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    mode: Global___Mode.ValueType
+    """The mode now in force."""
+    def __init__(
+        self,
+        *,
+        mode: Global___Mode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateModeResponse: _TypeAlias = UpdateModeResponse  # noqa: Y015
+
+@_typing.final
+class DeleteModeRequest(_message.Message):
+    """DeleteModeRequest removes a mode."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """Client-chosen id making retries idempotent (a UUID); empty disables the dedupe."""
+    subject: _builtins.str
+    """Subject name; empty resets the global mode to READWRITE."""
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        subject: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id", "subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteModeRequest: _TypeAlias = DeleteModeRequest  # noqa: Y015
+
+@_typing.final
+class DeleteModeResponse(_message.Message):
+    """DeleteModeResponse says what the mode was."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PREVIOUS_MODE_FIELD_NUMBER: _builtins.int
+    previous_mode: Global___Mode.ValueType
+    """The mode before the delete."""
+    def __init__(
+        self,
+        *,
+        previous_mode: Global___Mode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["previous_mode", b"previous_mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteModeResponse: _TypeAlias = DeleteModeResponse  # noqa: Y015
 
 @_typing.final
 class Schema(_message.Message):

@@ -117,6 +117,21 @@ class SchemaRegistryServiceStub:
                 request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasRequest.SerializeToString,
                 response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasResponse.FromString,
                 _registered_method=True)
+        self.GetMode = channel.unary_unary(
+                '/lockgate.v1.SchemaRegistryService/GetMode',
+                request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.GetModeRequest.SerializeToString,
+                response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.GetModeResponse.FromString,
+                _registered_method=True)
+        self.UpdateMode = channel.unary_unary(
+                '/lockgate.v1.SchemaRegistryService/UpdateMode',
+                request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.UpdateModeRequest.SerializeToString,
+                response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.UpdateModeResponse.FromString,
+                _registered_method=True)
+        self.DeleteMode = channel.unary_unary(
+                '/lockgate.v1.SchemaRegistryService/DeleteMode',
+                request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteModeRequest.SerializeToString,
+                response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteModeResponse.FromString,
+                _registered_method=True)
 
 
 class SchemaRegistryServiceServicer:
@@ -157,7 +172,9 @@ class SchemaRegistryServiceServicer:
         live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
         invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
         invalid subject), FAILED_PRECONDITION (409 incompatible; a
-        google.rpc.PreconditionFailure carries one violation per reason).
+        google.rpc.PreconditionFailure carries one violation per reason; 42205 the subject is
+        READONLY, or an id or version given outside IMPORT mode or a version already taken;
+        42207 an imported id that already holds another schema).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -261,6 +278,31 @@ class SchemaRegistryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetMode(self, request, context):
+        """GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
+        subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateMode(self, request, context):
+        """UpdateMode sets the mode of a subject or the global one. Errors: INVALID_ARGUMENT
+        (42204 unspecified mode, 42208), FAILED_PRECONDITION (42205: IMPORT where versions
+        exist, without force).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteMode(self, request, context):
+        """DeleteMode removes a subject's own mode (it falls back to the global one) or resets the
+        global mode to READWRITE. Errors: NOT_FOUND (40409), INVALID_ARGUMENT (42208).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchemaRegistryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -333,6 +375,21 @@ def add_SchemaRegistryServiceServicer_to_server(servicer, server):
                     servicer.ListReferencingSchemas,
                     request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasRequest.FromString,
                     response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasResponse.SerializeToString,
+            ),
+            'GetMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMode,
+                    request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.GetModeRequest.FromString,
+                    response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.GetModeResponse.SerializeToString,
+            ),
+            'UpdateMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMode,
+                    request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.UpdateModeRequest.FromString,
+                    response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.UpdateModeResponse.SerializeToString,
+            ),
+            'DeleteMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteMode,
+                    request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteModeRequest.FromString,
+                    response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteModeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -726,6 +783,87 @@ class SchemaRegistryService:
             '/lockgate.v1.SchemaRegistryService/ListReferencingSchemas',
             lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasRequest.SerializeToString,
             lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lockgate.v1.SchemaRegistryService/GetMode',
+            lockgate_dot_v1_dot_schema__registry__pb2.GetModeRequest.SerializeToString,
+            lockgate_dot_v1_dot_schema__registry__pb2.GetModeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lockgate.v1.SchemaRegistryService/UpdateMode',
+            lockgate_dot_v1_dot_schema__registry__pb2.UpdateModeRequest.SerializeToString,
+            lockgate_dot_v1_dot_schema__registry__pb2.UpdateModeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lockgate.v1.SchemaRegistryService/DeleteMode',
+            lockgate_dot_v1_dot_schema__registry__pb2.DeleteModeRequest.SerializeToString,
+            lockgate_dot_v1_dot_schema__registry__pb2.DeleteModeResponse.FromString,
             options,
             channel_credentials,
             insecure,

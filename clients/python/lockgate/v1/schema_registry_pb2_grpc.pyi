@@ -69,7 +69,9 @@ class SchemaRegistryServiceStub:
     live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
     invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
     invalid subject), FAILED_PRECONDITION (409 incompatible; a
-    google.rpc.PreconditionFailure carries one violation per reason).
+    google.rpc.PreconditionFailure carries one violation per reason; 42205 the subject is
+    READONLY, or an id or version given outside IMPORT mode or a version already taken;
+    42207 an imported id that already holds another schema).
     """
     LookupSchema: _grpc.UnaryUnaryMultiCallable[_schema_registry_pb2.LookupSchemaRequest, _schema_registry_pb2.LookupSchemaResponse]
     """LookupSchema finds the version of a subject that holds a given schema (compared
@@ -125,6 +127,19 @@ class SchemaRegistryServiceStub:
     the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
     (42202, 42208, bad page_token or negative page_size).
     """
+    GetMode: _grpc.UnaryUnaryMultiCallable[_schema_registry_pb2.GetModeRequest, _schema_registry_pb2.GetModeResponse]
+    """GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
+    subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
+    """
+    UpdateMode: _grpc.UnaryUnaryMultiCallable[_schema_registry_pb2.UpdateModeRequest, _schema_registry_pb2.UpdateModeResponse]
+    """UpdateMode sets the mode of a subject or the global one. Errors: INVALID_ARGUMENT
+    (42204 unspecified mode, 42208), FAILED_PRECONDITION (42205: IMPORT where versions
+    exist, without force).
+    """
+    DeleteMode: _grpc.UnaryUnaryMultiCallable[_schema_registry_pb2.DeleteModeRequest, _schema_registry_pb2.DeleteModeResponse]
+    """DeleteMode removes a subject's own mode (it falls back to the global one) or resets the
+    global mode to READWRITE. Errors: NOT_FOUND (40409), INVALID_ARGUMENT (42208).
+    """
 
 @_typing.type_check_only
 class SchemaRegistryServiceAsyncStub(SchemaRegistryServiceStub):
@@ -158,7 +173,9 @@ class SchemaRegistryServiceAsyncStub(SchemaRegistryServiceStub):
     live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
     invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
     invalid subject), FAILED_PRECONDITION (409 incompatible; a
-    google.rpc.PreconditionFailure carries one violation per reason).
+    google.rpc.PreconditionFailure carries one violation per reason; 42205 the subject is
+    READONLY, or an id or version given outside IMPORT mode or a version already taken;
+    42207 an imported id that already holds another schema).
     """
     LookupSchema: _aio.UnaryUnaryMultiCallable[_schema_registry_pb2.LookupSchemaRequest, _schema_registry_pb2.LookupSchemaResponse]  # type: ignore[assignment]
     """LookupSchema finds the version of a subject that holds a given schema (compared
@@ -214,6 +231,19 @@ class SchemaRegistryServiceAsyncStub(SchemaRegistryServiceStub):
     the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
     (42202, 42208, bad page_token or negative page_size).
     """
+    GetMode: _aio.UnaryUnaryMultiCallable[_schema_registry_pb2.GetModeRequest, _schema_registry_pb2.GetModeResponse]  # type: ignore[assignment]
+    """GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
+    subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
+    """
+    UpdateMode: _aio.UnaryUnaryMultiCallable[_schema_registry_pb2.UpdateModeRequest, _schema_registry_pb2.UpdateModeResponse]  # type: ignore[assignment]
+    """UpdateMode sets the mode of a subject or the global one. Errors: INVALID_ARGUMENT
+    (42204 unspecified mode, 42208), FAILED_PRECONDITION (42205: IMPORT where versions
+    exist, without force).
+    """
+    DeleteMode: _aio.UnaryUnaryMultiCallable[_schema_registry_pb2.DeleteModeRequest, _schema_registry_pb2.DeleteModeResponse]  # type: ignore[assignment]
+    """DeleteMode removes a subject's own mode (it falls back to the global one) or resets the
+    global mode to READWRITE. Errors: NOT_FOUND (40409), INVALID_ARGUMENT (42208).
+    """
 
 class SchemaRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
     """SchemaRegistryService registers Avro and JSON Schema schemas under subjects, checks their
@@ -262,7 +292,9 @@ class SchemaRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
         live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
         invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
         invalid subject), FAILED_PRECONDITION (409 incompatible; a
-        google.rpc.PreconditionFailure carries one violation per reason).
+        google.rpc.PreconditionFailure carries one violation per reason; 42205 the subject is
+        READONLY, or an id or version given outside IMPORT mode or a version already taken;
+        42207 an imported id that already holds another schema).
         """
 
     @_abc_1.abstractmethod
@@ -383,6 +415,37 @@ class SchemaRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
         subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
         the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
         (42202, 42208, bad page_token or negative page_size).
+        """
+
+    @_abc_1.abstractmethod
+    def GetMode(
+        self,
+        request: _schema_registry_pb2.GetModeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schema_registry_pb2.GetModeResponse, _abc.Awaitable[_schema_registry_pb2.GetModeResponse]]:
+        """GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
+        subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateMode(
+        self,
+        request: _schema_registry_pb2.UpdateModeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schema_registry_pb2.UpdateModeResponse, _abc.Awaitable[_schema_registry_pb2.UpdateModeResponse]]:
+        """UpdateMode sets the mode of a subject or the global one. Errors: INVALID_ARGUMENT
+        (42204 unspecified mode, 42208), FAILED_PRECONDITION (42205: IMPORT where versions
+        exist, without force).
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteMode(
+        self,
+        request: _schema_registry_pb2.DeleteModeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schema_registry_pb2.DeleteModeResponse, _abc.Awaitable[_schema_registry_pb2.DeleteModeResponse]]:
+        """DeleteMode removes a subject's own mode (it falls back to the global one) or resets the
+        global mode to READWRITE. Errors: NOT_FOUND (40409), INVALID_ARGUMENT (42208).
         """
 
 def add_SchemaRegistryServiceServicer_to_server(servicer: SchemaRegistryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -84,6 +84,63 @@ func (SchemaType) EnumDescriptor() ([]byte, []int) {
 	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{0}
 }
 
+// Mode is Confluent's registry mode: which writes a subject (or the registry) accepts.
+type Mode int32
+
+const (
+	// Not set; refused where a mode is required.
+	Mode_MODE_UNSPECIFIED Mode = 0
+	// Registrations, deletes and config changes as usual (the default).
+	Mode_MODE_READWRITE Mode = 1
+	// Registrations and deletes are refused (42205).
+	Mode_MODE_READONLY Mode = 2
+	// Registrations may carry their own id and version; compatibility is not checked.
+	Mode_MODE_IMPORT Mode = 3
+)
+
+// Enum value maps for Mode.
+var (
+	Mode_name = map[int32]string{
+		0: "MODE_UNSPECIFIED",
+		1: "MODE_READWRITE",
+		2: "MODE_READONLY",
+		3: "MODE_IMPORT",
+	}
+	Mode_value = map[string]int32{
+		"MODE_UNSPECIFIED": 0,
+		"MODE_READWRITE":   1,
+		"MODE_READONLY":    2,
+		"MODE_IMPORT":      3,
+	}
+)
+
+func (x Mode) Enum() *Mode {
+	p := new(Mode)
+	*p = x
+	return p
+}
+
+func (x Mode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Mode) Descriptor() protoreflect.EnumDescriptor {
+	return file_lockgate_v1_schema_registry_proto_enumTypes[1].Descriptor()
+}
+
+func (Mode) Type() protoreflect.EnumType {
+	return &file_lockgate_v1_schema_registry_proto_enumTypes[1]
+}
+
+func (x Mode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Mode.Descriptor instead.
+func (Mode) EnumDescriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{1}
+}
+
 // CompatibilityLevel is Confluent's compatibility level of a subject.
 type CompatibilityLevel int32
 
@@ -141,11 +198,11 @@ func (x CompatibilityLevel) String() string {
 }
 
 func (CompatibilityLevel) Descriptor() protoreflect.EnumDescriptor {
-	return file_lockgate_v1_schema_registry_proto_enumTypes[1].Descriptor()
+	return file_lockgate_v1_schema_registry_proto_enumTypes[2].Descriptor()
 }
 
 func (CompatibilityLevel) Type() protoreflect.EnumType {
-	return &file_lockgate_v1_schema_registry_proto_enumTypes[1]
+	return &file_lockgate_v1_schema_registry_proto_enumTypes[2]
 }
 
 func (x CompatibilityLevel) Number() protoreflect.EnumNumber {
@@ -154,7 +211,7 @@ func (x CompatibilityLevel) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CompatibilityLevel.Descriptor instead.
 func (CompatibilityLevel) EnumDescriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{1}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{2}
 }
 
 // GetSchemaRequest names a schema by global id.
@@ -390,7 +447,11 @@ type RegisterSchemaRequest struct {
 	SchemaType SchemaType `protobuf:"varint,4,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
 	// Named types the schema takes from other subjects' versions; version -1 means the
 	// latest and is stored as the number it meant. Part of the schema's identity.
-	References    []*SchemaReference `protobuf:"bytes,5,rep,name=references,proto3" json:"references,omitempty"`
+	References []*SchemaReference `protobuf:"bytes,5,rep,name=references,proto3" json:"references,omitempty"`
+	// IMPORT mode only: the global id the schema must get; 0 lets the registry choose.
+	SchemaId int32 `protobuf:"varint,6,opt,name=schema_id,json=schemaId,proto3" json:"schema_id,omitempty"`
+	// IMPORT mode only: the version the schema must get; 0 means the next one.
+	Version       int32 `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -458,6 +519,20 @@ func (x *RegisterSchemaRequest) GetReferences() []*SchemaReference {
 		return x.References
 	}
 	return nil
+}
+
+func (x *RegisterSchemaRequest) GetSchemaId() int32 {
+	if x != nil {
+		return x.SchemaId
+	}
+	return 0
+}
+
+func (x *RegisterSchemaRequest) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 // RegisterSchemaResponse says which id and version the schema has.
@@ -660,7 +735,9 @@ type ListSubjectsRequest struct {
 	// Most names per page; 0 means 1000, the maximum.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; empty for the first page.
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only subjects whose versions are all soft-deleted (wins over include_deleted).
+	DeletedOnly   bool `protobuf:"varint,4,opt,name=deleted_only,json=deletedOnly,proto3" json:"deleted_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -714,6 +791,13 @@ func (x *ListSubjectsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListSubjectsRequest) GetDeletedOnly() bool {
+	if x != nil {
+		return x.DeletedOnly
+	}
+	return false
 }
 
 // ListSubjectsResponse lists one page of subject names.
@@ -781,7 +865,9 @@ type ListSubjectVersionsRequest struct {
 	// Most versions per page; 0 means 1000, the maximum.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; empty for the first page.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only soft-deleted versions (wins over include_deleted).
+	DeletedOnly   bool `protobuf:"varint,5,opt,name=deleted_only,json=deletedOnly,proto3" json:"deleted_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -842,6 +928,13 @@ func (x *ListSubjectVersionsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListSubjectVersionsRequest) GetDeletedOnly() bool {
+	if x != nil {
+		return x.DeletedOnly
+	}
+	return false
 }
 
 // ListSubjectVersionsResponse lists one page of versions.
@@ -1826,6 +1919,327 @@ func (x *ListReferencingSchemasResponse) GetNextPageToken() string {
 	return ""
 }
 
+// GetModeRequest names a subject, or none for the global mode.
+type GetModeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Subject name; empty for the global mode.
+	Subject string `protobuf:"bytes,1,opt,name=subject,proto3" json:"subject,omitempty"`
+	// When the subject has no mode of its own, return the global one instead of NOT_FOUND.
+	DefaultToGlobal bool `protobuf:"varint,2,opt,name=default_to_global,json=defaultToGlobal,proto3" json:"default_to_global,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GetModeRequest) Reset() {
+	*x = GetModeRequest{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetModeRequest) ProtoMessage() {}
+
+func (x *GetModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetModeRequest.ProtoReflect.Descriptor instead.
+func (*GetModeRequest) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetModeRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *GetModeRequest) GetDefaultToGlobal() bool {
+	if x != nil {
+		return x.DefaultToGlobal
+	}
+	return false
+}
+
+// GetModeResponse carries the mode.
+type GetModeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mode.
+	Mode          Mode `protobuf:"varint,1,opt,name=mode,proto3,enum=lockgate.v1.Mode" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetModeResponse) Reset() {
+	*x = GetModeResponse{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetModeResponse) ProtoMessage() {}
+
+func (x *GetModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetModeResponse.ProtoReflect.Descriptor instead.
+func (*GetModeResponse) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetModeResponse) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+// UpdateModeRequest sets a mode.
+type UpdateModeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Client-chosen id making retries idempotent (a UUID); empty disables the dedupe.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Subject name; empty for the global mode.
+	Subject string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	// The new mode; UNSPECIFIED is refused.
+	Mode Mode `protobuf:"varint,3,opt,name=mode,proto3,enum=lockgate.v1.Mode" json:"mode,omitempty"`
+	// Set IMPORT even where versions exist.
+	Force         bool `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateModeRequest) Reset() {
+	*x = UpdateModeRequest{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateModeRequest) ProtoMessage() {}
+
+func (x *UpdateModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateModeRequest.ProtoReflect.Descriptor instead.
+func (*UpdateModeRequest) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *UpdateModeRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *UpdateModeRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *UpdateModeRequest) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *UpdateModeRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// UpdateModeResponse echoes the mode set.
+type UpdateModeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mode now in force.
+	Mode          Mode `protobuf:"varint,1,opt,name=mode,proto3,enum=lockgate.v1.Mode" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateModeResponse) Reset() {
+	*x = UpdateModeResponse{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateModeResponse) ProtoMessage() {}
+
+func (x *UpdateModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateModeResponse.ProtoReflect.Descriptor instead.
+func (*UpdateModeResponse) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *UpdateModeResponse) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+// DeleteModeRequest removes a mode.
+type DeleteModeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Client-chosen id making retries idempotent (a UUID); empty disables the dedupe.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Subject name; empty resets the global mode to READWRITE.
+	Subject       string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteModeRequest) Reset() {
+	*x = DeleteModeRequest{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteModeRequest) ProtoMessage() {}
+
+func (x *DeleteModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteModeRequest.ProtoReflect.Descriptor instead.
+func (*DeleteModeRequest) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *DeleteModeRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *DeleteModeRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+// DeleteModeResponse says what the mode was.
+type DeleteModeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mode before the delete.
+	PreviousMode  Mode `protobuf:"varint,1,opt,name=previous_mode,json=previousMode,proto3,enum=lockgate.v1.Mode" json:"previous_mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteModeResponse) Reset() {
+	*x = DeleteModeResponse{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteModeResponse) ProtoMessage() {}
+
+func (x *DeleteModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteModeResponse.ProtoReflect.Descriptor instead.
+func (*DeleteModeResponse) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *DeleteModeResponse) GetPreviousMode() Mode {
+	if x != nil {
+		return x.PreviousMode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
 // Schema is a registered schema, independent of subjects.
 type Schema struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1843,7 +2257,7 @@ type Schema struct {
 
 func (x *Schema) Reset() {
 	*x = Schema{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2269,7 @@ func (x *Schema) String() string {
 func (*Schema) ProtoMessage() {}
 
 func (x *Schema) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2282,7 @@ func (x *Schema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schema.ProtoReflect.Descriptor instead.
 func (*Schema) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{28}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Schema) GetSchemaId() int32 {
@@ -1922,7 +2336,7 @@ type SubjectVersion struct {
 
 func (x *SubjectVersion) Reset() {
 	*x = SubjectVersion{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[29]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2348,7 @@ func (x *SubjectVersion) String() string {
 func (*SubjectVersion) ProtoMessage() {}
 
 func (x *SubjectVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[29]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2361,7 @@ func (x *SubjectVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubjectVersion.ProtoReflect.Descriptor instead.
 func (*SubjectVersion) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{29}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SubjectVersion) GetSubject() string {
@@ -2015,7 +2429,7 @@ type SchemaReference struct {
 
 func (x *SchemaReference) Reset() {
 	*x = SchemaReference{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[30]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2441,7 @@ func (x *SchemaReference) String() string {
 func (*SchemaReference) ProtoMessage() {}
 
 func (x *SchemaReference) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[30]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2454,7 @@ func (x *SchemaReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchemaReference.ProtoReflect.Descriptor instead.
 func (*SchemaReference) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{30}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SchemaReference) GetName() string {
@@ -2077,7 +2491,7 @@ type SubjectVersionRef struct {
 
 func (x *SubjectVersionRef) Reset() {
 	*x = SubjectVersionRef{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[31]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2503,7 @@ func (x *SubjectVersionRef) String() string {
 func (*SubjectVersionRef) ProtoMessage() {}
 
 func (x *SubjectVersionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[31]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2516,7 @@ func (x *SubjectVersionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubjectVersionRef.ProtoReflect.Descriptor instead.
 func (*SubjectVersionRef) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{31}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SubjectVersionRef) GetSubject() string {
@@ -2136,7 +2550,7 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"\x80\x01\n" +
 	"\x1aListSchemaVersionsResponse\x12:\n" +
 	"\bversions\x18\x01 \x03(\v2\x1e.lockgate.v1.SubjectVersionRefR\bversions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe0\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x02\n" +
 	"\x15RegisterSchemaRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +
@@ -2146,7 +2560,9 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"schemaType\x12<\n" +
 	"\n" +
 	"references\x18\x05 \x03(\v2\x1c.lockgate.v1.SchemaReferenceR\n" +
-	"references\"i\n" +
+	"references\x12\x1b\n" +
+	"\tschema_id\x18\x06 \x01(\x05R\bschemaId\x12\x18\n" +
+	"\aversion\x18\a \x01(\x05R\aversion\"i\n" +
 	"\x16RegisterSchemaResponse\x12\x1b\n" +
 	"\tschema_id\x18\x01 \x01(\x05R\bschemaId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x18\n" +
@@ -2161,21 +2577,23 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"references\x18\x05 \x03(\v2\x1c.lockgate.v1.SchemaReferenceR\n" +
 	"references\"\\\n" +
 	"\x14LookupSchemaResponse\x12D\n" +
-	"\x0fsubject_version\x18\x01 \x01(\v2\x1b.lockgate.v1.SubjectVersionR\x0esubjectVersion\"z\n" +
+	"\x0fsubject_version\x18\x01 \x01(\v2\x1b.lockgate.v1.SubjectVersionR\x0esubjectVersion\"\x9d\x01\n" +
 	"\x13ListSubjectsRequest\x12'\n" +
 	"\x0finclude_deleted\x18\x01 \x01(\bR\x0eincludeDeleted\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"Z\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12!\n" +
+	"\fdeleted_only\x18\x04 \x01(\bR\vdeletedOnly\"Z\n" +
 	"\x14ListSubjectsResponse\x12\x1a\n" +
 	"\bsubjects\x18\x01 \x03(\tR\bsubjects\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9b\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbe\x01\n" +
 	"\x1aListSubjectVersionsRequest\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12'\n" +
 	"\x0finclude_deleted\x18\x02 \x01(\bR\x0eincludeDeleted\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"~\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12!\n" +
+	"\fdeleted_only\x18\x05 \x01(\bR\vdeletedOnly\"~\n" +
 	"\x1bListSubjectVersionsResponse\x127\n" +
 	"\bversions\x18\x01 \x03(\v2\x1b.lockgate.v1.SubjectVersionR\bversions\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"w\n" +
@@ -2242,7 +2660,26 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\x1eListReferencingSchemasResponse\x12\x1d\n" +
 	"\n" +
 	"schema_ids\x18\x01 \x03(\x05R\tschemaIds\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb5\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"V\n" +
+	"\x0eGetModeRequest\x12\x18\n" +
+	"\asubject\x18\x01 \x01(\tR\asubject\x12*\n" +
+	"\x11default_to_global\x18\x02 \x01(\bR\x0fdefaultToGlobal\"8\n" +
+	"\x0fGetModeResponse\x12%\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x11.lockgate.v1.ModeR\x04mode\"\x89\x01\n" +
+	"\x11UpdateModeRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x12%\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x11.lockgate.v1.ModeR\x04mode\x12\x14\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\";\n" +
+	"\x12UpdateModeResponse\x12%\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x11.lockgate.v1.ModeR\x04mode\"L\n" +
+	"\x11DeleteModeRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\"L\n" +
+	"\x12DeleteModeResponse\x126\n" +
+	"\rprevious_mode\x18\x01 \x01(\x0e2\x11.lockgate.v1.ModeR\fpreviousMode\"\xb5\x01\n" +
 	"\x06Schema\x12\x1b\n" +
 	"\tschema_id\x18\x01 \x01(\x05R\bschemaId\x128\n" +
 	"\vschema_type\x18\x02 \x01(\x0e2\x17.lockgate.v1.SchemaTypeR\n" +
@@ -2273,7 +2710,12 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"SchemaType\x12\x1b\n" +
 	"\x17SCHEMA_TYPE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SCHEMA_TYPE_AVRO\x10\x01\x12\x14\n" +
-	"\x10SCHEMA_TYPE_JSON\x10\x02*\xba\x02\n" +
+	"\x10SCHEMA_TYPE_JSON\x10\x02*T\n" +
+	"\x04Mode\x12\x14\n" +
+	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eMODE_READWRITE\x10\x01\x12\x11\n" +
+	"\rMODE_READONLY\x10\x02\x12\x0f\n" +
+	"\vMODE_IMPORT\x10\x03*\xba\x02\n" +
 	"\x12CompatibilityLevel\x12#\n" +
 	"\x1fCOMPATIBILITY_LEVEL_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18COMPATIBILITY_LEVEL_NONE\x10\x01\x12 \n" +
@@ -2282,7 +2724,7 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\x1bCOMPATIBILITY_LEVEL_FORWARD\x10\x04\x12*\n" +
 	"&COMPATIBILITY_LEVEL_FORWARD_TRANSITIVE\x10\x05\x12\x1c\n" +
 	"\x18COMPATIBILITY_LEVEL_FULL\x10\x06\x12'\n" +
-	"#COMPATIBILITY_LEVEL_FULL_TRANSITIVE\x10\a2\xd4\v\n" +
+	"#COMPATIBILITY_LEVEL_FULL_TRANSITIVE\x10\a2\xbd\r\n" +
 	"\x15SchemaRegistryService\x12O\n" +
 	"\tGetSchema\x12\x1d.lockgate.v1.GetSchemaRequest\x1a\x1e.lockgate.v1.GetSchemaResponse\"\x03\x90\x02\x01\x12j\n" +
 	"\x12ListSchemaVersions\x12&.lockgate.v1.ListSchemaVersionsRequest\x1a'.lockgate.v1.ListSchemaVersionsResponse\"\x03\x90\x02\x01\x12Y\n" +
@@ -2297,7 +2739,12 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\x19DeleteCompatibilityConfig\x12-.lockgate.v1.DeleteCompatibilityConfigRequest\x1a..lockgate.v1.DeleteCompatibilityConfigResponse\x12V\n" +
 	"\rDeleteSubject\x12!.lockgate.v1.DeleteSubjectRequest\x1a\".lockgate.v1.DeleteSubjectResponse\x12k\n" +
 	"\x14DeleteSubjectVersion\x12(.lockgate.v1.DeleteSubjectVersionRequest\x1a).lockgate.v1.DeleteSubjectVersionResponse\x12v\n" +
-	"\x16ListReferencingSchemas\x12*.lockgate.v1.ListReferencingSchemasRequest\x1a+.lockgate.v1.ListReferencingSchemasResponse\"\x03\x90\x02\x01B\xb7\x01\n" +
+	"\x16ListReferencingSchemas\x12*.lockgate.v1.ListReferencingSchemasRequest\x1a+.lockgate.v1.ListReferencingSchemasResponse\"\x03\x90\x02\x01\x12I\n" +
+	"\aGetMode\x12\x1b.lockgate.v1.GetModeRequest\x1a\x1c.lockgate.v1.GetModeResponse\"\x03\x90\x02\x01\x12M\n" +
+	"\n" +
+	"UpdateMode\x12\x1e.lockgate.v1.UpdateModeRequest\x1a\x1f.lockgate.v1.UpdateModeResponse\x12M\n" +
+	"\n" +
+	"DeleteMode\x12\x1e.lockgate.v1.DeleteModeRequest\x1a\x1f.lockgate.v1.DeleteModeResponseB\xb7\x01\n" +
 	"\x0fcom.lockgate.v1B\x13SchemaRegistryProtoP\x01ZBgithub.com/lockgate/lockgate/clients/go/gen/lockgate/v1;lockgatev1\xa2\x02\x03LXX\xaa\x02\vLockgate.V1\xca\x02\vLockgate\\V1\xe2\x02\x17Lockgate\\V1\\GPBMetadata\xea\x02\fLockgate::V1b\x06proto3"
 
 var (
@@ -2312,98 +2759,115 @@ func file_lockgate_v1_schema_registry_proto_rawDescGZIP() []byte {
 	return file_lockgate_v1_schema_registry_proto_rawDescData
 }
 
-var file_lockgate_v1_schema_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lockgate_v1_schema_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_lockgate_v1_schema_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_lockgate_v1_schema_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_lockgate_v1_schema_registry_proto_goTypes = []any{
 	(SchemaType)(0),                           // 0: lockgate.v1.SchemaType
-	(CompatibilityLevel)(0),                   // 1: lockgate.v1.CompatibilityLevel
-	(*GetSchemaRequest)(nil),                  // 2: lockgate.v1.GetSchemaRequest
-	(*GetSchemaResponse)(nil),                 // 3: lockgate.v1.GetSchemaResponse
-	(*ListSchemaVersionsRequest)(nil),         // 4: lockgate.v1.ListSchemaVersionsRequest
-	(*ListSchemaVersionsResponse)(nil),        // 5: lockgate.v1.ListSchemaVersionsResponse
-	(*RegisterSchemaRequest)(nil),             // 6: lockgate.v1.RegisterSchemaRequest
-	(*RegisterSchemaResponse)(nil),            // 7: lockgate.v1.RegisterSchemaResponse
-	(*LookupSchemaRequest)(nil),               // 8: lockgate.v1.LookupSchemaRequest
-	(*LookupSchemaResponse)(nil),              // 9: lockgate.v1.LookupSchemaResponse
-	(*ListSubjectsRequest)(nil),               // 10: lockgate.v1.ListSubjectsRequest
-	(*ListSubjectsResponse)(nil),              // 11: lockgate.v1.ListSubjectsResponse
-	(*ListSubjectVersionsRequest)(nil),        // 12: lockgate.v1.ListSubjectVersionsRequest
-	(*ListSubjectVersionsResponse)(nil),       // 13: lockgate.v1.ListSubjectVersionsResponse
-	(*GetSubjectVersionRequest)(nil),          // 14: lockgate.v1.GetSubjectVersionRequest
-	(*GetSubjectVersionResponse)(nil),         // 15: lockgate.v1.GetSubjectVersionResponse
-	(*CheckCompatibilityRequest)(nil),         // 16: lockgate.v1.CheckCompatibilityRequest
-	(*CheckCompatibilityResponse)(nil),        // 17: lockgate.v1.CheckCompatibilityResponse
-	(*GetCompatibilityConfigRequest)(nil),     // 18: lockgate.v1.GetCompatibilityConfigRequest
-	(*GetCompatibilityConfigResponse)(nil),    // 19: lockgate.v1.GetCompatibilityConfigResponse
-	(*UpdateCompatibilityConfigRequest)(nil),  // 20: lockgate.v1.UpdateCompatibilityConfigRequest
-	(*UpdateCompatibilityConfigResponse)(nil), // 21: lockgate.v1.UpdateCompatibilityConfigResponse
-	(*DeleteCompatibilityConfigRequest)(nil),  // 22: lockgate.v1.DeleteCompatibilityConfigRequest
-	(*DeleteCompatibilityConfigResponse)(nil), // 23: lockgate.v1.DeleteCompatibilityConfigResponse
-	(*DeleteSubjectRequest)(nil),              // 24: lockgate.v1.DeleteSubjectRequest
-	(*DeleteSubjectResponse)(nil),             // 25: lockgate.v1.DeleteSubjectResponse
-	(*DeleteSubjectVersionRequest)(nil),       // 26: lockgate.v1.DeleteSubjectVersionRequest
-	(*DeleteSubjectVersionResponse)(nil),      // 27: lockgate.v1.DeleteSubjectVersionResponse
-	(*ListReferencingSchemasRequest)(nil),     // 28: lockgate.v1.ListReferencingSchemasRequest
-	(*ListReferencingSchemasResponse)(nil),    // 29: lockgate.v1.ListReferencingSchemasResponse
-	(*Schema)(nil),                            // 30: lockgate.v1.Schema
-	(*SubjectVersion)(nil),                    // 31: lockgate.v1.SubjectVersion
-	(*SchemaReference)(nil),                   // 32: lockgate.v1.SchemaReference
-	(*SubjectVersionRef)(nil),                 // 33: lockgate.v1.SubjectVersionRef
+	(Mode)(0),                                 // 1: lockgate.v1.Mode
+	(CompatibilityLevel)(0),                   // 2: lockgate.v1.CompatibilityLevel
+	(*GetSchemaRequest)(nil),                  // 3: lockgate.v1.GetSchemaRequest
+	(*GetSchemaResponse)(nil),                 // 4: lockgate.v1.GetSchemaResponse
+	(*ListSchemaVersionsRequest)(nil),         // 5: lockgate.v1.ListSchemaVersionsRequest
+	(*ListSchemaVersionsResponse)(nil),        // 6: lockgate.v1.ListSchemaVersionsResponse
+	(*RegisterSchemaRequest)(nil),             // 7: lockgate.v1.RegisterSchemaRequest
+	(*RegisterSchemaResponse)(nil),            // 8: lockgate.v1.RegisterSchemaResponse
+	(*LookupSchemaRequest)(nil),               // 9: lockgate.v1.LookupSchemaRequest
+	(*LookupSchemaResponse)(nil),              // 10: lockgate.v1.LookupSchemaResponse
+	(*ListSubjectsRequest)(nil),               // 11: lockgate.v1.ListSubjectsRequest
+	(*ListSubjectsResponse)(nil),              // 12: lockgate.v1.ListSubjectsResponse
+	(*ListSubjectVersionsRequest)(nil),        // 13: lockgate.v1.ListSubjectVersionsRequest
+	(*ListSubjectVersionsResponse)(nil),       // 14: lockgate.v1.ListSubjectVersionsResponse
+	(*GetSubjectVersionRequest)(nil),          // 15: lockgate.v1.GetSubjectVersionRequest
+	(*GetSubjectVersionResponse)(nil),         // 16: lockgate.v1.GetSubjectVersionResponse
+	(*CheckCompatibilityRequest)(nil),         // 17: lockgate.v1.CheckCompatibilityRequest
+	(*CheckCompatibilityResponse)(nil),        // 18: lockgate.v1.CheckCompatibilityResponse
+	(*GetCompatibilityConfigRequest)(nil),     // 19: lockgate.v1.GetCompatibilityConfigRequest
+	(*GetCompatibilityConfigResponse)(nil),    // 20: lockgate.v1.GetCompatibilityConfigResponse
+	(*UpdateCompatibilityConfigRequest)(nil),  // 21: lockgate.v1.UpdateCompatibilityConfigRequest
+	(*UpdateCompatibilityConfigResponse)(nil), // 22: lockgate.v1.UpdateCompatibilityConfigResponse
+	(*DeleteCompatibilityConfigRequest)(nil),  // 23: lockgate.v1.DeleteCompatibilityConfigRequest
+	(*DeleteCompatibilityConfigResponse)(nil), // 24: lockgate.v1.DeleteCompatibilityConfigResponse
+	(*DeleteSubjectRequest)(nil),              // 25: lockgate.v1.DeleteSubjectRequest
+	(*DeleteSubjectResponse)(nil),             // 26: lockgate.v1.DeleteSubjectResponse
+	(*DeleteSubjectVersionRequest)(nil),       // 27: lockgate.v1.DeleteSubjectVersionRequest
+	(*DeleteSubjectVersionResponse)(nil),      // 28: lockgate.v1.DeleteSubjectVersionResponse
+	(*ListReferencingSchemasRequest)(nil),     // 29: lockgate.v1.ListReferencingSchemasRequest
+	(*ListReferencingSchemasResponse)(nil),    // 30: lockgate.v1.ListReferencingSchemasResponse
+	(*GetModeRequest)(nil),                    // 31: lockgate.v1.GetModeRequest
+	(*GetModeResponse)(nil),                   // 32: lockgate.v1.GetModeResponse
+	(*UpdateModeRequest)(nil),                 // 33: lockgate.v1.UpdateModeRequest
+	(*UpdateModeResponse)(nil),                // 34: lockgate.v1.UpdateModeResponse
+	(*DeleteModeRequest)(nil),                 // 35: lockgate.v1.DeleteModeRequest
+	(*DeleteModeResponse)(nil),                // 36: lockgate.v1.DeleteModeResponse
+	(*Schema)(nil),                            // 37: lockgate.v1.Schema
+	(*SubjectVersion)(nil),                    // 38: lockgate.v1.SubjectVersion
+	(*SchemaReference)(nil),                   // 39: lockgate.v1.SchemaReference
+	(*SubjectVersionRef)(nil),                 // 40: lockgate.v1.SubjectVersionRef
 }
 var file_lockgate_v1_schema_registry_proto_depIdxs = []int32{
-	30, // 0: lockgate.v1.GetSchemaResponse.schema:type_name -> lockgate.v1.Schema
-	33, // 1: lockgate.v1.ListSchemaVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersionRef
+	37, // 0: lockgate.v1.GetSchemaResponse.schema:type_name -> lockgate.v1.Schema
+	40, // 1: lockgate.v1.ListSchemaVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersionRef
 	0,  // 2: lockgate.v1.RegisterSchemaRequest.schema_type:type_name -> lockgate.v1.SchemaType
-	32, // 3: lockgate.v1.RegisterSchemaRequest.references:type_name -> lockgate.v1.SchemaReference
+	39, // 3: lockgate.v1.RegisterSchemaRequest.references:type_name -> lockgate.v1.SchemaReference
 	0,  // 4: lockgate.v1.LookupSchemaRequest.schema_type:type_name -> lockgate.v1.SchemaType
-	32, // 5: lockgate.v1.LookupSchemaRequest.references:type_name -> lockgate.v1.SchemaReference
-	31, // 6: lockgate.v1.LookupSchemaResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
-	31, // 7: lockgate.v1.ListSubjectVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersion
-	31, // 8: lockgate.v1.GetSubjectVersionResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
+	39, // 5: lockgate.v1.LookupSchemaRequest.references:type_name -> lockgate.v1.SchemaReference
+	38, // 6: lockgate.v1.LookupSchemaResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
+	38, // 7: lockgate.v1.ListSubjectVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersion
+	38, // 8: lockgate.v1.GetSubjectVersionResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
 	0,  // 9: lockgate.v1.CheckCompatibilityRequest.schema_type:type_name -> lockgate.v1.SchemaType
-	32, // 10: lockgate.v1.CheckCompatibilityRequest.references:type_name -> lockgate.v1.SchemaReference
-	1,  // 11: lockgate.v1.CheckCompatibilityResponse.level:type_name -> lockgate.v1.CompatibilityLevel
-	1,  // 12: lockgate.v1.GetCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
-	1,  // 13: lockgate.v1.UpdateCompatibilityConfigRequest.level:type_name -> lockgate.v1.CompatibilityLevel
-	1,  // 14: lockgate.v1.UpdateCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
-	1,  // 15: lockgate.v1.DeleteCompatibilityConfigResponse.previous_level:type_name -> lockgate.v1.CompatibilityLevel
-	0,  // 16: lockgate.v1.Schema.schema_type:type_name -> lockgate.v1.SchemaType
-	32, // 17: lockgate.v1.Schema.references:type_name -> lockgate.v1.SchemaReference
-	0,  // 18: lockgate.v1.SubjectVersion.schema_type:type_name -> lockgate.v1.SchemaType
-	32, // 19: lockgate.v1.SubjectVersion.references:type_name -> lockgate.v1.SchemaReference
-	2,  // 20: lockgate.v1.SchemaRegistryService.GetSchema:input_type -> lockgate.v1.GetSchemaRequest
-	4,  // 21: lockgate.v1.SchemaRegistryService.ListSchemaVersions:input_type -> lockgate.v1.ListSchemaVersionsRequest
-	6,  // 22: lockgate.v1.SchemaRegistryService.RegisterSchema:input_type -> lockgate.v1.RegisterSchemaRequest
-	8,  // 23: lockgate.v1.SchemaRegistryService.LookupSchema:input_type -> lockgate.v1.LookupSchemaRequest
-	10, // 24: lockgate.v1.SchemaRegistryService.ListSubjects:input_type -> lockgate.v1.ListSubjectsRequest
-	12, // 25: lockgate.v1.SchemaRegistryService.ListSubjectVersions:input_type -> lockgate.v1.ListSubjectVersionsRequest
-	14, // 26: lockgate.v1.SchemaRegistryService.GetSubjectVersion:input_type -> lockgate.v1.GetSubjectVersionRequest
-	16, // 27: lockgate.v1.SchemaRegistryService.CheckCompatibility:input_type -> lockgate.v1.CheckCompatibilityRequest
-	18, // 28: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:input_type -> lockgate.v1.GetCompatibilityConfigRequest
-	20, // 29: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:input_type -> lockgate.v1.UpdateCompatibilityConfigRequest
-	22, // 30: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:input_type -> lockgate.v1.DeleteCompatibilityConfigRequest
-	24, // 31: lockgate.v1.SchemaRegistryService.DeleteSubject:input_type -> lockgate.v1.DeleteSubjectRequest
-	26, // 32: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:input_type -> lockgate.v1.DeleteSubjectVersionRequest
-	28, // 33: lockgate.v1.SchemaRegistryService.ListReferencingSchemas:input_type -> lockgate.v1.ListReferencingSchemasRequest
-	3,  // 34: lockgate.v1.SchemaRegistryService.GetSchema:output_type -> lockgate.v1.GetSchemaResponse
-	5,  // 35: lockgate.v1.SchemaRegistryService.ListSchemaVersions:output_type -> lockgate.v1.ListSchemaVersionsResponse
-	7,  // 36: lockgate.v1.SchemaRegistryService.RegisterSchema:output_type -> lockgate.v1.RegisterSchemaResponse
-	9,  // 37: lockgate.v1.SchemaRegistryService.LookupSchema:output_type -> lockgate.v1.LookupSchemaResponse
-	11, // 38: lockgate.v1.SchemaRegistryService.ListSubjects:output_type -> lockgate.v1.ListSubjectsResponse
-	13, // 39: lockgate.v1.SchemaRegistryService.ListSubjectVersions:output_type -> lockgate.v1.ListSubjectVersionsResponse
-	15, // 40: lockgate.v1.SchemaRegistryService.GetSubjectVersion:output_type -> lockgate.v1.GetSubjectVersionResponse
-	17, // 41: lockgate.v1.SchemaRegistryService.CheckCompatibility:output_type -> lockgate.v1.CheckCompatibilityResponse
-	19, // 42: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:output_type -> lockgate.v1.GetCompatibilityConfigResponse
-	21, // 43: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:output_type -> lockgate.v1.UpdateCompatibilityConfigResponse
-	23, // 44: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:output_type -> lockgate.v1.DeleteCompatibilityConfigResponse
-	25, // 45: lockgate.v1.SchemaRegistryService.DeleteSubject:output_type -> lockgate.v1.DeleteSubjectResponse
-	27, // 46: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:output_type -> lockgate.v1.DeleteSubjectVersionResponse
-	29, // 47: lockgate.v1.SchemaRegistryService.ListReferencingSchemas:output_type -> lockgate.v1.ListReferencingSchemasResponse
-	34, // [34:48] is the sub-list for method output_type
-	20, // [20:34] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	39, // 10: lockgate.v1.CheckCompatibilityRequest.references:type_name -> lockgate.v1.SchemaReference
+	2,  // 11: lockgate.v1.CheckCompatibilityResponse.level:type_name -> lockgate.v1.CompatibilityLevel
+	2,  // 12: lockgate.v1.GetCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
+	2,  // 13: lockgate.v1.UpdateCompatibilityConfigRequest.level:type_name -> lockgate.v1.CompatibilityLevel
+	2,  // 14: lockgate.v1.UpdateCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
+	2,  // 15: lockgate.v1.DeleteCompatibilityConfigResponse.previous_level:type_name -> lockgate.v1.CompatibilityLevel
+	1,  // 16: lockgate.v1.GetModeResponse.mode:type_name -> lockgate.v1.Mode
+	1,  // 17: lockgate.v1.UpdateModeRequest.mode:type_name -> lockgate.v1.Mode
+	1,  // 18: lockgate.v1.UpdateModeResponse.mode:type_name -> lockgate.v1.Mode
+	1,  // 19: lockgate.v1.DeleteModeResponse.previous_mode:type_name -> lockgate.v1.Mode
+	0,  // 20: lockgate.v1.Schema.schema_type:type_name -> lockgate.v1.SchemaType
+	39, // 21: lockgate.v1.Schema.references:type_name -> lockgate.v1.SchemaReference
+	0,  // 22: lockgate.v1.SubjectVersion.schema_type:type_name -> lockgate.v1.SchemaType
+	39, // 23: lockgate.v1.SubjectVersion.references:type_name -> lockgate.v1.SchemaReference
+	3,  // 24: lockgate.v1.SchemaRegistryService.GetSchema:input_type -> lockgate.v1.GetSchemaRequest
+	5,  // 25: lockgate.v1.SchemaRegistryService.ListSchemaVersions:input_type -> lockgate.v1.ListSchemaVersionsRequest
+	7,  // 26: lockgate.v1.SchemaRegistryService.RegisterSchema:input_type -> lockgate.v1.RegisterSchemaRequest
+	9,  // 27: lockgate.v1.SchemaRegistryService.LookupSchema:input_type -> lockgate.v1.LookupSchemaRequest
+	11, // 28: lockgate.v1.SchemaRegistryService.ListSubjects:input_type -> lockgate.v1.ListSubjectsRequest
+	13, // 29: lockgate.v1.SchemaRegistryService.ListSubjectVersions:input_type -> lockgate.v1.ListSubjectVersionsRequest
+	15, // 30: lockgate.v1.SchemaRegistryService.GetSubjectVersion:input_type -> lockgate.v1.GetSubjectVersionRequest
+	17, // 31: lockgate.v1.SchemaRegistryService.CheckCompatibility:input_type -> lockgate.v1.CheckCompatibilityRequest
+	19, // 32: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:input_type -> lockgate.v1.GetCompatibilityConfigRequest
+	21, // 33: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:input_type -> lockgate.v1.UpdateCompatibilityConfigRequest
+	23, // 34: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:input_type -> lockgate.v1.DeleteCompatibilityConfigRequest
+	25, // 35: lockgate.v1.SchemaRegistryService.DeleteSubject:input_type -> lockgate.v1.DeleteSubjectRequest
+	27, // 36: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:input_type -> lockgate.v1.DeleteSubjectVersionRequest
+	29, // 37: lockgate.v1.SchemaRegistryService.ListReferencingSchemas:input_type -> lockgate.v1.ListReferencingSchemasRequest
+	31, // 38: lockgate.v1.SchemaRegistryService.GetMode:input_type -> lockgate.v1.GetModeRequest
+	33, // 39: lockgate.v1.SchemaRegistryService.UpdateMode:input_type -> lockgate.v1.UpdateModeRequest
+	35, // 40: lockgate.v1.SchemaRegistryService.DeleteMode:input_type -> lockgate.v1.DeleteModeRequest
+	4,  // 41: lockgate.v1.SchemaRegistryService.GetSchema:output_type -> lockgate.v1.GetSchemaResponse
+	6,  // 42: lockgate.v1.SchemaRegistryService.ListSchemaVersions:output_type -> lockgate.v1.ListSchemaVersionsResponse
+	8,  // 43: lockgate.v1.SchemaRegistryService.RegisterSchema:output_type -> lockgate.v1.RegisterSchemaResponse
+	10, // 44: lockgate.v1.SchemaRegistryService.LookupSchema:output_type -> lockgate.v1.LookupSchemaResponse
+	12, // 45: lockgate.v1.SchemaRegistryService.ListSubjects:output_type -> lockgate.v1.ListSubjectsResponse
+	14, // 46: lockgate.v1.SchemaRegistryService.ListSubjectVersions:output_type -> lockgate.v1.ListSubjectVersionsResponse
+	16, // 47: lockgate.v1.SchemaRegistryService.GetSubjectVersion:output_type -> lockgate.v1.GetSubjectVersionResponse
+	18, // 48: lockgate.v1.SchemaRegistryService.CheckCompatibility:output_type -> lockgate.v1.CheckCompatibilityResponse
+	20, // 49: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:output_type -> lockgate.v1.GetCompatibilityConfigResponse
+	22, // 50: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:output_type -> lockgate.v1.UpdateCompatibilityConfigResponse
+	24, // 51: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:output_type -> lockgate.v1.DeleteCompatibilityConfigResponse
+	26, // 52: lockgate.v1.SchemaRegistryService.DeleteSubject:output_type -> lockgate.v1.DeleteSubjectResponse
+	28, // 53: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:output_type -> lockgate.v1.DeleteSubjectVersionResponse
+	30, // 54: lockgate.v1.SchemaRegistryService.ListReferencingSchemas:output_type -> lockgate.v1.ListReferencingSchemasResponse
+	32, // 55: lockgate.v1.SchemaRegistryService.GetMode:output_type -> lockgate.v1.GetModeResponse
+	34, // 56: lockgate.v1.SchemaRegistryService.UpdateMode:output_type -> lockgate.v1.UpdateModeResponse
+	36, // 57: lockgate.v1.SchemaRegistryService.DeleteMode:output_type -> lockgate.v1.DeleteModeResponse
+	41, // [41:58] is the sub-list for method output_type
+	24, // [24:41] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_lockgate_v1_schema_registry_proto_init() }
@@ -2416,8 +2880,8 @@ func file_lockgate_v1_schema_registry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockgate_v1_schema_registry_proto_rawDesc), len(file_lockgate_v1_schema_registry_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   32,
+			NumEnums:      3,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -43,6 +43,9 @@ const (
 	SchemaRegistryService_DeleteSubject_FullMethodName             = "/lockgate.v1.SchemaRegistryService/DeleteSubject"
 	SchemaRegistryService_DeleteSubjectVersion_FullMethodName      = "/lockgate.v1.SchemaRegistryService/DeleteSubjectVersion"
 	SchemaRegistryService_ListReferencingSchemas_FullMethodName    = "/lockgate.v1.SchemaRegistryService/ListReferencingSchemas"
+	SchemaRegistryService_GetMode_FullMethodName                   = "/lockgate.v1.SchemaRegistryService/GetMode"
+	SchemaRegistryService_UpdateMode_FullMethodName                = "/lockgate.v1.SchemaRegistryService/UpdateMode"
+	SchemaRegistryService_DeleteMode_FullMethodName                = "/lockgate.v1.SchemaRegistryService/DeleteMode"
 )
 
 // SchemaRegistryServiceClient is the client API for SchemaRegistryService service.
@@ -74,7 +77,9 @@ type SchemaRegistryServiceClient interface {
 	// live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
 	// invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
 	// invalid subject), FAILED_PRECONDITION (409 incompatible; a
-	// google.rpc.PreconditionFailure carries one violation per reason).
+	// google.rpc.PreconditionFailure carries one violation per reason; 42205 the subject is
+	// READONLY, or an id or version given outside IMPORT mode or a version already taken;
+	// 42207 an imported id that already holds another schema).
 	RegisterSchema(ctx context.Context, in *RegisterSchemaRequest, opts ...grpc.CallOption) (*RegisterSchemaResponse, error)
 	// LookupSchema finds the version of a subject that holds a given schema (compared
 	// after normalisation). Errors: NOT_FOUND (40401 subject, 40403 schema),
@@ -119,6 +124,16 @@ type SchemaRegistryServiceClient interface {
 	// the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
 	// (42202, 42208, bad page_token or negative page_size).
 	ListReferencingSchemas(ctx context.Context, in *ListReferencingSchemasRequest, opts ...grpc.CallOption) (*ListReferencingSchemasResponse, error)
+	// GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
+	// subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
+	GetMode(ctx context.Context, in *GetModeRequest, opts ...grpc.CallOption) (*GetModeResponse, error)
+	// UpdateMode sets the mode of a subject or the global one. Errors: INVALID_ARGUMENT
+	// (42204 unspecified mode, 42208), FAILED_PRECONDITION (42205: IMPORT where versions
+	// exist, without force).
+	UpdateMode(ctx context.Context, in *UpdateModeRequest, opts ...grpc.CallOption) (*UpdateModeResponse, error)
+	// DeleteMode removes a subject's own mode (it falls back to the global one) or resets the
+	// global mode to READWRITE. Errors: NOT_FOUND (40409), INVALID_ARGUMENT (42208).
+	DeleteMode(ctx context.Context, in *DeleteModeRequest, opts ...grpc.CallOption) (*DeleteModeResponse, error)
 }
 
 type schemaRegistryServiceClient struct {
@@ -269,6 +284,36 @@ func (c *schemaRegistryServiceClient) ListReferencingSchemas(ctx context.Context
 	return out, nil
 }
 
+func (c *schemaRegistryServiceClient) GetMode(ctx context.Context, in *GetModeRequest, opts ...grpc.CallOption) (*GetModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetModeResponse)
+	err := c.cc.Invoke(ctx, SchemaRegistryService_GetMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schemaRegistryServiceClient) UpdateMode(ctx context.Context, in *UpdateModeRequest, opts ...grpc.CallOption) (*UpdateModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateModeResponse)
+	err := c.cc.Invoke(ctx, SchemaRegistryService_UpdateMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schemaRegistryServiceClient) DeleteMode(ctx context.Context, in *DeleteModeRequest, opts ...grpc.CallOption) (*DeleteModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteModeResponse)
+	err := c.cc.Invoke(ctx, SchemaRegistryService_DeleteMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SchemaRegistryServiceServer is the server API for SchemaRegistryService service.
 // All implementations must embed UnimplementedSchemaRegistryServiceServer
 // for forward compatibility.
@@ -298,7 +343,9 @@ type SchemaRegistryServiceServer interface {
 	// live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
 	// invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
 	// invalid subject), FAILED_PRECONDITION (409 incompatible; a
-	// google.rpc.PreconditionFailure carries one violation per reason).
+	// google.rpc.PreconditionFailure carries one violation per reason; 42205 the subject is
+	// READONLY, or an id or version given outside IMPORT mode or a version already taken;
+	// 42207 an imported id that already holds another schema).
 	RegisterSchema(context.Context, *RegisterSchemaRequest) (*RegisterSchemaResponse, error)
 	// LookupSchema finds the version of a subject that holds a given schema (compared
 	// after normalisation). Errors: NOT_FOUND (40401 subject, 40403 schema),
@@ -343,6 +390,16 @@ type SchemaRegistryServiceServer interface {
 	// the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
 	// (42202, 42208, bad page_token or negative page_size).
 	ListReferencingSchemas(context.Context, *ListReferencingSchemasRequest) (*ListReferencingSchemasResponse, error)
+	// GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
+	// subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
+	GetMode(context.Context, *GetModeRequest) (*GetModeResponse, error)
+	// UpdateMode sets the mode of a subject or the global one. Errors: INVALID_ARGUMENT
+	// (42204 unspecified mode, 42208), FAILED_PRECONDITION (42205: IMPORT where versions
+	// exist, without force).
+	UpdateMode(context.Context, *UpdateModeRequest) (*UpdateModeResponse, error)
+	// DeleteMode removes a subject's own mode (it falls back to the global one) or resets the
+	// global mode to READWRITE. Errors: NOT_FOUND (40409), INVALID_ARGUMENT (42208).
+	DeleteMode(context.Context, *DeleteModeRequest) (*DeleteModeResponse, error)
 	mustEmbedUnimplementedSchemaRegistryServiceServer()
 }
 
@@ -394,6 +451,15 @@ func (UnimplementedSchemaRegistryServiceServer) DeleteSubjectVersion(context.Con
 }
 func (UnimplementedSchemaRegistryServiceServer) ListReferencingSchemas(context.Context, *ListReferencingSchemasRequest) (*ListReferencingSchemasResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReferencingSchemas not implemented")
+}
+func (UnimplementedSchemaRegistryServiceServer) GetMode(context.Context, *GetModeRequest) (*GetModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetMode not implemented")
+}
+func (UnimplementedSchemaRegistryServiceServer) UpdateMode(context.Context, *UpdateModeRequest) (*UpdateModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateMode not implemented")
+}
+func (UnimplementedSchemaRegistryServiceServer) DeleteMode(context.Context, *DeleteModeRequest) (*DeleteModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteMode not implemented")
 }
 func (UnimplementedSchemaRegistryServiceServer) mustEmbedUnimplementedSchemaRegistryServiceServer() {}
 func (UnimplementedSchemaRegistryServiceServer) testEmbeddedByValue()                               {}
@@ -668,6 +734,60 @@ func _SchemaRegistryService_ListReferencingSchemas_Handler(srv interface{}, ctx 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchemaRegistryService_GetMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchemaRegistryServiceServer).GetMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchemaRegistryService_GetMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchemaRegistryServiceServer).GetMode(ctx, req.(*GetModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchemaRegistryService_UpdateMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchemaRegistryServiceServer).UpdateMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchemaRegistryService_UpdateMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchemaRegistryServiceServer).UpdateMode(ctx, req.(*UpdateModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchemaRegistryService_DeleteMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchemaRegistryServiceServer).DeleteMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchemaRegistryService_DeleteMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchemaRegistryServiceServer).DeleteMode(ctx, req.(*DeleteModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SchemaRegistryService_ServiceDesc is the grpc.ServiceDesc for SchemaRegistryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -730,6 +850,18 @@ var SchemaRegistryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListReferencingSchemas",
 			Handler:    _SchemaRegistryService_ListReferencingSchemas_Handler,
+		},
+		{
+			MethodName: "GetMode",
+			Handler:    _SchemaRegistryService_GetMode_Handler,
+		},
+		{
+			MethodName: "UpdateMode",
+			Handler:    _SchemaRegistryService_UpdateMode_Handler,
+		},
+		{
+			MethodName: "DeleteMode",
+			Handler:    _SchemaRegistryService_DeleteMode_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file lockgate/v1/schema_registry.proto.
  */
 export const file_lockgate_v1_schema_registry: GenFile = /*@__PURE__*/
-  fileDesc("CiFsb2NrZ2F0ZS92MS9zY2hlbWFfcmVnaXN0cnkucHJvdG8SC2xvY2tnYXRlLnYxIiUKEEdldFNjaGVtYVJlcXVlc3QSEQoJc2NoZW1hX2lkGAEgASgFIjgKEUdldFNjaGVtYVJlc3BvbnNlEiMKBnNjaGVtYRgBIAEoCzITLmxvY2tnYXRlLnYxLlNjaGVtYSJuChlMaXN0U2NoZW1hVmVyc2lvbnNSZXF1ZXN0EhEKCXNjaGVtYV9pZBgBIAEoBRIXCg9pbmNsdWRlX2RlbGV0ZWQYAiABKAgSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiZwoaTGlzdFNjaGVtYVZlcnNpb25zUmVzcG9uc2USMAoIdmVyc2lvbnMYASADKAsyHi5sb2NrZ2F0ZS52MS5TdWJqZWN0VmVyc2lvblJlZhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkirAEKFVJlZ2lzdGVyU2NoZW1hUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEg8KB3N1YmplY3QYAiABKAkSDgoGc2NoZW1hGAMgASgJEiwKC3NjaGVtYV90eXBlGAQgASgOMhcubG9ja2dhdGUudjEuU2NoZW1hVHlwZRIwCgpyZWZlcmVuY2VzGAUgAygLMhwubG9ja2dhdGUudjEuU2NoZW1hUmVmZXJlbmNlIk0KFlJlZ2lzdGVyU2NoZW1hUmVzcG9uc2USEQoJc2NoZW1hX2lkGAEgASgFEg8KB3ZlcnNpb24YAiABKAUSDwoHY3JlYXRlZBgDIAEoCCKvAQoTTG9va3VwU2NoZW1hUmVxdWVzdBIPCgdzdWJqZWN0GAEgASgJEg4KBnNjaGVtYRgCIAEoCRIsCgtzY2hlbWFfdHlwZRgDIAEoDjIXLmxvY2tnYXRlLnYxLlNjaGVtYVR5cGUSFwoPaW5jbHVkZV9kZWxldGVkGAQgASgIEjAKCnJlZmVyZW5jZXMYBSADKAsyHC5sb2NrZ2F0ZS52MS5TY2hlbWFSZWZlcmVuY2UiTAoUTG9va3VwU2NoZW1hUmVzcG9uc2USNAoPc3ViamVjdF92ZXJzaW9uGAEgASgLMhsubG9ja2dhdGUudjEuU3ViamVjdFZlcnNpb24iVQoTTGlzdFN1YmplY3RzUmVxdWVzdBIXCg9pbmNsdWRlX2RlbGV0ZWQYASABKAgSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiQQoUTGlzdFN1YmplY3RzUmVzcG9uc2USEAoIc3ViamVjdHMYASADKAkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIm0KGkxpc3RTdWJqZWN0VmVyc2lvbnNSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSFwoPaW5jbHVkZV9kZWxldGVkGAIgASgIEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJImUKG0xpc3RTdWJqZWN0VmVyc2lvbnNSZXNwb25zZRItCgh2ZXJzaW9ucxgBIAMoCzIbLmxvY2tnYXRlLnYxLlN1YmplY3RWZXJzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJVChhHZXRTdWJqZWN0VmVyc2lvblJlcXVlc3QSDwoHc3ViamVjdBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgFEhcKD2luY2x1ZGVfZGVsZXRlZBgDIAEoCCJRChlHZXRTdWJqZWN0VmVyc2lvblJlc3BvbnNlEjQKD3N1YmplY3RfdmVyc2lvbhgBIAEoCzIbLmxvY2tnYXRlLnYxLlN1YmplY3RWZXJzaW9uIq0BChlDaGVja0NvbXBhdGliaWxpdHlSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSDgoGc2NoZW1hGAIgASgJEiwKC3NjaGVtYV90eXBlGAMgASgOMhcubG9ja2dhdGUudjEuU2NoZW1hVHlwZRIPCgd2ZXJzaW9uGAQgASgFEjAKCnJlZmVyZW5jZXMYBSADKAsyHC5sb2NrZ2F0ZS52MS5TY2hlbWFSZWZlcmVuY2UicQoaQ2hlY2tDb21wYXRpYmlsaXR5UmVzcG9uc2USEgoKY29tcGF0aWJsZRgBIAEoCBIPCgdyZWFzb25zGAIgAygJEi4KBWxldmVsGAMgASgOMh8ubG9ja2dhdGUudjEuQ29tcGF0aWJpbGl0eUxldmVsIksKHUdldENvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSGQoRZGVmYXVsdF90b19nbG9iYWwYAiABKAgiUAoeR2V0Q29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlEi4KBWxldmVsGAEgASgOMh8ubG9ja2dhdGUudjEuQ29tcGF0aWJpbGl0eUxldmVsIncKIFVwZGF0ZUNvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDwoHc3ViamVjdBgCIAEoCRIuCgVsZXZlbBgDIAEoDjIfLmxvY2tnYXRlLnYxLkNvbXBhdGliaWxpdHlMZXZlbCJTCiFVcGRhdGVDb21wYXRpYmlsaXR5Q29uZmlnUmVzcG9uc2USLgoFbGV2ZWwYASABKA4yHy5sb2NrZ2F0ZS52MS5Db21wYXRpYmlsaXR5TGV2ZWwiRwogRGVsZXRlQ29tcGF0aWJpbGl0eUNvbmZpZ1JlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJIlwKIURlbGV0ZUNvbXBhdGliaWxpdHlDb25maWdSZXNwb25zZRI3Cg5wcmV2aW91c19sZXZlbBgBIAEoDjIfLmxvY2tnYXRlLnYxLkNvbXBhdGliaWxpdHlMZXZlbCJOChREZWxldGVTdWJqZWN0UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEg8KB3N1YmplY3QYAiABKAkSEQoJcGVybWFuZW50GAMgASgIIikKFURlbGV0ZVN1YmplY3RSZXNwb25zZRIQCgh2ZXJzaW9ucxgBIAMoBSJmChtEZWxldGVTdWJqZWN0VmVyc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEg8KB3ZlcnNpb24YAyABKAUSEQoJcGVybWFuZW50GAQgASgIIi8KHERlbGV0ZVN1YmplY3RWZXJzaW9uUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoBSJoCh1MaXN0UmVmZXJlbmNpbmdTY2hlbWFzUmVxdWVzdBIPCgdzdWJqZWN0GAEgASgJEg8KB3ZlcnNpb24YAiABKAUSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiTQoeTGlzdFJlZmVyZW5jaW5nU2NoZW1hc1Jlc3BvbnNlEhIKCnNjaGVtYV9pZHMYASADKAUSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIosBCgZTY2hlbWESEQoJc2NoZW1hX2lkGAEgASgFEiwKC3NjaGVtYV90eXBlGAIgASgOMhcubG9ja2dhdGUudjEuU2NoZW1hVHlwZRIOCgZzY2hlbWEYAyABKAkSMAoKcmVmZXJlbmNlcxgEIAMoCzIcLmxvY2tnYXRlLnYxLlNjaGVtYVJlZmVyZW5jZSLGAQoOU3ViamVjdFZlcnNpb24SDwoHc3ViamVjdBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgFEhEKCXNjaGVtYV9pZBgDIAEoBRIsCgtzY2hlbWFfdHlwZRgEIAEoDjIXLmxvY2tnYXRlLnYxLlNjaGVtYVR5cGUSDgoGc2NoZW1hGAUgASgJEg8KB2RlbGV0ZWQYBiABKAgSMAoKcmVmZXJlbmNlcxgHIAMoCzIcLmxvY2tnYXRlLnYxLlNjaGVtYVJlZmVyZW5jZSJBCg9TY2hlbWFSZWZlcmVuY2USDAoEbmFtZRgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEg8KB3ZlcnNpb24YAyABKAUiNQoRU3ViamVjdFZlcnNpb25SZWYSDwoHc3ViamVjdBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgFKlUKClNjaGVtYVR5cGUSGwoXU0NIRU1BX1RZUEVfVU5TUEVDSUZJRUQQABIUChBTQ0hFTUFfVFlQRV9BVlJPEAESFAoQU0NIRU1BX1RZUEVfSlNPThACKroCChJDb21wYXRpYmlsaXR5TGV2ZWwSIwofQ09NUEFUSUJJTElUWV9MRVZFTF9VTlNQRUNJRklFRBAAEhwKGENPTVBBVElCSUxJVFlfTEVWRUxfTk9ORRABEiAKHENPTVBBVElCSUxJVFlfTEVWRUxfQkFDS1dBUkQQAhIrCidDT01QQVRJQklMSVRZX0xFVkVMX0JBQ0tXQVJEX1RSQU5TSVRJVkUQAxIfChtDT01QQVRJQklMSVRZX0xFVkVMX0ZPUldBUkQQBBIqCiZDT01QQVRJQklMSVRZX0xFVkVMX0ZPUldBUkRfVFJBTlNJVElWRRAFEhwKGENPTVBBVElCSUxJVFlfTEVWRUxfRlVMTBAGEicKI0NPTVBBVElCSUxJVFlfTEVWRUxfRlVMTF9UUkFOU0lUSVZFEAcy1AsKFVNjaGVtYVJlZ2lzdHJ5U2VydmljZRJPCglHZXRTY2hlbWESHS5sb2NrZ2F0ZS52MS5HZXRTY2hlbWFSZXF1ZXN0Gh4ubG9ja2dhdGUudjEuR2V0U2NoZW1hUmVzcG9uc2UiA5ACARJqChJMaXN0U2NoZW1hVmVyc2lvbnMSJi5sb2NrZ2F0ZS52MS5MaXN0U2NoZW1hVmVyc2lvbnNSZXF1ZXN0GicubG9ja2dhdGUudjEuTGlzdFNjaGVtYVZlcnNpb25zUmVzcG9uc2UiA5ACARJZCg5SZWdpc3RlclNjaGVtYRIiLmxvY2tnYXRlLnYxLlJlZ2lzdGVyU2NoZW1hUmVxdWVzdBojLmxvY2tnYXRlLnYxLlJlZ2lzdGVyU2NoZW1hUmVzcG9uc2USWAoMTG9va3VwU2NoZW1hEiAubG9ja2dhdGUudjEuTG9va3VwU2NoZW1hUmVxdWVzdBohLmxvY2tnYXRlLnYxLkxvb2t1cFNjaGVtYVJlc3BvbnNlIgOQAgESWAoMTGlzdFN1YmplY3RzEiAubG9ja2dhdGUudjEuTGlzdFN1YmplY3RzUmVxdWVzdBohLmxvY2tnYXRlLnYxLkxpc3RTdWJqZWN0c1Jlc3BvbnNlIgOQAgESbQoTTGlzdFN1YmplY3RWZXJzaW9ucxInLmxvY2tnYXRlLnYxLkxpc3RTdWJqZWN0VmVyc2lvbnNSZXF1ZXN0GigubG9ja2dhdGUudjEuTGlzdFN1YmplY3RWZXJzaW9uc1Jlc3BvbnNlIgOQAgESZwoRR2V0U3ViamVjdFZlcnNpb24SJS5sb2NrZ2F0ZS52MS5HZXRTdWJqZWN0VmVyc2lvblJlcXVlc3QaJi5sb2NrZ2F0ZS52MS5HZXRTdWJqZWN0VmVyc2lvblJlc3BvbnNlIgOQAgESagoSQ2hlY2tDb21wYXRpYmlsaXR5EiYubG9ja2dhdGUudjEuQ2hlY2tDb21wYXRpYmlsaXR5UmVxdWVzdBonLmxvY2tnYXRlLnYxLkNoZWNrQ29tcGF0aWJpbGl0eVJlc3BvbnNlIgOQAgESdgoWR2V0Q29tcGF0aWJpbGl0eUNvbmZpZxIqLmxvY2tnYXRlLnYxLkdldENvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0GisubG9ja2dhdGUudjEuR2V0Q29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlIgOQAgESegoZVXBkYXRlQ29tcGF0aWJpbGl0eUNvbmZpZxItLmxvY2tnYXRlLnYxLlVwZGF0ZUNvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0Gi4ubG9ja2dhdGUudjEuVXBkYXRlQ29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlEnoKGURlbGV0ZUNvbXBhdGliaWxpdHlDb25maWcSLS5sb2NrZ2F0ZS52MS5EZWxldGVDb21wYXRpYmlsaXR5Q29uZmlnUmVxdWVzdBouLmxvY2tnYXRlLnYxLkRlbGV0ZUNvbXBhdGliaWxpdHlDb25maWdSZXNwb25zZRJWCg1EZWxldGVTdWJqZWN0EiEubG9ja2dhdGUudjEuRGVsZXRlU3ViamVjdFJlcXVlc3QaIi5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0UmVzcG9uc2USawoURGVsZXRlU3ViamVjdFZlcnNpb24SKC5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0VmVyc2lvblJlcXVlc3QaKS5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0VmVyc2lvblJlc3BvbnNlEnYKFkxpc3RSZWZlcmVuY2luZ1NjaGVtYXMSKi5sb2NrZ2F0ZS52MS5MaXN0UmVmZXJlbmNpbmdTY2hlbWFzUmVxdWVzdBorLmxvY2tnYXRlLnYxLkxpc3RSZWZlcmVuY2luZ1NjaGVtYXNSZXNwb25zZSIDkAIBQmQKD2Rldi5sb2NrZ2F0ZS52MUITU2NoZW1hUmVnaXN0cnlQcm90b1ABWjpnaXRodWIuY29tL2xvY2tnYXRlL2xvY2tnYXRlL2dlbi9nby9sb2NrZ2F0ZS92MTtsb2NrZ2F0ZXYxYgZwcm90bzM");
+  fileDesc("CiFsb2NrZ2F0ZS92MS9zY2hlbWFfcmVnaXN0cnkucHJvdG8SC2xvY2tnYXRlLnYxIiUKEEdldFNjaGVtYVJlcXVlc3QSEQoJc2NoZW1hX2lkGAEgASgFIjgKEUdldFNjaGVtYVJlc3BvbnNlEiMKBnNjaGVtYRgBIAEoCzITLmxvY2tnYXRlLnYxLlNjaGVtYSJuChlMaXN0U2NoZW1hVmVyc2lvbnNSZXF1ZXN0EhEKCXNjaGVtYV9pZBgBIAEoBRIXCg9pbmNsdWRlX2RlbGV0ZWQYAiABKAgSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiZwoaTGlzdFNjaGVtYVZlcnNpb25zUmVzcG9uc2USMAoIdmVyc2lvbnMYASADKAsyHi5sb2NrZ2F0ZS52MS5TdWJqZWN0VmVyc2lvblJlZhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAki0AEKFVJlZ2lzdGVyU2NoZW1hUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEg8KB3N1YmplY3QYAiABKAkSDgoGc2NoZW1hGAMgASgJEiwKC3NjaGVtYV90eXBlGAQgASgOMhcubG9ja2dhdGUudjEuU2NoZW1hVHlwZRIwCgpyZWZlcmVuY2VzGAUgAygLMhwubG9ja2dhdGUudjEuU2NoZW1hUmVmZXJlbmNlEhEKCXNjaGVtYV9pZBgGIAEoBRIPCgd2ZXJzaW9uGAcgASgFIk0KFlJlZ2lzdGVyU2NoZW1hUmVzcG9uc2USEQoJc2NoZW1hX2lkGAEgASgFEg8KB3ZlcnNpb24YAiABKAUSDwoHY3JlYXRlZBgDIAEoCCKvAQoTTG9va3VwU2NoZW1hUmVxdWVzdBIPCgdzdWJqZWN0GAEgASgJEg4KBnNjaGVtYRgCIAEoCRIsCgtzY2hlbWFfdHlwZRgDIAEoDjIXLmxvY2tnYXRlLnYxLlNjaGVtYVR5cGUSFwoPaW5jbHVkZV9kZWxldGVkGAQgASgIEjAKCnJlZmVyZW5jZXMYBSADKAsyHC5sb2NrZ2F0ZS52MS5TY2hlbWFSZWZlcmVuY2UiTAoUTG9va3VwU2NoZW1hUmVzcG9uc2USNAoPc3ViamVjdF92ZXJzaW9uGAEgASgLMhsubG9ja2dhdGUudjEuU3ViamVjdFZlcnNpb24iawoTTGlzdFN1YmplY3RzUmVxdWVzdBIXCg9pbmNsdWRlX2RlbGV0ZWQYASABKAgSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkSFAoMZGVsZXRlZF9vbmx5GAQgASgIIkEKFExpc3RTdWJqZWN0c1Jlc3BvbnNlEhAKCHN1YmplY3RzGAEgAygJEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKDAQoaTGlzdFN1YmplY3RWZXJzaW9uc1JlcXVlc3QSDwoHc3ViamVjdBgBIAEoCRIXCg9pbmNsdWRlX2RlbGV0ZWQYAiABKAgSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkSFAoMZGVsZXRlZF9vbmx5GAUgASgIImUKG0xpc3RTdWJqZWN0VmVyc2lvbnNSZXNwb25zZRItCgh2ZXJzaW9ucxgBIAMoCzIbLmxvY2tnYXRlLnYxLlN1YmplY3RWZXJzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJVChhHZXRTdWJqZWN0VmVyc2lvblJlcXVlc3QSDwoHc3ViamVjdBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgFEhcKD2luY2x1ZGVfZGVsZXRlZBgDIAEoCCJRChlHZXRTdWJqZWN0VmVyc2lvblJlc3BvbnNlEjQKD3N1YmplY3RfdmVyc2lvbhgBIAEoCzIbLmxvY2tnYXRlLnYxLlN1YmplY3RWZXJzaW9uIq0BChlDaGVja0NvbXBhdGliaWxpdHlSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSDgoGc2NoZW1hGAIgASgJEiwKC3NjaGVtYV90eXBlGAMgASgOMhcubG9ja2dhdGUudjEuU2NoZW1hVHlwZRIPCgd2ZXJzaW9uGAQgASgFEjAKCnJlZmVyZW5jZXMYBSADKAsyHC5sb2NrZ2F0ZS52MS5TY2hlbWFSZWZlcmVuY2UicQoaQ2hlY2tDb21wYXRpYmlsaXR5UmVzcG9uc2USEgoKY29tcGF0aWJsZRgBIAEoCBIPCgdyZWFzb25zGAIgAygJEi4KBWxldmVsGAMgASgOMh8ubG9ja2dhdGUudjEuQ29tcGF0aWJpbGl0eUxldmVsIksKHUdldENvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSGQoRZGVmYXVsdF90b19nbG9iYWwYAiABKAgiUAoeR2V0Q29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlEi4KBWxldmVsGAEgASgOMh8ubG9ja2dhdGUudjEuQ29tcGF0aWJpbGl0eUxldmVsIncKIFVwZGF0ZUNvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDwoHc3ViamVjdBgCIAEoCRIuCgVsZXZlbBgDIAEoDjIfLmxvY2tnYXRlLnYxLkNvbXBhdGliaWxpdHlMZXZlbCJTCiFVcGRhdGVDb21wYXRpYmlsaXR5Q29uZmlnUmVzcG9uc2USLgoFbGV2ZWwYASABKA4yHy5sb2NrZ2F0ZS52MS5Db21wYXRpYmlsaXR5TGV2ZWwiRwogRGVsZXRlQ29tcGF0aWJpbGl0eUNvbmZpZ1JlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJIlwKIURlbGV0ZUNvbXBhdGliaWxpdHlDb25maWdSZXNwb25zZRI3Cg5wcmV2aW91c19sZXZlbBgBIAEoDjIfLmxvY2tnYXRlLnYxLkNvbXBhdGliaWxpdHlMZXZlbCJOChREZWxldGVTdWJqZWN0UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEg8KB3N1YmplY3QYAiABKAkSEQoJcGVybWFuZW50GAMgASgIIikKFURlbGV0ZVN1YmplY3RSZXNwb25zZRIQCgh2ZXJzaW9ucxgBIAMoBSJmChtEZWxldGVTdWJqZWN0VmVyc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEg8KB3ZlcnNpb24YAyABKAUSEQoJcGVybWFuZW50GAQgASgIIi8KHERlbGV0ZVN1YmplY3RWZXJzaW9uUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoBSJoCh1MaXN0UmVmZXJlbmNpbmdTY2hlbWFzUmVxdWVzdBIPCgdzdWJqZWN0GAEgASgJEg8KB3ZlcnNpb24YAiABKAUSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiTQoeTGlzdFJlZmVyZW5jaW5nU2NoZW1hc1Jlc3BvbnNlEhIKCnNjaGVtYV9pZHMYASADKAUSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjwKDkdldE1vZGVSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSGQoRZGVmYXVsdF90b19nbG9iYWwYAiABKAgiMgoPR2V0TW9kZVJlc3BvbnNlEh8KBG1vZGUYASABKA4yES5sb2NrZ2F0ZS52MS5Nb2RlImgKEVVwZGF0ZU1vZGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDwoHc3ViamVjdBgCIAEoCRIfCgRtb2RlGAMgASgOMhEubG9ja2dhdGUudjEuTW9kZRINCgVmb3JjZRgEIAEoCCI1ChJVcGRhdGVNb2RlUmVzcG9uc2USHwoEbW9kZRgBIAEoDjIRLmxvY2tnYXRlLnYxLk1vZGUiOAoRRGVsZXRlTW9kZVJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJIj4KEkRlbGV0ZU1vZGVSZXNwb25zZRIoCg1wcmV2aW91c19tb2RlGAEgASgOMhEubG9ja2dhdGUudjEuTW9kZSKLAQoGU2NoZW1hEhEKCXNjaGVtYV9pZBgBIAEoBRIsCgtzY2hlbWFfdHlwZRgCIAEoDjIXLmxvY2tnYXRlLnYxLlNjaGVtYVR5cGUSDgoGc2NoZW1hGAMgASgJEjAKCnJlZmVyZW5jZXMYBCADKAsyHC5sb2NrZ2F0ZS52MS5TY2hlbWFSZWZlcmVuY2UixgEKDlN1YmplY3RWZXJzaW9uEg8KB3N1YmplY3QYASABKAkSDwoHdmVyc2lvbhgCIAEoBRIRCglzY2hlbWFfaWQYAyABKAUSLAoLc2NoZW1hX3R5cGUYBCABKA4yFy5sb2NrZ2F0ZS52MS5TY2hlbWFUeXBlEg4KBnNjaGVtYRgFIAEoCRIPCgdkZWxldGVkGAYgASgIEjAKCnJlZmVyZW5jZXMYByADKAsyHC5sb2NrZ2F0ZS52MS5TY2hlbWFSZWZlcmVuY2UiQQoPU2NoZW1hUmVmZXJlbmNlEgwKBG5hbWUYASABKAkSDwoHc3ViamVjdBgCIAEoCRIPCgd2ZXJzaW9uGAMgASgFIjUKEVN1YmplY3RWZXJzaW9uUmVmEg8KB3N1YmplY3QYASABKAkSDwoHdmVyc2lvbhgCIAEoBSpVCgpTY2hlbWFUeXBlEhsKF1NDSEVNQV9UWVBFX1VOU1BFQ0lGSUVEEAASFAoQU0NIRU1BX1RZUEVfQVZSTxABEhQKEFNDSEVNQV9UWVBFX0pTT04QAipUCgRNb2RlEhQKEE1PREVfVU5TUEVDSUZJRUQQABISCg5NT0RFX1JFQURXUklURRABEhEKDU1PREVfUkVBRE9OTFkQAhIPCgtNT0RFX0lNUE9SVBADKroCChJDb21wYXRpYmlsaXR5TGV2ZWwSIwofQ09NUEFUSUJJTElUWV9MRVZFTF9VTlNQRUNJRklFRBAAEhwKGENPTVBBVElCSUxJVFlfTEVWRUxfTk9ORRABEiAKHENPTVBBVElCSUxJVFlfTEVWRUxfQkFDS1dBUkQQAhIrCidDT01QQVRJQklMSVRZX0xFVkVMX0JBQ0tXQVJEX1RSQU5TSVRJVkUQAxIfChtDT01QQVRJQklMSVRZX0xFVkVMX0ZPUldBUkQQBBIqCiZDT01QQVRJQklMSVRZX0xFVkVMX0ZPUldBUkRfVFJBTlNJVElWRRAFEhwKGENPTVBBVElCSUxJVFlfTEVWRUxfRlVMTBAGEicKI0NPTVBBVElCSUxJVFlfTEVWRUxfRlVMTF9UUkFOU0lUSVZFEAcyvQ0KFVNjaGVtYVJlZ2lzdHJ5U2VydmljZRJPCglHZXRTY2hlbWESHS5sb2NrZ2F0ZS52MS5HZXRTY2hlbWFSZXF1ZXN0Gh4ubG9ja2dhdGUudjEuR2V0U2NoZW1hUmVzcG9uc2UiA5ACARJqChJMaXN0U2NoZW1hVmVyc2lvbnMSJi5sb2NrZ2F0ZS52MS5MaXN0U2NoZW1hVmVyc2lvbnNSZXF1ZXN0GicubG9ja2dhdGUudjEuTGlzdFNjaGVtYVZlcnNpb25zUmVzcG9uc2UiA5ACARJZCg5SZWdpc3RlclNjaGVtYRIiLmxvY2tnYXRlLnYxLlJlZ2lzdGVyU2NoZW1hUmVxdWVzdBojLmxvY2tnYXRlLnYxLlJlZ2lzdGVyU2NoZW1hUmVzcG9uc2USWAoMTG9va3VwU2NoZW1hEiAubG9ja2dhdGUudjEuTG9va3VwU2NoZW1hUmVxdWVzdBohLmxvY2tnYXRlLnYxLkxvb2t1cFNjaGVtYVJlc3BvbnNlIgOQAgESWAoMTGlzdFN1YmplY3RzEiAubG9ja2dhdGUudjEuTGlzdFN1YmplY3RzUmVxdWVzdBohLmxvY2tnYXRlLnYxLkxpc3RTdWJqZWN0c1Jlc3BvbnNlIgOQAgESbQoTTGlzdFN1YmplY3RWZXJzaW9ucxInLmxvY2tnYXRlLnYxLkxpc3RTdWJqZWN0VmVyc2lvbnNSZXF1ZXN0GigubG9ja2dhdGUudjEuTGlzdFN1YmplY3RWZXJzaW9uc1Jlc3BvbnNlIgOQAgESZwoRR2V0U3ViamVjdFZlcnNpb24SJS5sb2NrZ2F0ZS52MS5HZXRTdWJqZWN0VmVyc2lvblJlcXVlc3QaJi5sb2NrZ2F0ZS52MS5HZXRTdWJqZWN0VmVyc2lvblJlc3BvbnNlIgOQAgESagoSQ2hlY2tDb21wYXRpYmlsaXR5EiYubG9ja2dhdGUudjEuQ2hlY2tDb21wYXRpYmlsaXR5UmVxdWVzdBonLmxvY2tnYXRlLnYxLkNoZWNrQ29tcGF0aWJpbGl0eVJlc3BvbnNlIgOQAgESdgoWR2V0Q29tcGF0aWJpbGl0eUNvbmZpZxIqLmxvY2tnYXRlLnYxLkdldENvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0GisubG9ja2dhdGUudjEuR2V0Q29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlIgOQAgESegoZVXBkYXRlQ29tcGF0aWJpbGl0eUNvbmZpZxItLmxvY2tnYXRlLnYxLlVwZGF0ZUNvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0Gi4ubG9ja2dhdGUudjEuVXBkYXRlQ29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlEnoKGURlbGV0ZUNvbXBhdGliaWxpdHlDb25maWcSLS5sb2NrZ2F0ZS52MS5EZWxldGVDb21wYXRpYmlsaXR5Q29uZmlnUmVxdWVzdBouLmxvY2tnYXRlLnYxLkRlbGV0ZUNvbXBhdGliaWxpdHlDb25maWdSZXNwb25zZRJWCg1EZWxldGVTdWJqZWN0EiEubG9ja2dhdGUudjEuRGVsZXRlU3ViamVjdFJlcXVlc3QaIi5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0UmVzcG9uc2USawoURGVsZXRlU3ViamVjdFZlcnNpb24SKC5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0VmVyc2lvblJlcXVlc3QaKS5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0VmVyc2lvblJlc3BvbnNlEnYKFkxpc3RSZWZlcmVuY2luZ1NjaGVtYXMSKi5sb2NrZ2F0ZS52MS5MaXN0UmVmZXJlbmNpbmdTY2hlbWFzUmVxdWVzdBorLmxvY2tnYXRlLnYxLkxpc3RSZWZlcmVuY2luZ1NjaGVtYXNSZXNwb25zZSIDkAIBEkkKB0dldE1vZGUSGy5sb2NrZ2F0ZS52MS5HZXRNb2RlUmVxdWVzdBocLmxvY2tnYXRlLnYxLkdldE1vZGVSZXNwb25zZSIDkAIBEk0KClVwZGF0ZU1vZGUSHi5sb2NrZ2F0ZS52MS5VcGRhdGVNb2RlUmVxdWVzdBofLmxvY2tnYXRlLnYxLlVwZGF0ZU1vZGVSZXNwb25zZRJNCgpEZWxldGVNb2RlEh4ubG9ja2dhdGUudjEuRGVsZXRlTW9kZVJlcXVlc3QaHy5sb2NrZ2F0ZS52MS5EZWxldGVNb2RlUmVzcG9uc2VCZAoPZGV2LmxvY2tnYXRlLnYxQhNTY2hlbWFSZWdpc3RyeVByb3RvUAFaOmdpdGh1Yi5jb20vbG9ja2dhdGUvbG9ja2dhdGUvZ2VuL2dvL2xvY2tnYXRlL3YxO2xvY2tnYXRldjFiBnByb3RvMw");
 
 /**
  * GetSchemaRequest names a schema by global id.
@@ -175,6 +175,20 @@ export type RegisterSchemaRequest = Message<"lockgate.v1.RegisterSchemaRequest">
    * @generated from field: repeated lockgate.v1.SchemaReference references = 5;
    */
   references: SchemaReference[];
+
+  /**
+   * IMPORT mode only: the global id the schema must get; 0 lets the registry choose.
+   *
+   * @generated from field: int32 schema_id = 6;
+   */
+  schemaId: number;
+
+  /**
+   * IMPORT mode only: the version the schema must get; 0 means the next one.
+   *
+   * @generated from field: int32 version = 7;
+   */
+  version: number;
 };
 
 /**
@@ -315,6 +329,13 @@ export type ListSubjectsRequest = Message<"lockgate.v1.ListSubjectsRequest"> & {
    * @generated from field: string page_token = 3;
    */
   pageToken: string;
+
+  /**
+   * Only subjects whose versions are all soft-deleted (wins over include_deleted).
+   *
+   * @generated from field: bool deleted_only = 4;
+   */
+  deletedOnly: boolean;
 };
 
 /**
@@ -385,6 +406,13 @@ export type ListSubjectVersionsRequest = Message<"lockgate.v1.ListSubjectVersion
    * @generated from field: string page_token = 4;
    */
   pageToken: string;
+
+  /**
+   * Only soft-deleted versions (wins over include_deleted).
+   *
+   * @generated from field: bool deleted_only = 5;
+   */
+  deletedOnly: boolean;
 };
 
 /**
@@ -908,6 +936,167 @@ export const ListReferencingSchemasResponseSchema: GenMessage<ListReferencingSch
   messageDesc(file_lockgate_v1_schema_registry, 27);
 
 /**
+ * GetModeRequest names a subject, or none for the global mode.
+ *
+ * @generated from message lockgate.v1.GetModeRequest
+ */
+export type GetModeRequest = Message<"lockgate.v1.GetModeRequest"> & {
+  /**
+   * Subject name; empty for the global mode.
+   *
+   * @generated from field: string subject = 1;
+   */
+  subject: string;
+
+  /**
+   * When the subject has no mode of its own, return the global one instead of NOT_FOUND.
+   *
+   * @generated from field: bool default_to_global = 2;
+   */
+  defaultToGlobal: boolean;
+};
+
+/**
+ * Describes the message lockgate.v1.GetModeRequest.
+ * Use `create(GetModeRequestSchema)` to create a new message.
+ */
+export const GetModeRequestSchema: GenMessage<GetModeRequest> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 28);
+
+/**
+ * GetModeResponse carries the mode.
+ *
+ * @generated from message lockgate.v1.GetModeResponse
+ */
+export type GetModeResponse = Message<"lockgate.v1.GetModeResponse"> & {
+  /**
+   * The mode.
+   *
+   * @generated from field: lockgate.v1.Mode mode = 1;
+   */
+  mode: Mode;
+};
+
+/**
+ * Describes the message lockgate.v1.GetModeResponse.
+ * Use `create(GetModeResponseSchema)` to create a new message.
+ */
+export const GetModeResponseSchema: GenMessage<GetModeResponse> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 29);
+
+/**
+ * UpdateModeRequest sets a mode.
+ *
+ * @generated from message lockgate.v1.UpdateModeRequest
+ */
+export type UpdateModeRequest = Message<"lockgate.v1.UpdateModeRequest"> & {
+  /**
+   * Client-chosen id making retries idempotent (a UUID); empty disables the dedupe.
+   *
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+
+  /**
+   * Subject name; empty for the global mode.
+   *
+   * @generated from field: string subject = 2;
+   */
+  subject: string;
+
+  /**
+   * The new mode; UNSPECIFIED is refused.
+   *
+   * @generated from field: lockgate.v1.Mode mode = 3;
+   */
+  mode: Mode;
+
+  /**
+   * Set IMPORT even where versions exist.
+   *
+   * @generated from field: bool force = 4;
+   */
+  force: boolean;
+};
+
+/**
+ * Describes the message lockgate.v1.UpdateModeRequest.
+ * Use `create(UpdateModeRequestSchema)` to create a new message.
+ */
+export const UpdateModeRequestSchema: GenMessage<UpdateModeRequest> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 30);
+
+/**
+ * UpdateModeResponse echoes the mode set.
+ *
+ * @generated from message lockgate.v1.UpdateModeResponse
+ */
+export type UpdateModeResponse = Message<"lockgate.v1.UpdateModeResponse"> & {
+  /**
+   * The mode now in force.
+   *
+   * @generated from field: lockgate.v1.Mode mode = 1;
+   */
+  mode: Mode;
+};
+
+/**
+ * Describes the message lockgate.v1.UpdateModeResponse.
+ * Use `create(UpdateModeResponseSchema)` to create a new message.
+ */
+export const UpdateModeResponseSchema: GenMessage<UpdateModeResponse> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 31);
+
+/**
+ * DeleteModeRequest removes a mode.
+ *
+ * @generated from message lockgate.v1.DeleteModeRequest
+ */
+export type DeleteModeRequest = Message<"lockgate.v1.DeleteModeRequest"> & {
+  /**
+   * Client-chosen id making retries idempotent (a UUID); empty disables the dedupe.
+   *
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+
+  /**
+   * Subject name; empty resets the global mode to READWRITE.
+   *
+   * @generated from field: string subject = 2;
+   */
+  subject: string;
+};
+
+/**
+ * Describes the message lockgate.v1.DeleteModeRequest.
+ * Use `create(DeleteModeRequestSchema)` to create a new message.
+ */
+export const DeleteModeRequestSchema: GenMessage<DeleteModeRequest> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 32);
+
+/**
+ * DeleteModeResponse says what the mode was.
+ *
+ * @generated from message lockgate.v1.DeleteModeResponse
+ */
+export type DeleteModeResponse = Message<"lockgate.v1.DeleteModeResponse"> & {
+  /**
+   * The mode before the delete.
+   *
+   * @generated from field: lockgate.v1.Mode previous_mode = 1;
+   */
+  previousMode: Mode;
+};
+
+/**
+ * Describes the message lockgate.v1.DeleteModeResponse.
+ * Use `create(DeleteModeResponseSchema)` to create a new message.
+ */
+export const DeleteModeResponseSchema: GenMessage<DeleteModeResponse> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 33);
+
+/**
  * Schema is a registered schema, independent of subjects.
  *
  * @generated from message lockgate.v1.Schema
@@ -947,7 +1136,7 @@ export type Schema = Message<"lockgate.v1.Schema"> & {
  * Use `create(SchemaSchema)` to create a new message.
  */
 export const SchemaSchema: GenMessage<Schema> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_schema_registry, 28);
+  messageDesc(file_lockgate_v1_schema_registry, 34);
 
 /**
  * SubjectVersion is one version of a subject with its schema.
@@ -1010,7 +1199,7 @@ export type SubjectVersion = Message<"lockgate.v1.SubjectVersion"> & {
  * Use `create(SubjectVersionSchema)` to create a new message.
  */
 export const SubjectVersionSchema: GenMessage<SubjectVersion> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_schema_registry, 29);
+  messageDesc(file_lockgate_v1_schema_registry, 35);
 
 /**
  * SchemaReference names a type a schema takes from another subject's version (Confluent's
@@ -1046,7 +1235,7 @@ export type SchemaReference = Message<"lockgate.v1.SchemaReference"> & {
  * Use `create(SchemaReferenceSchema)` to create a new message.
  */
 export const SchemaReferenceSchema: GenMessage<SchemaReference> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_schema_registry, 30);
+  messageDesc(file_lockgate_v1_schema_registry, 36);
 
 /**
  * SubjectVersionRef names one version of a subject, without its schema.
@@ -1074,7 +1263,7 @@ export type SubjectVersionRef = Message<"lockgate.v1.SubjectVersionRef"> & {
  * Use `create(SubjectVersionRefSchema)` to create a new message.
  */
 export const SubjectVersionRefSchema: GenMessage<SubjectVersionRef> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_schema_registry, 31);
+  messageDesc(file_lockgate_v1_schema_registry, 37);
 
 /**
  * SchemaType is the schema language.
@@ -1109,6 +1298,47 @@ export enum SchemaType {
  */
 export const SchemaTypeSchema: GenEnum<SchemaType> = /*@__PURE__*/
   enumDesc(file_lockgate_v1_schema_registry, 0);
+
+/**
+ * Mode is Confluent's registry mode: which writes a subject (or the registry) accepts.
+ *
+ * @generated from enum lockgate.v1.Mode
+ */
+export enum Mode {
+  /**
+   * Not set; refused where a mode is required.
+   *
+   * @generated from enum value: MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Registrations, deletes and config changes as usual (the default).
+   *
+   * @generated from enum value: MODE_READWRITE = 1;
+   */
+  READWRITE = 1,
+
+  /**
+   * Registrations and deletes are refused (42205).
+   *
+   * @generated from enum value: MODE_READONLY = 2;
+   */
+  READONLY = 2,
+
+  /**
+   * Registrations may carry their own id and version; compatibility is not checked.
+   *
+   * @generated from enum value: MODE_IMPORT = 3;
+   */
+  IMPORT = 3,
+}
+
+/**
+ * Describes the enum lockgate.v1.Mode.
+ */
+export const ModeSchema: GenEnum<Mode> = /*@__PURE__*/
+  enumDesc(file_lockgate_v1_schema_registry, 1);
 
 /**
  * CompatibilityLevel is Confluent's compatibility level of a subject.
@@ -1177,7 +1407,7 @@ export enum CompatibilityLevel {
  * Describes the enum lockgate.v1.CompatibilityLevel.
  */
 export const CompatibilityLevelSchema: GenEnum<CompatibilityLevel> = /*@__PURE__*/
-  enumDesc(file_lockgate_v1_schema_registry, 1);
+  enumDesc(file_lockgate_v1_schema_registry, 2);
 
 /**
  * SchemaRegistryService registers Avro and JSON Schema schemas under subjects, checks their
@@ -1225,7 +1455,9 @@ export const SchemaRegistryService: GenService<{
    * live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
    * invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
    * invalid subject), FAILED_PRECONDITION (409 incompatible; a
-   * google.rpc.PreconditionFailure carries one violation per reason).
+   * google.rpc.PreconditionFailure carries one violation per reason; 42205 the subject is
+   * READONLY, or an id or version given outside IMPORT mode or a version already taken;
+   * 42207 an imported id that already holds another schema).
    *
    * @generated from rpc lockgate.v1.SchemaRegistryService.RegisterSchema
    */
@@ -1364,6 +1596,40 @@ export const SchemaRegistryService: GenService<{
     methodKind: "unary";
     input: typeof ListReferencingSchemasRequestSchema;
     output: typeof ListReferencingSchemasResponseSchema;
+  },
+  /**
+   * GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
+   * subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
+   *
+   * @generated from rpc lockgate.v1.SchemaRegistryService.GetMode
+   */
+  getMode: {
+    methodKind: "unary";
+    input: typeof GetModeRequestSchema;
+    output: typeof GetModeResponseSchema;
+  },
+  /**
+   * UpdateMode sets the mode of a subject or the global one. Errors: INVALID_ARGUMENT
+   * (42204 unspecified mode, 42208), FAILED_PRECONDITION (42205: IMPORT where versions
+   * exist, without force).
+   *
+   * @generated from rpc lockgate.v1.SchemaRegistryService.UpdateMode
+   */
+  updateMode: {
+    methodKind: "unary";
+    input: typeof UpdateModeRequestSchema;
+    output: typeof UpdateModeResponseSchema;
+  },
+  /**
+   * DeleteMode removes a subject's own mode (it falls back to the global one) or resets the
+   * global mode to READWRITE. Errors: NOT_FOUND (40409), INVALID_ARGUMENT (42208).
+   *
+   * @generated from rpc lockgate.v1.SchemaRegistryService.DeleteMode
+   */
+  deleteMode: {
+    methodKind: "unary";
+    input: typeof DeleteModeRequestSchema;
+    output: typeof DeleteModeResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_lockgate_v1_schema_registry, 0);
