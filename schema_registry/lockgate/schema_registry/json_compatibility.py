@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import referencing.exceptions
 
+from lockgate.schema_registry.errors import InvalidSchemaError
 from lockgate.schema_registry.json_rules import Change, Difference
 from lockgate.schema_registry.json_schema import JsonSchemaModel
 
@@ -50,9 +51,17 @@ def reader_writer_incompatibilities(
 def differences(original: JsonSchemaModel, update: JsonSchemaModel) -> list[Difference]:
     """Every change from ``original`` to ``update``, compatible or not."""
     walker = _Walker()
-    walker.compare(
-        _Node(original.document, original.resolver), _Node(update.document, update.resolver), "#"
-    )
+    try:
+        walker.compare(
+            _Node(original.document, original.resolver),
+            _Node(update.document, update.resolver),
+            "#",
+        )
+    except RecursionError:
+        raise InvalidSchemaError(
+            "Invalid schema: nested too deeply to compare with the subject's versions",
+            field="schema",
+        ) from None
     return walker.found
 
 

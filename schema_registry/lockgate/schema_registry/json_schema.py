@@ -85,7 +85,12 @@ def parse_json_schema(
             registry = registry.with_resource(str(resource.id()), resource)
     root = specification.create_resource(document)
     resolver = registry.resolver_with_root(root)
-    for path, ref in _refs(document, ""):
+    try:
+        refs = list(_refs(document, ""))
+        normalized = canonical_text(document)
+    except RecursionError:
+        raise InvalidSchemaError("Invalid schema: nested too deeply", field="schema") from None
+    for path, ref in refs:
         try:
             resolver.lookup(ref)
         except referencing.exceptions.Unresolvable:
@@ -94,7 +99,6 @@ def parse_json_schema(
                 " to another subject needs an entry in 'references' with that name",
                 field="references",
             ) from None
-    normalized = canonical_text(document)
     return ParsedJsonSchema(
         model=JsonSchemaModel(document=document, resolver=resolver),
         normalized_text=normalized,

@@ -22,8 +22,10 @@ import json
 from typing import Any
 
 import pytest
+import referencing
 
 from lockgate.schema_registry.compatibility import check_compatibility
+from lockgate.schema_registry.errors import InvalidSchemaError
 from lockgate.schema_registry.json_compatibility import reader_writer_incompatibilities
 from lockgate.schema_registry.json_schema import JsonSchemaModel, parse_json_schema
 from lockgate.schema_registry.model import CompatibilityLevel
@@ -185,3 +187,12 @@ def test_a_recursive_schema_terminates() -> None:
     children = {"type": "array", "items": {"$ref": "#/definitions/node"}}
     tree = {"definitions": {"node": obj({"children": children})}, "$ref": "#/definitions/node"}
     assert reader_writer_incompatibilities(model(tree), model(tree)) == []
+
+
+def test_a_schema_too_deep_to_compare_is_an_invalid_schema_not_a_crash() -> None:
+    deep: dict[str, Any] = {}
+    for _ in range(2000):
+        deep = {"type": "object", "properties": {"a": deep}}
+    nested = JsonSchemaModel(document=deep, resolver=referencing.Registry().resolver())
+    with pytest.raises(InvalidSchemaError, match="nested too deeply"):
+        reader_writer_incompatibilities(nested, nested)
