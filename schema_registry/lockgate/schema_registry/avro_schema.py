@@ -100,6 +100,17 @@ def parse_schema(
     )
 
 
+def inline_references(text: str, referenced_texts: Sequence[str]) -> str:
+    """The schema with the named types of its references written out in full (Confluent's
+    ``format=resolved``): what a reader that knows nothing of references can parse."""
+    parsed = parse_schema(
+        text, validate_defaults_too=False, max_bytes=2**31, referenced_texts=referenced_texts
+    )
+    if not referenced_texts:
+        return parsed.normalized_text
+    return json.dumps(parsed.avro_schema.to_json(), separators=(",", ":"))
+
+
 def _referenced_names(referenced_texts: Sequence[str]) -> avro.name.Names:
     """The named types the referenced schemas define, parsed in order into one namespace."""
     names = avro.name.Names()

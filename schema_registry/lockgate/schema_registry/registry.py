@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from lockgate.schema_registry.avro_schema import DEFAULT_MAX_SCHEMA_BYTES
+from lockgate.schema_registry.avro_schema import DEFAULT_MAX_SCHEMA_BYTES, inline_references
 from lockgate.schema_registry.compatibility import CompatibilityReport, check_compatibility
 from lockgate.schema_registry.errors import (
     IncompatibleSchemaError,
@@ -33,6 +33,7 @@ from lockgate.schema_registry.formats import (
 from lockgate.schema_registry.model import (
     DEFAULT_COMPATIBILITY,
     DEFAULT_MODE,
+    SCHEMA_TYPE_AVRO,
     CompatibilityLevel,
     Mode,
     RegisteredSchema,
@@ -159,6 +160,16 @@ class SchemaRegistry:
             raise SchemaNotFoundError(f"Schema {schema_id} not found", field="id")
         self._remember(self._by_id, SchemaId(schema_id), found)
         return found
+
+    def resolved_text(self, schema: RegisteredSchema | SubjectVersion) -> str:
+        """The schema text with its references inlined (``format=resolved``); an Avro schema
+        without references, or a JSON Schema, as stored."""
+        if not schema.references or schema.schema_type != SCHEMA_TYPE_AVRO:
+            return schema.schema_text
+        resolved = resolve_references(
+            pinned(schema.references), self._fetch_version, new_schema=False
+        )
+        return inline_references(schema.schema_text, resolved.texts)
 
     def cached_schema(self, schema_id: int) -> RegisteredSchema | None:
         """The schema if it is already in memory (no database access), else None."""

@@ -84,26 +84,26 @@ def _references_json(references: tuple[SchemaReference, ...]) -> list[dict[str, 
     return [{"name": r.name, "subject": r.subject, "version": r.version} for r in references]
 
 
-def _version_json(version: SubjectVersion) -> dict[str, Any]:
+def _version_json(version: SubjectVersion, resolved: str | None = None) -> dict[str, Any]:
+    """A version's body; ``resolved`` (``format=resolved``) replaces the text and its
+    references, which it has inlined."""
     body: dict[str, Any] = {
         "subject": version.subject,
         "version": version.version,
         "id": version.schema_id,
-        "schema": version.schema_text,
+        **_schema_json(version, resolved),
     }
-    if version.schema_type != SCHEMA_TYPE_AVRO:
-        body["schemaType"] = version.schema_type
-    if version.references:
-        body["references"] = _references_json(version.references)
     return body
 
 
-def _schema_json(schema: RegisteredSchema) -> dict[str, Any]:
-    """The body of ``GET /schemas/ids/{id}``."""
-    body: dict[str, Any] = {"schema": schema.schema_text}
+def _schema_json(
+    schema: RegisteredSchema | SubjectVersion, resolved: str | None = None
+) -> dict[str, Any]:
+    """The body of ``GET /schemas/ids/{id}`` (see :func:`_version_json` for ``resolved``)."""
+    body: dict[str, Any] = {"schema": schema.schema_text if resolved is None else resolved}
     if schema.schema_type != SCHEMA_TYPE_AVRO:
         body["schemaType"] = schema.schema_type
-    if schema.references:
+    if schema.references and resolved is None:
         body["references"] = _references_json(schema.references)
     return body
 
@@ -183,6 +183,7 @@ class RestApp:
             and len(segments) == 3
             and segments[0] == "schemas"
             and segments[1] == "ids"
+            and b"format=" not in scope.get("query_string", b"")
         ) and segments[2].isdigit():
             cached = self._registry.cached_schema(int(segments[2]))
             if cached is not None:
@@ -327,9 +328,8 @@ class RestApp:
         version = segments[3]
         if len(segments) == 4:
             if method == "GET":
-                return 200, _version_json(
-                    registry.get_version(subject, version, include_deleted=deleted)
-                )
+                found = registry.get_version(subject, version, include_deleted=deleted)
+                return 200, _version_json(found, self._resolved(request, found))
             if method == "DELETE":
                 return 200, registry.delete_version(
                     subject, version, permanent=request.flag("permanent")
@@ -355,7 +355,8 @@ class RestApp:
             raise BadRequestError(f"Schema id {segments[2]!r} is not a positive integer")
         schema_id = int(segments[2])
         if len(segments) == 3:
-            return 200, _schema_json(registry.get_schema(schema_id))
+            found_schema = registry.get_schema(schema_id)
+            return 200, _schema_json(found_schema, self._resolved(request, found_schema))
         tail = segments[3]
         deleted = request.flag("deleted")
         if tail == "schema":
@@ -367,6 +368,12 @@ class RestApp:
             usages = registry.schema_usages(schema_id, include_deleted=deleted)
             return 200, sorted({subject for subject, _ in usages})
         return self._no_route(request)
+
+    def _resolved(self, request: _Request, schema: RegisteredSchema | SubjectVersion) -> str | None:
+        """The text with references inlined when the request asks ``format=resolved``."""
+        if request.query.get("format", "").strip().lower() != "resolved":
+            return None
+        return self._registry.resolved_text(schema)
 
     def _compatibility(self, request: _Request) -> tuple[int, Any]:
         segments = request.segments

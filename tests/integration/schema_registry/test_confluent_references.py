@@ -14,6 +14,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from lockgate.schema_registry.serde import AvroSerde
 from tests.integration.schema_registry.test_confluent_clients import consume
 from tests.support.processes import RegistryProcess
 
@@ -65,6 +66,10 @@ def test_records_with_a_referenced_type_round_trip_through_kafka(
     consumed = consume(kafka_broker.bootstrap_servers, topic, len(records))
     assert [deserialize(message.value(), context) for message in consumed] == records
 
+    # Lockgate's own serde (the pipelines' avro format) asks for the resolved schema.
+    serde = AvroSerde.for_registry(sqlite_registry.url)
+    assert [serde.decode(message.value()) for message in consumed] == records
+
     registered = client.get_latest_version(f"{topic}-value")
     assert [(r.name, r.subject, r.version) for r in registered.schema.references] == [
         ("dev.lockgate.geo.Address", "address-value", 1)
@@ -73,6 +78,11 @@ def test_records_with_a_referenced_type_round_trip_through_kafka(
     assert by_id["references"] == [
         {"name": "dev.lockgate.geo.Address", "subject": "address-value", "version": 1}
     ]
+    resolved = httpx.get(
+        f"{sqlite_registry.url}/schemas/ids/{registered.schema_id}", params={"format": "resolved"}
+    ).json()
+    assert "references" not in resolved
+    assert json.loads(resolved["schema"])["fields"][1]["type"]["name"] == "Address"
     assert client.lookup_schema(f"{topic}-value", customer).schema_id == registered.schema_id
 
     # referencedby lists the referrer; the referenced version cannot be deleted (42206).

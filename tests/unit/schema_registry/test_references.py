@@ -212,3 +212,17 @@ def test_malformed_references_are_invalid_schemas(raw: tuple[Any, Any, Any], pro
         parse_reference(0, *raw)
     assert problem in refused.value.message
     assert "reference #1" in refused.value.message
+
+
+def test_resolved_text_inlines_the_referenced_types(registry: SchemaRegistry) -> None:
+    registry.register("address", text(ADDRESS_V1))
+    customer = registry.register(
+        "customer", text(CUSTOMER), references=[ref("dev.lockgate.geo.Address", "address", 1)]
+    )
+    stored = registry.get_schema(customer.schema_id)
+    resolved = json.loads(registry.resolved_text(stored))
+    assert resolved["fields"][1]["type"]["name"] == "Address"
+    assert resolved["fields"][1]["type"]["fields"] == ADDRESS_V1["fields"]
+    # Without references the text is the stored one.
+    address = registry.get_version("address", 1)
+    assert registry.resolved_text(address) == address.schema_text
