@@ -118,3 +118,37 @@ def test_json_ref_to_another_subject_and_bad_schemas(
     assert answer.status_code == 422
     assert answer.json()["error_code"] == 42201
     assert "not a valid JSON Schema at /type" in answer.json()["message"]
+
+
+#: Adding an optional property to a closed model: the old schema's documents all fit the new
+#: one (BACKWARD), but a new document with "note" breaks the old one (FORWARD) — Confluent's
+#: OPTIONAL_PROPERTY_ADDED_TO_UNOPEN_CONTENT_MODEL / PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL.
+LEVEL_VERDICTS = {
+    "NONE": True,
+    "BACKWARD": True,
+    "BACKWARD_TRANSITIVE": True,
+    "FORWARD": False,
+    "FORWARD_TRANSITIVE": False,
+    "FULL": False,
+    "FULL_TRANSITIVE": False,
+}
+
+
+def test_the_same_evolution_at_each_compatibility_level(sqlite_registry: RegistryProcess) -> None:
+    client = SchemaRegistryClient({"url": sqlite_registry.url})
+    for level, accepted in LEVEL_VERDICTS.items():
+        subject = f"orders-{level.lower()}"
+        client.register_schema(subject, Schema(json.dumps(ORDER_V1), "JSON"))
+        client.set_compatibility(subject, level)
+        candidate = Schema(json.dumps(ORDER_V2), "JSON")
+        assert client.test_compatibility(subject, candidate) is accepted, level
+        if accepted:
+            assert client.register_schema(subject, candidate)
+            assert client.get_versions(subject) == [1, 2]
+            continue
+        with pytest.raises(SchemaRegistryError) as refused:
+            client.register_schema(subject, candidate)
+        assert refused.value.error_code == 409, level
+        assert "PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL at #/properties/note" in (
+            refused.value.error_message
+        ), level
