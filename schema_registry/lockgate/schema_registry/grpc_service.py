@@ -265,7 +265,9 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
     ) -> pb.ListSubjectsResponse:
         """See the proto."""
         subjects = self._registry.list_subjects(
-            include_deleted=request.include_deleted, deleted_only=request.deleted_only
+            include_deleted=request.include_deleted,
+            deleted_only=request.deleted_only,
+            prefix=request.subject_prefix,
         )
         page, token = _page(subjects, request.page_size, request.page_token)
         return pb.ListSubjectsResponse(subjects=list(page), next_page_token=token)
@@ -405,6 +407,21 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
         schema_ids = self._registry.referenced_by(request.subject, version)
         page, token = _page(schema_ids, request.page_size, request.page_token)
         return pb.ListReferencingSchemasResponse(schema_ids=list(page), next_page_token=token)
+
+    @_translating
+    def ListSchemas(
+        self, request: pb.ListSchemasRequest, context: grpc.ServicerContext
+    ) -> pb.ListSchemasResponse:
+        """See the proto."""
+        versions = self._registry.list_schemas(
+            prefix=request.subject_prefix,
+            include_deleted=request.include_deleted,
+            latest_only=request.latest_only,
+        )
+        page, token = _page(versions, request.page_size, request.page_token)
+        return pb.ListSchemasResponse(
+            versions=[_subject_version(v) for v in page], next_page_token=token
+        )
 
     @_translating
     def GetMode(

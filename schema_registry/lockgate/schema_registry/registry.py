@@ -293,13 +293,29 @@ class SchemaRegistry:
     # --- subjects and versions -----------------------------------------------------------
 
     def list_subjects(
-        self, *, include_deleted: bool = False, deleted_only: bool = False
+        self, *, include_deleted: bool = False, deleted_only: bool = False, prefix: str = ""
     ) -> list[Subject]:
-        """Subject names, sorted; ``deleted_only``: those whose versions are all soft-deleted."""
-        if not deleted_only:
-            return self._store.list_subjects(include_deleted=include_deleted)
-        live = set(self._store.list_subjects(include_deleted=False))
-        return [s for s in self._store.list_subjects(include_deleted=True) if s not in live]
+        """Subject names starting with ``prefix``, sorted; ``deleted_only``: those whose
+        versions are all soft-deleted."""
+        if deleted_only:
+            live = set(self._store.list_subjects(include_deleted=False))
+            names = [s for s in self._store.list_subjects(include_deleted=True) if s not in live]
+        else:
+            names = self._store.list_subjects(include_deleted=include_deleted)
+        return [name for name in names if name.startswith(prefix)]
+
+    def list_schemas(
+        self, *, prefix: str = "", include_deleted: bool = False, latest_only: bool = False
+    ) -> list[SubjectVersion]:
+        """The versions of every subject starting with ``prefix`` (only its newest one with
+        ``latest_only``), by subject then version (Confluent's ``GET /schemas``)."""
+        found: list[SubjectVersion] = []
+        for subject in self.list_subjects(include_deleted=include_deleted, prefix=prefix):
+            versions = self._store.subject_versions(
+                subject=subject, include_deleted=include_deleted
+            )
+            found += versions[-1:] if latest_only else versions
+        return found
 
     def list_versions(
         self, subject: str, *, include_deleted: bool = False, deleted_only: bool = False

@@ -67,6 +67,22 @@ class _Request:
             return False
         raise BadRequestError(f"Query parameter {name}={raw!r} must be true or false")
 
+    def window(self, items: list[Any]) -> list[Any]:
+        """``items`` cut by the ``offset`` and ``limit`` parameters (a negative limit: all)."""
+        bounds = []
+        for name, default in (("offset", 0), ("limit", -1)):
+            raw = self.query.get(name, "")
+            try:
+                bounds.append(int(raw) if raw.strip() else default)
+            except ValueError:
+                raise BadRequestError(
+                    f"Query parameter {name}={raw!r} must be an integer"
+                ) from None
+        offset, limit = bounds
+        if offset < 0:
+            raise BadRequestError(f"Query parameter offset={offset} must be 0 or more")
+        return items[offset:] if limit < 0 else items[offset : offset + limit]
+
     def json_body(self) -> dict[str, Any]:
         """The body as a JSON object, or 400 saying what is wrong with it."""
         if not self.body.strip():
@@ -284,9 +300,12 @@ class RestApp:
         # Confluent's server spells it deletedOnly; its Python client sends deleted_only.
         deleted_only = request.flag("deletedOnly") or request.flag("deleted_only")
         if len(segments) == 1 and method == "GET":
-            return 200, list(
-                registry.list_subjects(include_deleted=deleted, deleted_only=deleted_only)
+            subjects = registry.list_subjects(
+                include_deleted=deleted,
+                deleted_only=deleted_only,
+                prefix=request.query.get("subjectPrefix", ""),
             )
+            return 200, request.window(list(subjects))
         if len(segments) < 2:
             return self._no_route(request)
         subject = segments[1]
@@ -311,7 +330,7 @@ class RestApp:
                 listed = registry.list_versions(
                     subject, include_deleted=deleted, deleted_only=deleted_only
                 )
-                return 200, [v.version for v in listed]
+                return 200, request.window([v.version for v in listed])
             if method == "POST":
                 schema, schema_type, references = _schema_arguments(request)
                 schema_id, imported_version = _imported_ids(request)
@@ -349,6 +368,13 @@ class RestApp:
             return self._no_route(request)
         if segments == ["schemas", "types"]:
             return 200, list(SCHEMA_TYPES)
+        if segments == ["schemas"]:
+            schemas = registry.list_schemas(
+                prefix=request.query.get("subjectPrefix", ""),
+                include_deleted=request.flag("deleted"),
+                latest_only=request.flag("latestOnly"),
+            )
+            return 200, request.window([_version_json(version) for version in schemas])
         if len(segments) < 3 or segments[1] != "ids":
             return self._no_route(request)
         if not segments[2].isdigit():

@@ -265,3 +265,16 @@ def test_modes_and_deleted_only_listings(stub: pb_grpc.SchemaRegistryServiceStub
         pb.ListSubjectVersionsRequest(subject="gone", deleted_only=True)
     )
     assert [v.version for v in versions.versions] == [1]
+
+
+def test_list_schemas_by_prefix(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
+    for subject in ("shop-orders", "shop-users", "other"):
+        stub.RegisterSchema(pb.RegisterSchemaRequest(subject=subject, schema=V1))
+    stub.RegisterSchema(pb.RegisterSchemaRequest(subject="shop-orders", schema=V2))
+    listed = stub.ListSchemas(pb.ListSchemasRequest(subject_prefix="shop-", latest_only=True))
+    assert [(v.subject, v.version) for v in listed.versions] == [
+        ("shop-orders", 2),
+        ("shop-users", 1),
+    ]
+    names = stub.ListSubjects(pb.ListSubjectsRequest(subject_prefix="shop-"))
+    assert list(names.subjects) == ["shop-orders", "shop-users"]

@@ -61,19 +61,3 @@ def test_modes_over_rest(sqlite_registry: RegistryProcess) -> None:
         client.update_global_mode("SOMETIMES")
     assert bad_mode.value.error_code == 42204
     assert client.get_global_mode() == "READWRITE"
-
-
-def test_deleted_only_listings(sqlite_registry: RegistryProcess) -> None:
-    client = SchemaRegistryClient({"url": sqlite_registry.url})
-    client.register_schema("kept", Schema(json.dumps(USER), "AVRO"))
-    client.register_schema("half", Schema(json.dumps(USER), "AVRO"))
-    client.register_schema("half", Schema(json.dumps(USER | {"doc": "2"}), "AVRO"))
-    client.delete_version("half", 1)
-    client.register_schema("gone", Schema(json.dumps(USER), "AVRO"))
-    client.delete_subject("gone")
-    assert client.get_versions("half", deleted_only=True) == [1]
-    assert client.get_versions("half", deleted=True) == [1, 2]
-    assert client.get_versions("half") == [2]
-    listed = httpx.get(f"{sqlite_registry.url}/subjects", params={"deletedOnly": "true"})
-    assert listed.json() == ["gone"]
-    assert sorted(client.get_subjects(deleted=True)) == ["gone", "half", "kept"]

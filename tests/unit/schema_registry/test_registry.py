@@ -173,3 +173,19 @@ def test_deleted_only_listings(registry: SchemaRegistry) -> None:
     assert registry.list_subjects(include_deleted=True) == ["gone", "half"]
     assert [v.version for v in registry.list_versions("half", deleted_only=True)] == [1]
     assert [v.version for v in registry.list_versions("half")] == [2]
+
+
+def test_subject_prefix_and_schema_listing(registry: SchemaRegistry) -> None:
+    registry.register("orders-value", user())
+    registry.register("orders-value", user(EMAIL_DEFAULT))
+    registry.register("orders-key", user())
+    registry.register("payments-value", user())
+    assert registry.list_subjects(prefix="orders-") == ["orders-key", "orders-value"]
+    listed = registry.list_schemas(prefix="orders-")
+    assert [(v.subject, v.version) for v in listed] == [
+        ("orders-key", 1),
+        ("orders-value", 1),
+        ("orders-value", 2),
+    ]
+    latest = registry.list_schemas(prefix="orders-v", latest_only=True)
+    assert [(v.subject, v.version) for v in latest] == [("orders-value", 2)]

@@ -386,6 +386,7 @@ class ListSubjectsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     DELETED_ONLY_FIELD_NUMBER: _builtins.int
+    SUBJECT_PREFIX_FIELD_NUMBER: _builtins.int
     include_deleted: _builtins.bool
     """Include subjects whose versions are all soft-deleted."""
     page_size: _builtins.int
@@ -394,6 +395,8 @@ class ListSubjectsRequest(_message.Message):
     """next_page_token of the previous page; empty for the first page."""
     deleted_only: _builtins.bool
     """Only subjects whose versions are all soft-deleted (wins over include_deleted)."""
+    subject_prefix: _builtins.str
+    """Only subjects whose name starts with this; empty for all."""
     def __init__(
         self,
         *,
@@ -401,10 +404,11 @@ class ListSubjectsRequest(_message.Message):
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
         deleted_only: _builtins.bool = ...,
+        subject_prefix: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_only", b"deleted_only", "include_deleted", b"include_deleted", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_only", b"deleted_only", "include_deleted", b"include_deleted", "page_size", b"page_size", "page_token", b"page_token", "subject_prefix", b"subject_prefix"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -953,6 +957,72 @@ class ListReferencingSchemasResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListReferencingSchemasResponse: _TypeAlias = ListReferencingSchemasResponse  # noqa: Y015
+
+@_typing.final
+class ListSchemasRequest(_message.Message):
+    """ListSchemasRequest filters the versions listed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBJECT_PREFIX_FIELD_NUMBER: _builtins.int
+    INCLUDE_DELETED_FIELD_NUMBER: _builtins.int
+    LATEST_ONLY_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    subject_prefix: _builtins.str
+    """Only subjects whose name starts with this; empty for all."""
+    include_deleted: _builtins.bool
+    """Include soft-deleted versions (and subjects)."""
+    latest_only: _builtins.bool
+    """Only the newest version of each subject."""
+    page_size: _builtins.int
+    """Most versions per page; 0 means 1000, the maximum."""
+    page_token: _builtins.str
+    """next_page_token of the previous page; empty for the first page."""
+    def __init__(
+        self,
+        *,
+        subject_prefix: _builtins.str = ...,
+        include_deleted: _builtins.bool = ...,
+        latest_only: _builtins.bool = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_deleted", b"include_deleted", "latest_only", b"latest_only", "page_size", b"page_size", "page_token", b"page_token", "subject_prefix", b"subject_prefix"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSchemasRequest: _TypeAlias = ListSchemasRequest  # noqa: Y015
+
+@_typing.final
+class ListSchemasResponse(_message.Message):
+    """ListSchemasResponse lists one page of versions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token of the next page; empty on the last page."""
+    @_builtins.property
+    def versions(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubjectVersion]:
+        """Versions with their schemas, by subject then version."""
+
+    def __init__(
+        self,
+        *,
+        versions: _abc.Iterable[Global___SubjectVersion] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "versions", b"versions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSchemasResponse: _TypeAlias = ListSchemasResponse  # noqa: Y015
 
 @_typing.final
 class GetModeRequest(_message.Message):

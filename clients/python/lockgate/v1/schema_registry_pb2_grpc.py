@@ -117,6 +117,11 @@ class SchemaRegistryServiceStub:
                 request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasRequest.SerializeToString,
                 response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasResponse.FromString,
                 _registered_method=True)
+        self.ListSchemas = channel.unary_unary(
+                '/lockgate.v1.SchemaRegistryService/ListSchemas',
+                request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.ListSchemasRequest.SerializeToString,
+                response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.ListSchemasResponse.FromString,
+                _registered_method=True)
         self.GetMode = channel.unary_unary(
                 '/lockgate.v1.SchemaRegistryService/GetMode',
                 request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.GetModeRequest.SerializeToString,
@@ -278,6 +283,15 @@ class SchemaRegistryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSchemas(self, request, context):
+        """ListSchemas lists the versions of every subject whose name starts with a prefix, by
+        subject then version (REST: GET /schemas). Errors: INVALID_ARGUMENT (bad page_token or
+        negative page_size).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetMode(self, request, context):
         """GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
         subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
@@ -375,6 +389,11 @@ def add_SchemaRegistryServiceServicer_to_server(servicer, server):
                     servicer.ListReferencingSchemas,
                     request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasRequest.FromString,
                     response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasResponse.SerializeToString,
+            ),
+            'ListSchemas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchemas,
+                    request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.ListSchemasRequest.FromString,
+                    response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.ListSchemasResponse.SerializeToString,
             ),
             'GetMode': grpc.unary_unary_rpc_method_handler(
                     servicer.GetMode,
@@ -783,6 +802,33 @@ class SchemaRegistryService:
             '/lockgate.v1.SchemaRegistryService/ListReferencingSchemas',
             lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasRequest.SerializeToString,
             lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchemas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lockgate.v1.SchemaRegistryService/ListSchemas',
+            lockgate_dot_v1_dot_schema__registry__pb2.ListSchemasRequest.SerializeToString,
+            lockgate_dot_v1_dot_schema__registry__pb2.ListSchemasResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -127,6 +127,11 @@ class SchemaRegistryServiceStub:
     the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
     (42202, 42208, bad page_token or negative page_size).
     """
+    ListSchemas: _grpc.UnaryUnaryMultiCallable[_schema_registry_pb2.ListSchemasRequest, _schema_registry_pb2.ListSchemasResponse]
+    """ListSchemas lists the versions of every subject whose name starts with a prefix, by
+    subject then version (REST: GET /schemas). Errors: INVALID_ARGUMENT (bad page_token or
+    negative page_size).
+    """
     GetMode: _grpc.UnaryUnaryMultiCallable[_schema_registry_pb2.GetModeRequest, _schema_registry_pb2.GetModeResponse]
     """GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
     subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
@@ -230,6 +235,11 @@ class SchemaRegistryServiceAsyncStub(SchemaRegistryServiceStub):
     subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
     the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
     (42202, 42208, bad page_token or negative page_size).
+    """
+    ListSchemas: _aio.UnaryUnaryMultiCallable[_schema_registry_pb2.ListSchemasRequest, _schema_registry_pb2.ListSchemasResponse]  # type: ignore[assignment]
+    """ListSchemas lists the versions of every subject whose name starts with a prefix, by
+    subject then version (REST: GET /schemas). Errors: INVALID_ARGUMENT (bad page_token or
+    negative page_size).
     """
     GetMode: _aio.UnaryUnaryMultiCallable[_schema_registry_pb2.GetModeRequest, _schema_registry_pb2.GetModeResponse]  # type: ignore[assignment]
     """GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
@@ -415,6 +425,17 @@ class SchemaRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
         subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
         the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
         (42202, 42208, bad page_token or negative page_size).
+        """
+
+    @_abc_1.abstractmethod
+    def ListSchemas(
+        self,
+        request: _schema_registry_pb2.ListSchemasRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schema_registry_pb2.ListSchemasResponse, _abc.Awaitable[_schema_registry_pb2.ListSchemasResponse]]:
+        """ListSchemas lists the versions of every subject whose name starts with a prefix, by
+        subject then version (REST: GET /schemas). Errors: INVALID_ARGUMENT (bad page_token or
+        negative page_size).
         """
 
     @_abc_1.abstractmethod

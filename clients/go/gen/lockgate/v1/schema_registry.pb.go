@@ -737,7 +737,9 @@ type ListSubjectsRequest struct {
 	// next_page_token of the previous page; empty for the first page.
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Only subjects whose versions are all soft-deleted (wins over include_deleted).
-	DeletedOnly   bool `protobuf:"varint,4,opt,name=deleted_only,json=deletedOnly,proto3" json:"deleted_only,omitempty"`
+	DeletedOnly bool `protobuf:"varint,4,opt,name=deleted_only,json=deletedOnly,proto3" json:"deleted_only,omitempty"`
+	// Only subjects whose name starts with this; empty for all.
+	SubjectPrefix string `protobuf:"bytes,5,opt,name=subject_prefix,json=subjectPrefix,proto3" json:"subject_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -798,6 +800,13 @@ func (x *ListSubjectsRequest) GetDeletedOnly() bool {
 		return x.DeletedOnly
 	}
 	return false
+}
+
+func (x *ListSubjectsRequest) GetSubjectPrefix() string {
+	if x != nil {
+		return x.SubjectPrefix
+	}
+	return ""
 }
 
 // ListSubjectsResponse lists one page of subject names.
@@ -1919,6 +1928,143 @@ func (x *ListReferencingSchemasResponse) GetNextPageToken() string {
 	return ""
 }
 
+// ListSchemasRequest filters the versions listed.
+type ListSchemasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only subjects whose name starts with this; empty for all.
+	SubjectPrefix string `protobuf:"bytes,1,opt,name=subject_prefix,json=subjectPrefix,proto3" json:"subject_prefix,omitempty"`
+	// Include soft-deleted versions (and subjects).
+	IncludeDeleted bool `protobuf:"varint,2,opt,name=include_deleted,json=includeDeleted,proto3" json:"include_deleted,omitempty"`
+	// Only the newest version of each subject.
+	LatestOnly bool `protobuf:"varint,3,opt,name=latest_only,json=latestOnly,proto3" json:"latest_only,omitempty"`
+	// Most versions per page; 0 means 1000, the maximum.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchemasRequest) Reset() {
+	*x = ListSchemasRequest{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchemasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchemasRequest) ProtoMessage() {}
+
+func (x *ListSchemasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchemasRequest.ProtoReflect.Descriptor instead.
+func (*ListSchemasRequest) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListSchemasRequest) GetSubjectPrefix() string {
+	if x != nil {
+		return x.SubjectPrefix
+	}
+	return ""
+}
+
+func (x *ListSchemasRequest) GetIncludeDeleted() bool {
+	if x != nil {
+		return x.IncludeDeleted
+	}
+	return false
+}
+
+func (x *ListSchemasRequest) GetLatestOnly() bool {
+	if x != nil {
+		return x.LatestOnly
+	}
+	return false
+}
+
+func (x *ListSchemasRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSchemasRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListSchemasResponse lists one page of versions.
+type ListSchemasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Versions with their schemas, by subject then version.
+	Versions []*SubjectVersion `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	// Token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchemasResponse) Reset() {
+	*x = ListSchemasResponse{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchemasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchemasResponse) ProtoMessage() {}
+
+func (x *ListSchemasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchemasResponse.ProtoReflect.Descriptor instead.
+func (*ListSchemasResponse) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListSchemasResponse) GetVersions() []*SubjectVersion {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *ListSchemasResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // GetModeRequest names a subject, or none for the global mode.
 type GetModeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1932,7 +2078,7 @@ type GetModeRequest struct {
 
 func (x *GetModeRequest) Reset() {
 	*x = GetModeRequest{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1944,7 +2090,7 @@ func (x *GetModeRequest) String() string {
 func (*GetModeRequest) ProtoMessage() {}
 
 func (x *GetModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1957,7 +2103,7 @@ func (x *GetModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModeRequest.ProtoReflect.Descriptor instead.
 func (*GetModeRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{28}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetModeRequest) GetSubject() string {
@@ -1985,7 +2131,7 @@ type GetModeResponse struct {
 
 func (x *GetModeResponse) Reset() {
 	*x = GetModeResponse{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[29]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2143,7 @@ func (x *GetModeResponse) String() string {
 func (*GetModeResponse) ProtoMessage() {}
 
 func (x *GetModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[29]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2156,7 @@ func (x *GetModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModeResponse.ProtoReflect.Descriptor instead.
 func (*GetModeResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{29}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetModeResponse) GetMode() Mode {
@@ -2037,7 +2183,7 @@ type UpdateModeRequest struct {
 
 func (x *UpdateModeRequest) Reset() {
 	*x = UpdateModeRequest{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[30]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2195,7 @@ func (x *UpdateModeRequest) String() string {
 func (*UpdateModeRequest) ProtoMessage() {}
 
 func (x *UpdateModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[30]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2208,7 @@ func (x *UpdateModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateModeRequest.ProtoReflect.Descriptor instead.
 func (*UpdateModeRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{30}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UpdateModeRequest) GetRequestId() string {
@@ -2104,7 +2250,7 @@ type UpdateModeResponse struct {
 
 func (x *UpdateModeResponse) Reset() {
 	*x = UpdateModeResponse{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[31]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2262,7 @@ func (x *UpdateModeResponse) String() string {
 func (*UpdateModeResponse) ProtoMessage() {}
 
 func (x *UpdateModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[31]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2275,7 @@ func (x *UpdateModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateModeResponse.ProtoReflect.Descriptor instead.
 func (*UpdateModeResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{31}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *UpdateModeResponse) GetMode() Mode {
@@ -2152,7 +2298,7 @@ type DeleteModeRequest struct {
 
 func (x *DeleteModeRequest) Reset() {
 	*x = DeleteModeRequest{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[32]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2310,7 @@ func (x *DeleteModeRequest) String() string {
 func (*DeleteModeRequest) ProtoMessage() {}
 
 func (x *DeleteModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[32]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2323,7 @@ func (x *DeleteModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteModeRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{32}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteModeRequest) GetRequestId() string {
@@ -2205,7 +2351,7 @@ type DeleteModeResponse struct {
 
 func (x *DeleteModeResponse) Reset() {
 	*x = DeleteModeResponse{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[33]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2363,7 @@ func (x *DeleteModeResponse) String() string {
 func (*DeleteModeResponse) ProtoMessage() {}
 
 func (x *DeleteModeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[33]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2376,7 @@ func (x *DeleteModeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteModeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteModeResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{33}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteModeResponse) GetPreviousMode() Mode {
@@ -2257,7 +2403,7 @@ type Schema struct {
 
 func (x *Schema) Reset() {
 	*x = Schema{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[34]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2269,7 +2415,7 @@ func (x *Schema) String() string {
 func (*Schema) ProtoMessage() {}
 
 func (x *Schema) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[34]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2282,7 +2428,7 @@ func (x *Schema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schema.ProtoReflect.Descriptor instead.
 func (*Schema) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{34}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Schema) GetSchemaId() int32 {
@@ -2336,7 +2482,7 @@ type SubjectVersion struct {
 
 func (x *SubjectVersion) Reset() {
 	*x = SubjectVersion{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[35]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2494,7 @@ func (x *SubjectVersion) String() string {
 func (*SubjectVersion) ProtoMessage() {}
 
 func (x *SubjectVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[35]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2507,7 @@ func (x *SubjectVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubjectVersion.ProtoReflect.Descriptor instead.
 func (*SubjectVersion) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{35}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SubjectVersion) GetSubject() string {
@@ -2429,7 +2575,7 @@ type SchemaReference struct {
 
 func (x *SchemaReference) Reset() {
 	*x = SchemaReference{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[36]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2587,7 @@ func (x *SchemaReference) String() string {
 func (*SchemaReference) ProtoMessage() {}
 
 func (x *SchemaReference) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[36]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2600,7 @@ func (x *SchemaReference) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchemaReference.ProtoReflect.Descriptor instead.
 func (*SchemaReference) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{36}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SchemaReference) GetName() string {
@@ -2491,7 +2637,7 @@ type SubjectVersionRef struct {
 
 func (x *SubjectVersionRef) Reset() {
 	*x = SubjectVersionRef{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[37]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2649,7 @@ func (x *SubjectVersionRef) String() string {
 func (*SubjectVersionRef) ProtoMessage() {}
 
 func (x *SubjectVersionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[37]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2662,7 @@ func (x *SubjectVersionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubjectVersionRef.ProtoReflect.Descriptor instead.
 func (*SubjectVersionRef) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{37}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SubjectVersionRef) GetSubject() string {
@@ -2577,13 +2723,14 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"references\x18\x05 \x03(\v2\x1c.lockgate.v1.SchemaReferenceR\n" +
 	"references\"\\\n" +
 	"\x14LookupSchemaResponse\x12D\n" +
-	"\x0fsubject_version\x18\x01 \x01(\v2\x1b.lockgate.v1.SubjectVersionR\x0esubjectVersion\"\x9d\x01\n" +
+	"\x0fsubject_version\x18\x01 \x01(\v2\x1b.lockgate.v1.SubjectVersionR\x0esubjectVersion\"\xc4\x01\n" +
 	"\x13ListSubjectsRequest\x12'\n" +
 	"\x0finclude_deleted\x18\x01 \x01(\bR\x0eincludeDeleted\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12!\n" +
-	"\fdeleted_only\x18\x04 \x01(\bR\vdeletedOnly\"Z\n" +
+	"\fdeleted_only\x18\x04 \x01(\bR\vdeletedOnly\x12%\n" +
+	"\x0esubject_prefix\x18\x05 \x01(\tR\rsubjectPrefix\"Z\n" +
 	"\x14ListSubjectsResponse\x12\x1a\n" +
 	"\bsubjects\x18\x01 \x03(\tR\bsubjects\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbe\x01\n" +
@@ -2660,6 +2807,17 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\x1eListReferencingSchemasResponse\x12\x1d\n" +
 	"\n" +
 	"schema_ids\x18\x01 \x03(\x05R\tschemaIds\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc1\x01\n" +
+	"\x12ListSchemasRequest\x12%\n" +
+	"\x0esubject_prefix\x18\x01 \x01(\tR\rsubjectPrefix\x12'\n" +
+	"\x0finclude_deleted\x18\x02 \x01(\bR\x0eincludeDeleted\x12\x1f\n" +
+	"\vlatest_only\x18\x03 \x01(\bR\n" +
+	"latestOnly\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"v\n" +
+	"\x13ListSchemasResponse\x127\n" +
+	"\bversions\x18\x01 \x03(\v2\x1b.lockgate.v1.SubjectVersionR\bversions\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"V\n" +
 	"\x0eGetModeRequest\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12*\n" +
@@ -2724,7 +2882,7 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\x1bCOMPATIBILITY_LEVEL_FORWARD\x10\x04\x12*\n" +
 	"&COMPATIBILITY_LEVEL_FORWARD_TRANSITIVE\x10\x05\x12\x1c\n" +
 	"\x18COMPATIBILITY_LEVEL_FULL\x10\x06\x12'\n" +
-	"#COMPATIBILITY_LEVEL_FULL_TRANSITIVE\x10\a2\xbd\r\n" +
+	"#COMPATIBILITY_LEVEL_FULL_TRANSITIVE\x10\a2\x94\x0e\n" +
 	"\x15SchemaRegistryService\x12O\n" +
 	"\tGetSchema\x12\x1d.lockgate.v1.GetSchemaRequest\x1a\x1e.lockgate.v1.GetSchemaResponse\"\x03\x90\x02\x01\x12j\n" +
 	"\x12ListSchemaVersions\x12&.lockgate.v1.ListSchemaVersionsRequest\x1a'.lockgate.v1.ListSchemaVersionsResponse\"\x03\x90\x02\x01\x12Y\n" +
@@ -2739,7 +2897,8 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\x19DeleteCompatibilityConfig\x12-.lockgate.v1.DeleteCompatibilityConfigRequest\x1a..lockgate.v1.DeleteCompatibilityConfigResponse\x12V\n" +
 	"\rDeleteSubject\x12!.lockgate.v1.DeleteSubjectRequest\x1a\".lockgate.v1.DeleteSubjectResponse\x12k\n" +
 	"\x14DeleteSubjectVersion\x12(.lockgate.v1.DeleteSubjectVersionRequest\x1a).lockgate.v1.DeleteSubjectVersionResponse\x12v\n" +
-	"\x16ListReferencingSchemas\x12*.lockgate.v1.ListReferencingSchemasRequest\x1a+.lockgate.v1.ListReferencingSchemasResponse\"\x03\x90\x02\x01\x12I\n" +
+	"\x16ListReferencingSchemas\x12*.lockgate.v1.ListReferencingSchemasRequest\x1a+.lockgate.v1.ListReferencingSchemasResponse\"\x03\x90\x02\x01\x12U\n" +
+	"\vListSchemas\x12\x1f.lockgate.v1.ListSchemasRequest\x1a .lockgate.v1.ListSchemasResponse\"\x03\x90\x02\x01\x12I\n" +
 	"\aGetMode\x12\x1b.lockgate.v1.GetModeRequest\x1a\x1c.lockgate.v1.GetModeResponse\"\x03\x90\x02\x01\x12M\n" +
 	"\n" +
 	"UpdateMode\x12\x1e.lockgate.v1.UpdateModeRequest\x1a\x1f.lockgate.v1.UpdateModeResponse\x12M\n" +
@@ -2760,7 +2919,7 @@ func file_lockgate_v1_schema_registry_proto_rawDescGZIP() []byte {
 }
 
 var file_lockgate_v1_schema_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_lockgate_v1_schema_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_lockgate_v1_schema_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_lockgate_v1_schema_registry_proto_goTypes = []any{
 	(SchemaType)(0),                           // 0: lockgate.v1.SchemaType
 	(Mode)(0),                                 // 1: lockgate.v1.Mode
@@ -2793,81 +2952,86 @@ var file_lockgate_v1_schema_registry_proto_goTypes = []any{
 	(*DeleteSubjectVersionResponse)(nil),      // 28: lockgate.v1.DeleteSubjectVersionResponse
 	(*ListReferencingSchemasRequest)(nil),     // 29: lockgate.v1.ListReferencingSchemasRequest
 	(*ListReferencingSchemasResponse)(nil),    // 30: lockgate.v1.ListReferencingSchemasResponse
-	(*GetModeRequest)(nil),                    // 31: lockgate.v1.GetModeRequest
-	(*GetModeResponse)(nil),                   // 32: lockgate.v1.GetModeResponse
-	(*UpdateModeRequest)(nil),                 // 33: lockgate.v1.UpdateModeRequest
-	(*UpdateModeResponse)(nil),                // 34: lockgate.v1.UpdateModeResponse
-	(*DeleteModeRequest)(nil),                 // 35: lockgate.v1.DeleteModeRequest
-	(*DeleteModeResponse)(nil),                // 36: lockgate.v1.DeleteModeResponse
-	(*Schema)(nil),                            // 37: lockgate.v1.Schema
-	(*SubjectVersion)(nil),                    // 38: lockgate.v1.SubjectVersion
-	(*SchemaReference)(nil),                   // 39: lockgate.v1.SchemaReference
-	(*SubjectVersionRef)(nil),                 // 40: lockgate.v1.SubjectVersionRef
+	(*ListSchemasRequest)(nil),                // 31: lockgate.v1.ListSchemasRequest
+	(*ListSchemasResponse)(nil),               // 32: lockgate.v1.ListSchemasResponse
+	(*GetModeRequest)(nil),                    // 33: lockgate.v1.GetModeRequest
+	(*GetModeResponse)(nil),                   // 34: lockgate.v1.GetModeResponse
+	(*UpdateModeRequest)(nil),                 // 35: lockgate.v1.UpdateModeRequest
+	(*UpdateModeResponse)(nil),                // 36: lockgate.v1.UpdateModeResponse
+	(*DeleteModeRequest)(nil),                 // 37: lockgate.v1.DeleteModeRequest
+	(*DeleteModeResponse)(nil),                // 38: lockgate.v1.DeleteModeResponse
+	(*Schema)(nil),                            // 39: lockgate.v1.Schema
+	(*SubjectVersion)(nil),                    // 40: lockgate.v1.SubjectVersion
+	(*SchemaReference)(nil),                   // 41: lockgate.v1.SchemaReference
+	(*SubjectVersionRef)(nil),                 // 42: lockgate.v1.SubjectVersionRef
 }
 var file_lockgate_v1_schema_registry_proto_depIdxs = []int32{
-	37, // 0: lockgate.v1.GetSchemaResponse.schema:type_name -> lockgate.v1.Schema
-	40, // 1: lockgate.v1.ListSchemaVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersionRef
+	39, // 0: lockgate.v1.GetSchemaResponse.schema:type_name -> lockgate.v1.Schema
+	42, // 1: lockgate.v1.ListSchemaVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersionRef
 	0,  // 2: lockgate.v1.RegisterSchemaRequest.schema_type:type_name -> lockgate.v1.SchemaType
-	39, // 3: lockgate.v1.RegisterSchemaRequest.references:type_name -> lockgate.v1.SchemaReference
+	41, // 3: lockgate.v1.RegisterSchemaRequest.references:type_name -> lockgate.v1.SchemaReference
 	0,  // 4: lockgate.v1.LookupSchemaRequest.schema_type:type_name -> lockgate.v1.SchemaType
-	39, // 5: lockgate.v1.LookupSchemaRequest.references:type_name -> lockgate.v1.SchemaReference
-	38, // 6: lockgate.v1.LookupSchemaResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
-	38, // 7: lockgate.v1.ListSubjectVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersion
-	38, // 8: lockgate.v1.GetSubjectVersionResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
+	41, // 5: lockgate.v1.LookupSchemaRequest.references:type_name -> lockgate.v1.SchemaReference
+	40, // 6: lockgate.v1.LookupSchemaResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
+	40, // 7: lockgate.v1.ListSubjectVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersion
+	40, // 8: lockgate.v1.GetSubjectVersionResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
 	0,  // 9: lockgate.v1.CheckCompatibilityRequest.schema_type:type_name -> lockgate.v1.SchemaType
-	39, // 10: lockgate.v1.CheckCompatibilityRequest.references:type_name -> lockgate.v1.SchemaReference
+	41, // 10: lockgate.v1.CheckCompatibilityRequest.references:type_name -> lockgate.v1.SchemaReference
 	2,  // 11: lockgate.v1.CheckCompatibilityResponse.level:type_name -> lockgate.v1.CompatibilityLevel
 	2,  // 12: lockgate.v1.GetCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
 	2,  // 13: lockgate.v1.UpdateCompatibilityConfigRequest.level:type_name -> lockgate.v1.CompatibilityLevel
 	2,  // 14: lockgate.v1.UpdateCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
 	2,  // 15: lockgate.v1.DeleteCompatibilityConfigResponse.previous_level:type_name -> lockgate.v1.CompatibilityLevel
-	1,  // 16: lockgate.v1.GetModeResponse.mode:type_name -> lockgate.v1.Mode
-	1,  // 17: lockgate.v1.UpdateModeRequest.mode:type_name -> lockgate.v1.Mode
-	1,  // 18: lockgate.v1.UpdateModeResponse.mode:type_name -> lockgate.v1.Mode
-	1,  // 19: lockgate.v1.DeleteModeResponse.previous_mode:type_name -> lockgate.v1.Mode
-	0,  // 20: lockgate.v1.Schema.schema_type:type_name -> lockgate.v1.SchemaType
-	39, // 21: lockgate.v1.Schema.references:type_name -> lockgate.v1.SchemaReference
-	0,  // 22: lockgate.v1.SubjectVersion.schema_type:type_name -> lockgate.v1.SchemaType
-	39, // 23: lockgate.v1.SubjectVersion.references:type_name -> lockgate.v1.SchemaReference
-	3,  // 24: lockgate.v1.SchemaRegistryService.GetSchema:input_type -> lockgate.v1.GetSchemaRequest
-	5,  // 25: lockgate.v1.SchemaRegistryService.ListSchemaVersions:input_type -> lockgate.v1.ListSchemaVersionsRequest
-	7,  // 26: lockgate.v1.SchemaRegistryService.RegisterSchema:input_type -> lockgate.v1.RegisterSchemaRequest
-	9,  // 27: lockgate.v1.SchemaRegistryService.LookupSchema:input_type -> lockgate.v1.LookupSchemaRequest
-	11, // 28: lockgate.v1.SchemaRegistryService.ListSubjects:input_type -> lockgate.v1.ListSubjectsRequest
-	13, // 29: lockgate.v1.SchemaRegistryService.ListSubjectVersions:input_type -> lockgate.v1.ListSubjectVersionsRequest
-	15, // 30: lockgate.v1.SchemaRegistryService.GetSubjectVersion:input_type -> lockgate.v1.GetSubjectVersionRequest
-	17, // 31: lockgate.v1.SchemaRegistryService.CheckCompatibility:input_type -> lockgate.v1.CheckCompatibilityRequest
-	19, // 32: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:input_type -> lockgate.v1.GetCompatibilityConfigRequest
-	21, // 33: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:input_type -> lockgate.v1.UpdateCompatibilityConfigRequest
-	23, // 34: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:input_type -> lockgate.v1.DeleteCompatibilityConfigRequest
-	25, // 35: lockgate.v1.SchemaRegistryService.DeleteSubject:input_type -> lockgate.v1.DeleteSubjectRequest
-	27, // 36: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:input_type -> lockgate.v1.DeleteSubjectVersionRequest
-	29, // 37: lockgate.v1.SchemaRegistryService.ListReferencingSchemas:input_type -> lockgate.v1.ListReferencingSchemasRequest
-	31, // 38: lockgate.v1.SchemaRegistryService.GetMode:input_type -> lockgate.v1.GetModeRequest
-	33, // 39: lockgate.v1.SchemaRegistryService.UpdateMode:input_type -> lockgate.v1.UpdateModeRequest
-	35, // 40: lockgate.v1.SchemaRegistryService.DeleteMode:input_type -> lockgate.v1.DeleteModeRequest
-	4,  // 41: lockgate.v1.SchemaRegistryService.GetSchema:output_type -> lockgate.v1.GetSchemaResponse
-	6,  // 42: lockgate.v1.SchemaRegistryService.ListSchemaVersions:output_type -> lockgate.v1.ListSchemaVersionsResponse
-	8,  // 43: lockgate.v1.SchemaRegistryService.RegisterSchema:output_type -> lockgate.v1.RegisterSchemaResponse
-	10, // 44: lockgate.v1.SchemaRegistryService.LookupSchema:output_type -> lockgate.v1.LookupSchemaResponse
-	12, // 45: lockgate.v1.SchemaRegistryService.ListSubjects:output_type -> lockgate.v1.ListSubjectsResponse
-	14, // 46: lockgate.v1.SchemaRegistryService.ListSubjectVersions:output_type -> lockgate.v1.ListSubjectVersionsResponse
-	16, // 47: lockgate.v1.SchemaRegistryService.GetSubjectVersion:output_type -> lockgate.v1.GetSubjectVersionResponse
-	18, // 48: lockgate.v1.SchemaRegistryService.CheckCompatibility:output_type -> lockgate.v1.CheckCompatibilityResponse
-	20, // 49: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:output_type -> lockgate.v1.GetCompatibilityConfigResponse
-	22, // 50: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:output_type -> lockgate.v1.UpdateCompatibilityConfigResponse
-	24, // 51: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:output_type -> lockgate.v1.DeleteCompatibilityConfigResponse
-	26, // 52: lockgate.v1.SchemaRegistryService.DeleteSubject:output_type -> lockgate.v1.DeleteSubjectResponse
-	28, // 53: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:output_type -> lockgate.v1.DeleteSubjectVersionResponse
-	30, // 54: lockgate.v1.SchemaRegistryService.ListReferencingSchemas:output_type -> lockgate.v1.ListReferencingSchemasResponse
-	32, // 55: lockgate.v1.SchemaRegistryService.GetMode:output_type -> lockgate.v1.GetModeResponse
-	34, // 56: lockgate.v1.SchemaRegistryService.UpdateMode:output_type -> lockgate.v1.UpdateModeResponse
-	36, // 57: lockgate.v1.SchemaRegistryService.DeleteMode:output_type -> lockgate.v1.DeleteModeResponse
-	41, // [41:58] is the sub-list for method output_type
-	24, // [24:41] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	40, // 16: lockgate.v1.ListSchemasResponse.versions:type_name -> lockgate.v1.SubjectVersion
+	1,  // 17: lockgate.v1.GetModeResponse.mode:type_name -> lockgate.v1.Mode
+	1,  // 18: lockgate.v1.UpdateModeRequest.mode:type_name -> lockgate.v1.Mode
+	1,  // 19: lockgate.v1.UpdateModeResponse.mode:type_name -> lockgate.v1.Mode
+	1,  // 20: lockgate.v1.DeleteModeResponse.previous_mode:type_name -> lockgate.v1.Mode
+	0,  // 21: lockgate.v1.Schema.schema_type:type_name -> lockgate.v1.SchemaType
+	41, // 22: lockgate.v1.Schema.references:type_name -> lockgate.v1.SchemaReference
+	0,  // 23: lockgate.v1.SubjectVersion.schema_type:type_name -> lockgate.v1.SchemaType
+	41, // 24: lockgate.v1.SubjectVersion.references:type_name -> lockgate.v1.SchemaReference
+	3,  // 25: lockgate.v1.SchemaRegistryService.GetSchema:input_type -> lockgate.v1.GetSchemaRequest
+	5,  // 26: lockgate.v1.SchemaRegistryService.ListSchemaVersions:input_type -> lockgate.v1.ListSchemaVersionsRequest
+	7,  // 27: lockgate.v1.SchemaRegistryService.RegisterSchema:input_type -> lockgate.v1.RegisterSchemaRequest
+	9,  // 28: lockgate.v1.SchemaRegistryService.LookupSchema:input_type -> lockgate.v1.LookupSchemaRequest
+	11, // 29: lockgate.v1.SchemaRegistryService.ListSubjects:input_type -> lockgate.v1.ListSubjectsRequest
+	13, // 30: lockgate.v1.SchemaRegistryService.ListSubjectVersions:input_type -> lockgate.v1.ListSubjectVersionsRequest
+	15, // 31: lockgate.v1.SchemaRegistryService.GetSubjectVersion:input_type -> lockgate.v1.GetSubjectVersionRequest
+	17, // 32: lockgate.v1.SchemaRegistryService.CheckCompatibility:input_type -> lockgate.v1.CheckCompatibilityRequest
+	19, // 33: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:input_type -> lockgate.v1.GetCompatibilityConfigRequest
+	21, // 34: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:input_type -> lockgate.v1.UpdateCompatibilityConfigRequest
+	23, // 35: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:input_type -> lockgate.v1.DeleteCompatibilityConfigRequest
+	25, // 36: lockgate.v1.SchemaRegistryService.DeleteSubject:input_type -> lockgate.v1.DeleteSubjectRequest
+	27, // 37: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:input_type -> lockgate.v1.DeleteSubjectVersionRequest
+	29, // 38: lockgate.v1.SchemaRegistryService.ListReferencingSchemas:input_type -> lockgate.v1.ListReferencingSchemasRequest
+	31, // 39: lockgate.v1.SchemaRegistryService.ListSchemas:input_type -> lockgate.v1.ListSchemasRequest
+	33, // 40: lockgate.v1.SchemaRegistryService.GetMode:input_type -> lockgate.v1.GetModeRequest
+	35, // 41: lockgate.v1.SchemaRegistryService.UpdateMode:input_type -> lockgate.v1.UpdateModeRequest
+	37, // 42: lockgate.v1.SchemaRegistryService.DeleteMode:input_type -> lockgate.v1.DeleteModeRequest
+	4,  // 43: lockgate.v1.SchemaRegistryService.GetSchema:output_type -> lockgate.v1.GetSchemaResponse
+	6,  // 44: lockgate.v1.SchemaRegistryService.ListSchemaVersions:output_type -> lockgate.v1.ListSchemaVersionsResponse
+	8,  // 45: lockgate.v1.SchemaRegistryService.RegisterSchema:output_type -> lockgate.v1.RegisterSchemaResponse
+	10, // 46: lockgate.v1.SchemaRegistryService.LookupSchema:output_type -> lockgate.v1.LookupSchemaResponse
+	12, // 47: lockgate.v1.SchemaRegistryService.ListSubjects:output_type -> lockgate.v1.ListSubjectsResponse
+	14, // 48: lockgate.v1.SchemaRegistryService.ListSubjectVersions:output_type -> lockgate.v1.ListSubjectVersionsResponse
+	16, // 49: lockgate.v1.SchemaRegistryService.GetSubjectVersion:output_type -> lockgate.v1.GetSubjectVersionResponse
+	18, // 50: lockgate.v1.SchemaRegistryService.CheckCompatibility:output_type -> lockgate.v1.CheckCompatibilityResponse
+	20, // 51: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:output_type -> lockgate.v1.GetCompatibilityConfigResponse
+	22, // 52: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:output_type -> lockgate.v1.UpdateCompatibilityConfigResponse
+	24, // 53: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:output_type -> lockgate.v1.DeleteCompatibilityConfigResponse
+	26, // 54: lockgate.v1.SchemaRegistryService.DeleteSubject:output_type -> lockgate.v1.DeleteSubjectResponse
+	28, // 55: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:output_type -> lockgate.v1.DeleteSubjectVersionResponse
+	30, // 56: lockgate.v1.SchemaRegistryService.ListReferencingSchemas:output_type -> lockgate.v1.ListReferencingSchemasResponse
+	32, // 57: lockgate.v1.SchemaRegistryService.ListSchemas:output_type -> lockgate.v1.ListSchemasResponse
+	34, // 58: lockgate.v1.SchemaRegistryService.GetMode:output_type -> lockgate.v1.GetModeResponse
+	36, // 59: lockgate.v1.SchemaRegistryService.UpdateMode:output_type -> lockgate.v1.UpdateModeResponse
+	38, // 60: lockgate.v1.SchemaRegistryService.DeleteMode:output_type -> lockgate.v1.DeleteModeResponse
+	43, // [43:61] is the sub-list for method output_type
+	25, // [25:43] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_lockgate_v1_schema_registry_proto_init() }
@@ -2881,7 +3045,7 @@ func file_lockgate_v1_schema_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockgate_v1_schema_registry_proto_rawDesc), len(file_lockgate_v1_schema_registry_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

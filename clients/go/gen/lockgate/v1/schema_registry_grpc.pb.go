@@ -43,6 +43,7 @@ const (
 	SchemaRegistryService_DeleteSubject_FullMethodName             = "/lockgate.v1.SchemaRegistryService/DeleteSubject"
 	SchemaRegistryService_DeleteSubjectVersion_FullMethodName      = "/lockgate.v1.SchemaRegistryService/DeleteSubjectVersion"
 	SchemaRegistryService_ListReferencingSchemas_FullMethodName    = "/lockgate.v1.SchemaRegistryService/ListReferencingSchemas"
+	SchemaRegistryService_ListSchemas_FullMethodName               = "/lockgate.v1.SchemaRegistryService/ListSchemas"
 	SchemaRegistryService_GetMode_FullMethodName                   = "/lockgate.v1.SchemaRegistryService/GetMode"
 	SchemaRegistryService_UpdateMode_FullMethodName                = "/lockgate.v1.SchemaRegistryService/UpdateMode"
 	SchemaRegistryService_DeleteMode_FullMethodName                = "/lockgate.v1.SchemaRegistryService/DeleteMode"
@@ -124,6 +125,10 @@ type SchemaRegistryServiceClient interface {
 	// the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
 	// (42202, 42208, bad page_token or negative page_size).
 	ListReferencingSchemas(ctx context.Context, in *ListReferencingSchemasRequest, opts ...grpc.CallOption) (*ListReferencingSchemasResponse, error)
+	// ListSchemas lists the versions of every subject whose name starts with a prefix, by
+	// subject then version (REST: GET /schemas). Errors: INVALID_ARGUMENT (bad page_token or
+	// negative page_size).
+	ListSchemas(ctx context.Context, in *ListSchemasRequest, opts ...grpc.CallOption) (*ListSchemasResponse, error)
 	// GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
 	// subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
 	GetMode(ctx context.Context, in *GetModeRequest, opts ...grpc.CallOption) (*GetModeResponse, error)
@@ -284,6 +289,16 @@ func (c *schemaRegistryServiceClient) ListReferencingSchemas(ctx context.Context
 	return out, nil
 }
 
+func (c *schemaRegistryServiceClient) ListSchemas(ctx context.Context, in *ListSchemasRequest, opts ...grpc.CallOption) (*ListSchemasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSchemasResponse)
+	err := c.cc.Invoke(ctx, SchemaRegistryService_ListSchemas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *schemaRegistryServiceClient) GetMode(ctx context.Context, in *GetModeRequest, opts ...grpc.CallOption) (*GetModeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetModeResponse)
@@ -390,6 +405,10 @@ type SchemaRegistryServiceServer interface {
 	// the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
 	// (42202, 42208, bad page_token or negative page_size).
 	ListReferencingSchemas(context.Context, *ListReferencingSchemasRequest) (*ListReferencingSchemasResponse, error)
+	// ListSchemas lists the versions of every subject whose name starts with a prefix, by
+	// subject then version (REST: GET /schemas). Errors: INVALID_ARGUMENT (bad page_token or
+	// negative page_size).
+	ListSchemas(context.Context, *ListSchemasRequest) (*ListSchemasResponse, error)
 	// GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
 	// subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
 	GetMode(context.Context, *GetModeRequest) (*GetModeResponse, error)
@@ -451,6 +470,9 @@ func (UnimplementedSchemaRegistryServiceServer) DeleteSubjectVersion(context.Con
 }
 func (UnimplementedSchemaRegistryServiceServer) ListReferencingSchemas(context.Context, *ListReferencingSchemasRequest) (*ListReferencingSchemasResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReferencingSchemas not implemented")
+}
+func (UnimplementedSchemaRegistryServiceServer) ListSchemas(context.Context, *ListSchemasRequest) (*ListSchemasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSchemas not implemented")
 }
 func (UnimplementedSchemaRegistryServiceServer) GetMode(context.Context, *GetModeRequest) (*GetModeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetMode not implemented")
@@ -734,6 +756,24 @@ func _SchemaRegistryService_ListReferencingSchemas_Handler(srv interface{}, ctx 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchemaRegistryService_ListSchemas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSchemasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchemaRegistryServiceServer).ListSchemas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchemaRegistryService_ListSchemas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchemaRegistryServiceServer).ListSchemas(ctx, req.(*ListSchemasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SchemaRegistryService_GetMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetModeRequest)
 	if err := dec(in); err != nil {
@@ -850,6 +890,10 @@ var SchemaRegistryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListReferencingSchemas",
 			Handler:    _SchemaRegistryService_ListReferencingSchemas_Handler,
+		},
+		{
+			MethodName: "ListSchemas",
+			Handler:    _SchemaRegistryService_ListSchemas_Handler,
 		},
 		{
 			MethodName: "GetMode",
