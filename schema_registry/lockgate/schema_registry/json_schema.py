@@ -49,7 +49,7 @@ class ParsedJsonSchema:
     model: JsonSchemaModel
     #: Key-sorted compact JSON; what the registry stores and returns.
     normalized_text: str
-    #: SHA-256 (hex) of the canonical text: equal for equal schemas.
+    #: SHA-256 (hex) of "JSON " and the canonical text: equal for equal schemas.
     fingerprint: str
 
 
@@ -102,7 +102,9 @@ def parse_json_schema(
     return ParsedJsonSchema(
         model=JsonSchemaModel(document=document, resolver=resolver),
         normalized_text=normalized,
-        fingerprint=hashlib.sha256(normalized.encode("utf-8")).hexdigest(),
+        # Prefixed with the type: one fingerprint column serves every format, and a JSON
+        # Schema must never share an id with an Avro schema of the same text.
+        fingerprint=hashlib.sha256(f"JSON {normalized}".encode()).hexdigest(),
     )
 
 

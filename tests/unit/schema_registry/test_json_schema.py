@@ -112,3 +112,13 @@ def test_a_subject_cannot_change_schema_type_unless_its_level_is_none(
     assert "SCHEMA_TYPE_CHANGED: version 1 is AVRO, the new schema is JSON" in refused.value.message
     registry.set_config("people", "NONE")
     assert register(registry, "people", PERSON)
+
+
+def test_one_text_as_avro_and_as_json_schema_is_two_schemas(registry: SchemaRegistry) -> None:
+    # Valid in both languages, with the same key-sorted compact form in both.
+    text = '{"type": "string", "maxLength": 3}'
+    as_avro = registry.register("as-avro", text)
+    as_json = registry.register("as-json", text, schema_type="JSON")
+    assert as_avro.schema_id != as_json.schema_id
+    assert registry.get_schema(as_json.schema_id).schema_type == "JSON"
+    assert registry.get_schema(as_avro.schema_id).schema_type == "AVRO"
