@@ -111,7 +111,7 @@ class IncompatibleSchemaError(RegistryError):
 
 
 class InvalidSchemaError(RegistryError):
-    """The schema text is not JSON, not valid Avro, or too large (42201)."""
+    """The schema text is invalid, too large, or names a reference that does not exist (42201)."""
 
     error_code = 42201
     http_status = 422
@@ -159,7 +159,11 @@ class IdDoesNotMatchError(RegistryError):
 
 
 class ReferenceExistsError(RegistryError):
-    """The version is referenced by another schema and cannot be deleted (42206)."""
+    """The version is referenced by another schema and cannot be deleted (42206).
+
+    Confluent's ``REFERENCE_EXISTS_ERROR_CODE`` (``rest/exceptions/Errors.java``), raised by
+    ``KafkaSchemaRegistry.deleteSchemaVersion`` while ``getReferencedBy`` is not empty.
+    """
 
     error_code = 42206
     http_status = 422
