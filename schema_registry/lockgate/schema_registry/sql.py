@@ -8,6 +8,7 @@ whole, so the work function must decide again from what it reads.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
@@ -26,6 +27,7 @@ from lockgate.schema_registry import tables
 from lockgate.schema_registry.errors import StoreUnavailableError
 from lockgate.schema_registry.model import Subject
 
+_LOG = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 #: How many times a writing transaction is retried after a conflict before giving up.
@@ -135,8 +137,11 @@ class SqlStore:
                 last = exc
                 # Jittered backoff so racing writers do not collide again in lock step.
                 time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+        # The driver's text holds SQL and parameters (schema text): logged, never sent.
+        _LOG.warning("write given up after %d attempts: %s", MAX_WRITE_ATTEMPTS, last)
         raise StoreUnavailableError(
-            f"the database kept reporting conflicts after {MAX_WRITE_ATTEMPTS} attempts: {last}"
+            f"the database kept reporting conflicts after {MAX_WRITE_ATTEMPTS} attempts;"
+            " try again (the registry's log has the database's error)"
         )
 
     # One row per subject ("" for the global setting) in a (subject, value) table.
