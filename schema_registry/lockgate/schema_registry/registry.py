@@ -188,11 +188,7 @@ class SchemaRegistry:
 
     def effective_level(self, subject: Subject) -> CompatibilityLevel:
         """The subject's level, else the global one, else BACKWARD."""
-        return (
-            self._store.get_config(subject=subject)
-            or self._store.get_config(subject=None)
-            or DEFAULT_COMPATIBILITY
-        )
+        return self._store.effective_config(subject=subject) or DEFAULT_COMPATIBILITY
 
     def register(
         self,
@@ -475,11 +471,7 @@ class SchemaRegistry:
 
     def effective_mode(self, subject: Subject) -> Mode:
         """The subject's mode, else the global one, else READWRITE."""
-        return (
-            self._store.get_mode(subject=subject)
-            or self._store.get_mode(subject=None)
-            or DEFAULT_MODE
-        )
+        return self._store.effective_mode(subject=subject) or DEFAULT_MODE
 
     def get_mode(self, subject: str | None, *, default_to_global: bool = False) -> Mode:
         """The mode of ``subject`` (None: the global one); 40409 when it has none of its own."""

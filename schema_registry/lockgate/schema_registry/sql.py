@@ -154,6 +154,20 @@ class SqlStore:
             ).scalar()
         return None if value is None else str(value)
 
+    def _effective_setting(self, column: sa.Column[Any], subject: Subject) -> str | None:
+        """The subject's value, else the global one, else None: one query for both."""
+        keys = (subject, tables.GLOBAL_CONFIG_KEY)
+        with self._read() as connection:
+            rows = dict(
+                connection.execute(
+                    sa.select(column.table.c.subject, column).where(
+                        column.table.c.subject.in_(keys)
+                    )
+                ).all()
+            )
+        value = rows.get(subject, rows.get(tables.GLOBAL_CONFIG_KEY))
+        return None if value is None else str(value)
+
     def _set_setting(
         self,
         column: sa.Column[Any],

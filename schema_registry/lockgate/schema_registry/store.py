@@ -535,6 +535,16 @@ class SchemaStore(SqlStore):
         value = self._delete_setting(tables.configs.c.compatibility, subject)
         return None if value is None else CompatibilityLevel(value)
 
+    def effective_config(self, *, subject: Subject) -> CompatibilityLevel | None:
+        """The subject's level, else the global one, else None (one read)."""
+        value = self._effective_setting(tables.configs.c.compatibility, subject)
+        return None if value is None else CompatibilityLevel(value)
+
+    def effective_mode(self, *, subject: Subject) -> Mode | None:
+        """The subject's mode, else the global one, else None (one read)."""
+        value = self._effective_setting(tables.modes.c.mode, subject)
+        return None if value is None else Mode(value)
+
     def get_mode(self, *, subject: Subject | None) -> Mode | None:
         """The mode set for ``subject`` (None: the global one), or None when not set."""
         value = self._get_setting(tables.modes.c.mode, subject)
