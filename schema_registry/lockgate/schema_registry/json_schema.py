@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -74,16 +75,17 @@ def parse_json_schema(
     document = _load(text, "the schema")
     specification = _specification(document)
     _check_against_meta_schema(document)
+    root = specification.create_resource(document)
     registry: referencing.Registry[Any] = referencing.Registry()
     for name, referenced_text in referenced:
         contents = _load(referenced_text, f"referenced schema {name}")
         resource = referencing.Resource.from_contents(
             contents, default_specification=DEFAULT_SPECIFICATION
         )
-        registry = registry.with_resource(name, resource)
-        if resource.id():
-            registry = registry.with_resource(str(resource.id()), resource)
-    root = specification.create_resource(document)
+        # Under its name, its own $id, and its name read against the root's $id (Confluent
+        # registers references at the name resolved against the referencing schema's $id).
+        uris = {name, str(resource.id() or name), urllib.parse.urljoin(root.id() or "", name)}
+        registry = registry.with_resources((uri, resource) for uri in uris)
     resolver = registry.resolver_with_root(root)
     try:
         refs = list(_refs(document, ""))

@@ -122,3 +122,14 @@ def test_one_text_as_avro_and_as_json_schema_is_two_schemas(registry: SchemaRegi
     assert as_avro.schema_id != as_json.schema_id
     assert registry.get_schema(as_json.schema_id).schema_type == "JSON"
     assert registry.get_schema(as_avro.schema_id).schema_type == "AVRO"
+
+
+def test_a_relative_ref_resolves_against_the_root_id(registry: SchemaRegistry) -> None:
+    register(registry, "address", {"type": "object", "properties": {"city": {"type": "string"}}})
+    customer = {
+        "$id": "https://example.com/schemas/customer.json",
+        "type": "object",
+        "properties": {"home": {"$ref": "address.json"}},
+    }
+    reference = ReferenceRequest("address.json", Subject("address"), Version(1))
+    assert register(registry, "customer", customer, references=[reference])
