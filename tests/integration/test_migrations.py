@@ -23,7 +23,8 @@ from sqlalchemy.engine import Engine
 from lockgate.coordinator.store import migrate as coordinator_migrate
 from lockgate.coordinator.store.engine import create_engine as coordinator_engine
 from lockgate.coordinator.store.tables import metadata as coordinator_metadata
-from lockgate.schema_registry.store import SchemaStore, create_db_engine
+from lockgate.schema_registry.sql import create_db_engine
+from lockgate.schema_registry.store import SchemaStore
 from lockgate.schema_registry.tables import metadata as registry_metadata
 
 REGISTRY_VERSIONS = "sr_alembic_version"

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import avro.errors
+import avro.name
 import avro.schema
 
 from lockgate.schema_registry.errors import InvalidSchemaError
@@ -46,11 +48,15 @@ def parse_schema(
     *,
     validate_defaults_too: bool = True,
     max_bytes: int = DEFAULT_MAX_SCHEMA_BYTES,
+    referenced_texts: Sequence[str] = (),
 ) -> ParsedSchema:
     """Parse and validate Avro schema text; raise 42201 saying what is wrong.
 
     ``validate_defaults_too`` is True for newly registered schemas; stored schemas were
     validated when they were registered and are parsed again without it.
+    ``referenced_texts`` are the schemas of the references, dependencies first: their named
+    types are known while ``text`` is parsed, and stay references (names) in its normalised
+    text, as Confluent keeps them.
     """
     size = len(text.encode("utf-8")) if len(text) * 4 > max_bytes else len(text)
     if size > max_bytes:
@@ -70,8 +76,10 @@ def parse_schema(
         ) from None
     except RecursionError:
         raise InvalidSchemaError("Invalid schema: JSON nested too deeply", field="schema") from None
+    names = _referenced_names(referenced_texts)
+    known = dict(names.names)
     try:
-        parsed = avro.schema.make_avsc_object(document)
+        parsed = avro.schema.make_avsc_object(document, names)
     except RecursionError:
         raise InvalidSchemaError("Invalid schema: nested too deeply", field="schema") from None
     except (avro.errors.AvroException, ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -80,13 +88,49 @@ def parse_schema(
         problems = validate_defaults(parsed)
         if problems:
             raise InvalidSchemaError("Invalid schema: " + "; ".join(problems), field="schema")
-    as_json = parsed.to_json()
+    # Types taken from references are written by name, not inlined.
+    emit_names = avro.name.Names()
+    emit_names.names = known
+    as_json = parsed.to_json(emit_names)
     normalized_text = json.dumps(as_json, separators=(",", ":"))
     sorted_text = json.dumps(as_json, separators=(",", ":"), sort_keys=True)
     fingerprint = hashlib.sha256(sorted_text.encode("utf-8")).hexdigest()
     return ParsedSchema(
         avro_schema=parsed, normalized_text=normalized_text, fingerprint=fingerprint
     )
+
+
+def inline_references(text: str, referenced_texts: Sequence[str]) -> str:
+    """The schema with the named types of its references written out in full (Confluent's
+    ``format=resolved``): what a reader that knows nothing of references can parse."""
+    parsed = parse_schema(
+        text, validate_defaults_too=False, max_bytes=2**31, referenced_texts=referenced_texts
+    )
+    if not referenced_texts:
+        return parsed.normalized_text
+    return json.dumps(parsed.avro_schema.to_json(), separators=(",", ":"))
+
+
+def _referenced_names(referenced_texts: Sequence[str]) -> avro.name.Names:
+    """The named types the referenced schemas define, parsed in order into one namespace."""
+    names = avro.name.Names()
+    for position, referenced in enumerate(referenced_texts):
+        try:
+            avro.schema.make_avsc_object(json.loads(referenced), names)
+        except (
+            avro.errors.AvroException,
+            ValueError,
+            TypeError,
+            KeyError,
+            AttributeError,
+            RecursionError,
+        ) as exc:
+            raise InvalidSchemaError(
+                f"Invalid schema: referenced schema #{position + 1} does not parse together"
+                f" with the others: {exc}",
+                field="references",
+            ) from None
+    return names
 
 
 def validate_defaults(schema: avro.schema.Schema) -> list[str]:

@@ -18,7 +18,7 @@ its verdicts with ``avro.compatibility`` on the whole matrix.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,26 +83,31 @@ def reader_writer_incompatibilities(
 
 def check_compatibility(
     level: CompatibilityLevel,
-    new_schema: avro.schema.Schema,
-    existing: Sequence[tuple[int, avro.schema.Schema]],
+    new_schema: Any,
+    existing: Sequence[tuple[int, Any]],
+    *,
+    incompatibilities: Callable[[Any, Any], Sequence[Any]] | None = None,
 ) -> CompatibilityReport:
     """Check ``new_schema`` against the subject's live versions ``(version, schema)``, oldest first.
 
     Non-transitive levels look at the newest version only, as Confluent does.
+    ``incompatibilities(reader, writer)`` is the format's rule set (Avro's by default); each
+    reason it returns has a ``describe()``.
     """
+    rules = incompatibilities or reader_writer_incompatibilities
     if level is CompatibilityLevel.NONE or not existing:
         return CompatibilityReport(compatible=True, level=level)
     targets = list(existing) if level.transitive else [existing[-1]]
     reasons: list[str] = []
     for version, old_schema in reversed(targets):
         if level.checks_backward:
-            for problem in reader_writer_incompatibilities(new_schema, old_schema):
+            for problem in rules(new_schema, old_schema):
                 reasons.append(
                     f"{problem.describe()} (the new schema cannot read data written with"
                     f" version {version}; {level.value})"
                 )
         if level.checks_forward:
-            for problem in reader_writer_incompatibilities(old_schema, new_schema):
+            for problem in rules(old_schema, new_schema):
                 reasons.append(
                     f"{problem.describe()} (version {version} cannot read data written with"
                     f" the new schema; {level.value})"

@@ -90,6 +90,14 @@ class SubjectConfigNotFoundError(RegistryError):
     status_name = "NOT_FOUND"
 
 
+class SubjectModeNotFoundError(RegistryError):
+    """The subject has no mode of its own (40409)."""
+
+    error_code = 40409
+    http_status = 404
+    status_name = "NOT_FOUND"
+
+
 class IncompatibleSchemaError(RegistryError):
     """The schema breaks the subject's compatibility level (409); ``reasons`` says how."""
 
@@ -103,7 +111,7 @@ class IncompatibleSchemaError(RegistryError):
 
 
 class InvalidSchemaError(RegistryError):
-    """The schema text is not JSON, not valid Avro, or too large (42201)."""
+    """The schema text is invalid, too large, or names a reference that does not exist (42201)."""
 
     error_code = 42201
     http_status = 422
@@ -124,6 +132,42 @@ class InvalidCompatibilityLevelError(RegistryError):
     error_code = 42203
     http_status = 422
     status_name = "INVALID_ARGUMENT"
+
+
+class InvalidModeError(RegistryError):
+    """The mode is not READWRITE, READONLY or IMPORT (42204)."""
+
+    error_code = 42204
+    http_status = 422
+    status_name = "INVALID_ARGUMENT"
+
+
+class OperationNotPermittedError(RegistryError):
+    """The subject's mode forbids the operation (42205): read-only, or an id outside IMPORT."""
+
+    error_code = 42205
+    http_status = 422
+    status_name = "FAILED_PRECONDITION"
+
+
+class IdDoesNotMatchError(RegistryError):
+    """An imported schema's id is already another schema's (42207)."""
+
+    error_code = 42207
+    http_status = 422
+    status_name = "FAILED_PRECONDITION"
+
+
+class ReferenceExistsError(RegistryError):
+    """The version is referenced by another schema and cannot be deleted (42206).
+
+    Confluent's ``REFERENCE_EXISTS_ERROR_CODE`` (``rest/exceptions/Errors.java``), raised by
+    ``KafkaSchemaRegistry.deleteSchemaVersion`` while ``getReferencedBy`` is not empty.
+    """
+
+    error_code = 42206
+    http_status = 422
+    status_name = "FAILED_PRECONDITION"
 
 
 class InvalidSubjectError(RegistryError):

@@ -19,9 +19,21 @@ import grpc
 from google.protobuf.message import Message
 
 from lockgate.common import errors as common_errors
-from lockgate.schema_registry.errors import IncompatibleSchemaError, RegistryError
 from lockgate.schema_registry.lookups import LookupApi, LookupCounter
-from lockgate.schema_registry.model import CompatibilityLevel, SubjectVersion
+from lockgate.schema_registry.errors import (
+    IncompatibleSchemaError,
+    InvalidModeError,
+    RegistryError,
+)
+from lockgate.schema_registry.model import (
+    SCHEMA_TYPE_AVRO,
+    SCHEMA_TYPE_JSON,
+    CompatibilityLevel,
+    Mode,
+    SchemaReference,
+    SubjectVersion,
+)
+from lockgate.schema_registry.references import ReferenceRequest, parse_reference
 from lockgate.schema_registry.registry import SchemaRegistry
 from lockgate.v1 import schema_registry_pb2 as pb
 from lockgate.v1 import schema_registry_pb2_grpc as pb_grpc
@@ -39,6 +51,13 @@ _LEVEL_TO_PB = {
     for level in CompatibilityLevel
 }
 _PB_TO_LEVEL = {value: level for level, value in _LEVEL_TO_PB.items()}
+_MODE_TO_PB = {mode: pb.Mode.Value(f"MODE_{mode.value}") for mode in Mode}
+_PB_TO_MODE = {value: mode for mode, value in _MODE_TO_PB.items()}
+_SCHEMA_TYPE_TO_PB = {
+    SCHEMA_TYPE_AVRO: pb.SCHEMA_TYPE_AVRO,
+    SCHEMA_TYPE_JSON: pb.SCHEMA_TYPE_JSON,
+}
+_PB_TO_SCHEMA_TYPE = {value: name for name, value in _SCHEMA_TYPE_TO_PB.items()}
 _Response = TypeVar("_Response", bound=Message)
 
 
@@ -61,10 +80,11 @@ def to_common_error(error: RegistryError) -> common_errors.LockgateError:
             error.message, resource_type=error.field, reason=reason, metadata=metadata
         )
     if error.status_name == "FAILED_PRECONDITION":
+        incompatible = isinstance(error, IncompatibleSchemaError)
         reasons = error.reasons if isinstance(error, IncompatibleSchemaError) else (error.message,)
+        kind = "SCHEMA_COMPATIBILITY" if incompatible else reason
         precondition = [
-            common_errors.PreconditionViolation("SCHEMA_COMPATIBILITY", error.field, text)
-            for text in reasons
+            common_errors.PreconditionViolation(kind, error.field, text) for text in reasons
         ]
         return common_errors.FailedPrecondition(
             error.message, violations=precondition, reason=reason, metadata=metadata
@@ -122,19 +142,37 @@ def _page_start(page_token: str) -> int:
     return int(match[1])
 
 
+def _references_pb(references: Sequence[SchemaReference]) -> list[pb.SchemaReference]:
+    return [
+        pb.SchemaReference(name=ref.name, subject=ref.subject, version=ref.version)
+        for ref in references
+    ]
+
+
+def _reference_requests(references: Sequence[pb.SchemaReference]) -> tuple[ReferenceRequest, ...]:
+    return tuple(
+        parse_reference(position, ref.name, ref.subject, ref.version)
+        for position, ref in enumerate(references)
+    )
+
+
 def _subject_version(version: SubjectVersion) -> pb.SubjectVersion:
     return pb.SubjectVersion(
         subject=version.subject,
         version=version.version,
         schema_id=version.schema_id,
-        schema_type=pb.SCHEMA_TYPE_AVRO,
+        schema_type=_SCHEMA_TYPE_TO_PB.get(version.schema_type, pb.SCHEMA_TYPE_UNSPECIFIED),
         schema=version.schema_text,
         deleted=version.deleted,
+        references=_references_pb(version.references),
     )
 
 
-def _schema_type(value: int) -> str:
-    return "AVRO" if value in (pb.SCHEMA_TYPE_UNSPECIFIED, pb.SCHEMA_TYPE_AVRO) else f"type {value}"
+def _schema_type(value: pb.SchemaType.ValueType) -> str:
+    """The registry's type name of a SchemaType value (UNSPECIFIED means AVRO)."""
+    if value == pb.SCHEMA_TYPE_UNSPECIFIED:
+        return SCHEMA_TYPE_AVRO
+    return _PB_TO_SCHEMA_TYPE.get(value, f"type {value}")
 
 
 class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
@@ -177,7 +215,10 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
         found = self._registry.get_schema(request.schema_id)
         response = pb.GetSchemaResponse(
             schema=pb.Schema(
-                schema_id=found.schema_id, schema_type=pb.SCHEMA_TYPE_AVRO, schema=found.schema_text
+                schema_id=found.schema_id,
+                schema_type=_SCHEMA_TYPE_TO_PB.get(found.schema_type, pb.SCHEMA_TYPE_UNSPECIFIED),
+                schema=found.schema_text,
+                references=_references_pb(found.references),
             )
         )
         # Ids never change meaning, so the answer can be reused as is (bounded like the
@@ -209,7 +250,12 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
 
         def produce() -> pb.RegisterSchemaResponse:
             result = self._registry.register(
-                request.subject, request.schema, schema_type=_schema_type(request.schema_type)
+                request.subject,
+                request.schema,
+                schema_type=_schema_type(request.schema_type),
+                references=_reference_requests(request.references),
+                schema_id=request.schema_id or None,
+                version=request.version or None,
             )
             return pb.RegisterSchemaResponse(
                 schema_id=result.schema_id, version=result.version, created=result.created
@@ -226,6 +272,7 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
             request.subject,
             request.schema,
             schema_type=_schema_type(request.schema_type),
+            references=_reference_requests(request.references),
             include_deleted=request.include_deleted,
         )
         return pb.LookupSchemaResponse(subject_version=_subject_version(found))
@@ -235,7 +282,11 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
         self, request: pb.ListSubjectsRequest, context: grpc.ServicerContext
     ) -> pb.ListSubjectsResponse:
         """See the proto."""
-        subjects = self._registry.list_subjects(include_deleted=request.include_deleted)
+        subjects = self._registry.list_subjects(
+            include_deleted=request.include_deleted,
+            deleted_only=request.deleted_only,
+            prefix=request.subject_prefix,
+        )
         page, token = _page(subjects, request.page_size, request.page_token)
         return pb.ListSubjectsResponse(subjects=list(page), next_page_token=token)
 
@@ -245,7 +296,9 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
     ) -> pb.ListSubjectVersionsResponse:
         """See the proto."""
         versions = self._registry.list_versions(
-            request.subject, include_deleted=request.include_deleted
+            request.subject,
+            include_deleted=request.include_deleted,
+            deleted_only=request.deleted_only,
         )
         page, token = _page(versions, request.page_size, request.page_token)
         return pb.ListSubjectVersionsResponse(
@@ -273,6 +326,7 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
             request.schema,
             version=request.version or None,
             schema_type=_schema_type(request.schema_type),
+            references=_reference_requests(request.references),
         )
         return pb.CheckCompatibilityResponse(
             compatible=report.compatible,
@@ -361,6 +415,74 @@ class SchemaRegistryServicer(pb_grpc.SchemaRegistryServiceServicer):
             return pb.DeleteSubjectVersionResponse(version=deleted)
 
         return self._once("DeleteSubjectVersion", request.request_id, produce)
+
+    @_translating
+    def ListReferencingSchemas(
+        self, request: pb.ListReferencingSchemasRequest, context: grpc.ServicerContext
+    ) -> pb.ListReferencingSchemasResponse:
+        """See the proto."""
+        version: str | int = request.version if request.version else "latest"
+        schema_ids = self._registry.referenced_by(request.subject, version)
+        page, token = _page(schema_ids, request.page_size, request.page_token)
+        return pb.ListReferencingSchemasResponse(schema_ids=list(page), next_page_token=token)
+
+    @_translating
+    def ListSchemas(
+        self, request: pb.ListSchemasRequest, context: grpc.ServicerContext
+    ) -> pb.ListSchemasResponse:
+        """See the proto."""
+        versions = self._registry.list_schemas(
+            prefix=request.subject_prefix,
+            include_deleted=request.include_deleted,
+            latest_only=request.latest_only,
+        )
+        page, token = _page(versions, request.page_size, request.page_token)
+        return pb.ListSchemasResponse(
+            versions=[_subject_version(v) for v in page], next_page_token=token
+        )
+
+    @_translating
+    def GetMode(
+        self, request: pb.GetModeRequest, context: grpc.ServicerContext
+    ) -> pb.GetModeResponse:
+        """See the proto."""
+        mode = self._registry.get_mode(
+            request.subject or None, default_to_global=request.default_to_global
+        )
+        return pb.GetModeResponse(mode=_MODE_TO_PB[mode])
+
+    @_translating
+    def UpdateMode(
+        self, request: pb.UpdateModeRequest, context: grpc.ServicerContext
+    ) -> pb.UpdateModeResponse:
+        """See the proto."""
+        wanted = _PB_TO_MODE.get(request.mode)
+        if wanted is None:
+            raise InvalidModeError(
+                f"mode: {request.mode} is not a mode; use MODE_READWRITE, MODE_READONLY or"
+                " MODE_IMPORT",
+                field="mode",
+            )
+
+        def produce() -> pb.UpdateModeResponse:
+            mode = self._registry.set_mode(
+                request.subject or None, wanted.value, force=request.force
+            )
+            return pb.UpdateModeResponse(mode=_MODE_TO_PB[mode])
+
+        return self._once("UpdateMode", request.request_id, produce)
+
+    @_translating
+    def DeleteMode(
+        self, request: pb.DeleteModeRequest, context: grpc.ServicerContext
+    ) -> pb.DeleteModeResponse:
+        """See the proto."""
+
+        def produce() -> pb.DeleteModeResponse:
+            old = self._registry.delete_mode(request.subject or None)
+            return pb.DeleteModeResponse(previous_mode=_MODE_TO_PB[old])
+
+        return self._once("DeleteMode", request.request_id, produce)
 
 
 def add_to_server(

@@ -8,6 +8,7 @@ from typing import NewType
 
 from lockgate.schema_registry.errors import (
     InvalidCompatibilityLevelError,
+    InvalidModeError,
     InvalidSubjectError,
     InvalidVersionError,
     SchemaNotFoundError,
@@ -22,8 +23,10 @@ Version = NewType("Version", int)
 
 #: Longest subject name accepted, in characters (Confluent has no limit; a database index does).
 MAX_SUBJECT_CHARS = 255
-#: The only schema type this registry serves.
+#: Apache Avro (the default ``schemaType``).
 SCHEMA_TYPE_AVRO = "AVRO"
+#: JSON Schema.
+SCHEMA_TYPE_JSON = "JSON"
 
 
 class CompatibilityLevel(enum.Enum):
@@ -65,17 +68,55 @@ class CompatibilityLevel(enum.Enum):
             ) from None
 
 
+class Mode(enum.Enum):
+    """Confluent's registry modes: what writes a subject (or the whole registry) accepts."""
+
+    #: Registrations, deletes and config changes as usual.
+    READWRITE = "READWRITE"
+    #: Registrations and deletes refused (42205); lookups and config changes still work.
+    READONLY = "READONLY"
+    #: Registrations may carry their own id and version (a migration from another registry);
+    #: compatibility is not checked.
+    IMPORT = "IMPORT"
+
+    @classmethod
+    def parse(cls, text: object) -> Mode:
+        """Parse a mode name case-insensitively, or raise 42204 listing the valid names."""
+        if isinstance(text, str) and text.strip().upper() in cls.__members__:
+            return cls[text.strip().upper()]
+        names = ", ".join(mode.value for mode in cls)
+        raise InvalidModeError(f"Invalid mode {text!r}: use one of {names}", field="mode")
+
+
+#: The mode when neither the subject nor the global setting names one.
+DEFAULT_MODE = Mode.READWRITE
+
+
 #: The level used when neither the subject nor the global config sets one (Confluent's default).
 DEFAULT_COMPATIBILITY = CompatibilityLevel.BACKWARD
 
 
 @dataclass(frozen=True)
+class SchemaReference:
+    """A named type a schema takes from another subject's version (Confluent's reference).
+
+    For Avro, ``name`` is the full name of the type the referenced version defines.
+    """
+
+    name: str
+    subject: Subject
+    #: The referenced version; a caller may send -1 (latest), stored as the number it meant.
+    version: Version
+
+
+@dataclass(frozen=True)
 class RegisteredSchema:
-    """A distinct schema: its global id and normalised text."""
+    """A distinct schema: its global id, normalised text and the references it resolves."""
 
     schema_id: SchemaId
     schema_text: str
     schema_type: str = SCHEMA_TYPE_AVRO
+    references: tuple[SchemaReference, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +129,7 @@ class SubjectVersion:
     schema_text: str
     deleted: bool = False
     schema_type: str = SCHEMA_TYPE_AVRO
+    references: tuple[SchemaReference, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,21 @@ from lockgate.schema_registry.errors import (
     BadRequestError,
     InvalidCompatibilityLevelError,
     InvalidSchemaError,
+    InvalidVersionError,
     RegistryError,
     SubjectConfigNotFoundError,
 )
 from lockgate.schema_registry.lookups import LookupApi, LookupCounter
-from lockgate.schema_registry.model import SCHEMA_TYPE_AVRO, SubjectVersion, parse_schema_id
+from lockgate.schema_registry.formats import SCHEMA_TYPES
+from lockgate.schema_registry.model import (
+    SCHEMA_TYPE_AVRO,
+    RegisteredSchema,
+    SchemaReference,
+    SubjectVersion,
+    parse_schema_id,
+    parse_version,
+)
+from lockgate.schema_registry.references import ReferenceRequest, parse_reference
 from lockgate.schema_registry.registry import SchemaRegistry
 
 _LOG = logging.getLogger(__name__)
@@ -59,6 +69,22 @@ class _Request:
             return False
         raise BadRequestError(f"Query parameter {name}={raw!r} must be true or false")
 
+    def window(self, items: list[Any]) -> list[Any]:
+        """``items`` cut by the ``offset`` and ``limit`` parameters (a negative limit: all)."""
+        bounds = []
+        for name, default in (("offset", 0), ("limit", -1)):
+            raw = self.query.get(name, "")
+            try:
+                bounds.append(int(raw) if raw.strip() else default)
+            except ValueError:
+                raise BadRequestError(
+                    f"Query parameter {name}={raw!r} must be an integer"
+                ) from None
+        offset, limit = bounds
+        if offset < 0:
+            raise BadRequestError(f"Query parameter offset={offset} must be 0 or more")
+        return items[offset:] if limit < 0 else items[offset : offset + limit]
+
     def json_body(self) -> dict[str, Any]:
         """The body as a JSON object, or 400 saying what is wrong with it."""
         if not self.body.strip():
@@ -77,19 +103,53 @@ class _Request:
         return document
 
 
-def _version_json(version: SubjectVersion) -> dict[str, Any]:
+def _references_json(references: tuple[SchemaReference, ...]) -> list[dict[str, Any]]:
+    return [{"name": r.name, "subject": r.subject, "version": r.version} for r in references]
+
+
+def _version_json(version: SubjectVersion, resolved: str | None = None) -> dict[str, Any]:
+    """A version's body; ``resolved`` (``format=resolved``) replaces the text and its
+    references, which it has inlined."""
     body: dict[str, Any] = {
         "subject": version.subject,
         "version": version.version,
         "id": version.schema_id,
-        "schema": version.schema_text,
+        **_schema_json(version, resolved),
     }
-    if version.schema_type != SCHEMA_TYPE_AVRO:
-        body["schemaType"] = version.schema_type
     return body
 
 
-def _schema_arguments(request: _Request) -> tuple[str, str | None]:
+def _schema_json(
+    schema: RegisteredSchema | SubjectVersion, resolved: str | None = None
+) -> dict[str, Any]:
+    """The body of ``GET /schemas/ids/{id}`` (see :func:`_version_json` for ``resolved``)."""
+    body: dict[str, Any] = {"schema": schema.schema_text if resolved is None else resolved}
+    if schema.schema_type != SCHEMA_TYPE_AVRO:
+        body["schemaType"] = schema.schema_type
+    if schema.references and resolved is None:
+        body["references"] = _references_json(schema.references)
+    return body
+
+
+def _parse_references(raw: Any) -> tuple[ReferenceRequest, ...]:
+    """The body's ``references`` (absent or null: none); 42201 naming a malformed one."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidSchemaError(
+            'Invalid schema: \'references\' must be a list of {"name", "subject", "version"}',
+            field="references",
+        )
+    requests: list[ReferenceRequest] = []
+    for position, item in enumerate(raw):
+        entry = item if isinstance(item, dict) else {}
+        requests.append(
+            parse_reference(position, entry.get("name"), entry.get("subject"), entry.get("version"))
+        )
+    return tuple(requests)
+
+
+def _schema_arguments(request: _Request) -> tuple[str, str | None, tuple[ReferenceRequest, ...]]:
     body = request.json_body()
     schema = body.get("schema")
     if schema is None:
@@ -100,13 +160,27 @@ def _schema_arguments(request: _Request) -> tuple[str, str | None]:
         raise InvalidSchemaError(
             "Invalid schema: 'schema' must be the schema as a JSON *string*", field="schema"
         )
-    if body.get("references"):
-        raise InvalidSchemaError(
-            "Invalid schema: schema references are not supported; inline the referenced types",
-            field="references",
-        )
+    references = _parse_references(body.get("references"))
     schema_type = body.get("schemaType")
-    return schema, None if schema_type is None else str(schema_type)
+    return schema, None if schema_type is None else str(schema_type), references
+
+
+def _imported_ids(request: _Request) -> tuple[int | None, int | None]:
+    """The body's ``id`` and ``version`` (IMPORT mode); 42201 / 42202 when malformed."""
+    body = request.json_body()
+    schema_id, version = body.get("id"), body.get("version")
+    if schema_id is not None and (
+        isinstance(schema_id, bool) or not isinstance(schema_id, int) or schema_id < 1
+    ):
+        raise InvalidSchemaError(
+            f"Invalid schema id {schema_id!r}: an imported id is an integer >= 1", field="id"
+        )
+    parsed_version = None if version is None else parse_version(version)
+    if version is not None and parsed_version is None:
+        raise InvalidVersionError(
+            "An imported version is a number >= 1, not 'latest'", field="version"
+        )
+    return schema_id, parsed_version
 
 
 class RestApp:
@@ -142,11 +216,12 @@ class RestApp:
             and segments[2].isascii()
             and segments[2].isdigit()
             and len(segments[2]) <= 10
+            and b"format=" not in scope.get("query_string", b"")
         ):
             cached = self._registry.cached_schema(int(segments[2]))
             if cached is not None:
                 self._lookups.count(LookupApi.REST, hit=True)
-                await self._send_json(send, 200, {"schema": cached.schema_text})
+                await self._send_json(send, 200, _schema_json(cached))
                 return
         try:
             body = await self._read_body(receive) if method in ("POST", "PUT") else b""
@@ -240,16 +315,27 @@ class RestApp:
     def _subjects(self, request: _Request) -> tuple[int, Any]:
         registry, segments, method = self._registry, request.segments, request.method
         deleted = request.flag("deleted")
+        # Confluent's server spells it deletedOnly; its Python client sends deleted_only.
+        deleted_only = request.flag("deletedOnly") or request.flag("deleted_only")
         if len(segments) == 1 and method == "GET":
-            return 200, list(registry.list_subjects(include_deleted=deleted))
+            subjects = registry.list_subjects(
+                include_deleted=deleted,
+                deleted_only=deleted_only,
+                prefix=request.query.get("subjectPrefix", ""),
+            )
+            return 200, request.window(list(subjects))
         if len(segments) < 2:
             return self._no_route(request)
         subject = segments[1]
         if len(segments) == 2:
             if method == "POST":
-                schema, schema_type = _schema_arguments(request)
+                schema, schema_type, references = _schema_arguments(request)
                 found = registry.lookup(
-                    subject, schema, schema_type=schema_type, include_deleted=deleted
+                    subject,
+                    schema,
+                    schema_type=schema_type,
+                    references=references,
+                    include_deleted=deleted,
                 )
                 return 200, _version_json(found)
             if method == "DELETE":
@@ -259,20 +345,28 @@ class RestApp:
             return self._no_route(request)
         if len(segments) == 3:
             if method == "GET":
-                return 200, [
-                    v.version for v in registry.list_versions(subject, include_deleted=deleted)
-                ]
+                listed = registry.list_versions(
+                    subject, include_deleted=deleted, deleted_only=deleted_only
+                )
+                return 200, request.window([v.version for v in listed])
             if method == "POST":
-                schema, schema_type = _schema_arguments(request)
-                result = registry.register(subject, schema, schema_type=schema_type)
+                schema, schema_type, references = _schema_arguments(request)
+                schema_id, imported_version = _imported_ids(request)
+                result = registry.register(
+                    subject,
+                    schema,
+                    schema_type=schema_type,
+                    references=references,
+                    schema_id=schema_id,
+                    version=imported_version,
+                )
                 return 200, {"id": result.schema_id}
             return self._no_route(request)
         version = segments[3]
         if len(segments) == 4:
             if method == "GET":
-                return 200, _version_json(
-                    registry.get_version(subject, version, include_deleted=deleted)
-                )
+                found = registry.get_version(subject, version, include_deleted=deleted)
+                return 200, _version_json(found, self._resolved(request, found))
             if method == "DELETE":
                 return 200, registry.delete_version(
                     subject, version, permanent=request.flag("permanent")
@@ -283,8 +377,7 @@ class RestApp:
                 found = registry.get_version(subject, version, include_deleted=deleted)
                 return 200, json.loads(found.schema_text)
             if segments[4] == "referencedby":
-                registry.get_version(subject, version, include_deleted=deleted)
-                return 200, []
+                return 200, registry.referenced_by(subject, version)
         return self._no_route(request)
 
     def _schemas(self, request: _Request) -> tuple[int, Any]:
@@ -292,14 +385,23 @@ class RestApp:
         if request.method != "GET":
             return self._no_route(request)
         if segments == ["schemas", "types"]:
-            return 200, [SCHEMA_TYPE_AVRO]
+            return 200, list(SCHEMA_TYPES)
+        if segments == ["schemas"]:
+            schemas = registry.list_schemas(
+                prefix=request.query.get("subjectPrefix", ""),
+                include_deleted=request.flag("deleted"),
+                latest_only=request.flag("latestOnly"),
+            )
+            return 200, request.window([_version_json(version) for version in schemas])
         if len(segments) < 3 or segments[1] != "ids":
             return self._no_route(request)
         schema_id = parse_schema_id(segments[2])
         if len(segments) == 3 or segments[3] == "schema":
             self._lookups.count(LookupApi.REST, hit=registry.cached_schema(schema_id) is not None)
-            text = registry.get_schema(schema_id).schema_text
-            return 200, {"schema": text} if len(segments) == 3 else json.loads(text)
+            found_schema = registry.get_schema(schema_id)
+            if len(segments) == 3:
+                return 200, _schema_json(found_schema, self._resolved(request, found_schema))
+            return 200, json.loads(found_schema.schema_text)
         tail = segments[3]
         deleted = request.flag("deleted")
         if tail == "versions":
@@ -310,15 +412,23 @@ class RestApp:
             return 200, sorted({subject for subject, _ in usages})
         return self._no_route(request)
 
+    def _resolved(self, request: _Request, schema: RegisteredSchema | SubjectVersion) -> str | None:
+        """The text with references inlined when the request asks ``format=resolved``."""
+        if request.query.get("format", "").strip().lower() != "resolved":
+            return None
+        return self._registry.resolved_text(schema)
+
     def _compatibility(self, request: _Request) -> tuple[int, Any]:
         segments = request.segments
         if request.method != "POST" or len(segments) not in (4, 5) or segments[1] != "subjects":
             return self._no_route(request)
         if segments[3] != "versions":
             return self._no_route(request)
-        schema, schema_type = _schema_arguments(request)
+        schema, schema_type, references = _schema_arguments(request)
         version = segments[4] if len(segments) == 5 else None
-        report = self._registry.check(segments[2], schema, version=version, schema_type=schema_type)
+        report = self._registry.check(
+            segments[2], schema, version=version, schema_type=schema_type, references=references
+        )
         body: dict[str, Any] = {"is_compatible": report.compatible}
         if request.flag("verbose") or not report.compatible:
             body["messages"] = list(report.reasons)
@@ -354,6 +464,19 @@ class RestApp:
         return self._no_route(request)
 
     def _mode(self, request: _Request) -> tuple[int, Any]:
-        if request.method == "GET" and len(request.segments) <= 2:
-            return 200, {"mode": "READWRITE"}
+        segments, method = request.segments, request.method
+        if len(segments) > 2:
+            return self._no_route(request)
+        subject = segments[1] if len(segments) == 2 else None
+        if method == "GET":
+            mode = self._registry.get_mode(
+                subject, default_to_global=request.flag("defaultToGlobal")
+            )
+            return 200, {"mode": mode.value}
+        if method == "PUT":
+            wanted = request.json_body().get("mode")
+            new_mode = self._registry.set_mode(subject, wanted, force=request.flag("force"))
+            return 200, {"mode": new_mode.value}
+        if method == "DELETE":
+            return 200, {"mode": self._registry.delete_mode(subject).value}
         return self._no_route(request)

@@ -72,7 +72,11 @@ def _parse(schema: str | dict[str, Any] | list[Any]) -> Any:
 
 
 class RestSchemaFetcher:
-    """Fetches schema text from the REST facade (``GET /schemas/ids/{id}``); picklable."""
+    """Fetches schema text from the REST facade (``GET /schemas/ids/{id}``); picklable.
+
+    Asks ``format=resolved`` so a schema with references comes with the referenced types
+    written out (a reader here knows nothing of references).
+    """
 
     def __init__(self, registry_url: str, *, timeout_s: float = 10.0) -> None:
         self.registry_url = registry_url.rstrip("/")
@@ -98,13 +102,13 @@ class RestSchemaFetcher:
 
     def __call__(self, schema_id: int) -> str:
         """The schema text of ``schema_id``; SerdeError if the registry does not know it."""
-        body = self._get(f"/schemas/ids/{schema_id}", what=f"schema id {schema_id}")
+        body = self._get(f"/schemas/ids/{schema_id}?format=resolved", what=f"schema id {schema_id}")
         return str(body["schema"])
 
     def latest(self, subject: str) -> tuple[int, str]:
         """The id and text of the newest version under ``subject``; SerdeError if none."""
         body = self._get(
-            f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest",
+            f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest?format=resolved",
             what=f"subject {subject!r}",
             not_found=(
                 f"the schema registry at {self.registry_url} has no schema under subject"

@@ -68,7 +68,8 @@ from lockgate.schema_registry.grpc_service import SERVICE_FULL_NAME, add_to_serv
 from lockgate.schema_registry.lookups import LookupCounter
 from lockgate.schema_registry.registry import SchemaRegistry
 from lockgate.schema_registry.rest import RestApp
-from lockgate.schema_registry.store import SchemaStore, create_db_engine, default_database_url
+from lockgate.schema_registry.sql import create_db_engine, default_database_url
+from lockgate.schema_registry.store import SchemaStore
 
 SERVICE_NAME = "lockgate-schema-registry"
 DEFAULT_GRPC = "127.0.0.1:7090"

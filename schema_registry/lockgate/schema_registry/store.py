@@ -10,29 +10,26 @@ any number of registry processes can share one database:
   for the same number collide on the primary key and the loser retries the whole transaction,
   re-running the compatibility check against the version that won.
 
-On SQLite every writing transaction starts with ``BEGIN IMMEDIATE`` (the database's one
-writer lock), so writers queue instead of failing on a lock upgrade.
+The engine, migrations and the retried write transaction are :mod:`lockgate.schema_registry.sql`.
 """
 
 from __future__ import annotations
 
-import os
-import random
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from importlib import resources
-from pathlib import Path
-from typing import Any, TypeVar
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from lockgate.schema_registry import tables
 from lockgate.schema_registry.errors import (
+    IdDoesNotMatchError,
+    InvalidSchemaError,
+    OperationNotPermittedError,
+    ReferenceExistsError,
     StoreUnavailableError,
     SubjectNotFoundError,
     SubjectNotSoftDeletedError,
@@ -43,128 +40,33 @@ from lockgate.schema_registry.errors import (
 )
 from lockgate.schema_registry.model import (
     CompatibilityLevel,
+    Mode,
     RegisteredSchema,
     RegistrationResult,
     SchemaId,
+    SchemaReference,
     Subject,
     SubjectVersion,
     Version,
 )
+from lockgate.schema_registry.sql import SqlStore
 
-_T = TypeVar("_T")
 
-#: How many times a writing transaction is retried after a conflict before giving up.
-MAX_WRITE_ATTEMPTS = 30
-#: PostgreSQL advisory lock key serialising concurrent migrations ("lockgate-sr" in hex-ish).
-_MIGRATION_LOCK_KEY = 0x10C6A7E5
+@dataclass(frozen=True)
+class ImportedIds:
+    """The id (and maybe version) an IMPORT-mode registration brings from another registry."""
+
+    schema_id: SchemaId
+    #: None: the next version of the subject.
+    version: Version | None = None
+
+
 #: Validates a registration against the subject's live versions; raises to refuse it.
 RegistrationCheck = Callable[[Sequence[SubjectVersion]], None]
 
 
-def default_database_url() -> str:
-    """SQLite file under ``$LOCKGATE_HOME`` (or ``./.lockgate``): zero setup."""
-    home = Path(os.environ.get("LOCKGATE_HOME", ".lockgate"))
-    home.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{(home / 'schema_registry.db').resolve()}"
-
-
-def create_db_engine(url: str) -> Engine:
-    """An engine for ``url`` with the settings the registry needs (SQLite: WAL, immediate)."""
-    if url.startswith("sqlite"):
-        engine = sa.create_engine(url, connect_args={"timeout": 30.0, "check_same_thread": False})
-
-        @sa.event.listens_for(engine, "connect")
-        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-            # Let SQLAlchemy's "begin" event decide how transactions start (pysqlite's own
-            # implicit BEGIN is deferred, which deadlocks two writers upgrading their locks).
-            dbapi_connection.isolation_level = None
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA busy_timeout=30000")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.close()
-
-        @sa.event.listens_for(engine, "begin")
-        def _on_begin(connection: Connection) -> None:
-            if connection.get_execution_options().get("sqlite_write"):
-                connection.exec_driver_sql("BEGIN IMMEDIATE")
-            else:
-                connection.exec_driver_sql("BEGIN")
-
-        return engine
-    return sa.create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
-
-
-def _is_retryable(exc: sa.exc.DBAPIError) -> bool:
-    if isinstance(exc, sa.exc.IntegrityError):
-        return True
-    # PostgreSQL: serialization_failure / deadlock_detected; SQLite: database is locked.
-    code = getattr(exc.orig, "sqlstate", None)
-    if code in ("40001", "40P01"):
-        return True
-    return "locked" in str(exc.orig).lower()
-
-
-class SchemaStore:
+class SchemaStore(SqlStore):
     """The registry's SQL store; methods take keyword-only arguments and return domain values."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._dialect = engine.dialect.name
-
-    @property
-    def engine(self) -> Engine:
-        """The SQLAlchemy engine (for tests and shutdown)."""
-        return self._engine
-
-    def migrate(self) -> None:
-        """Bring the tables to the newest Alembic revision (safe to run from several processes)."""
-        script_location = str(resources.files("lockgate.schema_registry") / "migrations")
-        config = Config()
-        config.set_main_option("script_location", script_location)
-        with self._engine.connect() as connection:
-            if self._dialect == "postgresql":
-                # Two registries starting together must not both create the tables.
-                connection.exec_driver_sql(f"SELECT pg_advisory_lock({_MIGRATION_LOCK_KEY})")
-                connection.commit()
-            try:
-                config.attributes["connection"] = connection
-                command.upgrade(config, "head")
-                connection.commit()
-            finally:
-                if self._dialect == "postgresql":
-                    connection.exec_driver_sql(f"SELECT pg_advisory_unlock({_MIGRATION_LOCK_KEY})")
-                    connection.commit()
-
-    def close(self) -> None:
-        """Release the connection pool."""
-        self._engine.dispose()
-
-    # --- transactions -------------------------------------------------------------------
-
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        with self._engine.connect() as connection, connection.begin():
-            yield connection
-
-    def _write(self, work: Callable[[Connection], _T]) -> _T:
-        """Run ``work`` in one writing transaction, retrying it whole after a conflict."""
-        last: Exception | None = None
-        for attempt in range(MAX_WRITE_ATTEMPTS):
-            try:
-                with self._engine.connect() as raw:
-                    connection = raw.execution_options(sqlite_write=True)
-                    with connection.begin():
-                        return work(connection)
-            except sa.exc.DBAPIError as exc:
-                if not _is_retryable(exc):
-                    raise
-                last = exc
-                # Jittered backoff so racing writers do not collide again in lock step.
-                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
-        raise StoreUnavailableError(
-            f"the database kept reporting conflicts after {MAX_WRITE_ATTEMPTS} attempts: {last}"
-        )
 
     # --- schemas ------------------------------------------------------------------------
 
@@ -176,9 +78,44 @@ class SchemaStore:
                     tables.schemas.c.id == schema_id
                 )
             ).first()
-        if row is None:
-            return None
-        return RegisteredSchema(schema_id=schema_id, schema_text=row[0], schema_type=row[1])
+            if row is None:
+                return None
+            references = self._references_of(connection, [schema_id]).get(schema_id, ())
+        return RegisteredSchema(
+            schema_id=schema_id, schema_text=row[0], schema_type=row[1], references=references
+        )
+
+    @staticmethod
+    def _references_of(
+        connection: Connection, schema_ids: Sequence[SchemaId]
+    ) -> dict[SchemaId, tuple[SchemaReference, ...]]:
+        """The references of each schema id that has any, in their stored order."""
+        if not schema_ids:
+            return {}
+        refs = tables.schema_references
+        rows = connection.execute(
+            sa.select(refs.c.schema_id, refs.c.name, refs.c.subject, refs.c.version)
+            .where(refs.c.schema_id.in_(sorted(set(schema_ids))))
+            .order_by(refs.c.schema_id, refs.c.position)
+        ).all()
+        found: dict[SchemaId, list[SchemaReference]] = {}
+        for row in rows:
+            found.setdefault(SchemaId(row[0]), []).append(
+                SchemaReference(name=row[1], subject=Subject(row[2]), version=Version(row[3]))
+            )
+        return {schema_id: tuple(items) for schema_id, items in found.items()}
+
+    def _with_references(
+        self, connection: Connection, rows: Sequence[Sequence[Any]]
+    ) -> list[SubjectVersion]:
+        versions = [self._to_version(row) for row in rows]
+        references = self._references_of(connection, [v.schema_id for v in versions])
+        return [
+            dataclasses.replace(v, references=references[v.schema_id])
+            if v.schema_id in references
+            else v
+            for v in versions
+        ]
 
     def schema_usages(
         self, *, schema_id: SchemaId, include_deleted: bool
@@ -239,7 +176,7 @@ class SchemaStore:
         query = self._versions_query(subject)
         if not include_deleted:
             query = query.where(tables.subject_versions.c.deleted.is_(False))
-        return [self._to_version(row) for row in connection.execute(query).all()]
+        return self._with_references(connection, connection.execute(query).all())
 
     def list_subjects(self, *, include_deleted: bool) -> list[Subject]:
         """Subjects with at least one version (live ones only unless ``include_deleted``)."""
@@ -259,7 +196,7 @@ class SchemaStore:
             query = query.where(tables.subject_versions.c.deleted.is_(False))
         with self._read() as connection:
             rows = connection.execute(query).all()
-        return self._to_version(rows[-1]) if rows else None
+            return self._with_references(connection, rows[-1:])[0] if rows else None
 
     def register(
         self,
@@ -269,12 +206,19 @@ class SchemaStore:
         schema_text: str,
         schema_type: str,
         check: RegistrationCheck,
+        references: Sequence[SchemaReference] = (),
+        imported: ImportedIds | None = None,
     ) -> RegistrationResult:
         """Register a schema under ``subject``, idempotently, in one transaction.
 
         If the schema is already a live version of the subject, that version is returned.
         Otherwise ``check`` sees the live versions (and raises to refuse), the schema gets its
-        global id (existing or new) and the next version number.
+        global id (existing or new) and the next version number. Each of ``references`` must
+        still be a live version when the transaction writes (42201 otherwise): a delete racing
+        the registration either sees the new reference (and is refused) or wins (and this
+        registration is refused). ``imported`` (IMPORT mode) gives the id, and maybe the
+        version, the schema must get (42207 when the id is another schema's, 42205 when the
+        version is taken).
         """
 
         def work(connection: Connection) -> RegistrationResult:
@@ -292,13 +236,18 @@ class SchemaStore:
                     created=False,
                 )
             check(self._subject_versions(connection, subject, include_deleted=False))
-            schema_id = self._insert_or_select_schema(
-                connection, fingerprint, schema_text, schema_type
-            )
-            highest = connection.execute(
-                sa.select(sa.func.max(sv.c.version)).where(sv.c.subject == subject)
-            ).scalar()
-            version = Version(int(highest or 0) + 1)
+            self._lock_referenced(connection, references)
+            if imported is None:
+                schema_id, inserted = self._insert_or_select_schema(
+                    connection, fingerprint, schema_text, schema_type
+                )
+            else:
+                schema_id, inserted = self._insert_imported_schema(
+                    connection, imported.schema_id, fingerprint, schema_text, schema_type
+                )
+            if inserted and references:
+                self._insert_references(connection, schema_id, references)
+            version = self._next_version(connection, subject, imported)
             connection.execute(
                 sa.insert(sv).values(
                     subject=subject, version=version, schema_id=schema_id, deleted=False
@@ -310,9 +259,117 @@ class SchemaStore:
 
         return self._write(work)
 
+    @staticmethod
+    def _insert_references(
+        connection: Connection, schema_id: SchemaId, references: Sequence[SchemaReference]
+    ) -> None:
+        connection.execute(
+            sa.insert(tables.schema_references),
+            [
+                {
+                    "schema_id": schema_id,
+                    "position": position,
+                    "name": ref.name,
+                    "subject": ref.subject,
+                    "version": ref.version,
+                }
+                for position, ref in enumerate(references)
+            ],
+        )
+
+    @staticmethod
+    def _next_version(
+        connection: Connection, subject: Subject, imported: ImportedIds | None
+    ) -> Version:
+        """The version a registration gets: the imported one if free, else highest + 1."""
+        sv = tables.subject_versions
+        if imported is not None and imported.version is not None:
+            taken = connection.execute(
+                sa.select(sv.c.version).where(
+                    sv.c.subject == subject, sv.c.version == imported.version
+                )
+            ).first()
+            if taken is not None:
+                raise OperationNotPermittedError(
+                    f"Version {imported.version} of subject '{subject}' already exists; an"
+                    " import cannot overwrite it",
+                    field="version",
+                )
+            return imported.version
+        highest = connection.execute(
+            sa.select(sa.func.max(sv.c.version)).where(sv.c.subject == subject)
+        ).scalar()
+        return Version(int(highest or 0) + 1)
+
+    def _insert_imported_schema(
+        self,
+        connection: Connection,
+        schema_id: SchemaId,
+        fingerprint: str,
+        schema_text: str,
+        schema_type: str,
+    ) -> tuple[SchemaId, bool]:
+        """Store the schema under the id an import names (Confluent's IMPORT mode)."""
+        schemas = tables.schemas
+        by_id = connection.execute(
+            sa.select(schemas.c.fingerprint).where(schemas.c.id == schema_id)
+        ).scalar()
+        if by_id is not None:
+            if by_id != fingerprint:
+                raise IdDoesNotMatchError(
+                    f"Schema id {schema_id} is already another schema; an import cannot"
+                    " overwrite it",
+                    field="id",
+                )
+            return schema_id, False
+        by_fingerprint = connection.execute(
+            sa.select(schemas.c.id).where(schemas.c.fingerprint == fingerprint)
+        ).scalar()
+        if by_fingerprint is not None:
+            raise IdDoesNotMatchError(
+                f"This schema already has id {by_fingerprint}; it cannot also have id {schema_id}",
+                field="id",
+            )
+        connection.execute(
+            sa.insert(schemas).values(
+                id=schema_id,
+                fingerprint=fingerprint,
+                schema_text=schema_text,
+                schema_type=schema_type,
+            )
+        )
+        if self._dialect == "postgresql":
+            # Ids handed out later must start above the imported ones.
+            connection.exec_driver_sql(
+                "SELECT setval(pg_get_serial_sequence('sr_schemas', 'id'),"
+                " (SELECT MAX(id) FROM sr_schemas))"
+            )
+        return schema_id, True
+
+    @staticmethod
+    def _lock_referenced(connection: Connection, references: Sequence[SchemaReference]) -> None:
+        """Check each referenced version is live, locking its row (PostgreSQL) against deletes."""
+        sv = tables.subject_versions
+        for ref in references:
+            found = connection.execute(
+                sa.select(sv.c.version)
+                .where(
+                    sv.c.subject == ref.subject,
+                    sv.c.version == ref.version,
+                    sv.c.deleted.is_(False),
+                )
+                .with_for_update()
+            ).first()
+            if found is None:
+                raise InvalidSchemaError(
+                    f"Invalid schema: no schema reference found for subject {ref.subject!r} and"
+                    f" version {ref.version} (reference {ref.name}); it was deleted meanwhile",
+                    field="references",
+                )
+
     def _insert_or_select_schema(
         self, connection: Connection, fingerprint: str, schema_text: str, schema_type: str
-    ) -> SchemaId:
+    ) -> tuple[SchemaId, bool]:
         values = {
             "fingerprint": fingerprint,
             "schema_text": schema_text,
@@ -331,12 +388,12 @@ class SchemaStore:
             .returning(tables.schemas.c.id)
         ).scalar()
         if inserted is not None:
-            return SchemaId(int(inserted))
+            return SchemaId(int(inserted)), True
         # Another transaction (maybe another process) registered it first: use its id.
         existing = connection.execute(
             sa.select(tables.schemas.c.id).where(tables.schemas.c.fingerprint == fingerprint)
         ).scalar_one()
-        return SchemaId(int(existing))
+        return SchemaId(int(existing)), False
 
     # --- deletes ------------------------------------------------------------------------
 
@@ -353,6 +410,7 @@ class SchemaStore:
             if not rows:
                 raise SubjectNotFoundError(f"Subject '{subject}' not found.", field="subject")
             live = [row for row in rows if not row.deleted]
+            self._refuse_if_referenced(connection, subject, [row.version for row in rows])
             if permanent:
                 if live:
                     raise SubjectNotSoftDeletedError(
@@ -403,6 +461,7 @@ class SchemaStore:
                         f"Version {version} not found in subject '{subject}'.", field="version"
                     )
                 target = matches[0]
+            self._refuse_if_referenced(connection, subject, [target.version])
             where = (sv.c.subject == subject, sv.c.version == target.version)
             if permanent:
                 if not target.deleted:
@@ -425,44 +484,96 @@ class SchemaStore:
 
         return self._write(work)
 
-    # --- compatibility configs ----------------------------------------------------------
+    def referenced_by(self, *, subject: Subject, version: Version) -> list[SchemaId]:
+        """Ids of the schemas referencing ``subject``/``version`` that a version still uses."""
+        with self._read() as connection:
+            return self._referencing_ids(connection, subject, [version])
+
+    @staticmethod
+    def _referencing_ids(
+        connection: Connection, subject: Subject, versions: Sequence[Version]
+    ) -> list[SchemaId]:
+        # A schema whose every version was permanently deleted no longer holds a reference
+        # (Confluent drops it on the tombstone); a soft-deleted version still does, because
+        # its id stays readable and readers resolve the reference.
+        refs, sv = tables.schema_references, tables.subject_versions
+        query = (
+            sa.select(refs.c.schema_id)
+            .distinct()
+            .join(sv, sv.c.schema_id == refs.c.schema_id)
+            .where(refs.c.subject == subject, refs.c.version.in_(list(versions)))
+            .order_by(refs.c.schema_id)
+        )
+        return [SchemaId(row[0]) for row in connection.execute(query).all()]
+
+    def _refuse_if_referenced(
+        self, connection: Connection, subject: Subject, versions: Sequence[Version]
+    ) -> None:
+        """42206 when another schema references one of ``versions`` (Confluent's rule)."""
+        referencing = self._referencing_ids(connection, subject, versions)
+        if referencing:
+            raise ReferenceExistsError(
+                f"One or more references exist to the schema {{subject={subject},"
+                f" versions={sorted(versions)}}}: schema ids {referencing} reference it; delete"
+                " the referencing versions (permanently) first",
+                field="version",
+            )
+
+    # --- compatibility configs and modes ------------------------------------------------
 
     def get_config(self, *, subject: Subject | None) -> CompatibilityLevel | None:
         """The level set for ``subject`` (None: the global one), or None when not set."""
-        key = tables.GLOBAL_CONFIG_KEY if subject is None else subject
-        with self._read() as connection:
-            value = connection.execute(
-                sa.select(tables.configs.c.compatibility).where(tables.configs.c.subject == key)
-            ).scalar()
+        value = self._get_setting(tables.configs.c.compatibility, subject)
         return None if value is None else CompatibilityLevel(value)
 
     def set_config(self, *, subject: Subject | None, level: CompatibilityLevel) -> None:
         """Set the level for ``subject`` (None: the global one)."""
-        key = tables.GLOBAL_CONFIG_KEY if subject is None else subject
-
-        def work(connection: Connection) -> None:
-            updated = connection.execute(
-                sa.update(tables.configs)
-                .where(tables.configs.c.subject == key)
-                .values(compatibility=level.value)
-            ).rowcount
-            if not updated:
-                # A racing insert makes this fail with IntegrityError: _write retries, updates.
-                connection.execute(
-                    sa.insert(tables.configs).values(subject=key, compatibility=level.value)
-                )
-
-        self._write(work)
+        self._set_setting(tables.configs.c.compatibility, subject, level.value)
 
     def delete_config(self, *, subject: Subject | None) -> CompatibilityLevel | None:
         """Remove the level set for ``subject``; returns what it was (None: was not set)."""
-        key = tables.GLOBAL_CONFIG_KEY if subject is None else subject
+        value = self._delete_setting(tables.configs.c.compatibility, subject)
+        return None if value is None else CompatibilityLevel(value)
 
-        def work(connection: Connection) -> CompatibilityLevel | None:
-            value = connection.execute(
-                sa.select(tables.configs.c.compatibility).where(tables.configs.c.subject == key)
-            ).scalar()
-            connection.execute(sa.delete(tables.configs).where(tables.configs.c.subject == key))
-            return None if value is None else CompatibilityLevel(value)
+    def effective_config(self, *, subject: Subject) -> CompatibilityLevel | None:
+        """The subject's level, else the global one, else None (one read)."""
+        value = self._effective_setting(tables.configs.c.compatibility, subject)
+        return None if value is None else CompatibilityLevel(value)
 
-        return self._write(work)
+    def effective_mode(self, *, subject: Subject) -> Mode | None:
+        """The subject's mode, else the global one, else None (one read)."""
+        value = self._effective_setting(tables.modes.c.mode, subject)
+        return None if value is None else Mode(value)
+
+    def get_mode(self, *, subject: Subject | None) -> Mode | None:
+        """The mode set for ``subject`` (None: the global one), or None when not set."""
+        value = self._get_setting(tables.modes.c.mode, subject)
+        return None if value is None else Mode(value)
+
+    def set_mode(self, *, subject: Subject | None, mode: Mode, only_if_empty: bool) -> None:
+        """Set the mode for ``subject`` (None: the global one).
+
+        ``only_if_empty``: refuse (42205) when the subject (or, globally, the registry) has
+        versions, checked in the same transaction as the write.
+        """
+
+        def guard(connection: Connection) -> None:
+            sv = tables.subject_versions
+            query = sa.select(sv.c.subject).limit(1)
+            if subject is not None:
+                query = query.where(sv.c.subject == subject)
+            if only_if_empty and connection.execute(query).first() is not None:
+                where = (
+                    "the registry has subjects" if subject is None else f"'{subject}' has versions"
+                )
+                raise OperationNotPermittedError(
+                    f"Cannot set mode {mode.value}: {where}; pass force=true to set it anyway",
+                    field="mode",
+                )
+
+        self._set_setting(tables.modes.c.mode, subject, mode.value, guard=guard)
+
+    def delete_mode(self, *, subject: Subject | None) -> Mode | None:
+        """Remove the mode set for ``subject``; returns what it was (None: was not set)."""
+        value = self._delete_setting(tables.modes.c.mode, subject)
+        return None if value is None else Mode(value)

@@ -1,4 +1,4 @@
-"""The registry's tables (SQLAlchemy Core). Only :mod:`lockgate.schema_registry.store` queries them.
+"""The registry's tables (SQLAlchemy Core); only the store (`store.py` on `sql.py`) queries them.
 
 Names carry an ``sr_`` prefix so the registry can share a PostgreSQL database with the
 coordinator; the Alembic migrations in ``migrations/`` create exactly these.
@@ -57,5 +57,27 @@ configs = sa.Table(
     sa.Column("compatibility", sa.String(32), nullable=False),
 )
 
-#: The config row key of the global level (subject names cannot be empty).
+#: Registry modes (READWRITE, READONLY, IMPORT): ``subject`` = "" is the global mode.
+modes = sa.Table(
+    "sr_modes",
+    metadata,
+    sa.Column("subject", sa.String(255), primary_key=True),
+    sa.Column("mode", sa.String(16), nullable=False),
+)
+
+#: The config (and mode) row key of the global setting (subject names cannot be empty).
 GLOBAL_CONFIG_KEY = ""
+
+#: The references of a schema (Confluent's ``references``): part of the schema's identity, so
+#: they hang off the schema row; ``position`` keeps the caller's order.
+schema_references = sa.Table(
+    "sr_schema_references",
+    metadata,
+    sa.Column("schema_id", sa.Integer, sa.ForeignKey("sr_schemas.id"), primary_key=True),
+    sa.Column("position", sa.Integer, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("subject", sa.String(255), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    # Who references (subject, version): the referencedby lookup and the delete refusal.
+    sa.Index("sr_schema_references_target", "subject", "version"),
+)

@@ -191,3 +191,112 @@ def test_a_page_token_the_registry_never_issued_is_invalid_on_every_list(
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, name
         violation = details(refused.value)["BadRequest"].field_violations[0]  # type: ignore[attr-defined]
         assert violation.field == "page_token", name
+
+def test_schema_references(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
+    address = json.dumps(
+        {"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"}]}
+    )
+    customer = json.dumps(
+        {"type": "record", "name": "Customer", "fields": [{"name": "home", "type": "Address"}]}
+    )
+    stub.RegisterSchema(pb.RegisterSchemaRequest(subject="address", schema=address))
+    latest = pb.SchemaReference(name="Address", subject="address", version=-1)
+    registered = stub.RegisterSchema(
+        pb.RegisterSchemaRequest(subject="customer", schema=customer, references=[latest])
+    )
+    pinned = pb.SchemaReference(name="Address", subject="address", version=1)
+    got = stub.GetSchema(pb.GetSchemaRequest(schema_id=registered.schema_id)).schema
+    assert list(got.references) == [pinned]
+    version = stub.GetSubjectVersion(pb.GetSubjectVersionRequest(subject="customer"))
+    assert list(version.subject_version.references) == [pinned]
+    checked = stub.CheckCompatibility(
+        pb.CheckCompatibilityRequest(subject="customer", schema=customer, references=[pinned])
+    )
+    assert checked.compatible
+    referencing = stub.ListReferencingSchemas(
+        pb.ListReferencingSchemasRequest(subject="address", version=1)
+    )
+    assert list(referencing.schema_ids) == [registered.schema_id]
+
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.DeleteSubjectVersion(pb.DeleteSubjectVersionRequest(subject="address", version=1))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    info = details(refused.value)["ErrorInfo"]
+    assert isinstance(info, error_details_pb2.ErrorInfo)
+    assert info.metadata["confluent_error_code"] == "42206"
+
+    missing = pb.SchemaReference(name="Address", subject="nowhere", version=1)
+    with pytest.raises(grpc.RpcError) as invalid:
+        stub.RegisterSchema(
+            pb.RegisterSchemaRequest(subject="other", schema=customer, references=[missing])
+        )
+    assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    bad_request = details(invalid.value)["BadRequest"]
+    assert isinstance(bad_request, error_details_pb2.BadRequest)
+    assert bad_request.field_violations[0].field == "references"
+
+
+def test_json_schema_type(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
+    person = {"type": "object", "properties": {"name": {"type": "string"}}}
+    registered = stub.RegisterSchema(
+        pb.RegisterSchemaRequest(
+            subject="people", schema=json.dumps(person), schema_type=pb.SCHEMA_TYPE_JSON
+        )
+    )
+    got = stub.GetSchema(pb.GetSchemaRequest(schema_id=registered.schema_id)).schema
+    assert got.schema_type == pb.SCHEMA_TYPE_JSON
+    assert json.loads(got.schema) == person
+    looked_up = stub.LookupSchema(
+        pb.LookupSchemaRequest(
+            subject="people",
+            schema=json.dumps(person, indent=2),
+            schema_type=pb.SCHEMA_TYPE_JSON,
+        )
+    )
+    assert looked_up.subject_version.schema_id == registered.schema_id
+    assert looked_up.subject_version.schema_type == pb.SCHEMA_TYPE_JSON
+
+
+def test_modes_and_deleted_only_listings(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
+    assert stub.GetMode(pb.GetModeRequest()).mode == pb.MODE_READWRITE
+    stub.UpdateMode(pb.UpdateModeRequest(subject="imported", mode=pb.MODE_IMPORT))
+    imported = stub.RegisterSchema(
+        pb.RegisterSchemaRequest(subject="imported", schema=V1, schema_id=500, version=9)
+    )
+    assert (imported.schema_id, imported.version) == (500, 9)
+    with pytest.raises(grpc.RpcError) as outside_import:
+        stub.RegisterSchema(pb.RegisterSchemaRequest(subject="plain", schema=V1, schema_id=3))
+    assert outside_import.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    info = details(outside_import.value)["ErrorInfo"]
+    assert isinstance(info, error_details_pb2.ErrorInfo)
+    assert info.metadata["confluent_error_code"] == "42205"
+    previous = stub.DeleteMode(pb.DeleteModeRequest(subject="imported"))
+    assert previous.previous_mode == pb.MODE_IMPORT
+    with pytest.raises(grpc.RpcError) as no_mode:
+        stub.GetMode(pb.GetModeRequest(subject="imported"))
+    assert no_mode.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as unspecified:
+        stub.UpdateMode(pb.UpdateModeRequest(mode=pb.MODE_UNSPECIFIED))
+    assert unspecified.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    stub.RegisterSchema(pb.RegisterSchemaRequest(subject="gone", schema=V1))
+    stub.DeleteSubject(pb.DeleteSubjectRequest(subject="gone"))
+    only = stub.ListSubjects(pb.ListSubjectsRequest(deleted_only=True))
+    assert list(only.subjects) == ["gone"]
+    versions = stub.ListSubjectVersions(
+        pb.ListSubjectVersionsRequest(subject="gone", deleted_only=True)
+    )
+    assert [v.version for v in versions.versions] == [1]
+
+
+def test_list_schemas_by_prefix(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
+    for subject in ("shop-orders", "shop-users", "other"):
+        stub.RegisterSchema(pb.RegisterSchemaRequest(subject=subject, schema=V1))
+    stub.RegisterSchema(pb.RegisterSchemaRequest(subject="shop-orders", schema=V2))
+    listed = stub.ListSchemas(pb.ListSchemasRequest(subject_prefix="shop-", latest_only=True))
+    assert [(v.subject, v.version) for v in listed.versions] == [
+        ("shop-orders", 2),
+        ("shop-users", 1),
+    ]
+    names = stub.ListSubjects(pb.ListSubjectsRequest(subject_prefix="shop-"))
+    assert list(names.subjects) == ["shop-orders", "shop-users"]

@@ -117,7 +117,7 @@ CASES: list[tuple[str, str, str, bytes | None, int, int, str]] = [
         b'{"schema": "{}", "schemaType": "PROTOBUF"}',
         422,
         42201,
-        "AVRO only",
+        "serves AVRO, JSON",
     ),
     (
         "unknown-level",

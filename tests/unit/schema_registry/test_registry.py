@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,16 +10,6 @@ import pytest
 from lockgate.schema_registry import errors
 from lockgate.schema_registry.model import CompatibilityLevel, Subject
 from lockgate.schema_registry.registry import SchemaRegistry
-from lockgate.schema_registry.store import SchemaStore, create_db_engine
-
-
-@pytest.fixture
-def registry(tmp_path: Path) -> Iterator[SchemaRegistry]:
-    """A registry on a fresh SQLite file, migrated."""
-    store = SchemaStore(create_db_engine(f"sqlite:///{tmp_path / 'registry.db'}"))
-    store.migrate()
-    yield SchemaRegistry(store)
-    store.close()
 
 
 def user(*extra_fields: dict[str, Any]) -> str:
@@ -171,5 +159,33 @@ def test_check_against_one_version_and_all(registry: SchemaRegistry) -> None:
 
 
 def test_schema_type_other_than_avro_is_refused(registry: SchemaRegistry) -> None:
-    with pytest.raises(errors.InvalidSchemaError, match="AVRO only"):
+    with pytest.raises(errors.InvalidSchemaError, match="serves AVRO, JSON"):
         registry.register("s", "{}", schema_type="PROTOBUF")
+
+
+def test_deleted_only_listings(registry: SchemaRegistry) -> None:
+    registry.register("half", user())
+    registry.register("half", user(EMAIL_DEFAULT))
+    registry.delete_version("half", 1)
+    registry.register("gone", user())
+    registry.delete_subject("gone")
+    assert registry.list_subjects(deleted_only=True) == ["gone"]
+    assert registry.list_subjects(include_deleted=True) == ["gone", "half"]
+    assert [v.version for v in registry.list_versions("half", deleted_only=True)] == [1]
+    assert [v.version for v in registry.list_versions("half")] == [2]
+
+
+def test_subject_prefix_and_schema_listing(registry: SchemaRegistry) -> None:
+    registry.register("orders-value", user())
+    registry.register("orders-value", user(EMAIL_DEFAULT))
+    registry.register("orders-key", user())
+    registry.register("payments-value", user())
+    assert registry.list_subjects(prefix="orders-") == ["orders-key", "orders-value"]
+    listed = registry.list_schemas(prefix="orders-")
+    assert [(v.subject, v.version) for v in listed] == [
+        ("orders-key", 1),
+        ("orders-value", 1),
+        ("orders-value", 2),
+    ]
+    latest = registry.list_schemas(prefix="orders-v", latest_only=True)
+    assert [(v.subject, v.version) for v in latest] == [("orders-value", 2)]

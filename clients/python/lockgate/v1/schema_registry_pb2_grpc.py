@@ -26,8 +26,8 @@ if _version_not_supported:
 
 
 class SchemaRegistryServiceStub:
-    """SchemaRegistryService registers Avro schemas under subjects, checks their compatibility
-    and resolves global ids. Any number of replicas may serve one database.
+    """SchemaRegistryService registers Avro and JSON Schema schemas under subjects, checks their
+    compatibility and resolves global ids. Any number of replicas may serve one database.
 
     Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
     RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held), DEADLINE_EXCEEDED
@@ -37,7 +37,8 @@ class SchemaRegistryServiceStub:
     Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
     code the REST API would answer (40401 subject not found, 40402 version not found, 40403
     schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
-    schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+    schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+    referenced, 42208 invalid subject).
     Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
     first answer instead of applying the change twice (remembered per replica).
     """
@@ -113,11 +114,36 @@ class SchemaRegistryServiceStub:
                 request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteSubjectVersionRequest.SerializeToString,
                 response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteSubjectVersionResponse.FromString,
                 _registered_method=True)
+        self.ListReferencingSchemas = channel.unary_unary(
+                '/lockgate.v1.SchemaRegistryService/ListReferencingSchemas',
+                request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasRequest.SerializeToString,
+                response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasResponse.FromString,
+                _registered_method=True)
+        self.ListSchemas = channel.unary_unary(
+                '/lockgate.v1.SchemaRegistryService/ListSchemas',
+                request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.ListSchemasRequest.SerializeToString,
+                response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.ListSchemasResponse.FromString,
+                _registered_method=True)
+        self.GetMode = channel.unary_unary(
+                '/lockgate.v1.SchemaRegistryService/GetMode',
+                request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.GetModeRequest.SerializeToString,
+                response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.GetModeResponse.FromString,
+                _registered_method=True)
+        self.UpdateMode = channel.unary_unary(
+                '/lockgate.v1.SchemaRegistryService/UpdateMode',
+                request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.UpdateModeRequest.SerializeToString,
+                response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.UpdateModeResponse.FromString,
+                _registered_method=True)
+        self.DeleteMode = channel.unary_unary(
+                '/lockgate.v1.SchemaRegistryService/DeleteMode',
+                request_serializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteModeRequest.SerializeToString,
+                response_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteModeResponse.FromString,
+                _registered_method=True)
 
 
 class SchemaRegistryServiceServicer:
-    """SchemaRegistryService registers Avro schemas under subjects, checks their compatibility
-    and resolves global ids. Any number of replicas may serve one database.
+    """SchemaRegistryService registers Avro and JSON Schema schemas under subjects, checks their
+    compatibility and resolves global ids. Any number of replicas may serve one database.
 
     Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
     RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held), DEADLINE_EXCEEDED
@@ -127,7 +153,8 @@ class SchemaRegistryServiceServicer:
     Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
     code the REST API would answer (40401 subject not found, 40402 version not found, 40403
     schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
-    schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+    schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+    referenced, 42208 invalid subject).
     Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
     first answer instead of applying the change twice (remembered per replica).
     """
@@ -152,8 +179,11 @@ class SchemaRegistryServiceServicer:
         """RegisterSchema adds a schema as the next version of a subject, after checking it
         against the subject's compatibility level; registering a schema that is already a
         live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
-        invalid Avro or default, 42208 invalid subject), FAILED_PRECONDITION (409
-        incompatible; a google.rpc.PreconditionFailure carries one violation per reason).
+        invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
+        invalid subject), FAILED_PRECONDITION (409 incompatible; a
+        google.rpc.PreconditionFailure carries one violation per reason; 42205 the subject is
+        READONLY, or an id or version given outside IMPORT mode or a version already taken;
+        42207 an imported id that already holds another schema).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -230,7 +260,8 @@ class SchemaRegistryServiceServicer:
     def DeleteSubject(self, request, context):
         """DeleteSubject soft-deletes every live version of a subject, or, with permanent,
         removes a subject that was soft-deleted before. Errors: NOT_FOUND (40401),
-        FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first).
+        FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first, 42206
+        another schema references one of its versions).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -239,7 +270,52 @@ class SchemaRegistryServiceServicer:
     def DeleteSubjectVersion(self, request, context):
         """DeleteSubjectVersion soft-deletes one version, or, with permanent, removes a version
         that was soft-deleted before. Errors: NOT_FOUND (40401, 40402), FAILED_PRECONDITION
-        (40406 already soft-deleted, 40407 not soft-deleted first), INVALID_ARGUMENT (42202).
+        (40406 already soft-deleted, 40407 not soft-deleted first, 42206 another schema
+        references the version), INVALID_ARGUMENT (42202).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListReferencingSchemas(self, request, context):
+        """ListReferencingSchemas lists the ids of the schemas that reference a version of a
+        subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
+        the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
+        (42202, 42208, bad page_token or negative page_size).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchemas(self, request, context):
+        """ListSchemas lists the versions of every subject whose name starts with a prefix, by
+        subject then version (REST: GET /schemas). Errors: INVALID_ARGUMENT (bad page_token or
+        negative page_size).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMode(self, request, context):
+        """GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
+        subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateMode(self, request, context):
+        """UpdateMode sets the mode of a subject or the global one. Errors: INVALID_ARGUMENT
+        (42204 unspecified mode, 42208), FAILED_PRECONDITION (42205: IMPORT where versions
+        exist, without force).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteMode(self, request, context):
+        """DeleteMode removes a subject's own mode (it falls back to the global one) or resets the
+        global mode to READWRITE. Errors: NOT_FOUND (40409), INVALID_ARGUMENT (42208).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -313,6 +389,31 @@ def add_SchemaRegistryServiceServicer_to_server(servicer, server):
                     request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteSubjectVersionRequest.FromString,
                     response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteSubjectVersionResponse.SerializeToString,
             ),
+            'ListReferencingSchemas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListReferencingSchemas,
+                    request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasRequest.FromString,
+                    response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasResponse.SerializeToString,
+            ),
+            'ListSchemas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchemas,
+                    request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.ListSchemasRequest.FromString,
+                    response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.ListSchemasResponse.SerializeToString,
+            ),
+            'GetMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMode,
+                    request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.GetModeRequest.FromString,
+                    response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.GetModeResponse.SerializeToString,
+            ),
+            'UpdateMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMode,
+                    request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.UpdateModeRequest.FromString,
+                    response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.UpdateModeResponse.SerializeToString,
+            ),
+            'DeleteMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteMode,
+                    request_deserializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteModeRequest.FromString,
+                    response_serializer=lockgate_dot_v1_dot_schema__registry__pb2.DeleteModeResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'lockgate.v1.SchemaRegistryService', rpc_method_handlers)
@@ -322,8 +423,8 @@ def add_SchemaRegistryServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class SchemaRegistryService:
-    """SchemaRegistryService registers Avro schemas under subjects, checks their compatibility
-    and resolves global ids. Any number of replicas may serve one database.
+    """SchemaRegistryService registers Avro and JSON Schema schemas under subjects, checks their
+    compatibility and resolves global ids. Any number of replicas may serve one database.
 
     Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
     RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held), DEADLINE_EXCEEDED
@@ -333,7 +434,8 @@ class SchemaRegistryService:
     Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
     code the REST API would answer (40401 subject not found, 40402 version not found, 40403
     schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
-    schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+    schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+    referenced, 42208 invalid subject).
     Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
     first answer instead of applying the change twice (remembered per replica).
     """
@@ -679,6 +781,141 @@ class SchemaRegistryService:
             '/lockgate.v1.SchemaRegistryService/DeleteSubjectVersion',
             lockgate_dot_v1_dot_schema__registry__pb2.DeleteSubjectVersionRequest.SerializeToString,
             lockgate_dot_v1_dot_schema__registry__pb2.DeleteSubjectVersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListReferencingSchemas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lockgate.v1.SchemaRegistryService/ListReferencingSchemas',
+            lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasRequest.SerializeToString,
+            lockgate_dot_v1_dot_schema__registry__pb2.ListReferencingSchemasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchemas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lockgate.v1.SchemaRegistryService/ListSchemas',
+            lockgate_dot_v1_dot_schema__registry__pb2.ListSchemasRequest.SerializeToString,
+            lockgate_dot_v1_dot_schema__registry__pb2.ListSchemasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lockgate.v1.SchemaRegistryService/GetMode',
+            lockgate_dot_v1_dot_schema__registry__pb2.GetModeRequest.SerializeToString,
+            lockgate_dot_v1_dot_schema__registry__pb2.GetModeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lockgate.v1.SchemaRegistryService/UpdateMode',
+            lockgate_dot_v1_dot_schema__registry__pb2.UpdateModeRequest.SerializeToString,
+            lockgate_dot_v1_dot_schema__registry__pb2.UpdateModeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lockgate.v1.SchemaRegistryService/DeleteMode',
+            lockgate_dot_v1_dot_schema__registry__pb2.DeleteModeRequest.SerializeToString,
+            lockgate_dot_v1_dot_schema__registry__pb2.DeleteModeResponse.FromString,
             options,
             channel_credentials,
             insecure,

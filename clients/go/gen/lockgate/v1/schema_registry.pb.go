@@ -1,4 +1,4 @@
-// Lockgate v1: SchemaRegistryService, Avro schemas and their evolution.
+// Lockgate v1: SchemaRegistryService, Avro and JSON Schema schemas and their evolution.
 //
 // A schema has one global id (int32, as in Confluent's wire format: magic byte 0, then the
 // id as 4 bytes big-endian, then the Avro binary), shared by every subject that registers
@@ -39,6 +39,8 @@ const (
 	SchemaType_SCHEMA_TYPE_UNSPECIFIED SchemaType = 0
 	// Apache Avro (JSON schema text).
 	SchemaType_SCHEMA_TYPE_AVRO SchemaType = 1
+	// JSON Schema (draft 7 unless its $schema names another draft).
+	SchemaType_SCHEMA_TYPE_JSON SchemaType = 2
 )
 
 // Enum value maps for SchemaType.
@@ -46,10 +48,12 @@ var (
 	SchemaType_name = map[int32]string{
 		0: "SCHEMA_TYPE_UNSPECIFIED",
 		1: "SCHEMA_TYPE_AVRO",
+		2: "SCHEMA_TYPE_JSON",
 	}
 	SchemaType_value = map[string]int32{
 		"SCHEMA_TYPE_UNSPECIFIED": 0,
 		"SCHEMA_TYPE_AVRO":        1,
+		"SCHEMA_TYPE_JSON":        2,
 	}
 )
 
@@ -78,6 +82,63 @@ func (x SchemaType) Number() protoreflect.EnumNumber {
 // Deprecated: Use SchemaType.Descriptor instead.
 func (SchemaType) EnumDescriptor() ([]byte, []int) {
 	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{0}
+}
+
+// Mode is Confluent's registry mode: which writes a subject (or the registry) accepts.
+type Mode int32
+
+const (
+	// Not set; refused where a mode is required.
+	Mode_MODE_UNSPECIFIED Mode = 0
+	// Registrations, deletes and config changes as usual (the default).
+	Mode_MODE_READWRITE Mode = 1
+	// Registrations and deletes are refused (42205).
+	Mode_MODE_READONLY Mode = 2
+	// Registrations may carry their own id and version; compatibility is not checked.
+	Mode_MODE_IMPORT Mode = 3
+)
+
+// Enum value maps for Mode.
+var (
+	Mode_name = map[int32]string{
+		0: "MODE_UNSPECIFIED",
+		1: "MODE_READWRITE",
+		2: "MODE_READONLY",
+		3: "MODE_IMPORT",
+	}
+	Mode_value = map[string]int32{
+		"MODE_UNSPECIFIED": 0,
+		"MODE_READWRITE":   1,
+		"MODE_READONLY":    2,
+		"MODE_IMPORT":      3,
+	}
+)
+
+func (x Mode) Enum() *Mode {
+	p := new(Mode)
+	*p = x
+	return p
+}
+
+func (x Mode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Mode) Descriptor() protoreflect.EnumDescriptor {
+	return file_lockgate_v1_schema_registry_proto_enumTypes[1].Descriptor()
+}
+
+func (Mode) Type() protoreflect.EnumType {
+	return &file_lockgate_v1_schema_registry_proto_enumTypes[1]
+}
+
+func (x Mode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Mode.Descriptor instead.
+func (Mode) EnumDescriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{1}
 }
 
 // CompatibilityLevel is Confluent's compatibility level of a subject.
@@ -137,11 +198,11 @@ func (x CompatibilityLevel) String() string {
 }
 
 func (CompatibilityLevel) Descriptor() protoreflect.EnumDescriptor {
-	return file_lockgate_v1_schema_registry_proto_enumTypes[1].Descriptor()
+	return file_lockgate_v1_schema_registry_proto_enumTypes[2].Descriptor()
 }
 
 func (CompatibilityLevel) Type() protoreflect.EnumType {
-	return &file_lockgate_v1_schema_registry_proto_enumTypes[1]
+	return &file_lockgate_v1_schema_registry_proto_enumTypes[2]
 }
 
 func (x CompatibilityLevel) Number() protoreflect.EnumNumber {
@@ -150,7 +211,7 @@ func (x CompatibilityLevel) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CompatibilityLevel.Descriptor instead.
 func (CompatibilityLevel) EnumDescriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{1}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{2}
 }
 
 // GetSchemaRequest names a schema by global id.
@@ -380,10 +441,17 @@ type RegisterSchemaRequest struct {
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Subject name, 1 to 255 printable characters.
 	Subject string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
-	// The Avro schema as JSON text.
+	// The schema text (Avro or JSON Schema, both JSON).
 	Schema string `protobuf:"bytes,3,opt,name=schema,proto3" json:"schema,omitempty"`
 	// Schema type; UNSPECIFIED means AVRO.
-	SchemaType    SchemaType `protobuf:"varint,4,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
+	SchemaType SchemaType `protobuf:"varint,4,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
+	// Named types the schema takes from other subjects' versions; version -1 means the
+	// latest and is stored as the number it meant. Part of the schema's identity.
+	References []*SchemaReference `protobuf:"bytes,5,rep,name=references,proto3" json:"references,omitempty"`
+	// IMPORT mode only: the global id the schema must get; 0 lets the registry choose.
+	SchemaId int32 `protobuf:"varint,6,opt,name=schema_id,json=schemaId,proto3" json:"schema_id,omitempty"`
+	// IMPORT mode only: the version the schema must get; 0 means the next one.
+	Version       int32 `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -444,6 +512,27 @@ func (x *RegisterSchemaRequest) GetSchemaType() SchemaType {
 		return x.SchemaType
 	}
 	return SchemaType_SCHEMA_TYPE_UNSPECIFIED
+}
+
+func (x *RegisterSchemaRequest) GetReferences() []*SchemaReference {
+	if x != nil {
+		return x.References
+	}
+	return nil
+}
+
+func (x *RegisterSchemaRequest) GetSchemaId() int32 {
+	if x != nil {
+		return x.SchemaId
+	}
+	return 0
+}
+
+func (x *RegisterSchemaRequest) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 // RegisterSchemaResponse says which id and version the schema has.
@@ -515,14 +604,16 @@ type LookupSchemaRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Subject name.
 	Subject string `protobuf:"bytes,1,opt,name=subject,proto3" json:"subject,omitempty"`
-	// The Avro schema as JSON text; compared after normalisation.
+	// The schema text; compared after normalisation.
 	Schema string `protobuf:"bytes,2,opt,name=schema,proto3" json:"schema,omitempty"`
 	// Schema type; UNSPECIFIED means AVRO.
 	SchemaType SchemaType `protobuf:"varint,3,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
 	// Also match soft-deleted versions.
 	IncludeDeleted bool `protobuf:"varint,4,opt,name=include_deleted,json=includeDeleted,proto3" json:"include_deleted,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The schema's references, as registered (the same text with others is another schema).
+	References    []*SchemaReference `protobuf:"bytes,5,rep,name=references,proto3" json:"references,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LookupSchemaRequest) Reset() {
@@ -583,6 +674,13 @@ func (x *LookupSchemaRequest) GetIncludeDeleted() bool {
 	return false
 }
 
+func (x *LookupSchemaRequest) GetReferences() []*SchemaReference {
+	if x != nil {
+		return x.References
+	}
+	return nil
+}
+
 // LookupSchemaResponse carries the matching version.
 type LookupSchemaResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -637,7 +735,11 @@ type ListSubjectsRequest struct {
 	// Most names per page; 0 means 1000, the maximum.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; empty for the first page.
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only subjects whose versions are all soft-deleted (wins over include_deleted).
+	DeletedOnly bool `protobuf:"varint,4,opt,name=deleted_only,json=deletedOnly,proto3" json:"deleted_only,omitempty"`
+	// Only subjects whose name starts with this; empty for all.
+	SubjectPrefix string `protobuf:"bytes,5,opt,name=subject_prefix,json=subjectPrefix,proto3" json:"subject_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -689,6 +791,20 @@ func (x *ListSubjectsRequest) GetPageSize() int32 {
 func (x *ListSubjectsRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListSubjectsRequest) GetDeletedOnly() bool {
+	if x != nil {
+		return x.DeletedOnly
+	}
+	return false
+}
+
+func (x *ListSubjectsRequest) GetSubjectPrefix() string {
+	if x != nil {
+		return x.SubjectPrefix
 	}
 	return ""
 }
@@ -758,7 +874,9 @@ type ListSubjectVersionsRequest struct {
 	// Most versions per page; 0 means 1000, the maximum.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// next_page_token of the previous page; empty for the first page.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only soft-deleted versions (wins over include_deleted).
+	DeletedOnly   bool `protobuf:"varint,5,opt,name=deleted_only,json=deletedOnly,proto3" json:"deleted_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -819,6 +937,13 @@ func (x *ListSubjectVersionsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *ListSubjectVersionsRequest) GetDeletedOnly() bool {
+	if x != nil {
+		return x.DeletedOnly
+	}
+	return false
 }
 
 // ListSubjectVersionsResponse lists one page of versions.
@@ -991,13 +1116,15 @@ type CheckCompatibilityRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Subject name.
 	Subject string `protobuf:"bytes,1,opt,name=subject,proto3" json:"subject,omitempty"`
-	// The candidate Avro schema as JSON text.
+	// The candidate schema text.
 	Schema string `protobuf:"bytes,2,opt,name=schema,proto3" json:"schema,omitempty"`
 	// Schema type; UNSPECIFIED means AVRO.
 	SchemaType SchemaType `protobuf:"varint,3,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
 	// 0: check against what the subject's level names (the latest live version, or every
 	// live version for *_TRANSITIVE levels); N >= 1: against version N only.
-	Version       int32 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	Version int32 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	// The candidate's references; the checks run with the referenced types resolved.
+	References    []*SchemaReference `protobuf:"bytes,5,rep,name=references,proto3" json:"references,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1058,6 +1185,13 @@ func (x *CheckCompatibilityRequest) GetVersion() int32 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *CheckCompatibilityRequest) GetReferences() []*SchemaReference {
+	if x != nil {
+		return x.References
+	}
+	return nil
 }
 
 // CheckCompatibilityResponse answers yes or no with every reason.
@@ -1665,6 +1799,593 @@ func (x *DeleteSubjectVersionResponse) GetVersion() int32 {
 	return 0
 }
 
+// ListReferencingSchemasRequest names the referenced version.
+type ListReferencingSchemasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Subject name.
+	Subject string `protobuf:"bytes,1,opt,name=subject,proto3" json:"subject,omitempty"`
+	// Version number >= 1; 0 means the latest live version.
+	Version int32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Most ids per page; 0 means 1000, the maximum.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReferencingSchemasRequest) Reset() {
+	*x = ListReferencingSchemasRequest{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReferencingSchemasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReferencingSchemasRequest) ProtoMessage() {}
+
+func (x *ListReferencingSchemasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReferencingSchemasRequest.ProtoReflect.Descriptor instead.
+func (*ListReferencingSchemasRequest) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListReferencingSchemasRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *ListReferencingSchemasRequest) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ListReferencingSchemasRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListReferencingSchemasRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListReferencingSchemasResponse lists one page of schema ids.
+type ListReferencingSchemasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Global ids of the schemas referencing the version, ascending; a schema counts while a
+	// version (live or soft-deleted) still uses it.
+	SchemaIds []int32 `protobuf:"varint,1,rep,packed,name=schema_ids,json=schemaIds,proto3" json:"schema_ids,omitempty"`
+	// Token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReferencingSchemasResponse) Reset() {
+	*x = ListReferencingSchemasResponse{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReferencingSchemasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReferencingSchemasResponse) ProtoMessage() {}
+
+func (x *ListReferencingSchemasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReferencingSchemasResponse.ProtoReflect.Descriptor instead.
+func (*ListReferencingSchemasResponse) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListReferencingSchemasResponse) GetSchemaIds() []int32 {
+	if x != nil {
+		return x.SchemaIds
+	}
+	return nil
+}
+
+func (x *ListReferencingSchemasResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ListSchemasRequest filters the versions listed.
+type ListSchemasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only subjects whose name starts with this; empty for all.
+	SubjectPrefix string `protobuf:"bytes,1,opt,name=subject_prefix,json=subjectPrefix,proto3" json:"subject_prefix,omitempty"`
+	// Include soft-deleted versions (and subjects).
+	IncludeDeleted bool `protobuf:"varint,2,opt,name=include_deleted,json=includeDeleted,proto3" json:"include_deleted,omitempty"`
+	// Only the newest version of each subject.
+	LatestOnly bool `protobuf:"varint,3,opt,name=latest_only,json=latestOnly,proto3" json:"latest_only,omitempty"`
+	// Most versions per page; 0 means 1000, the maximum.
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchemasRequest) Reset() {
+	*x = ListSchemasRequest{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchemasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchemasRequest) ProtoMessage() {}
+
+func (x *ListSchemasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchemasRequest.ProtoReflect.Descriptor instead.
+func (*ListSchemasRequest) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListSchemasRequest) GetSubjectPrefix() string {
+	if x != nil {
+		return x.SubjectPrefix
+	}
+	return ""
+}
+
+func (x *ListSchemasRequest) GetIncludeDeleted() bool {
+	if x != nil {
+		return x.IncludeDeleted
+	}
+	return false
+}
+
+func (x *ListSchemasRequest) GetLatestOnly() bool {
+	if x != nil {
+		return x.LatestOnly
+	}
+	return false
+}
+
+func (x *ListSchemasRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSchemasRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListSchemasResponse lists one page of versions.
+type ListSchemasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Versions with their schemas, by subject then version.
+	Versions []*SubjectVersion `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	// Token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchemasResponse) Reset() {
+	*x = ListSchemasResponse{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchemasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchemasResponse) ProtoMessage() {}
+
+func (x *ListSchemasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchemasResponse.ProtoReflect.Descriptor instead.
+func (*ListSchemasResponse) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListSchemasResponse) GetVersions() []*SubjectVersion {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *ListSchemasResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// GetModeRequest names a subject, or none for the global mode.
+type GetModeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Subject name; empty for the global mode.
+	Subject string `protobuf:"bytes,1,opt,name=subject,proto3" json:"subject,omitempty"`
+	// When the subject has no mode of its own, return the global one instead of NOT_FOUND.
+	DefaultToGlobal bool `protobuf:"varint,2,opt,name=default_to_global,json=defaultToGlobal,proto3" json:"default_to_global,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GetModeRequest) Reset() {
+	*x = GetModeRequest{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetModeRequest) ProtoMessage() {}
+
+func (x *GetModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetModeRequest.ProtoReflect.Descriptor instead.
+func (*GetModeRequest) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GetModeRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *GetModeRequest) GetDefaultToGlobal() bool {
+	if x != nil {
+		return x.DefaultToGlobal
+	}
+	return false
+}
+
+// GetModeResponse carries the mode.
+type GetModeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mode.
+	Mode          Mode `protobuf:"varint,1,opt,name=mode,proto3,enum=lockgate.v1.Mode" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetModeResponse) Reset() {
+	*x = GetModeResponse{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetModeResponse) ProtoMessage() {}
+
+func (x *GetModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetModeResponse.ProtoReflect.Descriptor instead.
+func (*GetModeResponse) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GetModeResponse) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+// UpdateModeRequest sets a mode.
+type UpdateModeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Client-chosen id making retries idempotent (a UUID); empty disables the dedupe.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Subject name; empty for the global mode.
+	Subject string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	// The new mode; UNSPECIFIED is refused.
+	Mode Mode `protobuf:"varint,3,opt,name=mode,proto3,enum=lockgate.v1.Mode" json:"mode,omitempty"`
+	// Set IMPORT even where versions exist.
+	Force         bool `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateModeRequest) Reset() {
+	*x = UpdateModeRequest{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateModeRequest) ProtoMessage() {}
+
+func (x *UpdateModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateModeRequest.ProtoReflect.Descriptor instead.
+func (*UpdateModeRequest) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *UpdateModeRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *UpdateModeRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *UpdateModeRequest) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *UpdateModeRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// UpdateModeResponse echoes the mode set.
+type UpdateModeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mode now in force.
+	Mode          Mode `protobuf:"varint,1,opt,name=mode,proto3,enum=lockgate.v1.Mode" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateModeResponse) Reset() {
+	*x = UpdateModeResponse{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateModeResponse) ProtoMessage() {}
+
+func (x *UpdateModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateModeResponse.ProtoReflect.Descriptor instead.
+func (*UpdateModeResponse) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *UpdateModeResponse) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+// DeleteModeRequest removes a mode.
+type DeleteModeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Client-chosen id making retries idempotent (a UUID); empty disables the dedupe.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Subject name; empty resets the global mode to READWRITE.
+	Subject       string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteModeRequest) Reset() {
+	*x = DeleteModeRequest{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteModeRequest) ProtoMessage() {}
+
+func (x *DeleteModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteModeRequest.ProtoReflect.Descriptor instead.
+func (*DeleteModeRequest) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DeleteModeRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *DeleteModeRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+// DeleteModeResponse says what the mode was.
+type DeleteModeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mode before the delete.
+	PreviousMode  Mode `protobuf:"varint,1,opt,name=previous_mode,json=previousMode,proto3,enum=lockgate.v1.Mode" json:"previous_mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteModeResponse) Reset() {
+	*x = DeleteModeResponse{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteModeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteModeResponse) ProtoMessage() {}
+
+func (x *DeleteModeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteModeResponse.ProtoReflect.Descriptor instead.
+func (*DeleteModeResponse) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DeleteModeResponse) GetPreviousMode() Mode {
+	if x != nil {
+		return x.PreviousMode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
 // Schema is a registered schema, independent of subjects.
 type Schema struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1673,14 +2394,16 @@ type Schema struct {
 	// Schema type.
 	SchemaType SchemaType `protobuf:"varint,2,opt,name=schema_type,json=schemaType,proto3,enum=lockgate.v1.SchemaType" json:"schema_type,omitempty"`
 	// The normalised schema as compact JSON text.
-	Schema        string `protobuf:"bytes,3,opt,name=schema,proto3" json:"schema,omitempty"`
+	Schema string `protobuf:"bytes,3,opt,name=schema,proto3" json:"schema,omitempty"`
+	// The named types it takes from other subjects' versions, in the registered order.
+	References    []*SchemaReference `protobuf:"bytes,4,rep,name=references,proto3" json:"references,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Schema) Reset() {
 	*x = Schema{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[26]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +2415,7 @@ func (x *Schema) String() string {
 func (*Schema) ProtoMessage() {}
 
 func (x *Schema) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[26]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +2428,7 @@ func (x *Schema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schema.ProtoReflect.Descriptor instead.
 func (*Schema) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{26}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Schema) GetSchemaId() int32 {
@@ -1729,6 +2452,13 @@ func (x *Schema) GetSchema() string {
 	return ""
 }
 
+func (x *Schema) GetReferences() []*SchemaReference {
+	if x != nil {
+		return x.References
+	}
+	return nil
+}
+
 // SubjectVersion is one version of a subject with its schema.
 type SubjectVersion struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1743,14 +2473,16 @@ type SubjectVersion struct {
 	// The normalised schema as compact JSON text.
 	Schema string `protobuf:"bytes,5,opt,name=schema,proto3" json:"schema,omitempty"`
 	// True if the version is soft-deleted.
-	Deleted       bool `protobuf:"varint,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	Deleted bool `protobuf:"varint,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// The named types its schema takes from other subjects' versions.
+	References    []*SchemaReference `protobuf:"bytes,7,rep,name=references,proto3" json:"references,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubjectVersion) Reset() {
 	*x = SubjectVersion{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[27]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +2494,7 @@ func (x *SubjectVersion) String() string {
 func (*SubjectVersion) ProtoMessage() {}
 
 func (x *SubjectVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[27]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +2507,7 @@ func (x *SubjectVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubjectVersion.ProtoReflect.Descriptor instead.
 func (*SubjectVersion) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{27}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SubjectVersion) GetSubject() string {
@@ -1820,6 +2552,78 @@ func (x *SubjectVersion) GetDeleted() bool {
 	return false
 }
 
+func (x *SubjectVersion) GetReferences() []*SchemaReference {
+	if x != nil {
+		return x.References
+	}
+	return nil
+}
+
+// SchemaReference names a type a schema takes from another subject's version (Confluent's
+// schema reference).
+type SchemaReference struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The referenced type's name; for Avro its full name (namespace.Name).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The subject holding the type's schema.
+	Subject string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	// The version of that subject, >= 1 (-1 in requests: the latest live version).
+	Version       int32 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SchemaReference) Reset() {
+	*x = SchemaReference{}
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SchemaReference) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SchemaReference) ProtoMessage() {}
+
+func (x *SchemaReference) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SchemaReference.ProtoReflect.Descriptor instead.
+func (*SchemaReference) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *SchemaReference) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SchemaReference) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *SchemaReference) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // SubjectVersionRef names one version of a subject, without its schema.
 type SubjectVersionRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1833,7 +2637,7 @@ type SubjectVersionRef struct {
 
 func (x *SubjectVersionRef) Reset() {
 	*x = SubjectVersionRef{}
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2649,7 @@ func (x *SubjectVersionRef) String() string {
 func (*SubjectVersionRef) ProtoMessage() {}
 
 func (x *SubjectVersionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[28]
+	mi := &file_lockgate_v1_schema_registry_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2662,7 @@ func (x *SubjectVersionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubjectVersionRef.ProtoReflect.Descriptor instead.
 func (*SubjectVersionRef) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{28}
+	return file_lockgate_v1_schema_registry_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SubjectVersionRef) GetSubject() string {
@@ -1892,40 +2696,51 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"\x80\x01\n" +
 	"\x1aListSchemaVersionsResponse\x12:\n" +
 	"\bversions\x18\x01 \x03(\v2\x1e.lockgate.v1.SubjectVersionRefR\bversions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa2\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x97\x02\n" +
 	"\x15RegisterSchemaRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +
 	"\asubject\x18\x02 \x01(\tR\asubject\x12\x16\n" +
 	"\x06schema\x18\x03 \x01(\tR\x06schema\x128\n" +
 	"\vschema_type\x18\x04 \x01(\x0e2\x17.lockgate.v1.SchemaTypeR\n" +
-	"schemaType\"i\n" +
+	"schemaType\x12<\n" +
+	"\n" +
+	"references\x18\x05 \x03(\v2\x1c.lockgate.v1.SchemaReferenceR\n" +
+	"references\x12\x1b\n" +
+	"\tschema_id\x18\x06 \x01(\x05R\bschemaId\x12\x18\n" +
+	"\aversion\x18\a \x01(\x05R\aversion\"i\n" +
 	"\x16RegisterSchemaResponse\x12\x1b\n" +
 	"\tschema_id\x18\x01 \x01(\x05R\bschemaId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x18\n" +
-	"\acreated\x18\x03 \x01(\bR\acreated\"\xaa\x01\n" +
+	"\acreated\x18\x03 \x01(\bR\acreated\"\xe8\x01\n" +
 	"\x13LookupSchemaRequest\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x16\n" +
 	"\x06schema\x18\x02 \x01(\tR\x06schema\x128\n" +
 	"\vschema_type\x18\x03 \x01(\x0e2\x17.lockgate.v1.SchemaTypeR\n" +
 	"schemaType\x12'\n" +
-	"\x0finclude_deleted\x18\x04 \x01(\bR\x0eincludeDeleted\"\\\n" +
+	"\x0finclude_deleted\x18\x04 \x01(\bR\x0eincludeDeleted\x12<\n" +
+	"\n" +
+	"references\x18\x05 \x03(\v2\x1c.lockgate.v1.SchemaReferenceR\n" +
+	"references\"\\\n" +
 	"\x14LookupSchemaResponse\x12D\n" +
-	"\x0fsubject_version\x18\x01 \x01(\v2\x1b.lockgate.v1.SubjectVersionR\x0esubjectVersion\"z\n" +
+	"\x0fsubject_version\x18\x01 \x01(\v2\x1b.lockgate.v1.SubjectVersionR\x0esubjectVersion\"\xc4\x01\n" +
 	"\x13ListSubjectsRequest\x12'\n" +
 	"\x0finclude_deleted\x18\x01 \x01(\bR\x0eincludeDeleted\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"Z\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12!\n" +
+	"\fdeleted_only\x18\x04 \x01(\bR\vdeletedOnly\x12%\n" +
+	"\x0esubject_prefix\x18\x05 \x01(\tR\rsubjectPrefix\"Z\n" +
 	"\x14ListSubjectsResponse\x12\x1a\n" +
 	"\bsubjects\x18\x01 \x03(\tR\bsubjects\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9b\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbe\x01\n" +
 	"\x1aListSubjectVersionsRequest\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12'\n" +
 	"\x0finclude_deleted\x18\x02 \x01(\bR\x0eincludeDeleted\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"~\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12!\n" +
+	"\fdeleted_only\x18\x05 \x01(\bR\vdeletedOnly\"~\n" +
 	"\x1bListSubjectVersionsResponse\x127\n" +
 	"\bversions\x18\x01 \x03(\v2\x1b.lockgate.v1.SubjectVersionR\bversions\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"w\n" +
@@ -1934,13 +2749,16 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x05R\aversion\x12'\n" +
 	"\x0finclude_deleted\x18\x03 \x01(\bR\x0eincludeDeleted\"a\n" +
 	"\x19GetSubjectVersionResponse\x12D\n" +
-	"\x0fsubject_version\x18\x01 \x01(\v2\x1b.lockgate.v1.SubjectVersionR\x0esubjectVersion\"\xa1\x01\n" +
+	"\x0fsubject_version\x18\x01 \x01(\v2\x1b.lockgate.v1.SubjectVersionR\x0esubjectVersion\"\xdf\x01\n" +
 	"\x19CheckCompatibilityRequest\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x16\n" +
 	"\x06schema\x18\x02 \x01(\tR\x06schema\x128\n" +
 	"\vschema_type\x18\x03 \x01(\x0e2\x17.lockgate.v1.SchemaTypeR\n" +
 	"schemaType\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\x05R\aversion\"\x8d\x01\n" +
+	"\aversion\x18\x04 \x01(\x05R\aversion\x12<\n" +
+	"\n" +
+	"references\x18\x05 \x03(\v2\x1c.lockgate.v1.SchemaReferenceR\n" +
+	"references\"\x8d\x01\n" +
 	"\x1aCheckCompatibilityResponse\x12\x1e\n" +
 	"\n" +
 	"compatible\x18\x01 \x01(\bR\n" +
@@ -1979,12 +2797,55 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\aversion\x18\x03 \x01(\x05R\aversion\x12\x1c\n" +
 	"\tpermanent\x18\x04 \x01(\bR\tpermanent\"8\n" +
 	"\x1cDeleteSubjectVersionResponse\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x05R\aversion\"w\n" +
+	"\aversion\x18\x01 \x01(\x05R\aversion\"\x8f\x01\n" +
+	"\x1dListReferencingSchemasRequest\x12\x18\n" +
+	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"g\n" +
+	"\x1eListReferencingSchemasResponse\x12\x1d\n" +
+	"\n" +
+	"schema_ids\x18\x01 \x03(\x05R\tschemaIds\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc1\x01\n" +
+	"\x12ListSchemasRequest\x12%\n" +
+	"\x0esubject_prefix\x18\x01 \x01(\tR\rsubjectPrefix\x12'\n" +
+	"\x0finclude_deleted\x18\x02 \x01(\bR\x0eincludeDeleted\x12\x1f\n" +
+	"\vlatest_only\x18\x03 \x01(\bR\n" +
+	"latestOnly\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"v\n" +
+	"\x13ListSchemasResponse\x127\n" +
+	"\bversions\x18\x01 \x03(\v2\x1b.lockgate.v1.SubjectVersionR\bversions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"V\n" +
+	"\x0eGetModeRequest\x12\x18\n" +
+	"\asubject\x18\x01 \x01(\tR\asubject\x12*\n" +
+	"\x11default_to_global\x18\x02 \x01(\bR\x0fdefaultToGlobal\"8\n" +
+	"\x0fGetModeResponse\x12%\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x11.lockgate.v1.ModeR\x04mode\"\x89\x01\n" +
+	"\x11UpdateModeRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x12%\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x11.lockgate.v1.ModeR\x04mode\x12\x14\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\";\n" +
+	"\x12UpdateModeResponse\x12%\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x11.lockgate.v1.ModeR\x04mode\"L\n" +
+	"\x11DeleteModeRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\"L\n" +
+	"\x12DeleteModeResponse\x126\n" +
+	"\rprevious_mode\x18\x01 \x01(\x0e2\x11.lockgate.v1.ModeR\fpreviousMode\"\xb5\x01\n" +
 	"\x06Schema\x12\x1b\n" +
 	"\tschema_id\x18\x01 \x01(\x05R\bschemaId\x128\n" +
 	"\vschema_type\x18\x02 \x01(\x0e2\x17.lockgate.v1.SchemaTypeR\n" +
 	"schemaType\x12\x16\n" +
-	"\x06schema\x18\x03 \x01(\tR\x06schema\"\xcd\x01\n" +
+	"\x06schema\x18\x03 \x01(\tR\x06schema\x12<\n" +
+	"\n" +
+	"references\x18\x04 \x03(\v2\x1c.lockgate.v1.SchemaReferenceR\n" +
+	"references\"\x8b\x02\n" +
 	"\x0eSubjectVersion\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x1b\n" +
@@ -1992,14 +2853,27 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\vschema_type\x18\x04 \x01(\x0e2\x17.lockgate.v1.SchemaTypeR\n" +
 	"schemaType\x12\x16\n" +
 	"\x06schema\x18\x05 \x01(\tR\x06schema\x12\x18\n" +
-	"\adeleted\x18\x06 \x01(\bR\adeleted\"G\n" +
+	"\adeleted\x18\x06 \x01(\bR\adeleted\x12<\n" +
+	"\n" +
+	"references\x18\a \x03(\v2\x1c.lockgate.v1.SchemaReferenceR\n" +
+	"references\"Y\n" +
+	"\x0fSchemaReference\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x05R\aversion\"G\n" +
 	"\x11SubjectVersionRef\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x05R\aversion*?\n" +
+	"\aversion\x18\x02 \x01(\x05R\aversion*U\n" +
 	"\n" +
 	"SchemaType\x12\x1b\n" +
 	"\x17SCHEMA_TYPE_UNSPECIFIED\x10\x00\x12\x14\n" +
-	"\x10SCHEMA_TYPE_AVRO\x10\x01*\xba\x02\n" +
+	"\x10SCHEMA_TYPE_AVRO\x10\x01\x12\x14\n" +
+	"\x10SCHEMA_TYPE_JSON\x10\x02*T\n" +
+	"\x04Mode\x12\x14\n" +
+	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eMODE_READWRITE\x10\x01\x12\x11\n" +
+	"\rMODE_READONLY\x10\x02\x12\x0f\n" +
+	"\vMODE_IMPORT\x10\x03*\xba\x02\n" +
 	"\x12CompatibilityLevel\x12#\n" +
 	"\x1fCOMPATIBILITY_LEVEL_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18COMPATIBILITY_LEVEL_NONE\x10\x01\x12 \n" +
@@ -2008,8 +2882,7 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\x1bCOMPATIBILITY_LEVEL_FORWARD\x10\x04\x12*\n" +
 	"&COMPATIBILITY_LEVEL_FORWARD_TRANSITIVE\x10\x05\x12\x1c\n" +
 	"\x18COMPATIBILITY_LEVEL_FULL\x10\x06\x12'\n" +
-	"#COMPATIBILITY_LEVEL_FULL_TRANSITIVE\x10\a2\xdc\n" +
-	"\n" +
+	"#COMPATIBILITY_LEVEL_FULL_TRANSITIVE\x10\a2\x94\x0e\n" +
 	"\x15SchemaRegistryService\x12O\n" +
 	"\tGetSchema\x12\x1d.lockgate.v1.GetSchemaRequest\x1a\x1e.lockgate.v1.GetSchemaResponse\"\x03\x90\x02\x01\x12j\n" +
 	"\x12ListSchemaVersions\x12&.lockgate.v1.ListSchemaVersionsRequest\x1a'.lockgate.v1.ListSchemaVersionsResponse\"\x03\x90\x02\x01\x12Y\n" +
@@ -2023,7 +2896,14 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\x19UpdateCompatibilityConfig\x12-.lockgate.v1.UpdateCompatibilityConfigRequest\x1a..lockgate.v1.UpdateCompatibilityConfigResponse\x12z\n" +
 	"\x19DeleteCompatibilityConfig\x12-.lockgate.v1.DeleteCompatibilityConfigRequest\x1a..lockgate.v1.DeleteCompatibilityConfigResponse\x12V\n" +
 	"\rDeleteSubject\x12!.lockgate.v1.DeleteSubjectRequest\x1a\".lockgate.v1.DeleteSubjectResponse\x12k\n" +
-	"\x14DeleteSubjectVersion\x12(.lockgate.v1.DeleteSubjectVersionRequest\x1a).lockgate.v1.DeleteSubjectVersionResponseB\xb7\x01\n" +
+	"\x14DeleteSubjectVersion\x12(.lockgate.v1.DeleteSubjectVersionRequest\x1a).lockgate.v1.DeleteSubjectVersionResponse\x12v\n" +
+	"\x16ListReferencingSchemas\x12*.lockgate.v1.ListReferencingSchemasRequest\x1a+.lockgate.v1.ListReferencingSchemasResponse\"\x03\x90\x02\x01\x12U\n" +
+	"\vListSchemas\x12\x1f.lockgate.v1.ListSchemasRequest\x1a .lockgate.v1.ListSchemasResponse\"\x03\x90\x02\x01\x12I\n" +
+	"\aGetMode\x12\x1b.lockgate.v1.GetModeRequest\x1a\x1c.lockgate.v1.GetModeResponse\"\x03\x90\x02\x01\x12M\n" +
+	"\n" +
+	"UpdateMode\x12\x1e.lockgate.v1.UpdateModeRequest\x1a\x1f.lockgate.v1.UpdateModeResponse\x12M\n" +
+	"\n" +
+	"DeleteMode\x12\x1e.lockgate.v1.DeleteModeRequest\x1a\x1f.lockgate.v1.DeleteModeResponseB\xb7\x01\n" +
 	"\x0fcom.lockgate.v1B\x13SchemaRegistryProtoP\x01ZBgithub.com/lockgate/lockgate/clients/go/gen/lockgate/v1;lockgatev1\xa2\x02\x03LXX\xaa\x02\vLockgate.V1\xca\x02\vLockgate\\V1\xe2\x02\x17Lockgate\\V1\\GPBMetadata\xea\x02\fLockgate::V1b\x06proto3"
 
 var (
@@ -2038,88 +2918,120 @@ func file_lockgate_v1_schema_registry_proto_rawDescGZIP() []byte {
 	return file_lockgate_v1_schema_registry_proto_rawDescData
 }
 
-var file_lockgate_v1_schema_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lockgate_v1_schema_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_lockgate_v1_schema_registry_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_lockgate_v1_schema_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_lockgate_v1_schema_registry_proto_goTypes = []any{
 	(SchemaType)(0),                           // 0: lockgate.v1.SchemaType
-	(CompatibilityLevel)(0),                   // 1: lockgate.v1.CompatibilityLevel
-	(*GetSchemaRequest)(nil),                  // 2: lockgate.v1.GetSchemaRequest
-	(*GetSchemaResponse)(nil),                 // 3: lockgate.v1.GetSchemaResponse
-	(*ListSchemaVersionsRequest)(nil),         // 4: lockgate.v1.ListSchemaVersionsRequest
-	(*ListSchemaVersionsResponse)(nil),        // 5: lockgate.v1.ListSchemaVersionsResponse
-	(*RegisterSchemaRequest)(nil),             // 6: lockgate.v1.RegisterSchemaRequest
-	(*RegisterSchemaResponse)(nil),            // 7: lockgate.v1.RegisterSchemaResponse
-	(*LookupSchemaRequest)(nil),               // 8: lockgate.v1.LookupSchemaRequest
-	(*LookupSchemaResponse)(nil),              // 9: lockgate.v1.LookupSchemaResponse
-	(*ListSubjectsRequest)(nil),               // 10: lockgate.v1.ListSubjectsRequest
-	(*ListSubjectsResponse)(nil),              // 11: lockgate.v1.ListSubjectsResponse
-	(*ListSubjectVersionsRequest)(nil),        // 12: lockgate.v1.ListSubjectVersionsRequest
-	(*ListSubjectVersionsResponse)(nil),       // 13: lockgate.v1.ListSubjectVersionsResponse
-	(*GetSubjectVersionRequest)(nil),          // 14: lockgate.v1.GetSubjectVersionRequest
-	(*GetSubjectVersionResponse)(nil),         // 15: lockgate.v1.GetSubjectVersionResponse
-	(*CheckCompatibilityRequest)(nil),         // 16: lockgate.v1.CheckCompatibilityRequest
-	(*CheckCompatibilityResponse)(nil),        // 17: lockgate.v1.CheckCompatibilityResponse
-	(*GetCompatibilityConfigRequest)(nil),     // 18: lockgate.v1.GetCompatibilityConfigRequest
-	(*GetCompatibilityConfigResponse)(nil),    // 19: lockgate.v1.GetCompatibilityConfigResponse
-	(*UpdateCompatibilityConfigRequest)(nil),  // 20: lockgate.v1.UpdateCompatibilityConfigRequest
-	(*UpdateCompatibilityConfigResponse)(nil), // 21: lockgate.v1.UpdateCompatibilityConfigResponse
-	(*DeleteCompatibilityConfigRequest)(nil),  // 22: lockgate.v1.DeleteCompatibilityConfigRequest
-	(*DeleteCompatibilityConfigResponse)(nil), // 23: lockgate.v1.DeleteCompatibilityConfigResponse
-	(*DeleteSubjectRequest)(nil),              // 24: lockgate.v1.DeleteSubjectRequest
-	(*DeleteSubjectResponse)(nil),             // 25: lockgate.v1.DeleteSubjectResponse
-	(*DeleteSubjectVersionRequest)(nil),       // 26: lockgate.v1.DeleteSubjectVersionRequest
-	(*DeleteSubjectVersionResponse)(nil),      // 27: lockgate.v1.DeleteSubjectVersionResponse
-	(*Schema)(nil),                            // 28: lockgate.v1.Schema
-	(*SubjectVersion)(nil),                    // 29: lockgate.v1.SubjectVersion
-	(*SubjectVersionRef)(nil),                 // 30: lockgate.v1.SubjectVersionRef
+	(Mode)(0),                                 // 1: lockgate.v1.Mode
+	(CompatibilityLevel)(0),                   // 2: lockgate.v1.CompatibilityLevel
+	(*GetSchemaRequest)(nil),                  // 3: lockgate.v1.GetSchemaRequest
+	(*GetSchemaResponse)(nil),                 // 4: lockgate.v1.GetSchemaResponse
+	(*ListSchemaVersionsRequest)(nil),         // 5: lockgate.v1.ListSchemaVersionsRequest
+	(*ListSchemaVersionsResponse)(nil),        // 6: lockgate.v1.ListSchemaVersionsResponse
+	(*RegisterSchemaRequest)(nil),             // 7: lockgate.v1.RegisterSchemaRequest
+	(*RegisterSchemaResponse)(nil),            // 8: lockgate.v1.RegisterSchemaResponse
+	(*LookupSchemaRequest)(nil),               // 9: lockgate.v1.LookupSchemaRequest
+	(*LookupSchemaResponse)(nil),              // 10: lockgate.v1.LookupSchemaResponse
+	(*ListSubjectsRequest)(nil),               // 11: lockgate.v1.ListSubjectsRequest
+	(*ListSubjectsResponse)(nil),              // 12: lockgate.v1.ListSubjectsResponse
+	(*ListSubjectVersionsRequest)(nil),        // 13: lockgate.v1.ListSubjectVersionsRequest
+	(*ListSubjectVersionsResponse)(nil),       // 14: lockgate.v1.ListSubjectVersionsResponse
+	(*GetSubjectVersionRequest)(nil),          // 15: lockgate.v1.GetSubjectVersionRequest
+	(*GetSubjectVersionResponse)(nil),         // 16: lockgate.v1.GetSubjectVersionResponse
+	(*CheckCompatibilityRequest)(nil),         // 17: lockgate.v1.CheckCompatibilityRequest
+	(*CheckCompatibilityResponse)(nil),        // 18: lockgate.v1.CheckCompatibilityResponse
+	(*GetCompatibilityConfigRequest)(nil),     // 19: lockgate.v1.GetCompatibilityConfigRequest
+	(*GetCompatibilityConfigResponse)(nil),    // 20: lockgate.v1.GetCompatibilityConfigResponse
+	(*UpdateCompatibilityConfigRequest)(nil),  // 21: lockgate.v1.UpdateCompatibilityConfigRequest
+	(*UpdateCompatibilityConfigResponse)(nil), // 22: lockgate.v1.UpdateCompatibilityConfigResponse
+	(*DeleteCompatibilityConfigRequest)(nil),  // 23: lockgate.v1.DeleteCompatibilityConfigRequest
+	(*DeleteCompatibilityConfigResponse)(nil), // 24: lockgate.v1.DeleteCompatibilityConfigResponse
+	(*DeleteSubjectRequest)(nil),              // 25: lockgate.v1.DeleteSubjectRequest
+	(*DeleteSubjectResponse)(nil),             // 26: lockgate.v1.DeleteSubjectResponse
+	(*DeleteSubjectVersionRequest)(nil),       // 27: lockgate.v1.DeleteSubjectVersionRequest
+	(*DeleteSubjectVersionResponse)(nil),      // 28: lockgate.v1.DeleteSubjectVersionResponse
+	(*ListReferencingSchemasRequest)(nil),     // 29: lockgate.v1.ListReferencingSchemasRequest
+	(*ListReferencingSchemasResponse)(nil),    // 30: lockgate.v1.ListReferencingSchemasResponse
+	(*ListSchemasRequest)(nil),                // 31: lockgate.v1.ListSchemasRequest
+	(*ListSchemasResponse)(nil),               // 32: lockgate.v1.ListSchemasResponse
+	(*GetModeRequest)(nil),                    // 33: lockgate.v1.GetModeRequest
+	(*GetModeResponse)(nil),                   // 34: lockgate.v1.GetModeResponse
+	(*UpdateModeRequest)(nil),                 // 35: lockgate.v1.UpdateModeRequest
+	(*UpdateModeResponse)(nil),                // 36: lockgate.v1.UpdateModeResponse
+	(*DeleteModeRequest)(nil),                 // 37: lockgate.v1.DeleteModeRequest
+	(*DeleteModeResponse)(nil),                // 38: lockgate.v1.DeleteModeResponse
+	(*Schema)(nil),                            // 39: lockgate.v1.Schema
+	(*SubjectVersion)(nil),                    // 40: lockgate.v1.SubjectVersion
+	(*SchemaReference)(nil),                   // 41: lockgate.v1.SchemaReference
+	(*SubjectVersionRef)(nil),                 // 42: lockgate.v1.SubjectVersionRef
 }
 var file_lockgate_v1_schema_registry_proto_depIdxs = []int32{
-	28, // 0: lockgate.v1.GetSchemaResponse.schema:type_name -> lockgate.v1.Schema
-	30, // 1: lockgate.v1.ListSchemaVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersionRef
+	39, // 0: lockgate.v1.GetSchemaResponse.schema:type_name -> lockgate.v1.Schema
+	42, // 1: lockgate.v1.ListSchemaVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersionRef
 	0,  // 2: lockgate.v1.RegisterSchemaRequest.schema_type:type_name -> lockgate.v1.SchemaType
-	0,  // 3: lockgate.v1.LookupSchemaRequest.schema_type:type_name -> lockgate.v1.SchemaType
-	29, // 4: lockgate.v1.LookupSchemaResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
-	29, // 5: lockgate.v1.ListSubjectVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersion
-	29, // 6: lockgate.v1.GetSubjectVersionResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
-	0,  // 7: lockgate.v1.CheckCompatibilityRequest.schema_type:type_name -> lockgate.v1.SchemaType
-	1,  // 8: lockgate.v1.CheckCompatibilityResponse.level:type_name -> lockgate.v1.CompatibilityLevel
-	1,  // 9: lockgate.v1.GetCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
-	1,  // 10: lockgate.v1.UpdateCompatibilityConfigRequest.level:type_name -> lockgate.v1.CompatibilityLevel
-	1,  // 11: lockgate.v1.UpdateCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
-	1,  // 12: lockgate.v1.DeleteCompatibilityConfigResponse.previous_level:type_name -> lockgate.v1.CompatibilityLevel
-	0,  // 13: lockgate.v1.Schema.schema_type:type_name -> lockgate.v1.SchemaType
-	0,  // 14: lockgate.v1.SubjectVersion.schema_type:type_name -> lockgate.v1.SchemaType
-	2,  // 15: lockgate.v1.SchemaRegistryService.GetSchema:input_type -> lockgate.v1.GetSchemaRequest
-	4,  // 16: lockgate.v1.SchemaRegistryService.ListSchemaVersions:input_type -> lockgate.v1.ListSchemaVersionsRequest
-	6,  // 17: lockgate.v1.SchemaRegistryService.RegisterSchema:input_type -> lockgate.v1.RegisterSchemaRequest
-	8,  // 18: lockgate.v1.SchemaRegistryService.LookupSchema:input_type -> lockgate.v1.LookupSchemaRequest
-	10, // 19: lockgate.v1.SchemaRegistryService.ListSubjects:input_type -> lockgate.v1.ListSubjectsRequest
-	12, // 20: lockgate.v1.SchemaRegistryService.ListSubjectVersions:input_type -> lockgate.v1.ListSubjectVersionsRequest
-	14, // 21: lockgate.v1.SchemaRegistryService.GetSubjectVersion:input_type -> lockgate.v1.GetSubjectVersionRequest
-	16, // 22: lockgate.v1.SchemaRegistryService.CheckCompatibility:input_type -> lockgate.v1.CheckCompatibilityRequest
-	18, // 23: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:input_type -> lockgate.v1.GetCompatibilityConfigRequest
-	20, // 24: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:input_type -> lockgate.v1.UpdateCompatibilityConfigRequest
-	22, // 25: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:input_type -> lockgate.v1.DeleteCompatibilityConfigRequest
-	24, // 26: lockgate.v1.SchemaRegistryService.DeleteSubject:input_type -> lockgate.v1.DeleteSubjectRequest
-	26, // 27: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:input_type -> lockgate.v1.DeleteSubjectVersionRequest
-	3,  // 28: lockgate.v1.SchemaRegistryService.GetSchema:output_type -> lockgate.v1.GetSchemaResponse
-	5,  // 29: lockgate.v1.SchemaRegistryService.ListSchemaVersions:output_type -> lockgate.v1.ListSchemaVersionsResponse
-	7,  // 30: lockgate.v1.SchemaRegistryService.RegisterSchema:output_type -> lockgate.v1.RegisterSchemaResponse
-	9,  // 31: lockgate.v1.SchemaRegistryService.LookupSchema:output_type -> lockgate.v1.LookupSchemaResponse
-	11, // 32: lockgate.v1.SchemaRegistryService.ListSubjects:output_type -> lockgate.v1.ListSubjectsResponse
-	13, // 33: lockgate.v1.SchemaRegistryService.ListSubjectVersions:output_type -> lockgate.v1.ListSubjectVersionsResponse
-	15, // 34: lockgate.v1.SchemaRegistryService.GetSubjectVersion:output_type -> lockgate.v1.GetSubjectVersionResponse
-	17, // 35: lockgate.v1.SchemaRegistryService.CheckCompatibility:output_type -> lockgate.v1.CheckCompatibilityResponse
-	19, // 36: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:output_type -> lockgate.v1.GetCompatibilityConfigResponse
-	21, // 37: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:output_type -> lockgate.v1.UpdateCompatibilityConfigResponse
-	23, // 38: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:output_type -> lockgate.v1.DeleteCompatibilityConfigResponse
-	25, // 39: lockgate.v1.SchemaRegistryService.DeleteSubject:output_type -> lockgate.v1.DeleteSubjectResponse
-	27, // 40: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:output_type -> lockgate.v1.DeleteSubjectVersionResponse
-	28, // [28:41] is the sub-list for method output_type
-	15, // [15:28] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	41, // 3: lockgate.v1.RegisterSchemaRequest.references:type_name -> lockgate.v1.SchemaReference
+	0,  // 4: lockgate.v1.LookupSchemaRequest.schema_type:type_name -> lockgate.v1.SchemaType
+	41, // 5: lockgate.v1.LookupSchemaRequest.references:type_name -> lockgate.v1.SchemaReference
+	40, // 6: lockgate.v1.LookupSchemaResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
+	40, // 7: lockgate.v1.ListSubjectVersionsResponse.versions:type_name -> lockgate.v1.SubjectVersion
+	40, // 8: lockgate.v1.GetSubjectVersionResponse.subject_version:type_name -> lockgate.v1.SubjectVersion
+	0,  // 9: lockgate.v1.CheckCompatibilityRequest.schema_type:type_name -> lockgate.v1.SchemaType
+	41, // 10: lockgate.v1.CheckCompatibilityRequest.references:type_name -> lockgate.v1.SchemaReference
+	2,  // 11: lockgate.v1.CheckCompatibilityResponse.level:type_name -> lockgate.v1.CompatibilityLevel
+	2,  // 12: lockgate.v1.GetCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
+	2,  // 13: lockgate.v1.UpdateCompatibilityConfigRequest.level:type_name -> lockgate.v1.CompatibilityLevel
+	2,  // 14: lockgate.v1.UpdateCompatibilityConfigResponse.level:type_name -> lockgate.v1.CompatibilityLevel
+	2,  // 15: lockgate.v1.DeleteCompatibilityConfigResponse.previous_level:type_name -> lockgate.v1.CompatibilityLevel
+	40, // 16: lockgate.v1.ListSchemasResponse.versions:type_name -> lockgate.v1.SubjectVersion
+	1,  // 17: lockgate.v1.GetModeResponse.mode:type_name -> lockgate.v1.Mode
+	1,  // 18: lockgate.v1.UpdateModeRequest.mode:type_name -> lockgate.v1.Mode
+	1,  // 19: lockgate.v1.UpdateModeResponse.mode:type_name -> lockgate.v1.Mode
+	1,  // 20: lockgate.v1.DeleteModeResponse.previous_mode:type_name -> lockgate.v1.Mode
+	0,  // 21: lockgate.v1.Schema.schema_type:type_name -> lockgate.v1.SchemaType
+	41, // 22: lockgate.v1.Schema.references:type_name -> lockgate.v1.SchemaReference
+	0,  // 23: lockgate.v1.SubjectVersion.schema_type:type_name -> lockgate.v1.SchemaType
+	41, // 24: lockgate.v1.SubjectVersion.references:type_name -> lockgate.v1.SchemaReference
+	3,  // 25: lockgate.v1.SchemaRegistryService.GetSchema:input_type -> lockgate.v1.GetSchemaRequest
+	5,  // 26: lockgate.v1.SchemaRegistryService.ListSchemaVersions:input_type -> lockgate.v1.ListSchemaVersionsRequest
+	7,  // 27: lockgate.v1.SchemaRegistryService.RegisterSchema:input_type -> lockgate.v1.RegisterSchemaRequest
+	9,  // 28: lockgate.v1.SchemaRegistryService.LookupSchema:input_type -> lockgate.v1.LookupSchemaRequest
+	11, // 29: lockgate.v1.SchemaRegistryService.ListSubjects:input_type -> lockgate.v1.ListSubjectsRequest
+	13, // 30: lockgate.v1.SchemaRegistryService.ListSubjectVersions:input_type -> lockgate.v1.ListSubjectVersionsRequest
+	15, // 31: lockgate.v1.SchemaRegistryService.GetSubjectVersion:input_type -> lockgate.v1.GetSubjectVersionRequest
+	17, // 32: lockgate.v1.SchemaRegistryService.CheckCompatibility:input_type -> lockgate.v1.CheckCompatibilityRequest
+	19, // 33: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:input_type -> lockgate.v1.GetCompatibilityConfigRequest
+	21, // 34: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:input_type -> lockgate.v1.UpdateCompatibilityConfigRequest
+	23, // 35: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:input_type -> lockgate.v1.DeleteCompatibilityConfigRequest
+	25, // 36: lockgate.v1.SchemaRegistryService.DeleteSubject:input_type -> lockgate.v1.DeleteSubjectRequest
+	27, // 37: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:input_type -> lockgate.v1.DeleteSubjectVersionRequest
+	29, // 38: lockgate.v1.SchemaRegistryService.ListReferencingSchemas:input_type -> lockgate.v1.ListReferencingSchemasRequest
+	31, // 39: lockgate.v1.SchemaRegistryService.ListSchemas:input_type -> lockgate.v1.ListSchemasRequest
+	33, // 40: lockgate.v1.SchemaRegistryService.GetMode:input_type -> lockgate.v1.GetModeRequest
+	35, // 41: lockgate.v1.SchemaRegistryService.UpdateMode:input_type -> lockgate.v1.UpdateModeRequest
+	37, // 42: lockgate.v1.SchemaRegistryService.DeleteMode:input_type -> lockgate.v1.DeleteModeRequest
+	4,  // 43: lockgate.v1.SchemaRegistryService.GetSchema:output_type -> lockgate.v1.GetSchemaResponse
+	6,  // 44: lockgate.v1.SchemaRegistryService.ListSchemaVersions:output_type -> lockgate.v1.ListSchemaVersionsResponse
+	8,  // 45: lockgate.v1.SchemaRegistryService.RegisterSchema:output_type -> lockgate.v1.RegisterSchemaResponse
+	10, // 46: lockgate.v1.SchemaRegistryService.LookupSchema:output_type -> lockgate.v1.LookupSchemaResponse
+	12, // 47: lockgate.v1.SchemaRegistryService.ListSubjects:output_type -> lockgate.v1.ListSubjectsResponse
+	14, // 48: lockgate.v1.SchemaRegistryService.ListSubjectVersions:output_type -> lockgate.v1.ListSubjectVersionsResponse
+	16, // 49: lockgate.v1.SchemaRegistryService.GetSubjectVersion:output_type -> lockgate.v1.GetSubjectVersionResponse
+	18, // 50: lockgate.v1.SchemaRegistryService.CheckCompatibility:output_type -> lockgate.v1.CheckCompatibilityResponse
+	20, // 51: lockgate.v1.SchemaRegistryService.GetCompatibilityConfig:output_type -> lockgate.v1.GetCompatibilityConfigResponse
+	22, // 52: lockgate.v1.SchemaRegistryService.UpdateCompatibilityConfig:output_type -> lockgate.v1.UpdateCompatibilityConfigResponse
+	24, // 53: lockgate.v1.SchemaRegistryService.DeleteCompatibilityConfig:output_type -> lockgate.v1.DeleteCompatibilityConfigResponse
+	26, // 54: lockgate.v1.SchemaRegistryService.DeleteSubject:output_type -> lockgate.v1.DeleteSubjectResponse
+	28, // 55: lockgate.v1.SchemaRegistryService.DeleteSubjectVersion:output_type -> lockgate.v1.DeleteSubjectVersionResponse
+	30, // 56: lockgate.v1.SchemaRegistryService.ListReferencingSchemas:output_type -> lockgate.v1.ListReferencingSchemasResponse
+	32, // 57: lockgate.v1.SchemaRegistryService.ListSchemas:output_type -> lockgate.v1.ListSchemasResponse
+	34, // 58: lockgate.v1.SchemaRegistryService.GetMode:output_type -> lockgate.v1.GetModeResponse
+	36, // 59: lockgate.v1.SchemaRegistryService.UpdateMode:output_type -> lockgate.v1.UpdateModeResponse
+	38, // 60: lockgate.v1.SchemaRegistryService.DeleteMode:output_type -> lockgate.v1.DeleteModeResponse
+	43, // [43:61] is the sub-list for method output_type
+	25, // [25:43] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_lockgate_v1_schema_registry_proto_init() }
@@ -2132,8 +3044,8 @@ func file_lockgate_v1_schema_registry_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockgate_v1_schema_registry_proto_rawDesc), len(file_lockgate_v1_schema_registry_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   29,
+			NumEnums:      3,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,4 +1,4 @@
-// Lockgate v1: SchemaRegistryService, Avro schemas and their evolution.
+// Lockgate v1: SchemaRegistryService, Avro and JSON Schema schemas and their evolution.
 //
 // A schema has one global id (int32, as in Confluent's wire format: magic byte 0, then the
 // id as 4 bytes big-endian, then the Avro binary), shared by every subject that registers
@@ -42,14 +42,19 @@ const (
 	SchemaRegistryService_DeleteCompatibilityConfig_FullMethodName = "/lockgate.v1.SchemaRegistryService/DeleteCompatibilityConfig"
 	SchemaRegistryService_DeleteSubject_FullMethodName             = "/lockgate.v1.SchemaRegistryService/DeleteSubject"
 	SchemaRegistryService_DeleteSubjectVersion_FullMethodName      = "/lockgate.v1.SchemaRegistryService/DeleteSubjectVersion"
+	SchemaRegistryService_ListReferencingSchemas_FullMethodName    = "/lockgate.v1.SchemaRegistryService/ListReferencingSchemas"
+	SchemaRegistryService_ListSchemas_FullMethodName               = "/lockgate.v1.SchemaRegistryService/ListSchemas"
+	SchemaRegistryService_GetMode_FullMethodName                   = "/lockgate.v1.SchemaRegistryService/GetMode"
+	SchemaRegistryService_UpdateMode_FullMethodName                = "/lockgate.v1.SchemaRegistryService/UpdateMode"
+	SchemaRegistryService_DeleteMode_FullMethodName                = "/lockgate.v1.SchemaRegistryService/DeleteMode"
 )
 
 // SchemaRegistryServiceClient is the client API for SchemaRegistryService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// SchemaRegistryService registers Avro schemas under subjects, checks their compatibility
-// and resolves global ids. Any number of replicas may serve one database.
+// SchemaRegistryService registers Avro and JSON Schema schemas under subjects, checks their
+// compatibility and resolves global ids. Any number of replicas may serve one database.
 //
 // Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
 // RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held), DEADLINE_EXCEEDED
@@ -59,7 +64,8 @@ const (
 // Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
 // code the REST API would answer (40401 subject not found, 40402 version not found, 40403
 // schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
-// schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+// schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+// referenced, 42208 invalid subject).
 // Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
 // first answer instead of applying the change twice (remembered per replica).
 type SchemaRegistryServiceClient interface {
@@ -72,8 +78,11 @@ type SchemaRegistryServiceClient interface {
 	// RegisterSchema adds a schema as the next version of a subject, after checking it
 	// against the subject's compatibility level; registering a schema that is already a
 	// live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
-	// invalid Avro or default, 42208 invalid subject), FAILED_PRECONDITION (409
-	// incompatible; a google.rpc.PreconditionFailure carries one violation per reason).
+	// invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
+	// invalid subject), FAILED_PRECONDITION (409 incompatible; a
+	// google.rpc.PreconditionFailure carries one violation per reason; 42205 the subject is
+	// READONLY, or an id or version given outside IMPORT mode or a version already taken;
+	// 42207 an imported id that already holds another schema).
 	RegisterSchema(ctx context.Context, in *RegisterSchemaRequest, opts ...grpc.CallOption) (*RegisterSchemaResponse, error)
 	// LookupSchema finds the version of a subject that holds a given schema (compared
 	// after normalisation). Errors: NOT_FOUND (40401 subject, 40403 schema),
@@ -105,12 +114,33 @@ type SchemaRegistryServiceClient interface {
 	DeleteCompatibilityConfig(ctx context.Context, in *DeleteCompatibilityConfigRequest, opts ...grpc.CallOption) (*DeleteCompatibilityConfigResponse, error)
 	// DeleteSubject soft-deletes every live version of a subject, or, with permanent,
 	// removes a subject that was soft-deleted before. Errors: NOT_FOUND (40401),
-	// FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first).
+	// FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first, 42206
+	// another schema references one of its versions).
 	DeleteSubject(ctx context.Context, in *DeleteSubjectRequest, opts ...grpc.CallOption) (*DeleteSubjectResponse, error)
 	// DeleteSubjectVersion soft-deletes one version, or, with permanent, removes a version
 	// that was soft-deleted before. Errors: NOT_FOUND (40401, 40402), FAILED_PRECONDITION
-	// (40406 already soft-deleted, 40407 not soft-deleted first), INVALID_ARGUMENT (42202).
+	// (40406 already soft-deleted, 40407 not soft-deleted first, 42206 another schema
+	// references the version), INVALID_ARGUMENT (42202).
 	DeleteSubjectVersion(ctx context.Context, in *DeleteSubjectVersionRequest, opts ...grpc.CallOption) (*DeleteSubjectVersionResponse, error)
+	// ListReferencingSchemas lists the ids of the schemas that reference a version of a
+	// subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
+	// the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
+	// (42202, 42208, bad page_token or negative page_size).
+	ListReferencingSchemas(ctx context.Context, in *ListReferencingSchemasRequest, opts ...grpc.CallOption) (*ListReferencingSchemasResponse, error)
+	// ListSchemas lists the versions of every subject whose name starts with a prefix, by
+	// subject then version (REST: GET /schemas). Errors: INVALID_ARGUMENT (bad page_token or
+	// negative page_size).
+	ListSchemas(ctx context.Context, in *ListSchemasRequest, opts ...grpc.CallOption) (*ListSchemasResponse, error)
+	// GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
+	// subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
+	GetMode(ctx context.Context, in *GetModeRequest, opts ...grpc.CallOption) (*GetModeResponse, error)
+	// UpdateMode sets the mode of a subject or the global one. Errors: INVALID_ARGUMENT
+	// (42204 unspecified mode, 42208), FAILED_PRECONDITION (42205: IMPORT where versions
+	// exist, without force).
+	UpdateMode(ctx context.Context, in *UpdateModeRequest, opts ...grpc.CallOption) (*UpdateModeResponse, error)
+	// DeleteMode removes a subject's own mode (it falls back to the global one) or resets the
+	// global mode to READWRITE. Errors: NOT_FOUND (40409), INVALID_ARGUMENT (42208).
+	DeleteMode(ctx context.Context, in *DeleteModeRequest, opts ...grpc.CallOption) (*DeleteModeResponse, error)
 }
 
 type schemaRegistryServiceClient struct {
@@ -251,12 +281,62 @@ func (c *schemaRegistryServiceClient) DeleteSubjectVersion(ctx context.Context, 
 	return out, nil
 }
 
+func (c *schemaRegistryServiceClient) ListReferencingSchemas(ctx context.Context, in *ListReferencingSchemasRequest, opts ...grpc.CallOption) (*ListReferencingSchemasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReferencingSchemasResponse)
+	err := c.cc.Invoke(ctx, SchemaRegistryService_ListReferencingSchemas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schemaRegistryServiceClient) ListSchemas(ctx context.Context, in *ListSchemasRequest, opts ...grpc.CallOption) (*ListSchemasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSchemasResponse)
+	err := c.cc.Invoke(ctx, SchemaRegistryService_ListSchemas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schemaRegistryServiceClient) GetMode(ctx context.Context, in *GetModeRequest, opts ...grpc.CallOption) (*GetModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetModeResponse)
+	err := c.cc.Invoke(ctx, SchemaRegistryService_GetMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schemaRegistryServiceClient) UpdateMode(ctx context.Context, in *UpdateModeRequest, opts ...grpc.CallOption) (*UpdateModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateModeResponse)
+	err := c.cc.Invoke(ctx, SchemaRegistryService_UpdateMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *schemaRegistryServiceClient) DeleteMode(ctx context.Context, in *DeleteModeRequest, opts ...grpc.CallOption) (*DeleteModeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteModeResponse)
+	err := c.cc.Invoke(ctx, SchemaRegistryService_DeleteMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SchemaRegistryServiceServer is the server API for SchemaRegistryService service.
 // All implementations must embed UnimplementedSchemaRegistryServiceServer
 // for forward compatibility.
 //
-// SchemaRegistryService registers Avro schemas under subjects, checks their compatibility
-// and resolves global ids. Any number of replicas may serve one database.
+// SchemaRegistryService registers Avro and JSON Schema schemas under subjects, checks their
+// compatibility and resolves global ids. Any number of replicas may serve one database.
 //
 // Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
 // RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held), DEADLINE_EXCEEDED
@@ -266,7 +346,8 @@ func (c *schemaRegistryServiceClient) DeleteSubjectVersion(ctx context.Context, 
 // Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
 // code the REST API would answer (40401 subject not found, 40402 version not found, 40403
 // schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
-// schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+// schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+// referenced, 42208 invalid subject).
 // Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
 // first answer instead of applying the change twice (remembered per replica).
 type SchemaRegistryServiceServer interface {
@@ -279,8 +360,11 @@ type SchemaRegistryServiceServer interface {
 	// RegisterSchema adds a schema as the next version of a subject, after checking it
 	// against the subject's compatibility level; registering a schema that is already a
 	// live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
-	// invalid Avro or default, 42208 invalid subject), FAILED_PRECONDITION (409
-	// incompatible; a google.rpc.PreconditionFailure carries one violation per reason).
+	// invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
+	// invalid subject), FAILED_PRECONDITION (409 incompatible; a
+	// google.rpc.PreconditionFailure carries one violation per reason; 42205 the subject is
+	// READONLY, or an id or version given outside IMPORT mode or a version already taken;
+	// 42207 an imported id that already holds another schema).
 	RegisterSchema(context.Context, *RegisterSchemaRequest) (*RegisterSchemaResponse, error)
 	// LookupSchema finds the version of a subject that holds a given schema (compared
 	// after normalisation). Errors: NOT_FOUND (40401 subject, 40403 schema),
@@ -312,12 +396,33 @@ type SchemaRegistryServiceServer interface {
 	DeleteCompatibilityConfig(context.Context, *DeleteCompatibilityConfigRequest) (*DeleteCompatibilityConfigResponse, error)
 	// DeleteSubject soft-deletes every live version of a subject, or, with permanent,
 	// removes a subject that was soft-deleted before. Errors: NOT_FOUND (40401),
-	// FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first).
+	// FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first, 42206
+	// another schema references one of its versions).
 	DeleteSubject(context.Context, *DeleteSubjectRequest) (*DeleteSubjectResponse, error)
 	// DeleteSubjectVersion soft-deletes one version, or, with permanent, removes a version
 	// that was soft-deleted before. Errors: NOT_FOUND (40401, 40402), FAILED_PRECONDITION
-	// (40406 already soft-deleted, 40407 not soft-deleted first), INVALID_ARGUMENT (42202).
+	// (40406 already soft-deleted, 40407 not soft-deleted first, 42206 another schema
+	// references the version), INVALID_ARGUMENT (42202).
 	DeleteSubjectVersion(context.Context, *DeleteSubjectVersionRequest) (*DeleteSubjectVersionResponse, error)
+	// ListReferencingSchemas lists the ids of the schemas that reference a version of a
+	// subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
+	// the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
+	// (42202, 42208, bad page_token or negative page_size).
+	ListReferencingSchemas(context.Context, *ListReferencingSchemasRequest) (*ListReferencingSchemasResponse, error)
+	// ListSchemas lists the versions of every subject whose name starts with a prefix, by
+	// subject then version (REST: GET /schemas). Errors: INVALID_ARGUMENT (bad page_token or
+	// negative page_size).
+	ListSchemas(context.Context, *ListSchemasRequest) (*ListSchemasResponse, error)
+	// GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
+	// subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
+	GetMode(context.Context, *GetModeRequest) (*GetModeResponse, error)
+	// UpdateMode sets the mode of a subject or the global one. Errors: INVALID_ARGUMENT
+	// (42204 unspecified mode, 42208), FAILED_PRECONDITION (42205: IMPORT where versions
+	// exist, without force).
+	UpdateMode(context.Context, *UpdateModeRequest) (*UpdateModeResponse, error)
+	// DeleteMode removes a subject's own mode (it falls back to the global one) or resets the
+	// global mode to READWRITE. Errors: NOT_FOUND (40409), INVALID_ARGUMENT (42208).
+	DeleteMode(context.Context, *DeleteModeRequest) (*DeleteModeResponse, error)
 	mustEmbedUnimplementedSchemaRegistryServiceServer()
 }
 
@@ -366,6 +471,21 @@ func (UnimplementedSchemaRegistryServiceServer) DeleteSubject(context.Context, *
 }
 func (UnimplementedSchemaRegistryServiceServer) DeleteSubjectVersion(context.Context, *DeleteSubjectVersionRequest) (*DeleteSubjectVersionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteSubjectVersion not implemented")
+}
+func (UnimplementedSchemaRegistryServiceServer) ListReferencingSchemas(context.Context, *ListReferencingSchemasRequest) (*ListReferencingSchemasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReferencingSchemas not implemented")
+}
+func (UnimplementedSchemaRegistryServiceServer) ListSchemas(context.Context, *ListSchemasRequest) (*ListSchemasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSchemas not implemented")
+}
+func (UnimplementedSchemaRegistryServiceServer) GetMode(context.Context, *GetModeRequest) (*GetModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetMode not implemented")
+}
+func (UnimplementedSchemaRegistryServiceServer) UpdateMode(context.Context, *UpdateModeRequest) (*UpdateModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateMode not implemented")
+}
+func (UnimplementedSchemaRegistryServiceServer) DeleteMode(context.Context, *DeleteModeRequest) (*DeleteModeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteMode not implemented")
 }
 func (UnimplementedSchemaRegistryServiceServer) mustEmbedUnimplementedSchemaRegistryServiceServer() {}
 func (UnimplementedSchemaRegistryServiceServer) testEmbeddedByValue()                               {}
@@ -622,6 +742,96 @@ func _SchemaRegistryService_DeleteSubjectVersion_Handler(srv interface{}, ctx co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SchemaRegistryService_ListReferencingSchemas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReferencingSchemasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchemaRegistryServiceServer).ListReferencingSchemas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchemaRegistryService_ListReferencingSchemas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchemaRegistryServiceServer).ListReferencingSchemas(ctx, req.(*ListReferencingSchemasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchemaRegistryService_ListSchemas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSchemasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchemaRegistryServiceServer).ListSchemas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchemaRegistryService_ListSchemas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchemaRegistryServiceServer).ListSchemas(ctx, req.(*ListSchemasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchemaRegistryService_GetMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchemaRegistryServiceServer).GetMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchemaRegistryService_GetMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchemaRegistryServiceServer).GetMode(ctx, req.(*GetModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchemaRegistryService_UpdateMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchemaRegistryServiceServer).UpdateMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchemaRegistryService_UpdateMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchemaRegistryServiceServer).UpdateMode(ctx, req.(*UpdateModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SchemaRegistryService_DeleteMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SchemaRegistryServiceServer).DeleteMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SchemaRegistryService_DeleteMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SchemaRegistryServiceServer).DeleteMode(ctx, req.(*DeleteModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SchemaRegistryService_ServiceDesc is the grpc.ServiceDesc for SchemaRegistryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -680,6 +890,26 @@ var SchemaRegistryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteSubjectVersion",
 			Handler:    _SchemaRegistryService_DeleteSubjectVersion_Handler,
+		},
+		{
+			MethodName: "ListReferencingSchemas",
+			Handler:    _SchemaRegistryService_ListReferencingSchemas_Handler,
+		},
+		{
+			MethodName: "ListSchemas",
+			Handler:    _SchemaRegistryService_ListSchemas_Handler,
+		},
+		{
+			MethodName: "GetMode",
+			Handler:    _SchemaRegistryService_GetMode_Handler,
+		},
+		{
+			MethodName: "UpdateMode",
+			Handler:    _SchemaRegistryService_UpdateMode_Handler,
+		},
+		{
+			MethodName: "DeleteMode",
+			Handler:    _SchemaRegistryService_DeleteMode_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

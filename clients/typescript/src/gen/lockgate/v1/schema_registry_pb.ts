@@ -1,4 +1,4 @@
-// Lockgate v1: SchemaRegistryService, Avro schemas and their evolution.
+// Lockgate v1: SchemaRegistryService, Avro and JSON Schema schemas and their evolution.
 //
 // A schema has one global id (int32, as in Confluent's wire format: magic byte 0, then the
 // id as 4 bytes big-endian, then the Avro binary), shared by every subject that registers
@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file lockgate/v1/schema_registry.proto.
  */
 export const file_lockgate_v1_schema_registry: GenFile = /*@__PURE__*/
-  fileDesc("CiFsb2NrZ2F0ZS92MS9zY2hlbWFfcmVnaXN0cnkucHJvdG8SC2xvY2tnYXRlLnYxIiUKEEdldFNjaGVtYVJlcXVlc3QSEQoJc2NoZW1hX2lkGAEgASgFIjgKEUdldFNjaGVtYVJlc3BvbnNlEiMKBnNjaGVtYRgBIAEoCzITLmxvY2tnYXRlLnYxLlNjaGVtYSJuChlMaXN0U2NoZW1hVmVyc2lvbnNSZXF1ZXN0EhEKCXNjaGVtYV9pZBgBIAEoBRIXCg9pbmNsdWRlX2RlbGV0ZWQYAiABKAgSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiZwoaTGlzdFNjaGVtYVZlcnNpb25zUmVzcG9uc2USMAoIdmVyc2lvbnMYASADKAsyHi5sb2NrZ2F0ZS52MS5TdWJqZWN0VmVyc2lvblJlZhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiegoVUmVnaXN0ZXJTY2hlbWFSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDwoHc3ViamVjdBgCIAEoCRIOCgZzY2hlbWEYAyABKAkSLAoLc2NoZW1hX3R5cGUYBCABKA4yFy5sb2NrZ2F0ZS52MS5TY2hlbWFUeXBlIk0KFlJlZ2lzdGVyU2NoZW1hUmVzcG9uc2USEQoJc2NoZW1hX2lkGAEgASgFEg8KB3ZlcnNpb24YAiABKAUSDwoHY3JlYXRlZBgDIAEoCCJ9ChNMb29rdXBTY2hlbWFSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSDgoGc2NoZW1hGAIgASgJEiwKC3NjaGVtYV90eXBlGAMgASgOMhcubG9ja2dhdGUudjEuU2NoZW1hVHlwZRIXCg9pbmNsdWRlX2RlbGV0ZWQYBCABKAgiTAoUTG9va3VwU2NoZW1hUmVzcG9uc2USNAoPc3ViamVjdF92ZXJzaW9uGAEgASgLMhsubG9ja2dhdGUudjEuU3ViamVjdFZlcnNpb24iVQoTTGlzdFN1YmplY3RzUmVxdWVzdBIXCg9pbmNsdWRlX2RlbGV0ZWQYASABKAgSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiQQoUTGlzdFN1YmplY3RzUmVzcG9uc2USEAoIc3ViamVjdHMYASADKAkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIm0KGkxpc3RTdWJqZWN0VmVyc2lvbnNSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSFwoPaW5jbHVkZV9kZWxldGVkGAIgASgIEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJImUKG0xpc3RTdWJqZWN0VmVyc2lvbnNSZXNwb25zZRItCgh2ZXJzaW9ucxgBIAMoCzIbLmxvY2tnYXRlLnYxLlN1YmplY3RWZXJzaW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJVChhHZXRTdWJqZWN0VmVyc2lvblJlcXVlc3QSDwoHc3ViamVjdBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgFEhcKD2luY2x1ZGVfZGVsZXRlZBgDIAEoCCJRChlHZXRTdWJqZWN0VmVyc2lvblJlc3BvbnNlEjQKD3N1YmplY3RfdmVyc2lvbhgBIAEoCzIbLmxvY2tnYXRlLnYxLlN1YmplY3RWZXJzaW9uInsKGUNoZWNrQ29tcGF0aWJpbGl0eVJlcXVlc3QSDwoHc3ViamVjdBgBIAEoCRIOCgZzY2hlbWEYAiABKAkSLAoLc2NoZW1hX3R5cGUYAyABKA4yFy5sb2NrZ2F0ZS52MS5TY2hlbWFUeXBlEg8KB3ZlcnNpb24YBCABKAUicQoaQ2hlY2tDb21wYXRpYmlsaXR5UmVzcG9uc2USEgoKY29tcGF0aWJsZRgBIAEoCBIPCgdyZWFzb25zGAIgAygJEi4KBWxldmVsGAMgASgOMh8ubG9ja2dhdGUudjEuQ29tcGF0aWJpbGl0eUxldmVsIksKHUdldENvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSGQoRZGVmYXVsdF90b19nbG9iYWwYAiABKAgiUAoeR2V0Q29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlEi4KBWxldmVsGAEgASgOMh8ubG9ja2dhdGUudjEuQ29tcGF0aWJpbGl0eUxldmVsIncKIFVwZGF0ZUNvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDwoHc3ViamVjdBgCIAEoCRIuCgVsZXZlbBgDIAEoDjIfLmxvY2tnYXRlLnYxLkNvbXBhdGliaWxpdHlMZXZlbCJTCiFVcGRhdGVDb21wYXRpYmlsaXR5Q29uZmlnUmVzcG9uc2USLgoFbGV2ZWwYASABKA4yHy5sb2NrZ2F0ZS52MS5Db21wYXRpYmlsaXR5TGV2ZWwiRwogRGVsZXRlQ29tcGF0aWJpbGl0eUNvbmZpZ1JlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJIlwKIURlbGV0ZUNvbXBhdGliaWxpdHlDb25maWdSZXNwb25zZRI3Cg5wcmV2aW91c19sZXZlbBgBIAEoDjIfLmxvY2tnYXRlLnYxLkNvbXBhdGliaWxpdHlMZXZlbCJOChREZWxldGVTdWJqZWN0UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEg8KB3N1YmplY3QYAiABKAkSEQoJcGVybWFuZW50GAMgASgIIikKFURlbGV0ZVN1YmplY3RSZXNwb25zZRIQCgh2ZXJzaW9ucxgBIAMoBSJmChtEZWxldGVTdWJqZWN0VmVyc2lvblJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEg8KB3ZlcnNpb24YAyABKAUSEQoJcGVybWFuZW50GAQgASgIIi8KHERlbGV0ZVN1YmplY3RWZXJzaW9uUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoBSJZCgZTY2hlbWESEQoJc2NoZW1hX2lkGAEgASgFEiwKC3NjaGVtYV90eXBlGAIgASgOMhcubG9ja2dhdGUudjEuU2NoZW1hVHlwZRIOCgZzY2hlbWEYAyABKAkilAEKDlN1YmplY3RWZXJzaW9uEg8KB3N1YmplY3QYASABKAkSDwoHdmVyc2lvbhgCIAEoBRIRCglzY2hlbWFfaWQYAyABKAUSLAoLc2NoZW1hX3R5cGUYBCABKA4yFy5sb2NrZ2F0ZS52MS5TY2hlbWFUeXBlEg4KBnNjaGVtYRgFIAEoCRIPCgdkZWxldGVkGAYgASgIIjUKEVN1YmplY3RWZXJzaW9uUmVmEg8KB3N1YmplY3QYASABKAkSDwoHdmVyc2lvbhgCIAEoBSo/CgpTY2hlbWFUeXBlEhsKF1NDSEVNQV9UWVBFX1VOU1BFQ0lGSUVEEAASFAoQU0NIRU1BX1RZUEVfQVZSTxABKroCChJDb21wYXRpYmlsaXR5TGV2ZWwSIwofQ09NUEFUSUJJTElUWV9MRVZFTF9VTlNQRUNJRklFRBAAEhwKGENPTVBBVElCSUxJVFlfTEVWRUxfTk9ORRABEiAKHENPTVBBVElCSUxJVFlfTEVWRUxfQkFDS1dBUkQQAhIrCidDT01QQVRJQklMSVRZX0xFVkVMX0JBQ0tXQVJEX1RSQU5TSVRJVkUQAxIfChtDT01QQVRJQklMSVRZX0xFVkVMX0ZPUldBUkQQBBIqCiZDT01QQVRJQklMSVRZX0xFVkVMX0ZPUldBUkRfVFJBTlNJVElWRRAFEhwKGENPTVBBVElCSUxJVFlfTEVWRUxfRlVMTBAGEicKI0NPTVBBVElCSUxJVFlfTEVWRUxfRlVMTF9UUkFOU0lUSVZFEAcy3AoKFVNjaGVtYVJlZ2lzdHJ5U2VydmljZRJPCglHZXRTY2hlbWESHS5sb2NrZ2F0ZS52MS5HZXRTY2hlbWFSZXF1ZXN0Gh4ubG9ja2dhdGUudjEuR2V0U2NoZW1hUmVzcG9uc2UiA5ACARJqChJMaXN0U2NoZW1hVmVyc2lvbnMSJi5sb2NrZ2F0ZS52MS5MaXN0U2NoZW1hVmVyc2lvbnNSZXF1ZXN0GicubG9ja2dhdGUudjEuTGlzdFNjaGVtYVZlcnNpb25zUmVzcG9uc2UiA5ACARJZCg5SZWdpc3RlclNjaGVtYRIiLmxvY2tnYXRlLnYxLlJlZ2lzdGVyU2NoZW1hUmVxdWVzdBojLmxvY2tnYXRlLnYxLlJlZ2lzdGVyU2NoZW1hUmVzcG9uc2USWAoMTG9va3VwU2NoZW1hEiAubG9ja2dhdGUudjEuTG9va3VwU2NoZW1hUmVxdWVzdBohLmxvY2tnYXRlLnYxLkxvb2t1cFNjaGVtYVJlc3BvbnNlIgOQAgESWAoMTGlzdFN1YmplY3RzEiAubG9ja2dhdGUudjEuTGlzdFN1YmplY3RzUmVxdWVzdBohLmxvY2tnYXRlLnYxLkxpc3RTdWJqZWN0c1Jlc3BvbnNlIgOQAgESbQoTTGlzdFN1YmplY3RWZXJzaW9ucxInLmxvY2tnYXRlLnYxLkxpc3RTdWJqZWN0VmVyc2lvbnNSZXF1ZXN0GigubG9ja2dhdGUudjEuTGlzdFN1YmplY3RWZXJzaW9uc1Jlc3BvbnNlIgOQAgESZwoRR2V0U3ViamVjdFZlcnNpb24SJS5sb2NrZ2F0ZS52MS5HZXRTdWJqZWN0VmVyc2lvblJlcXVlc3QaJi5sb2NrZ2F0ZS52MS5HZXRTdWJqZWN0VmVyc2lvblJlc3BvbnNlIgOQAgESagoSQ2hlY2tDb21wYXRpYmlsaXR5EiYubG9ja2dhdGUudjEuQ2hlY2tDb21wYXRpYmlsaXR5UmVxdWVzdBonLmxvY2tnYXRlLnYxLkNoZWNrQ29tcGF0aWJpbGl0eVJlc3BvbnNlIgOQAgESdgoWR2V0Q29tcGF0aWJpbGl0eUNvbmZpZxIqLmxvY2tnYXRlLnYxLkdldENvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0GisubG9ja2dhdGUudjEuR2V0Q29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlIgOQAgESegoZVXBkYXRlQ29tcGF0aWJpbGl0eUNvbmZpZxItLmxvY2tnYXRlLnYxLlVwZGF0ZUNvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0Gi4ubG9ja2dhdGUudjEuVXBkYXRlQ29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlEnoKGURlbGV0ZUNvbXBhdGliaWxpdHlDb25maWcSLS5sb2NrZ2F0ZS52MS5EZWxldGVDb21wYXRpYmlsaXR5Q29uZmlnUmVxdWVzdBouLmxvY2tnYXRlLnYxLkRlbGV0ZUNvbXBhdGliaWxpdHlDb25maWdSZXNwb25zZRJWCg1EZWxldGVTdWJqZWN0EiEubG9ja2dhdGUudjEuRGVsZXRlU3ViamVjdFJlcXVlc3QaIi5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0UmVzcG9uc2USawoURGVsZXRlU3ViamVjdFZlcnNpb24SKC5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0VmVyc2lvblJlcXVlc3QaKS5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0VmVyc2lvblJlc3BvbnNlQmQKD2Rldi5sb2NrZ2F0ZS52MUITU2NoZW1hUmVnaXN0cnlQcm90b1ABWjpnaXRodWIuY29tL2xvY2tnYXRlL2xvY2tnYXRlL2dlbi9nby9sb2NrZ2F0ZS92MTtsb2NrZ2F0ZXYxYgZwcm90bzM");
+  fileDesc("CiFsb2NrZ2F0ZS92MS9zY2hlbWFfcmVnaXN0cnkucHJvdG8SC2xvY2tnYXRlLnYxIiUKEEdldFNjaGVtYVJlcXVlc3QSEQoJc2NoZW1hX2lkGAEgASgFIjgKEUdldFNjaGVtYVJlc3BvbnNlEiMKBnNjaGVtYRgBIAEoCzITLmxvY2tnYXRlLnYxLlNjaGVtYSJuChlMaXN0U2NoZW1hVmVyc2lvbnNSZXF1ZXN0EhEKCXNjaGVtYV9pZBgBIAEoBRIXCg9pbmNsdWRlX2RlbGV0ZWQYAiABKAgSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiZwoaTGlzdFNjaGVtYVZlcnNpb25zUmVzcG9uc2USMAoIdmVyc2lvbnMYASADKAsyHi5sb2NrZ2F0ZS52MS5TdWJqZWN0VmVyc2lvblJlZhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAki0AEKFVJlZ2lzdGVyU2NoZW1hUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEg8KB3N1YmplY3QYAiABKAkSDgoGc2NoZW1hGAMgASgJEiwKC3NjaGVtYV90eXBlGAQgASgOMhcubG9ja2dhdGUudjEuU2NoZW1hVHlwZRIwCgpyZWZlcmVuY2VzGAUgAygLMhwubG9ja2dhdGUudjEuU2NoZW1hUmVmZXJlbmNlEhEKCXNjaGVtYV9pZBgGIAEoBRIPCgd2ZXJzaW9uGAcgASgFIk0KFlJlZ2lzdGVyU2NoZW1hUmVzcG9uc2USEQoJc2NoZW1hX2lkGAEgASgFEg8KB3ZlcnNpb24YAiABKAUSDwoHY3JlYXRlZBgDIAEoCCKvAQoTTG9va3VwU2NoZW1hUmVxdWVzdBIPCgdzdWJqZWN0GAEgASgJEg4KBnNjaGVtYRgCIAEoCRIsCgtzY2hlbWFfdHlwZRgDIAEoDjIXLmxvY2tnYXRlLnYxLlNjaGVtYVR5cGUSFwoPaW5jbHVkZV9kZWxldGVkGAQgASgIEjAKCnJlZmVyZW5jZXMYBSADKAsyHC5sb2NrZ2F0ZS52MS5TY2hlbWFSZWZlcmVuY2UiTAoUTG9va3VwU2NoZW1hUmVzcG9uc2USNAoPc3ViamVjdF92ZXJzaW9uGAEgASgLMhsubG9ja2dhdGUudjEuU3ViamVjdFZlcnNpb24igwEKE0xpc3RTdWJqZWN0c1JlcXVlc3QSFwoPaW5jbHVkZV9kZWxldGVkGAEgASgIEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJEhQKDGRlbGV0ZWRfb25seRgEIAEoCBIWCg5zdWJqZWN0X3ByZWZpeBgFIAEoCSJBChRMaXN0U3ViamVjdHNSZXNwb25zZRIQCghzdWJqZWN0cxgBIAMoCRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkigwEKGkxpc3RTdWJqZWN0VmVyc2lvbnNSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSFwoPaW5jbHVkZV9kZWxldGVkGAIgASgIEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJEhQKDGRlbGV0ZWRfb25seRgFIAEoCCJlChtMaXN0U3ViamVjdFZlcnNpb25zUmVzcG9uc2USLQoIdmVyc2lvbnMYASADKAsyGy5sb2NrZ2F0ZS52MS5TdWJqZWN0VmVyc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiVQoYR2V0U3ViamVjdFZlcnNpb25SZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSDwoHdmVyc2lvbhgCIAEoBRIXCg9pbmNsdWRlX2RlbGV0ZWQYAyABKAgiUQoZR2V0U3ViamVjdFZlcnNpb25SZXNwb25zZRI0Cg9zdWJqZWN0X3ZlcnNpb24YASABKAsyGy5sb2NrZ2F0ZS52MS5TdWJqZWN0VmVyc2lvbiKtAQoZQ2hlY2tDb21wYXRpYmlsaXR5UmVxdWVzdBIPCgdzdWJqZWN0GAEgASgJEg4KBnNjaGVtYRgCIAEoCRIsCgtzY2hlbWFfdHlwZRgDIAEoDjIXLmxvY2tnYXRlLnYxLlNjaGVtYVR5cGUSDwoHdmVyc2lvbhgEIAEoBRIwCgpyZWZlcmVuY2VzGAUgAygLMhwubG9ja2dhdGUudjEuU2NoZW1hUmVmZXJlbmNlInEKGkNoZWNrQ29tcGF0aWJpbGl0eVJlc3BvbnNlEhIKCmNvbXBhdGlibGUYASABKAgSDwoHcmVhc29ucxgCIAMoCRIuCgVsZXZlbBgDIAEoDjIfLmxvY2tnYXRlLnYxLkNvbXBhdGliaWxpdHlMZXZlbCJLCh1HZXRDb21wYXRpYmlsaXR5Q29uZmlnUmVxdWVzdBIPCgdzdWJqZWN0GAEgASgJEhkKEWRlZmF1bHRfdG9fZ2xvYmFsGAIgASgIIlAKHkdldENvbXBhdGliaWxpdHlDb25maWdSZXNwb25zZRIuCgVsZXZlbBgBIAEoDjIfLmxvY2tnYXRlLnYxLkNvbXBhdGliaWxpdHlMZXZlbCJ3CiBVcGRhdGVDb21wYXRpYmlsaXR5Q29uZmlnUmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEg8KB3N1YmplY3QYAiABKAkSLgoFbGV2ZWwYAyABKA4yHy5sb2NrZ2F0ZS52MS5Db21wYXRpYmlsaXR5TGV2ZWwiUwohVXBkYXRlQ29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlEi4KBWxldmVsGAEgASgOMh8ubG9ja2dhdGUudjEuQ29tcGF0aWJpbGl0eUxldmVsIkcKIERlbGV0ZUNvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDwoHc3ViamVjdBgCIAEoCSJcCiFEZWxldGVDb21wYXRpYmlsaXR5Q29uZmlnUmVzcG9uc2USNwoOcHJldmlvdXNfbGV2ZWwYASABKA4yHy5sb2NrZ2F0ZS52MS5Db21wYXRpYmlsaXR5TGV2ZWwiTgoURGVsZXRlU3ViamVjdFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJEhEKCXBlcm1hbmVudBgDIAEoCCIpChVEZWxldGVTdWJqZWN0UmVzcG9uc2USEAoIdmVyc2lvbnMYASADKAUiZgobRGVsZXRlU3ViamVjdFZlcnNpb25SZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDwoHc3ViamVjdBgCIAEoCRIPCgd2ZXJzaW9uGAMgASgFEhEKCXBlcm1hbmVudBgEIAEoCCIvChxEZWxldGVTdWJqZWN0VmVyc2lvblJlc3BvbnNlEg8KB3ZlcnNpb24YASABKAUiaAodTGlzdFJlZmVyZW5jaW5nU2NoZW1hc1JlcXVlc3QSDwoHc3ViamVjdBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgFEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIk0KHkxpc3RSZWZlcmVuY2luZ1NjaGVtYXNSZXNwb25zZRISCgpzY2hlbWFfaWRzGAEgAygFEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKBAQoSTGlzdFNjaGVtYXNSZXF1ZXN0EhYKDnN1YmplY3RfcHJlZml4GAEgASgJEhcKD2luY2x1ZGVfZGVsZXRlZBgCIAEoCBITCgtsYXRlc3Rfb25seRgDIAEoCBIRCglwYWdlX3NpemUYBCABKAUSEgoKcGFnZV90b2tlbhgFIAEoCSJdChNMaXN0U2NoZW1hc1Jlc3BvbnNlEi0KCHZlcnNpb25zGAEgAygLMhsubG9ja2dhdGUudjEuU3ViamVjdFZlcnNpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjwKDkdldE1vZGVSZXF1ZXN0Eg8KB3N1YmplY3QYASABKAkSGQoRZGVmYXVsdF90b19nbG9iYWwYAiABKAgiMgoPR2V0TW9kZVJlc3BvbnNlEh8KBG1vZGUYASABKA4yES5sb2NrZ2F0ZS52MS5Nb2RlImgKEVVwZGF0ZU1vZGVSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSDwoHc3ViamVjdBgCIAEoCRIfCgRtb2RlGAMgASgOMhEubG9ja2dhdGUudjEuTW9kZRINCgVmb3JjZRgEIAEoCCI1ChJVcGRhdGVNb2RlUmVzcG9uc2USHwoEbW9kZRgBIAEoDjIRLmxvY2tnYXRlLnYxLk1vZGUiOAoRRGVsZXRlTW9kZVJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIPCgdzdWJqZWN0GAIgASgJIj4KEkRlbGV0ZU1vZGVSZXNwb25zZRIoCg1wcmV2aW91c19tb2RlGAEgASgOMhEubG9ja2dhdGUudjEuTW9kZSKLAQoGU2NoZW1hEhEKCXNjaGVtYV9pZBgBIAEoBRIsCgtzY2hlbWFfdHlwZRgCIAEoDjIXLmxvY2tnYXRlLnYxLlNjaGVtYVR5cGUSDgoGc2NoZW1hGAMgASgJEjAKCnJlZmVyZW5jZXMYBCADKAsyHC5sb2NrZ2F0ZS52MS5TY2hlbWFSZWZlcmVuY2UixgEKDlN1YmplY3RWZXJzaW9uEg8KB3N1YmplY3QYASABKAkSDwoHdmVyc2lvbhgCIAEoBRIRCglzY2hlbWFfaWQYAyABKAUSLAoLc2NoZW1hX3R5cGUYBCABKA4yFy5sb2NrZ2F0ZS52MS5TY2hlbWFUeXBlEg4KBnNjaGVtYRgFIAEoCRIPCgdkZWxldGVkGAYgASgIEjAKCnJlZmVyZW5jZXMYByADKAsyHC5sb2NrZ2F0ZS52MS5TY2hlbWFSZWZlcmVuY2UiQQoPU2NoZW1hUmVmZXJlbmNlEgwKBG5hbWUYASABKAkSDwoHc3ViamVjdBgCIAEoCRIPCgd2ZXJzaW9uGAMgASgFIjUKEVN1YmplY3RWZXJzaW9uUmVmEg8KB3N1YmplY3QYASABKAkSDwoHdmVyc2lvbhgCIAEoBSpVCgpTY2hlbWFUeXBlEhsKF1NDSEVNQV9UWVBFX1VOU1BFQ0lGSUVEEAASFAoQU0NIRU1BX1RZUEVfQVZSTxABEhQKEFNDSEVNQV9UWVBFX0pTT04QAipUCgRNb2RlEhQKEE1PREVfVU5TUEVDSUZJRUQQABISCg5NT0RFX1JFQURXUklURRABEhEKDU1PREVfUkVBRE9OTFkQAhIPCgtNT0RFX0lNUE9SVBADKroCChJDb21wYXRpYmlsaXR5TGV2ZWwSIwofQ09NUEFUSUJJTElUWV9MRVZFTF9VTlNQRUNJRklFRBAAEhwKGENPTVBBVElCSUxJVFlfTEVWRUxfTk9ORRABEiAKHENPTVBBVElCSUxJVFlfTEVWRUxfQkFDS1dBUkQQAhIrCidDT01QQVRJQklMSVRZX0xFVkVMX0JBQ0tXQVJEX1RSQU5TSVRJVkUQAxIfChtDT01QQVRJQklMSVRZX0xFVkVMX0ZPUldBUkQQBBIqCiZDT01QQVRJQklMSVRZX0xFVkVMX0ZPUldBUkRfVFJBTlNJVElWRRAFEhwKGENPTVBBVElCSUxJVFlfTEVWRUxfRlVMTBAGEicKI0NPTVBBVElCSUxJVFlfTEVWRUxfRlVMTF9UUkFOU0lUSVZFEAcylA4KFVNjaGVtYVJlZ2lzdHJ5U2VydmljZRJPCglHZXRTY2hlbWESHS5sb2NrZ2F0ZS52MS5HZXRTY2hlbWFSZXF1ZXN0Gh4ubG9ja2dhdGUudjEuR2V0U2NoZW1hUmVzcG9uc2UiA5ACARJqChJMaXN0U2NoZW1hVmVyc2lvbnMSJi5sb2NrZ2F0ZS52MS5MaXN0U2NoZW1hVmVyc2lvbnNSZXF1ZXN0GicubG9ja2dhdGUudjEuTGlzdFNjaGVtYVZlcnNpb25zUmVzcG9uc2UiA5ACARJZCg5SZWdpc3RlclNjaGVtYRIiLmxvY2tnYXRlLnYxLlJlZ2lzdGVyU2NoZW1hUmVxdWVzdBojLmxvY2tnYXRlLnYxLlJlZ2lzdGVyU2NoZW1hUmVzcG9uc2USWAoMTG9va3VwU2NoZW1hEiAubG9ja2dhdGUudjEuTG9va3VwU2NoZW1hUmVxdWVzdBohLmxvY2tnYXRlLnYxLkxvb2t1cFNjaGVtYVJlc3BvbnNlIgOQAgESWAoMTGlzdFN1YmplY3RzEiAubG9ja2dhdGUudjEuTGlzdFN1YmplY3RzUmVxdWVzdBohLmxvY2tnYXRlLnYxLkxpc3RTdWJqZWN0c1Jlc3BvbnNlIgOQAgESbQoTTGlzdFN1YmplY3RWZXJzaW9ucxInLmxvY2tnYXRlLnYxLkxpc3RTdWJqZWN0VmVyc2lvbnNSZXF1ZXN0GigubG9ja2dhdGUudjEuTGlzdFN1YmplY3RWZXJzaW9uc1Jlc3BvbnNlIgOQAgESZwoRR2V0U3ViamVjdFZlcnNpb24SJS5sb2NrZ2F0ZS52MS5HZXRTdWJqZWN0VmVyc2lvblJlcXVlc3QaJi5sb2NrZ2F0ZS52MS5HZXRTdWJqZWN0VmVyc2lvblJlc3BvbnNlIgOQAgESagoSQ2hlY2tDb21wYXRpYmlsaXR5EiYubG9ja2dhdGUudjEuQ2hlY2tDb21wYXRpYmlsaXR5UmVxdWVzdBonLmxvY2tnYXRlLnYxLkNoZWNrQ29tcGF0aWJpbGl0eVJlc3BvbnNlIgOQAgESdgoWR2V0Q29tcGF0aWJpbGl0eUNvbmZpZxIqLmxvY2tnYXRlLnYxLkdldENvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0GisubG9ja2dhdGUudjEuR2V0Q29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlIgOQAgESegoZVXBkYXRlQ29tcGF0aWJpbGl0eUNvbmZpZxItLmxvY2tnYXRlLnYxLlVwZGF0ZUNvbXBhdGliaWxpdHlDb25maWdSZXF1ZXN0Gi4ubG9ja2dhdGUudjEuVXBkYXRlQ29tcGF0aWJpbGl0eUNvbmZpZ1Jlc3BvbnNlEnoKGURlbGV0ZUNvbXBhdGliaWxpdHlDb25maWcSLS5sb2NrZ2F0ZS52MS5EZWxldGVDb21wYXRpYmlsaXR5Q29uZmlnUmVxdWVzdBouLmxvY2tnYXRlLnYxLkRlbGV0ZUNvbXBhdGliaWxpdHlDb25maWdSZXNwb25zZRJWCg1EZWxldGVTdWJqZWN0EiEubG9ja2dhdGUudjEuRGVsZXRlU3ViamVjdFJlcXVlc3QaIi5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0UmVzcG9uc2USawoURGVsZXRlU3ViamVjdFZlcnNpb24SKC5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0VmVyc2lvblJlcXVlc3QaKS5sb2NrZ2F0ZS52MS5EZWxldGVTdWJqZWN0VmVyc2lvblJlc3BvbnNlEnYKFkxpc3RSZWZlcmVuY2luZ1NjaGVtYXMSKi5sb2NrZ2F0ZS52MS5MaXN0UmVmZXJlbmNpbmdTY2hlbWFzUmVxdWVzdBorLmxvY2tnYXRlLnYxLkxpc3RSZWZlcmVuY2luZ1NjaGVtYXNSZXNwb25zZSIDkAIBElUKC0xpc3RTY2hlbWFzEh8ubG9ja2dhdGUudjEuTGlzdFNjaGVtYXNSZXF1ZXN0GiAubG9ja2dhdGUudjEuTGlzdFNjaGVtYXNSZXNwb25zZSIDkAIBEkkKB0dldE1vZGUSGy5sb2NrZ2F0ZS52MS5HZXRNb2RlUmVxdWVzdBocLmxvY2tnYXRlLnYxLkdldE1vZGVSZXNwb25zZSIDkAIBEk0KClVwZGF0ZU1vZGUSHi5sb2NrZ2F0ZS52MS5VcGRhdGVNb2RlUmVxdWVzdBofLmxvY2tnYXRlLnYxLlVwZGF0ZU1vZGVSZXNwb25zZRJNCgpEZWxldGVNb2RlEh4ubG9ja2dhdGUudjEuRGVsZXRlTW9kZVJlcXVlc3QaHy5sb2NrZ2F0ZS52MS5EZWxldGVNb2RlUmVzcG9uc2VCZAoPZGV2LmxvY2tnYXRlLnYxQhNTY2hlbWFSZWdpc3RyeVByb3RvUAFaOmdpdGh1Yi5jb20vbG9ja2dhdGUvbG9ja2dhdGUvZ2VuL2dvL2xvY2tnYXRlL3YxO2xvY2tnYXRldjFiBnByb3RvMw");
 
 /**
  * GetSchemaRequest names a schema by global id.
@@ -155,7 +155,7 @@ export type RegisterSchemaRequest = Message<"lockgate.v1.RegisterSchemaRequest">
   subject: string;
 
   /**
-   * The Avro schema as JSON text.
+   * The schema text (Avro or JSON Schema, both JSON).
    *
    * @generated from field: string schema = 3;
    */
@@ -167,6 +167,28 @@ export type RegisterSchemaRequest = Message<"lockgate.v1.RegisterSchemaRequest">
    * @generated from field: lockgate.v1.SchemaType schema_type = 4;
    */
   schemaType: SchemaType;
+
+  /**
+   * Named types the schema takes from other subjects' versions; version -1 means the
+   * latest and is stored as the number it meant. Part of the schema's identity.
+   *
+   * @generated from field: repeated lockgate.v1.SchemaReference references = 5;
+   */
+  references: SchemaReference[];
+
+  /**
+   * IMPORT mode only: the global id the schema must get; 0 lets the registry choose.
+   *
+   * @generated from field: int32 schema_id = 6;
+   */
+  schemaId: number;
+
+  /**
+   * IMPORT mode only: the version the schema must get; 0 means the next one.
+   *
+   * @generated from field: int32 version = 7;
+   */
+  version: number;
 };
 
 /**
@@ -225,7 +247,7 @@ export type LookupSchemaRequest = Message<"lockgate.v1.LookupSchemaRequest"> & {
   subject: string;
 
   /**
-   * The Avro schema as JSON text; compared after normalisation.
+   * The schema text; compared after normalisation.
    *
    * @generated from field: string schema = 2;
    */
@@ -244,6 +266,13 @@ export type LookupSchemaRequest = Message<"lockgate.v1.LookupSchemaRequest"> & {
    * @generated from field: bool include_deleted = 4;
    */
   includeDeleted: boolean;
+
+  /**
+   * The schema's references, as registered (the same text with others is another schema).
+   *
+   * @generated from field: repeated lockgate.v1.SchemaReference references = 5;
+   */
+  references: SchemaReference[];
 };
 
 /**
@@ -300,6 +329,20 @@ export type ListSubjectsRequest = Message<"lockgate.v1.ListSubjectsRequest"> & {
    * @generated from field: string page_token = 3;
    */
   pageToken: string;
+
+  /**
+   * Only subjects whose versions are all soft-deleted (wins over include_deleted).
+   *
+   * @generated from field: bool deleted_only = 4;
+   */
+  deletedOnly: boolean;
+
+  /**
+   * Only subjects whose name starts with this; empty for all.
+   *
+   * @generated from field: string subject_prefix = 5;
+   */
+  subjectPrefix: string;
 };
 
 /**
@@ -370,6 +413,13 @@ export type ListSubjectVersionsRequest = Message<"lockgate.v1.ListSubjectVersion
    * @generated from field: string page_token = 4;
    */
   pageToken: string;
+
+  /**
+   * Only soft-deleted versions (wins over include_deleted).
+   *
+   * @generated from field: bool deleted_only = 5;
+   */
+  deletedOnly: boolean;
 };
 
 /**
@@ -477,7 +527,7 @@ export type CheckCompatibilityRequest = Message<"lockgate.v1.CheckCompatibilityR
   subject: string;
 
   /**
-   * The candidate Avro schema as JSON text.
+   * The candidate schema text.
    *
    * @generated from field: string schema = 2;
    */
@@ -497,6 +547,13 @@ export type CheckCompatibilityRequest = Message<"lockgate.v1.CheckCompatibilityR
    * @generated from field: int32 version = 4;
    */
   version: number;
+
+  /**
+   * The candidate's references; the checks run with the referenced types resolved.
+   *
+   * @generated from field: repeated lockgate.v1.SchemaReference references = 5;
+   */
+  references: SchemaReference[];
 };
 
 /**
@@ -815,6 +872,315 @@ export const DeleteSubjectVersionResponseSchema: GenMessage<DeleteSubjectVersion
   messageDesc(file_lockgate_v1_schema_registry, 25);
 
 /**
+ * ListReferencingSchemasRequest names the referenced version.
+ *
+ * @generated from message lockgate.v1.ListReferencingSchemasRequest
+ */
+export type ListReferencingSchemasRequest = Message<"lockgate.v1.ListReferencingSchemasRequest"> & {
+  /**
+   * Subject name.
+   *
+   * @generated from field: string subject = 1;
+   */
+  subject: string;
+
+  /**
+   * Version number >= 1; 0 means the latest live version.
+   *
+   * @generated from field: int32 version = 2;
+   */
+  version: number;
+
+  /**
+   * Most ids per page; 0 means 1000, the maximum.
+   *
+   * @generated from field: int32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * next_page_token of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message lockgate.v1.ListReferencingSchemasRequest.
+ * Use `create(ListReferencingSchemasRequestSchema)` to create a new message.
+ */
+export const ListReferencingSchemasRequestSchema: GenMessage<ListReferencingSchemasRequest> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 26);
+
+/**
+ * ListReferencingSchemasResponse lists one page of schema ids.
+ *
+ * @generated from message lockgate.v1.ListReferencingSchemasResponse
+ */
+export type ListReferencingSchemasResponse = Message<"lockgate.v1.ListReferencingSchemasResponse"> & {
+  /**
+   * Global ids of the schemas referencing the version, ascending; a schema counts while a
+   * version (live or soft-deleted) still uses it.
+   *
+   * @generated from field: repeated int32 schema_ids = 1;
+   */
+  schemaIds: number[];
+
+  /**
+   * Token of the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message lockgate.v1.ListReferencingSchemasResponse.
+ * Use `create(ListReferencingSchemasResponseSchema)` to create a new message.
+ */
+export const ListReferencingSchemasResponseSchema: GenMessage<ListReferencingSchemasResponse> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 27);
+
+/**
+ * ListSchemasRequest filters the versions listed.
+ *
+ * @generated from message lockgate.v1.ListSchemasRequest
+ */
+export type ListSchemasRequest = Message<"lockgate.v1.ListSchemasRequest"> & {
+  /**
+   * Only subjects whose name starts with this; empty for all.
+   *
+   * @generated from field: string subject_prefix = 1;
+   */
+  subjectPrefix: string;
+
+  /**
+   * Include soft-deleted versions (and subjects).
+   *
+   * @generated from field: bool include_deleted = 2;
+   */
+  includeDeleted: boolean;
+
+  /**
+   * Only the newest version of each subject.
+   *
+   * @generated from field: bool latest_only = 3;
+   */
+  latestOnly: boolean;
+
+  /**
+   * Most versions per page; 0 means 1000, the maximum.
+   *
+   * @generated from field: int32 page_size = 4;
+   */
+  pageSize: number;
+
+  /**
+   * next_page_token of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 5;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message lockgate.v1.ListSchemasRequest.
+ * Use `create(ListSchemasRequestSchema)` to create a new message.
+ */
+export const ListSchemasRequestSchema: GenMessage<ListSchemasRequest> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 28);
+
+/**
+ * ListSchemasResponse lists one page of versions.
+ *
+ * @generated from message lockgate.v1.ListSchemasResponse
+ */
+export type ListSchemasResponse = Message<"lockgate.v1.ListSchemasResponse"> & {
+  /**
+   * Versions with their schemas, by subject then version.
+   *
+   * @generated from field: repeated lockgate.v1.SubjectVersion versions = 1;
+   */
+  versions: SubjectVersion[];
+
+  /**
+   * Token of the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message lockgate.v1.ListSchemasResponse.
+ * Use `create(ListSchemasResponseSchema)` to create a new message.
+ */
+export const ListSchemasResponseSchema: GenMessage<ListSchemasResponse> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 29);
+
+/**
+ * GetModeRequest names a subject, or none for the global mode.
+ *
+ * @generated from message lockgate.v1.GetModeRequest
+ */
+export type GetModeRequest = Message<"lockgate.v1.GetModeRequest"> & {
+  /**
+   * Subject name; empty for the global mode.
+   *
+   * @generated from field: string subject = 1;
+   */
+  subject: string;
+
+  /**
+   * When the subject has no mode of its own, return the global one instead of NOT_FOUND.
+   *
+   * @generated from field: bool default_to_global = 2;
+   */
+  defaultToGlobal: boolean;
+};
+
+/**
+ * Describes the message lockgate.v1.GetModeRequest.
+ * Use `create(GetModeRequestSchema)` to create a new message.
+ */
+export const GetModeRequestSchema: GenMessage<GetModeRequest> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 30);
+
+/**
+ * GetModeResponse carries the mode.
+ *
+ * @generated from message lockgate.v1.GetModeResponse
+ */
+export type GetModeResponse = Message<"lockgate.v1.GetModeResponse"> & {
+  /**
+   * The mode.
+   *
+   * @generated from field: lockgate.v1.Mode mode = 1;
+   */
+  mode: Mode;
+};
+
+/**
+ * Describes the message lockgate.v1.GetModeResponse.
+ * Use `create(GetModeResponseSchema)` to create a new message.
+ */
+export const GetModeResponseSchema: GenMessage<GetModeResponse> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 31);
+
+/**
+ * UpdateModeRequest sets a mode.
+ *
+ * @generated from message lockgate.v1.UpdateModeRequest
+ */
+export type UpdateModeRequest = Message<"lockgate.v1.UpdateModeRequest"> & {
+  /**
+   * Client-chosen id making retries idempotent (a UUID); empty disables the dedupe.
+   *
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+
+  /**
+   * Subject name; empty for the global mode.
+   *
+   * @generated from field: string subject = 2;
+   */
+  subject: string;
+
+  /**
+   * The new mode; UNSPECIFIED is refused.
+   *
+   * @generated from field: lockgate.v1.Mode mode = 3;
+   */
+  mode: Mode;
+
+  /**
+   * Set IMPORT even where versions exist.
+   *
+   * @generated from field: bool force = 4;
+   */
+  force: boolean;
+};
+
+/**
+ * Describes the message lockgate.v1.UpdateModeRequest.
+ * Use `create(UpdateModeRequestSchema)` to create a new message.
+ */
+export const UpdateModeRequestSchema: GenMessage<UpdateModeRequest> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 32);
+
+/**
+ * UpdateModeResponse echoes the mode set.
+ *
+ * @generated from message lockgate.v1.UpdateModeResponse
+ */
+export type UpdateModeResponse = Message<"lockgate.v1.UpdateModeResponse"> & {
+  /**
+   * The mode now in force.
+   *
+   * @generated from field: lockgate.v1.Mode mode = 1;
+   */
+  mode: Mode;
+};
+
+/**
+ * Describes the message lockgate.v1.UpdateModeResponse.
+ * Use `create(UpdateModeResponseSchema)` to create a new message.
+ */
+export const UpdateModeResponseSchema: GenMessage<UpdateModeResponse> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 33);
+
+/**
+ * DeleteModeRequest removes a mode.
+ *
+ * @generated from message lockgate.v1.DeleteModeRequest
+ */
+export type DeleteModeRequest = Message<"lockgate.v1.DeleteModeRequest"> & {
+  /**
+   * Client-chosen id making retries idempotent (a UUID); empty disables the dedupe.
+   *
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+
+  /**
+   * Subject name; empty resets the global mode to READWRITE.
+   *
+   * @generated from field: string subject = 2;
+   */
+  subject: string;
+};
+
+/**
+ * Describes the message lockgate.v1.DeleteModeRequest.
+ * Use `create(DeleteModeRequestSchema)` to create a new message.
+ */
+export const DeleteModeRequestSchema: GenMessage<DeleteModeRequest> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 34);
+
+/**
+ * DeleteModeResponse says what the mode was.
+ *
+ * @generated from message lockgate.v1.DeleteModeResponse
+ */
+export type DeleteModeResponse = Message<"lockgate.v1.DeleteModeResponse"> & {
+  /**
+   * The mode before the delete.
+   *
+   * @generated from field: lockgate.v1.Mode previous_mode = 1;
+   */
+  previousMode: Mode;
+};
+
+/**
+ * Describes the message lockgate.v1.DeleteModeResponse.
+ * Use `create(DeleteModeResponseSchema)` to create a new message.
+ */
+export const DeleteModeResponseSchema: GenMessage<DeleteModeResponse> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 35);
+
+/**
  * Schema is a registered schema, independent of subjects.
  *
  * @generated from message lockgate.v1.Schema
@@ -840,6 +1206,13 @@ export type Schema = Message<"lockgate.v1.Schema"> & {
    * @generated from field: string schema = 3;
    */
   schema: string;
+
+  /**
+   * The named types it takes from other subjects' versions, in the registered order.
+   *
+   * @generated from field: repeated lockgate.v1.SchemaReference references = 4;
+   */
+  references: SchemaReference[];
 };
 
 /**
@@ -847,7 +1220,7 @@ export type Schema = Message<"lockgate.v1.Schema"> & {
  * Use `create(SchemaSchema)` to create a new message.
  */
 export const SchemaSchema: GenMessage<Schema> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_schema_registry, 26);
+  messageDesc(file_lockgate_v1_schema_registry, 36);
 
 /**
  * SubjectVersion is one version of a subject with its schema.
@@ -896,6 +1269,13 @@ export type SubjectVersion = Message<"lockgate.v1.SubjectVersion"> & {
    * @generated from field: bool deleted = 6;
    */
   deleted: boolean;
+
+  /**
+   * The named types its schema takes from other subjects' versions.
+   *
+   * @generated from field: repeated lockgate.v1.SchemaReference references = 7;
+   */
+  references: SchemaReference[];
 };
 
 /**
@@ -903,7 +1283,43 @@ export type SubjectVersion = Message<"lockgate.v1.SubjectVersion"> & {
  * Use `create(SubjectVersionSchema)` to create a new message.
  */
 export const SubjectVersionSchema: GenMessage<SubjectVersion> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_schema_registry, 27);
+  messageDesc(file_lockgate_v1_schema_registry, 37);
+
+/**
+ * SchemaReference names a type a schema takes from another subject's version (Confluent's
+ * schema reference).
+ *
+ * @generated from message lockgate.v1.SchemaReference
+ */
+export type SchemaReference = Message<"lockgate.v1.SchemaReference"> & {
+  /**
+   * The referenced type's name; for Avro its full name (namespace.Name).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The subject holding the type's schema.
+   *
+   * @generated from field: string subject = 2;
+   */
+  subject: string;
+
+  /**
+   * The version of that subject, >= 1 (-1 in requests: the latest live version).
+   *
+   * @generated from field: int32 version = 3;
+   */
+  version: number;
+};
+
+/**
+ * Describes the message lockgate.v1.SchemaReference.
+ * Use `create(SchemaReferenceSchema)` to create a new message.
+ */
+export const SchemaReferenceSchema: GenMessage<SchemaReference> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_schema_registry, 38);
 
 /**
  * SubjectVersionRef names one version of a subject, without its schema.
@@ -931,7 +1347,7 @@ export type SubjectVersionRef = Message<"lockgate.v1.SubjectVersionRef"> & {
  * Use `create(SubjectVersionRefSchema)` to create a new message.
  */
 export const SubjectVersionRefSchema: GenMessage<SubjectVersionRef> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_schema_registry, 28);
+  messageDesc(file_lockgate_v1_schema_registry, 39);
 
 /**
  * SchemaType is the schema language.
@@ -952,6 +1368,13 @@ export enum SchemaType {
    * @generated from enum value: SCHEMA_TYPE_AVRO = 1;
    */
   AVRO = 1,
+
+  /**
+   * JSON Schema (draft 7 unless its $schema names another draft).
+   *
+   * @generated from enum value: SCHEMA_TYPE_JSON = 2;
+   */
+  JSON = 2,
 }
 
 /**
@@ -959,6 +1382,47 @@ export enum SchemaType {
  */
 export const SchemaTypeSchema: GenEnum<SchemaType> = /*@__PURE__*/
   enumDesc(file_lockgate_v1_schema_registry, 0);
+
+/**
+ * Mode is Confluent's registry mode: which writes a subject (or the registry) accepts.
+ *
+ * @generated from enum lockgate.v1.Mode
+ */
+export enum Mode {
+  /**
+   * Not set; refused where a mode is required.
+   *
+   * @generated from enum value: MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Registrations, deletes and config changes as usual (the default).
+   *
+   * @generated from enum value: MODE_READWRITE = 1;
+   */
+  READWRITE = 1,
+
+  /**
+   * Registrations and deletes are refused (42205).
+   *
+   * @generated from enum value: MODE_READONLY = 2;
+   */
+  READONLY = 2,
+
+  /**
+   * Registrations may carry their own id and version; compatibility is not checked.
+   *
+   * @generated from enum value: MODE_IMPORT = 3;
+   */
+  IMPORT = 3,
+}
+
+/**
+ * Describes the enum lockgate.v1.Mode.
+ */
+export const ModeSchema: GenEnum<Mode> = /*@__PURE__*/
+  enumDesc(file_lockgate_v1_schema_registry, 1);
 
 /**
  * CompatibilityLevel is Confluent's compatibility level of a subject.
@@ -1027,11 +1491,11 @@ export enum CompatibilityLevel {
  * Describes the enum lockgate.v1.CompatibilityLevel.
  */
 export const CompatibilityLevelSchema: GenEnum<CompatibilityLevel> = /*@__PURE__*/
-  enumDesc(file_lockgate_v1_schema_registry, 1);
+  enumDesc(file_lockgate_v1_schema_registry, 2);
 
 /**
- * SchemaRegistryService registers Avro schemas under subjects, checks their compatibility
- * and resolves global ids. Any number of replicas may serve one database.
+ * SchemaRegistryService registers Avro and JSON Schema schemas under subjects, checks their
+ * compatibility and resolves global ids. Any number of replicas may serve one database.
  *
  * Every RPC may fail with UNAVAILABLE (the database is unreachable or kept conflicting),
  * RESOURCE_EXHAUSTED (a request over 4 MiB, or 256 calls already held), DEADLINE_EXCEEDED
@@ -1041,7 +1505,8 @@ export const CompatibilityLevelSchema: GenEnum<CompatibilityLevel> = /*@__PURE__
  * Every error carries a google.rpc.ErrorInfo whose metadata `confluent_error_code` is the
  * code the REST API would answer (40401 subject not found, 40402 version not found, 40403
  * schema not found, 40404-40407 soft-delete states, 409 incompatible, 42201 invalid
- * schema, 42202 invalid version, 42203 invalid compatibility level, 42208 invalid subject).
+ * schema, 42202 invalid version, 42203 invalid compatibility level, 42206 version still
+ * referenced, 42208 invalid subject).
  * Mutating RPCs carry a client-chosen `request_id`: a retry with the same id returns the
  * first answer instead of applying the change twice (remembered per replica).
  *
@@ -1074,8 +1539,11 @@ export const SchemaRegistryService: GenService<{
    * RegisterSchema adds a schema as the next version of a subject, after checking it
    * against the subject's compatibility level; registering a schema that is already a
    * live version of the subject returns that version. Errors: INVALID_ARGUMENT (42201
-   * invalid Avro or default, 42208 invalid subject), FAILED_PRECONDITION (409
-   * incompatible; a google.rpc.PreconditionFailure carries one violation per reason).
+   * invalid Avro or default, or a reference to a missing or soft-deleted version; 42208
+   * invalid subject), FAILED_PRECONDITION (409 incompatible; a
+   * google.rpc.PreconditionFailure carries one violation per reason; 42205 the subject is
+   * READONLY, or an id or version given outside IMPORT mode or a version already taken;
+   * 42207 an imported id that already holds another schema).
    *
    * @generated from rpc lockgate.v1.SchemaRegistryService.RegisterSchema
    */
@@ -1179,7 +1647,8 @@ export const SchemaRegistryService: GenService<{
   /**
    * DeleteSubject soft-deletes every live version of a subject, or, with permanent,
    * removes a subject that was soft-deleted before. Errors: NOT_FOUND (40401),
-   * FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first).
+   * FAILED_PRECONDITION (40404 already soft-deleted, 40405 not soft-deleted first, 42206
+   * another schema references one of its versions).
    *
    * @generated from rpc lockgate.v1.SchemaRegistryService.DeleteSubject
    */
@@ -1191,7 +1660,8 @@ export const SchemaRegistryService: GenService<{
   /**
    * DeleteSubjectVersion soft-deletes one version, or, with permanent, removes a version
    * that was soft-deleted before. Errors: NOT_FOUND (40401, 40402), FAILED_PRECONDITION
-   * (40406 already soft-deleted, 40407 not soft-deleted first), INVALID_ARGUMENT (42202).
+   * (40406 already soft-deleted, 40407 not soft-deleted first, 42206 another schema
+   * references the version), INVALID_ARGUMENT (42202).
    *
    * @generated from rpc lockgate.v1.SchemaRegistryService.DeleteSubjectVersion
    */
@@ -1199,6 +1669,65 @@ export const SchemaRegistryService: GenService<{
     methodKind: "unary";
     input: typeof DeleteSubjectVersionRequestSchema;
     output: typeof DeleteSubjectVersionResponseSchema;
+  },
+  /**
+   * ListReferencingSchemas lists the ids of the schemas that reference a version of a
+   * subject (REST: /subjects/{subject}/versions/{version}/referencedby); while any does,
+   * the version cannot be deleted. Errors: NOT_FOUND (40401, 40402), INVALID_ARGUMENT
+   * (42202, 42208, bad page_token or negative page_size).
+   *
+   * @generated from rpc lockgate.v1.SchemaRegistryService.ListReferencingSchemas
+   */
+  listReferencingSchemas: {
+    methodKind: "unary";
+    input: typeof ListReferencingSchemasRequestSchema;
+    output: typeof ListReferencingSchemasResponseSchema;
+  },
+  /**
+   * ListSchemas lists the versions of every subject whose name starts with a prefix, by
+   * subject then version (REST: GET /schemas). Errors: INVALID_ARGUMENT (bad page_token or
+   * negative page_size).
+   *
+   * @generated from rpc lockgate.v1.SchemaRegistryService.ListSchemas
+   */
+  listSchemas: {
+    methodKind: "unary";
+    input: typeof ListSchemasRequestSchema;
+    output: typeof ListSchemasResponseSchema;
+  },
+  /**
+   * GetMode returns the mode of a subject or the global one. Errors: NOT_FOUND (40409: the
+   * subject has no mode of its own and default_to_global is false), INVALID_ARGUMENT (42208).
+   *
+   * @generated from rpc lockgate.v1.SchemaRegistryService.GetMode
+   */
+  getMode: {
+    methodKind: "unary";
+    input: typeof GetModeRequestSchema;
+    output: typeof GetModeResponseSchema;
+  },
+  /**
+   * UpdateMode sets the mode of a subject or the global one. Errors: INVALID_ARGUMENT
+   * (42204 unspecified mode, 42208), FAILED_PRECONDITION (42205: IMPORT where versions
+   * exist, without force).
+   *
+   * @generated from rpc lockgate.v1.SchemaRegistryService.UpdateMode
+   */
+  updateMode: {
+    methodKind: "unary";
+    input: typeof UpdateModeRequestSchema;
+    output: typeof UpdateModeResponseSchema;
+  },
+  /**
+   * DeleteMode removes a subject's own mode (it falls back to the global one) or resets the
+   * global mode to READWRITE. Errors: NOT_FOUND (40409), INVALID_ARGUMENT (42208).
+   *
+   * @generated from rpc lockgate.v1.SchemaRegistryService.DeleteMode
+   */
+  deleteMode: {
+    methodKind: "unary";
+    input: typeof DeleteModeRequestSchema;
+    output: typeof DeleteModeResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_lockgate_v1_schema_registry, 0);
