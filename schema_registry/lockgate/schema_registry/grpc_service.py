@@ -19,12 +19,12 @@ import grpc
 from google.protobuf.message import Message
 
 from lockgate.common import errors as common_errors
-from lockgate.schema_registry.lookups import LookupApi, LookupCounter
 from lockgate.schema_registry.errors import (
     IncompatibleSchemaError,
     InvalidModeError,
     RegistryError,
 )
+from lockgate.schema_registry.lookups import LookupApi, LookupCounter
 from lockgate.schema_registry.model import (
     SCHEMA_TYPE_AVRO,
     SCHEMA_TYPE_JSON,

@@ -27,8 +27,8 @@ from lockgate.schema_registry.errors import (
     RegistryError,
     SubjectConfigNotFoundError,
 )
-from lockgate.schema_registry.lookups import LookupApi, LookupCounter
 from lockgate.schema_registry.formats import SCHEMA_TYPES
+from lockgate.schema_registry.lookups import LookupApi, LookupCounter
 from lockgate.schema_registry.model import (
     SCHEMA_TYPE_AVRO,
     RegisteredSchema,

@@ -192,6 +192,7 @@ def test_a_page_token_the_registry_never_issued_is_invalid_on_every_list(
         violation = details(refused.value)["BadRequest"].field_violations[0]  # type: ignore[attr-defined]
         assert violation.field == "page_token", name
 
+
 def test_schema_references(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
     address = json.dumps(
         {"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"}]}
