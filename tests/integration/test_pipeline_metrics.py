@@ -56,7 +56,7 @@ def test_metrics_of_a_pipeline_with_a_forced_abort(
     source, sink, name = unique("in"), unique("out"), unique("metrics")
     kafka_broker.create_topic(source, partitions=2)
     kafka_broker.create_topic(sink, partitions=1)
-    produce_keyed(bootstrap, source, records=RECORDS, partitions=2)
+    produced = produce_keyed(bootstrap, source, records=RECORDS, partitions=2)
     spec = tmp_path / "pipeline.yaml"
     spec.write_text(
         pipeline_yaml(
@@ -114,7 +114,25 @@ def test_metrics_of_a_pipeline_with_a_forced_abort(
             timeout_s=240,
             explain=cluster.logs_tail,
         )
-        assert len(read_output(bootstrap, sink)) == RECORDS
+        output = read_output(bootstrap, sink)
+        assert len(output) == RECORDS
+        # Bytes: what the sink holds (keys and values) and what the source held, the same
+        # here (a bytes copy), counted on commit like the records.
+        sink_bytes = sum(len(r.key or b"") + len(r.value or b"") for r in output)
+        source_bytes = sum(len(key) + len(value) for key, value, _ in produced)
+        assert sink_bytes == source_bytes
+        wait_for(
+            "the bytes counters to match the sink",
+            lambda: (
+                (
+                    _value(executor, "lockgate_task_written_size_bytes_total", pipeline=name),
+                    _value(executor, "lockgate_task_read_size_bytes_total", pipeline=name),
+                )
+                == (sink_bytes, source_bytes)
+            ),
+            timeout_s=30,
+            explain=cluster.logs_tail,
+        )
         wait_for(
             "the lag gauge to fall to 0",
             lambda: _value(coordinator, "lockgate_source_lag", pipeline=name) == 0,

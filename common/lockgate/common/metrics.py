@@ -154,6 +154,26 @@ TASK_RECORDS_WRITTEN = MetricDefinition(
     ("pipeline", "task"),
     _E,
 )
+TASK_BYTES_READ = MetricDefinition(
+    "lockgate.task.read.size",
+    MetricKind.COUNTER,
+    "By",
+    "Bytes of the source records' keys and values a task read (dead letters included) in "
+    "checkpoints it then committed, summed in the same Spark aggregate as the record count: "
+    "bytes and string keys and values are sized; a value decoded into a structure (avro, "
+    "json) counts 0.",
+    ("pipeline", "task"),
+    _E,
+)
+TASK_BYTES_WRITTEN = MetricDefinition(
+    "lockgate.task.written.size",
+    MetricKind.COUNTER,
+    "By",
+    "Bytes of the keys and values a task wrote to its sink topic (as encoded, headers "
+    "excluded) in checkpoints it then committed.",
+    ("pipeline", "task"),
+    _E,
+)
 DEAD_LETTER_RECORDS = MetricDefinition(
     "lockgate.dead_letter.records",
     MetricKind.COUNTER,
@@ -223,6 +243,8 @@ METRICS: tuple[MetricDefinition, ...] = (
     TASKS,
     TASK_RECORDS_READ,
     TASK_RECORDS_WRITTEN,
+    TASK_BYTES_READ,
+    TASK_BYTES_WRITTEN,
     DEAD_LETTER_RECORDS,
     PRECOMMIT_DURATION,
     VISIBILITY_LATENCY,

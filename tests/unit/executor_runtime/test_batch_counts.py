@@ -44,6 +44,8 @@ def _output(written: int, oldest_ms: int | None = 95_000) -> PrecommitOutput:
         records_read=written + 1,
         records_written=written,
         records_dead_lettered=1,
+        bytes_read=written * 20 + 7,
+        bytes_written=written * 20,
         oldest_record_timestamp_ms=oldest_ms,
     )
 
@@ -60,6 +62,8 @@ def test_counted_when_committed_not_before() -> None:
     assert values[WRITTEN] == 10
     assert values[("lockgate.task.records.read", WRITTEN[1])] == 11
     assert values[("lockgate.dead_letter.records", WRITTEN[1])] == 1
+    assert values[("lockgate.task.written.size", WRITTEN[1])] == 200
+    assert values[("lockgate.task.read.size", WRITTEN[1])] == 207
     # 100 s now - 95 s oldest record: one latency of 5 s.
     assert values[("lockgate.visibility.latency", (("pipeline", "p"),))] == 5.0
 

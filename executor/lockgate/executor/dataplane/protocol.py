@@ -45,6 +45,10 @@ class PrecommitOutput:
     records_read: int = 0
     records_written: int = 0
     records_dead_lettered: int = 0
+    bytes_read: int = 0
+    """Bytes of the source records' keys and values."""
+    bytes_written: int = 0
+    """Bytes of the keys and values written to the sink topic, as encoded."""
     oldest_record_timestamp_ms: int | None = None
     """The oldest Kafka timestamp of the batch's records (ms since the epoch), if known."""
     #: The Spark jobs the batch ran (none for an empty batch or without Spark), for traces.

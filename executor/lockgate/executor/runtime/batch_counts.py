@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from lockgate.common.metrics import (
     DEAD_LETTER_RECORDS,
     PRECOMMIT_DURATION,
+    TASK_BYTES_READ,
+    TASK_BYTES_WRITTEN,
     TASK_RECORDS_READ,
     TASK_RECORDS_WRITTEN,
     VISIBILITY_LATENCY,
@@ -42,6 +44,8 @@ class _BatchCount:
     records_read: int
     records_written: int
     records_dead_lettered: int
+    bytes_read: int
+    bytes_written: int
     oldest_record_timestamp_ms: int | None
 
 
@@ -68,6 +72,8 @@ class BatchCounts:
             records_read=output.records_read,
             records_written=output.records_written,
             records_dead_lettered=output.records_dead_lettered,
+            bytes_read=output.bytes_read,
+            bytes_written=output.bytes_written,
             oldest_record_timestamp_ms=output.oldest_record_timestamp_ms,
         )
         with self._lock:
@@ -84,6 +90,8 @@ class BatchCounts:
             attributes = _attributes(pipeline_name, batch.task_index)
             self._instruments.add(TASK_RECORDS_READ, batch.records_read, attributes)
             self._instruments.add(TASK_RECORDS_WRITTEN, batch.records_written, attributes)
+            self._instruments.add(TASK_BYTES_READ, batch.bytes_read, attributes)
+            self._instruments.add(TASK_BYTES_WRITTEN, batch.bytes_written, attributes)
             self._instruments.add(DEAD_LETTER_RECORDS, batch.records_dead_lettered, attributes)
             if batch.oldest_record_timestamp_ms is not None:
                 self._instruments.record(

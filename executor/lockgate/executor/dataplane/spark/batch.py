@@ -100,6 +100,10 @@ class PrecommitResult:
     """The oldest Kafka timestamp among the records read; None if none had one."""
     #: The Spark jobs of the batch's job group, oldest first.
     spark_job_ids: tuple[int, ...] = ()
+    bytes_in: int = 0
+    """Bytes of the keys and values read."""
+    bytes_out: int = 0
+    """Bytes of the keys and values written to the sink topic."""
 
 
 def _spark_message(exc: BaseException) -> str:
@@ -235,7 +239,22 @@ def _count(frame: DataFrame, name: str) -> tuple[DataFrame, Observation]:
         observation,
         F.count(F.lit(1)).alias("n"),
         F.min(F.unix_micros(F.col("timestamp"))).alias("oldest_us"),
+        F.sum(_payload_bytes(frame, "key") + _payload_bytes(frame, "value")).alias("bytes"),
     ), observation
+
+
+def _payload_bytes(frame: DataFrame, column: str) -> Column:
+    """The size in bytes of a key or value column: bytes by length, text by its UTF-8
+    octets, 0 for a null. A value a format decoded into a structure (avro, json) has no
+    size left to measure and counts 0 (lockgate.task.bytes.read says so)."""
+    data_type = frame.schema[column].dataType
+    if isinstance(data_type, BinaryType):
+        size = F.length(F.col(column))
+    elif isinstance(data_type, StringType):
+        size = F.octet_length(F.col(column))
+    else:
+        return F.lit(0)
+    return F.coalesce(size, F.lit(0))
 
 
 def _unique(name: str) -> str:
@@ -399,14 +418,16 @@ def _write_prepared(
         return read_result_file(result_path)
 
 
-def _observed(source: _Input) -> tuple[int, int | None]:
-    """Records read (dead letters included) and their oldest timestamp in ms, if any."""
+def _observed(source: _Input) -> tuple[int, int | None, int]:
+    """Records read (dead letters included), their oldest timestamp in ms if any, and the
+    bytes of their keys and values."""
     observed = [source.counted.get]
     if source.dead_counted is not None:
         observed.append(source.dead_counted.get)
     oldest_us = [int(o["oldest_us"]) for o in observed if o.get("oldest_us") is not None]
     records = sum(int(o.get("n", 0)) for o in observed)
-    return records, min(oldest_us) // 1000 if oldest_us else None
+    read_bytes = sum(int(o.get("bytes") or 0) for o in observed)
+    return records, min(oldest_us) // 1000 if oldest_us else None, read_bytes
 
 
 def run_precommit_batch(
@@ -467,7 +488,7 @@ def run_precommit_batch(
         if source.cached is not None:
             source.cached.unpersist()
 
-    records_in, oldest_ms = _observed(source)
+    records_in, oldest_ms, bytes_in = _observed(source)
     handles = tuple(
         m.handle for m in sorted(messages, key=lambda m: m.write_partition) if m.handle is not None
     )
@@ -487,4 +508,6 @@ def run_precommit_batch(
         spark_job_ids=tuple(
             sorted(session.sparkContext.statusTracker().getJobIdsForGroup(job_group))
         ),
+        bytes_in=bytes_in,
+        bytes_out=sum(m.bytes_written for m in messages),
     )

@@ -88,6 +88,8 @@ class SparkDataPlane:
             records_read=result.records_in,
             records_written=result.records_out,
             records_dead_lettered=result.dead_lettered,
+            bytes_read=result.bytes_in,
+            bytes_written=result.bytes_out,
             oldest_record_timestamp_ms=result.oldest_timestamp_ms,
             spark_job_ids=result.spark_job_ids,
         )

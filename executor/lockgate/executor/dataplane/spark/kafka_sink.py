@@ -127,6 +127,7 @@ class KafkaSinkCommitMessage(WriterCommitMessage):
     handle: TransactionHandle | None
     records_written: int
     dead_lettered: int
+    bytes_written: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, for the result file the driver reads."""
@@ -136,6 +137,7 @@ class KafkaSinkCommitMessage(WriterCommitMessage):
             "handle": None if self.handle is None else json.loads(self.handle.to_json()),
             "records_written": self.records_written,
             "dead_lettered": self.dead_lettered,
+            "bytes_written": self.bytes_written,
         }
 
     @classmethod
@@ -150,6 +152,7 @@ class KafkaSinkCommitMessage(WriterCommitMessage):
             else TransactionHandle.from_json(json.dumps(handle_raw)),
             records_written=int(raw["records_written"]),
             dead_lettered=int(raw["dead_lettered"]),
+            bytes_written=int(raw.get("bytes_written", 0)),
         )
 
 
@@ -172,6 +175,7 @@ class _PartitionWriter:
         self._txn: Any = None
         self._delivery_errors: list[str] = []
         self.records_written = 0
+        self.bytes_written = 0
         self.dead_lettered = 0
 
     def _on_delivery(self, error: KafkaError | None, msg: Message) -> None:
@@ -292,6 +296,7 @@ class _PartitionWriter:
                 continue
             self._produce(self._options.topic, key, value, row_headers, timestamp)
             self.records_written += 1
+            self.bytes_written += (len(key) if key else 0) + (len(value) if value else 0)
 
     def _on_bad_record(
         self,
@@ -342,6 +347,7 @@ class _PartitionWriter:
             handle=handle,
             records_written=self.records_written,
             dead_lettered=self.dead_lettered,
+            bytes_written=self.bytes_written,
         )
 
     def abandon(self) -> None:
