@@ -27,7 +27,7 @@ lint: install ## buf lint (+ buf breaking against main), ruff, mypy --strict, th
 	@bash deploy/scripts/lint.sh
 
 test: install lint ## What CI runs: install, lint, then every test (unit, integration, fault; the Go, Java, TypeScript clients)
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=25
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash deploy/scripts/clients.sh test
 
 test-clients: install ## Only the Go, Java and TypeScript clients' own tests, against real services
