@@ -418,6 +418,11 @@ def _write_prepared(
         return read_result_file(result_path)
 
 
+def _job_ids(session: SparkSession, job_group: str) -> tuple[int, ...]:
+    """The Spark jobs of a batch's job group, oldest first."""
+    return tuple(sorted(session.sparkContext.statusTracker().getJobIdsForGroup(job_group)))
+
+
 def _observed(source: _Input) -> tuple[int, int | None, int]:
     """Records read (dead letters included), their oldest timestamp in ms if any, and the
     bytes of their keys and values."""
@@ -505,9 +510,7 @@ def run_precommit_batch(
         write_partitions=len(messages),
         duration_s=time.monotonic() - started,
         oldest_timestamp_ms=oldest_ms,
-        spark_job_ids=tuple(
-            sorted(session.sparkContext.statusTracker().getJobIdsForGroup(job_group))
-        ),
+        spark_job_ids=_job_ids(session, job_group),
         bytes_in=bytes_in,
         bytes_out=sum(m.bytes_written for m in messages),
     )
