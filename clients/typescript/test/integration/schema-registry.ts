@@ -8,6 +8,7 @@ import {
   Code,
   CompatibilityLevel,
   LockgateError,
+  Mode,
   type SchemaRegistryClient,
   createSchemaRegistryClient,
 } from "../../src/index.js";
@@ -23,6 +24,23 @@ const V2 = JSON.stringify({
   ],
 });
 const BREAKING = JSON.stringify({ type: "record", name: "Order", fields: [{ name: "id", type: "int" }] });
+const ADDRESS = JSON.stringify({ type: "record", name: "Address", fields: [{ name: "street", type: "string" }] });
+const ADDRESS_V2 = JSON.stringify({
+  type: "record",
+  name: "Address",
+  fields: [
+    { name: "street", type: "string" },
+    { name: "city", type: "string", default: "" },
+  ],
+});
+const CUSTOMER = JSON.stringify({
+  type: "record",
+  name: "Customer",
+  fields: [
+    { name: "name", type: "string" },
+    { name: "address", type: "Address" },
+  ],
+});
 
 export function schemaRegistrySuite(bed: () => Testbed): void {
   describe("SchemaRegistryService", () => {
@@ -159,6 +177,104 @@ export function schemaRegistrySuite(bed: () => Testbed): void {
         assert.equal(err.metadata["confluent_error_code"], "42201");
         return true;
       });
+    });
+
+    // References, ListSchemas and modes, on subjects of their own under one prefix.
+    const prefix = `ts-${randomUUID().slice(0, 8)}-`;
+    const addressSubject = `${prefix}address`;
+    const customerSubject = `${prefix}customer`;
+    let addressId = 0;
+    let customerId = 0;
+
+    test("ListReferencingSchemas: a referencing schema's id, as REST .../referencedby lists it", async () => {
+      const address = await registry.registerSchema({ subject: addressSubject, schema: ADDRESS });
+      assert.equal(address.version, 1);
+      addressId = address.schemaId;
+      const customer = await registry.registerSchema({
+        subject: customerSubject,
+        schema: CUSTOMER,
+        references: [{ name: "Address", subject: addressSubject, version: 1 }],
+      });
+      assert.equal(customer.version, 1);
+      customerId = customer.schemaId;
+      assert.notEqual(customerId, addressId);
+      const referencing = await registry.listReferencingSchemas({ subject: addressSubject, version: 1 });
+      assert.deepEqual(referencing.schemaIds, [customerId]);
+      assert.equal(referencing.nextPageToken, "");
+      const viaRest = await rest<number[]>("GET", `/subjects/${addressSubject}/versions/1/referencedby`);
+      assert.equal(viaRest.status, 200);
+      assert.deepEqual(viaRest.json, referencing.schemaIds);
+      // Nothing references the referrer.
+      const none = await registry.listReferencingSchemas({ subject: customerSubject, version: 1 });
+      assert.deepEqual(none.schemaIds, []);
+    });
+
+    test("ListSchemas with subjectPrefix agrees with REST /schemas?subjectPrefix=", async () => {
+      const listed = await registry.listSchemas({ subjectPrefix: prefix });
+      assert.deepEqual(
+        listed.versions.map((v) => ({ subject: v.subject, version: v.version, id: v.schemaId })),
+        [
+          { subject: addressSubject, version: 1, id: addressId },
+          { subject: customerSubject, version: 1, id: customerId },
+        ],
+      );
+      const customer = listed.versions.find((v) => v.subject === customerSubject);
+      assert.deepEqual(
+        customer?.references.map((r) => ({ name: r.name, subject: r.subject, version: r.version })),
+        [{ name: "Address", subject: addressSubject, version: 1 }],
+      );
+      const viaRest = await rest<{ subject: string; version: number; id: number }[]>(
+        "GET",
+        `/schemas?subjectPrefix=${encodeURIComponent(prefix)}`,
+      );
+      assert.equal(viaRest.status, 200);
+      assert.deepEqual(
+        viaRest.json.map((v) => ({ subject: v.subject, version: v.version, id: v.id })),
+        listed.versions.map((v) => ({ subject: v.subject, version: v.version, id: v.schemaId })),
+      );
+    });
+
+    test("UpdateMode READONLY is read back over REST, GetMode agrees, a registration is refused (42205)", async () => {
+      const updated = await registry.updateMode({ subject: addressSubject, mode: Mode.READONLY });
+      assert.equal(updated.mode, Mode.READONLY);
+      const { status, json } = await rest<{ mode: string }>("GET", `/mode/${addressSubject}`);
+      assert.equal(status, 200);
+      assert.equal(json.mode, "READONLY");
+      const got = await registry.getMode({ subject: addressSubject });
+      assert.equal(got.mode, Mode.READONLY);
+      await assert.rejects(registry.registerSchema({ subject: addressSubject, schema: ADDRESS_V2 }), (err: unknown) => {
+        assert.ok(err instanceof LockgateError);
+        assert.equal(err.code, Code.FailedPrecondition);
+        assert.equal(err.metadata["confluent_error_code"], "42205");
+        return true;
+      });
+      const versions = await rest<number[]>("GET", `/subjects/${addressSubject}/versions`);
+      assert.deepEqual(versions.json, [1]);
+      // Other subjects keep the global mode.
+      const other = await rest<{ mode: string }>("GET", `/mode/${customerSubject}?defaultToGlobal=true`);
+      assert.equal(other.json.mode, "READWRITE");
+    });
+
+    test("DeleteMode: REST finds no subject mode (40409) and falls back to READWRITE; registering works again", async () => {
+      const deleted = await registry.deleteMode({ subject: addressSubject });
+      assert.equal(deleted.previousMode, Mode.READONLY);
+      const fallback = await rest<{ mode: string }>("GET", `/mode/${addressSubject}?defaultToGlobal=true`);
+      assert.equal(fallback.status, 200);
+      assert.equal(fallback.json.mode, "READWRITE");
+      const own = await rest<{ error_code: number }>("GET", `/mode/${addressSubject}`);
+      assert.equal(own.status, 404);
+      assert.equal(own.json.error_code, 40409);
+      await assert.rejects(registry.getMode({ subject: addressSubject }), (err: unknown) => {
+        assert.ok(err instanceof LockgateError);
+        assert.equal(err.code, Code.NotFound);
+        assert.equal(err.metadata["confluent_error_code"], "40409");
+        return true;
+      });
+      const viaGlobal = await registry.getMode({ subject: addressSubject, defaultToGlobal: true });
+      assert.equal(viaGlobal.mode, Mode.READWRITE);
+      const second = await registry.registerSchema({ subject: addressSubject, schema: ADDRESS_V2 });
+      assert.equal(second.version, 2);
+      assert.deepEqual((await rest<number[]>("GET", `/subjects/${addressSubject}/versions`)).json, [1, 2]);
     });
   });
 }
