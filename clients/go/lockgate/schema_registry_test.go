@@ -198,4 +198,131 @@ func TestSchemaRegistry(t *testing.T) {
 	if slices.Contains(remaining, subject) || !slices.Contains(remaining, restSubject) {
 		t.Fatalf("REST subjects (deleted included) after a permanent delete: %v", remaining)
 	}
+
+	t.Run("ReferencesAndModes", func(t *testing.T) { referencesAndModes(t, registry) })
+}
+
+const (
+	addressV1 = `{"type":"record","name":"Address","fields":[{"name":"street","type":"string"}]}`
+	customer  = `{"type":"record","name":"Customer","fields":[{"name":"id","type":"long"},{"name":"address","type":"Address"}]}`
+)
+
+// referencesAndModes calls the RPCs of schema references, schema listing and modes (part
+// of TestSchemaRegistry), each effect checked through the REST API: a schema referencing
+// another subject's version, the listing of both, and a subject made READONLY then given
+// back its default mode.
+func referencesAndModes(t *testing.T, registry *lockgate.SchemaRegistry) {
+	const (
+		prefix          = "go-refs-"
+		addressSubject  = prefix + "address"
+		customerSubject = prefix + "customer-value"
+	)
+	avro := lockgatev1.SchemaType_SCHEMA_TYPE_AVRO
+
+	// A schema under one subject referencing version 1 of another.
+	address, err := registry.RegisterSchema(callCtx(t), &lockgatev1.RegisterSchemaRequest{Subject: addressSubject, Schema: addressV1, SchemaType: avro})
+	if err != nil || address.GetVersion() != 1 {
+		t.Fatalf("RegisterSchema %s: %v, %v", addressSubject, address, err)
+	}
+	reference := &lockgatev1.SchemaReference{Name: "Address", Subject: addressSubject, Version: 1}
+	referrer, err := registry.RegisterSchema(callCtx(t), &lockgatev1.RegisterSchemaRequest{
+		Subject: customerSubject, Schema: customer, SchemaType: avro, References: []*lockgatev1.SchemaReference{reference},
+	})
+	if err != nil || referrer.GetVersion() != 1 || referrer.GetSchemaId() == address.GetSchemaId() {
+		t.Fatalf("RegisterSchema %s referencing %s v1: %v, %v", customerSubject, addressSubject, referrer, err)
+	}
+
+	// ListReferencingSchemas names the referrer, as REST's referencedby does.
+	referencing, err := registry.ListReferencingSchemas(callCtx(t), &lockgatev1.ListReferencingSchemasRequest{Subject: addressSubject, Version: 1})
+	if err != nil || !slices.Equal(referencing.GetSchemaIds(), []int32{referrer.GetSchemaId()}) {
+		t.Fatalf("ListReferencingSchemas(%s, 1): %v, %v; want [%d]", addressSubject, referencing, err, referrer.GetSchemaId())
+	}
+	var referencedBy []int32
+	if code := rest(t, "GET", "/subjects/"+addressSubject+"/versions/1/referencedby", nil, &referencedBy); code != 200 ||
+		!slices.Equal(referencedBy, referencing.GetSchemaIds()) {
+		t.Fatalf("REST referencedby: %d %v, gRPC says %v", code, referencedBy, referencing.GetSchemaIds())
+	}
+	_, err = registry.ListReferencingSchemas(callCtx(t), &lockgatev1.ListReferencingSchemasRequest{Subject: addressSubject, Version: 9})
+	if lerr := asLockgateError(t, err); lerr.Code != codes.NotFound || lerr.Metadata["confluent_error_code"] != "40402" {
+		t.Fatalf("ListReferencingSchemas of a missing version: %v, want NOT_FOUND 40402", err)
+	}
+
+	// ListSchemas by prefix lists both versions, by subject then version, as REST's /schemas.
+	listed, err := registry.ListSchemas(callCtx(t), &lockgatev1.ListSchemasRequest{SubjectPrefix: prefix})
+	if err != nil || len(listed.GetVersions()) != 2 {
+		t.Fatalf("ListSchemas(%q): %v, %v; want 2 versions", prefix, listed, err)
+	}
+	first, second := listed.GetVersions()[0], listed.GetVersions()[1]
+	if first.GetSubject() != addressSubject || first.GetSchemaId() != address.GetSchemaId() ||
+		second.GetSubject() != customerSubject || second.GetSchemaId() != referrer.GetSchemaId() ||
+		len(second.GetReferences()) != 1 || second.GetReferences()[0].GetSubject() != addressSubject ||
+		second.GetReferences()[0].GetName() != "Address" || second.GetReferences()[0].GetVersion() != 1 {
+		t.Fatalf("ListSchemas(%q): %v", prefix, listed.GetVersions())
+	}
+	var schemas []struct {
+		Subject string `json:"subject"`
+		Version int32  `json:"version"`
+		ID      int32  `json:"id"`
+		Schema  string `json:"schema"`
+	}
+	if code := rest(t, "GET", "/schemas?subjectPrefix="+prefix, nil, &schemas); code != 200 || len(schemas) != len(listed.GetVersions()) {
+		t.Fatalf("REST GET /schemas?subjectPrefix=%s: %d %+v, gRPC lists %v", prefix, code, schemas, listed.GetVersions())
+	}
+	for i, version := range listed.GetVersions() {
+		if got := schemas[i]; got.Subject != version.GetSubject() || got.Version != version.GetVersion() ||
+			got.ID != version.GetSchemaId() || got.Schema != version.GetSchema() {
+			t.Fatalf("REST /schemas[%d] = %+v, gRPC ListSchemas has %v", i, got, version)
+		}
+	}
+
+	// UpdateMode READONLY on one subject: REST sees it and a registration there is refused.
+	readonly := lockgatev1.Mode_MODE_READONLY
+	updated, err := registry.UpdateMode(callCtx(t), &lockgatev1.UpdateModeRequest{Subject: addressSubject, Mode: readonly})
+	if err != nil || updated.GetMode() != readonly {
+		t.Fatalf("UpdateMode %s READONLY: %v, %v", addressSubject, updated, err)
+	}
+	var mode struct {
+		Mode string `json:"mode"`
+	}
+	if code := rest(t, "GET", "/mode/"+addressSubject, nil, &mode); code != 200 || mode.Mode != "READONLY" {
+		t.Fatalf("REST GET /mode/%s after UpdateMode READONLY: %d %+v", addressSubject, code, mode)
+	}
+	got, err := registry.GetMode(callCtx(t), &lockgatev1.GetModeRequest{Subject: addressSubject})
+	if err != nil || got.GetMode() != readonly {
+		t.Fatalf("GetMode %s: %v, %v; want READONLY", addressSubject, got, err)
+	}
+	const addressV2 = `{"type":"record","name":"Address","fields":[{"name":"street","type":"string"},{"name":"city","type":"string","default":""}]}`
+	_, err = registry.RegisterSchema(callCtx(t), &lockgatev1.RegisterSchemaRequest{Subject: addressSubject, Schema: addressV2, SchemaType: avro})
+	if lerr := asLockgateError(t, err); lerr.Code != codes.FailedPrecondition || lerr.Metadata["confluent_error_code"] != "42205" {
+		t.Fatalf("RegisterSchema on a READONLY subject: %v, want FAILED_PRECONDITION 42205", err)
+	}
+	var live []int32
+	if code := rest(t, "GET", "/subjects/"+addressSubject+"/versions", nil, &live); code != 200 || !slices.Equal(live, []int32{1}) {
+		t.Fatalf("REST versions of the READONLY subject after a refused registration: %d %v, want [1]", code, live)
+	}
+
+	// DeleteMode: the subject has no mode of its own again and falls back to READWRITE.
+	deleted, err := registry.DeleteMode(callCtx(t), &lockgatev1.DeleteModeRequest{Subject: addressSubject})
+	if err != nil || deleted.GetPreviousMode() != readonly {
+		t.Fatalf("DeleteMode %s: %v, %v; want previous READONLY", addressSubject, deleted, err)
+	}
+	mode.Mode = ""
+	if code := rest(t, "GET", "/mode/"+addressSubject+"?defaultToGlobal=true", nil, &mode); code != 200 || mode.Mode != "READWRITE" {
+		t.Fatalf("REST GET /mode/%s?defaultToGlobal=true after DeleteMode: %d %+v, want READWRITE", addressSubject, code, mode)
+	}
+	if code := rest(t, "GET", "/mode/"+addressSubject, nil, nil); code != http.StatusNotFound {
+		t.Fatalf("REST GET /mode/%s after DeleteMode: HTTP %d, want 404", addressSubject, code)
+	}
+	_, err = registry.GetMode(callCtx(t), &lockgatev1.GetModeRequest{Subject: addressSubject})
+	if lerr := asLockgateError(t, err); lerr.Code != codes.NotFound || lerr.Metadata["confluent_error_code"] != "40409" {
+		t.Fatalf("GetMode of a subject without a mode of its own: %v, want NOT_FOUND 40409", err)
+	}
+	global, err := registry.GetMode(callCtx(t), &lockgatev1.GetModeRequest{Subject: addressSubject, DefaultToGlobal: true})
+	if err != nil || global.GetMode() != lockgatev1.Mode_MODE_READWRITE {
+		t.Fatalf("GetMode %s default_to_global: %v, %v; want READWRITE", addressSubject, global, err)
+	}
+	again, err := registry.RegisterSchema(callCtx(t), &lockgatev1.RegisterSchemaRequest{Subject: addressSubject, Schema: addressV2, SchemaType: avro})
+	if err != nil || again.GetVersion() != 2 {
+		t.Fatalf("RegisterSchema after DeleteMode: %v, %v; want version 2", again, err)
+	}
 }
