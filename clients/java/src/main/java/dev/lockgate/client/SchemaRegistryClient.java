@@ -117,4 +117,40 @@ public final class SchemaRegistryClient {
   public DeleteSubjectVersionResponse deleteSubjectVersion(DeleteSubjectVersionRequest request) {
     return calls.unary(request, SchemaRegistryServiceBlockingStub::deleteSubjectVersion);
   }
+
+  /**
+   * ListReferencingSchemas lists the ids of the schemas that reference a version of a subject
+   * (REST: /subjects/{subject}/versions/{version}/referencedby); while any does, the version cannot
+   * be deleted.
+   */
+  public ListReferencingSchemasResponse listReferencingSchemas(
+      ListReferencingSchemasRequest request) {
+    return calls.unary(request, SchemaRegistryServiceBlockingStub::listReferencingSchemas);
+  }
+
+  /**
+   * ListSchemas lists the versions of every subject whose name starts with a prefix, by subject
+   * then version (REST: GET /schemas).
+   */
+  public ListSchemasResponse listSchemas(ListSchemasRequest request) {
+    return calls.unary(request, SchemaRegistryServiceBlockingStub::listSchemas);
+  }
+
+  /** GetMode returns the mode of a subject or the global one. */
+  public GetModeResponse getMode(GetModeRequest request) {
+    return calls.unary(request, SchemaRegistryServiceBlockingStub::getMode);
+  }
+
+  /** UpdateMode sets the mode of a subject or the global one. */
+  public UpdateModeResponse updateMode(UpdateModeRequest request) {
+    return calls.unary(request, SchemaRegistryServiceBlockingStub::updateMode);
+  }
+
+  /**
+   * DeleteMode removes a subject's own mode (it falls back to the global one) or resets the global
+   * mode to READWRITE.
+   */
+  public DeleteModeResponse deleteMode(DeleteModeRequest request) {
+    return calls.unary(request, SchemaRegistryServiceBlockingStub::deleteMode);
+  }
 }

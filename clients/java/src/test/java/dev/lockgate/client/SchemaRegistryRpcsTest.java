@@ -14,20 +14,27 @@ import dev.lockgate.v1.CheckCompatibilityRequest;
 import dev.lockgate.v1.CheckCompatibilityResponse;
 import dev.lockgate.v1.CompatibilityLevel;
 import dev.lockgate.v1.DeleteCompatibilityConfigRequest;
+import dev.lockgate.v1.DeleteModeRequest;
 import dev.lockgate.v1.DeleteSubjectRequest;
 import dev.lockgate.v1.DeleteSubjectVersionRequest;
 import dev.lockgate.v1.GetCompatibilityConfigRequest;
+import dev.lockgate.v1.GetModeRequest;
 import dev.lockgate.v1.GetSchemaRequest;
 import dev.lockgate.v1.GetSubjectVersionRequest;
+import dev.lockgate.v1.ListReferencingSchemasRequest;
 import dev.lockgate.v1.ListSchemaVersionsRequest;
+import dev.lockgate.v1.ListSchemasRequest;
 import dev.lockgate.v1.ListSubjectVersionsRequest;
 import dev.lockgate.v1.ListSubjectsRequest;
 import dev.lockgate.v1.LookupSchemaRequest;
+import dev.lockgate.v1.Mode;
 import dev.lockgate.v1.RegisterSchemaRequest;
 import dev.lockgate.v1.RegisterSchemaResponse;
+import dev.lockgate.v1.SchemaReference;
 import dev.lockgate.v1.SubjectVersion;
 import dev.lockgate.v1.SubjectVersionRef;
 import dev.lockgate.v1.UpdateCompatibilityConfigRequest;
+import dev.lockgate.v1.UpdateModeRequest;
 import io.grpc.Status;
 import java.util.List;
 import java.util.UUID;
@@ -51,6 +58,17 @@ class SchemaRegistryRpcsTest {
   /** id turned into a string: neither BACKWARD nor FORWARD compatible with V1 or V2. */
   static final String INCOMPATIBLE =
       "{\"type\":\"record\",\"name\":\"User\",\"fields\":[{\"name\":\"id\",\"type\":\"string\"}]}";
+
+  /** A named type other subjects' schemas take through a schema reference. */
+  static final String ADDRESS =
+      "{\"type\":\"record\",\"name\":\"Address\",\"fields\":"
+          + "[{\"name\":\"street\",\"type\":\"string\"}]}";
+
+  /** Uses {@link #ADDRESS} by name: valid only with a reference to a version holding it. */
+  static final String CUSTOMER =
+      "{\"type\":\"record\",\"name\":\"Customer\",\"fields\":"
+          + "[{\"name\":\"id\",\"type\":\"long\"},"
+          + "{\"name\":\"address\",\"type\":\"Address\"}]}";
 
   private static RegistryRest rest;
   private static LockgateClient lockgate;
@@ -237,5 +255,146 @@ class SchemaRegistryRpcsTest {
     registry.deleteSubject(
         DeleteSubjectRequest.newBuilder().setSubject(subject).setPermanent(true).build());
     assertFalse(subjects("?deleted=true").contains(subject), "permanently deleted");
+  }
+
+  static List<Integer> ints(JsonElement array) {
+    return array.getAsJsonArray().asList().stream().map(JsonElement::getAsInt).toList();
+  }
+
+  static String confluentCode(LockgateException error) {
+    return error.errorInfo().orElseThrow().getMetadataOrDefault("confluent_error_code", "");
+  }
+
+  @Test
+  void referencesListingsAndModesAgreeWithTheRestApi() {
+    String prefix = "java-" + UUID.randomUUID().toString().substring(0, 8) + "-";
+    String address = prefix + "address";
+    String customer = prefix + "customer";
+
+    RegisterSchemaResponse addressV1 =
+        registry.registerSchema(
+            RegisterSchemaRequest.newBuilder().setSubject(address).setSchema(ADDRESS).build());
+    SchemaReference reference =
+        SchemaReference.newBuilder().setName("Address").setSubject(address).setVersion(1).build();
+    RegisterSchemaResponse customerV1 =
+        registry.registerSchema(
+            RegisterSchemaRequest.newBuilder()
+                .setSubject(customer)
+                .setSchema(CUSTOMER)
+                .addReferences(reference)
+                .build());
+    assertEquals(1, customerV1.getVersion());
+
+    // ListReferencingSchemas: the customer's schema references address v1, as REST says.
+    List<Integer> referencing =
+        registry
+            .listReferencingSchemas(
+                ListReferencingSchemasRequest.newBuilder()
+                    .setSubject(address)
+                    .setVersion(1)
+                    .build())
+            .getSchemaIdsList();
+    assertEquals(List.of(customerV1.getSchemaId()), referencing);
+    assertEquals(referencing, ints(get("/subjects/" + address + "/versions/1/referencedby")));
+
+    // ListSchemas: both subjects' versions under the prefix, by subject, as GET /schemas.
+    List<SubjectVersion> listed =
+        registry
+            .listSchemas(ListSchemasRequest.newBuilder().setSubjectPrefix(prefix).build())
+            .getVersionsList();
+    List<String> grpcListed =
+        listed.stream()
+            .map(v -> v.getSubject() + "/" + v.getVersion() + "/" + v.getSchemaId())
+            .toList();
+    assertEquals(
+        List.of(
+            address + "/1/" + addressV1.getSchemaId(), customer + "/1/" + customerV1.getSchemaId()),
+        grpcListed);
+    assertEquals(List.of(reference), listed.get(1).getReferencesList());
+    List<String> restListed =
+        get("/schemas?subjectPrefix=" + prefix).getAsJsonArray().asList().stream()
+            .map(JsonElement::getAsJsonObject)
+            .map(
+                v ->
+                    v.get("subject").getAsString()
+                        + "/"
+                        + v.get("version").getAsInt()
+                        + "/"
+                        + v.get("id").getAsInt())
+            .toList();
+    assertEquals(grpcListed, restListed);
+
+    // UpdateMode READONLY: REST reads it, GetMode too, and registrations are refused (42205).
+    assertEquals(
+        Mode.MODE_READONLY,
+        registry
+            .updateMode(
+                UpdateModeRequest.newBuilder()
+                    .setSubject(address)
+                    .setMode(Mode.MODE_READONLY)
+                    .build())
+            .getMode());
+    assertEquals("READONLY", get("/mode/" + address).getAsJsonObject().get("mode").getAsString());
+    assertEquals(
+        Mode.MODE_READONLY,
+        registry.getMode(GetModeRequest.newBuilder().setSubject(address).build()).getMode());
+    String addressV2 =
+        ADDRESS.replace(
+            "]}", ",{\"name\":\"city\",\"type\":\"string\",\"default\":\"\"}]}");
+    RegisterSchemaRequest registerV2 =
+        RegisterSchemaRequest.newBuilder().setSubject(address).setSchema(addressV2).build();
+    LockgateException readOnly =
+        assertThrows(LockgateException.class, () -> registry.registerSchema(registerV2));
+    assertEquals(Status.Code.FAILED_PRECONDITION, readOnly.getStatus().getCode());
+    assertEquals("42205", confluentCode(readOnly));
+    RegistryRest.Answer restRegister =
+        rest.call("POST", "/subjects/" + address + "/versions", schemaBody(addressV2));
+    assertEquals(422, restRegister.status(), restRegister::body);
+    assertEquals(
+        42205,
+        restRegister.json().getAsJsonObject().get("error_code").getAsInt(),
+        restRegister::body);
+    assertEquals(List.of(1), versions(address));
+
+    // DeleteMode: the subject falls back to the global READWRITE and takes registrations again.
+    assertEquals(
+        Mode.MODE_READONLY,
+        registry
+            .deleteMode(DeleteModeRequest.newBuilder().setSubject(address).build())
+            .getPreviousMode());
+    RegistryRest.Answer ownMode = rest.call("GET", "/mode/" + address, null);
+    assertEquals(404, ownMode.status(), ownMode::body);
+    assertEquals(40409, ownMode.json().getAsJsonObject().get("error_code").getAsInt());
+    assertEquals(
+        "READWRITE",
+        get("/mode/" + address + "?defaultToGlobal=true")
+            .getAsJsonObject()
+            .get("mode")
+            .getAsString());
+    LockgateException noOwnMode =
+        assertThrows(
+            LockgateException.class,
+            () -> registry.getMode(GetModeRequest.newBuilder().setSubject(address).build()));
+    assertEquals(Status.Code.NOT_FOUND, noOwnMode.getStatus().getCode());
+    assertEquals("40409", confluentCode(noOwnMode));
+    assertEquals(2, registry.registerSchema(registerV2).getVersion());
+
+    // Clean up: the referrer first (permanently), then nothing references address v1.
+    registry.deleteSubject(DeleteSubjectRequest.newBuilder().setSubject(customer).build());
+    registry.deleteSubject(
+        DeleteSubjectRequest.newBuilder().setSubject(customer).setPermanent(true).build());
+    assertEquals(
+        List.of(),
+        registry
+            .listReferencingSchemas(
+                ListReferencingSchemasRequest.newBuilder()
+                    .setSubject(address)
+                    .setVersion(1)
+                    .build())
+            .getSchemaIdsList());
+    assertEquals(List.of(), ints(get("/subjects/" + address + "/versions/1/referencedby")));
+    registry.deleteSubject(DeleteSubjectRequest.newBuilder().setSubject(address).build());
+    registry.deleteSubject(
+        DeleteSubjectRequest.newBuilder().setSubject(address).setPermanent(true).build());
   }
 }
