@@ -47,7 +47,10 @@ def test_a_commit_still_failing_past_half_the_transaction_timeout_is_logged(
     store = open_stores()
     leader = Herder(
         store=store,
-        settings=CoordinatorSettings(coordinator_id=CoordinatorId("c1"), advertise="c1:1"),
+        # Nothing renews the lease in these tests: long enough for a loaded machine.
+        settings=CoordinatorSettings(
+            coordinator_id=CoordinatorId("c1"), advertise="c1:1", lease_ms=60_000
+        ),
         topics=FixedTopics(),  # type: ignore[arg-type]
         executor_client=UnreachableExecutors(),
     )
@@ -95,7 +98,10 @@ def test_history_stays_bounded_as_checkpoints_commit(
     leader = Herder(
         store=store,
         settings=CoordinatorSettings(
-            coordinator_id=CoordinatorId("c1"), advertise="c1:1", checkpoint_history=5
+            coordinator_id=CoordinatorId("c1"),
+            advertise="c1:1",
+            checkpoint_history=5,
+            lease_ms=60_000,  # nothing renews it here: long enough for a loaded machine
         ),
         topics=FixedTopics(),  # type: ignore[arg-type]
         executor_client=AnsweringExecutors(),

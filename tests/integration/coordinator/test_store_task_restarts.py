@@ -48,7 +48,9 @@ def test_restart_task_gives_one_task_a_new_generation_and_clears_its_error(
     fence = lead(store)
     tasks, generation = _failed_task(store, fence, "restart-one")
     other = store.pipelines.get_task(task_id=tasks[1])
-    restarted = store.pipelines.restart_task(fence=fence, task_id=tasks[0])
+    changed = store.pipelines.restart_task(fence=fence, task_id=tasks[0])
+    (restarted,) = changed.tasks
+    assert changed.aborted == (), "no checkpoint was in flight"
     assert (restarted.generation, restarted.state, restarted.last_error) == (
         generation + 1,
         TaskState.RESTARTING,
