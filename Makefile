@@ -45,7 +45,7 @@ test-e2e: install ## Only the end-to-end tier (tests/integration/e2e): the whole
 demo: install ## Bring the local cluster up and run the demo against it
 	@bash deploy/scripts/demo.sh
 
-cluster-up: install ## Start the local cluster (Kafka broker on 127.0.0.1:9092, the services)
+cluster-up: install ## Start the local cluster (Kafka broker on 127.0.0.1:9092, the services; LOCKGATE_DB=postgres: on PostgreSQL)
 	$(PY) -m lockgate.localcluster.cluster up
 
 cluster-status: ## One line per local-cluster process: name, pid, address, up/down

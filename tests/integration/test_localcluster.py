@@ -10,10 +10,12 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import grpc
 import httpx
+import psycopg
 import pytest
 
 from lockgate.localcluster.cluster import (
@@ -30,6 +33,11 @@ from lockgate.localcluster.cluster import (
     schema_registry_spec,
 )
 from lockgate.localcluster.commands import registry_command
+from lockgate.localcluster.databases import (
+    COORDINATOR_DATABASE,
+    POSTGRES,
+    REGISTRY_DATABASE,
+)
 from lockgate.localcluster.kafka import is_broker_ready
 from lockgate.localcluster.ports import free_port
 from lockgate.localcluster.process import (
@@ -88,6 +96,8 @@ def _cluster(
         "LOCKGATE_HOME",
         "LOCKGATE_SCHEMA_REGISTRY_GRPC_PORT",
         "LOCKGATE_SCHEMA_REGISTRY_HTTP_PORT",
+        "LOCKGATE_DB",
+        "LOCKGATE_POSTGRES_PORT",
     ):
         env.pop(name, None)
     # Most of these tests are about the broker and the registry; the coordinators and
@@ -199,6 +209,92 @@ def test_cluster_up_with_services_status_down_leaves_nothing_running(tmp_path: P
             assert port_holder(port) is None, f"port {port} still held"
     finally:
         _cluster(home, ports, "down", services=services)
+
+
+@contextlib.contextmanager
+def _traversable_home() -> Iterator[Path]:
+    """A cluster home PostgreSQL's unprivileged user can enter when the tests run as root
+    (pytest's tmp_path is private to root), removed afterwards."""
+    home = Path(tempfile.mkdtemp(prefix="lockgate-home-"))
+    home.chmod(0o755)
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _sql(port: int, database: str, query: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(f"host=127.0.0.1 port={port} user=postgres dbname={database}") as conn:
+        return list(conn.execute(query).fetchall())
+
+
+def _leader(port: int) -> tuple[str, int] | None:
+    """The lease holder and leader epoch in the coordinators' PostgreSQL database."""
+    rows = _sql(port, COORDINATOR_DATABASE, "SELECT holder, leader_epoch FROM leader_lease")
+    return (str(rows[0][0]), int(str(rows[0][1]))) if rows and rows[0][0] else None
+
+
+def test_cluster_on_postgres_elects_a_leader_there_and_keeps_the_registry_there() -> None:
+    """`LOCKGATE_DB=postgres make cluster-up`: a PostgreSQL server starts before the registry,
+    the coordinators elect a leader in its `lockgate_coordinator` database and the registry
+    keeps schemas in `lockgate_schema_registry` (no SQLite file in the home); `down` stops the
+    server cleanly and frees its port, and a second `up` finds the schemas and the lease."""
+    ports = _Ports.free()
+    pg_port = free_port()
+    services = {
+        "LOCKGATE_DB": "postgres",
+        "LOCKGATE_POSTGRES_PORT": str(pg_port),
+        "LOCKGATE_COORDINATOR_PORTS": ",".join(str(free_port()) for _ in range(3)),
+        # No executor: this is about the state databases, not Spark.
+        "LOCKGATE_EXECUTOR_PORTS": "none",
+    }
+    names = ["kafka", POSTGRES, SCHEMA_REGISTRY, "coordinator-c1", "coordinator-c2"]
+    names.append("coordinator-c3")
+    with _traversable_home() as home:
+        try:
+            up = _cluster(home, ports, "up", services=services)
+            assert up.returncode == 0, up.stdout + up.stderr
+            started = [line.split(":")[0] for line in up.stdout.splitlines() if ": up (pid" in line]
+            assert started == names, up.stdout
+            holder, epoch = wait_for(
+                "a leader in the coordinators' PostgreSQL database",
+                lambda: _leader(pg_port),
+                timeout_s=30,
+            )
+            assert holder in {"c1", "c2", "c3"} and epoch >= 1
+
+            rest = f"http://{ports.registry_http_address}"
+            created = httpx.post(f"{rest}/subjects/pg-value/versions", json={"schema": SCHEMA})
+            assert created.status_code == 200, created.text
+            schema_id = created.json()["id"]
+            stored = _sql(pg_port, REGISTRY_DATABASE, "SELECT count(*) FROM sr_schemas")
+            assert stored == [(1,)]
+            assert not (home / "coordinator.db").exists()
+            assert not (home / "schema-registry.db").exists()
+
+            status = _cluster(home, ports, "status", services=services)
+            listed = {line.split()[0]: line.split()[1:] for line in status.stdout.splitlines()}
+            assert listed[POSTGRES][1:] == [f"127.0.0.1:{pg_port}", "up"], status.stdout
+
+            down = _cluster(home, ports, "down", services=services)
+            assert down.returncode == 0, down.stderr
+            assert f"{POSTGRES}: stopped pid" in down.stdout, down.stdout
+            assert port_holder(pg_port) is None
+            # SIGINT, PostgreSQL's fast shutdown: a clean stop, no crash recovery next time.
+            log = (home / "log" / f"{POSTGRES}.log").read_text()
+            assert "database system is shut down" in log
+
+            again = _cluster(home, ports, "up", services=services)
+            assert again.returncode == 0, again.stdout + again.stderr
+            kept = httpx.get(f"{rest}/schemas/ids/{schema_id}")
+            assert kept.status_code == 200, kept.text
+            wait_for(
+                "a new leader epoch after the restart",
+                lambda: (_leader(pg_port) or ("", 0))[1] > epoch,
+                timeout_s=30,
+            )
+        finally:
+            _cluster(home, ports, "down", services=services)
 
 
 def test_cluster_up_status_down(tmp_path: Path) -> None:

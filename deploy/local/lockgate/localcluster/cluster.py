@@ -11,10 +11,11 @@ Settings: ``--home`` (else ``$LOCKGATE_HOME``, else ``<repo>/.lockgate``), ``--k
 ``$LOCKGATE_SCHEMA_REGISTRY_GRPC_PORT``, else 7090), ``--registry-http-port`` (else
 ``$LOCKGATE_SCHEMA_REGISTRY_HTTP_PORT``, else 8081).
 
-Processes: ``kafka`` (the broker), then ``schema-registry`` (``python -m
-lockgate.schema_registry`` on a SQLite file in the home, one worker process per core sharing
-its two ports; stopping its pid stops the workers too), the services (``services.py``), and
-with ``LOCKGATE_PROMETHEUS=1`` a Prometheus server scraping them (``prometheus.py``).
+Processes: ``kafka`` (the broker), with ``LOCKGATE_DB=postgres`` a PostgreSQL server
+(``databases.py``), then ``schema-registry`` (``python -m lockgate.schema_registry`` on a
+SQLite file in the home or its PostgreSQL database, one worker process per core sharing its
+two ports; stopping its pid stops the workers too), the services (``services.py``), and with
+``LOCKGATE_PROMETHEUS=1`` a Prometheus server scraping them (``prometheus.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockgate.localcluster.commands import registry_command
+from lockgate.localcluster.databases import DatabaseKind, LocalDatabases, postgres_spec
 from lockgate.localcluster.kafka import KafkaBrokerConfig, KafkaSetupError, broker_spec
 from lockgate.localcluster.process import (
     ProcessError,
@@ -72,6 +74,13 @@ class ClusterSettings:
     registry_processes: int | None = None
     #: Prometheus port of the registry's first worker (worker i: + i); None: off.
     registry_metrics_port: int | None = None
+    #: SQLite files or PostgreSQL (``$LOCKGATE_DB``); None: SQLite files in the home.
+    databases: LocalDatabases | None = None
+
+    @property
+    def local_databases(self) -> LocalDatabases:
+        """Where the registry and the coordinators keep their state."""
+        return self.databases or LocalDatabases(home=self.home)
 
     @property
     def kafka(self) -> KafkaBrokerConfig:
@@ -90,8 +99,8 @@ class ClusterSettings:
 
     @property
     def registry_db_url(self) -> str:
-        """The schema registry's SQLite database, in the home."""
-        return f"sqlite:///{self.home / 'schema-registry.db'}"
+        """The schema registry's database: a SQLite file in the home, or on PostgreSQL."""
+        return self.local_databases.registry_url
 
 
 def is_registry_ready(http_address: str, *, timeout_s: float = 2.0) -> bool:
@@ -128,9 +137,12 @@ def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
 
 def cluster_processes(settings: ClusterSettings) -> list[ProcessSpec]:
     """The cluster's processes, in start order. Later services are appended here."""
-    services = ServiceSettings.from_env(settings.home)
+    databases = settings.local_databases
+    services = ServiceSettings.from_env(settings.home, db_url=databases.coordinator_url)
     processes = [
         broker_spec(settings.kafka),
+        # LOCKGATE_DB=postgres: the server of the registry's and the coordinators' databases.
+        *([postgres_spec(databases)] if databases.kind is DatabaseKind.POSTGRES else []),
         schema_registry_spec(settings),
         # Coordinators c1..c3 (7070-7072) and executors e1..e2 (7080-7081): services.py.
         *service_processes(services),
@@ -210,8 +222,10 @@ def settings_from_args(args: argparse.Namespace) -> ClusterSettings:
                 " process its own port"
             )
     metrics = os.environ.get(REGISTRY_METRICS_PORT_ENV, "").strip()
+    home = lockgate_home(args.home)
     return ClusterSettings(
-        home=lockgate_home(args.home),
+        home=home,
+        databases=LocalDatabases.from_env(home),
         kafka_port=kafka_port,
         kafka_controller_port=controller_port,
         registry_grpc_port=registry_grpc_port,
@@ -224,7 +238,7 @@ def settings_from_args(args: argparse.Namespace) -> ClusterSettings:
 
 def cluster_up(settings: ClusterSettings) -> int:
     """Start every process that is not already up; on failure stop what this call started."""
-    started: list[str] = []
+    started: list[ProcessSpec] = []
     for spec in cluster_processes(settings):
         status = process_status(home=settings.home, name=spec.name, address=spec.address)
         if status.state is ProcessState.UP:
@@ -235,11 +249,11 @@ def cluster_up(settings: ClusterSettings) -> int:
             running = start_process(spec, home=settings.home)
         except (ProcessError, KafkaSetupError) as exc:
             print(f"error: cannot start {spec.name}: {exc}", file=sys.stderr)
-            for name in reversed(started):
-                stop_process(home=settings.home, name=name)
-                print(f"{name}: stopped again because {spec.name} failed", file=sys.stderr)
+            for earlier in reversed(started):
+                stop_process(home=settings.home, name=earlier.name, stop_signal=earlier.stop_signal)
+                print(f"{earlier.name}: stopped again because {spec.name} failed", file=sys.stderr)
             return 1
-        started.append(spec.name)
+        started.append(spec)
         print(
             f"{spec.name}: up (pid {running.pid}, {running.address}) in "
             f"{time.monotonic() - began:.1f}s; log {running.log_file}"
@@ -259,7 +273,7 @@ def cluster_status(settings: ClusterSettings) -> int:
 def cluster_down(settings: ClusterSettings) -> int:
     """Stop exactly the pids in the pid files, in reverse start order. Harmless twice."""
     for spec in reversed(cluster_processes(settings)):
-        pid = stop_process(home=settings.home, name=spec.name)
+        pid = stop_process(home=settings.home, name=spec.name, stop_signal=spec.stop_signal)
         if pid is None:
             print(f"{spec.name}: not running")
         else:

@@ -13,6 +13,7 @@ and the cluster directory is owned by that user.
 
 from __future__ import annotations
 
+import argparse
 import glob
 import os
 import pwd
@@ -20,12 +21,15 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import NoReturn
 
 import psycopg
 from psycopg import sql
@@ -329,15 +333,42 @@ class PostgresCluster:
             f"{self.log_path}:\n{self._log_tail()}"
         )
 
-    def start(self) -> PostgresCluster:
-        """Initialise (if needed) and start the server; return once it accepts connections."""
-        if self._process is not None:
-            return self
+    def prepare(self) -> None:
+        """Find the binaries, create the directory and run ``initdb`` unless it ran before.
+
+        Idempotent. :meth:`start` calls it; so does ``python -m lockgate.localcluster.postgres``
+        before :meth:`exec_server`.
+        """
         self._bindir = find_postgres_bindir()
         self._run_as = _run_as()
         self._prepare_dir()
         try:
             self._initdb()
+        except BaseException:
+            self._cleanup_dir()
+            raise
+
+    def exec_server(self) -> NoReturn:
+        """Replace this process by the server, as the unprivileged user when root.
+
+        For the local cluster, whose supervisor (``process.py``) keeps the pid: the pid stays
+        the same through ``exec``. Needs :meth:`prepare` first and the ``port`` given.
+        """
+        if self._bindir is None or self._requested_port is None:
+            raise PostgresError("exec_server needs prepare() first and a port given")
+        self.port = self._requested_port
+        argv = self._server_args()
+        if self._run_as.uid is not None:
+            self._preexec()
+        os.chdir(self.base_dir)
+        os.execve(argv[0], argv, {**os.environ, "LC_ALL": "C", "LANG": "C"})
+
+    def start(self) -> PostgresCluster:
+        """Initialise (if needed) and start the server; return once it accepts connections."""
+        if self._process is not None:
+            return self
+        self.prepare()
+        try:
             # A free port can be taken between probing and binding: retry on a new one.
             attempts = 1 if self._requested_port else 5
             for attempt in range(attempts):
@@ -440,10 +471,37 @@ class PostgresCluster:
             )
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m lockgate.localcluster.postgres --base-dir DIR --port PORT``.
+
+    Initialises ``DIR`` unless it was before, then becomes the server on ``127.0.0.1:PORT``
+    (durable: fsync on, since the local cluster keeps its data across restarts). The local
+    cluster runs it as the ``postgres`` process; it exits 1 with the reason when it cannot.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m lockgate.localcluster.postgres",
+        description="Run a PostgreSQL server on 127.0.0.1 with its data under --base-dir.",
+    )
+    parser.add_argument("--base-dir", type=Path, required=True, help="data, socket, log")
+    parser.add_argument("--port", type=int, required=True, help="TCP port on 127.0.0.1")
+    args = parser.parse_args(argv)
+    server = PostgresCluster(base_dir=args.base_dir, port=args.port, durable=True)
+    try:
+        server.prepare()
+        server.exec_server()
+    except (PostgresError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    return 1
+
+
 __all__ = [
     "PostgresCluster",
     "PostgresError",
     "check_database_name",
     "find_postgres_bindir",
+    "main",
     "unique_database_name",
 ]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -99,6 +99,7 @@ class ProcessSpec:
     ``ready`` is polled until it returns True (or the deadline passes); ``prepare`` runs
     once before the process starts (e.g. formatting Kafka's storage) and must be idempotent.
     ``ports`` are checked to be free before starting so a clash names its holder.
+    ``stop_signal`` asks it to stop (SIGKILL follows after the grace period).
     """
 
     name: str
@@ -111,6 +112,9 @@ class ProcessSpec:
     ready_timeout_s: float = 60.0
     stop_grace_s: float = 20.0
     prepare: Callable[[], None] | None = None
+    #: PostgreSQL's postmaster takes SIGINT ("fast": roll back, checkpoint, exit); its
+    #: SIGTERM waits for every client to leave.
+    stop_signal: signal.Signals = signal.SIGTERM
 
 
 @dataclass(frozen=True)
@@ -347,14 +351,16 @@ def start_process(spec: ProcessSpec, *, home: Path) -> RunningProcess:
             abort_if=died,
         )
     except (TimeoutError, ProcessStartError) as exc:
-        stop_pid(record, grace_s=spec.stop_grace_s)
+        stop_pid(record, grace_s=spec.stop_grace_s, stop_signal=spec.stop_signal)
         pid_file.unlink(missing_ok=True)
         raise ProcessStartError(f"{exc}\nlast lines of {log_file}:\n{tail(log_file)}") from exc
     return running
 
 
-def stop_pid(record: PidRecord, *, grace_s: float = 20.0) -> bool:
-    """Stop exactly the process in ``record``: SIGTERM, then SIGKILL after ``grace_s``.
+def stop_pid(
+    record: PidRecord, *, grace_s: float = 20.0, stop_signal: signal.Signals = signal.SIGTERM
+) -> bool:
+    """Stop exactly the process in ``record``: ``stop_signal``, then SIGKILL after ``grace_s``.
 
     Returns True if a live process was stopped, False if it was not running (a recycled
     pid with another start time counts as not running and is left alone). Waits until the
@@ -363,12 +369,12 @@ def stop_pid(record: PidRecord, *, grace_s: float = 20.0) -> bool:
     if not is_alive(record):
         return False
     with contextlib.suppress(ProcessLookupError):
-        os.kill(record.pid, signal.SIGTERM)
+        os.kill(record.pid, stop_signal)
     try:
         wait_until(
             lambda: not is_alive(record),
             timeout_s=grace_s,
-            description=f"pid {record.pid} exit after SIGTERM",
+            description=f"pid {record.pid} exit after {stop_signal.name}",
         )
     except TimeoutError:
         if is_alive(record):
@@ -382,8 +388,15 @@ def stop_pid(record: PidRecord, *, grace_s: float = 20.0) -> bool:
     return True
 
 
-def stop_process(*, home: Path, name: str, grace_s: float = 20.0) -> int | None:
-    """Stop the process recorded in ``name``'s pid file and remove the file.
+def stop_process(
+    *,
+    home: Path,
+    name: str,
+    grace_s: float = 20.0,
+    stop_signal: signal.Signals = signal.SIGTERM,
+) -> int | None:
+    """Stop the process recorded in ``name``'s pid file (``stop_signal``, then SIGKILL after
+    ``grace_s``) and remove the file.
 
     Returns the pid stopped, or None if nothing of that name was running. Harmless to call
     again.
@@ -392,7 +405,7 @@ def stop_process(*, home: Path, name: str, grace_s: float = 20.0) -> int | None:
     if record is None:
         pid_path(home, name).unlink(missing_ok=True)
         return None
-    stopped = stop_pid(record, grace_s=grace_s)
+    stopped = stop_pid(record, grace_s=grace_s, stop_signal=stop_signal)
     pid_path(home, name).unlink(missing_ok=True)
     return record.pid if stopped else None
 

@@ -2,7 +2,8 @@
 
 ``cluster.py`` appends :func:`service_processes` to its list (after the broker and the
 schema registry), so ``make cluster-up`` starts three coordinator replicas c1..c3 sharing
-one SQLite file in the home (ports 7070-7072) and two executors e1..e2 (ports 7080-7081).
+one database (``databases.py``: a SQLite file in the home, or PostgreSQL; ports 7070-7072)
+and two executors e1..e2 (ports 7080-7081).
 The end-to-end tests build the same specs on free ports with :func:`coordinator_spec` and
 :func:`executor_spec`, so the tests run what users run; the command lines themselves are
 spelled in :mod:`lockgate.localcluster.commands`.
@@ -31,6 +32,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lockgate.localcluster.commands import coordinator_command, executor_command
+from lockgate.localcluster.databases import LocalDatabases
 from lockgate.localcluster.ports import LOOPBACK
 from lockgate.localcluster.process import ProcessSpec
 from lockgate.v1 import executor_pb2, executor_pb2_grpc
@@ -191,12 +193,15 @@ class ServiceSettings:
     spark_master: str = DEFAULT_SPARK_MASTER
     lease_ms: int = 3000
     executor_env: Mapping[str, str] = field(default_factory=dict)
+    #: The coordinators' state database; None: ``coordinator.db`` (SQLite) in the home.
+    db_url: str | None = None
 
     @classmethod
-    def from_env(cls, home: Path) -> ServiceSettings:
+    def from_env(cls, home: Path, *, db_url: str | None = None) -> ServiceSettings:
         """Settings from the ``LOCKGATE_*`` variables above; SystemExit names a bad one."""
         return cls(
             home=home,
+            db_url=db_url,
             coordinator_ports=_ports_from_env(COORDINATOR_PORTS_ENV, COORDINATOR_PORTS),
             executor_ports=_ports_from_env(EXECUTOR_PORTS_ENV, EXECUTOR_PORTS),
             coordinator_metrics_ports=_ports_from_env(
@@ -210,8 +215,8 @@ class ServiceSettings:
 
     @property
     def coordinator_db_url(self) -> str:
-        """The coordinators' shared SQLite file, in the home."""
-        return f"sqlite:///{self.home / 'coordinator.db'}"
+        """The coordinators' shared database: ``db_url``, else a SQLite file in the home."""
+        return self.db_url or LocalDatabases(home=self.home).coordinator_url
 
     @property
     def coordinator_addresses(self) -> tuple[str, ...]:
