@@ -14,7 +14,7 @@ PROMETHEUS_MODULE  := github.com/prometheus/prometheus/cmd/prometheus@v0.316.0
 help: ## List every target with what it does
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-install: ## Set up .venv, the Kafka broker jars (Maven Central) and PostgreSQL's binaries; idempotent
+install: ## Set up .venv, the Kafka broker jars (Maven Central), PostgreSQL's binaries and the manifests' checkers; idempotent
 	@bash deploy/scripts/install.sh
 
 protos: install ## Regenerate the Python stubs (+ .pyi) from protos/lockgate/v1/*.proto
@@ -23,7 +23,7 @@ protos: install ## Regenerate the Python stubs (+ .pyi) from protos/lockgate/v1/
 	  --mypy_out=clients/python --mypy_grpc_out=clients/python $(PROTO_SRC)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash deploy/scripts/clients.sh generate
 
-lint: install ## buf lint (+ buf breaking against main), ruff, mypy --strict, the code's shape
+lint: install ## buf lint (+ buf breaking against main), ruff, mypy --strict, the code's shape, the Dockerfile, compose.yaml and Helm chart
 	@bash deploy/scripts/lint.sh
 
 test: install lint ## What CI runs: install, lint, then every test (unit, integration, fault; the Go, Java, TypeScript clients)

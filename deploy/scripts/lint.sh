@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make lint: the contracts (buf lint, buf breaking against main), ruff, mypy --strict, and the
-# shape of the code (deploy/scripts/check_shape.py: module and function sizes).
+# make lint: the contracts (buf lint, buf breaking against main), ruff, mypy --strict, the
+# shape of the code (deploy/scripts/check_shape.py: module and function sizes), the deployment
+# manifests (deploy/scripts/deploy_tools.sh check) and the generated clients.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=.venv/bin
@@ -20,6 +21,8 @@ echo "== mypy --strict"
   clients/python/lockgate/client deploy/local/lockgate
 echo "== shape: no module over 700 lines, no function over 80"
 "$bin/python" deploy/scripts/check_shape.py
+# The Dockerfile (hadolint), compose.yaml (compose-spec schema), the Helm chart (helm lint, kubeconform).
+bash deploy/scripts/deploy_tools.sh check
 echo "== generated clients match the protos"
 PATH="$PWD/$bin:$PATH" bash deploy/scripts/clients.sh check
 echo "== lint: clean"
