@@ -237,8 +237,9 @@ def _leader(port: int) -> tuple[str, int] | None:
 def test_cluster_on_postgres_elects_a_leader_there_and_keeps_the_registry_there() -> None:
     """`LOCKGATE_DB=postgres make cluster-up`: a PostgreSQL server starts before the registry,
     the coordinators elect a leader in its `lockgate_coordinator` database and the registry
-    keeps schemas in `lockgate_schema_registry` (no SQLite file in the home); `down` stops the
-    server cleanly and frees its port, and a second `up` finds the schemas and the lease."""
+    keeps schemas in `lockgate_schema_registry` (no SQLite file in the home); `down`, even
+    without LOCKGATE_DB, stops the server cleanly and frees its port, and a second `up` finds
+    the schemas and the lease."""
     ports = _Ports.free()
     pg_port = free_port()
     services = {
@@ -276,7 +277,9 @@ def test_cluster_on_postgres_elects_a_leader_there_and_keeps_the_registry_there(
             listed = {line.split()[0]: line.split()[1:] for line in status.stdout.splitlines()}
             assert listed[POSTGRES][1:] == [f"127.0.0.1:{pg_port}", "up"], status.stdout
 
-            down = _cluster(home, ports, "down", services=services)
+            # `down` without LOCKGATE_DB (as `make clean` runs it) still stops the server.
+            sqlite = {k: v for k, v in services.items() if k != "LOCKGATE_DB"}
+            down = _cluster(home, ports, "down", services=sqlite)
             assert down.returncode == 0, down.stderr
             assert f"{POSTGRES}: stopped pid" in down.stdout, down.stdout
             assert port_holder(pg_port) is None

@@ -139,10 +139,16 @@ def cluster_processes(settings: ClusterSettings) -> list[ProcessSpec]:
     """The cluster's processes, in start order. Later services are appended here."""
     databases = settings.local_databases
     services = ServiceSettings.from_env(settings.home, db_url=databases.coordinator_url)
+    postgres = postgres_spec(databases)
+    # LOCKGATE_DB=postgres: the server of the registry's and the coordinators' databases. One
+    # that runs is listed whatever LOCKGATE_DB says, so `down` (and `make clean`) stop it.
+    postgres_wanted = databases.kind is DatabaseKind.POSTGRES or (
+        process_status(home=settings.home, name=postgres.name, address=postgres.address).state
+        is ProcessState.UP
+    )
     processes = [
         broker_spec(settings.kafka),
-        # LOCKGATE_DB=postgres: the server of the registry's and the coordinators' databases.
-        *([postgres_spec(databases)] if databases.kind is DatabaseKind.POSTGRES else []),
+        *([postgres] if postgres_wanted else []),
         schema_registry_spec(settings),
         # Coordinators c1..c3 (7070-7072) and executors e1..e2 (7080-7081): services.py.
         *service_processes(services),

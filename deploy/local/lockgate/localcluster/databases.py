@@ -7,7 +7,8 @@ registry ``schema-registry.db``, both in the home. ``LOCKGATE_DB=postgres`` adds
 data in ``<home>/postgres`` (``python -m lockgate.localcluster.postgres``, the same code that
 starts the tests' throwaway servers). It is ready once it accepts connections and the two
 databases exist, ``lockgate_coordinator`` (the three coordinators) and
-``lockgate_schema_registry`` (the registry), created on its first start.
+``lockgate_schema_registry`` (the registry), created on its first start. While it runs,
+``cluster.py`` lists it whatever ``LOCKGATE_DB`` says, so ``down`` stops it.
 """
 
 from __future__ import annotations
