@@ -96,7 +96,7 @@ def _executor_state(cluster: ServiceCluster, executor_id: str) -> int:
 
 
 def _copied(cluster: ServiceCluster, pipeline: str, source: str, records: int, after: int) -> bool:
-    """Every record copied and committed, by checkpoints up to one past ``after``."""
+    """Every record copied, a checkpoint later than ``after`` committed, none pending."""
     status = cluster.pipeline_status(pipeline)
     return (
         status.last_committed_checkpoint_id > after
