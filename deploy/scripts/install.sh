@@ -99,6 +99,19 @@ else
   note postgresql "server binaries present ($initdb_path)"
 fi
 
+# --- iproute2 and nftables (the partition tests cut traffic inside a network namespace) -------
+if command -v ip >/dev/null 2>&1 && command -v nft >/dev/null 2>&1; then
+  note netns "ip and nft present (partition tests can run as root)"
+elif [ "$(id -u)" -eq 0 ]; then
+  echo "  netns       ip or nft missing: running apt-get install iproute2 nftables"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq iproute2 nftables >/dev/null
+  note netns "installed iproute2 and nftables"
+else
+  note netns "ip or nft missing and not root: the partition tests will skip (apt-get install -y iproute2 nftables)"
+fi
+
 # --- The Go, Java and TypeScript clients' dependencies (Go modules, Maven Central, npm) -------
 PATH="$repo/.venv/bin:$PATH" bash deploy/scripts/clients.sh install
 

@@ -46,6 +46,7 @@ def test_parse_names_and_counts() -> None:
         "mid_commit_handles",
         "after_commit_before_ack",
         "before_init_transactions",
+        "inside_complete_transaction",
     }
 
 

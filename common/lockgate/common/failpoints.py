@@ -32,6 +32,11 @@ The steps (DESIGN.md, the checkpoint protocol):
     A write partition is about to open its transactional producer, whose
     ``init_transactions()`` aborts whatever its id has open. Held there, a batch outlives
     its executor's session, as a paused executor's would (issue 14's late producer).
+``inside_complete_transaction`` (coordinator, in the checkpoint store)
+    The leader's SQL transaction has written checkpoint N COMPLETE (the commit point) and
+    has not committed it yet. Dying there, N stays TRIGGERED and the next leader aborts
+    it; held there, the leader sits in an open transaction with its locks taken, as a
+    leader paused or cut from its database in the middle of a write would.
 
 Holding is for tests only. A held step needs ``LOCKGATE_FAILPOINT_HOLD_DIR``, a
 directory the test and the process share: the armed hit writes ``<name>.held`` there (its
@@ -73,6 +78,7 @@ class Failpoint(enum.Enum):
     MID_COMMIT_HANDLES = "mid_commit_handles"
     AFTER_COMMIT_BEFORE_ACK = "after_commit_before_ack"
     BEFORE_INIT_TRANSACTIONS = "before_init_transactions"
+    INSIDE_COMPLETE_TRANSACTION = "inside_complete_transaction"
 
 
 class FailpointConfigError(ValueError):

@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open_state(db: str | None, *, lease_ms: int) -> SqlStore | int:
+def _open_state(db: str | None, *, lease_ms: int, failpoints: Failpoints) -> SqlStore | int:
     """The migrated store of `--db` (default: the home's SQLite file), its sessions' timeouts
     below `lease_ms`, or the exit code after printing why it cannot be opened."""
     url = db or default_database_url()
@@ -144,7 +144,7 @@ def _open_state(db: str | None, *, lease_ms: int) -> SqlStore | int:
     except sa.exc.ArgumentError:
         shown = "<unparseable URL>"
     try:
-        store = open_store(url, lease_ms=lease_ms)
+        store = open_store(url, lease_ms=lease_ms, failpoints=failpoints)
     except LockgateError as exc:
         print(f"error: --db: {exc.message}", file=sys.stderr)
         return 2
@@ -196,7 +196,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     telemetry = _telemetry(args)  # before _open_state: a bad OTEL_* value must not leave
     if telemetry is None:  # a migrated database
         return 2
-    store = _open_state(args.db, lease_ms=args.lease_ms)
+    failpoints = _failpoints()
+    if failpoints is None:
+        return 2
+    store = _open_state(args.db, lease_ms=args.lease_ms, failpoints=failpoints)
     if isinstance(store, int):
         return store
     advertise = args.advertise or args.listen
@@ -218,10 +221,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         reassign_delay_ms=args.reassign_delay_ms,
         checkpoint_history=args.checkpoint_history,
     )
-    failpoints = _failpoints()
-    if failpoints is None:
-        store.close()
-        return 2
     herder = Herder(
         store=store,
         settings=settings,

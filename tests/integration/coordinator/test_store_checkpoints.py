@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from lockgate.common.errors import FailedPrecondition
+from lockgate.common.failpoints import ArmedFailpoint, Failpoint, Failpoints
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.common.model.offsets import OffsetRange, TopicPartition
@@ -620,3 +621,33 @@ def test_triggers_allot_ids_under_the_pipelines_transactional_id_prefix(
     store.pipelines.apply_assignment(fence=fence, assignment={E1: {t.task_id for t in tasks}})
     n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("q"))
     assert sorted(t.transactional_id for t in n1.tasks) == ["team-a.q-0-g2-0", "team-a.q-1-g2-0"]
+
+
+class _DiedInside(Exception):
+    """Stands for the process exiting at a failpoint (it raises instead of `os._exit`)."""
+
+
+def test_a_leader_dying_inside_the_complete_transaction_leaves_n_triggered(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """`inside_complete_transaction` is reached after COMPLETE is written and before it
+    commits: dying there writes nothing, so the next leader finds N TRIGGERED."""
+
+    def die(message: str) -> None:
+        raise _DiedInside(message)
+
+    armed = (ArmedFailpoint(Failpoint.INSIDE_COMPLETE_TRANSACTION),)
+    store = open_stores(failpoints=Failpoints(armed, exit_process=die))
+    fence = lead(store)
+    t0, t1 = running_pipeline(store, fence)
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
+    # The first pre-commit completes nothing: the failpoint is not reached.
+    assert precommit(store, fence, 1, t0, start=0, end=10) is CheckpointState.TRIGGERED
+    with pytest.raises(_DiedInside, match="checkpoint 1 of pipeline p"):
+        precommit(store, fence, 1, t1, start=0, end=10)
+
+    after = open_stores().checkpoints.get_checkpoint(
+        pipeline_id=PipelineId("p"), checkpoint_id=C(1)
+    )
+    assert after.state is CheckpointState.TRIGGERED
+    assert offsets_table(store) == {}

@@ -6,12 +6,18 @@ Coordinator replicas and executors are started from the same
 directory. Processes are killed with SIGKILL
 by pid (read from their own pid files) and restarted under the same id. The ``lockgate``
 CLI is run as a subprocess, as a user would.
+
+For partition tests a process can run inside a network namespace
+(:mod:`tests.support.netns`): it then listens on the namespace's address, and the others
+listen on (and advertise) ``ServiceCluster.host``, the root side's address of the veth
+pair, which both sides reach.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -27,7 +33,7 @@ import grpc
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from lockgate.localcluster.kafka import ConsumedRecord, read_visible
-from lockgate.localcluster.ports import free_port
+from lockgate.localcluster.ports import LOOPBACK, free_port
 from lockgate.localcluster.process import (
     PortInUseError,
     ProcessSpec,
@@ -41,8 +47,12 @@ from lockgate.localcluster.process import (
 )
 from lockgate.localcluster.services import coordinator_spec, executor_spec
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from tests.support.netns import NetworkNamespace
 from tests.support.processes import failpoint_env
 from tests.support.waits import wait_for
+
+#: What a process logs when a COMPLETE checkpoint's transaction was aborted under it.
+DATA_LOSS_SIGNS = ("cannot be committed", "TRANSACTION_LOST", "DATA_LOSS")
 
 #: Coordinator flags for fault tests: short sessions, so a dead or paused executor's tasks
 #: move within seconds.
@@ -64,7 +74,13 @@ class ServiceCluster:
     bootstrap_servers: str
     lease_ms: int = 2000
     coordinator_args: Sequence[str] = ()
+    #: The address processes outside a network namespace listen on and advertise.
+    host: str = LOOPBACK
+    #: The replicas' state database (None: a SQLite file in ``home``).
+    database_url: str | None = None
     coordinator_ports: dict[str, int] = field(default_factory=dict)
+    #: Process name -> the host it listens on, where not ``host`` (a namespaced one).
+    hosts: dict[str, str] = field(default_factory=dict)
     executor_ports: dict[str, int] = field(default_factory=dict)
     #: Serve each process's Prometheus metrics (``--metrics-listen``) on a free port.
     with_metrics: bool = False
@@ -78,13 +94,24 @@ class ServiceCluster:
 
     @property
     def db_url(self) -> str:
-        """The replicas' shared SQLite file."""
-        return f"sqlite:///{self.home / 'coordinator.db'}"
+        """The replicas' shared database: ``database_url``, else a SQLite file in the home."""
+        return self.database_url or f"sqlite:///{self.home / 'coordinator.db'}"
 
     @property
     def coordinator_addresses(self) -> list[str]:
         """Every replica's address, in id order."""
-        return [f"127.0.0.1:{port}" for _, port in sorted(self.coordinator_ports.items())]
+        return [
+            self.address(f"coordinator-{key}", port)
+            for key, port in sorted(self.coordinator_ports.items())
+        ]
+
+    def address(self, name: str, port: int) -> str:
+        """``HOST:PORT`` of process ``name`` serving on ``port``."""
+        return f"{self.hosts.get(name, self.host)}:{port}"
+
+    def executor_address(self, executor_id: str) -> str:
+        """Where executor ``executor_id`` serves ExecutorService."""
+        return self.address(f"executor-{executor_id}", self.executor_ports[executor_id])
 
     def metrics_address(self, name: str) -> str:
         """``127.0.0.1:PORT`` of process ``name``'s ``/metrics`` (``with_metrics`` only)."""
@@ -96,12 +123,17 @@ class ServiceCluster:
         ports: dict[str, int],
         key: str,
         name: str,
+        namespace: NetworkNamespace | None = None,
     ) -> RunningProcess:
         last: Exception | None = None
         for _ in range(3):
-            port = ports.get(key) or free_port()
+            # A namespace's ports are all free but those of its own processes, which took
+            # theirs from this probe too.
+            port = ports.get(key) or free_port(self.host if namespace is None else LOOPBACK)
             metrics = (self.metrics_ports.get(name) or free_port()) if self.with_metrics else None
             spec = make_spec(port, metrics)
+            if namespace is not None:
+                spec = dataclasses.replace(spec, argv=namespace.wrap(spec.argv))
             try:
                 process = start_process(spec, home=self.home)
             except PortInUseError as exc:
@@ -119,13 +151,22 @@ class ServiceCluster:
         raise RuntimeError(f"could not start {key}: {last}")
 
     def start_coordinator(
-        self, coordinator_id: str, *, failpoints: str = "", hold_dir: Path | None = None
+        self,
+        coordinator_id: str,
+        *,
+        failpoints: str = "",
+        hold_dir: Path | None = None,
+        namespace: NetworkNamespace | None = None,
     ) -> RunningProcess:
         """Start (or restart) replica ``coordinator_id`` and wait until it serves
-        (``hold_dir``: where its ``:hold`` failpoints wait, see ``held``/``release``)."""
+        (``hold_dir``: where its ``:hold`` failpoints wait, see ``held``/``release``;
+        ``namespace``: run it there, on the namespace's address)."""
+        name = f"coordinator-{coordinator_id}"
+        self._place(name, namespace)
         return self._start(
             lambda port, metrics: coordinator_spec(
                 coordinator_id=coordinator_id,
+                host=self.hosts.get(name, self.host),
                 port=port,
                 db_url=self.db_url,
                 lease_ms=self.lease_ms,
@@ -135,8 +176,16 @@ class ServiceCluster:
             ),
             self.coordinator_ports,
             coordinator_id,
-            f"coordinator-{coordinator_id}",
+            name,
+            namespace,
         )
+
+    def _place(self, name: str, namespace: NetworkNamespace | None) -> None:
+        """Note where process ``name`` listens: in ``namespace`` or on ``host``."""
+        if namespace is None:
+            self.hosts.pop(name, None)
+        else:
+            self.hosts[name] = namespace.address
 
     def start_executor(
         self,
@@ -146,23 +195,34 @@ class ServiceCluster:
         hold_dir: Path | None = None,
         spark_master: str = "local[1]",
         data_plane: str | None = None,
+        namespace: NetworkNamespace | None = None,
     ) -> RunningProcess:
         """Start (or restart) executor ``executor_id`` and wait until it registered
         (``data_plane="none"``: the control path only, no SparkSession; ``hold_dir``:
-        where its ``:hold`` failpoints wait, see ``held``/``release``)."""
+        where its ``:hold`` failpoints wait, see ``held``/``release``; ``namespace``: run
+        it there, on the namespace's address)."""
+        name = f"executor-{executor_id}"
+        self._place(name, namespace)
+        env = failpoint_env(failpoints, hold_dir=hold_dir)
+        if namespace is not None:
+            # Spark's driver binds the address the host name resolves to, which may not
+            # exist in the namespace; its own traffic stays on the namespace's loopback.
+            env["SPARK_LOCAL_IP"] = LOOPBACK
         return self._start(
             lambda port, metrics: executor_spec(
                 executor_id=executor_id,
+                host=self.hosts.get(name, self.host),
                 port=port,
                 coordinators=self.coordinator_addresses,
                 spark_master=spark_master,
-                env=failpoint_env(failpoints, hold_dir=hold_dir),
+                env=env,
                 data_plane=data_plane,
                 metrics_port=metrics,
             ),
             self.executor_ports,
             executor_id,
-            f"executor-{executor_id}",
+            name,
+            namespace,
         )
 
     def pid(self, name: str) -> int | None:
@@ -201,6 +261,14 @@ class ServiceCluster:
         """The whole log of process ``name``."""
         path = self.home / "log" / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def data_loss_line(self) -> str | None:
+        """The first log line, of any process, reporting a lost COMPLETE transaction."""
+        for name in sorted(self.names):
+            for line in self.log(name).splitlines():
+                if any(sign in line for sign in DATA_LOSS_SIGNS):
+                    return f"{name}: {line}"
+        return None
 
     def logs_tail(self, lines: int = 30) -> str:
         """The last lines of every log, for assertion messages."""
@@ -265,6 +333,17 @@ class ServiceCluster:
             )
         )
         return list(answer.checkpoints)
+
+    def checkpoint_states(self, name: str) -> dict[int, int]:
+        """Checkpoint id -> state (``CHECKPOINT_STATE_*``) of pipeline ``name``'s newest ones."""
+        return {int(c.checkpoint_id): int(c.state) for c in self.checkpoints(name)}
+
+    def runs_on(self, name: str, executor_id: str) -> bool:
+        """True when every task of pipeline ``name`` runs on executor ``executor_id``."""
+        tasks = self.pipeline_status(name).tasks
+        return bool(tasks) and all(
+            t.executor_id == executor_id and t.state == common_pb2.TASK_STATE_RUNNING for t in tasks
+        )
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run ``lockgate ARGS`` against this cluster's coordinators."""
@@ -466,6 +545,7 @@ def read_output(bootstrap_servers: str, topic: str) -> list[ConsumedRecord]:
 
 
 __all__ = [
+    "DATA_LOSS_SIGNS",
     "SHORT_SESSION_ARGS",
     "ConsumedRecord",
     "OutputCheck",

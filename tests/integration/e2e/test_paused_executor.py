@@ -45,28 +45,6 @@ pytestmark = [pytest.mark.spark]
 
 BEFORE_INIT = "before_init_transactions"
 AFTER_PRECOMMIT = "after_precommit_before_report"
-#: What an executor says when a COMPLETE checkpoint's transaction was aborted under it.
-DATA_LOSS_SIGNS = ("cannot be committed", "TRANSACTION_LOST", "DATA_LOSS")
-
-
-def _data_loss(cluster: ServiceCluster) -> str | None:
-    """The first log line that reports a lost COMPLETE transaction, if any."""
-    for name in sorted(cluster.names):
-        for line in cluster.log(name).splitlines():
-            if any(sign in line for sign in DATA_LOSS_SIGNS):
-                return f"{name}: {line}"
-    return None
-
-
-def _task_on(cluster: ServiceCluster, pipeline: str, executor_id: str) -> bool:
-    tasks = cluster.pipeline_status(pipeline).tasks
-    return bool(tasks) and all(
-        t.executor_id == executor_id and t.state == common_pb2.TASK_STATE_RUNNING for t in tasks
-    )
-
-
-def _states(cluster: ServiceCluster, pipeline: str) -> dict[int, int]:
-    return {int(c.checkpoint_id): int(c.state) for c in cluster.checkpoints(pipeline)}
 
 
 def test_a_paused_executors_late_producer_cannot_abort_a_live_checkpoint(
@@ -122,11 +100,11 @@ def test_a_paused_executors_late_producer_cannot_abort_a_live_checkpoint(
         paused = True
         wait_for(
             "the task to run on B",
-            lambda: _task_on(cluster, pipeline, "e2"),
+            lambda: cluster.runs_on(pipeline, "e2"),
             timeout_s=60,
             explain=cluster.logs_tail,
         )
-        assert _states(cluster, pipeline)[1] == common_pb2.CHECKPOINT_STATE_ABORTED
+        assert cluster.checkpoint_states(pipeline)[1] == common_pb2.CHECKPOINT_STATE_ABORTED
         held_b = wait_for(
             "B's first checkpoint to hold after its pre-commit",
             lambda: held(holds_b, AFTER_PRECOMMIT),
@@ -165,11 +143,11 @@ def test_a_paused_executors_late_producer_cannot_abort_a_live_checkpoint(
             "two more checkpoints committed on B and every record copied",
             settled,
             timeout_s=120,
-            abort_if=lambda: _data_loss(cluster),
+            abort_if=cluster.data_loss_line,
             explain=cluster.logs_tail,
         )
-        assert _data_loss(cluster) is None
-        states = _states(cluster, pipeline)
+        assert cluster.data_loss_line() is None
+        states = cluster.checkpoint_states(pipeline)
         assert states[first_on_b] == common_pb2.CHECKPOINT_STATE_COMMITTED, states
 
         result = check_output(written, read_output(bootstrap, sink))

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from collections.abc import Set as AbstractSet
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.model.ids import CheckpointId, LeaderEpoch, PipelineId, TaskId, split_task_id
 from lockgate.common.model.offsets import OffsetRange, TopicPartition, next_offsets
 from lockgate.coordinator.domain.aborts import timeout_reason
@@ -29,11 +29,9 @@ from lockgate.coordinator.domain.checkpoints import (
     RestoreState,
     TriggeredCheckpoint,
     TriggerPlan,
-    abort_reason,
     check_handles_abortable,
     checkpoints_to_complete,
     first_timed_out,
-    plan_abort,
     plan_trigger,
     restore_states_of,
 )
@@ -45,6 +43,7 @@ from lockgate.coordinator.domain.precommits import (
     group_by_checkpoint,
 )
 from lockgate.coordinator.domain.states import CheckpointState, transition_checkpoint
+from lockgate.coordinator.store.checkpoint_aborts import apply_abort
 from lockgate.coordinator.store.engine import Database, db_now_ms, upsert
 from lockgate.coordinator.store.history import prune_history
 from lockgate.coordinator.store.offset_store import next_offsets_of, write_next_offsets
@@ -73,8 +72,9 @@ from lockgate.coordinator.store.tables import (
 class CheckpointStore:
     """The checkpoint protocol's state (DESIGN.md, two-phase commit)."""
 
-    def __init__(self, *, database: Database) -> None:
+    def __init__(self, *, database: Database, failpoints: Failpoints | None = None) -> None:
         self._db = database
+        self._failpoints = failpoints or Failpoints()
 
     def trigger_checkpoint(self, *, fence: Fence, pipeline_id: PipelineId) -> CheckpointRecord:
         """Start the pipeline's next checkpoint N over all its tasks. Leader-only.
@@ -111,7 +111,8 @@ class CheckpointStore:
             read_pipeline(conn, precommit.pipeline_id, for_update=True)
             _store_precommits(conn, [precommit])
             if complete_if_ready:
-                _complete_ready(conn, precommit.pipeline_id, precommit.checkpoint_id)
+                completed = _complete_ready(conn, precommit.pipeline_id, precommit.checkpoint_id)
+                self._reach_inside_complete(precommit.pipeline_id, completed)
             return read_checkpoint(conn, precommit.pipeline_id, precommit.checkpoint_id)
 
     def record_precommits(
@@ -127,8 +128,19 @@ class CheckpointStore:
                 read_pipeline(conn, pipeline_id, for_update=True)
             _store_precommits(conn, precommits)
             for pipeline_id, checkpoint_id in sorted(touched):
-                _complete_ready(conn, pipeline_id, checkpoint_id)
+                completed = _complete_ready(conn, pipeline_id, checkpoint_id)
+                self._reach_inside_complete(pipeline_id, completed)
             return [read_checkpoint(conn, p, c) for p, c in touched]
+
+    def _reach_inside_complete(
+        self, pipeline_id: PipelineId, completed: Sequence[CheckpointId]
+    ) -> None:
+        """The `inside_complete_transaction` failpoint: COMPLETE is written, not committed."""
+        for checkpoint_id in completed:
+            self._failpoints.reach(
+                Failpoint.INSIDE_COMPLETE_TRANSACTION,
+                detail=f"checkpoint {checkpoint_id} of pipeline {pipeline_id}",
+            )
 
     def mark_committed(
         self,
@@ -601,9 +613,13 @@ def _write_precommits(conn: Connection, key: CheckpointKey, fresh: Sequence[Prec
     )
 
 
-def _complete_ready(conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId) -> None:
+def _complete_ready(
+    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+) -> list[CheckpointId]:
     """Write COMPLETE, with the pipeline's restore offsets, for each checkpoint from N on
-    that `checkpoints_to_complete` says is ready: the commit point (DESIGN.md step 3)."""
+    that `checkpoints_to_complete` says is ready: the commit point (DESIGN.md step 3).
+    Returns the checkpoints it wrote COMPLETE."""
+    completed: list[CheckpointId] = []
     states = checkpoint_states(conn, pipeline_id)
     triggered = {
         c: read_checkpoint(conn, pipeline_id, c)
@@ -621,7 +637,8 @@ def _complete_ready(conn: Connection, pipeline_id: PipelineId, checkpoint_id: Ch
             .values(state=CheckpointState.COMPLETE.value, completed_at_ms=db_now_ms())
         )
         if done.rowcount != 1:
-            return
+            return completed
+        completed.append(current)
         ranges = [
             OffsetRange(r.topic, int(r.partition), int(r.start_offset), int(r.end_offset))
             for r in conn.execute(
@@ -632,59 +649,4 @@ def _complete_ready(conn: Connection, pipeline_id: PipelineId, checkpoint_id: Ch
             )
         ]
         write_next_offsets(conn, pipeline_id, next_offsets(ranges), checkpoint_id=current)
-
-
-def apply_abort(
-    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId, reason: str
-) -> list[CheckpointId]:
-    """Abort N and the later in-flight checkpoints `plan_abort` takes down with it; return
-    them (empty if N was already ABORTED). The caller holds the pipeline row's lock."""
-    states = checkpoint_states(conn, pipeline_id)
-    # Raises NotFound if N does not exist; COMMITTED ones are not in `states`.
-    current = read_checkpoint(conn, pipeline_id, checkpoint_id).state
-    victims = plan_abort(checkpoint_id, current=current, states=states)
-    for victim in victims:
-        conn.execute(
-            checkpoints.update()
-            .where(
-                checkpoints.c.pipeline_id == pipeline_id,
-                checkpoints.c.checkpoint_id == victim,
-                checkpoints.c.state == CheckpointState.TRIGGERED.value,
-            )
-            .values(
-                state=CheckpointState.ABORTED.value,
-                aborted_at_ms=db_now_ms(),
-                abort_reason=abort_reason(victim, first=checkpoint_id, reason=reason),
-            )
-        )
-    return victims
-
-
-def abort_checkpoints_of_tasks(
-    conn: Connection, task_ids: AbstractSet[TaskId], *, reason: str
-) -> list[tuple[PipelineId, CheckpointId]]:
-    """Abort the TRIGGERED checkpoints any of these tasks is in (moved or restarted tasks:
-    their new instance restarts from the last COMPLETE checkpoint), with the later ones;
-    return them."""
-    if not task_ids:
-        return []
-    rows = conn.execute(
-        sa.select(checkpoint_tasks.c.pipeline_id, sa.func.min(checkpoints.c.checkpoint_id))
-        .join(
-            checkpoints,
-            sa.and_(
-                checkpoints.c.pipeline_id == checkpoint_tasks.c.pipeline_id,
-                checkpoints.c.checkpoint_id == checkpoint_tasks.c.checkpoint_id,
-            ),
-        )
-        .where(
-            checkpoint_tasks.c.task_id.in_(sorted(task_ids)),
-            checkpoints.c.state == CheckpointState.TRIGGERED.value,
-        )
-        .group_by(checkpoint_tasks.c.pipeline_id)
-    ).all()
-    return [
-        (PipelineId(pipeline_id), aborted)
-        for pipeline_id, first in rows
-        for aborted in apply_abort(conn, PipelineId(pipeline_id), CheckpointId(first), reason)
-    ]
+    return completed

@@ -22,7 +22,7 @@ from lockgate.coordinator.domain.data_loss import (
 )
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import CheckpointState, transition_checkpoint
-from lockgate.coordinator.store.checkpoint_store import apply_abort
+from lockgate.coordinator.store.checkpoint_aborts import apply_abort
 from lockgate.coordinator.store.engine import Database, db_now_ms
 from lockgate.coordinator.store.offset_store import write_next_offsets
 from lockgate.coordinator.store.rows import (

@@ -41,7 +41,7 @@ from lockgate.coordinator.domain.states import (
 )
 from lockgate.coordinator.domain.tasks import TaskSplit
 from lockgate.coordinator.domain.transactional_ids import check_prefix_free
-from lockgate.coordinator.store.checkpoint_store import abort_checkpoints_of_tasks
+from lockgate.coordinator.store.checkpoint_aborts import abort_checkpoints_of_tasks
 from lockgate.coordinator.store.engine import Database, db_now_ms
 from lockgate.coordinator.store.rows import (
     executor_generations,

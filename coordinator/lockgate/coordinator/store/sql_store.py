@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Engine
 
+from lockgate.common.failpoints import Failpoints
 from lockgate.coordinator.store import migrate
 from lockgate.coordinator.store.checkpoint_store import CheckpointStore
 from lockgate.coordinator.store.data_loss_store import DataLossStore
@@ -36,14 +37,18 @@ from lockgate.coordinator.store.request_store import RequestStore
 
 
 def open_store(
-    url: str, *, migrate_schema: bool = True, lease_ms: int = DEFAULT_LEASE_MS
+    url: str,
+    *,
+    migrate_schema: bool = True,
+    lease_ms: int = DEFAULT_LEASE_MS,
+    failpoints: Failpoints | None = None,
 ) -> SqlStore:
     """Open the store at a SQLAlchemy URL and, by default, migrate it to the newest schema.
 
     `sqlite:///path/to/lockgate.db` or `postgresql+psycopg://user@host/db`. Every session
     runs under timeouts below `lease_ms` (`engine.SessionTimeouts`); the migrations run
     first on a connection of their own without them (their DDL may wait for another
-    replica's).
+    replica's). `failpoints`: the process's, for the ones reached inside a transaction.
     """
     if migrate_schema:
         migrations = create_engine(url, timeouts=None)
@@ -52,20 +57,28 @@ def open_store(
         finally:
             migrations.dispose()
     timeouts = SessionTimeouts.within_lease(lease_ms)
-    return SqlStore(engine=create_engine(url, timeouts=timeouts), timeouts=timeouts)
+    return SqlStore(
+        engine=create_engine(url, timeouts=timeouts), timeouts=timeouts, failpoints=failpoints
+    )
 
 
 class SqlStore:
     """All of the coordinator's state, one sub-store per kind. Thread-safe."""
 
-    def __init__(self, *, engine: Engine, timeouts: SessionTimeouts | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        timeouts: SessionTimeouts | None = None,
+        failpoints: Failpoints | None = None,
+    ) -> None:
         self.database = Database(engine, timeouts=timeouts)
         """The shared engine and its `transaction(fence=...)` / `read()`."""
         self.lease = LeaseStore(database=self.database)
         self.replicas = ReplicaStore(database=self.database)
         self.executors = MembershipStore(database=self.database)
         self.pipelines = PipelineStore(database=self.database)
-        self.checkpoints = CheckpointStore(database=self.database)
+        self.checkpoints = CheckpointStore(database=self.database, failpoints=failpoints)
         self.offsets = OffsetStore(database=self.database)
         self.data_loss = DataLossStore(database=self.database)
         self.requests = RequestStore(database=self.database)

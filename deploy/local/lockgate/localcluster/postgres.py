@@ -1,7 +1,9 @@
 """A real PostgreSQL server in a temporary directory, for tests and the local cluster.
 
 ``PostgresCluster`` runs ``initdb`` (trust authentication, loopback only), starts
-``postgres`` on a free port of 127.0.0.1 with its Unix socket inside the cluster directory,
+``postgres`` on a free port of 127.0.0.1 (or of ``host``, with clients of the ``allow_from``
+networks trusted too: a test's network namespace) with its Unix socket inside the cluster
+directory,
 waits until it accepts connections, and hands out databases as SQLAlchemy URLs. ``stop``
 does a fast shutdown (SIGINT: roll back open transactions, checkpoint, exit) and removes
 the directory it created.
@@ -144,13 +146,16 @@ class PostgresCluster:
         superuser: str = _DEFAULT_SUPERUSER,
         durable: bool = False,
         start_timeout_seconds: float = 60.0,
+        host: str = "127.0.0.1",
+        allow_from: Sequence[str] = (),
     ) -> None:
         self._requested_base_dir = base_dir
         self._requested_port = port
         self.superuser = superuser
         self._durable = durable
         self._start_timeout = start_timeout_seconds
-        self.host = "127.0.0.1"
+        self.host = host
+        self._allow_from = tuple(allow_from)
         self.port = 0
         self._base_dir: Path | None = None
         self._owns_dir = False
@@ -263,6 +268,19 @@ class PostgresCluster:
             what="initdb",
         )
 
+    def _allow_clients(self) -> None:
+        """Trust clients of the ``allow_from`` networks (initdb trusts loopback only)."""
+        hba = self.data_dir / "pg_hba.conf"
+        present = hba.read_text()
+        missing = [
+            f"host all all {network} trust\n"
+            for network in self._allow_from
+            if f"host all all {network} trust" not in present
+        ]
+        if missing:
+            with hba.open("a") as conf:
+                conf.writelines(missing)
+
     def _server_args(self) -> list[str]:
         assert self._bindir is not None
         settings = {
@@ -344,6 +362,7 @@ class PostgresCluster:
         self._prepare_dir()
         try:
             self._initdb()
+            self._allow_clients()
         except BaseException:
             self._cleanup_dir()
             raise
@@ -438,7 +457,7 @@ class PostgresCluster:
         return f"host={self.host} port={self.port} user={self.superuser} dbname={database}"
 
     def url(self, database: str = "postgres") -> str:
-        """SQLAlchemy URL of ``database``: ``postgresql+psycopg://user@127.0.0.1:port/db``."""
+        """SQLAlchemy URL of ``database``: ``postgresql+psycopg://user@HOST:port/db``."""
         if self._process is None:
             raise PostgresError("the PostgreSQL cluster is not started; call start() first")
         check_database_name(database)

@@ -106,10 +106,11 @@ def coordinator_spec(
     extra_args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     metrics_port: int | None = None,
+    host: str = LOOPBACK,
 ) -> ProcessSpec:
-    """One coordinator replica listening (and advertised) on ``127.0.0.1:port``, with
-    Prometheus metrics on ``127.0.0.1:metrics_port`` if given."""
-    address = f"{LOOPBACK}:{port}"
+    """One coordinator replica listening (and advertised) on ``host:port`` (loopback by
+    default), with Prometheus metrics on ``127.0.0.1:metrics_port`` if given."""
+    address = f"{host}:{port}"
     return ProcessSpec(
         name=f"coordinator-{coordinator_id}",
         argv=tuple(
@@ -144,15 +145,16 @@ def executor_spec(
     data_plane: str | None = None,
     extra_args: Sequence[str] = (),
     metrics_port: int | None = None,
+    host: str = LOOPBACK,
 ) -> ProcessSpec:
-    """One executor on ``127.0.0.1:port`` that registers with ``coordinators``, with
-    Prometheus metrics on ``127.0.0.1:metrics_port`` if given.
+    """One executor on ``host:port`` (loopback by default) that registers with
+    ``coordinators``, with Prometheus metrics on ``127.0.0.1:metrics_port`` if given.
 
     Ready only once registered: its SparkSession (JVM start and warm-up job, 20-80 s on a
     busy machine) comes first, hence the long default deadline. ``data_plane`` ``"none"`` runs
     the control path only (tests of it); ``extra_args`` go to its command line as they are.
     """
-    address = f"{LOOPBACK}:{port}"
+    address = f"{host}:{port}"
     return ProcessSpec(
         name=f"executor-{executor_id}",
         argv=tuple(
