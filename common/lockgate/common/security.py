@@ -225,13 +225,13 @@ def client_security(
 ) -> ClientSecurity:
     """The client's security from its flags, then ``$LOCKGATE_TOKEN``, then (``from_home``:
     the CLI, the demo, the benchmarks) the local cluster's home (``tls/ca.pem`` and
-    ``tls/admin.token``) when present. Plaintext with no token under ``--insecure`` /
-    ``LOCKGATE_INSECURE=1`` or when nothing is found. A service (``from_home=False``) uses
-    its flags only: its ``--insecure`` is about what it serves."""
-    if from_home and (getattr(args, "insecure", False) or insecure_requested()):
-        return ClientSecurity()
+    ``tls/admin.token``) when present. ``--insecure`` / ``LOCKGATE_INSECURE=1`` skip the home
+    (plaintext unless a flag asks for TLS). A service (``from_home=False``) uses its flags
+    only: its ``--insecure`` is about what it serves."""
     if (args.tls_client_cert is None) != (args.tls_client_key is None):
         raise SecurityConfigError("--tls-client-cert and --tls-client-key go together")
+    if from_home and (getattr(args, "insecure", False) or insecure_requested()):
+        from_home = False
     tls_dir = (home or default_home()) / TLS_DIR
     ca: Path | None = args.tls_ca
     if ca is None and from_home and (tls_dir / "ca.pem").is_file():
@@ -239,7 +239,7 @@ def client_security(
     token: str | None = None
     if args.token_file is not None:
         token = read_token(args.token_file)
-    elif from_home and os.environ.get(TOKEN_ENV, "").strip():
+    elif os.environ.get(TOKEN_ENV, "").strip():
         token = os.environ[TOKEN_ENV].strip()
     elif from_home and (tls_dir / "admin.token").is_file():
         token = read_token(tls_dir / "admin.token")

@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from lockgate.common.auth import hash_token, new_token
-from lockgate.common.security import TLS_DIR
+from lockgate.common.security import TLS_DIR, ClientSecurity, read_token
 from lockgate.localcluster.process import lockgate_home
 
 _VALID = datetime.timedelta(days=3650)
@@ -90,6 +90,42 @@ class LocalPki:
     def client_cert(self, name: str) -> tuple[Path, Path]:
         """A client identity's certificate and key (``issue_client_cert``)."""
         return self.directory / f"{name}.pem", self.directory / f"{name}.key"
+
+    def _serving(self) -> list[str]:
+        return ["--tls-cert", str(self.server_cert), "--tls-key", str(self.server_key)]
+
+    def coordinator_args(self) -> list[str]:
+        """A coordinator's flags: TLS and tokens for its callers; the ``coordinator``
+        certificate for its calls to the executors."""
+        cert, key = self.coordinator_cert, self.coordinator_key
+        return [
+            *self._serving(),
+            *("--auth-tokens", str(self.tokens), "--tls-ca", str(self.ca)),
+            *("--tls-client-cert", str(cert), "--tls-client-key", str(key)),
+        ]
+
+    def executor_args(self, executor_id: str) -> list[str]:
+        """An executor's flags: mTLS (only the coordinator's certificate gets in) and its
+        own token for its calls to the coordinators."""
+        return [
+            *self._serving(),
+            *("--tls-client-ca", str(self.ca), "--auth-tokens", str(self.tokens)),
+            *("--tls-ca", str(self.ca), "--token-file", str(self.executor_token(executor_id))),
+        ]
+
+    def registry_args(self) -> list[str]:
+        """The registry's flags: TLS (gRPC and HTTPS) and tokens."""
+        return [*self._serving(), "--auth-tokens", str(self.tokens)]
+
+    def as_coordinator(self) -> ClientSecurity:
+        """Calling as the coordinators do (the executors' readiness probe uses it)."""
+        return ClientSecurity(
+            tls=True, ca=self.ca, client_cert=self.coordinator_cert, client_key=self.coordinator_key
+        )
+
+    def as_admin(self) -> ClientSecurity:
+        """Calling as the admin (TLS, the admin token)."""
+        return ClientSecurity(tls=True, ca=self.ca, token=read_token(self.admin_token))
 
 
 def _write(path: Path, data: bytes, *, secret: bool) -> None:

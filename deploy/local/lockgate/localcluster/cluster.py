@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockgate.common.security import INSECURE_ENV, TLS_DIR, insecure_requested
+from lockgate.localcluster.certs import LocalPki, ensure_local_pki
 from lockgate.localcluster.commands import registry_command
 from lockgate.localcluster.kafka import KafkaBrokerConfig, KafkaSetupError, broker_spec
 from lockgate.localcluster.process import (
@@ -72,6 +74,15 @@ class ClusterSettings:
     registry_processes: int | None = None
     #: Prometheus port of the registry's first worker (worker i: + i); None: off.
     registry_metrics_port: int | None = None
+    #: TLS and authentication on every service (``make certs`` material in the home);
+    #: ``cluster up`` sets it unless ``LOCKGATE_INSECURE=1`` or ``--insecure``; the testbed
+    #: and the tests' clusters stay plaintext on loopback.
+    secure: bool = False
+
+    @property
+    def pki(self) -> LocalPki | None:
+        """The local CA, certificates and tokens the services use (None: insecure)."""
+        return LocalPki(self.home / TLS_DIR) if self.secure else None
 
     @property
     def kafka(self) -> KafkaBrokerConfig:
@@ -94,9 +105,20 @@ class ClusterSettings:
         return f"sqlite:///{self.home / 'schema-registry.db'}"
 
 
-def is_registry_ready(http_address: str, *, timeout_s: float = 2.0) -> bool:
-    """True when the registry's REST API answers ``GET /subjects`` with 200."""
-    return answers_ok(f"http://{http_address}/subjects", timeout_s=timeout_s)
+def is_registry_ready(
+    http_address: str, *, timeout_s: float = 2.0, pki: LocalPki | None = None
+) -> bool:
+    """True when the registry's REST API answers ``GET /subjects`` with 200 (over HTTPS
+    with the admin token when ``pki`` is given)."""
+    if pki is None:
+        return answers_ok(f"http://{http_address}/subjects", timeout_s=timeout_s)
+    admin = pki.as_admin()
+    return answers_ok(
+        f"https://{http_address}/subjects",
+        timeout_s=timeout_s,
+        context=admin.ssl_context(),
+        headers={"Authorization": f"Bearer {admin.token}"},
+    )
 
 
 def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
@@ -114,12 +136,13 @@ def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
                 metrics_listen=None
                 if settings.registry_metrics_port is None
                 else f"127.0.0.1:{settings.registry_metrics_port}",
+                extra=settings.pki.registry_args() if settings.pki else (),
             )
         ),
         address=f"grpc={grpc_address},http={http_address}",
         ports=(settings.registry_grpc_port, settings.registry_http_port)
         + (() if settings.registry_metrics_port is None else (settings.registry_metrics_port,)),
-        ready=lambda: is_registry_ready(http_address),
+        ready=lambda: is_registry_ready(http_address, pki=settings.pki),
         ready_timeout_s=60.0,
         # The supervisor stops its workers (gRPC grace 2 s, then REST) before exiting.
         stop_grace_s=20.0,
@@ -128,7 +151,7 @@ def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
 
 def cluster_processes(settings: ClusterSettings) -> list[ProcessSpec]:
     """The cluster's processes, in start order. Later services are appended here."""
-    services = ServiceSettings.from_env(settings.home)
+    services = ServiceSettings.from_env(settings.home, settings.pki)
     processes = [
         broker_spec(settings.kafka),
         schema_registry_spec(settings),
@@ -211,6 +234,7 @@ def settings_from_args(args: argparse.Namespace) -> ClusterSettings:
             )
     metrics = os.environ.get(REGISTRY_METRICS_PORT_ENV, "").strip()
     return ClusterSettings(
+        secure=not (getattr(args, "insecure", False) or insecure_requested()),
         home=lockgate_home(args.home),
         kafka_port=kafka_port,
         kafka_controller_port=controller_port,
@@ -223,8 +247,15 @@ def settings_from_args(args: argparse.Namespace) -> ClusterSettings:
 
 
 def cluster_up(settings: ClusterSettings) -> int:
-    """Start every process that is not already up; on failure stop what this call started."""
+    """Start every process that is not already up; on failure stop what this call started.
+    A secure cluster first makes what is missing of its CA, certificates and tokens."""
     started: list[str] = []
+    if settings.secure:
+        executors = ServiceSettings.from_env(settings.home).executor_ports
+        pki = ensure_local_pki(settings.home, [f"e{i}" for i in range(1, len(executors) + 1)])
+        print(f"TLS and authentication on: CA, certificates and tokens in {pki.directory}")
+    else:
+        print("insecure: every service serves plaintext without authentication")
     for spec in cluster_processes(settings):
         status = process_status(home=settings.home, name=spec.name, address=spec.address)
         if status.state is ProcessState.UP:
@@ -286,6 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--registry-http-port", default=None, help="schema registry REST port (default 8081)"
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help=f"plaintext, no authentication (also ${INSECURE_ENV}=1)",
     )
     args = parser.parse_args(argv)
     try:
