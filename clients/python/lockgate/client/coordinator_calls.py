@@ -57,7 +57,9 @@ def _refused(coordinator: str, err: grpc.RpcError) -> NoReturn:
     if details.code == grpc.StatusCode.UNAVAILABLE and not details.reason:
         fail(
             f"cannot reach a coordinator at {coordinator} ({details.message}); start "
-            f"one (`make cluster-up`) or pass --coordinator / {COORDINATOR_ENV}"
+            f"one (`make cluster-up`) or pass --coordinator / {COORDINATOR_ENV}; a TLS "
+            "server refuses plaintext: give `lockgate --tls-ca CA` (found in "
+            "$LOCKGATE_HOME/tls by default) rather than --insecure"
         )
     violations = [(v.field, v.description) for v in details.field_violations]
     fail(

@@ -7,7 +7,8 @@ Each has an environment variable (``LOCKGATE_TLS_CA``, ``LOCKGATE_TLS_CLIENT_CER
 ``LOCKGATE_TLS_CLIENT_KEY``, ``LOCKGATE_TOKEN_FILE``, ``LOCKGATE_INSECURE``; a token itself
 also as ``LOCKGATE_TOKEN``). Without them the CLI finds the local cluster's CA and admin token
 under ``$LOCKGATE_HOME/tls`` (``lockgate.common.security.client_security``), so after
-``make cluster-up`` no flag is needed.
+``make cluster-up`` no flag is needed. ``--insecure`` calls in plaintext without a token
+whatever else is set; ``LOCKGATE_INSECURE=1`` only stops the look in the home.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import typer
 from lockgate.client.output import fail
 from lockgate.common.security import (
     INSECURE_ENV,
+    TOKEN_ENV,
     ClientSecurity,
     SecurityConfigError,
     client_security,
@@ -74,6 +76,9 @@ def security_callback(
         if value is not None:
             os.environ[_VARIABLES[name]] = str(value)
     if insecure:
+        # Plaintext without a token, whatever else the options or the variables say.
+        for variable in (*_VARIABLES.values(), TOKEN_ENV):
+            os.environ.pop(variable, None)
         os.environ[INSECURE_ENV] = "1"
     current_security()
 
