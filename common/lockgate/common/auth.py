@@ -190,7 +190,7 @@ def _certificate_names(context: grpc.ServicerContext) -> list[str]:
     auth: Mapping[str, Sequence[bytes]] = cast(Any, context.auth_context())
     return [
         value.decode(errors="replace")
-        for key in ("x509_common_name", "uri")
+        for key in ("x509_common_name", "peer_uri")
         for value in auth.get(key, ())
     ]
 

@@ -2,7 +2,8 @@
 
 ``build_server`` gives each service the same server: tracing interceptor (when telemetry is
 on), ``rpc.server.duration`` (when metrics are on), the error-mapping interceptor, the
-request bounds (``model.limits``), a bound on
+authentication and role check (``lockgate.common.auth``, with ``--auth-tokens``), the
+request bounds (``model.limits``), TLS or mTLS (``lockgate.common.security``), a bound on
 message size and on concurrent calls (RESOURCE_EXHAUSTED beyond), ``grpc.health.v1``, server
 reflection, a bind that names the address (and the process holding it) when the port is
 taken, and a graceful stop on SIGTERM.

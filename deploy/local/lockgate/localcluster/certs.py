@@ -190,7 +190,15 @@ def _load_ca(pki: LocalPki) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKe
     return cert, key
 
 
-def _issue(pki: LocalPki, name: str, *, server: bool, cert_path: Path, key_path: Path) -> None:
+def _issue(
+    pki: LocalPki,
+    name: str,
+    *,
+    server: bool,
+    cert_path: Path,
+    key_path: Path,
+    uri: str | None = None,
+) -> None:
     ca_cert, ca_key = _load_ca(pki)
     key = ec.generate_private_key(ec.SECP256R1())
     builder = _builder(name, ca_cert.subject, key.public_key()).add_extension(
@@ -211,15 +219,20 @@ def _issue(pki: LocalPki, name: str, *, server: bool, cert_path: Path, key_path:
         builder = builder.add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
         )
+        if uri is not None:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.UniformResourceIdentifier(uri)]), critical=False
+            )
     cert = builder.sign(ca_key, hashes.SHA256())
     _write(key_path, _key_pem(key), secret=True)
     _write(cert_path, cert.public_bytes(serialization.Encoding.PEM), secret=False)
 
 
-def issue_client_cert(pki: LocalPki, name: str) -> tuple[Path, Path]:
-    """A client certificate with CN ``name`` signed by the local CA (its cert and key)."""
+def issue_client_cert(pki: LocalPki, name: str, *, uri: str | None = None) -> tuple[Path, Path]:
+    """A client certificate with CN ``name`` (and URI SAN ``uri``) signed by the local CA
+    (its cert and key)."""
     cert_path, key_path = pki.client_cert(name)
-    _issue(pki, name, server=False, cert_path=cert_path, key_path=key_path)
+    _issue(pki, name, server=False, cert_path=cert_path, key_path=key_path, uri=uri)
     return cert_path, key_path
 
 
