@@ -16,6 +16,7 @@ import pytest
 from lockgate.common.grpc_client import open_channel
 from lockgate.common.security import ClientSecurity, read_token
 from lockgate.localcluster.certs import LocalPki, add_principal, ensure_local_pki
+from lockgate.schema_registry.serde import RestSchemaFetcher, SerdeError
 from lockgate.v1 import schema_registry_pb2, schema_registry_pb2_grpc
 from tests.support.processes import RegistryProcess, start_registry
 
@@ -151,3 +152,23 @@ def test_grpc_refuses_plaintext_and_unknown_callers(registry: SecureRegistry) ->
 def test_registry_refuses_to_start_on_a_public_address_without_tls(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"refusing to serve 0\.0\.0\.0"):
         start_registry(f"sqlite:///{tmp_path / 'r.db'}", "--grpc", "0.0.0.0:0", "--processes", "1")
+
+
+def test_executors_fetch_schemas_over_https_with_their_token(
+    registry: SecureRegistry, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with registry.client() as client:
+        registered = client.post(
+            "/subjects/fetched/versions",
+            json={"schema": _SCHEMA},
+            headers={"Authorization": f"Bearer {registry.writer}"},
+        )
+    schema_id = registered.json()["id"]
+    fetcher = RestSchemaFetcher(registry.url)
+    monkeypatch.setenv("LOCKGATE_SCHEMA_REGISTRY_CA", str(registry.pki.ca))
+    with pytest.raises(SerdeError, match="answered 401"):
+        fetcher(schema_id)
+    token_file = tmp_path / "viewer.token"
+    token_file.write_text(registry.viewer + "\n")
+    monkeypatch.setenv("LOCKGATE_SCHEMA_REGISTRY_TOKEN_FILE", str(token_file))
+    assert json.loads(fetcher(schema_id))["name"] == "U"

@@ -113,6 +113,14 @@ class LocalPki:
             *("--tls-ca", str(self.ca), "--token-file", str(self.executor_token(executor_id))),
         ]
 
+    def executor_env(self, executor_id: str) -> dict[str, str]:
+        """An executor's environment: how its Spark workers reach the HTTPS registry (its
+        own token; ``lockgate.schema_registry.serde``)."""
+        return {
+            "LOCKGATE_SCHEMA_REGISTRY_CA": str(self.ca),
+            "LOCKGATE_SCHEMA_REGISTRY_TOKEN_FILE": str(self.executor_token(executor_id)),
+        }
+
     def registry_args(self) -> list[str]:
         """The registry's flags: TLS (gRPC and HTTPS) and tokens."""
         return [*self._serving(), "--auth-tokens", str(self.tokens)]

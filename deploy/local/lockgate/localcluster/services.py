@@ -189,7 +189,7 @@ def executor_spec(
         address=address,
         ports=(port,) if metrics_port is None else (port, metrics_port),
         ready=lambda: is_executor_registered(address, probe),
-        env=dict(env or {}),
+        env={**(pki.executor_env(executor_id) if pki else {}), **(env or {})},
         ready_timeout_s=ready_timeout_s,
         stop_grace_s=20.0,
     )
