@@ -105,3 +105,14 @@ def test_a_bad_token_file_is_refused_naming_the_entry(
     path.write_text(text)
     with pytest.raises(SecurityConfigError, match=message):
         Authenticator.from_file(path)
+
+
+def test_every_own_executor_method_names_the_executor_in_its_request() -> None:
+    # The check compares the request's executor_id with the principal: a request without
+    # the field would lock every executor out of the method.
+    for module in (coordinator_pb2, executor_pb2, schema_registry_pb2):
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for method in service.methods:
+                access = METHOD_ACCESS[f"/{service.full_name}/{method.name}"]
+                if access.own_executor:
+                    assert "executor_id" in method.input_type.fields_by_name, method.full_name
