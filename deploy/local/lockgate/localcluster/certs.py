@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from lockgate.common.auth import hash_token, new_token
+from lockgate.common.auth import append_token_entry
 from lockgate.common.security import TLS_DIR, ClientSecurity, read_token
 from lockgate.localcluster.process import lockgate_home
 
@@ -244,22 +244,11 @@ def issue_client_cert(pki: LocalPki, name: str, *, uri: str | None = None) -> tu
     return cert_path, key_path
 
 
-def _entries(pki: LocalPki) -> list[dict[str, object]]:
-    if not pki.tokens.exists():
-        return []
-    loaded = yaml.safe_load(pki.tokens.read_text()) or []
-    return list(loaded)
-
-
 def add_principal(pki: LocalPki, *, principal: str, roles: Sequence[str], token_file: Path) -> str:
-    """A new token for ``principal`` with ``roles``: its hash appended to ``tokens.yaml``,
-    the token written to ``token_file`` (mode 600) and returned."""
-    token = new_token()
-    entries = _entries(pki)
-    entries.append(
-        {"principal": principal, "roles": list(roles), "token_sha256": hash_token(token)}
-    )
-    _write(pki.tokens, yaml.safe_dump(entries, sort_keys=False).encode(), secret=True)
+    """A new token for ``principal`` with ``roles``: its hash appended to ``tokens.yaml``
+    (``lockgate auth token create``'s own function), the token written to ``token_file``
+    (mode 600) and returned."""
+    token = append_token_entry(pki.tokens, principal=principal, roles=roles)
     _write(token_file, (token + "\n").encode(), secret=True)
     return token
 
@@ -275,15 +264,14 @@ def ensure_local_pki(home: Path, executor_ids: Sequence[str] = ()) -> LocalPki:
         _issue(pki, "localhost", server=True, cert_path=pki.server_cert, key_path=pki.server_key)
     if not pki.coordinator_cert.exists():
         issue_client_cert(pki, COORDINATOR_CN)
-        entries = _entries(pki)
-        entries.append(
-            {
-                "principal": COORDINATOR_CN,
-                "roles": ["coordinator"],
-                "certificate_cn": COORDINATOR_CN,
-            }
-        )
-        _write(pki.tokens, yaml.safe_dump(entries, sort_keys=False).encode(), secret=True)
+        entry = {
+            "principal": COORDINATOR_CN,
+            "roles": ["coordinator"],
+            "certificate_cn": COORDINATOR_CN,
+        }
+        with pki.tokens.open("a", encoding="utf-8") as tokens:
+            tokens.write(yaml.safe_dump([entry], sort_keys=False))
+        pki.tokens.chmod(0o600)
     if not pki.admin_token.exists():
         add_principal(pki, principal="admin", roles=["admin"], token_file=pki.admin_token)
     for executor_id in executor_ids:
