@@ -67,3 +67,11 @@ def test_client_finds_ca_and_admin_token_in_the_home(
     assert not insecure.tls and insecure.token is None
     # A service uses its own flags only.
     assert not client_security(parser.parse_args([]), home=tmp_path, from_home=False).tls
+
+
+def test_a_service_ignores_the_cli_token_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCKGATE_TOKEN", "the-admin-token-of-this-shell")
+    parser = argparse.ArgumentParser()
+    add_client_security_arguments(parser)
+    assert client_security(parser.parse_args([]), from_home=False).token is None
+    assert client_security(parser.parse_args([])).token == "the-admin-token-of-this-shell"

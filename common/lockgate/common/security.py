@@ -230,6 +230,7 @@ def client_security(
     only: its ``--insecure`` is about what it serves."""
     if (args.tls_client_cert is None) != (args.tls_client_key is None):
         raise SecurityConfigError("--tls-client-cert and --tls-client-key go together")
+    service = not from_home
     if from_home and (getattr(args, "insecure", False) or insecure_requested()):
         from_home = False
     tls_dir = (home or default_home()) / TLS_DIR
@@ -239,7 +240,7 @@ def client_security(
     token: str | None = None
     if args.token_file is not None:
         token = read_token(args.token_file)
-    elif os.environ.get(TOKEN_ENV, "").strip():
+    elif not service and os.environ.get(TOKEN_ENV, "").strip():
         token = os.environ[TOKEN_ENV].strip()
     elif from_home and (tls_dir / "admin.token").is_file():
         token = read_token(tls_dir / "admin.token")
