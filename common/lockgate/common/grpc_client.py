@@ -298,8 +298,6 @@ def _plain_channel(
 ) -> grpc.Channel:
     """A channel to one address: TLS when ``security`` says so, the token on every call."""
     all_options = [*CHANNEL_OPTIONS, *options]
-    if security is not None and security.server_name:
-        all_options.append(("grpc.ssl_target_name_override", security.server_name))
     if security is not None and security.tls:
         channel = grpc.secure_channel(address, security.channel_credentials(), options=all_options)
     else:

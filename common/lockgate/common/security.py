@@ -30,9 +30,6 @@ TOKEN_ENV = "LOCKGATE_TOKEN"
 HOME_ENV = "LOCKGATE_HOME"
 #: Where ``make certs`` writes the local cluster's CA, certificates and tokens.
 TLS_DIR = "tls"
-#: The server certificates of ``make certs`` name this host, so clients verify against it
-#: whatever address (127.0.0.1, localhost) they dial.
-LOCAL_SERVER_NAME = "localhost"
 
 
 class SecurityConfigError(ValueError):
@@ -74,21 +71,6 @@ class ServerTls:
         return grpc.ssl_server_credentials(
             [(key, chain)], root_certificates=ca, require_client_auth=ca is not None
         )
-
-    def ssl_context(self) -> ssl.SSLContext:
-        """The same credentials for an HTTPS server (the registry's REST facade)."""
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
-            context.load_cert_chain(self.cert, self.key)
-            if self.client_ca is not None:
-                context.load_verify_locations(cafile=str(self.client_ca))
-                context.verify_mode = ssl.CERT_REQUIRED
-        except (OSError, ssl.SSLError) as exc:
-            raise SecurityConfigError(
-                f"--tls-cert {self.cert} / --tls-key {self.key}: cannot load them ({exc})"
-            ) from None
-        return context
 
 
 @dataclass(frozen=True)
@@ -156,8 +138,6 @@ class ClientSecurity:
     client_cert: Path | None = None
     client_key: Path | None = None
     token: str | None = None
-    server_name: str | None = None
-    """The host name the server certificate must carry, when it differs from the address."""
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         """gRPC channel credentials (TLS; with the client certificate when given)."""
@@ -270,7 +250,6 @@ def client_security(
 
 __all__ = [
     "INSECURE_ENV",
-    "LOCAL_SERVER_NAME",
     "TLS_DIR",
     "TOKEN_ENV",
     "ClientSecurity",
