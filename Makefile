@@ -9,7 +9,7 @@ STAMP    := $(VENV)/.lockgate-install-stamp
 # Prometheus 3.16.0 (its Go module is tagged v0.316.0), built from the Go module proxy.
 PROMETHEUS_MODULE  := github.com/prometheus/prometheus/cmd/prometheus@v0.316.0
 
-.PHONY: help install protos lint test test-unit test-integration test-e2e test-clients demo cluster-up cluster-down cluster-status bench prometheus clean
+.PHONY: help install protos lint test test-unit test-integration test-e2e test-clients demo certs cluster-up cluster-down cluster-status bench prometheus clean
 
 help: ## List every target with what it does
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  make %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -45,7 +45,10 @@ test-e2e: install ## Only the end-to-end tier (tests/integration/e2e): the whole
 demo: install ## Bring the local cluster up and run the demo against it
 	@bash deploy/scripts/demo.sh
 
-cluster-up: install ## Start the local cluster (Kafka broker on 127.0.0.1:9092, the services; LOCKGATE_DB=postgres: on PostgreSQL)
+certs: ## Make the local CA, certificates and tokens under LOCKGATE_HOME/tls (.lockgate/tls), missing ones only
+	$(PY) -m lockgate.localcluster.certs --executor e1 --executor e2
+
+cluster-up: install ## Start the local cluster with TLS + auth (LOCKGATE_INSECURE=1: plaintext; LOCKGATE_DB=postgres: on PostgreSQL)
 	$(PY) -m lockgate.localcluster.cluster up
 
 cluster-status: ## One line per local-cluster process: name, pid, address, up/down

@@ -6,7 +6,9 @@ Starts its own Kafka broker, one coordinator and one executor (``--spark-master`
 ``local[2]``) in a temporary home, writes ``--records`` records of ``--value-bytes`` to an
 input topic *before* any pipeline exists (the backlog), then creates one exactly-once copy
 pipeline with ``source.kafka.max_records_per_partition`` = ``--cap`` (0: the spec's default)
-and times it from creation until a COMMITTED checkpoint covers the whole input.
+and times it from creation until a COMMITTED checkpoint covers the whole input. The services
+run with TLS and tokens, as the local cluster does (a throwaway CA in the home); ``--insecure``
+runs them in plaintext.
 
 Printed: the overall rate (records/s), the number of checkpoints, the records each read
 (largest per partition against the cap), each checkpoint's rate (its records over its
@@ -37,6 +39,7 @@ from lockgate.common.model.pipeline_spec import (
     parse_pipeline_spec,
 )
 from lockgate.common.model.proto import spec_to_proto
+from lockgate.localcluster.certs import ensure_local_pki
 from lockgate.localcluster.kafka import KafkaBrokerConfig, broker_spec, create_topic
 from lockgate.localcluster.ports import free_port
 from lockgate.localcluster.process import (
@@ -168,6 +171,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cap", type=int, default=0, help="0: the spec's default")
     parser.add_argument("--tasks-max", type=int, default=2)
     parser.add_argument("--spark-master", default="local[2]")
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext, no authentication (default: TLS + tokens)",
+    )
     args = parser.parse_args(argv)
     cap = args.cap or DEFAULT_MAX_RECORDS_PER_PARTITION
     with tempfile.TemporaryDirectory(prefix="lockgate-bench-") as tmp:
@@ -185,11 +193,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             start(broker_spec(config), config.home)
             bootstrap = config.bootstrap_servers
+            # Secure by default, as the local cluster: a throwaway CA and tokens in the home.
+            pki = None if args.insecure else ensure_local_pki(home, ["e1"])
+            print(f"services: {'plaintext' if pki is None else 'TLS + tokens (mTLS to executors)'}")
             port = free_port()
             coordinator = f"127.0.0.1:{port}"
             start(
                 coordinator_spec(
-                    coordinator_id="c1", port=port, db_url=f"sqlite:///{home / 'c.db'}"
+                    coordinator_id="c1", port=port, db_url=f"sqlite:///{home / 'c.db'}", pki=pki
                 ),
                 home,
             )
@@ -219,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     coordinators=[coordinator],
                     spark_master=args.spark_master,
                     spark_conf={},
+                    pki=pki,
                 ),
                 home,
             )
@@ -234,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cap=args.cap,
                 tasks_max=args.tasks_max,
             )
-            with open_channel([coordinator]) as channel:
+            security = None if pki is None else pki.as_admin()
+            with open_channel([coordinator], security=security) as channel:
                 stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
                 seconds = drain(stub, name=name, spec=spec, records=args.records)
                 report(stub, name=name, cap=cap, seconds=seconds, records=args.records)

@@ -22,9 +22,12 @@ a KRaft broker, a throwaway PostgreSQL):
   heartbeats, lease, work loop), so a miss says where the time goes. A pipeline that
   commits nothing for ``--stall-s`` seconds is reported as STALLED with what was measured.
 
-The whole default run takes about 4.5 minutes on an idle 2-core machine (7 under load);
-``--lease-ms 1000,3000`` adds about 2 minutes. Figures, not pass/fail. The machine's load
-average is printed with them: other work on the same cores moves every number here.
+Every process runs with TLS and tokens as the local cluster does (a throwaway CA in the
+home, the executors behind mTLS), the benchmark calling as the admin; ``--insecure`` measures
+them in plaintext. The whole default run takes about 4.5 minutes on an idle 2-core machine
+(7 under load); ``--lease-ms 1000,3000`` adds about 2 minutes. Figures, not pass/fail. The
+machine's load average is printed with them: other work on the same cores moves every number
+here.
 
     .venv/bin/python bench/coordinator.py [--db both] [--kills 10] [--checkpoints 50]
 
@@ -54,6 +57,8 @@ from typing import TypeVar
 import grpc
 
 from lockgate.common.grpc_client import open_channel
+from lockgate.common.security import ClientSecurity
+from lockgate.localcluster.certs import LocalPki, ensure_local_pki
 from lockgate.localcluster.commands import coordinator_command, executor_command
 from lockgate.localcluster.kafka import KafkaBrokerConfig, broker_spec, create_topic
 from lockgate.localcluster.ports import free_port
@@ -172,11 +177,22 @@ class Processes:
     replicas: dict[str, Replica] = field(default_factory=dict)
     executors: list[RunningProcess] = field(default_factory=list)
     channels: list[grpc.Channel] = field(default_factory=list)
+    pki: LocalPki | None = None
+    """TLS and tokens as the local cluster (None: plaintext, ``--insecure``)."""
+
+    def secure(self) -> None:
+        """Make a throwaway CA and tokens in the home; every process started next uses them."""
+        self.pki = ensure_local_pki(self.home, [f"e{i}" for i in range(1, 9)])
+
+    @property
+    def security(self) -> ClientSecurity | None:
+        """How this benchmark calls the coordinators: the admin over TLS, or plaintext."""
+        return None if self.pki is None else self.pki.as_admin()
 
     def start_replica(self, coordinator_id: str, *, lease_ms: int) -> Replica:
         """Start (or restart) replica ``coordinator_id`` on a new port; wait until it answers."""
         address = f"127.0.0.1:{free_port()}"
-        channel = open_channel(address, follow_leader=False)
+        channel = open_channel(address, follow_leader=False, security=self.security)
         self.channels.append(channel)
         stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
 
@@ -196,6 +212,7 @@ class Processes:
                     listen=address,
                     advertise=address,
                     lease_ms=lease_ms,
+                    extra=self.pki.coordinator_args() if self.pki else (),
                 )
             ),
             address=address,
@@ -231,10 +248,12 @@ class Processes:
                     listen=address,
                     coordinators=coordinators,
                     data_plane="none",
+                    extra=self.pki.executor_args(executor_id) if self.pki else (),
                 )
             ),
             address=address,
             ready=registered,
+            env=self.pki.executor_env(executor_id) if self.pki else {},
             cwd=self.home,
             ready_timeout_s=120.0,
         )
@@ -244,7 +263,7 @@ class Processes:
 
     def leader_channel(self, coordinators: Sequence[str]) -> grpc.Channel:
         """A leader-following channel to the cluster (closed by :meth:`stop_all`)."""
-        channel = open_channel(list(coordinators))
+        channel = open_channel(list(coordinators), security=self.security)
         self.channels.append(channel)
         return channel
 
@@ -420,12 +439,14 @@ def measure_failover(processes: Processes, *, lease_ms: int, kills: int) -> list
 
 
 def run_failover(
-    databases: Databases, home: Path, *, db: str, lease_ms: int, kills: int
+    databases: Databases, home: Path, *, db: str, lease_ms: int, kills: int, secure: bool
 ) -> FailoverResult:
     """Three replicas on a fresh ``db`` database; ``kills`` leader kills."""
     label = f"failover-{db}-{lease_ms}"
     processes = Processes(home=home / label, db_url=databases.fresh(db, label.replace("-", "_")))
     processes.home.mkdir(parents=True)
+    if secure:
+        processes.secure()
     try:
         for index in range(REPLICAS):
             processes.start_replica(f"c{index + 1}", lease_ms=lease_ms)
@@ -599,12 +620,15 @@ def run_round_trip(
     checkpoints: int,
     interval_ms: int,
     stall_s: float,
+    secure: bool,
 ) -> RoundTripResult:
     """One pipeline of ``tasks`` tasks on ``executors`` control-only executors; the
     trigger -> COMMITTED timings of ``checkpoints`` checkpoints after the warm-up."""
     label = f"roundtrip-{db}"
     processes = Processes(home=home / label, db_url=databases.fresh(db, label.replace("-", "_")))
     processes.home.mkdir(parents=True)
+    if secure:
+        processes.secure()
     suffix = uuid.uuid4().hex[:8]
     source, sink, name = f"bench-src-{suffix}", f"bench-sink-{suffix}", f"bench-{suffix}"
     create_topic(bootstrap, source, partitions=tasks)
@@ -820,6 +844,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="leave out one measurement (repeatable)",
     )
     parser.add_argument("--keep-logs", action="store_true", help="keep the processes' logs")
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext, no authentication (default: TLS + tokens, as the local cluster)",
+    )
     return parser
 
 
@@ -873,7 +902,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for lease_ms in args.lease_ms:
                         try:
                             result = run_failover(
-                                databases, home, db=kind, lease_ms=lease_ms, kills=args.kills
+                                databases,
+                                home,
+                                db=kind,
+                                lease_ms=lease_ms,
+                                kills=args.kills,
+                                secure=not args.insecure,
                             )
                         except (BenchError, ProcessError, TimeoutError) as exc:
                             failed(f"failover {kind} lease {lease_ms} ms", exc)
@@ -899,6 +933,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 checkpoints=args.checkpoints,
                                 interval_ms=args.interval_ms,
                                 stall_s=args.stall_s,
+                                secure=not args.insecure,
                             )
                         except (BenchError, ProcessError, TimeoutError) as exc:
                             failed(f"roundtrip {kind}", exc)

@@ -3,7 +3,8 @@
     .venv/bin/python bench/eos_throughput.py [--records 1000000] [--partitions 4]
 
 Starts its own Kafka broker, one coordinator and one executor (``--spark-master``,
-default ``local[2]``) in a temporary home, writes N records (``--value-bytes`` each) to an
+default ``local[2]``; with TLS and tokens as the local cluster, ``--insecure``: plaintext) in a
+temporary home, writes N records (``--value-bytes`` each) to an
 input topic, then copies them four times, each into its own output topic:
 
 (a) a Lockgate pipeline with ``delivery: exactly_once``;
@@ -29,6 +30,7 @@ whichever of (a) and (b) runs first is about a third slower). Figures, not pass/
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -44,6 +46,8 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from lockgate.common.grpc_client import open_channel
+from lockgate.common.security import ClientSecurity
+from lockgate.localcluster.certs import ensure_local_pki
 from lockgate.localcluster.kafka import (
     KafkaBrokerConfig,
     broker_spec,
@@ -220,6 +224,7 @@ def run_pipeline(
     executor_pid: int,
     directory: Path,
     coordinators: str,
+    security: ClientSecurity | None = None,
 ) -> tuple[float, float]:
     """(a)/(b): create the pipeline, wait until its committed offsets reach the input's end.
     Returns (seconds, peak executor RSS in MB)."""
@@ -258,6 +263,7 @@ def run_pipeline(
         check=False,
         capture_output=True,
         text=True,
+        env={**os.environ, **(security or ClientSecurity()).cli_environment()},
     )
     if created.returncode != 0:
         raise RuntimeError(f"lockgate pipeline create failed:\n{created.stdout}{created.stderr}")
@@ -320,6 +326,8 @@ class Services:
     coordinator: str
     executor: RunningProcess
     executor_metrics: str | None
+    security: ClientSecurity | None = None
+    """How to call the coordinator (the admin over TLS; None: plaintext)."""
 
 
 def start_services(
@@ -328,10 +336,13 @@ def start_services(
     *,
     spark_master: str,
     metrics: bool,
+    secure: bool = True,
 ) -> Services:
     """c1 then e1 (its Spark warm-up included), under ``home``; ``metrics``: both serve
-    ``--metrics-listen`` on free ports."""
+    ``--metrics-listen`` on free ports; ``secure``: TLS and tokens, as the local cluster (a
+    throwaway CA in ``home``)."""
     home.mkdir(parents=True, exist_ok=True)
+    pki = ensure_local_pki(home, ["e1"]) if secure else None
     coordinator_port, executor_port = free_port(), free_port()
     executor_metrics = free_port() if metrics else None
     coordinator = f"127.0.0.1:{coordinator_port}"
@@ -341,6 +352,7 @@ def start_services(
             port=coordinator_port,
             db_url=f"sqlite:///{home / 'c.db'}",
             metrics_port=free_port() if metrics else None,
+            pki=pki,
         ),
         home,
     )
@@ -353,6 +365,7 @@ def start_services(
             spark_master=spark_master,
             spark_conf={},
             metrics_port=executor_metrics,
+            pki=pki,
         ),
         home,
     )
@@ -361,7 +374,10 @@ def start_services(
         f"{'on' if metrics else 'off'}) in {time.monotonic() - t0:.1f}s"
     )
     return Services(
-        coordinator, executor, None if executor_metrics is None else f"127.0.0.1:{executor_metrics}"
+        coordinator,
+        executor,
+        None if executor_metrics is None else f"127.0.0.1:{executor_metrics}",
+        None if pki is None else pki.as_admin(),
     )
 
 
@@ -407,6 +423,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_false",
         help="skip (e), exactly_once with metrics on",
     )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext, no authentication (default: TLS + tokens)",
+    )
     args = parser.parse_args(argv)
     if args.records < 1 or args.partitions < 1 or args.value_bytes < 10:
         parser.error("--records and --partitions must be >= 1, --value-bytes >= 10")
@@ -427,7 +448,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             start(broker_spec(config), config.home)
             bootstrap = config.bootstrap_servers
             services = start_services(
-                start, home / "off", spark_master=args.spark_master, metrics=False
+                start,
+                home / "off",
+                spark_master=args.spark_master,
+                metrics=False,
+                secure=not args.insecure,
             )
 
             def new_topic(prefix: str, records: int = 0) -> str:
@@ -456,7 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             def lockgate_runs(services: Services, runs: dict[str, str], label: str) -> None:
                 """Warm ``services`` up, then time each of ``runs`` (key -> delivery)."""
-                with open_channel([services.coordinator]) as channel:
+                with open_channel([services.coordinator], security=services.security) as channel:
                     stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
 
                     def copy(
@@ -473,6 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             executor_pid=services.executor.pid,
                             directory=home,
                             coordinators=services.coordinator,
+                            security=services.security,
                         )
 
                     if args.warmup_records > 0:
@@ -505,7 +531,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stop_process(home=home / "off", name=services.executor.name)
                 stop_process(home=home / "off", name="coordinator-c1")
                 services = start_services(
-                    start, home / "on", spark_master=args.spark_master, metrics=True
+                    start,
+                    home / "on",
+                    spark_master=args.spark_master,
+                    metrics=True,
+                    secure=not args.insecure,
                 )
                 lockgate_runs(services, {"e": "exactly_once"}, ", metrics on")
                 assert services.executor_metrics is not None

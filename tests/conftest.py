@@ -12,6 +12,7 @@ runs without its per-example deadline (a timing check, which belongs to bench/).
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,11 @@ pytest_plugins = [
 # them on a loaded two-core machine while the code was right (timing is bench/'s job).
 settings.register_profile("lockgate", deadline=None)
 settings.load_profile("lockgate")
+
+# The test clusters serve plaintext on loopback: clients started by the tests (the CLI, the
+# demo) must not pick up a developer's $LOCKGATE_HOME/tls or ./.lockgate/tls. The secure
+# tests give their CA and tokens explicitly, which this does not turn off.
+os.environ["LOCKGATE_INSECURE"] = "1"
 
 _TESTS = Path(__file__).resolve().parent
 #: Folder -> tier, most specific first.

@@ -7,6 +7,11 @@ Creates its topic (the local broker does not create topics on first use), produc
 records, evolves the schema to v2 (adds ``email`` with a default), and reads everything back
 with the v2 reader: old records get ``email = "unknown"``. Every wait is bounded by
 ``--timeout``; exit status 0 when the four records came back, 1 with the reason otherwise.
+
+Against the secure local cluster it speaks HTTPS with the CA and admin token it finds under
+``$LOCKGATE_HOME/tls`` (``--tls-ca``, ``--token-file`` otherwise; ``--insecure``: plaintext),
+through Confluent's own settings: ``ssl.ca.location`` and HTTP Basic (user ``--principal``,
+default ``admin``; password the token).
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
+
+from lockgate.common.security import add_client_security_arguments, client_security
+from lockgate.localcluster.process import lockgate_home
 
 HERE = Path(__file__).parent
 RECORDS = 4
@@ -113,12 +121,21 @@ def main() -> int:
     """Produce with v1 and v2, consume with the v2 reader, print the records."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
-    parser.add_argument("--registry", default="http://127.0.0.1:8081")
+    parser.add_argument("--registry", default=None, help="default http(s)://127.0.0.1:8081")
     parser.add_argument("--topic", default=f"users-{uuid.uuid4().hex[:6]}")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per step")
+    parser.add_argument("--principal", default="admin", help="HTTP Basic user of the token")
+    add_client_security_arguments(parser)
     args = parser.parse_args()
-
-    registry = SchemaRegistryClient({"url": args.registry, "timeout": int(args.timeout)})
+    security = client_security(args, home=lockgate_home())
+    if args.registry is None:
+        args.registry = f"{'https' if security.tls else 'http'}://127.0.0.1:8081"
+    config: dict[str, Any] = {"url": args.registry, "timeout": int(args.timeout)}
+    if security.ca is not None:
+        config["ssl.ca.location"] = str(security.ca)
+    if security.token is not None:
+        config["basic.auth.user.info"] = f"{args.principal}:{security.token}"
+    registry = SchemaRegistryClient(config)
     try:
         create_topic(args.bootstrap, args.topic, timeout_s=args.timeout)
         produce(args, registry)

@@ -152,6 +152,13 @@ class PermissionDenied(LockgateError):
     default_reason = "PERMISSION_DENIED"
 
 
+class Unauthenticated(LockgateError):
+    """The caller did not prove who it is: no, or an unknown, token or client certificate
+    (``UNAUTHENTICATED``)."""
+
+    default_reason = "UNAUTHENTICATED"
+
+
 class FencingToken(enum.Enum):
     """Which fencing token a refusal is about (``lockgate.v1.FencingToken``)."""
 
@@ -319,6 +326,7 @@ __all__ = [
     "PreconditionViolation",
     "ResourceExhausted",
     "StaleTokenError",
+    "Unauthenticated",
     "Unavailable",
     "Unimplemented",
 ]

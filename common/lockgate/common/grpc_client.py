@@ -10,6 +10,7 @@ deadline. ``error_details`` reads the ``google.rpc`` details of a failed call ba
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +42,7 @@ from lockgate.common.errors import (
     Unavailable,
 )
 from lockgate.common.grpc_server import STATUS_CODES
+from lockgate.common.security import ClientSecurity
 from lockgate.common.telemetry import Telemetry
 from lockgate.v1 import common_pb2
 
@@ -243,10 +245,65 @@ def _tracing(channel: grpc.Channel, telemetry: Telemetry | None) -> grpc.Channel
     return channel
 
 
+class _BearerToken(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Adds ``authorization: Bearer <token>`` to every call (TLS or, on loopback, not)."""
+
+    def __init__(self, token: str) -> None:
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details: Any) -> Any:
+        metadata = [*(details.metadata or ()), self._header]
+        return _CallDetails(
+            details.method,
+            details.timeout,
+            metadata,
+            details.credentials,
+            getattr(details, "wait_for_ready", None),
+            getattr(details, "compression", None),
+        )
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._with_token(details), request)
+
+    def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return continuation(self._with_token(details), requests)
+
+    def intercept_stream_stream(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return continuation(self._with_token(details), requests)
+
+
+class _CallDetails(
+    collections.namedtuple(
+        "_CallDetails",
+        ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression"),
+    ),
+    grpc.ClientCallDetails,
+):
+    """A concrete ``grpc.ClientCallDetails`` (grpc only ships the abstract class)."""
+
+
 def _plain_channel(
-    address: str, telemetry: Telemetry | None, options: Sequence[tuple[str, Any]]
+    address: str,
+    telemetry: Telemetry | None,
+    options: Sequence[tuple[str, Any]],
+    security: ClientSecurity | None = None,
 ) -> grpc.Channel:
-    channel = grpc.insecure_channel(address, options=[*CHANNEL_OPTIONS, *options])
+    """A channel to one address: TLS when ``security`` says so, the token on every call."""
+    all_options = [*CHANNEL_OPTIONS, *options]
+    if security is not None and security.tls:
+        channel = grpc.secure_channel(address, security.channel_credentials(), options=all_options)
+    else:
+        channel = grpc.insecure_channel(address, options=all_options)
+    if security is not None and security.token:
+        channel = grpc.intercept_channel(channel, _BearerToken(security.token))
     return _tracing(channel, telemetry)
 
 
@@ -531,8 +588,11 @@ def open_channel(
     max_redirects: int = 3,
     max_attempts: int = 4,
     options: Sequence[tuple[str, Any]] = (),
+    security: ClientSecurity | None = None,
 ) -> grpc.Channel:
-    """Open an insecure channel to a Lockgate service (``HOST:PORT``, or several seeds).
+    """Open a channel to a Lockgate service (``HOST:PORT``, or several seeds): TLS and a
+    bearer token as ``security`` says (``lockgate.common.security.client_security``),
+    plaintext without it.
 
     With ``follow_leader`` (the default) the channel is a ``LeaderFollowingChannel``;
     otherwise a plain channel to the single address. Calls are traced with ``telemetry``
@@ -549,10 +609,10 @@ def open_channel(
     if not follow_leader:
         if len(seeds) != 1:
             raise ValueError("several addresses need follow_leader=True")
-        return _plain_channel(seeds[0], telemetry, options)
+        return _plain_channel(seeds[0], telemetry, options, security)
     return LeaderFollowingChannel(
         seeds,
-        channel_factory=lambda target: _plain_channel(target, telemetry, options),
+        channel_factory=lambda target: _plain_channel(target, telemetry, options, security),
         max_redirects=max_redirects,
         max_attempts=max_attempts,
     )

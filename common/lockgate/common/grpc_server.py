@@ -2,7 +2,8 @@
 
 ``build_server`` gives each service the same server: tracing interceptor (when telemetry is
 on), ``rpc.server.duration`` (when metrics are on), the error-mapping interceptor, the
-request bounds (``model.limits``), a bound on
+authentication and role check (``lockgate.common.auth``, with ``--auth-tokens``), the
+request bounds (``model.limits``), TLS or mTLS (``lockgate.common.security``), a bound on
 message size and on concurrent calls (RESOURCE_EXHAUSTED beyond), ``grpc.health.v1``, server
 reflection, a bind that names the address (and the process holding it) when the port is
 taken, and a graceful stop on SIGTERM.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import re
 import signal
 import threading
@@ -53,11 +53,14 @@ from lockgate.common.errors import (
     PermissionDenied,
     ResourceExhausted,
     StaleTokenError,
+    Unauthenticated,
     Unavailable,
     Unimplemented,
 )
 from lockgate.common.metrics import RPC_SERVER_DURATION, Instruments
 from lockgate.common.model.limits import check_request_limits
+from lockgate.common.ports import describe_port_holder
+from lockgate.common.security import ServerSecurity
 from lockgate.common.telemetry import Telemetry
 from lockgate.v1 import common_pb2
 
@@ -72,6 +75,7 @@ STATUS_CODES: dict[type[LockgateError], grpc.StatusCode] = {
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     Aborted: grpc.StatusCode.ABORTED,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -414,45 +418,6 @@ class ServerBindError(OSError):
     """The server could not listen on the requested address."""
 
 
-def _listening_inodes(port: int) -> set[str]:
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table, encoding="ascii") as lines:
-                next(lines, None)
-                for line in lines:
-                    fields = line.split()
-                    # fields[1] is local "HEXADDR:HEXPORT", fields[3] the state (0A = LISTEN).
-                    if (
-                        len(fields) > 9
-                        and fields[3] == "0A"
-                        and int(fields[1].rsplit(":", 1)[1], 16) == port
-                    ):
-                        inodes.add(fields[9])
-        except OSError:
-            continue
-    return inodes
-
-
-def describe_port_holder(port: int) -> str | None:
-    """``"pid N (command)"`` of a process listening on TCP ``port``, if Linux's /proc says."""
-    inodes = _listening_inodes(port)
-    if not inodes:
-        return None
-    targets = {f"socket:[{inode}]" for inode in inodes}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-            for fd in fds:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in targets:
-                    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                        command = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
-                    return f"pid {pid} ({command.strip()[:120]})"
-        except OSError:
-            continue
-    return "another process"
-
-
 _LISTEN_RE = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:\[\]]+):(?P<port>\d{1,5})$")
 
 
@@ -567,6 +532,53 @@ def _observing_interceptors(telemetry: Telemetry) -> list[grpc.ServerInterceptor
     return [*telemetry.server_interceptors(), *metering]
 
 
+def _interceptors(
+    service_name: str,
+    telemetry: Telemetry,
+    security: ServerSecurity,
+    extra: Sequence[grpc.ServerInterceptor],
+) -> list[grpc.ServerInterceptor]:
+    """Outermost first: the SERVER span also covers the error mapping, so a failed call's
+    span carries its status code; authentication comes before the request bounds."""
+    # auth builds on this module's interceptor base, so it is imported when used.
+    from lockgate.common.auth import Authenticator, AuthInterceptor
+
+    authenticating = (
+        [AuthInterceptor(Authenticator.from_file(security.auth_tokens))]
+        if security.auth_tokens
+        else []
+    )
+    return [
+        *_observing_interceptors(telemetry),
+        ErrorMappingInterceptor(service_name=service_name),
+        *authenticating,
+        RequestLimitsInterceptor(),
+        *extra,
+    ]
+
+
+def _bind(server: grpc.Server, listen: str, service_name: str, security: ServerSecurity) -> int:
+    """Add the listening port (TLS when ``security`` has it); the bound port.
+    ``ServerBindError`` names the address and the process holding it."""
+    try:
+        return (
+            server.add_secure_port(listen, security.tls.grpc_credentials())
+            if security.tls
+            else server.add_insecure_port(listen)
+        )
+    except RuntimeError:
+        _, requested_port = _parse_listen(listen)
+        holder = describe_port_holder(requested_port) if requested_port else None
+        raise ServerBindError(
+            f"{service_name} cannot listen on {listen}: "
+            + (
+                f"port {requested_port} is in use by {holder}; stop it or choose another port"
+                if holder
+                else "the address is in use or not assignable; choose another listen address"
+            )
+        ) from None
+
+
 def build_server(
     *,
     service_name: str,
@@ -580,6 +592,7 @@ def build_server(
     extra_interceptors: Sequence[grpc.ServerInterceptor] = (),
     options: Sequence[tuple[str, Any]] = (),
     reuse_port: bool = False,
+    security: ServerSecurity | None = None,
 ) -> LockgateServer:
     """Create, bind and start the gRPC server of one Lockgate service.
 
@@ -595,17 +608,14 @@ def build_server(
     ``reuse_port`` binds with ``SO_REUSEPORT`` so that several worker processes serve one
     port; the caller must have checked that nobody else holds it. Off by default, because
     gRPC's own default (on) would let two servers share a port silently.
+
+    ``security`` (``lockgate.common.security``): TLS (mTLS with a client CA) and, with a
+    token file, ``AuthInterceptor`` (``lockgate.common.auth``) before the request bounds.
     """
     host, _ = _parse_listen(listen)
     telemetry = telemetry or Telemetry.disabled(service_name)
-    interceptors: list[grpc.ServerInterceptor] = [
-        # Outermost first: the SERVER span also covers the error mapping, so a failed call's
-        # span carries its status code.
-        *_observing_interceptors(telemetry),
-        ErrorMappingInterceptor(service_name=service_name),
-        RequestLimitsInterceptor(),
-        *extra_interceptors,
-    ]
+    security = security or ServerSecurity()
+    interceptors = _interceptors(service_name, telemetry, security, extra_interceptors)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=service_name),
         interceptors=interceptors,
@@ -620,19 +630,7 @@ def build_server(
     reflection.enable_server_reflection(
         (*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    try:
-        port = server.add_insecure_port(listen)
-    except RuntimeError:
-        _, requested_port = _parse_listen(listen)
-        holder = describe_port_holder(requested_port) if requested_port else None
-        raise ServerBindError(
-            f"{service_name} cannot listen on {listen}: "
-            + (
-                f"port {requested_port} is in use by {holder}; stop it or choose another port"
-                if holder
-                else "the address is in use or not assignable; choose another listen address"
-            )
-        ) from None
+    port = _bind(server, listen, service_name, security)
     server.start()
     running = LockgateServer(
         server=server,
@@ -645,7 +643,17 @@ def build_server(
         grace_seconds=grace_seconds,
     )
     running.set_serving(True)
-    _LOG.info("%s listening on %s", service_name, running.address)
+    _LOG.info(
+        "%s listening on %s (%s, %s)",
+        service_name,
+        running.address,
+        "mTLS"
+        if security.tls and security.tls.client_ca
+        else "TLS"
+        if security.tls
+        else "plaintext",
+        "authenticated" if security.auth_tokens else "no authentication",
+    )
     return running
 
 

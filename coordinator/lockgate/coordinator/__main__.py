@@ -27,6 +27,15 @@ from lockgate.common.prometheus import (
     add_metrics_listen_argument,
     start_telemetry,
 )
+from lockgate.common.security import (
+    ClientSecurity,
+    SecurityConfigError,
+    ServerSecurity,
+    add_client_security_arguments,
+    add_server_security_arguments,
+    client_security,
+    server_security,
+)
 from lockgate.common.telemetry import Telemetry, TelemetryConfigError
 from lockgate.coordinator.api import CoordinatorServicer
 from lockgate.coordinator.domain.assignment import (
@@ -39,6 +48,7 @@ from lockgate.coordinator.herder import (
     CoordinatorSettings,
     Herder,
 )
+from lockgate.coordinator.herder.executors import ExecutorClient
 from lockgate.coordinator.store import SqlStore, open_store
 from lockgate.coordinator.store.engine import DEFAULT_LEASE_MS
 from lockgate.v1 import coordinator_pb2, coordinator_pb2_grpc
@@ -120,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra wait after an executor's session expired before its tasks move (ms)",
     )
     add_metrics_listen_argument(parser)
+    add_server_security_arguments(parser)
+    add_client_security_arguments(parser)
     parser.add_argument(
         "--checkpoint-history",
         type=_positive("--checkpoint-history"),
@@ -169,6 +181,22 @@ def _telemetry(args: argparse.Namespace) -> Telemetry | None:
         return None
 
 
+def _checked_flags(args: argparse.Namespace) -> tuple[ServerSecurity, ClientSecurity] | None:
+    """What the server asks of its callers and how it calls the executors, or None after
+    printing why the flags cannot be used."""
+    if args.reassign_delay_ms < 0:
+        print("error: --reassign-delay-ms must be >= 0", file=sys.stderr)
+        return None
+    try:
+        return (
+            server_security(args, listen_hosts=[args.listen.rpartition(":")[0]]),
+            client_security(args, from_home=False),
+        )
+    except SecurityConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
 def _failpoints() -> Failpoints | None:
     """The failpoints armed by ``LOCKGATE_FAILPOINTS`` (logged), or None after printing
     why the variable is wrong."""
@@ -190,9 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format=f"%(asctime)s %(levelname)s [{args.id}] %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if args.reassign_delay_ms < 0:
-        print("error: --reassign-delay-ms must be >= 0", file=sys.stderr)
+    securities = _checked_flags(args)
+    if securities is None:
         return 2
+    security, to_executors = securities
     telemetry = _telemetry(args)  # before _open_state: a bad OTEL_* value must not leave
     if telemetry is None:  # a migrated database
         return 2
@@ -226,6 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings=settings,
         failpoints=failpoints,
         instruments=Instruments(telemetry.meter()),
+        executor_client=ExecutorClient(security=to_executors),
     )
     servicer = CoordinatorServicer(herder)
     try:
@@ -239,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 coordinator_pb2.DESCRIPTOR.services_by_name["CoordinatorService"].full_name
             ],
             telemetry=telemetry,
+            security=security,
         )
     except (ServerBindError, ValueError) as exc:
         print(f"error: --listen: {exc}", file=sys.stderr)

@@ -43,6 +43,14 @@ from lockgate.common.prometheus import (
     add_metrics_listen_argument,
     start_telemetry,
 )
+from lockgate.common.security import (
+    ClientSecurity,
+    ServerSecurity,
+    add_client_security_arguments,
+    add_server_security_arguments,
+    client_security,
+    server_security,
+)
 from lockgate.common.telemetry import TelemetryConfigError
 from lockgate.executor.coordinator_client import GrpcCoordinatorClient
 from lockgate.executor.dataplane.control_only import ControlOnlyDataPlane
@@ -117,6 +125,8 @@ def _parser() -> argparse.ArgumentParser:
         f"this the executor kills its children and exits {EXIT_SHUTDOWN_TIMEOUT}",
     )
     add_metrics_listen_argument(parser)
+    add_server_security_arguments(parser)
+    add_client_security_arguments(parser)
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return parser
 
@@ -142,9 +152,10 @@ def _spark_conf(values: Sequence[str]) -> dict[str, str]:
 
 def _checked_options(
     parser: argparse.ArgumentParser, args: argparse.Namespace
-) -> tuple[tuple[str, ...], dict[str, str], Failpoints]:
-    """The coordinators, the Spark settings and the armed failpoints; a bad one exits 2
-    naming the flag (or the LOCKGATE_FAILPOINTS entry) and the fix."""
+) -> tuple[tuple[str, ...], dict[str, str], Failpoints, ServerSecurity, ClientSecurity]:
+    """The coordinators, the Spark settings, the armed failpoints, what the server asks of
+    its callers and how to call the coordinator; a bad one exits 2 naming the flag (or the
+    LOCKGATE_FAILPOINTS entry) and the fix."""
     if not args.id or not set(args.id) <= _ID_CHARS or len(args.id) > 100:
         parser.error(f"--id {args.id!r}: use 1 to 100 characters of [a-zA-Z0-9._-]")
     if not 0 < args.shutdown_timeout_s < math.inf:
@@ -155,6 +166,8 @@ def _checked_options(
         coordinators = _coordinators(args.coordinator)
         spark_conf = _spark_conf(args.spark_conf)
         failpoints = Failpoints.from_env()
+        security = server_security(args, listen_hosts=[args.listen.rpartition(":")[0]])
+        to_coordinator = client_security(args, from_home=False)
     except (ValueError, FailpointConfigError) as exc:
         parser.error(str(exc))
     if failpoints.armed:
@@ -162,7 +175,7 @@ def _checked_options(
             "failpoints armed: %s",
             ", ".join(a.describe() for a in failpoints.armed),
         )
-    return coordinators, spark_conf, failpoints
+    return coordinators, spark_conf, failpoints, security, to_coordinator
 
 
 def _settings(args: argparse.Namespace, coordinators: tuple[str, ...]) -> ExecutorSettings:
@@ -186,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
         stream=sys.stderr,
     )
-    coordinators, spark_conf, failpoints = _checked_options(parser, args)
+    coordinators, spark_conf, failpoints, security, to_coordinator = _checked_options(parser, args)
     try:
         telemetry = start_telemetry(
             "lockgate-executor", metrics_listen=args.metrics_listen, service_instance_id=args.id
@@ -199,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.data_plane == "spark"
         else ControlOnlyDataPlane()
     )
-    channel = open_channel(coordinators, telemetry=telemetry)
+    channel = open_channel(coordinators, telemetry=telemetry, security=to_coordinator)
     settings = _settings(args, coordinators)
     runtime = Worker(
         settings,
@@ -228,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Calls still running get a short grace: the batches they may wait for are
             # only cancelled after the server stopped.
             grace_seconds=min(_SERVER_GRACE_S, bound.timeout_s / 4),
+            security=security,
         )
     except (ServerBindError, ValueError) as exc:
         _LOG.error("%s", exc)

@@ -19,6 +19,8 @@ from urllib.parse import parse_qsl, unquote
 
 import anyio.to_thread
 
+from lockgate.common.access import REGISTRY_READ, REGISTRY_WRITE, MethodAccess
+from lockgate.common.auth import Authenticator, headers_authorization
 from lockgate.schema_registry.errors import (
     BadRequestError,
     InvalidCompatibilityLevelError,
@@ -183,6 +185,17 @@ def _imported_ids(request: _Request) -> tuple[int | None, int | None]:
     return schema_id, parsed_version
 
 
+def rest_access(method: str, segments: list[str]) -> MethodAccess:
+    """The access row of a REST request: reads (GET, a lookup ``POST /subjects/{s}``, a
+    compatibility check) as the gRPC reads of ``lockgate.common.access``, the rest as its
+    writes."""
+    lookup = method == "POST" and len(segments) == 2 and segments[0] == "subjects"
+    check = method == "POST" and segments[:1] == ["compatibility"]
+    if method in ("GET", "HEAD") or lookup or check:
+        return REGISTRY_READ
+    return REGISTRY_WRITE
+
+
 class RestApp:
     """The ASGI application serving Confluent's REST API."""
 
@@ -192,7 +205,9 @@ class RestApp:
         *,
         max_schema_bytes: int,
         lookups: LookupCounter | None = None,
+        authenticator: Authenticator | None = None,
     ) -> None:
+        self._authenticator = authenticator
         self._registry = registry
         self._lookups = lookups or LookupCounter()
         self._max_body = max_schema_bytes * 2 + _BODY_OVERHEAD
@@ -207,6 +222,11 @@ class RestApp:
         path = raw_path.split(b"?", 1)[0].decode("latin-1")
         segments = [unquote(part) for part in path.strip("/").split("/")] if path.strip("/") else []
         method = scope["method"]
+        if self._authenticator is not None:
+            refusal = self._refusal(scope, method, segments)
+            if refusal is not None:
+                await self._send_json(send, *refusal)
+                return
         # Hot path: a cached schema by id answers without a thread hop.
         if (
             method == "GET"
@@ -240,6 +260,29 @@ class RestApp:
             )
             return
         await self._send_json(send, status, payload)
+
+    def _refusal(
+        self, scope: _Scope, method: str, segments: list[str]
+    ) -> tuple[int, dict[str, Any]] | None:
+        """401 or 403 (Confluent's JSON body) unless the caller may make this request."""
+        assert self._authenticator is not None
+        header = headers_authorization(scope.get("headers", ()))
+        principal = None if header is None else self._authenticator.from_authorization(header)
+        if principal is None:
+            return 401, {
+                "error_code": 40101,
+                "message": "Unauthorized: send Authorization: Bearer <token>, or HTTP Basic"
+                " with the principal as user and its token as password",
+            }
+        access = rest_access(method, segments)
+        if not principal.roles & access.roles:
+            roles = ", ".join(sorted(role.value for role in access.roles))
+            return 403, {
+                "error_code": 40301,
+                "message": f"Forbidden: {principal.name} may not {method}"
+                f" /{'/'.join(segments)}: it needs one of the roles {roles}",
+            }
+        return None
 
     async def _lifespan(self, receive: _Receive, send: _Send) -> None:
         while True:

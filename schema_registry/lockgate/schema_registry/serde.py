@@ -9,12 +9,19 @@ resolution: new fields take their defaults, removed ones are skipped).
 
 Runs inside Spark tasks: :class:`AvroSerde` pickles to its URL and reader schema only (caches
 and connections are rebuilt lazily in the worker), and the binary codec is fastavro's.
+
+A registry served over HTTPS with ``--auth-tokens`` (the secure local cluster) is reached
+with the CA in ``$LOCKGATE_SCHEMA_REGISTRY_CA`` and the bearer token in the file
+``$LOCKGATE_SCHEMA_REGISTRY_TOKEN_FILE``, read where the call is made (the executor sets them
+and its Spark workers inherit them), so no credential travels in a pipeline spec.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import ssl
 import struct
 import urllib.error
 import urllib.parse
@@ -26,6 +33,8 @@ import fastavro
 
 #: First byte of every framed record.
 MAGIC_BYTE = 0
+REGISTRY_CA_ENV = "LOCKGATE_SCHEMA_REGISTRY_CA"
+REGISTRY_TOKEN_FILE_ENV = "LOCKGATE_SCHEMA_REGISTRY_TOKEN_FILE"
 _HEADER = struct.Struct(">bI")
 #: Bytes before the Avro payload.
 HEADER_SIZE = _HEADER.size
@@ -82,11 +91,21 @@ class RestSchemaFetcher:
         self.registry_url = registry_url.rstrip("/")
         self.timeout_s = timeout_s
 
+    def _open(self, request: urllib.request.Request) -> Any:
+        """``urlopen`` with the CA and token of the module docstring, when set."""
+        token_file = os.environ.get(REGISTRY_TOKEN_FILE_ENV)
+        if token_file:
+            with open(token_file, encoding="utf-8") as token:
+                request.add_header("Authorization", f"Bearer {token.read().strip()}")
+        ca = os.environ.get(REGISTRY_CA_ENV)
+        context = ssl.create_default_context(cafile=ca) if ca else None
+        return urllib.request.urlopen(request, timeout=self.timeout_s, context=context)
+
     def _get(self, path: str, *, what: str, not_found: str | None = None) -> Any:
         """GET ``path`` of the REST facade as JSON. A 404 is ``SerdeError(not_found)`` when
         given; unreachable or 5xx is ``RegistryUnavailable``; other answers ``SerdeError``."""
         try:
-            with urllib.request.urlopen(self.registry_url + path, timeout=self.timeout_s) as r:
+            with self._open(urllib.request.Request(self.registry_url + path)) as r:
                 return json.loads(r.read())
         except urllib.error.HTTPError as exc:
             if exc.code == 404 and not_found is not None:
@@ -128,7 +147,7 @@ class RestSchemaFetcher:
             method="POST",
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with self._open(request) as response:
                 return int(json.loads(response.read())["id"])
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")

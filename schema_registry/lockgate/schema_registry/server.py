@@ -28,28 +28,29 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import errno
 import logging
 import os
 import select
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
+from typing import Any
 
 import sqlalchemy as sa
 import uvicorn
 
+from lockgate.common.auth import load_authenticator
 from lockgate.common.grpc_server import (
     LockgateServer,
     ServerBindError,
     build_server,
-    describe_port_holder,
 )
 from lockgate.common.metrics import Instruments
 from lockgate.common.prometheus import (
@@ -58,6 +59,12 @@ from lockgate.common.prometheus import (
     add_metrics_listen_argument,
     parse_metrics_listen,
 )
+from lockgate.common.security import (
+    SecurityConfigError,
+    ServerSecurity,
+    add_server_security_arguments,
+    server_security,
+)
 from lockgate.common.telemetry import (
     TelemetryConfigError,
     setup_telemetry,
@@ -65,15 +72,24 @@ from lockgate.common.telemetry import (
 )
 from lockgate.schema_registry.avro_schema import DEFAULT_MAX_SCHEMA_BYTES
 from lockgate.schema_registry.grpc_service import SERVICE_FULL_NAME, add_to_server
+from lockgate.schema_registry.listen import (
+    DEFAULT_GRPC,
+    DEFAULT_HTTP,
+    SERVICE_NAME,
+    Listen,
+    ListenError,
+    bind_http,
+    parse_listen,
+    reserve_ports,
+    taken_message,
+    tcp_socket,
+)
 from lockgate.schema_registry.lookups import LookupCounter
 from lockgate.schema_registry.registry import SchemaRegistry
 from lockgate.schema_registry.rest import RestApp
 from lockgate.schema_registry.sql import create_db_engine, default_database_url
 from lockgate.schema_registry.store import SchemaStore
 
-SERVICE_NAME = "lockgate-schema-registry"
-DEFAULT_GRPC = "127.0.0.1:7090"
-DEFAULT_HTTP = "127.0.0.1:8081"
 #: gRPC handler threads per process. Measured on 2 cores, CPU per lookup: 2 threads ~250 us,
 #: 4 threads 5-10% more, 8 threads ~30% more (GIL hand-offs). 4 keeps lookups moving while
 #: a few slow registrations wait on the database; lookup-only replicas may prefer 2.
@@ -108,6 +124,8 @@ class ServerOptions:
     processes: int = 1
     metrics_listen: str | None = None
     """Worker i serves /metrics on this port + i (each worker's own counts)."""
+    security: ServerSecurity = field(default_factory=ServerSecurity)
+    """TLS (gRPC and HTTPS alike) and the ``--auth-tokens`` file."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> ServerOptions:
@@ -150,7 +168,15 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerOptions:
         f" now {default_processes()}; 1 serves from this process alone)",
     )
     add_metrics_listen_argument(parser)
+    add_server_security_arguments(parser)
     args = parser.parse_args(argv)
+    try:
+        security = server_security(
+            args, listen_hosts=[args.grpc.rpartition(":")[0], args.http.rpartition(":")[0]]
+        )
+        load_authenticator(security.auth_tokens)  # a broken file is refused at once
+    except SecurityConfigError as exc:
+        parser.error(str(exc))
     if args.metrics_listen is not None:
         try:
             parse_metrics_listen(args.metrics_listen)
@@ -171,6 +197,7 @@ def parse_args(argv: Sequence[str] | None = None) -> ServerOptions:
         grpc_workers=args.grpc_workers,
         processes=processes,
         metrics_listen=args.metrics_listen,
+        security=security,
     )
 
 
@@ -180,98 +207,6 @@ def _safe_url(url: str) -> str:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
     except sa.exc.ArgumentError:
         return "<unparsable URL>"
-
-
-class _ListenError(Exception):
-    """A listen address that is malformed or taken; the message says which and what to do."""
-
-
-@dataclass(frozen=True)
-class _Listen:
-    """A parsed ``HOST:PORT`` flag value."""
-
-    flag: str
-    text: str
-    host: str
-    port: int
-
-    @property
-    def family(self) -> socket.AddressFamily:
-        """IPv6 for a bracketed or colon-holding host, else IPv4."""
-        return socket.AF_INET6 if ":" in self.host else socket.AF_INET
-
-    def with_port(self, port: int) -> str:
-        """``HOST:PORT`` as gRPC wants it (IPv6 hosts in brackets)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{port}"
-
-
-def _parse_listen(flag: str, listen: str, example: str) -> _Listen:
-    host, _, port_text = listen.rpartition(":")
-    host = host.strip("[]")
-    if not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise _ListenError(f"{flag} {listen!r} is not HOST:PORT (e.g. {example})")
-    return _Listen(flag=flag, text=listen, host=host, port=int(port_text))
-
-
-def _tcp_socket(listen: _Listen) -> socket.socket:
-    # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose
-    # proto says TCP, and without it Nagle + delayed ACK add ~40 ms to every response.
-    sock = socket.socket(listen.family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-def _taken_message(listen: _Listen, exc: OSError, port: int) -> str:
-    holder = describe_port_holder(port) if exc.errno == errno.EADDRINUSE and port else None
-    reason = f"port {port} is in use by {holder}" if holder else (exc.strerror or str(exc))
-    return (
-        f"{SERVICE_NAME} cannot listen on {listen.flag} {listen.text}: {reason}; stop what"
-        " holds it or choose another port"
-    )
-
-
-def _bind_http(listen_text: str) -> socket.socket:
-    """The REST listening socket of a single-process registry."""
-    try:
-        listen = _parse_listen("--http", listen_text, DEFAULT_HTTP)
-    except _ListenError as exc:
-        raise SystemExit(str(exc)) from None
-    sock = _tcp_socket(listen)
-    try:
-        sock.bind((listen.host, listen.port))
-    except OSError as exc:
-        sock.close()
-        raise SystemExit(_taken_message(listen, exc, listen.port)) from None
-    sock.listen(1024)
-    return sock
-
-
-def _reserve_port(listen: _Listen) -> socket.socket:
-    """Check that ``listen`` is free, then hold its port for the workers to share.
-
-    The check binds without ``SO_REUSEPORT`` (so a port someone else listens on, with or
-    without that option, is refused and its holder named); the reservation is a bound,
-    never listening, ``SO_REUSEPORT`` socket, which receives no connections but keeps the
-    port (and, for port 0, the port the kernel picked) until the workers have bound it.
-    """
-    if listen.port:
-        probe = _tcp_socket(listen)
-        try:
-            probe.bind((listen.host, listen.port))
-        except OSError as exc:
-            raise _ListenError(_taken_message(listen, exc, listen.port)) from None
-        finally:
-            probe.close()
-    reservation = _tcp_socket(listen)
-    reservation.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        reservation.bind((listen.host, listen.port))
-    except OSError as exc:
-        reservation.close()
-        raise _ListenError(_taken_message(listen, exc, listen.port)) from None
-    return reservation
 
 
 def _open_store(db_url: str) -> SchemaStore | None:
@@ -301,9 +236,9 @@ def run(options: ServerOptions) -> int:
     """Migrate the database, serve gRPC and REST until SIGTERM/SIGINT; the exit status."""
     _setup_logging()
     try:
-        _parse_listen("--grpc", options.grpc_listen, DEFAULT_GRPC)
-        _parse_listen("--http", options.http_listen, DEFAULT_HTTP)
-    except _ListenError as exc:
+        parse_listen("--grpc", options.grpc_listen, DEFAULT_GRPC)
+        parse_listen("--http", options.http_listen, DEFAULT_HTTP)
+    except ListenError as exc:
         print(f"{SERVICE_NAME}: {exc}", file=sys.stderr)
         return 2
     try:
@@ -317,7 +252,7 @@ def run(options: ServerOptions) -> int:
     store = _open_store(options.db_url)
     if store is None:
         return 2
-    http_socket = _bind_http(options.http_listen)
+    http_socket = bind_http(options.http_listen)
 
     def announce(grpc_address: str, http_address: str) -> None:
         print(f"{SERVICE_NAME} ready grpc={grpc_address} http={http_address}", flush=True)
@@ -363,6 +298,7 @@ def _serve(
             max_workers=options.grpc_workers,
             grace_seconds=5.0,
             reuse_port=share_grpc_port,
+            security=options.security,
         )
     except ServerBindError as exc:
         http_socket.close()
@@ -370,7 +306,12 @@ def _serve(
         print(str(exc), file=sys.stderr)
         return 2
     config = uvicorn.Config(
-        RestApp(registry, max_schema_bytes=options.max_schema_bytes, lookups=lookups),
+        RestApp(
+            registry,
+            max_schema_bytes=options.max_schema_bytes,
+            lookups=lookups,
+            authenticator=load_authenticator(options.security.auth_tokens),
+        ),
         log_level="warning",
         access_log=False,
         lifespan="on",
@@ -379,6 +320,7 @@ def _serve(
         loop="auto",
         http="auto",
         timeout_keep_alive=30,
+        **_https(options.security),
     )
     http_server = uvicorn.Server(config)
     http_host, http_port = http_socket.getsockname()[:2]
@@ -405,6 +347,17 @@ def _serve(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+def _https(security: ServerSecurity) -> dict[str, Any]:
+    """uvicorn's TLS settings: the gRPC server's certificate, and its client CA (mTLS)."""
+    tls = security.tls
+    if tls is None:
+        return {}
+    settings: dict[str, Any] = {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key)}
+    if tls.client_ca is not None:
+        settings |= {"ssl_ca_certs": str(tls.client_ca), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+    return settings
 
 
 def _announce_when_started(
@@ -437,7 +390,7 @@ def _worker_main(
     index: int,
     supervisor: int,
     grpc_listen: str,
-    http: _Listen,
+    http: Listen,
     ready_fd: int,
 ) -> int:
     """Body of worker ``index`` (runs in the forked child); the exit status."""
@@ -446,13 +399,13 @@ def _worker_main(
     _die_with_parent()
     if os.getppid() != supervisor:  # the supervisor died before prctl took effect
         return 1
-    http_socket = _tcp_socket(http)
+    http_socket = tcp_socket(http)
     http_socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         http_socket.bind((http.host, http.port))
     except OSError as exc:
         http_socket.close()
-        print(_taken_message(http, exc, http.port), file=sys.stderr)
+        print(taken_message(http, exc, http.port), file=sys.stderr)
         return 2
     http_socket.listen(1024)
     store = SchemaStore(create_db_engine(options.db_url))
@@ -476,7 +429,7 @@ def _fork_worker(
     *,
     index: int,
     grpc_listen: str,
-    http: _Listen,
+    http: Listen,
     ready_fd: int,
     close: Sequence[int],
 ) -> int:
@@ -545,20 +498,6 @@ def _stop_workers(workers: dict[int, int]) -> None:
         time.sleep(0.05)
 
 
-def _reserve_ports(listens: tuple[_Listen, ...]) -> list[socket.socket]:
-    """Bind every address now, so a taken port fails before any worker starts (and port 0
-    becomes a real port the workers share); _ListenError names the one that failed."""
-    reservations: list[socket.socket] = []
-    try:
-        for listen in listens:
-            reservations.append(_reserve_port(listen))
-    except _ListenError:
-        for sock in reservations:
-            sock.close()
-        raise
-    return reservations
-
-
 def _watch_workers(workers: dict[int, int], wake: threading.Event, stop_signal: list[int]) -> int:
     """Wait for a stop signal (exit 0) or a worker's death (exit 1: the registry stops)."""
     while not stop_signal:
@@ -584,9 +523,9 @@ def _announce_ready(workers: dict[int, int], *, grpc_listen: str, http: str) -> 
 def _supervise(options: ServerOptions) -> int:
     """Run ``options.processes`` workers sharing both ports; the exit status."""
     try:
-        grpc_at = _parse_listen("--grpc", options.grpc_listen, DEFAULT_GRPC)
-        http = _parse_listen("--http", options.http_listen, DEFAULT_HTTP)
-    except _ListenError as exc:
+        grpc_at = parse_listen("--grpc", options.grpc_listen, DEFAULT_GRPC)
+        http = parse_listen("--http", options.http_listen, DEFAULT_HTTP)
+    except ListenError as exc:
         print(f"{SERVICE_NAME}: {exc}", file=sys.stderr)
         return 2
     store = _open_store(options.db_url)
@@ -595,11 +534,11 @@ def _supervise(options: ServerOptions) -> int:
     # Workers open their own connections: a pooled connection must not cross a fork.
     store.close()
     try:
-        reservations = _reserve_ports((http, grpc_at))
-    except _ListenError as exc:
+        reservations = reserve_ports((http, grpc_at))
+    except ListenError as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    http = _Listen(http.flag, http.text, http.host, reservations[0].getsockname()[1])
+    http = Listen(http.flag, http.text, http.host, reservations[0].getsockname()[1])
     grpc_listen = grpc_at.with_port(reservations[1].getsockname()[1])
 
     wake = threading.Event()

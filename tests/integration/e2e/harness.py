@@ -32,6 +32,7 @@ from typing import Any
 import grpc
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from lockgate.localcluster.certs import LocalPki
 from lockgate.localcluster.kafka import ConsumedRecord, read_visible
 from lockgate.localcluster.ports import LOOPBACK, free_port
 from lockgate.localcluster.process import (
@@ -89,6 +90,8 @@ class ServiceCluster:
     running: dict[str, RunningProcess] = field(default_factory=dict)
     #: Every name ever started here, so teardown stops them all.
     names: set[str] = field(default_factory=set)
+    #: TLS and authentication on every process (``make certs`` material); None: plaintext.
+    pki: LocalPki | None = None
 
     # ------------------------------------------------------------------ processes
 
@@ -173,6 +176,7 @@ class ServiceCluster:
                 extra_args=self.coordinator_args,
                 env=failpoint_env(failpoints, hold_dir=hold_dir),
                 metrics_port=metrics,
+                pki=self.pki,
             ),
             self.coordinator_ports,
             coordinator_id,
@@ -218,6 +222,7 @@ class ServiceCluster:
                 env=env,
                 data_plane=data_plane,
                 metrics_port=metrics,
+                pki=self.pki,
             ),
             self.executor_ports,
             executor_id,
@@ -283,7 +288,8 @@ class ServiceCluster:
         """A leader-following stub over every replica."""
         from lockgate.common.grpc_client import open_channel
 
-        channel = open_channel(self.coordinator_addresses)
+        security = self.pki.as_admin() if self.pki else None
+        channel = open_channel(self.coordinator_addresses, security=security)
         return channel, coordinator_pb2_grpc.CoordinatorServiceStub(channel)
 
     def call(self, invoke: Callable[[coordinator_pb2_grpc.CoordinatorServiceStub], Any]) -> Any:
@@ -353,6 +359,11 @@ class ServiceCluster:
             # Wide enough that rich does not wrap table cells mid-word.
             "COLUMNS": "400",
         }
+        if self.pki is not None:
+            env |= {
+                "LOCKGATE_TLS_CA": str(self.pki.ca),
+                "LOCKGATE_TOKEN_FILE": str(self.pki.admin_token),
+            }
         result = subprocess.run(
             [sys.executable, "-m", "lockgate.client.cli", *args],
             env=env,

@@ -16,6 +16,7 @@ import grpc
 import typer
 
 from lockgate.client.output import error_text, fail
+from lockgate.client.security_options import current_security
 from lockgate.common.grpc_client import error_details, open_channel
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
@@ -41,7 +42,9 @@ def coordinator_stub(coordinator: str) -> Iterator[coordinator_pb2_grpc.Coordina
     """A stub over a leader-following channel to `coordinator`; exit 2 if the address
     list is unusable."""
     try:
-        channel = open_channel([a for a in coordinator.split(",") if a.strip()])
+        channel = open_channel(
+            [a for a in coordinator.split(",") if a.strip()], security=current_security()
+        )
     except ValueError as exc:
         fail(f"--coordinator: {exc}", code=2)
     with channel:
@@ -54,7 +57,9 @@ def _refused(coordinator: str, err: grpc.RpcError) -> NoReturn:
     if details.code == grpc.StatusCode.UNAVAILABLE and not details.reason:
         fail(
             f"cannot reach a coordinator at {coordinator} ({details.message}); start "
-            f"one (`make cluster-up`) or pass --coordinator / {COORDINATOR_ENV}"
+            f"one (`make cluster-up`) or pass --coordinator / {COORDINATOR_ENV}; a TLS "
+            "server refuses plaintext: give `lockgate --tls-ca CA` (found in "
+            "$LOCKGATE_HOME/tls by default) rather than --insecure"
         )
     violations = [(v.field, v.description) for v in details.field_violations]
     fail(

@@ -31,8 +31,10 @@ from lockgate.client.output import (
     chosen_format,
     print_document,
 )
+from lockgate.client.security_options import current_security
 
-#: Where the local registry's REST API listens (``lockgate-schema-registry`` defaults).
+#: Where the local registry's REST API listens (``lockgate-schema-registry`` defaults;
+#: ``https://`` when the CLI calls over TLS).
 DEFAULT_REGISTRY = "http://127.0.0.1:8081"
 REGISTRY_ENV = "LOCKGATE_SCHEMA_REGISTRY"
 LEVELS = (
@@ -84,13 +86,20 @@ class RegistryCallError(Exception):
 
 def _call(registry: str, method: str, path: str, **kwargs: Any) -> Any:
     """One REST call; Confluent errors and connection failures become RegistryCallError."""
+    security = current_security()
+    if registry == DEFAULT_REGISTRY and security.tls:
+        registry = DEFAULT_REGISTRY.replace("http://", "https://", 1)
     url = registry.rstrip("/") + path
+    headers = {"Content-Type": "application/vnd.schemaregistry.v1+json"}
+    if security.token:
+        headers["Authorization"] = f"Bearer {security.token}"
     try:
         response = httpx.request(
             method,
             url,
-            headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+            headers=headers,
             timeout=30.0,
+            verify=security.ssl_context() if security.tls else True,
             **kwargs,
         )
     except httpx.TransportError as exc:

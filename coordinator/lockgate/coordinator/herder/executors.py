@@ -30,6 +30,7 @@ from lockgate.common.grpc_client import error_details, open_channel
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.proto import handle_to_proto
+from lockgate.common.security import ClientSecurity
 from lockgate.coordinator.domain.checkpoints import LingeringTransaction
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
@@ -111,7 +112,9 @@ class ExecutorClient:
         *,
         trigger_timeout_s: float = DEFAULT_TRIGGER_TIMEOUT_S,
         commit_timeout_s: float = DEFAULT_COMMIT_TIMEOUT_S,
+        security: ClientSecurity | None = None,
     ) -> None:
+        self._security = security
         self._trigger_timeout_s = trigger_timeout_s
         self._commit_timeout_s = commit_timeout_s
         self._lock = threading.Lock()
@@ -122,7 +125,7 @@ class ExecutorClient:
             cached = self._stubs.get(address)
             if cached is None:
                 # Executors do not redirect: a plain channel, no leader following.
-                channel = open_channel(address, follow_leader=False)
+                channel = open_channel(address, follow_leader=False, security=self._security)
                 cached = (channel, executor_pb2_grpc.ExecutorServiceStub(channel))
                 self._stubs[address] = cached
             return cached[1]

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockgate.common.security import INSECURE_ENV, TLS_DIR, insecure_requested
+from lockgate.localcluster.certs import LocalPki, ensure_local_pki
 from lockgate.localcluster.commands import registry_command
 from lockgate.localcluster.databases import DatabaseKind, LocalDatabases, postgres_spec
 from lockgate.localcluster.kafka import KafkaBrokerConfig, KafkaSetupError, broker_spec
@@ -82,6 +84,16 @@ class ClusterSettings:
         """Where the registry and the coordinators keep their state."""
         return self.databases or LocalDatabases(home=self.home)
 
+    #: TLS and authentication on every service (``make certs`` material in the home);
+    #: ``cluster up`` sets it unless ``LOCKGATE_INSECURE=1`` or ``--insecure``; the testbed
+    #: and the tests' clusters stay plaintext on loopback.
+    secure: bool = False
+
+    @property
+    def pki(self) -> LocalPki | None:
+        """The local CA, certificates and tokens the services use (None: insecure)."""
+        return LocalPki(self.home / TLS_DIR) if self.secure else None
+
     @property
     def kafka(self) -> KafkaBrokerConfig:
         """The broker's configuration."""
@@ -103,9 +115,20 @@ class ClusterSettings:
         return self.local_databases.registry_url
 
 
-def is_registry_ready(http_address: str, *, timeout_s: float = 2.0) -> bool:
-    """True when the registry's REST API answers ``GET /subjects`` with 200."""
-    return answers_ok(f"http://{http_address}/subjects", timeout_s=timeout_s)
+def is_registry_ready(
+    http_address: str, *, timeout_s: float = 2.0, pki: LocalPki | None = None
+) -> bool:
+    """True when the registry's REST API answers ``GET /subjects`` with 200 (over HTTPS
+    with the admin token when ``pki`` is given)."""
+    if pki is None:
+        return answers_ok(f"http://{http_address}/subjects", timeout_s=timeout_s)
+    admin = pki.as_admin()
+    return answers_ok(
+        f"https://{http_address}/subjects",
+        timeout_s=timeout_s,
+        context=admin.ssl_context(),
+        headers={"Authorization": f"Bearer {admin.token}"},
+    )
 
 
 def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
@@ -123,12 +146,13 @@ def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
                 metrics_listen=None
                 if settings.registry_metrics_port is None
                 else f"127.0.0.1:{settings.registry_metrics_port}",
+                extra=settings.pki.registry_args() if settings.pki else (),
             )
         ),
         address=f"grpc={grpc_address},http={http_address}",
         ports=(settings.registry_grpc_port, settings.registry_http_port)
         + (() if settings.registry_metrics_port is None else (settings.registry_metrics_port,)),
-        ready=lambda: is_registry_ready(http_address),
+        ready=lambda: is_registry_ready(http_address, pki=settings.pki),
         ready_timeout_s=60.0,
         # The supervisor stops its workers (gRPC grace 2 s, then REST) before exiting.
         stop_grace_s=20.0,
@@ -138,7 +162,9 @@ def schema_registry_spec(settings: ClusterSettings) -> ProcessSpec:
 def cluster_processes(settings: ClusterSettings) -> list[ProcessSpec]:
     """The cluster's processes, in start order. Later services are appended here."""
     databases = settings.local_databases
-    services = ServiceSettings.from_env(settings.home, db_url=databases.coordinator_url)
+    services = ServiceSettings.from_env(
+        settings.home, settings.pki, db_url=databases.coordinator_url
+    )
     postgres = postgres_spec(databases)
     # LOCKGATE_DB=postgres: the server of the registry's and the coordinators' databases. One
     # that runs is listed whatever LOCKGATE_DB says, so `down` (and `make clean`) stop it.
@@ -230,6 +256,7 @@ def settings_from_args(args: argparse.Namespace) -> ClusterSettings:
     metrics = os.environ.get(REGISTRY_METRICS_PORT_ENV, "").strip()
     home = lockgate_home(args.home)
     return ClusterSettings(
+        secure=not (getattr(args, "insecure", False) or insecure_requested()),
         home=home,
         databases=LocalDatabases.from_env(home),
         kafka_port=kafka_port,
@@ -243,8 +270,15 @@ def settings_from_args(args: argparse.Namespace) -> ClusterSettings:
 
 
 def cluster_up(settings: ClusterSettings) -> int:
-    """Start every process that is not already up; on failure stop what this call started."""
+    """Start every process that is not already up; on failure stop what this call started.
+    A secure cluster first makes what is missing of its CA, certificates and tokens."""
     started: list[ProcessSpec] = []
+    if settings.secure:
+        executors = ServiceSettings.from_env(settings.home).executor_ports
+        pki = ensure_local_pki(settings.home, [f"e{i}" for i in range(1, len(executors) + 1)])
+        print(f"TLS and authentication on: CA, certificates and tokens in {pki.directory}")
+    else:
+        print("insecure: every service serves plaintext without authentication")
     for spec in cluster_processes(settings):
         status = process_status(home=settings.home, name=spec.name, address=spec.address)
         if status.state is ProcessState.UP:
@@ -306,6 +340,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--registry-http-port", default=None, help="schema registry REST port (default 8081)"
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help=f"plaintext, no authentication (also ${INSECURE_ENV}=1)",
     )
     args = parser.parse_args(argv)
     try:

@@ -39,6 +39,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from lockgate.common.grpc_client import open_channel
+from lockgate.common.security import (
+    SecurityConfigError,
+    add_client_security_arguments,
+    client_security,
+)
 from lockgate.localcluster.kafka import (
     LIBRDKAFKA_LOGGER,
     client_config,
@@ -196,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     _console.print(
         f"[bold]3.[/bold] copying {source} -> {sink} exactly once; {args.kill} is SIGKILLed midway"
     )
-    with open_channel(list(args.coordinator)) as channel:
+    with open_channel(list(args.coordinator), security=args.security) as channel:
         stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
         killed = _follow_the_copy(args, stub, name=name, home=home, began=began)
         if killed is None:
@@ -237,7 +242,12 @@ def _create_pipeline(args: argparse.Namespace, *, name: str, source: str, sink: 
         _console.print(f"[bold]2.[/bold] lockgate pipeline create -f {spec}  (from {args.example})")
         created = subprocess.run(
             [sys.executable, "-m", "lockgate.client.cli", "pipeline", "create", "-f", str(spec)],
-            env={**os.environ, "LOCKGATE_COORDINATOR": ",".join(args.coordinator)},
+            env={
+                **os.environ,
+                "LOCKGATE_COORDINATOR": ",".join(args.coordinator),
+                # The CLI finds the same CA and admin token as the demo does.
+                "LOCKGATE_HOME": str(lockgate_home(args.home)),
+            },
             capture_output=True,
             text=True,
             check=False,
@@ -338,7 +348,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=repo_root() / "examples" / "copy.yaml",
         help="pipeline file to start from",
     )
+    add_client_security_arguments(parser)
     args = parser.parse_args(argv)
+    try:
+        args.security = client_security(args, home=lockgate_home(args.home))
+    except SecurityConfigError as exc:
+        parser.error(str(exc))
     if args.records < 1 or args.partitions < 1:
         parser.error("--records and --partitions must be >= 1")
     if args.coordinator is None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -71,12 +72,23 @@ def lockgate_home(override: Path | str | None = None) -> Path:
     return repo_root() / ".lockgate"
 
 
-def answers_ok(url: str, *, timeout_s: float = 2.0) -> bool:
+def answers_ok(
+    url: str,
+    *,
+    timeout_s: float = 2.0,
+    context: ssl.SSLContext | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> bool:
     """True when an HTTP GET of `url` answers 200 (a readiness check; no proxy: loopback
-    must not be sent to an HTTP proxy the environment names)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    must not be sent to an HTTP proxy the environment names). ``context``: the TLS trust
+    of an ``https://`` URL; ``headers``: e.g. its ``Authorization``."""
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
     try:
-        with opener.open(url, timeout=timeout_s) as answer:
+        with opener.open(
+            urllib.request.Request(url, headers=dict(headers or {})), timeout=timeout_s
+        ) as answer:
             return int(answer.status) == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False

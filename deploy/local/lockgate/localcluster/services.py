@@ -31,6 +31,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from lockgate.common.grpc_client import open_channel
+from lockgate.common.security import ClientSecurity
+from lockgate.localcluster.certs import LocalPki
 from lockgate.localcluster.commands import coordinator_command, executor_command
 from lockgate.localcluster.databases import LocalDatabases
 from lockgate.localcluster.ports import LOOPBACK
@@ -63,14 +66,21 @@ LOCAL_SPARK_CONF: Mapping[str, str] = {
 }
 
 
-def _probe_channel(address: str) -> grpc.Channel:
+def _probe_channel(address: str, security: ClientSecurity | None = None) -> grpc.Channel:
     # No proxy: loopback must never be sent to an HTTP proxy the environment names.
-    return grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)])
+    return open_channel(
+        address,
+        follow_leader=False,
+        options=[("grpc.enable_http_proxy", 0)],
+        security=security,
+    )
 
 
-def is_serving(address: str, *, timeout_s: float = 2.0) -> bool:
+def is_serving(
+    address: str, *, timeout_s: float = 2.0, security: ClientSecurity | None = None
+) -> bool:
     """True when the gRPC server at ``address`` answers its health check with SERVING."""
-    with _probe_channel(address) as channel:
+    with _probe_channel(address, security) as channel:
         try:
             answer = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=""), timeout=timeout_s
@@ -80,9 +90,12 @@ def is_serving(address: str, *, timeout_s: float = 2.0) -> bool:
     return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
 
 
-def executor_generation(address: str, *, timeout_s: float = 2.0) -> int:
-    """The executor's current registration generation (0 if unregistered or unreachable)."""
-    with _probe_channel(address) as channel:
+def executor_generation(
+    address: str, *, timeout_s: float = 2.0, security: ClientSecurity | None = None
+) -> int:
+    """The executor's current registration generation (0 if unregistered or unreachable);
+    a secure executor answers only the coordinator identity (``security``)."""
+    with _probe_channel(address, security) as channel:
         try:
             status = executor_pb2_grpc.ExecutorServiceStub(channel).GetExecutorStatus(
                 executor_pb2.GetExecutorStatusRequest(), timeout=timeout_s
@@ -92,9 +105,9 @@ def executor_generation(address: str, *, timeout_s: float = 2.0) -> int:
     return int(status.executor_generation)
 
 
-def is_executor_registered(address: str) -> bool:
+def is_executor_registered(address: str, security: ClientSecurity | None = None) -> bool:
     """True when the executor at ``address`` is registered with a leader."""
-    return executor_generation(address) > 0
+    return executor_generation(address, security=security) > 0
 
 
 def coordinator_spec(
@@ -107,10 +120,14 @@ def coordinator_spec(
     env: Mapping[str, str] | None = None,
     metrics_port: int | None = None,
     host: str = LOOPBACK,
+    pki: LocalPki | None = None,
 ) -> ProcessSpec:
     """One coordinator replica listening (and advertised) on ``host:port`` (loopback by
-    default), with Prometheus metrics on ``127.0.0.1:metrics_port`` if given."""
+    default), with Prometheus metrics on ``127.0.0.1:metrics_port`` if given; with TLS and
+    tokens from ``pki`` when given (plaintext without)."""
     address = f"{host}:{port}"
+    secure_args = pki.coordinator_args() if pki else []
+    probe = pki.as_admin() if pki else None
     return ProcessSpec(
         name=f"coordinator-{coordinator_id}",
         argv=tuple(
@@ -121,12 +138,12 @@ def coordinator_spec(
                 advertise=address,
                 lease_ms=lease_ms,
                 metrics_listen=_loopback(metrics_port),
-                extra=extra_args,
+                extra=[*secure_args, *extra_args],
             )
         ),
         address=address,
         ports=(port,) if metrics_port is None else (port, metrics_port),
-        ready=lambda: is_serving(address),
+        ready=lambda: is_serving(address, security=probe),
         env=dict(env or {}),
         ready_timeout_s=60.0,
         stop_grace_s=15.0,
@@ -146,15 +163,19 @@ def executor_spec(
     extra_args: Sequence[str] = (),
     metrics_port: int | None = None,
     host: str = LOOPBACK,
+    pki: LocalPki | None = None,
 ) -> ProcessSpec:
     """One executor on ``host:port`` (loopback by default) that registers with
-    ``coordinators``, with Prometheus metrics on ``127.0.0.1:metrics_port`` if given.
+    ``coordinators``, with Prometheus metrics on ``127.0.0.1:metrics_port`` if given; with
+    mTLS and its token from ``pki`` when given.
 
     Ready only once registered: its SparkSession (JVM start and warm-up job, 20-80 s on a
     busy machine) comes first, hence the long default deadline. ``data_plane`` ``"none"`` runs
     the control path only (tests of it); ``extra_args`` go to its command line as they are.
     """
     address = f"{host}:{port}"
+    secure_args = pki.executor_args(executor_id) if pki else []
+    probe = pki.as_coordinator() if pki else None
     return ProcessSpec(
         name=f"executor-{executor_id}",
         argv=tuple(
@@ -166,13 +187,13 @@ def executor_spec(
                 spark_conf=spark_conf,
                 data_plane=data_plane,
                 metrics_listen=_loopback(metrics_port),
-                extra=extra_args,
+                extra=[*secure_args, *extra_args],
             )
         ),
         address=address,
         ports=(port,) if metrics_port is None else (port, metrics_port),
-        ready=lambda: is_executor_registered(address),
-        env=dict(env or {}),
+        ready=lambda: is_executor_registered(address, probe),
+        env={**(pki.executor_env(executor_id) if pki else {}), **(env or {})},
         ready_timeout_s=ready_timeout_s,
         stop_grace_s=20.0,
     )
@@ -197,11 +218,16 @@ class ServiceSettings:
     executor_env: Mapping[str, str] = field(default_factory=dict)
     #: The coordinators' state database; None: ``coordinator.db`` (SQLite) in the home.
     db_url: str | None = None
+    pki: LocalPki | None = None
+    """TLS and tokens of every service (``make certs``); None: plaintext."""
 
     @classmethod
-    def from_env(cls, home: Path, *, db_url: str | None = None) -> ServiceSettings:
+    def from_env(
+        cls, home: Path, pki: LocalPki | None = None, *, db_url: str | None = None
+    ) -> ServiceSettings:
         """Settings from the ``LOCKGATE_*`` variables above; SystemExit names a bad one."""
         return cls(
+            pki=pki,
             home=home,
             db_url=db_url,
             coordinator_ports=_ports_from_env(COORDINATOR_PORTS_ENV, COORDINATOR_PORTS),
@@ -256,6 +282,7 @@ def service_processes(settings: ServiceSettings) -> list[ProcessSpec]:
             db_url=settings.coordinator_db_url,
             lease_ms=settings.lease_ms,
             metrics_port=_nth(settings.coordinator_metrics_ports, i),
+            pki=settings.pki,
         )
         for i, port in enumerate(settings.coordinator_ports, start=1)
     ]
@@ -267,6 +294,7 @@ def service_processes(settings: ServiceSettings) -> list[ProcessSpec]:
             spark_master=settings.spark_master,
             env=settings.executor_env,
             metrics_port=_nth(settings.executor_metrics_ports, i),
+            pki=settings.pki,
         )
         for i, port in enumerate(settings.executor_ports, start=1)
     ]
