@@ -60,9 +60,9 @@ from enum import Enum
 from typing import Any
 
 from confluent_kafka import Producer
-from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError, SaslAuthenticationFailedError
 from kafka.net.compat import KafkaNetClient
+from kafka.protocol.admin.transactions import ListTransactionsRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
 from kafka.protocol.producer import EndTxnRequest
 
@@ -604,33 +604,37 @@ def open_transactions_of_slot(
     and keeps the slot's own. Raises :class:`TransactionListError` if Kafka does not
     answer within ``timeout_s``.
     """
-    deadline_ms = int(timeout_s * 1000)
+    # kafka-python's own network client, not its KafkaAdminClient, which logs its whole
+    # configuration (a SASL password included) at DEBUG.
+    timeout_ms = int(timeout_s * 1000)
     try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap_servers,
-            **{"client_id": _CLIENT_ID, **kafka_python_settings(properties or {})},
-            request_timeout_ms=deadline_ms,
-            bootstrap_timeout_ms=deadline_ms,
-        )
-    except Exception as exc:
+        client = _resume_client(bootstrap_servers, properties or {}, timeout_s=timeout_s)
+    except KafkaError as exc:
         raise TransactionListError(
             f"could not reach Kafka at {bootstrap_servers} to list the open transactions of"
             f" {slot_id!r}: {exc}"
         ) from exc
+    found: set[str] = set()
     try:
-        listings = admin.list_transactions(state_filters=["Ongoing"])
-    except Exception as exc:
+        for broker in client.cluster.brokers():
+            request = ListTransactionsRequest(state_filters=["Ongoing"], producer_id_filters=[])
+            response = client.send_and_receive(broker.node_id, request, timeout_ms=timeout_ms)
+            if response.error_code != NONE:
+                raise TransactionListError(
+                    f"broker {broker.node_id} answered {error_name(response.error_code)}"
+                    f" ({response.error_code}) to ListTransactions"
+                )
+            found.update(
+                state.transactional_id
+                for state in response.transaction_states
+                if belongs_to_slot(state.transactional_id, slot_id)
+            )
+    except KafkaError as exc:
         raise TransactionListError(
             f"listing the open transactions of {slot_id!r} on {bootstrap_servers} failed: {exc}"
         ) from exc
     finally:
-        admin.close()
-    found = {
-        listing.transactional_id
-        for per_broker in listings.values()
-        for listing in per_broker
-        if belongs_to_slot(listing.transactional_id, slot_id)
-    }
+        client.close()
     return [TransactionalId(t) for t in sorted(found)]
 
 
