@@ -119,6 +119,16 @@ def parse_reference(value: str) -> Reference | None:
     return Reference("file", path, key)
 
 
+def property_text(value: object) -> object:
+    """A property value as the text Kafka reads (`linger.ms: 5` is "5", `true` is "true");
+    anything but a number or a boolean is returned as it is."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
 def parse_kafka_properties(
     c: SpecChecker, kafka: Mapping[str, object], path: str, *, side: str
 ) -> KafkaProperties | None:
@@ -167,10 +177,7 @@ def _property_text(
     if key in _CALLBACKS:
         c.add(where, "is a confluent-kafka Python callback, not a property", "remove it")
         return None
-    if isinstance(value, bool):
-        value = "true" if value else "false"
-    elif isinstance(value, int | float):
-        value = str(value)
+    value = property_text(value)
     if not isinstance(value, str) or not value:
         c.add(where, "must be a non-empty string", f"set `{key}` to text")
         return None
@@ -205,4 +212,5 @@ __all__ = [
     "is_secret_key",
     "parse_kafka_properties",
     "parse_reference",
+    "property_text",
 ]

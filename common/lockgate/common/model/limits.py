@@ -57,6 +57,8 @@ FIELD_LIMITS: Mapping[str, int] = {
     "lockgate.v1.KafkaSourceSpec.topics": MAX_SOURCE_TOPICS,
     "lockgate.v1.KafkaSourceSpec.properties": MAX_KAFKA_PROPERTIES,
     "lockgate.v1.KafkaSinkSpec.properties": MAX_KAFKA_PROPERTIES,
+    "lockgate.v1.CommitCheckpointRequest.sink_properties": MAX_KAFKA_PROPERTIES,
+    "lockgate.v1.AbortCheckpointRequest.sink_properties": MAX_KAFKA_PROPERTIES,
     "lockgate.v1.TransformSpec.sql": MAX_TEXT_CHARS,
     "lockgate.v1.TaskError.message": MAX_TEXT_CHARS,
     "lockgate.v1.AbortCheckpointRequest.reason": MAX_TEXT_CHARS,
