@@ -60,7 +60,7 @@ from enum import Enum
 from typing import Any
 
 from confluent_kafka import Producer
-from kafka.errors import KafkaError, SaslAuthenticationFailedError
+from kafka.errors import KafkaError
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.admin.transactions import ListTransactionsRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
@@ -426,18 +426,10 @@ def _end_transaction(
                     if outcome is EndTxnOutcome.DONE:
                         return
             except KafkaError as exc:
-                # Unreachable, timed out, or refused authentication: the message names the
-                # broker and the mechanism, never a credential.
+                # Unreachable, timed out, or a refused login (kafka-python retries that until
+                # the deadline too): the message names the broker, never a credential.
                 where = "no bootstrap server answered: " if client is None else ""
                 last, last_code = f"{where}{type(exc).__name__}: {exc}", None
-                if isinstance(exc, SaslAuthenticationFailedError):
-                    raise TransactionResumeError(
-                        f"could not {verb} transaction of transactional.id"
-                        f" {handle.transactional_id!r}: Kafka at {bootstrap_servers} refused"
-                        f" the sink's credentials ({exc}); check sink.kafka.properties",
-                        handle=handle,
-                        error_code=None,
-                    ) from None
                 if client is not None:
                     client.close()
                     client = None
