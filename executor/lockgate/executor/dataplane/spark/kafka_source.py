@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from lockgate.common.kafka_config import resolve_properties
+from lockgate.common.kafka_config import redact, resolve_properties
 from lockgate.common.model.offsets import OffsetRange, split_range
 from lockgate.common.model.pipeline_spec import RecordFormat
 from lockgate.executor.dataplane.spark.formats import DecodeFailure, RecordCodec, codec_for
@@ -241,23 +241,30 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
     """
     if offset_range.size == 0:
         return
-    consumer = Consumer(
-        {
-            "bootstrap.servers": options.bootstrap_servers,
-            "group.id": "lockgate-source",  # required by librdkafka; never joined or committed
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            # Silently jumping elsewhere would lose or duplicate data: fail instead.
-            "auto.offset.reset": "error",
-            "fetch.max.bytes": 52_428_800,
-            "queued.max.messages.kbytes": 65_536,
-            # The source's own properties, resolved in this worker; the parser refuses the
-            # keys set above that exactly-once depends on.
-            **resolve_properties(options.kafka_properties),
-        }
-    )
+    resolved = resolve_properties(options.kafka_properties)
+    settings: dict[str, Any] = {
+        "bootstrap.servers": options.bootstrap_servers,
+        "group.id": "lockgate-source",  # required by librdkafka; never joined or committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        # Silently jumping elsewhere would lose or duplicate data: fail instead.
+        "auto.offset.reset": "error",
+        "fetch.max.bytes": 52_428_800,
+        "queued.max.messages.kbytes": 65_536,
+        # The source's own properties, resolved in this worker; the parser refuses the
+        # keys set above that exactly-once depends on.
+        **resolved,
+    }
+    try:
+        consumer = Consumer(settings)
+    except KafkaException as exc:
+        # librdkafka may quote a value it refuses: never a resolved secret.
+        raise SourceError(
+            f"cannot build a Kafka consumer of {options.bootstrap_servers} with"
+            f" source.kafka.properties: {redact(str(exc), resolved)}"
+        ) from None
     tp = TopicPartition(offset_range.topic, offset_range.partition, offset_range.start_offset)
     builder = _BatchBuilder(options, offset_range)
     position = offset_range.start_offset

@@ -11,7 +11,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from lockgate.common.kafka_config import resolve_properties
+from lockgate.common.kafka_config import redact, resolve_properties
 from lockgate.common.model.offsets import OffsetRange
 from lockgate.executor.errors import OffsetOutOfRangeError, SourceError
 
@@ -19,19 +19,25 @@ from lockgate.executor.errors import OffsetOutOfRangeError, SourceError
 def _consumer(bootstrap_servers: str, properties: Mapping[str, str]) -> Consumer:
     # `properties` are the source's (security among them), resolved here; Lockgate's own
     # settings come last: the parser refuses a property that would change them.
-    config: dict[str, Any] = {**resolve_properties(properties)}
-    return Consumer(
-        {
-            **config,
-            "bootstrap.servers": bootstrap_servers,
-            # No group is ever joined or committed: offsets come from the coordinator.
-            "group.id": "lockgate-offset-snapshot",
-            "enable.auto.commit": False,
-            # Watermark queries then return the last stable offset, so a range never ends
-            # inside a transaction that is still undecided.
-            "isolation.level": "read_committed",
-        }
-    )
+    resolved = resolve_properties(properties)
+    config: dict[str, Any] = {
+        **resolved,
+        "bootstrap.servers": bootstrap_servers,
+        # No group is ever joined or committed: offsets come from the coordinator.
+        "group.id": "lockgate-offset-snapshot",
+        "enable.auto.commit": False,
+        # Watermark queries then return the last stable offset, so a range never ends
+        # inside a transaction that is still undecided.
+        "isolation.level": "read_committed",
+    }
+    try:
+        return Consumer(config)
+    except KafkaException as exc:
+        # librdkafka may quote a value it refuses: never a resolved secret.
+        raise SourceError(
+            f"cannot build a Kafka consumer of {bootstrap_servers} with"
+            f" source.kafka.properties: {redact(str(exc), resolved)}"
+        ) from None
 
 
 def topic_partitions(
