@@ -23,6 +23,7 @@ from hypothesis import settings
 
 pytest_plugins = [
     "tests.fixtures.kafka",
+    "tests.fixtures.kafka_sasl",
     "tests.fixtures.postgres",
     "tests.fixtures.schema_registry",
 ]

@@ -17,7 +17,9 @@ class FixedTopics:
         self._partitions = partitions
         self._end_offset = end_offset
 
-    def describe(self, wanted: Mapping[str, Sequence[str]]) -> dict[str, ClusterTopics]:
+    def describe(
+        self, wanted: Mapping[str, Sequence[str]], properties: object = None
+    ) -> dict[str, ClusterTopics]:
         """Each cluster answers with every topic it was asked for."""
         return {
             servers: ClusterTopics(servers, {t: tuple(range(self._partitions)) for t in topics})
@@ -25,7 +27,7 @@ class FixedTopics:
         }
 
     def partition_bounds(
-        self, bootstrap_servers: str, partitions: Sequence[TopicPartition]
+        self, bootstrap_servers: str, partitions: Sequence[TopicPartition], properties: object = ()
     ) -> dict[TopicPartition, PartitionBounds]:
         """Every partition answers: from 0 to `end_offset`."""
         return {tp: PartitionBounds(start=0, end=self._end_offset) for tp in partitions}

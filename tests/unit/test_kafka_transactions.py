@@ -11,6 +11,7 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kafka.protocol.broker_version_data import BrokerVersionData
 from kafka.protocol.producer import EndTxnRequest
 
 from lockgate.common.kafka_transactions import (
@@ -31,10 +32,9 @@ from lockgate.common.kafka_transactions import (
     ProducerFencedError,
     TransactionResumeError,
     UnknownTransactionError,
-    UnsupportedBrokerError,
     end_txn_outcome,
+    end_txn_request,
     error_name,
-    negotiate_version,
 )
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import TransactionalId
@@ -126,15 +126,9 @@ def test_error_names() -> None:
 def test_end_txn_is_never_negotiated_above_version_4() -> None:
     # Kafka 4.x brokers offer EndTxn 0..5; version 5 would switch to KIP-890 epoch bumps.
     assert MAX_END_TXN_VERSION == 4
-    assert negotiate_version(26, (0, 5), wanted_min=0, wanted_max=MAX_END_TXN_VERSION) == 4
-    assert negotiate_version(26, (0, 3), wanted_min=0, wanted_max=MAX_END_TXN_VERSION) == 3
-
-
-def test_version_negotiation_refuses_disjoint_ranges() -> None:
-    with pytest.raises(UnsupportedBrokerError, match=r"versions 5\.\.6"):
-        negotiate_version(26, (5, 6), wanted_min=0, wanted_max=4)
-    with pytest.raises(UnsupportedBrokerError, match="does not support"):
-        negotiate_version(26, None, wanted_min=0, wanted_max=4)
+    request = end_txn_request(HANDLE, committed=True)
+    offering = BrokerVersionData(api_versions={EndTxnRequest.API_KEY: (0, 5)})
+    assert offering.api_version(request) == MAX_END_TXN_VERSION
 
 
 def test_end_txn_v4_request_carries_the_handle() -> None:

@@ -13,8 +13,10 @@ The executor's Kafka sink uses this module in two halves:
 * **Commit / abort** (any process, any time later, before ``transaction.timeout.ms``):
   :func:`commit_transaction` / :func:`abort_transaction` send ``FindCoordinator(TRANSACTION,
   transactional.id)`` and then ``EndTxn(transactional.id, producer id, epoch, committed)``
-  straight to the transaction coordinator, with kafka-python's protocol classes over a plain
-  socket. No ``init_transactions()`` is called: that would abort the transaction. This is what
+  straight to the transaction coordinator, through kafka-python's network layer (its
+  protocol classes and connections, so TLS and SASL PLAIN/SCRAM come with it: the sink's
+  Kafka properties, mapped by ``kafka_config.kafka_python_settings``). No
+  ``init_transactions()`` is called: that would abort the transaction. This is what
   Flink's ``FlinkKafkaInternalProducer.resumeTransaction`` achieves with reflection.
 
 EndTxn is sent at version <= 4, the classic transaction protocol. Version 5 is KIP-890's
@@ -50,8 +52,6 @@ code   name                             handling
 from __future__ import annotations
 
 import json
-import socket
-import struct
 import threading
 import time
 from collections.abc import Mapping
@@ -60,16 +60,13 @@ from enum import Enum
 from typing import Any
 
 from confluent_kafka import Producer
-from kafka.admin import KafkaAdminClient
-from kafka.protocol.metadata import (
-    ApiVersionsRequest,
-    ApiVersionsResponse,
-    CoordinatorType,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
-)
-from kafka.protocol.producer import EndTxnRequest, EndTxnResponse
+from kafka.errors import KafkaError
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.admin.transactions import ListTransactionsRequest
+from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
+from kafka.protocol.producer import EndTxnRequest
 
+from lockgate.common.kafka_config import kafka_python_settings
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import TransactionalId
 
@@ -291,7 +288,8 @@ def open_transactional_producer(
 
     ``init_transactions()`` fences any older producer of ``transactional_id`` and aborts its
     open transaction: never call this for an id whose transaction may still need committing
-    (commit it with :func:`commit_transaction` first). ``config`` adds librdkafka settings.
+    (commit it with :func:`commit_transaction` first). ``config`` adds librdkafka settings
+    (the sink's resolved Kafka properties among them).
     Returns the producer and the handle right after initialisation (the epoch the next
     transaction will use).
     """
@@ -325,129 +323,77 @@ def open_transactional_producer(
 # the committing side (raw protocol, any process)
 
 
-class _Connection:
-    """One blocking TCP connection speaking the Kafka protocol to one broker."""
-
-    def __init__(self, host: str, port: int, *, timeout_s: float) -> None:
-        self._sock = socket.create_connection((host, port), timeout=timeout_s)
-        self._correlation_id = 0
-        self._versions: dict[int, tuple[int, int]] = {}
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def __enter__(self) -> _Connection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _recv_exact(self, size: int) -> bytes:
-        chunks = bytearray()
-        while len(chunks) < size:
-            chunk = self._sock.recv(size - len(chunks))
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            chunks += chunk
-        return bytes(chunks)
-
-    def send(self, request: Any, response_class: Any, version: int) -> Any:
-        """Send ``request`` at ``version`` and decode the matching response."""
-        self._correlation_id += 1
-        request.API_VERSION = version
-        request.with_header(correlation_id=self._correlation_id, client_id=_CLIENT_ID)
-        self._sock.sendall(request.encode(version=version, header=True, framed=True))
-        (size,) = struct.unpack(">i", self._recv_exact(4))
-        payload = self._recv_exact(size)
-        response = response_class.decode(payload, version=version, header=True)
-        if response.header.correlation_id != self._correlation_id:
-            raise ConnectionError("response correlation id does not match the request")
-        return response
-
-    def api_version(self, api_key: int, *, wanted_max: int, wanted_min: int = 0) -> int:
-        """The highest version of ``api_key`` both sides support, within the wanted range."""
-        if not self._versions:
-            # The broker validates the software name/version of a v3 request.
-            request = ApiVersionsRequest(
-                client_software_name="lockgate", client_software_version="0.1.0"
-            )
-            response = self.send(request, ApiVersionsResponse, 3)
-            if response.error_code != NONE:
-                response = self.send(ApiVersionsRequest(), ApiVersionsResponse, 0)
-            self._versions = {
-                item.api_key: (item.min_version, item.max_version) for item in response.api_keys
-            }
-        return negotiate_version(
-            api_key, self._versions.get(api_key), wanted_min=wanted_min, wanted_max=wanted_max
-        )
+def end_txn_request(handle: TransactionHandle, *, committed: bool) -> EndTxnRequest:
+    """The EndTxn request ending ``handle``, at version <= :data:`MAX_END_TXN_VERSION`."""
+    return EndTxnRequest(
+        transactional_id=handle.transactional_id,
+        producer_id=handle.producer_id,
+        producer_epoch=handle.producer_epoch,
+        committed=committed,
+        max_version=MAX_END_TXN_VERSION,
+    )
 
 
-class UnsupportedBrokerError(RuntimeError):
-    """The broker does not speak a version of a request this module can send."""
-
-
-def negotiate_version(
-    api_key: int, broker_range: tuple[int, int] | None, *, wanted_min: int, wanted_max: int
-) -> int:
-    """The highest version in both the broker's range and ``wanted_min..wanted_max``.
-
-    Raises :class:`UnsupportedBrokerError` if the ranges do not overlap (or the broker does
-    not list the API at all).
-    """
-    if broker_range is None:
-        raise UnsupportedBrokerError(f"the broker does not support Kafka API {api_key}")
-    broker_min, broker_max = broker_range
-    version = min(broker_max, wanted_max)
-    if version < max(broker_min, wanted_min):
-        raise UnsupportedBrokerError(
-            f"the broker supports Kafka API {api_key} versions {broker_min}..{broker_max}; "
-            f"this client needs one of {wanted_min}..{wanted_max}"
-        )
-    return version
-
-
-def _split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.strip().rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"bootstrap server {address!r} must look like host:port")
-    return host.strip("[]"), int(port)
+def _resume_client(
+    bootstrap_servers: str, properties: Mapping[str, str], *, timeout_s: float
+) -> KafkaNetClient:
+    """A kafka-python network client of the sink cluster, bootstrapped: it speaks the
+    cluster's ``security.protocol`` (TLS, SASL PLAIN and SCRAM) from ``properties``, the
+    resolved librdkafka properties (mapped by :func:`kafka_python_settings`)."""
+    servers = [a.strip() for a in bootstrap_servers.split(",") if a.strip()]
+    if not servers:
+        raise ValueError("bootstrap_servers must name at least one host:port")
+    timeout_ms = int(timeout_s * 1000)
+    client = KafkaNetClient(
+        bootstrap_servers=servers,
+        **{"client_id": _CLIENT_ID, **kafka_python_settings(properties)},
+        request_timeout_ms=timeout_ms,
+    )
+    try:
+        client.get_broker_version(timeout_ms=timeout_ms)
+    except BaseException:
+        client.close()
+        raise
+    return client
 
 
 def _find_coordinator(
-    bootstrap: list[tuple[str, int]], transactional_id: str, *, timeout_s: float
-) -> tuple[int, tuple[str, int] | None, str]:
-    """Ask a bootstrap broker for the transaction coordinator of ``transactional_id``.
+    client: KafkaNetClient, transactional_id: str, *, timeout_s: float
+) -> tuple[int, Any, str]:
+    """Ask a broker for the transaction coordinator of ``transactional_id``.
 
-    Returns (error code, coordinator address or None, error text).
+    Returns (error code, the coordinator's node id or None, error text).
     """
-    last_error: Exception | None = None
-    for host, port in bootstrap:
-        try:
-            with _Connection(host, port, timeout_s=timeout_s) as conn:
-                version = conn.api_version(
-                    FindCoordinatorRequest.API_KEY, wanted_max=6, wanted_min=1
-                )
-                if version >= 4:
-                    request = FindCoordinatorRequest(
-                        key_type=CoordinatorType.TRANSACTION.value,
-                        coordinator_keys=[transactional_id],
-                    )
-                    found = conn.send(request, FindCoordinatorResponse, version).coordinators[0]
-                else:
-                    request = FindCoordinatorRequest(
-                        key=transactional_id, key_type=CoordinatorType.TRANSACTION.value
-                    )
-                    found = conn.send(request, FindCoordinatorResponse, version)
-                if found.error_code != NONE:
-                    return found.error_code, None, str(found.error_message or "")
-                return NONE, (found.host, found.port), ""
-        except OSError as exc:  # includes ConnectionError and socket timeouts
-            last_error = exc
-    return -1, None, f"no bootstrap server answered: {last_error}"
+    timeout_ms = int(timeout_s * 1000)
+    node = client.least_loaded_node(bootstrap_fallback=True)
+    # (kafka-python's compat layer needs an explicit max_version here.)
+    if client.api_version(FindCoordinatorRequest, max_version=99) >= 4:
+        request = FindCoordinatorRequest(
+            key_type=CoordinatorType.TRANSACTION.value,
+            coordinator_keys=[transactional_id],
+            min_version=4,
+        )
+        found = client.send_and_receive(node, request, timeout_ms=timeout_ms).coordinators[0]
+    else:
+        request = FindCoordinatorRequest(
+            key=transactional_id, key_type=CoordinatorType.TRANSACTION.value, max_version=3
+        )
+        found = client.send_and_receive(node, request, timeout_ms=timeout_ms)
+    if found.error_code != NONE:
+        return found.error_code, None, str(found.error_message or "")
+    node_id = client.cluster.add_coordinator(
+        found, CoordinatorType.TRANSACTION, transactional_id, synthesize_node_id=False
+    )
+    return NONE, node_id, ""
 
 
 def _end_transaction(
-    *, bootstrap_servers: str, handle: TransactionHandle, committed: bool, timeout_s: float
+    *,
+    bootstrap_servers: str,
+    handle: TransactionHandle,
+    committed: bool,
+    timeout_s: float,
+    properties: Mapping[str, str],
 ) -> None:
     verb = "commit" if committed else "abort"
     if handle.producer_id is None or handle.producer_epoch is None:
@@ -455,60 +401,73 @@ def _end_transaction(
             f"cannot {verb} transaction {handle.transactional_id!r} with EndTxn: its producer "
             "id and epoch are unknown (re-initialise the id to abort it instead)"
         )
-    bootstrap = [_split_address(a) for a in bootstrap_servers.split(",") if a.strip()]
-    if not bootstrap:
-        raise ValueError("bootstrap_servers must name at least one host:port")
     deadline = time.monotonic() + timeout_s
     last = "no attempt made"
     last_code: int | None = None
     backoff_s = 0.05
-    while True:
-        remaining = max(deadline - time.monotonic(), 0.1)
-        io_timeout = min(remaining, 10.0)
-        code, coordinator, text = _find_coordinator(
-            bootstrap, handle.transactional_id, timeout_s=io_timeout
-        )
-        if coordinator is None:
-            if code >= 0:  # a broker answered; -1 means none could be reached
-                end_txn_outcome(code, handle=handle, verb=verb)  # raises if not retriable
-            last, last_code = f"FindCoordinator: {error_name(code)} {text}".strip(), code
-        else:
+    client: KafkaNetClient | None = None
+    try:
+        while True:
+            remaining = max(deadline - time.monotonic(), 0.1)
+            io_timeout = min(remaining, 10.0)
             try:
-                with _Connection(*coordinator, timeout_s=io_timeout) as conn:
-                    while True:
-                        version = conn.api_version(
-                            EndTxnRequest.API_KEY, wanted_max=MAX_END_TXN_VERSION
-                        )
-                        request = EndTxnRequest(
-                            transactional_id=handle.transactional_id,
-                            producer_id=handle.producer_id,
-                            producer_epoch=handle.producer_epoch,
-                            committed=committed,
-                        )
-                        code = conn.send(request, EndTxnResponse, version).error_code
-                        outcome = end_txn_outcome(code, handle=handle, verb=verb)
-                        if outcome is EndTxnOutcome.DONE:
-                            return
-                        last, last_code = f"EndTxn: {error_name(code)}", code
-                        if (
-                            outcome is EndTxnOutcome.FIND_COORDINATOR_AGAIN
-                            or time.monotonic() >= deadline
-                        ):
-                            break
-                        # CONCURRENT_TRANSACTIONS & co. clear within milliseconds: back off
-                        # briefly and ask the same coordinator again.
-                        time.sleep(backoff_s)
-                        backoff_s = min(backoff_s * 2, 1.0)
-            except OSError as exc:
-                last, last_code = f"connection to coordinator {coordinator}: {exc}", None
-        if time.monotonic() >= deadline:
-            raise TransactionTimeoutError(
-                f"could not {verb} transaction of transactional.id {handle.transactional_id!r} "
-                f"(producer id {handle.producer_id}, epoch {handle.producer_epoch}) within "
-                f"{timeout_s:.1f}s; last answer: {last}",
-                handle=handle,
-                error_code=last_code,
-            )
+                if client is None:
+                    client = _resume_client(bootstrap_servers, properties, timeout_s=io_timeout)
+                code, coordinator, text = _find_coordinator(
+                    client, handle.transactional_id, timeout_s=io_timeout
+                )
+                if coordinator is None:
+                    end_txn_outcome(code, handle=handle, verb=verb)  # raises if not retriable
+                    last, last_code = f"FindCoordinator: {error_name(code)} {text}".strip(), code
+                else:
+                    outcome, last, last_code = _send_end_txn(
+                        client, coordinator, handle, committed, deadline, verb
+                    )
+                    if outcome is EndTxnOutcome.DONE:
+                        return
+            except KafkaError as exc:
+                # Unreachable, timed out, or a refused login (kafka-python retries that until
+                # the deadline too): the message names the broker, never a credential.
+                where = "no bootstrap server answered: " if client is None else ""
+                last, last_code = f"{where}{type(exc).__name__}: {exc}", None
+                if client is not None:
+                    client.close()
+                    client = None
+            if time.monotonic() >= deadline:
+                raise TransactionTimeoutError(
+                    f"could not {verb} transaction of transactional.id"
+                    f" {handle.transactional_id!r} (producer id {handle.producer_id}, epoch"
+                    f" {handle.producer_epoch}) within {timeout_s:.1f}s; last answer: {last}",
+                    handle=handle,
+                    error_code=last_code,
+                )
+            time.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, 1.0)
+    finally:
+        if client is not None:
+            client.close()
+
+
+def _send_end_txn(
+    client: KafkaNetClient,
+    coordinator: Any,
+    handle: TransactionHandle,
+    committed: bool,
+    deadline: float,
+    verb: str,
+) -> tuple[EndTxnOutcome, str, int | None]:
+    """EndTxn to the coordinator until it is done, asks for another coordinator, or the
+    deadline passes; returns the outcome and the last answer."""
+    backoff_s = 0.05
+    while True:
+        timeout_ms = int(min(max(deadline - time.monotonic(), 0.1), 10.0) * 1000)
+        request = end_txn_request(handle, committed=committed)
+        code = client.send_and_receive(coordinator, request, timeout_ms=timeout_ms).error_code
+        outcome = end_txn_outcome(code, handle=handle, verb=verb)
+        if outcome is not EndTxnOutcome.RETRY or time.monotonic() >= deadline:
+            return outcome, f"EndTxn: {error_name(code)}", code
+        # CONCURRENT_TRANSACTIONS & co. clear within milliseconds: back off briefly and ask
+        # the same coordinator again.
         time.sleep(backoff_s)
         backoff_s = min(backoff_s * 2, 1.0)
 
@@ -561,7 +520,11 @@ def end_txn_outcome(code: int, *, handle: TransactionHandle, verb: str) -> EndTx
 
 
 def commit_transaction(
-    *, bootstrap_servers: str, handle: TransactionHandle, timeout_s: float = 30.0
+    *,
+    bootstrap_servers: str,
+    handle: TransactionHandle,
+    timeout_s: float = 30.0,
+    properties: Mapping[str, str] | None = None,
 ) -> None:
     """Commit the pre-committed transaction ``handle`` from any process, idempotently.
 
@@ -575,15 +538,24 @@ def commit_transaction(
     :class:`ProducerFencedError` (PRODUCER_FENCED 90 / INVALID_PRODUCER_EPOCH 47) if the
     epoch is stale, :class:`InvalidTransactionStateError` (INVALID_TXN_STATE 48) if it was
     aborted, :class:`UnknownTransactionError` (INVALID_PRODUCER_ID_MAPPING 49) if the id or
-    producer id is unknown.
+    producer id is unknown. ``properties`` are the sink's resolved Kafka properties
+    (security: TLS, SASL PLAIN/SCRAM), spoken through kafka-python's network layer.
     """
     _end_transaction(
-        bootstrap_servers=bootstrap_servers, handle=handle, committed=True, timeout_s=timeout_s
+        bootstrap_servers=bootstrap_servers,
+        handle=handle,
+        committed=True,
+        timeout_s=timeout_s,
+        properties=properties or {},
     )
 
 
 def abort_transaction(
-    *, bootstrap_servers: str, handle: TransactionHandle, timeout_s: float = 30.0
+    *,
+    bootstrap_servers: str,
+    handle: TransactionHandle,
+    timeout_s: float = 30.0,
+    properties: Mapping[str, str] | None = None,
 ) -> None:
     """Abort the pre-committed transaction ``handle`` from any process, idempotently.
 
@@ -593,7 +565,11 @@ def abort_transaction(
     (INVALID_TXN_STATE 48).
     """
     _end_transaction(
-        bootstrap_servers=bootstrap_servers, handle=handle, committed=False, timeout_s=timeout_s
+        bootstrap_servers=bootstrap_servers,
+        handle=handle,
+        committed=False,
+        timeout_s=timeout_s,
+        properties=properties or {},
     )
 
 
@@ -606,7 +582,11 @@ class TransactionListError(RuntimeError):
 
 
 def open_transactions_of_slot(
-    *, bootstrap_servers: str, slot_id: str, timeout_s: float = 30.0
+    *,
+    bootstrap_servers: str,
+    slot_id: str,
+    timeout_s: float = 30.0,
+    properties: Mapping[str, str] | None = None,
 ) -> list[TransactionalId]:
     """The transactional ids ``slot_id`` and ``<slot_id>-<k>`` that have a transaction open.
 
@@ -616,33 +596,37 @@ def open_transactions_of_slot(
     and keeps the slot's own. Raises :class:`TransactionListError` if Kafka does not
     answer within ``timeout_s``.
     """
-    deadline_ms = int(timeout_s * 1000)
+    # kafka-python's own network client, not its KafkaAdminClient, which logs its whole
+    # configuration (a SASL password included) at DEBUG.
+    timeout_ms = int(timeout_s * 1000)
     try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap_servers,
-            client_id=_CLIENT_ID,
-            request_timeout_ms=deadline_ms,
-            bootstrap_timeout_ms=deadline_ms,
-        )
-    except Exception as exc:
+        client = _resume_client(bootstrap_servers, properties or {}, timeout_s=timeout_s)
+    except KafkaError as exc:
         raise TransactionListError(
             f"could not reach Kafka at {bootstrap_servers} to list the open transactions of"
             f" {slot_id!r}: {exc}"
         ) from exc
+    found: set[str] = set()
     try:
-        listings = admin.list_transactions(state_filters=["Ongoing"])
-    except Exception as exc:
+        for broker in client.cluster.brokers():
+            request = ListTransactionsRequest(state_filters=["Ongoing"], producer_id_filters=[])
+            response = client.send_and_receive(broker.node_id, request, timeout_ms=timeout_ms)
+            if response.error_code != NONE:
+                raise TransactionListError(
+                    f"broker {broker.node_id} answered {error_name(response.error_code)}"
+                    f" ({response.error_code}) to ListTransactions"
+                )
+            found.update(
+                state.transactional_id
+                for state in response.transaction_states
+                if belongs_to_slot(state.transactional_id, slot_id)
+            )
+    except KafkaError as exc:
         raise TransactionListError(
             f"listing the open transactions of {slot_id!r} on {bootstrap_servers} failed: {exc}"
         ) from exc
     finally:
-        admin.close()
-    found = {
-        listing.transactional_id
-        for per_broker in listings.values()
-        for listing in per_broker
-        if belongs_to_slot(listing.transactional_id, slot_id)
-    }
+        client.close()
     return [TransactionalId(t) for t in sorted(found)]
 
 

@@ -13,7 +13,7 @@ the abort of a pre-commit's own handles that no leader can have recorded).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from confluent_kafka import KafkaException
 
@@ -24,6 +24,7 @@ from lockgate.common.errors import (
     Unavailable,
 )
 from lockgate.common.failpoints import Failpoint, Failpoints
+from lockgate.common.kafka_config import SecretReferenceError, resolve_properties
 from lockgate.common.kafka_transactions import (
     TRANSACTION_LOST_ERRORS,
     InvalidTransactionStateError,
@@ -72,19 +73,28 @@ class Committer:
         self._failpoints = failpoints or Failpoints()
         self._timeout_s = timeout_s
 
-    def commit(self, handles: Sequence[TransactionHandle], *, what: str) -> int:
+    def commit(
+        self,
+        handles: Sequence[TransactionHandle],
+        *,
+        what: str,
+        sink_properties: Mapping[str, str],
+    ) -> int:
         """Commit every handle, in order; idempotent. Returns how many were committed.
+        ``sink_properties``: the sink's Kafka properties as written (resolved here).
 
         ``HandleLostError`` if one was aborted or fenced by the broker, ``Unavailable`` if
         Kafka did not answer in time (retry).
         """
         require_committable(handles, field_name="handles")
+        properties = _resolved(sink_properties, what)
         for index, handle in enumerate(handles):
             try:
                 commit_transaction(
                     bootstrap_servers=handle.bootstrap_servers,
                     handle=handle,
                     timeout_s=self._timeout_s,
+                    properties=properties,
                 )
             except TRANSACTION_LOST_ERRORS as exc:
                 raise HandleLostError(
@@ -107,14 +117,22 @@ class Committer:
                 )
         return len(handles)
 
-    def abort(self, handles: Sequence[TransactionHandle], *, what: str) -> int:
+    def abort(
+        self,
+        handles: Sequence[TransactionHandle],
+        *,
+        what: str,
+        sink_properties: Mapping[str, str],
+    ) -> int:
         """Abort every handle; idempotent (fenced or unknown counts as aborted).
+        ``sink_properties``: the sink's Kafka properties as written (resolved here).
 
         A handle without producer id names a task slot whose pre-commit was never reported:
         every transaction open on the slot's ids is ended by ``init_transactions``.
         ``FailedPrecondition`` if one was already committed (a decided checkpoint must never
         be aborted), ``Unavailable`` if Kafka did not answer in time.
         """
+        properties = _resolved(sink_properties, what) if handles else {}
         for handle in handles:
             if not handle.bootstrap_servers:
                 raise InvalidArgument.for_field(
@@ -123,12 +141,13 @@ class Committer:
                 )
             try:
                 if not handle.resumable:
-                    self._fence(handle)
+                    self._fence(handle, properties)
                 else:
                     abort_transaction(
                         bootstrap_servers=handle.bootstrap_servers,
                         handle=handle,
                         timeout_s=self._timeout_s,
+                        properties=properties,
                     )
             except (ProducerFencedError, UnknownTransactionError):
                 continue
@@ -146,7 +165,7 @@ class Committer:
                 ) from exc
         return len(handles)
 
-    def _fence(self, handle: TransactionHandle) -> None:
+    def _fence(self, handle: TransactionHandle, properties: Mapping[str, str]) -> None:
         # A handle without producer id names a task slot whose pre-commit was never
         # reported: its batch may have opened one transaction per Spark write partition on
         # "<slot id>-<k>". Kafka lists which are open; init_transactions on each aborts it.
@@ -155,14 +174,28 @@ class Committer:
             bootstrap_servers=handle.bootstrap_servers,
             slot_id=handle.transactional_id,
             timeout_s=self._timeout_s,
+            properties=properties,
         ):
             txn, _ = open_transactional_producer(
                 bootstrap_servers=handle.bootstrap_servers,
                 transactional_id=transactional_id,
                 timeout_s=self._timeout_s,
+                config=properties,
             )
             # No transaction is open after init_transactions: letting go aborts nothing more.
             txn.release_without_abort()
+
+
+def _resolved(sink_properties: Mapping[str, str], what: str) -> dict[str, str]:
+    """The sink's properties with their references read in this process; a reference that
+    cannot be read is ``FailedPrecondition`` naming it (retrying cannot help until it is
+    fixed where the executor runs)."""
+    try:
+        return resolve_properties(sink_properties)
+    except SecretReferenceError as exc:
+        raise FailedPrecondition(
+            f"{what}: sink.kafka.properties: {exc}", reason="SECRET_UNRESOLVED"
+        ) from None
 
 
 __all__ = ["Committer", "HandleLostError", "require_committable"]

@@ -29,6 +29,7 @@ from lockgate.common.errors import (
 )
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import Generation, LeaderEpoch
+from lockgate.common.model.proto import sink_properties_from_proto
 from lockgate.executor.committer import HandleLostError
 from lockgate.executor.convert import (
     VERDICT_TO_PROTO,
@@ -215,7 +216,10 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         started = self._clock()
         try:
             count = self._runtime.commit_handles(
-                pipeline_name=pipeline, checkpoint_id=request.checkpoint_id, handles=handles
+                pipeline_name=pipeline,
+                checkpoint_id=request.checkpoint_id,
+                handles=handles,
+                sink_properties=sink_properties_from_proto(request.sink_properties),
             )
         except HandleLostError as exc:
             _LOG.error("%s: %s", rpc, exc.message)
@@ -238,6 +242,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             checkpoint_id=request.checkpoint_id,
             handles=handles,
             reason=request.reason,
+            sink_properties=sink_properties_from_proto(request.sink_properties),
             # Answer before the caller's deadline, leaving time for the handles' aborts.
             timeout_s=_ABORT_WAIT_DEFAULT_S
             if remaining is None

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from opentelemetry import trace
 
@@ -202,11 +202,19 @@ class Worker:
         )
 
     def commit_handles(
-        self, *, pipeline_name: str, checkpoint_id: int, handles: Sequence[TransactionHandle]
+        self,
+        *,
+        pipeline_name: str,
+        checkpoint_id: int,
+        handles: Sequence[TransactionHandle],
+        sink_properties: Mapping[str, str],
     ) -> int:
         """Commit a COMPLETE checkpoint's handles; idempotent. Returns the count committed."""
         return self._checkpoints.commit(
-            pipeline_name=pipeline_name, checkpoint_id=checkpoint_id, handles=handles
+            pipeline_name=pipeline_name,
+            checkpoint_id=checkpoint_id,
+            handles=handles,
+            sink_properties=sink_properties,
         )
 
     def abort_checkpoint(
@@ -216,6 +224,7 @@ class Worker:
         checkpoint_id: int,
         handles: Sequence[TransactionHandle],
         reason: str,
+        sink_properties: Mapping[str, str],
         timeout_s: float = 30.0,
     ) -> int:
         """Cancel and wait for this executor's batch of N, then abort the handles; see
@@ -226,6 +235,7 @@ class Worker:
             handles=handles,
             reason=reason,
             timeout_s=timeout_s,
+            sink_properties=sink_properties,
         )
 
 

@@ -86,6 +86,29 @@ def test_a_bootstrap_port_outside_1_to_65535_is_invalid_argument_naming_the_fiel
     assert "1-65535" in found["source.kafka.bootstrap_servers"]
 
 
+def test_kafka_properties_with_a_clear_secret_or_an_owned_key_are_refused_by_field(
+    stub: coordinator_pb2_grpc.CoordinatorServiceStub,
+) -> None:
+    secret = "hunter2-in-clear"
+    spec = pipeline_spec(
+        unique_name("props"), bootstrap="127.0.0.1:9092", source_topic="in", sink_topic="out"
+    )
+    spec.sink.kafka.properties["sasl.password"] = secret
+    spec.source.kafka.properties["isolation.level"] = "read_uncommitted"
+    err = rpc_error(
+        lambda: stub.CreatePipeline(coordinator_pb2.CreatePipelineRequest(spec=spec), timeout=15)
+    )
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    found = violations(err)
+    assert set(found) == {
+        "sink.kafka.properties['sasl.password']",
+        "source.kafka.properties['isolation.level']",
+    }
+    assert "${file:" in found["sink.kafka.properties['sasl.password']"]
+    assert "read_committed" in found["source.kafka.properties['isolation.level']"]
+    assert secret not in (err.details() or "") + repr(found)
+
+
 def test_a_pipeline_name_over_its_limit_is_refused_by_path_and_limit(
     stub: coordinator_pb2_grpc.CoordinatorServiceStub,
 ) -> None:

@@ -92,11 +92,13 @@ def _kafka_handles(bootstrap: str, result: PrecommitResult) -> list[TransactionH
 
 
 def _commit(bootstrap: str, result: PrecommitResult, *, timeout_s: float = 30.0) -> None:
-    Committer(timeout_s=timeout_s).commit(_kafka_handles(bootstrap, result), what="test commit")
+    Committer(timeout_s=timeout_s).commit(
+        _kafka_handles(bootstrap, result), what="test commit", sink_properties={}
+    )
 
 
 def _abort(bootstrap: str, result: PrecommitResult) -> None:
-    Committer().abort(_kafka_handles(bootstrap, result), what="test abort")
+    Committer().abort(_kafka_handles(bootstrap, result), what="test abort", sink_properties={})
 
 
 def _prefix() -> str:

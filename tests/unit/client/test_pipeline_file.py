@@ -88,3 +88,21 @@ def test_avro_formats_in_a_pipeline_file_reach_the_executor_spec(tmp_path: Path)
     assert data_plane.sink.format is RecordFormat.AVRO
     assert data_plane.sink.schema_registry_url == "http://127.0.0.1:8081"
     assert data_plane.sink.value_subject == "orders-out-value"
+
+
+def test_kafka_properties_in_a_file_are_a_map_of_text(tmp_path: Path) -> None:
+    path = tmp_path / "secured.yaml"
+    path.write_text(
+        "name: secured\n"
+        "source: {kafka: {bootstrap_servers: 'h:9096', topics: [t],\n"
+        "  properties: {security.protocol: SASL_SSL, fetch.wait.max.ms: 50, check.crcs: true,\n"
+        "               sasl.password: '${file:/etc/lockgate/kafka.properties:password}'}}}\n"
+        "sink: {kafka: {bootstrap_servers: 'h:9096', topic: out}}\n"
+    )
+    spec = spec_from_proto(read_spec_file(path))
+    assert dict(spec.source.properties) == {
+        "security.protocol": "SASL_SSL",
+        "fetch.wait.max.ms": "50",
+        "check.crcs": "true",
+        "sasl.password": "${file:/etc/lockgate/kafka.properties:password}",
+    }

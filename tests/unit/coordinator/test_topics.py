@@ -5,6 +5,7 @@ from __future__ import annotations
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.topics import (
     ClusterTopics,
+    cluster_properties,
     kafka_refusal,
     source_partitions,
     topic_violations,
@@ -32,6 +33,20 @@ def test_sources_sink_and_dead_letter_topic_are_asked_of_their_clusters() -> Non
     }
     assert topics_to_describe(spec(sink_servers=SOURCE), source=False, sink=True) == {
         SOURCE: ["out", "dlq"]
+    }
+
+
+def test_each_cluster_is_asked_with_its_sides_kafka_properties() -> None:
+    raw = spec().to_json()
+    raw["source"]["kafka"]["properties"] = {"security.protocol": "SSL"}
+    raw["sink"]["kafka"]["properties"] = {"security.protocol": "SASL_SSL"}
+    both = parse_pipeline_spec(raw)
+    assert cluster_properties(both, source=True, sink=True) == {
+        SOURCE: (("security.protocol", "SSL"),),
+        SINK: (("security.protocol", "SASL_SSL"),),
+    }
+    assert cluster_properties(both, source=False, sink=True) == {
+        SINK: (("security.protocol", "SASL_SSL"),)
     }
 
 

@@ -39,6 +39,7 @@ def abort_in_background(runtime: Worker, checkpoint_id: int) -> threading.Event:
             handles=[],
             reason="test",
             timeout_s=WAIT_S,
+            sink_properties={},
         )
         answered.set()
 
@@ -53,7 +54,12 @@ def test_abort_of_a_running_batch_answers_only_after_the_batch_ended(
     release = start_batch(runtime, data_plane, 1)
     with pytest.raises(Unavailable, match="still runs"):
         runtime.abort_checkpoint(
-            pipeline_name=PIPELINE, checkpoint_id=1, handles=[], reason="t", timeout_s=0.2
+            pipeline_name=PIPELINE,
+            checkpoint_id=1,
+            handles=[],
+            reason="t",
+            timeout_s=0.2,
+            sink_properties={},
         )
     answered = abort_in_background(runtime, 1)
     assert not answered.wait(0.5), "the abort was answered while the batch still ran"
@@ -85,7 +91,12 @@ def test_abort_of_a_queued_checkpoint_answers_at_once_and_it_never_runs(
     trigger(runtime, 2)  # queued behind 1 on the task's queue
 
     runtime.abort_checkpoint(
-        pipeline_name=PIPELINE, checkpoint_id=2, handles=[], reason="t", timeout_s=0.2
+        pipeline_name=PIPELINE,
+        checkpoint_id=2,
+        handles=[],
+        reason="t",
+        timeout_s=0.2,
+        sink_properties={},
     )
     release.set()
     wait_for("checkpoint 1's report", lambda: coordinator.precommits == [1], timeout_s=WAIT_S)

@@ -21,6 +21,7 @@ import yaml
 from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from lockgate.common.model.kafka_properties import property_text
 from lockgate.v1 import common_pb2
 
 
@@ -72,6 +73,10 @@ def _normalize(descriptor: Descriptor, raw: Any, path: str, errors: list[str]) -
                 if isinstance(value, list)
                 else _enum_name(field, value, where, errors)
             )
+        elif field.message_type is not None and field.message_type.GetOptions().map_entry:
+            # A map (Kafka properties): its keys are data, not fields; the parser checks them.
+            if isinstance(value, Mapping):
+                value = {k: property_text(v) for k, v in value.items()}
         elif field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type is not None:
             if isinstance(value, list):
                 value = [_normalize(field.message_type, v, f"{where}[]", errors) for v in value]

@@ -940,11 +940,32 @@ class KafkaSourceSpec(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class PropertiesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     BOOTSTRAP_SERVERS_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
     STARTING_OFFSETS_FIELD_NUMBER: _builtins.int
     FORMAT_FIELD_NUMBER: _builtins.int
     MAX_RECORDS_PER_PARTITION_FIELD_NUMBER: _builtins.int
+    PROPERTIES_FIELD_NUMBER: _builtins.int
     bootstrap_servers: _builtins.str
     """Kafka bootstrap servers, comma-separated host:port, e.g. "127.0.0.1:9092"."""
     starting_offsets: Global___OffsetPosition.ValueType
@@ -962,6 +983,17 @@ class KafkaSourceSpec(_message.Message):
     def format(self) -> Global___FormatSpec:
         """How the source records are encoded; unset means bytes keys and values."""
 
+    @_builtins.property
+    def properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Kafka client properties (librdkafka names, e.g. "security.protocol": "SASL_SSL") of
+        every client of the source cluster: the consumer, the coordinator's metadata and
+        ListOffsets calls. At most 200. Keys Lockgate sets itself (bootstrap.servers,
+        group.id, isolation.level, enable.auto.commit, ...) are refused; a secret's value
+        (sasl.password, ssl.key.password, any *.password, sasl.jaas.config, ...) must be a
+        reference, "${env:NAME}" or "${file:/path/to/file:key}", resolved where the client
+        is built and never stored resolved.
+        """
+
     def __init__(
         self,
         *,
@@ -970,10 +1002,11 @@ class KafkaSourceSpec(_message.Message):
         starting_offsets: Global___OffsetPosition.ValueType = ...,
         format: Global___FormatSpec | None = ...,
         max_records_per_partition: _builtins.int = ...,
+        properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["format", b"format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrap_servers", b"bootstrap_servers", "format", b"format", "max_records_per_partition", b"max_records_per_partition", "starting_offsets", b"starting_offsets", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrap_servers", b"bootstrap_servers", "format", b"format", "max_records_per_partition", b"max_records_per_partition", "properties", b"properties", "starting_offsets", b"starting_offsets", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1049,11 +1082,32 @@ class KafkaSinkSpec(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class PropertiesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     BOOTSTRAP_SERVERS_FIELD_NUMBER: _builtins.int
     TOPIC_FIELD_NUMBER: _builtins.int
     FORMAT_FIELD_NUMBER: _builtins.int
     TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     TRANSACTIONAL_ID_PREFIX_FIELD_NUMBER: _builtins.int
+    PROPERTIES_FIELD_NUMBER: _builtins.int
     bootstrap_servers: _builtins.str
     """Kafka bootstrap servers, comma-separated host:port, e.g. "127.0.0.1:9092"."""
     topic: _builtins.str
@@ -1077,6 +1131,16 @@ class KafkaSinkSpec(_message.Message):
         (register it before the pipeline runs).
         """
 
+    @_builtins.property
+    def properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Kafka client properties (librdkafka names) of every client of the sink cluster: the
+        producers, the metadata calls, and the commit and abort path (FindCoordinator and
+        EndTxn speak the same security.protocol, ssl.* and sasl.* settings). At most 200.
+        Keys Lockgate sets itself (bootstrap.servers, transactional.id, enable.idempotence,
+        acks, transaction.timeout.ms, ...) are refused; secrets must be references, as for
+        KafkaSourceSpec.properties.
+        """
+
     def __init__(
         self,
         *,
@@ -1085,10 +1149,11 @@ class KafkaSinkSpec(_message.Message):
         format: Global___FormatSpec | None = ...,
         transaction_timeout_ms: _builtins.int = ...,
         transactional_id_prefix: _builtins.str = ...,
+        properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["format", b"format"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrap_servers", b"bootstrap_servers", "format", b"format", "topic", b"topic", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id_prefix", b"transactional_id_prefix"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrap_servers", b"bootstrap_servers", "format", b"format", "properties", b"properties", "topic", b"topic", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id_prefix", b"transactional_id_prefix"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from lockgate.v1 import common_pb2 as lockgate_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1alockgate/v1/executor.proto\x12\x0blockgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lockgate/v1/common.proto\"\x96\x02\n\x18TriggerCheckpointRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\x12\x15\n\rpipeline_name\x18\x05 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x06 \x01(\x03\x12\x16\n\x0e\x63onfig_version\x18\x07 \x01(\x03\x12*\n\x05tasks\x18\x08 \x03(\x0b\x32\x1b.lockgate.v1.CheckpointTask\x12\x12\n\ntimeout_ms\x18\t \x01(\x03\"L\n\x19TriggerCheckpointResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.lockgate.v1.TaskTriggerResult\"\xe7\x01\n\x17\x43ommitCheckpointRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\x12\x15\n\rpipeline_name\x18\x05 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x06 \x01(\x03\x12(\n\x07handles\x18\x07 \x03(\x0b\x32\x17.lockgate.v1.SinkHandle\"Q\n\x18\x43ommitCheckpointResponse\x12\x19\n\x11handles_committed\x18\x01 \x01(\x05\x12\x1a\n\x12\x63ommit_duration_ms\x18\x02 \x01(\x03\"\xf6\x01\n\x16\x41\x62ortCheckpointRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\x12\x15\n\rpipeline_name\x18\x05 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x06 \x01(\x03\x12(\n\x07handles\x18\x07 \x03(\x0b\x32\x17.lockgate.v1.SinkHandle\x12\x0e\n\x06reason\x18\x08 \x01(\t\"M\n\x17\x41\x62ortCheckpointResponse\x12\x17\n\x0fhandles_aborted\x18\x01 \x01(\x05\x12\x19\n\x11\x61\x62ort_duration_ms\x18\x02 \x01(\x03\"J\n\x18GetExecutorStatusRequest\x12.\n\x0cleader_epoch\x18\x01 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\"\xcf\x02\n\x19GetExecutorStatusResponse\x12\x13\n\x0b\x65xecutor_id\x18\x01 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12;\n\x19highest_leader_epoch_seen\x18\x04 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12&\n\x05tasks\x18\x05 \x03(\x0b\x32\x17.lockgate.v1.TaskStatus\x12\x14\n\x0cspark_master\x18\x06 \x01(\t\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tuptime_ms\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t\x12\x1d\n\x15\x63oordinator_addresses\x18\n \x03(\t\"\xa5\x01\n\x0e\x43heckpointTask\x12$\n\x07task_id\x18\x01 \x01(\x0b\x32\x13.lockgate.v1.TaskId\x12\x17\n\x0ftask_generation\x18\x02 \x01(\x03\x12\x33\n\rstart_offsets\x18\x03 \x03(\x0b\x32\x1c.lockgate.v1.PartitionOffset\x12\x1f\n\x17transactional_id_prefix\x18\x04 \x01(\t\"\x98\x01\n\x11TaskTriggerResult\x12$\n\x07task_id\x18\x01 \x01(\x0b\x32\x13.lockgate.v1.TaskId\x12,\n\x07outcome\x18\x02 \x01(\x0e\x32\x1b.lockgate.v1.TriggerOutcome\x12\x1f\n\x17\x63urrent_task_generation\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t*\xd5\x01\n\x0eTriggerOutcome\x12\x1f\n\x1bTRIGGER_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18TRIGGER_OUTCOME_ACCEPTED\x10\x01\x12\x1d\n\x19TRIGGER_OUTCOME_DUPLICATE\x10\x02\x12$\n TRIGGER_OUTCOME_STALE_GENERATION\x10\x03\x12 \n\x1cTRIGGER_OUTCOME_NOT_ASSIGNED\x10\x04\x12\x1d\n\x19TRIGGER_OUTCOME_NOT_READY\x10\x05\x32\x9d\x03\n\x0f\x45xecutorService\x12\x62\n\x11TriggerCheckpoint\x12%.lockgate.v1.TriggerCheckpointRequest\x1a&.lockgate.v1.TriggerCheckpointResponse\x12_\n\x10\x43ommitCheckpoint\x12$.lockgate.v1.CommitCheckpointRequest\x1a%.lockgate.v1.CommitCheckpointResponse\x12\\\n\x0f\x41\x62ortCheckpoint\x12#.lockgate.v1.AbortCheckpointRequest\x1a$.lockgate.v1.AbortCheckpointResponse\x12g\n\x11GetExecutorStatus\x12%.lockgate.v1.GetExecutorStatusRequest\x1a&.lockgate.v1.GetExecutorStatusResponse\"\x03\x90\x02\x01\x42^\n\x0f\x64\x65v.lockgate.v1B\rExecutorProtoP\x01Z:github.com/lockgate/lockgate/gen/go/lockgate/v1;lockgatev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1alockgate/v1/executor.proto\x12\x0blockgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lockgate/v1/common.proto\"\x96\x02\n\x18TriggerCheckpointRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\x12\x15\n\rpipeline_name\x18\x05 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x06 \x01(\x03\x12\x16\n\x0e\x63onfig_version\x18\x07 \x01(\x03\x12*\n\x05tasks\x18\x08 \x03(\x0b\x32\x1b.lockgate.v1.CheckpointTask\x12\x12\n\ntimeout_ms\x18\t \x01(\x03\"L\n\x19TriggerCheckpointResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.lockgate.v1.TaskTriggerResult\"\xf1\x02\n\x17\x43ommitCheckpointRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\x12\x15\n\rpipeline_name\x18\x05 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x06 \x01(\x03\x12(\n\x07handles\x18\x07 \x03(\x0b\x32\x17.lockgate.v1.SinkHandle\x12Q\n\x0fsink_properties\x18\x08 \x03(\x0b\x32\x38.lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntry\x1a\x35\n\x13SinkPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"Q\n\x18\x43ommitCheckpointResponse\x12\x19\n\x11handles_committed\x18\x01 \x01(\x05\x12\x1a\n\x12\x63ommit_duration_ms\x18\x02 \x01(\x03\"\xff\x02\n\x16\x41\x62ortCheckpointRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\x12\x15\n\rpipeline_name\x18\x05 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x06 \x01(\x03\x12(\n\x07handles\x18\x07 \x03(\x0b\x32\x17.lockgate.v1.SinkHandle\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12P\n\x0fsink_properties\x18\t \x03(\x0b\x32\x37.lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntry\x1a\x35\n\x13SinkPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"M\n\x17\x41\x62ortCheckpointResponse\x12\x17\n\x0fhandles_aborted\x18\x01 \x01(\x05\x12\x19\n\x11\x61\x62ort_duration_ms\x18\x02 \x01(\x03\"J\n\x18GetExecutorStatusRequest\x12.\n\x0cleader_epoch\x18\x01 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\"\xcf\x02\n\x19GetExecutorStatusResponse\x12\x13\n\x0b\x65xecutor_id\x18\x01 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12;\n\x19highest_leader_epoch_seen\x18\x04 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12&\n\x05tasks\x18\x05 \x03(\x0b\x32\x17.lockgate.v1.TaskStatus\x12\x14\n\x0cspark_master\x18\x06 \x01(\t\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tuptime_ms\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t\x12\x1d\n\x15\x63oordinator_addresses\x18\n \x03(\t\"\xa5\x01\n\x0e\x43heckpointTask\x12$\n\x07task_id\x18\x01 \x01(\x0b\x32\x13.lockgate.v1.TaskId\x12\x17\n\x0ftask_generation\x18\x02 \x01(\x03\x12\x33\n\rstart_offsets\x18\x03 \x03(\x0b\x32\x1c.lockgate.v1.PartitionOffset\x12\x1f\n\x17transactional_id_prefix\x18\x04 \x01(\t\"\x98\x01\n\x11TaskTriggerResult\x12$\n\x07task_id\x18\x01 \x01(\x0b\x32\x13.lockgate.v1.TaskId\x12,\n\x07outcome\x18\x02 \x01(\x0e\x32\x1b.lockgate.v1.TriggerOutcome\x12\x1f\n\x17\x63urrent_task_generation\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t*\xd5\x01\n\x0eTriggerOutcome\x12\x1f\n\x1bTRIGGER_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18TRIGGER_OUTCOME_ACCEPTED\x10\x01\x12\x1d\n\x19TRIGGER_OUTCOME_DUPLICATE\x10\x02\x12$\n TRIGGER_OUTCOME_STALE_GENERATION\x10\x03\x12 \n\x1cTRIGGER_OUTCOME_NOT_ASSIGNED\x10\x04\x12\x1d\n\x19TRIGGER_OUTCOME_NOT_READY\x10\x05\x32\x9d\x03\n\x0f\x45xecutorService\x12\x62\n\x11TriggerCheckpoint\x12%.lockgate.v1.TriggerCheckpointRequest\x1a&.lockgate.v1.TriggerCheckpointResponse\x12_\n\x10\x43ommitCheckpoint\x12$.lockgate.v1.CommitCheckpointRequest\x1a%.lockgate.v1.CommitCheckpointResponse\x12\\\n\x0f\x41\x62ortCheckpoint\x12#.lockgate.v1.AbortCheckpointRequest\x1a$.lockgate.v1.AbortCheckpointResponse\x12g\n\x11GetExecutorStatus\x12%.lockgate.v1.GetExecutorStatusRequest\x1a&.lockgate.v1.GetExecutorStatusResponse\"\x03\x90\x02\x01\x42^\n\x0f\x64\x65v.lockgate.v1B\rExecutorProtoP\x01Z:github.com/lockgate/lockgate/gen/go/lockgate/v1;lockgatev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,30 +34,38 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'lockgate.v1.executor_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017dev.lockgate.v1B\rExecutorProtoP\001Z:github.com/lockgate/lockgate/gen/go/lockgate/v1;lockgatev1'
+  _globals['_COMMITCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._loaded_options = None
+  _globals['_COMMITCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_options = b'8\001'
+  _globals['_ABORTCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._loaded_options = None
+  _globals['_ABORTCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_options = b'8\001'
   _globals['_EXECUTORSERVICE'].methods_by_name['GetExecutorStatus']._loaded_options = None
   _globals['_EXECUTORSERVICE'].methods_by_name['GetExecutorStatus']._serialized_options = b'\220\002\001'
-  _globals['_TRIGGEROUTCOME']._serialized_start=1844
-  _globals['_TRIGGEROUTCOME']._serialized_end=2057
+  _globals['_TRIGGEROUTCOME']._serialized_start=2119
+  _globals['_TRIGGEROUTCOME']._serialized_end=2332
   _globals['_TRIGGERCHECKPOINTREQUEST']._serialized_start=103
   _globals['_TRIGGERCHECKPOINTREQUEST']._serialized_end=381
   _globals['_TRIGGERCHECKPOINTRESPONSE']._serialized_start=383
   _globals['_TRIGGERCHECKPOINTRESPONSE']._serialized_end=459
   _globals['_COMMITCHECKPOINTREQUEST']._serialized_start=462
-  _globals['_COMMITCHECKPOINTREQUEST']._serialized_end=693
-  _globals['_COMMITCHECKPOINTRESPONSE']._serialized_start=695
-  _globals['_COMMITCHECKPOINTRESPONSE']._serialized_end=776
-  _globals['_ABORTCHECKPOINTREQUEST']._serialized_start=779
-  _globals['_ABORTCHECKPOINTREQUEST']._serialized_end=1025
-  _globals['_ABORTCHECKPOINTRESPONSE']._serialized_start=1027
-  _globals['_ABORTCHECKPOINTRESPONSE']._serialized_end=1104
-  _globals['_GETEXECUTORSTATUSREQUEST']._serialized_start=1106
-  _globals['_GETEXECUTORSTATUSREQUEST']._serialized_end=1180
-  _globals['_GETEXECUTORSTATUSRESPONSE']._serialized_start=1183
-  _globals['_GETEXECUTORSTATUSRESPONSE']._serialized_end=1518
-  _globals['_CHECKPOINTTASK']._serialized_start=1521
-  _globals['_CHECKPOINTTASK']._serialized_end=1686
-  _globals['_TASKTRIGGERRESULT']._serialized_start=1689
-  _globals['_TASKTRIGGERRESULT']._serialized_end=1841
-  _globals['_EXECUTORSERVICE']._serialized_start=2060
-  _globals['_EXECUTORSERVICE']._serialized_end=2473
+  _globals['_COMMITCHECKPOINTREQUEST']._serialized_end=831
+  _globals['_COMMITCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_start=778
+  _globals['_COMMITCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_end=831
+  _globals['_COMMITCHECKPOINTRESPONSE']._serialized_start=833
+  _globals['_COMMITCHECKPOINTRESPONSE']._serialized_end=914
+  _globals['_ABORTCHECKPOINTREQUEST']._serialized_start=917
+  _globals['_ABORTCHECKPOINTREQUEST']._serialized_end=1300
+  _globals['_ABORTCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_start=778
+  _globals['_ABORTCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_end=831
+  _globals['_ABORTCHECKPOINTRESPONSE']._serialized_start=1302
+  _globals['_ABORTCHECKPOINTRESPONSE']._serialized_end=1379
+  _globals['_GETEXECUTORSTATUSREQUEST']._serialized_start=1381
+  _globals['_GETEXECUTORSTATUSREQUEST']._serialized_end=1455
+  _globals['_GETEXECUTORSTATUSRESPONSE']._serialized_start=1458
+  _globals['_GETEXECUTORSTATUSRESPONSE']._serialized_end=1793
+  _globals['_CHECKPOINTTASK']._serialized_start=1796
+  _globals['_CHECKPOINTTASK']._serialized_end=1961
+  _globals['_TASKTRIGGERRESULT']._serialized_start=1964
+  _globals['_TASKTRIGGERRESULT']._serialized_end=2116
+  _globals['_EXECUTORSERVICE']._serialized_start=2335
+  _globals['_EXECUTORSERVICE']._serialized_end=2748
 # @@protoc_insertion_point(module_scope)

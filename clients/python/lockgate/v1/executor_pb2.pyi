@@ -158,6 +158,26 @@ class CommitCheckpointRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class SinkPropertiesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     EXECUTOR_ID_FIELD_NUMBER: _builtins.int
@@ -165,6 +185,7 @@ class CommitCheckpointRequest(_message.Message):
     PIPELINE_NAME_FIELD_NUMBER: _builtins.int
     CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
     HANDLES_FIELD_NUMBER: _builtins.int
+    SINK_PROPERTIES_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Caller-chosen id (UUID) for logs and deduplication; committing is idempotent anyway."""
     executor_id: _builtins.str
@@ -185,6 +206,13 @@ class CommitCheckpointRequest(_message.Message):
         is checked.
         """
 
+    @_builtins.property
+    def sink_properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The pipeline's sink.kafka.properties as written (secrets as ${env:...}/${file:...}
+        references, resolved by the executor): the commit path speaks the sink cluster's
+        security settings with them.
+        """
+
     def __init__(
         self,
         *,
@@ -195,10 +223,11 @@ class CommitCheckpointRequest(_message.Message):
         pipeline_name: _builtins.str = ...,
         checkpoint_id: _builtins.int = ...,
         handles: _abc.Iterable[_common_pb2.SinkHandle] | None = ...,
+        sink_properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "executor_generation", b"executor_generation", "executor_id", b"executor_id", "handles", b"handles", "leader_epoch", b"leader_epoch", "pipeline_name", b"pipeline_name", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "executor_generation", b"executor_generation", "executor_id", b"executor_id", "handles", b"handles", "leader_epoch", b"leader_epoch", "pipeline_name", b"pipeline_name", "request_id", b"request_id", "sink_properties", b"sink_properties"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -236,6 +265,26 @@ class AbortCheckpointRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class SinkPropertiesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     EXECUTOR_ID_FIELD_NUMBER: _builtins.int
@@ -244,6 +293,7 @@ class AbortCheckpointRequest(_message.Message):
     CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
     HANDLES_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    SINK_PROPERTIES_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Caller-chosen id (UUID) for logs and deduplication; aborting is idempotent anyway."""
     executor_id: _builtins.str
@@ -266,6 +316,10 @@ class AbortCheckpointRequest(_message.Message):
         their transactional.id.
         """
 
+    @_builtins.property
+    def sink_properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The pipeline's sink.kafka.properties as written, as in CommitCheckpointRequest."""
+
     def __init__(
         self,
         *,
@@ -277,10 +331,11 @@ class AbortCheckpointRequest(_message.Message):
         checkpoint_id: _builtins.int = ...,
         handles: _abc.Iterable[_common_pb2.SinkHandle] | None = ...,
         reason: _builtins.str = ...,
+        sink_properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "executor_generation", b"executor_generation", "executor_id", b"executor_id", "handles", b"handles", "leader_epoch", b"leader_epoch", "pipeline_name", b"pipeline_name", "reason", b"reason", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "executor_generation", b"executor_generation", "executor_id", b"executor_id", "handles", b"handles", "leader_epoch", b"leader_epoch", "pipeline_name", b"pipeline_name", "reason", b"reason", "request_id", b"request_id", "sink_properties", b"sink_properties"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -42,6 +42,10 @@ MAX_SOURCE_TOPICS = 1_000
 MAX_BOOTSTRAP_SERVERS = 100
 """Most `host:port` entries in a `bootstrap_servers` list."""
 
+MAX_KAFKA_PROPERTIES = 200
+"""Most Kafka client properties of one pipeline side (`source.kafka.properties`,
+`sink.kafka.properties`); librdkafka has about 170 in all."""
+
 MAX_PAGE_TOKEN_CHARS = 256
 """Longest page token; the servers issue far shorter ones."""
 
@@ -51,6 +55,10 @@ MAX_REPORTED_VIOLATIONS = 20
 # Per-field exceptions to the defaults, by the field's full proto name.
 FIELD_LIMITS: Mapping[str, int] = {
     "lockgate.v1.KafkaSourceSpec.topics": MAX_SOURCE_TOPICS,
+    "lockgate.v1.KafkaSourceSpec.properties": MAX_KAFKA_PROPERTIES,
+    "lockgate.v1.KafkaSinkSpec.properties": MAX_KAFKA_PROPERTIES,
+    "lockgate.v1.CommitCheckpointRequest.sink_properties": MAX_KAFKA_PROPERTIES,
+    "lockgate.v1.AbortCheckpointRequest.sink_properties": MAX_KAFKA_PROPERTIES,
     "lockgate.v1.TransformSpec.sql": MAX_TEXT_CHARS,
     "lockgate.v1.TaskError.message": MAX_TEXT_CHARS,
     "lockgate.v1.AbortCheckpointRequest.reason": MAX_TEXT_CHARS,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lockgate.common.model.ids import PIPELINE_ID_PATTERN, PipelineId
+from lockgate.common.model.kafka_properties import KafkaProperties, parse_kafka_properties
 from lockgate.common.model.limits import MAX_SOURCE_TOPICS, MAX_TEXT_CHARS
 from lockgate.common.model.spec_checker import SpecChecker
 
@@ -78,6 +79,9 @@ class KafkaSource:
     max_records_per_partition: int = 0
     """Most records one checkpoint reads from one partition (0: the default,
     `DEFAULT_MAX_RECORDS_PER_PARTITION`), so a backlog drains in checkpoints that each fit."""
+    properties: KafkaProperties = ()
+    """Kafka client properties (librdkafka names) of every client of the source cluster;
+    secrets as `${env:...}`/`${file:...}` references (`model.kafka_properties`)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,9 @@ class KafkaSink:
     transaction_timeout_ms: int = 0
     """Kafka `transaction.timeout.ms` of the sink's transactions (0: the default,
     `DEFAULT_TRANSACTION_TIMEOUT_MS`)."""
+    properties: KafkaProperties = ()
+    """Kafka client properties (librdkafka names) of every client of the sink cluster,
+    the commit and abort path included; secrets as references."""
 
     @property
     def value_subject(self) -> str:
@@ -183,6 +190,7 @@ class PipelineSpec:
                     **_key_format_json(self.source.key_format),
                     **_registry_json(self.source.schema_registry_url),
                     **_set_json("max_records_per_partition", self.source.max_records_per_partition),
+                    **_properties_json(self.source.properties),
                 }
             },
             "transform": transform,
@@ -195,6 +203,7 @@ class PipelineSpec:
                     **_registry_json(self.sink.schema_registry_url),
                     **_prefix_json(self.sink.transactional_id_prefix),
                     **_set_json("transaction_timeout_ms", self.sink.transaction_timeout_ms),
+                    **_properties_json(self.sink.properties),
                 }
             },
             "delivery": self.delivery.value,
@@ -343,6 +352,7 @@ def _parse_source(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSource | None:
             "key_format",
             "schema_registry_url",
             "max_records_per_partition",
+            "properties",
         ),
         path,
     )
@@ -361,7 +371,10 @@ def _parse_source(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSource | None:
     fmt = c.choice(kafka, "format", f"{path}.format", RecordFormat, RecordFormat.BYTES)
     key_fmt = _parse_key_format(c, kafka, path)
     registry = _parse_registry_url(c, kafka, path, fmt)
+    properties = parse_kafka_properties(c, kafka, path, side="source")
     if servers is None or topics is None or starting is None or fmt is None or key_fmt is None:
+        return None
+    if properties is None:
         return None
     return KafkaSource(
         bootstrap_servers=servers,
@@ -371,6 +384,7 @@ def _parse_source(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSource | None:
         schema_registry_url=registry,
         key_format=key_fmt,
         max_records_per_partition=cap or DEFAULT_MAX_RECORDS_PER_PARTITION,
+        properties=properties,
     )
 
 
@@ -444,6 +458,7 @@ def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
             "schema_registry_url",
             "transactional_id_prefix",
             "transaction_timeout_ms",
+            "properties",
         ),
         path,
     )
@@ -471,7 +486,10 @@ def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
     txn_timeout = c.positive_int(
         kafka, "transaction_timeout_ms", f"{path}.transaction_timeout_ms", 0, 1000
     )
+    properties = parse_kafka_properties(c, kafka, path, side="sink")
     if servers is None or topic is None or fmt is None or key_fmt is None or txn_timeout is None:
+        return None
+    if properties is None:
         return None
     return KafkaSink(
         bootstrap_servers=servers,
@@ -481,6 +499,7 @@ def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
         key_format=key_fmt,
         transactional_id_prefix=prefix,
         transaction_timeout_ms=txn_timeout or DEFAULT_TRANSACTION_TIMEOUT_MS,
+        properties=properties,
     )
 
 
@@ -501,6 +520,10 @@ def _set_json(key: str, value: int) -> dict[str, int]:
         "transaction_timeout_ms": DEFAULT_TRANSACTION_TIMEOUT_MS,
     }
     return {} if value == defaults[key] else {key: value}
+
+
+def _properties_json(properties: KafkaProperties) -> dict[str, dict[str, str]]:
+    return {"properties": dict(properties)} if properties else {}
 
 
 def _registry_json(url: str | None) -> dict[str, str]:

@@ -9,6 +9,7 @@ converting *to* a message never fails. This is the only module of the model that
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from typing import Any
 
 from google.protobuf.unknown_fields import UnknownFieldSet
@@ -16,6 +17,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from lockgate.common.errors import InvalidArgument
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import PipelineId, TaskId, TransactionalId, split_task_id, task_id
+from lockgate.common.model.kafka_properties import parse_kafka_properties
 from lockgate.common.model.offsets import OffsetRange, TopicPartition
 from lockgate.common.model.pipeline_spec import (
     MAX_CONCURRENT_CHECKPOINTS,
@@ -29,6 +31,7 @@ from lockgate.common.model.pipeline_spec import (
     parse_pipeline_spec,
     validate_pipeline_spec,
 )
+from lockgate.common.model.spec_checker import SpecChecker
 from lockgate.v1 import common_pb2
 
 # ---------------------------------------------------------------------------------------
@@ -117,6 +120,25 @@ def handle_from_proto(
         )
     except ValueError as exc:
         raise InvalidArgument.for_field(f"{field_path}.kafka", str(exc)) from None
+
+
+def sink_properties_from_proto(properties: Mapping[str, str]) -> dict[str, str]:
+    """The sink's Kafka properties a commit or abort call carries (`sink_properties`),
+    checked as the spec parser checks `sink.kafka.properties`; InvalidArgument naming each
+    refused key."""
+    checker = SpecChecker()
+    found = parse_kafka_properties(checker, {"properties": dict(properties)}, "sink", side="sink")
+    if found is None:
+        raise InvalidArgument(
+            "invalid sink_properties: " + "; ".join(str(v) for v in checker.violations),
+            violations=[
+                replace(
+                    v, field=v.field.replace("sink.properties", "sink_properties", 1)
+                ).to_field_violation()
+                for v in checker.violations
+            ],
+        )
+    return dict(found)
 
 
 # ---------------------------------------------------------------------------------------
@@ -283,6 +305,8 @@ def _raw_kafka_source(
         raw.update(_raw_format(source.format, f"{path}.format", extra))
     if source.max_records_per_partition or f"{path}.max_records_per_partition" in written:
         raw["max_records_per_partition"] = source.max_records_per_partition
+    if source.properties:
+        raw["properties"] = dict(source.properties)
     return raw
 
 
@@ -301,6 +325,8 @@ def _raw_kafka_sink(
         raw["transactional_id_prefix"] = sink.transactional_id_prefix
     if sink.transaction_timeout_ms or f"{path}.transaction_timeout_ms" in written:
         raw["transaction_timeout_ms"] = sink.transaction_timeout_ms
+    if sink.properties:
+        raw["properties"] = dict(sink.properties)
     return raw
 
 
@@ -375,6 +401,7 @@ def spec_to_proto(spec: PipelineSpec) -> common_pb2.PipelineSpec:
                     source.format, source.key_format, source.schema_registry_url
                 ),
                 max_records_per_partition=source.max_records_per_partition,
+                properties=dict(source.properties),
             )
         ),
         sink=common_pb2.SinkSpec(
@@ -384,6 +411,7 @@ def spec_to_proto(spec: PipelineSpec) -> common_pb2.PipelineSpec:
                 format=_format_to_proto(sink.format, sink.key_format, sink.schema_registry_url),
                 transactional_id_prefix=spec.transactional_id_prefix,
                 transaction_timeout_ms=sink.transaction_timeout_ms,
+                properties=dict(sink.properties),
             )
         ),
         delivery=_DELIVERY_TO_PB[spec.delivery],  # type: ignore[arg-type]

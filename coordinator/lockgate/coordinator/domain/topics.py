@@ -77,6 +77,20 @@ def topics_to_describe(spec: PipelineSpec, *, source: bool, sink: bool) -> dict[
     return wanted
 
 
+def cluster_properties(
+    spec: PipelineSpec, *, source: bool, sink: bool
+) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Bootstrap servers -> the Kafka properties to ask that cluster with: the source's for
+    the source cluster, the sink's for the sink cluster (the source's when both sides name
+    the same servers and both are asked: one connection answers both)."""
+    found: dict[str, tuple[tuple[str, str], ...]] = {}
+    if sink:
+        found[spec.sink.bootstrap_servers] = spec.sink.properties
+    if source:
+        found[spec.source.bootstrap_servers] = spec.source.properties
+    return found
+
+
 def topic_violations(
     spec: PipelineSpec,
     clusters: Mapping[str, ClusterTopics],

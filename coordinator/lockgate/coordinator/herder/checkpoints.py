@@ -50,6 +50,7 @@ from lockgate.common.metrics import COMMIT_RETRIES, Instruments
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId, TaskId
 from lockgate.common.model.offsets import OffsetRange, TopicPartition
+from lockgate.common.model.pipeline_spec import KafkaSink
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
     LingeringTransaction,
@@ -292,7 +293,7 @@ class CheckpointDriver:
                         pipeline_name=pipeline_id,
                         checkpoint_id=checkpoint_id,
                         transactions=[i for i in group if i.must_be_sent],
-                        bootstrap_servers=pipeline.spec.sink.bootstrap_servers,
+                        sink=pipeline.spec.sink,
                         reason=checkpoint.abort_reason or "aborted",
                     )
                 except LeaderEpochRefused:
@@ -358,7 +359,7 @@ class CheckpointDriver:
         checkpoint = self._store.checkpoints.get_checkpoint(
             pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
         )
-        bootstrap = pipeline.spec.sink.bootstrap_servers
+        sink = pipeline.spec.sink
         owner = {t.task_id: t.executor_id for t in checkpoint.tasks}
         groups: dict[ExecutorId, list[TransactionHandle]] = defaultdict(list)
         records: dict[ExecutorId, ExecutorRecord] = {}
@@ -379,7 +380,7 @@ class CheckpointDriver:
                 commit.checkpoint_id,
                 commit.pipeline_id,
             )
-            return self._commit_from_leader(commit, bootstrap)
+            return self._commit_from_leader(commit, sink)
         with self.traces.step(
             "lockgate.checkpoint.commit",
             commit.pipeline_id,
@@ -394,7 +395,7 @@ class CheckpointDriver:
                         pipeline_name=commit.pipeline_id,
                         checkpoint_id=commit.checkpoint_id,
                         handles=handles,
-                        bootstrap_servers=bootstrap,
+                        sink=sink,
                     )
                 except LeaderEpochRefused:
                     raise
@@ -409,7 +410,7 @@ class CheckpointDriver:
                             commit.pipeline_id,
                             exc,
                         )
-                        return self._commit_from_leader(commit, bootstrap)
+                        return self._commit_from_leader(commit, sink)
                     _LOG.warning("commit not acked yet, will retry: %s", exc)
                     return False
         self._mark_committed(commit)
@@ -428,11 +429,11 @@ class CheckpointDriver:
         self.traces.committed(commit.pipeline_id, commit.checkpoint_id)
         _LOG.info("checkpoint %s of %s COMMITTED", commit.checkpoint_id, commit.pipeline_id)
 
-    def _commit_from_leader(self, commit: PendingCommit, bootstrap_servers: str) -> bool:
+    def _commit_from_leader(self, commit: PendingCommit, sink: KafkaSink) -> bool:
         """Commit every handle of `commit` from this process (`leader_commits.py`); record
         DATA_LOST if the broker lost any. False if Kafka did not answer (retry)."""
         try:
-            outcome = commit_from_leader(commit, bootstrap_servers=bootstrap_servers)
+            outcome = commit_from_leader(commit, sink=sink)
         except CommitNotAcked as exc:
             _LOG.warning("commit not acked yet, will retry: %s", exc)
             return False
@@ -446,7 +447,7 @@ class CheckpointDriver:
             if c.checkpoint_id > commit.checkpoint_id
         ]
         try:
-            abort_from_leader(later, bootstrap_servers=bootstrap_servers)
+            abort_from_leader(later, sink=sink)
         except CommitNotAcked as exc:
             _LOG.warning("abort after a data loss not acked yet, will retry: %s", exc)
             return False

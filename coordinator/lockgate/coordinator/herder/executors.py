@@ -29,6 +29,7 @@ import grpc
 from lockgate.common.grpc_client import error_details, open_channel
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.offsets import TopicPartition
+from lockgate.common.model.pipeline_spec import KafkaSink
 from lockgate.common.model.proto import handle_to_proto
 from lockgate.common.security import ClientSecurity
 from lockgate.coordinator.domain.checkpoints import LingeringTransaction
@@ -198,15 +199,16 @@ class ExecutorClient:
         pipeline_name: str,
         checkpoint_id: int,
         handles: Sequence[TransactionHandle],
-        bootstrap_servers: str,
+        sink: KafkaSink,
     ) -> int:
-        """Commit handles of COMPLETE checkpoint N (step 4) on the sink cluster at
-        `bootstrap_servers`; leader-only. Returns the count the executor acked; any
-        exception means "not acked, retry"."""
+        """Commit handles of COMPLETE checkpoint N (step 4) on the pipeline's sink cluster
+        (its servers and Kafka properties); leader-only. Returns the count the executor
+        acked; any exception means "not acked, retry"."""
         request = executor_pb2.CommitCheckpointRequest(
             **_addressed(fence, executor, pipeline_name),
             checkpoint_id=checkpoint_id,
-            handles=[handle_to_proto(h.on(bootstrap_servers)) for h in handles],
+            handles=[handle_to_proto(h.on(sink.bootstrap_servers)) for h in handles],
+            sink_properties=dict(sink.properties),
         )
         response = self._call(
             executor,
@@ -223,16 +225,17 @@ class ExecutorClient:
         pipeline_name: str,
         checkpoint_id: int,
         transactions: Sequence[LingeringTransaction],
-        bootstrap_servers: str,
+        sink: KafkaSink,
         reason: str,
     ) -> int:
-        """Abort the transactions of a checkpoint that will never be COMPLETE, on the sink
-        cluster at `bootstrap_servers`; leader-only."""
+        """Abort the transactions of a checkpoint that will never be COMPLETE, on the
+        pipeline's sink cluster; leader-only."""
         request = executor_pb2.AbortCheckpointRequest(
             **_addressed(fence, executor, pipeline_name),
             checkpoint_id=checkpoint_id,
-            handles=[handle_to_proto(t.handle.on(bootstrap_servers)) for t in transactions],
+            handles=[handle_to_proto(t.handle.on(sink.bootstrap_servers)) for t in transactions],
             reason=reason,
+            sink_properties=dict(sink.properties),
         )
         response = self._call(
             executor,

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from lockgate.common.kafka_config import SecretReferenceError, resolve_properties
 from lockgate.common.kafka_transactions import (
     TRANSACTION_LOST_ERRORS,
     InvalidTransactionStateError,
@@ -32,6 +33,7 @@ from lockgate.common.kafka_transactions import (
     commit_transaction,
 )
 from lockgate.common.model.ids import TaskId
+from lockgate.common.model.pipeline_spec import KafkaSink
 from lockgate.coordinator.domain.checkpoints import PendingCommit
 
 _LOG = logging.getLogger(__name__)
@@ -54,14 +56,28 @@ class LeaderCommitOutcome:
     """Per task whose transactions cannot be committed any more, the broker's answer."""
 
 
+def _sink_properties(sink: KafkaSink, what: str) -> dict[str, str]:
+    """The sink's Kafka properties, their references resolved in this process (the
+    coordinator's environment and files); `CommitNotAcked` naming the reference if one
+    cannot be read here."""
+    try:
+        return resolve_properties(sink.properties)
+    except SecretReferenceError as exc:
+        raise CommitNotAcked(f"{what}: sink.kafka.properties: {exc}") from None
+
+
 def commit_from_leader(
     commit: PendingCommit,
     *,
-    bootstrap_servers: str,
+    sink: KafkaSink,
     timeout_s: float = DEFAULT_LEADER_COMMIT_TIMEOUT_S,
 ) -> LeaderCommitOutcome:
-    """Commit every handle of COMPLETE checkpoint `commit` on the sink cluster, one by one;
-    idempotent. Leader-only. `CommitNotAcked` if Kafka did not answer for one (retry)."""
+    """Commit every handle of COMPLETE checkpoint `commit` on the sink cluster (with the
+    sink's Kafka properties), one by one; idempotent. Leader-only. `CommitNotAcked` if
+    Kafka did not answer for one (retry)."""
+    bootstrap_servers = sink.bootstrap_servers
+    what = f"checkpoint {commit.checkpoint_id} of {commit.pipeline_id}"
+    properties = _sink_properties(sink, what)
     committed = 0
     lost: dict[TaskId, str] = {}
     for task_handles in commit.handles:
@@ -71,6 +87,7 @@ def commit_from_leader(
                     bootstrap_servers=bootstrap_servers,
                     handle=handle.on(bootstrap_servers),
                     timeout_s=timeout_s,
+                    properties=properties,
                 )
             except TRANSACTION_LOST_ERRORS as exc:
                 lost.setdefault(task_handles.task_id, str(exc))
@@ -87,12 +104,14 @@ def commit_from_leader(
 def abort_from_leader(
     commits: Sequence[PendingCommit],
     *,
-    bootstrap_servers: str,
+    sink: KafkaSink,
     timeout_s: float = DEFAULT_LEADER_COMMIT_TIMEOUT_S,
 ) -> None:
     """Abort every handle of COMPLETE checkpoints that follow a DATA_LOST one (they must
     never be committed); idempotent (fenced or unknown counts as aborted). Leader-only.
     `CommitNotAcked` if Kafka did not answer for one (retry)."""
+    bootstrap_servers = sink.bootstrap_servers
+    properties = _sink_properties(sink, "abort after a data loss") if commits else {}
     for commit in commits:
         for task_handles in commit.handles:
             for handle in task_handles.handles:
@@ -101,6 +120,7 @@ def abort_from_leader(
                         bootstrap_servers=bootstrap_servers,
                         handle=handle.on(bootstrap_servers),
                         timeout_s=timeout_s,
+                        properties=properties,
                     )
                 except (ProducerFencedError, UnknownTransactionError):
                     continue

@@ -49,6 +49,7 @@ from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
 from lockgate.coordinator.domain.tasks import check_partitions_per_task, split_partitions
 from lockgate.coordinator.domain.topics import (
+    cluster_properties,
     kafka_refusal,
     source_partitions,
     topic_violations,
@@ -256,14 +257,20 @@ class Pipelines:
     def topic_violations(self, spec: PipelineSpec) -> list[FieldViolation]:
         """Every topic of the spec that does not exist in Kafka and every Kafka cluster
         that does not answer (what `create` would refuse); any replica may ask."""
-        clusters = self._topics.describe(topics_to_describe(spec, source=True, sink=True))
+        clusters = self._topics.describe(
+            topics_to_describe(spec, source=True, sink=True),
+            cluster_properties(spec, source=True, sink=True),
+        )
         return topic_violations(spec, clusters, source=True, sink=True)
 
     def _check_kafka(self, spec: PipelineSpec, *, source: bool, sink: bool) -> list[TopicPartition]:
         """The source partitions (with `source`); InvalidArgument listing every missing
         topic and unreachable cluster of the parts checked, or naming a `tasks_max` that
         gives a task more partitions than it may report."""
-        clusters = self._topics.describe(topics_to_describe(spec, source=source, sink=sink))
+        clusters = self._topics.describe(
+            topics_to_describe(spec, source=source, sink=sink),
+            cluster_properties(spec, source=source, sink=sink),
+        )
         violations = topic_violations(spec, clusters, source=source, sink=sink)
         if violations:
             raise kafka_refusal(violations)
@@ -480,6 +487,7 @@ class Pipelines:
                 pipeline.spec.source.bootstrap_servers,
                 self._source_partitions(pipeline_id),
                 latest=position is StartingOffsets.LATEST,
+                properties=pipeline.spec.source.properties,
             )
         self._lease.leader_call(
             lambda f: self._store.offsets.reset_offsets(

@@ -100,7 +100,9 @@ class Progress:
         partitions = sorted(
             {tp for t in tasks for tp in t.partitions}, key=lambda tp: (tp.topic, tp.partition)
         )
-        bounds = self._topics.partition_bounds(pipeline.spec.source.bootstrap_servers, partitions)
+        bounds = self._topics.partition_bounds(
+            pipeline.spec.source.bootstrap_servers, partitions, pipeline.spec.source.properties
+        )
         resume = {
             TopicPartition(o.topic, o.partition): o.next_offset
             for o in self._store.offsets.get_offsets(pipeline_id=pipeline.pipeline_id)

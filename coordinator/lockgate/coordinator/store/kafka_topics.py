@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from lockgate.common.kafka_config import SecretReferenceError, redact, resolve_properties
+from lockgate.common.model.kafka_properties import KafkaProperties
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.errors import FailedPrecondition
 from lockgate.coordinator.domain.progress import PartitionBounds
@@ -43,22 +45,38 @@ class KafkaTopics:
         # again for this long before calling it missing.
         self._settle_s = settle_s
 
-    def describe(self, wanted: Mapping[str, Sequence[str]]) -> dict[str, ClusterTopics]:
+    def describe(
+        self,
+        wanted: Mapping[str, Sequence[str]],
+        properties: Mapping[str, KafkaProperties] | None = None,
+    ) -> dict[str, ClusterTopics]:
         """For each cluster (bootstrap servers -> topics), the partitions of the topics
-        that exist there, or why the cluster could not be asked. Clusters are asked in
+        that exist there, or why the cluster could not be asked; each cluster is asked
+        with its Kafka `properties` (as written, resolved here). Clusters are asked in
         parallel; see the module docstring for the time bound."""
+        props = properties or {}
         if len(wanted) <= 1:
-            return {servers: self._describe(servers, topics) for servers, topics in wanted.items()}
+            return {
+                servers: self._describe(servers, topics, props.get(servers, ()))
+                for servers, topics in wanted.items()
+            }
         with ThreadPoolExecutor(max_workers=len(wanted)) as pool:
-            futures = {s: pool.submit(self._describe, s, t) for s, t in wanted.items()}
+            futures = {
+                s: pool.submit(self._describe, s, t, props.get(s, ())) for s, t in wanted.items()
+            }
             return {servers: future.result() for servers, future in futures.items()}
 
-    def _describe(self, bootstrap_servers: str, topics: Sequence[str]) -> ClusterTopics:
+    def _describe(
+        self, bootstrap_servers: str, topics: Sequence[str], properties: KafkaProperties
+    ) -> ClusterTopics:
         from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient
 
-        config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": _KAFKA_LOG}
-        admin = AdminClient(config)
+        try:
+            admin = _admin_client(bootstrap_servers, properties)
+        except _ClientSettingsError as exc:
+            return ClusterTopics(
+                bootstrap_servers=bootstrap_servers, partitions={}, unreachable=str(exc)
+            )
         deadline = time.monotonic() + self._settle_s
         while True:
             try:
@@ -82,21 +100,27 @@ class KafkaTopics:
             time.sleep(0.2)  # metadata refresh interval while a new topic propagates
 
     def partition_bounds(
-        self, bootstrap_servers: str, partitions: Sequence[TopicPartition]
+        self,
+        bootstrap_servers: str,
+        partitions: Sequence[TopicPartition],
+        properties: KafkaProperties = (),
     ) -> dict[TopicPartition, PartitionBounds]:
         """Each partition's log start offset and its end offset as a read_committed
         consumer sees it (the last stable offset), asked in one round of ListOffsets within
-        `timeout_s`. Partitions the cluster did not answer for are left out (empty if it is
-        unreachable): their lag is unknown, not zero."""
+        `timeout_s`, with the source's Kafka `properties`. Partitions the cluster did not
+        answer for are left out (empty if it is unreachable): their lag is unknown, not
+        zero."""
         from confluent_kafka import IsolationLevel, KafkaException
         from confluent_kafka import TopicPartition as KafkaPartition
-        from confluent_kafka.admin import AdminClient
         from confluent_kafka.admin._listoffsets import OffsetSpec
 
         if not partitions:
             return {}
-        config: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": _KAFKA_LOG}
-        admin = AdminClient(config)
+        try:
+            admin = _admin_client(bootstrap_servers, properties)
+        except _ClientSettingsError as exc:
+            _KAFKA_LOG.warning("no offsets from %s: %s", bootstrap_servers, exc)
+            return {}
         specs = {"start": OffsetSpec.earliest(), "end": OffsetSpec.latest()}  # type: ignore[no-untyped-call]
         # Both questions at once: an unreachable cluster costs one timeout, not two.
         asked = {
@@ -125,14 +149,19 @@ class KafkaTopics:
         }
 
     def log_offsets(
-        self, bootstrap_servers: str, partitions: Sequence[TopicPartition], *, latest: bool
+        self,
+        bootstrap_servers: str,
+        partitions: Sequence[TopicPartition],
+        *,
+        latest: bool,
+        properties: KafkaProperties = (),
     ) -> dict[TopicPartition, int]:
         """Each partition's log end offset under read_committed (the last stable offset:
         records of open transactions are not skipped past) with `latest`, else its log start
         offset, as `kafka-consumer-groups --reset-offsets --to-latest/--to-earliest` resolves
         them. FailedPrecondition naming the cluster and the partitions it did not answer for
         within `timeout_s`."""
-        bounds = self.partition_bounds(bootstrap_servers, partitions)
+        bounds = self.partition_bounds(bootstrap_servers, partitions, properties)
         missing = [tp for tp in partitions if tp not in bounds]
         if missing:
             names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in missing[:10])
@@ -144,3 +173,31 @@ class KafkaTopics:
                 reason="KAFKA_UNREACHABLE",
             )
         return {tp: (b.end if latest else b.start) for tp, b in bounds.items()}
+
+
+class _ClientSettingsError(Exception):
+    """A side's Kafka properties could not be made into a client here (a reference that
+    does not resolve, a property librdkafka refuses); the message carries no secret."""
+
+
+def _admin_client(bootstrap_servers: str, properties: KafkaProperties) -> Any:
+    """A confluent-kafka AdminClient of one cluster with its side's Kafka properties, their
+    references resolved in this process (the coordinator's environment and files)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        resolved = resolve_properties(properties)
+    except SecretReferenceError as exc:
+        raise _ClientSettingsError(f"cannot resolve a Kafka property here: {exc}") from None
+    config: dict[str, Any] = {
+        **resolved,
+        "bootstrap.servers": bootstrap_servers,
+        "logger": _KAFKA_LOG,
+    }
+    try:
+        return AdminClient(config)
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise _ClientSettingsError(
+            f"the Kafka properties make no client: {redact(str(exc), resolved)}"
+        ) from None

@@ -107,6 +107,8 @@ class KafkaBrokerConfig:
     overrides: tuple[tuple[str, str], ...] = ()
     """Extra ``server.properties`` settings, last wins (tests: e.g. a short
     ``transaction.max.timeout.ms``)."""
+    format_args: tuple[str, ...] = ()
+    """Extra ``kafka-storage format`` arguments (tests: ``--add-scram`` credentials)."""
 
     @property
     def kafka_dir(self) -> Path:
@@ -244,6 +246,7 @@ def format_storage(config: KafkaBrokerConfig, *, timeout_s: float = 120.0) -> bo
         cluster_id,
         "--config",
         str(config.server_properties),
+        *config.format_args,
         log4j2=tools_log4j2(config.home),
     )
     result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
@@ -365,18 +368,18 @@ class ConsumedRecord:
 
 
 def _write_sentinels(
-    bootstrap_servers: str, topic: str, *, timeout_s: float
+    bootstrap_servers: str, topic: str, *, timeout_s: float, settings: Mapping[str, Any]
 ) -> tuple[list[int], bytes]:
     """Write one fresh sentinel record to every partition of `topic`; the partitions and
     the sentinel's value."""
-    admin = AdminClient(client_config(bootstrap_servers))
+    admin = AdminClient(client_config(bootstrap_servers, settings))
     metadata = admin.list_topics(topic=topic, timeout=timeout_s)
     topic_metadata = metadata.topics.get(topic)
     if topic_metadata is None or topic_metadata.error is not None:
         raise ValueError(f"topic {topic!r} does not exist on {bootstrap_servers}")
     partitions = sorted(topic_metadata.partitions)
     sentinel = SENTINEL_PREFIX + uuid.uuid4().hex.encode()
-    producer = Producer(client_config(bootstrap_servers, {"acks": "all"}))
+    producer = Producer(client_config(bootstrap_servers, {**settings, "acks": "all"}))
     for partition in partitions:
         producer.produce(topic, value=sentinel, partition=partition)
     if producer.flush(timeout_s) != 0:
@@ -390,8 +393,10 @@ def read_visible(
     *,
     isolation_level: str = "read_committed",
     timeout_s: float = 30.0,
+    settings: Mapping[str, Any] | None = None,
 ) -> list[ConsumedRecord]:
-    """Everything a consumer with ``isolation_level`` sees in ``topic``, settled.
+    """Everything a consumer with ``isolation_level`` sees in ``topic``, settled
+    (``settings``: more librdkafka settings of its clients, e.g. a secured listener's).
 
     Right after EndTxn returns, the coordinator may still be writing the transaction markers,
     so "nothing visible yet" proves nothing. This writes a non-transactional sentinel record
@@ -405,12 +410,15 @@ def read_visible(
             f"isolation_level must be 'read_committed' or 'read_uncommitted', "
             f"got {isolation_level!r}"
         )
-    partitions, sentinel = _write_sentinels(bootstrap_servers, topic, timeout_s=timeout_s)
+    partitions, sentinel = _write_sentinels(
+        bootstrap_servers, topic, timeout_s=timeout_s, settings=settings or {}
+    )
 
     consumer = Consumer(
         client_config(
             bootstrap_servers,
             {
+                **(settings or {}),
                 "group.id": f"lockgate-reader-{uuid.uuid4().hex}",
                 "isolation.level": isolation_level,
                 "enable.auto.commit": False,

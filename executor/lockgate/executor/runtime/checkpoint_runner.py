@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
@@ -41,6 +41,7 @@ from lockgate.common.errors import LockgateError, Unavailable
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.metrics import Instruments
 from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.pipeline_spec import PipelineSpec
 from lockgate.executor.committer import Committer
 from lockgate.executor.dataplane.protocol import DataPlane, PrecommitWork
 from lockgate.executor.fencing import TriggerVerdict, decide_trigger
@@ -239,11 +240,11 @@ class CheckpointRunner:
         if not self._board.is_current(task, work.checkpoint_id):
             # Never reported, so never COMPLETE: safe to abort here.
             _LOG.info("%s finished after its task stopped or N was aborted: aborting", what)
-            self._abort_quietly(output.handles, what=what)
+            self._abort_quietly(output.handles, what=what, spec=work.spec)
             return
         registration = self._registration()
         if registration is None:
-            self._abort_quietly(output.handles, what=what)
+            self._abort_quietly(output.handles, what=what, spec=work.spec)
             return
         report = PrecommitReport(
             stamp=self._stamp(task, trigger, registration),
@@ -271,9 +272,9 @@ class CheckpointRunner:
             )
             if answer.aborted:
                 # The leader decided: N is aborted and will never be COMPLETE.
-                self._abort_quietly(output.handles, what=what)
+                self._abort_quietly(output.handles, what=what, spec=work.spec)
         elif outcome is ReportOutcome.REFUSED:
-            self._abort_quietly(output.handles, what=what)
+            self._abort_quietly(output.handles, what=what, spec=work.spec)
 
     def _stamp(self, task: Task, trigger: _Trigger, registration: Registration) -> ReportStamp:
         return ReportStamp(
@@ -322,11 +323,13 @@ class CheckpointRunner:
             what=f"ReportCheckpointFailure of {task.ref} checkpoint {checkpoint_id}",
         )
 
-    def _abort_quietly(self, handles: Sequence[TransactionHandle], *, what: str) -> None:
+    def _abort_quietly(
+        self, handles: Sequence[TransactionHandle], *, what: str, spec: PipelineSpec
+    ) -> None:
         if not handles:
             return
         try:
-            self._committer.abort(handles, what=what)
+            self._committer.abort(handles, what=what, sink_properties=dict(spec.sink.properties))
         except LockgateError as exc:
             # The leader aborts them too (timeout or recovery); nothing more to do here.
             _LOG.warning("%s: abort of its own handles failed: %s", what, exc.message)
@@ -334,12 +337,18 @@ class CheckpointRunner:
     # -- commit and abort of decided checkpoints (steps 3-5) -----------------------------
 
     def commit(
-        self, *, pipeline_name: str, checkpoint_id: int, handles: Sequence[TransactionHandle]
+        self,
+        *,
+        pipeline_name: str,
+        checkpoint_id: int,
+        handles: Sequence[TransactionHandle],
+        sink_properties: Mapping[str, str],
     ) -> int:
-        """Commit a COMPLETE checkpoint's handles; idempotent. Returns the count committed."""
+        """Commit a COMPLETE checkpoint's handles on the sink cluster (its Kafka properties
+        as written); idempotent. Returns the count committed."""
         what = f"commit of {pipeline_name} checkpoint {checkpoint_id}"
         with self._handles_span("lockgate.executor.commit", pipeline_name, checkpoint_id, handles):
-            count = self._committer.commit(handles, what=what)
+            count = self._committer.commit(handles, what=what, sink_properties=sink_properties)
         self._progress.committed(pipeline_name, checkpoint_id)
         self._failpoints.reach(Failpoint.AFTER_COMMIT_BEFORE_ACK, detail=what)
         _LOG.info("%s: %d handles committed", what, count)
@@ -353,6 +362,7 @@ class CheckpointRunner:
         handles: Sequence[TransactionHandle],
         reason: str,
         timeout_s: float,
+        sink_properties: Mapping[str, str],
     ) -> int:
         """Cancel this executor's pre-commit of N, wait until no batch of N runs here any
         more, then abort the given handles.
@@ -374,7 +384,7 @@ class CheckpointRunner:
                 retry_after_seconds=1.0,
             )
         with self._handles_span("lockgate.executor.abort", pipeline_name, checkpoint_id, handles):
-            count = self._committer.abort(handles, what=what)
+            count = self._committer.abort(handles, what=what, sink_properties=sink_properties)
         self._progress.aborted(pipeline_name, checkpoint_id)
         _LOG.info("%s (%s): %d handles aborted", what, reason or "no reason given", count)
         return count

@@ -77,11 +77,16 @@ class Restorer:
 
     def _finish(self, task: Task, plan: RestorePlan) -> None:
         # Oldest first, as Flink's committer recovers: N's output before N+1's.
+        properties = dict(task.assignment.require_spec().sink.properties)
         for checkpoint_id, handles in plan.commits:
             self._committer.commit(
-                handles, what=f"restore of {task.ref}: commit of checkpoint {checkpoint_id}"
+                handles,
+                what=f"restore of {task.ref}: commit of checkpoint {checkpoint_id}",
+                sink_properties=properties,
             )
-        self._committer.abort(plan.aborts, what=f"restore of {task.ref}: abort")
+        self._committer.abort(
+            plan.aborts, what=f"restore of {task.ref}: abort", sink_properties=properties
+        )
 
     def _with_retries(self, action: Callable[[], None], *, attempts: int, what: str) -> None:
         for attempt in range(1, attempts + 1):

@@ -1721,8 +1721,16 @@ type KafkaSourceSpec struct {
 	// in checkpoints that each fit within checkpoint.timeout_ms; 0 means 50000 (about 10 s
 	// of one task's copying).
 	MaxRecordsPerPartition int64 `protobuf:"varint,5,opt,name=max_records_per_partition,json=maxRecordsPerPartition,proto3" json:"max_records_per_partition,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Kafka client properties (librdkafka names, e.g. "security.protocol": "SASL_SSL") of
+	// every client of the source cluster: the consumer, the coordinator's metadata and
+	// ListOffsets calls. At most 200. Keys Lockgate sets itself (bootstrap.servers,
+	// group.id, isolation.level, enable.auto.commit, ...) are refused; a secret's value
+	// (sasl.password, ssl.key.password, any *.password, sasl.jaas.config, ...) must be a
+	// reference, "${env:NAME}" or "${file:/path/to/file:key}", resolved where the client
+	// is built and never stored resolved.
+	Properties    map[string]string `protobuf:"bytes,6,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KafkaSourceSpec) Reset() {
@@ -1788,6 +1796,13 @@ func (x *KafkaSourceSpec) GetMaxRecordsPerPartition() int64 {
 		return x.MaxRecordsPerPartition
 	}
 	return 0
+}
+
+func (x *KafkaSourceSpec) GetProperties() map[string]string {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
 }
 
 // SourceSpec is where a pipeline reads from.
@@ -1974,8 +1989,15 @@ type KafkaSinkSpec struct {
 	// no other pipeline's. Empty means "lockgate-<pipeline name>". Ids are
 	// "<prefix>-<task>-g<task generation>-<slot>[-<Spark write partition>]".
 	TransactionalIdPrefix string `protobuf:"bytes,5,opt,name=transactional_id_prefix,json=transactionalIdPrefix,proto3" json:"transactional_id_prefix,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Kafka client properties (librdkafka names) of every client of the sink cluster: the
+	// producers, the metadata calls, and the commit and abort path (FindCoordinator and
+	// EndTxn speak the same security.protocol, ssl.* and sasl.* settings). At most 200.
+	// Keys Lockgate sets itself (bootstrap.servers, transactional.id, enable.idempotence,
+	// acks, transaction.timeout.ms, ...) are refused; secrets must be references, as for
+	// KafkaSourceSpec.properties.
+	Properties    map[string]string `protobuf:"bytes,6,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KafkaSinkSpec) Reset() {
@@ -2041,6 +2063,13 @@ func (x *KafkaSinkSpec) GetTransactionalIdPrefix() string {
 		return x.TransactionalIdPrefix
 	}
 	return ""
+}
+
+func (x *KafkaSinkSpec) GetProperties() map[string]string {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
 }
 
 // SinkSpec is where a pipeline writes to.
@@ -3391,13 +3420,19 @@ const file_lockgate_v1_common_proto_rawDesc = "" +
 	"\n" +
 	"key_format\x18\x01 \x01(\x0e2\x17.lockgate.v1.DataFormatR\tkeyFormat\x12:\n" +
 	"\fvalue_format\x18\x02 \x01(\x0e2\x17.lockgate.v1.DataFormatR\vvalueFormat\x12.\n" +
-	"\x13schema_registry_url\x18\x03 \x01(\tR\x11schemaRegistryUrl\"\x8a\x02\n" +
+	"\x13schema_registry_url\x18\x03 \x01(\tR\x11schemaRegistryUrl\"\x97\x03\n" +
 	"\x0fKafkaSourceSpec\x12+\n" +
 	"\x11bootstrap_servers\x18\x01 \x01(\tR\x10bootstrapServers\x12\x16\n" +
 	"\x06topics\x18\x02 \x03(\tR\x06topics\x12F\n" +
 	"\x10starting_offsets\x18\x03 \x01(\x0e2\x1b.lockgate.v1.OffsetPositionR\x0fstartingOffsets\x12/\n" +
 	"\x06format\x18\x04 \x01(\v2\x17.lockgate.v1.FormatSpecR\x06format\x129\n" +
-	"\x19max_records_per_partition\x18\x05 \x01(\x03R\x16maxRecordsPerPartition\"L\n" +
+	"\x19max_records_per_partition\x18\x05 \x01(\x03R\x16maxRecordsPerPartition\x12L\n" +
+	"\n" +
+	"properties\x18\x06 \x03(\v2,.lockgate.v1.KafkaSourceSpec.PropertiesEntryR\n" +
+	"properties\x1a=\n" +
+	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
 	"\n" +
 	"SourceSpec\x124\n" +
 	"\x05kafka\x18\x01 \x01(\v2\x1c.lockgate.v1.KafkaSourceSpecH\x00R\x05kafkaB\b\n" +
@@ -3405,13 +3440,19 @@ const file_lockgate_v1_common_proto_rawDesc = "" +
 	"\rTransformSpec\x12\x12\n" +
 	"\x03sql\x18\x01 \x01(\tH\x00R\x03sql\x12\x18\n" +
 	"\x06python\x18\x02 \x01(\tH\x00R\x06pythonB\v\n" +
-	"\ttransform\"\xf1\x01\n" +
+	"\ttransform\"\xfc\x02\n" +
 	"\rKafkaSinkSpec\x12+\n" +
 	"\x11bootstrap_servers\x18\x01 \x01(\tR\x10bootstrapServers\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12/\n" +
 	"\x06format\x18\x03 \x01(\v2\x17.lockgate.v1.FormatSpecR\x06format\x124\n" +
 	"\x16transaction_timeout_ms\x18\x04 \x01(\x03R\x14transactionTimeoutMs\x126\n" +
-	"\x17transactional_id_prefix\x18\x05 \x01(\tR\x15transactionalIdPrefix\"F\n" +
+	"\x17transactional_id_prefix\x18\x05 \x01(\tR\x15transactionalIdPrefix\x12J\n" +
+	"\n" +
+	"properties\x18\x06 \x03(\v2*.lockgate.v1.KafkaSinkSpec.PropertiesEntryR\n" +
+	"properties\x1a=\n" +
+	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
 	"\bSinkSpec\x122\n" +
 	"\x05kafka\x18\x01 \x01(\v2\x1a.lockgate.v1.KafkaSinkSpecH\x00R\x05kafkaB\x06\n" +
 	"\x04sink\"w\n" +
@@ -3611,7 +3652,7 @@ func file_lockgate_v1_common_proto_rawDescGZIP() []byte {
 }
 
 var file_lockgate_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_lockgate_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_lockgate_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_lockgate_v1_common_proto_goTypes = []any{
 	(FencingToken)(0),                         // 0: lockgate.v1.FencingToken
 	(OffsetPosition)(0),                       // 1: lockgate.v1.OffsetPosition
@@ -3655,7 +3696,9 @@ var file_lockgate_v1_common_proto_goTypes = []any{
 	(*Checkpoint)(nil),                        // 39: lockgate.v1.Checkpoint
 	(*Executor)(nil),                          // 40: lockgate.v1.Executor
 	(*CoordinatorMember)(nil),                 // 41: lockgate.v1.CoordinatorMember
-	(*timestamppb.Timestamp)(nil),             // 42: google.protobuf.Timestamp
+	nil,                                       // 42: lockgate.v1.KafkaSourceSpec.PropertiesEntry
+	nil,                                       // 43: lockgate.v1.KafkaSinkSpec.PropertiesEntry
+	(*timestamppb.Timestamp)(nil),             // 44: google.protobuf.Timestamp
 }
 var file_lockgate_v1_common_proto_depIdxs = []int32{
 	0,  // 0: lockgate.v1.FencingFailure.token:type_name -> lockgate.v1.FencingToken
@@ -3667,59 +3710,61 @@ var file_lockgate_v1_common_proto_depIdxs = []int32{
 	9,  // 6: lockgate.v1.FormatSpec.value_format:type_name -> lockgate.v1.DataFormat
 	1,  // 7: lockgate.v1.KafkaSourceSpec.starting_offsets:type_name -> lockgate.v1.OffsetPosition
 	25, // 8: lockgate.v1.KafkaSourceSpec.format:type_name -> lockgate.v1.FormatSpec
-	26, // 9: lockgate.v1.SourceSpec.kafka:type_name -> lockgate.v1.KafkaSourceSpec
-	25, // 10: lockgate.v1.KafkaSinkSpec.format:type_name -> lockgate.v1.FormatSpec
-	29, // 11: lockgate.v1.SinkSpec.kafka:type_name -> lockgate.v1.KafkaSinkSpec
-	8,  // 12: lockgate.v1.ErrorsSpec.tolerance:type_name -> lockgate.v1.ErrorTolerance
-	27, // 13: lockgate.v1.PipelineSpec.source:type_name -> lockgate.v1.SourceSpec
-	28, // 14: lockgate.v1.PipelineSpec.transform:type_name -> lockgate.v1.TransformSpec
-	30, // 15: lockgate.v1.PipelineSpec.sink:type_name -> lockgate.v1.SinkSpec
-	7,  // 16: lockgate.v1.PipelineSpec.delivery:type_name -> lockgate.v1.DeliveryGuarantee
-	31, // 17: lockgate.v1.PipelineSpec.checkpoint:type_name -> lockgate.v1.CheckpointSpec
-	32, // 18: lockgate.v1.PipelineSpec.errors:type_name -> lockgate.v1.ErrorsSpec
-	33, // 19: lockgate.v1.Pipeline.spec:type_name -> lockgate.v1.PipelineSpec
-	2,  // 20: lockgate.v1.Pipeline.target_state:type_name -> lockgate.v1.TargetState
-	42, // 21: lockgate.v1.Pipeline.create_time:type_name -> google.protobuf.Timestamp
-	42, // 22: lockgate.v1.Pipeline.update_time:type_name -> google.protobuf.Timestamp
-	18, // 23: lockgate.v1.TaskError.record:type_name -> lockgate.v1.RecordLocation
-	42, // 24: lockgate.v1.TaskError.time:type_name -> google.protobuf.Timestamp
-	12, // 25: lockgate.v1.TaskStatus.task_id:type_name -> lockgate.v1.TaskId
-	3,  // 26: lockgate.v1.TaskStatus.state:type_name -> lockgate.v1.TaskState
-	35, // 27: lockgate.v1.TaskStatus.last_error:type_name -> lockgate.v1.TaskError
-	42, // 28: lockgate.v1.TaskStatus.state_change_time:type_name -> google.protobuf.Timestamp
-	12, // 29: lockgate.v1.Task.task_id:type_name -> lockgate.v1.TaskId
-	15, // 30: lockgate.v1.Task.source_partitions:type_name -> lockgate.v1.TopicPartition
-	3,  // 31: lockgate.v1.Task.state:type_name -> lockgate.v1.TaskState
-	35, // 32: lockgate.v1.Task.last_error:type_name -> lockgate.v1.TaskError
-	42, // 33: lockgate.v1.Task.state_change_time:type_name -> google.protobuf.Timestamp
-	12, // 34: lockgate.v1.TaskCheckpoint.task_id:type_name -> lockgate.v1.TaskId
-	5,  // 35: lockgate.v1.TaskCheckpoint.state:type_name -> lockgate.v1.TaskCheckpointState
-	17, // 36: lockgate.v1.TaskCheckpoint.source_ranges:type_name -> lockgate.v1.OffsetRange
-	22, // 37: lockgate.v1.TaskCheckpoint.sink_handles:type_name -> lockgate.v1.SinkHandle
-	24, // 38: lockgate.v1.TaskCheckpoint.counts:type_name -> lockgate.v1.RecordCounts
-	42, // 39: lockgate.v1.TaskCheckpoint.precommit_time:type_name -> google.protobuf.Timestamp
-	35, // 40: lockgate.v1.TaskCheckpoint.error:type_name -> lockgate.v1.TaskError
-	4,  // 41: lockgate.v1.Checkpoint.state:type_name -> lockgate.v1.CheckpointState
-	11, // 42: lockgate.v1.Checkpoint.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	42, // 43: lockgate.v1.Checkpoint.trigger_time:type_name -> google.protobuf.Timestamp
-	42, // 44: lockgate.v1.Checkpoint.complete_time:type_name -> google.protobuf.Timestamp
-	42, // 45: lockgate.v1.Checkpoint.commit_time:type_name -> google.protobuf.Timestamp
-	42, // 46: lockgate.v1.Checkpoint.abort_time:type_name -> google.protobuf.Timestamp
-	24, // 47: lockgate.v1.Checkpoint.counts:type_name -> lockgate.v1.RecordCounts
-	38, // 48: lockgate.v1.Checkpoint.tasks:type_name -> lockgate.v1.TaskCheckpoint
-	17, // 49: lockgate.v1.Checkpoint.lost_ranges:type_name -> lockgate.v1.OffsetRange
-	42, // 50: lockgate.v1.Checkpoint.data_loss_time:type_name -> google.protobuf.Timestamp
-	6,  // 51: lockgate.v1.Executor.state:type_name -> lockgate.v1.ExecutorState
-	12, // 52: lockgate.v1.Executor.tasks:type_name -> lockgate.v1.TaskId
-	42, // 53: lockgate.v1.Executor.register_time:type_name -> google.protobuf.Timestamp
-	42, // 54: lockgate.v1.Executor.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	42, // 55: lockgate.v1.CoordinatorMember.last_seen_time:type_name -> google.protobuf.Timestamp
-	10, // 56: lockgate.v1.CoordinatorMember.state:type_name -> lockgate.v1.CoordinatorState
-	57, // [57:57] is the sub-list for method output_type
-	57, // [57:57] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	42, // 9: lockgate.v1.KafkaSourceSpec.properties:type_name -> lockgate.v1.KafkaSourceSpec.PropertiesEntry
+	26, // 10: lockgate.v1.SourceSpec.kafka:type_name -> lockgate.v1.KafkaSourceSpec
+	25, // 11: lockgate.v1.KafkaSinkSpec.format:type_name -> lockgate.v1.FormatSpec
+	43, // 12: lockgate.v1.KafkaSinkSpec.properties:type_name -> lockgate.v1.KafkaSinkSpec.PropertiesEntry
+	29, // 13: lockgate.v1.SinkSpec.kafka:type_name -> lockgate.v1.KafkaSinkSpec
+	8,  // 14: lockgate.v1.ErrorsSpec.tolerance:type_name -> lockgate.v1.ErrorTolerance
+	27, // 15: lockgate.v1.PipelineSpec.source:type_name -> lockgate.v1.SourceSpec
+	28, // 16: lockgate.v1.PipelineSpec.transform:type_name -> lockgate.v1.TransformSpec
+	30, // 17: lockgate.v1.PipelineSpec.sink:type_name -> lockgate.v1.SinkSpec
+	7,  // 18: lockgate.v1.PipelineSpec.delivery:type_name -> lockgate.v1.DeliveryGuarantee
+	31, // 19: lockgate.v1.PipelineSpec.checkpoint:type_name -> lockgate.v1.CheckpointSpec
+	32, // 20: lockgate.v1.PipelineSpec.errors:type_name -> lockgate.v1.ErrorsSpec
+	33, // 21: lockgate.v1.Pipeline.spec:type_name -> lockgate.v1.PipelineSpec
+	2,  // 22: lockgate.v1.Pipeline.target_state:type_name -> lockgate.v1.TargetState
+	44, // 23: lockgate.v1.Pipeline.create_time:type_name -> google.protobuf.Timestamp
+	44, // 24: lockgate.v1.Pipeline.update_time:type_name -> google.protobuf.Timestamp
+	18, // 25: lockgate.v1.TaskError.record:type_name -> lockgate.v1.RecordLocation
+	44, // 26: lockgate.v1.TaskError.time:type_name -> google.protobuf.Timestamp
+	12, // 27: lockgate.v1.TaskStatus.task_id:type_name -> lockgate.v1.TaskId
+	3,  // 28: lockgate.v1.TaskStatus.state:type_name -> lockgate.v1.TaskState
+	35, // 29: lockgate.v1.TaskStatus.last_error:type_name -> lockgate.v1.TaskError
+	44, // 30: lockgate.v1.TaskStatus.state_change_time:type_name -> google.protobuf.Timestamp
+	12, // 31: lockgate.v1.Task.task_id:type_name -> lockgate.v1.TaskId
+	15, // 32: lockgate.v1.Task.source_partitions:type_name -> lockgate.v1.TopicPartition
+	3,  // 33: lockgate.v1.Task.state:type_name -> lockgate.v1.TaskState
+	35, // 34: lockgate.v1.Task.last_error:type_name -> lockgate.v1.TaskError
+	44, // 35: lockgate.v1.Task.state_change_time:type_name -> google.protobuf.Timestamp
+	12, // 36: lockgate.v1.TaskCheckpoint.task_id:type_name -> lockgate.v1.TaskId
+	5,  // 37: lockgate.v1.TaskCheckpoint.state:type_name -> lockgate.v1.TaskCheckpointState
+	17, // 38: lockgate.v1.TaskCheckpoint.source_ranges:type_name -> lockgate.v1.OffsetRange
+	22, // 39: lockgate.v1.TaskCheckpoint.sink_handles:type_name -> lockgate.v1.SinkHandle
+	24, // 40: lockgate.v1.TaskCheckpoint.counts:type_name -> lockgate.v1.RecordCounts
+	44, // 41: lockgate.v1.TaskCheckpoint.precommit_time:type_name -> google.protobuf.Timestamp
+	35, // 42: lockgate.v1.TaskCheckpoint.error:type_name -> lockgate.v1.TaskError
+	4,  // 43: lockgate.v1.Checkpoint.state:type_name -> lockgate.v1.CheckpointState
+	11, // 44: lockgate.v1.Checkpoint.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	44, // 45: lockgate.v1.Checkpoint.trigger_time:type_name -> google.protobuf.Timestamp
+	44, // 46: lockgate.v1.Checkpoint.complete_time:type_name -> google.protobuf.Timestamp
+	44, // 47: lockgate.v1.Checkpoint.commit_time:type_name -> google.protobuf.Timestamp
+	44, // 48: lockgate.v1.Checkpoint.abort_time:type_name -> google.protobuf.Timestamp
+	24, // 49: lockgate.v1.Checkpoint.counts:type_name -> lockgate.v1.RecordCounts
+	38, // 50: lockgate.v1.Checkpoint.tasks:type_name -> lockgate.v1.TaskCheckpoint
+	17, // 51: lockgate.v1.Checkpoint.lost_ranges:type_name -> lockgate.v1.OffsetRange
+	44, // 52: lockgate.v1.Checkpoint.data_loss_time:type_name -> google.protobuf.Timestamp
+	6,  // 53: lockgate.v1.Executor.state:type_name -> lockgate.v1.ExecutorState
+	12, // 54: lockgate.v1.Executor.tasks:type_name -> lockgate.v1.TaskId
+	44, // 55: lockgate.v1.Executor.register_time:type_name -> google.protobuf.Timestamp
+	44, // 56: lockgate.v1.Executor.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	44, // 57: lockgate.v1.CoordinatorMember.last_seen_time:type_name -> google.protobuf.Timestamp
+	10, // 58: lockgate.v1.CoordinatorMember.state:type_name -> lockgate.v1.CoordinatorState
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_lockgate_v1_common_proto_init() }
@@ -3749,7 +3794,7 @@ func file_lockgate_v1_common_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockgate_v1_common_proto_rawDesc), len(file_lockgate_v1_common_proto_rawDesc)),
 			NumEnums:      11,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

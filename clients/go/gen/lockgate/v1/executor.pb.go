@@ -277,9 +277,13 @@ type CommitCheckpointRequest struct {
 	CheckpointId int64 `protobuf:"varint,6,opt,name=checkpoint_id,json=checkpointId,proto3" json:"checkpoint_id,omitempty"`
 	// Handles of N to commit; any executor may commit any handle, so no task generation
 	// is checked.
-	Handles       []*SinkHandle `protobuf:"bytes,7,rep,name=handles,proto3" json:"handles,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Handles []*SinkHandle `protobuf:"bytes,7,rep,name=handles,proto3" json:"handles,omitempty"`
+	// The pipeline's sink.kafka.properties as written (secrets as ${env:...}/${file:...}
+	// references, resolved by the executor): the commit path speaks the sink cluster's
+	// security settings with them.
+	SinkProperties map[string]string `protobuf:"bytes,8,rep,name=sink_properties,json=sinkProperties,proto3" json:"sink_properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CommitCheckpointRequest) Reset() {
@@ -361,6 +365,13 @@ func (x *CommitCheckpointRequest) GetHandles() []*SinkHandle {
 	return nil
 }
 
+func (x *CommitCheckpointRequest) GetSinkProperties() map[string]string {
+	if x != nil {
+		return x.SinkProperties
+	}
+	return nil
+}
+
 // CommitCheckpointResponse is the ack: every handle of the request is committed.
 type CommitCheckpointResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -435,9 +446,11 @@ type AbortCheckpointRequest struct {
 	// their transactional.id.
 	Handles []*SinkHandle `protobuf:"bytes,7,rep,name=handles,proto3" json:"handles,omitempty"`
 	// Why N is aborted (task failure, timeout, earlier checkpoint aborted, new leader).
-	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The pipeline's sink.kafka.properties as written, as in CommitCheckpointRequest.
+	SinkProperties map[string]string `protobuf:"bytes,9,rep,name=sink_properties,json=sinkProperties,proto3" json:"sink_properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AbortCheckpointRequest) Reset() {
@@ -524,6 +537,13 @@ func (x *AbortCheckpointRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *AbortCheckpointRequest) GetSinkProperties() map[string]string {
+	if x != nil {
+		return x.SinkProperties
+	}
+	return nil
 }
 
 // AbortCheckpointResponse is the ack: every handle of the request is aborted.
@@ -924,7 +944,7 @@ const file_lockgate_v1_executor_proto_rawDesc = "" +
 	"\n" +
 	"timeout_ms\x18\t \x01(\x03R\ttimeoutMs\"U\n" +
 	"\x19TriggerCheckpointResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.lockgate.v1.TaskTriggerResultR\aresults\"\xc4\x02\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.lockgate.v1.TaskTriggerResultR\aresults\"\xea\x03\n" +
 	"\x17CommitCheckpointRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +
@@ -934,10 +954,14 @@ const file_lockgate_v1_executor_proto_rawDesc = "" +
 	"\x13executor_generation\x18\x04 \x01(\x03R\x12executorGeneration\x12#\n" +
 	"\rpipeline_name\x18\x05 \x01(\tR\fpipelineName\x12#\n" +
 	"\rcheckpoint_id\x18\x06 \x01(\x03R\fcheckpointId\x121\n" +
-	"\ahandles\x18\a \x03(\v2\x17.lockgate.v1.SinkHandleR\ahandles\"u\n" +
+	"\ahandles\x18\a \x03(\v2\x17.lockgate.v1.SinkHandleR\ahandles\x12a\n" +
+	"\x0fsink_properties\x18\b \x03(\v28.lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntryR\x0esinkProperties\x1aA\n" +
+	"\x13SinkPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"u\n" +
 	"\x18CommitCheckpointResponse\x12+\n" +
 	"\x11handles_committed\x18\x01 \x01(\x05R\x10handlesCommitted\x12,\n" +
-	"\x12commit_duration_ms\x18\x02 \x01(\x03R\x10commitDurationMs\"\xdb\x02\n" +
+	"\x12commit_duration_ms\x18\x02 \x01(\x03R\x10commitDurationMs\"\x80\x04\n" +
 	"\x16AbortCheckpointRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +
@@ -948,7 +972,11 @@ const file_lockgate_v1_executor_proto_rawDesc = "" +
 	"\rpipeline_name\x18\x05 \x01(\tR\fpipelineName\x12#\n" +
 	"\rcheckpoint_id\x18\x06 \x01(\x03R\fcheckpointId\x121\n" +
 	"\ahandles\x18\a \x03(\v2\x17.lockgate.v1.SinkHandleR\ahandles\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\"n\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x12`\n" +
+	"\x0fsink_properties\x18\t \x03(\v27.lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntryR\x0esinkProperties\x1aA\n" +
+	"\x13SinkPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"n\n" +
 	"\x17AbortCheckpointResponse\x12'\n" +
 	"\x0fhandles_aborted\x18\x01 \x01(\x05R\x0ehandlesAborted\x12*\n" +
 	"\x11abort_duration_ms\x18\x02 \x01(\x03R\x0fabortDurationMs\"W\n" +
@@ -1006,7 +1034,7 @@ func file_lockgate_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_lockgate_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lockgate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_lockgate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_lockgate_v1_executor_proto_goTypes = []any{
 	(TriggerOutcome)(0),               // 0: lockgate.v1.TriggerOutcome
 	(*TriggerCheckpointRequest)(nil),  // 1: lockgate.v1.TriggerCheckpointRequest
@@ -1019,42 +1047,46 @@ var file_lockgate_v1_executor_proto_goTypes = []any{
 	(*GetExecutorStatusResponse)(nil), // 8: lockgate.v1.GetExecutorStatusResponse
 	(*CheckpointTask)(nil),            // 9: lockgate.v1.CheckpointTask
 	(*TaskTriggerResult)(nil),         // 10: lockgate.v1.TaskTriggerResult
-	(*LeaderEpoch)(nil),               // 11: lockgate.v1.LeaderEpoch
-	(*SinkHandle)(nil),                // 12: lockgate.v1.SinkHandle
-	(*TaskStatus)(nil),                // 13: lockgate.v1.TaskStatus
-	(*timestamppb.Timestamp)(nil),     // 14: google.protobuf.Timestamp
-	(*TaskId)(nil),                    // 15: lockgate.v1.TaskId
-	(*PartitionOffset)(nil),           // 16: lockgate.v1.PartitionOffset
+	nil,                               // 11: lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntry
+	nil,                               // 12: lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntry
+	(*LeaderEpoch)(nil),               // 13: lockgate.v1.LeaderEpoch
+	(*SinkHandle)(nil),                // 14: lockgate.v1.SinkHandle
+	(*TaskStatus)(nil),                // 15: lockgate.v1.TaskStatus
+	(*timestamppb.Timestamp)(nil),     // 16: google.protobuf.Timestamp
+	(*TaskId)(nil),                    // 17: lockgate.v1.TaskId
+	(*PartitionOffset)(nil),           // 18: lockgate.v1.PartitionOffset
 }
 var file_lockgate_v1_executor_proto_depIdxs = []int32{
-	11, // 0: lockgate.v1.TriggerCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	13, // 0: lockgate.v1.TriggerCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
 	9,  // 1: lockgate.v1.TriggerCheckpointRequest.tasks:type_name -> lockgate.v1.CheckpointTask
 	10, // 2: lockgate.v1.TriggerCheckpointResponse.results:type_name -> lockgate.v1.TaskTriggerResult
-	11, // 3: lockgate.v1.CommitCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	12, // 4: lockgate.v1.CommitCheckpointRequest.handles:type_name -> lockgate.v1.SinkHandle
-	11, // 5: lockgate.v1.AbortCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	12, // 6: lockgate.v1.AbortCheckpointRequest.handles:type_name -> lockgate.v1.SinkHandle
-	11, // 7: lockgate.v1.GetExecutorStatusRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	11, // 8: lockgate.v1.GetExecutorStatusResponse.highest_leader_epoch_seen:type_name -> lockgate.v1.LeaderEpoch
-	13, // 9: lockgate.v1.GetExecutorStatusResponse.tasks:type_name -> lockgate.v1.TaskStatus
-	14, // 10: lockgate.v1.GetExecutorStatusResponse.start_time:type_name -> google.protobuf.Timestamp
-	15, // 11: lockgate.v1.CheckpointTask.task_id:type_name -> lockgate.v1.TaskId
-	16, // 12: lockgate.v1.CheckpointTask.start_offsets:type_name -> lockgate.v1.PartitionOffset
-	15, // 13: lockgate.v1.TaskTriggerResult.task_id:type_name -> lockgate.v1.TaskId
-	0,  // 14: lockgate.v1.TaskTriggerResult.outcome:type_name -> lockgate.v1.TriggerOutcome
-	1,  // 15: lockgate.v1.ExecutorService.TriggerCheckpoint:input_type -> lockgate.v1.TriggerCheckpointRequest
-	3,  // 16: lockgate.v1.ExecutorService.CommitCheckpoint:input_type -> lockgate.v1.CommitCheckpointRequest
-	5,  // 17: lockgate.v1.ExecutorService.AbortCheckpoint:input_type -> lockgate.v1.AbortCheckpointRequest
-	7,  // 18: lockgate.v1.ExecutorService.GetExecutorStatus:input_type -> lockgate.v1.GetExecutorStatusRequest
-	2,  // 19: lockgate.v1.ExecutorService.TriggerCheckpoint:output_type -> lockgate.v1.TriggerCheckpointResponse
-	4,  // 20: lockgate.v1.ExecutorService.CommitCheckpoint:output_type -> lockgate.v1.CommitCheckpointResponse
-	6,  // 21: lockgate.v1.ExecutorService.AbortCheckpoint:output_type -> lockgate.v1.AbortCheckpointResponse
-	8,  // 22: lockgate.v1.ExecutorService.GetExecutorStatus:output_type -> lockgate.v1.GetExecutorStatusResponse
-	19, // [19:23] is the sub-list for method output_type
-	15, // [15:19] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	13, // 3: lockgate.v1.CommitCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	14, // 4: lockgate.v1.CommitCheckpointRequest.handles:type_name -> lockgate.v1.SinkHandle
+	11, // 5: lockgate.v1.CommitCheckpointRequest.sink_properties:type_name -> lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntry
+	13, // 6: lockgate.v1.AbortCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	14, // 7: lockgate.v1.AbortCheckpointRequest.handles:type_name -> lockgate.v1.SinkHandle
+	12, // 8: lockgate.v1.AbortCheckpointRequest.sink_properties:type_name -> lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntry
+	13, // 9: lockgate.v1.GetExecutorStatusRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	13, // 10: lockgate.v1.GetExecutorStatusResponse.highest_leader_epoch_seen:type_name -> lockgate.v1.LeaderEpoch
+	15, // 11: lockgate.v1.GetExecutorStatusResponse.tasks:type_name -> lockgate.v1.TaskStatus
+	16, // 12: lockgate.v1.GetExecutorStatusResponse.start_time:type_name -> google.protobuf.Timestamp
+	17, // 13: lockgate.v1.CheckpointTask.task_id:type_name -> lockgate.v1.TaskId
+	18, // 14: lockgate.v1.CheckpointTask.start_offsets:type_name -> lockgate.v1.PartitionOffset
+	17, // 15: lockgate.v1.TaskTriggerResult.task_id:type_name -> lockgate.v1.TaskId
+	0,  // 16: lockgate.v1.TaskTriggerResult.outcome:type_name -> lockgate.v1.TriggerOutcome
+	1,  // 17: lockgate.v1.ExecutorService.TriggerCheckpoint:input_type -> lockgate.v1.TriggerCheckpointRequest
+	3,  // 18: lockgate.v1.ExecutorService.CommitCheckpoint:input_type -> lockgate.v1.CommitCheckpointRequest
+	5,  // 19: lockgate.v1.ExecutorService.AbortCheckpoint:input_type -> lockgate.v1.AbortCheckpointRequest
+	7,  // 20: lockgate.v1.ExecutorService.GetExecutorStatus:input_type -> lockgate.v1.GetExecutorStatusRequest
+	2,  // 21: lockgate.v1.ExecutorService.TriggerCheckpoint:output_type -> lockgate.v1.TriggerCheckpointResponse
+	4,  // 22: lockgate.v1.ExecutorService.CommitCheckpoint:output_type -> lockgate.v1.CommitCheckpointResponse
+	6,  // 23: lockgate.v1.ExecutorService.AbortCheckpoint:output_type -> lockgate.v1.AbortCheckpointResponse
+	8,  // 24: lockgate.v1.ExecutorService.GetExecutorStatus:output_type -> lockgate.v1.GetExecutorStatusResponse
+	21, // [21:25] is the sub-list for method output_type
+	17, // [17:21] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_lockgate_v1_executor_proto_init() }
@@ -1069,7 +1101,7 @@ func file_lockgate_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockgate_v1_executor_proto_rawDesc), len(file_lockgate_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,6 +9,7 @@ Ending those transactions (steps 4 and 5) is :mod:`lockgate.executor.committer`'
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import tempfile
@@ -309,13 +310,21 @@ def _activate(spark: SparkSession) -> None:
 
 def _check_topics_exist(spec: PipelineSpec) -> None:
     for topic in spec.source.topics:
-        topic_partitions(bootstrap_servers=spec.source.bootstrap_servers, topic=topic)
+        topic_partitions(
+            bootstrap_servers=spec.source.bootstrap_servers,
+            topic=topic,
+            properties=dict(spec.source.properties),
+        )
     sink_topics = [spec.sink.topic]
     if spec.errors.dead_letter_topic is not None:
         sink_topics.append(spec.errors.dead_letter_topic)
     for topic in sink_topics:
         try:
-            topic_partitions(bootstrap_servers=spec.sink.bootstrap_servers, topic=topic)
+            topic_partitions(
+                bootstrap_servers=spec.sink.bootstrap_servers,
+                topic=topic,
+                properties=dict(spec.sink.properties),
+            )
         except SourceError as exc:
             raise SinkError(
                 f"sink topic {topic!r} does not exist on {spec.sink.bootstrap_servers};"
@@ -361,6 +370,7 @@ def _read_input(
         .option("on_bad_record", ON_BAD_RECORD_MARK if marked else ON_BAD_RECORD_FAIL)
         .option("max_offsets_per_split", str(split))
         .option("stall_timeout_s", str(options.stall_timeout_s))
+        .option("kafka_properties", json.dumps(dict(spec.source.properties)))
         .load()
     )
     counted_name = _unique("in")
@@ -407,6 +417,7 @@ def _write_prepared(
             .option("dead_letter_topic", spec.errors.dead_letter_topic or "")
             .option("transaction_timeout_ms", str(options.transaction_timeout_ms))
             .option("result_path", result_path)
+            .option("kafka_properties", json.dumps(dict(spec.sink.properties)))
         )
         try:
             writer.save()

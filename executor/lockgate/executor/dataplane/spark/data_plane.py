@@ -67,6 +67,7 @@ class SparkDataPlane:
                 start_offsets=work.start_offsets,
                 starting_offsets=spec.source.starting_offsets,
                 max_offsets_per_partition=work.max_records_per_partition or None,
+                properties=dict(spec.source.properties),
             )
             if (r.topic, r.partition) in wanted
         ]

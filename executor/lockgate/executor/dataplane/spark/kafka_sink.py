@@ -42,6 +42,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from pyspark.sql.types import StructType
 
 from lockgate.common.failpoints import Failpoint, Failpoints
+from lockgate.common.kafka_config import resolve_properties
 from lockgate.common.kafka_transactions import (
     TransactionResumeError,
     abort_transaction,
@@ -84,7 +85,13 @@ class SinkOptions:
     dead_letter_topic: str | None
     result_path: str | None
     transaction_timeout_ms: int
-    producer_config: dict[str, Any] = field(default_factory=dict)
+    kafka_properties: dict[str, str] = field(default_factory=dict)
+    """`sink.kafka.properties` as written (secrets as references): resolved in the Spark
+    worker that builds the producer, so no resolved secret crosses a process boundary."""
+
+    def resolved_properties(self) -> dict[str, str]:
+        """The sink's Kafka properties with their references read now, here."""
+        return resolve_properties(self.kafka_properties)
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> SinkOptions:
@@ -114,7 +121,7 @@ class SinkOptions:
             dead_letter_topic=dead_letter_topic,
             result_path=options.get("result_path") or None,
             transaction_timeout_ms=int(options.get("transaction_timeout_ms", "600000")),
-            producer_config=json.loads(options.get("producer_config", "{}")),
+            kafka_properties=json.loads(options.get("kafka_properties", "{}")),
         )
 
 
@@ -191,8 +198,8 @@ class _PartitionWriter:
             "queue.buffering.max.messages": 500_000,
             "compression.type": "none",
             "delivery.report.only.error": True,
+            **self._options.resolved_properties(),
             "on_delivery": self._on_delivery,
-            **self._options.producer_config,
         }
 
     def _ensure_producer(self) -> Producer:
@@ -427,7 +434,9 @@ class KafkaSinkWriter(DataSourceArrowWriter):
                 # Already ended or fenced: nothing of it can become visible either way.
                 with contextlib.suppress(TransactionResumeError):
                     abort_transaction(
-                        bootstrap_servers=self._options.bootstrap_servers, handle=message.handle
+                        bootstrap_servers=self._options.bootstrap_servers,
+                        handle=message.handle,
+                        properties=self._options.resolved_properties(),
                     )
             else:
                 fence_transactional_id(
@@ -435,10 +444,13 @@ class KafkaSinkWriter(DataSourceArrowWriter):
                     transactional_id=transactional_id_for(
                         self._options.transactional_id_prefix, write_partition
                     ),
+                    properties=self._options.resolved_properties(),
                 )
 
 
-def fence_transactional_id(*, bootstrap_servers: str, transactional_id: str) -> None:
+def fence_transactional_id(
+    *, bootstrap_servers: str, transactional_id: str, properties: dict[str, str]
+) -> None:
     """Abort whatever transaction ``transactional_id`` has open by re-initialising it.
 
     For ids whose handle was never reported (a crash before the pre-commit reply): only
@@ -446,7 +458,7 @@ def fence_transactional_id(*, bootstrap_servers: str, transactional_id: str) -> 
     call it on an id whose transaction may still need committing.
     """
     txn, _ = open_transactional_producer(
-        bootstrap_servers=bootstrap_servers, transactional_id=transactional_id
+        bootstrap_servers=bootstrap_servers, transactional_id=transactional_id, config=properties
     )
     # No transaction is open after init_transactions, so close() has nothing to abort.
     txn.producer.flush(1)

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from lockgate.common.kafka_config import redact, resolve_properties
 from lockgate.common.model.offsets import OffsetRange, split_range
 from lockgate.common.model.pipeline_spec import RecordFormat
 from lockgate.executor.dataplane.spark.formats import DecodeFailure, RecordCodec, codec_for
@@ -64,6 +65,8 @@ class SourceOptions:
     schema_registry_url: str
     max_offsets_per_split: int
     stall_timeout_s: float
+    #: `source.kafka.properties` as written (secrets as references), resolved by the reader.
+    kafka_properties: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> SourceOptions:
@@ -85,6 +88,9 @@ class SourceOptions:
             schema_registry_url=options.get("schema_registry_url", ""),
             max_offsets_per_split=int(options.get("max_offsets_per_split", "0")),
             stall_timeout_s=float(options.get("stall_timeout_s", "60")),
+            kafka_properties=tuple(
+                sorted(json.loads(options.get("kafka_properties", "{}")).items())
+            ),
         )
 
 
@@ -235,20 +241,30 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
     """
     if offset_range.size == 0:
         return
-    consumer = Consumer(
-        {
-            "bootstrap.servers": options.bootstrap_servers,
-            "group.id": "lockgate-source",  # required by librdkafka; never joined or committed
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            # Silently jumping elsewhere would lose or duplicate data: fail instead.
-            "auto.offset.reset": "error",
-            "fetch.max.bytes": 52_428_800,
-            "queued.max.messages.kbytes": 65_536,
-        }
-    )
+    resolved = resolve_properties(options.kafka_properties)
+    settings: dict[str, Any] = {
+        "bootstrap.servers": options.bootstrap_servers,
+        "group.id": "lockgate-source",  # required by librdkafka; never joined or committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        # Silently jumping elsewhere would lose or duplicate data: fail instead.
+        "auto.offset.reset": "error",
+        "fetch.max.bytes": 52_428_800,
+        "queued.max.messages.kbytes": 65_536,
+        # The source's own properties, resolved in this worker; the parser refuses the
+        # keys set above that exactly-once depends on.
+        **resolved,
+    }
+    try:
+        consumer = Consumer(settings)
+    except KafkaException as exc:
+        # librdkafka may quote a value it refuses: never a resolved secret.
+        raise SourceError(
+            f"cannot build a Kafka consumer of {options.bootstrap_servers} with"
+            f" source.kafka.properties: {redact(str(exc), resolved)}"
+        ) from None
     tp = TopicPartition(offset_range.topic, offset_range.partition, offset_range.start_offset)
     builder = _BatchBuilder(options, offset_range)
     position = offset_range.start_offset

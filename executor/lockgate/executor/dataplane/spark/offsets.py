@@ -7,30 +7,49 @@ Kafka for the partitions of a topic and their last stable offsets.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from lockgate.common.kafka_config import redact, resolve_properties
 from lockgate.common.model.offsets import OffsetRange
 from lockgate.executor.errors import OffsetOutOfRangeError, SourceError
 
 
-def _consumer(bootstrap_servers: str) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            # No group is ever joined or committed: offsets come from the coordinator.
-            "group.id": "lockgate-offset-snapshot",
-            "enable.auto.commit": False,
-            # Watermark queries then return the last stable offset, so a range never ends
-            # inside a transaction that is still undecided.
-            "isolation.level": "read_committed",
-        }
-    )
+def _consumer(bootstrap_servers: str, properties: Mapping[str, str]) -> Consumer:
+    # `properties` are the source's (security among them), resolved here; Lockgate's own
+    # settings come last: the parser refuses a property that would change them.
+    resolved = resolve_properties(properties)
+    config: dict[str, Any] = {
+        **resolved,
+        "bootstrap.servers": bootstrap_servers,
+        # No group is ever joined or committed: offsets come from the coordinator.
+        "group.id": "lockgate-offset-snapshot",
+        "enable.auto.commit": False,
+        # Watermark queries then return the last stable offset, so a range never ends
+        # inside a transaction that is still undecided.
+        "isolation.level": "read_committed",
+    }
+    try:
+        return Consumer(config)
+    except KafkaException as exc:
+        # librdkafka may quote a value it refuses: never a resolved secret.
+        raise SourceError(
+            f"cannot build a Kafka consumer of {bootstrap_servers} with"
+            f" source.kafka.properties: {redact(str(exc), resolved)}"
+        ) from None
 
 
-def topic_partitions(*, bootstrap_servers: str, topic: str, timeout_s: float = 10.0) -> list[int]:
-    """The partition ids of ``topic``; ``SourceError`` naming the topic if it does not exist."""
-    consumer = _consumer(bootstrap_servers)
+def topic_partitions(
+    *,
+    bootstrap_servers: str,
+    topic: str,
+    timeout_s: float = 10.0,
+    properties: Mapping[str, str] | None = None,
+) -> list[int]:
+    """The partition ids of ``topic``; ``SourceError`` naming the topic if it does not exist.
+    ``properties``: the side's Kafka client properties (as written; resolved here)."""
+    consumer = _consumer(bootstrap_servers, properties or {})
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s)
     except KafkaException as exc:
@@ -77,6 +96,7 @@ def snapshot_offset_ranges(
     starting_offsets: str = "earliest",
     max_offsets_per_partition: int | None = None,
     timeout_s: float = 10.0,
+    properties: Mapping[str, str] | None = None,
 ) -> list[OffsetRange]:
     """Snapshot the next checkpoint's input: one range per partition of ``topics``.
 
@@ -88,12 +108,15 @@ def snapshot_offset_ranges(
     ``max_offsets_per_partition`` offsets to bound the batch. Empty ranges are included so
     the caller can carry the position forward.
     """
-    consumer = _consumer(bootstrap_servers)
+    consumer = _consumer(bootstrap_servers, properties or {})
     ranges: list[OffsetRange] = []
     try:
         for topic in topics:
             for partition in topic_partitions(
-                bootstrap_servers=bootstrap_servers, topic=topic, timeout_s=timeout_s
+                bootstrap_servers=bootstrap_servers,
+                topic=topic,
+                timeout_s=timeout_s,
+                properties=properties,
             ):
                 try:
                     low, stable = consumer.get_watermark_offsets(
