@@ -146,7 +146,7 @@ check() {
   local chart=deploy/helm/lockgate
   local variants=(
     ""
-    "--set tls.enabled=true --set executor.sparkOnKubernetes.enabled=true --set executor.sparkMaster=k8s://https://kubernetes.default.svc"
+    "--set tls.enabled=true --set auth.enabled=true --set executor.sparkOnKubernetes.enabled=true --set executor.sparkMaster=k8s://https://kubernetes.default.svc"
   )
   for version in "${KUBERNETES_VERSIONS[@]}"; do
     for variant in "${variants[@]}"; do

@@ -48,6 +48,20 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end }}
 {{- end -}}
 
+{{/* Authentication (with tls.enabled and auth.enabled): the token file every server checks, and
+the token a client sends (`tokenFile`, a key of the auth Secret). Otherwise the services serve a
+non-loopback address without both, which they refuse unless told --insecure: said here, once. */}}
+{{- define "lockgate.accessArgs" -}}
+{{- if and .root.Values.tls.enabled .root.Values.auth.enabled }}
+- --auth-tokens=/etc/lockgate/auth/tokens.yaml
+{{- if .tokenFile }}
+- --token-file=/etc/lockgate/auth/{{ .tokenFile }}
+{{- end }}
+{{- else }}
+- --insecure
+{{- end }}
+{{- end -}}
+
 {{/* Probes on grpc.health.v1 at .port; TCP when TLS is on (kubelet's gRPC probe has no TLS). */}}
 {{- define "lockgate.probes" -}}
 {{- $check := dict "grpc" (dict "port" .port) -}}
@@ -96,6 +110,11 @@ livenessProbe:
   mountPath: /etc/lockgate/tls
   readOnly: true
 {{- end }}
+{{- if and .root.Values.tls.enabled .root.Values.auth.enabled }}
+- name: auth
+  mountPath: /etc/lockgate/auth
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{- define "lockgate.volumes" -}}
@@ -107,6 +126,12 @@ livenessProbe:
 - name: tls
   secret:
     secretName: {{ .secret }}
+    defaultMode: 0440
+{{- end }}
+{{- if and .root.Values.tls.enabled .root.Values.auth.enabled }}
+- name: auth
+  secret:
+    secretName: {{ .root.Values.auth.secret }}
     defaultMode: 0440
 {{- end }}
 {{- end -}}
