@@ -82,7 +82,7 @@ class RestSchemaFetcher:
         self.registry_url = registry_url.rstrip("/")
         self.timeout_s = timeout_s
 
-    def _get(self, path: str, *, what: str, not_found: str | None = None) -> Any:
+    def get_document(self, path: str, *, what: str, not_found: str | None = None) -> Any:
         """GET ``path`` of the REST facade as JSON. A 404 is ``SerdeError(not_found)`` when
         given; unreachable or 5xx is ``RegistryUnavailable``; other answers ``SerdeError``."""
         try:
@@ -102,12 +102,14 @@ class RestSchemaFetcher:
 
     def __call__(self, schema_id: int) -> str:
         """The schema text of ``schema_id``; SerdeError if the registry does not know it."""
-        body = self._get(f"/schemas/ids/{schema_id}?format=resolved", what=f"schema id {schema_id}")
+        body = self.get_document(
+            f"/schemas/ids/{schema_id}?format=resolved", what=f"schema id {schema_id}"
+        )
         return str(body["schema"])
 
     def latest(self, subject: str) -> tuple[int, str]:
         """The id and text of the newest version under ``subject``; SerdeError if none."""
-        body = self._get(
+        body = self.get_document(
             f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest?format=resolved",
             what=f"subject {subject!r}",
             not_found=(

@@ -192,12 +192,31 @@ def test_key_formats_parse_and_are_stored_only_when_set() -> None:
     assert parse_pipeline_spec(spec.to_json()) == spec
 
 
-def test_avro_keys_are_refused_at_their_side() -> None:
+@pytest.mark.parametrize("fmt", ["avro", "protobuf"])
+def test_registry_keys_are_refused_at_their_side(fmt: str) -> None:
     raw = valid()
-    raw["sink"]["kafka"]["key_format"] = "avro"
+    raw["sink"]["kafka"]["key_format"] = fmt
     violations = validate_pipeline_spec(raw)
     assert [v.field for v in violations] == ["sink.kafka.key_format"]
+    assert f"{fmt} keys are not supported" in violations[0].description
     assert "json" in violations[0].fix
+
+
+def test_protobuf_needs_the_registry_url_and_round_trips() -> None:
+    raw = valid()
+    raw["source"]["kafka"]["format"] = "protobuf"
+    raw["sink"]["kafka"]["format"] = "protobuf"
+    violations = validate_pipeline_spec(raw)
+    assert [v.field for v in violations] == [
+        "source.kafka.schema_registry_url",
+        "sink.kafka.schema_registry_url",
+    ]
+    assert "required when the format is protobuf" in violations[0].description
+    raw["source"]["kafka"]["schema_registry_url"] = "http://127.0.0.1:8081"
+    raw["sink"]["kafka"]["schema_registry_url"] = "http://127.0.0.1:8081"
+    spec = parse_pipeline_spec(raw)
+    assert spec.source.format is spec.sink.format is RecordFormat.PROTOBUF
+    assert parse_pipeline_spec(spec.to_json()) == spec
 
 
 def test_allow_reordering_is_a_boolean_kept_in_the_stored_form() -> None:

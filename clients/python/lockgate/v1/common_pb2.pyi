@@ -376,6 +376,10 @@ class _DataFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DataFormat
     """Avro in the Confluent wire format (magic byte, 4-byte schema id, body), schemas
     from the schema registry.
     """
+    DATA_FORMAT_PROTOBUF: _DataFormat.ValueType  # 6
+    """Protobuf in the Confluent wire format (magic byte, 4-byte schema id, message indexes,
+    body), schemas from the schema registry. (5 is left for JSON Schema, being added alongside.)
+    """
 
 class DataFormat(_DataFormat, metaclass=_DataFormatEnumTypeWrapper):
     """DataFormat is how a record's key or value bytes are encoded in Kafka."""
@@ -391,6 +395,10 @@ DATA_FORMAT_JSON: DataFormat.ValueType  # 3
 DATA_FORMAT_AVRO: DataFormat.ValueType  # 4
 """Avro in the Confluent wire format (magic byte, 4-byte schema id, body), schemas
 from the schema registry.
+"""
+DATA_FORMAT_PROTOBUF: DataFormat.ValueType  # 6
+"""Protobuf in the Confluent wire format (magic byte, 4-byte schema id, message indexes,
+body), schemas from the schema registry. (5 is left for JSON Schema, being added alongside.)
 """
 Global___DataFormat: _TypeAlias = DataFormat  # noqa: Y015
 

@@ -602,6 +602,9 @@ const (
 	// Avro in the Confluent wire format (magic byte, 4-byte schema id, body), schemas
 	// from the schema registry.
 	DataFormat_DATA_FORMAT_AVRO DataFormat = 4
+	// Protobuf in the Confluent wire format (magic byte, 4-byte schema id, message indexes,
+	// body), schemas from the schema registry. (5 is left for JSON Schema, being added alongside.)
+	DataFormat_DATA_FORMAT_PROTOBUF DataFormat = 6
 )
 
 // Enum value maps for DataFormat.
@@ -612,6 +615,7 @@ var (
 		2: "DATA_FORMAT_STRING",
 		3: "DATA_FORMAT_JSON",
 		4: "DATA_FORMAT_AVRO",
+		6: "DATA_FORMAT_PROTOBUF",
 	}
 	DataFormat_value = map[string]int32{
 		"DATA_FORMAT_UNSPECIFIED": 0,
@@ -619,6 +623,7 @@ var (
 		"DATA_FORMAT_STRING":      2,
 		"DATA_FORMAT_JSON":        3,
 		"DATA_FORMAT_AVRO":        4,
+		"DATA_FORMAT_PROTOBUF":    6,
 	}
 )
 
@@ -3584,14 +3589,15 @@ const file_lockgate_v1_common_proto_rawDesc = "" +
 	"\x0eErrorTolerance\x12\x1f\n" +
 	"\x1bERROR_TOLERANCE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_TOLERANCE_NONE\x10\x01\x12\x17\n" +
-	"\x13ERROR_TOLERANCE_ALL\x10\x02*\x84\x01\n" +
+	"\x13ERROR_TOLERANCE_ALL\x10\x02*\x9e\x01\n" +
 	"\n" +
 	"DataFormat\x12\x1b\n" +
 	"\x17DATA_FORMAT_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11DATA_FORMAT_BYTES\x10\x01\x12\x16\n" +
 	"\x12DATA_FORMAT_STRING\x10\x02\x12\x14\n" +
 	"\x10DATA_FORMAT_JSON\x10\x03\x12\x14\n" +
-	"\x10DATA_FORMAT_AVRO\x10\x04*q\n" +
+	"\x10DATA_FORMAT_AVRO\x10\x04\x12\x18\n" +
+	"\x14DATA_FORMAT_PROTOBUF\x10\x06*q\n" +
 	"\x10CoordinatorState\x12!\n" +
 	"\x1dCOORDINATOR_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17COORDINATOR_STATE_ALIVE\x10\x01\x12\x1d\n" +

@@ -64,6 +64,7 @@ from lockgate.executor.dataplane.spark.kafka_source import (
 )
 from lockgate.executor.dataplane.spark.offsets import topic_partitions
 from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
+from lockgate.schema_registry.protobuf_serde import RestProtobufSchemas
 from lockgate.schema_registry.serde import RestSchemaFetcher, SerdeError
 
 INPUT_VIEW = "input"
@@ -164,7 +165,7 @@ def _sink_column(frame: DataFrame, name: str, fmt: RecordFormat, field: str) -> 
     column = F.col(name)
     if isinstance(data_type, BinaryType | StringType):
         return column
-    if fmt in (RecordFormat.JSON, RecordFormat.AVRO) and isinstance(
+    if (fmt is RecordFormat.JSON or fmt.uses_registry) and isinstance(
         data_type, StructType | MapType | ArrayType
     ):
         return F.to_json(column)
@@ -173,7 +174,11 @@ def _sink_column(frame: DataFrame, name: str, fmt: RecordFormat, field: str) -> 
     raise TransformError(
         f"the transform's {name!r} column is {data_type.simpleString()}, but {field} is"
         f" {fmt.value}: cast it to binary or string in the transform"
-        + (" (or use format json or avro for structs)" if fmt is RecordFormat.BYTES else "")
+        + (
+            " (or use format json, avro or protobuf for structs)"
+            if fmt is RecordFormat.BYTES
+            else ""
+        )
     )
 
 
@@ -321,13 +326,17 @@ def _check_topics_exist(spec: PipelineSpec) -> None:
                 f"sink topic {topic!r} does not exist on {spec.sink.bootstrap_servers};"
                 " create it or fix the spec"
             ) from exc
-    if spec.sink.format is RecordFormat.AVRO and spec.sink.schema_registry_url is not None:
+    url = spec.sink.schema_registry_url
+    if spec.sink.format.uses_registry and url is not None:
         # The writers encode with the subject's newest schema: a missing one fails here,
         # once and plainly, rather than in every Spark task.
         try:
-            RestSchemaFetcher(spec.sink.schema_registry_url).latest(spec.sink.value_subject)
+            if spec.sink.format is RecordFormat.PROTOBUF:
+                RestProtobufSchemas(url).latest(spec.sink.value_subject)
+            else:
+                RestSchemaFetcher(url).latest(spec.sink.value_subject)
         except SerdeError as exc:
-            raise SinkError(f"sink.kafka.format avro: {exc}") from exc
+            raise SinkError(f"sink.kafka.format {spec.sink.format.value}: {exc}") from exc
 
 
 @dataclass
