@@ -8,6 +8,7 @@ reference to it, both as base64 descriptors, and the deserializer fetches them b
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegis
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2
 
 from tests.integration.schema_registry.test_confluent_clients import consume
 from tests.support.processes import RegistryProcess
@@ -97,6 +99,21 @@ def test_protobuf_records_round_trip_with_a_reference_and_evolve(
     assert client.register_schema(subject, Schema(rewritten, "PROTOBUF", reference)) == v2_id
     got = httpx.get(f"{sqlite_registry.url}/schemas/ids/{v2_id}")
     assert got.json()["schemaType"] == "PROTOBUF"
+    # format=serialized: the compiled file as base64, its references kept (what a reader
+    # needs to build the message class).
+    # (A schema first registered as text is stored and shown as that text.)
+    as_text = ORDER_V1 + "message Note { string text = 1; }\n"
+    text_id = client.register_schema("orders-text", Schema(as_text, "PROTOBUF", reference))
+    serialized = httpx.get(
+        f"{sqlite_registry.url}/schemas/ids/{text_id}", params={"format": "serialized"}
+    ).json()
+    file = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(serialized["schema"]))
+    assert (file.package, list(file.dependency)) == ("acme", ["money.proto"])
+    assert serialized["references"] == [
+        {"name": "money.proto", "subject": "money.proto", "version": 1}
+    ]
+    stored = httpx.get(f"{sqlite_registry.url}/subjects/orders-text/versions/1").json()
+    assert stored["schema"] == as_text.strip()
 
     # An incompatible change is refused with 409 and every reason, by field path.
     bad = Schema(ORDER_BAD, "PROTOBUF", reference)
