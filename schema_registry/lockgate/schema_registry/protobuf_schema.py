@@ -37,6 +37,7 @@ from google.protobuf.message import DecodeError
 from grpc_tools import protoc
 
 from lockgate.schema_registry.errors import InvalidSchemaError
+from lockgate.schema_registry.protobuf_text import Unprintable, default_json_name, proto_text
 
 #: The name the schema's own file gets in its descriptor (Confluent's default name).
 SCHEMA_FILE_NAME = "default"
@@ -105,7 +106,7 @@ def parse_protobuf_schema(
     canonical = _canonical(own).SerializeToString(deterministic=True)
     return ParsedProtobufSchema(
         model=ProtobufModel(file=own, imports=needed),
-        normalized_text=text.strip(),
+        normalized_text=_canonical_text(own, imports, sent=text),
         fingerprint=hashlib.sha256(b"PROTOBUF " + canonical).hexdigest(),
     )
 
@@ -282,6 +283,22 @@ def _compile_error(arguments: Sequence[str], source_dir: str, what: str) -> Inva
     return InvalidSchemaError(f"Invalid schema: {what} does not compile: {first}", field="schema")
 
 
+def _canonical_text(
+    own: descriptor_pb2.FileDescriptorProto,
+    imports: Sequence[descriptor_pb2.FileDescriptorProto],
+    *,
+    sent: str,
+) -> str:
+    """The schema as canonical .proto text, checked by compiling it again; the text as sent
+    when the writer cannot write it faithfully (custom options, groups, editions)."""
+    try:
+        printed = proto_text(own)
+        again = _from_proto_text(printed, SCHEMA_FILE_NAME, imports, what="the canonical text")
+    except (Unprintable, InvalidSchemaError):
+        return sent.strip()
+    return printed if _canonical(again) == _canonical(own) else sent.strip()
+
+
 def _needed_imports(
     own: descriptor_pb2.FileDescriptorProto, available: Sequence[descriptor_pb2.FileDescriptorProto]
 ) -> tuple[descriptor_pb2.FileDescriptorProto, ...]:
@@ -302,15 +319,9 @@ def _canonical(file: descriptor_pb2.FileDescriptorProto) -> descriptor_pb2.FileD
         message = messages.pop()
         messages.extend(message.nested_type)
         for field in (*message.field, *message.extension):
-            if field.json_name == _default_json_name(field.name):
+            if field.json_name == default_json_name(field.name):
                 field.ClearField("json_name")
     for extension in canonical.extension:
-        if extension.json_name == _default_json_name(extension.name):
+        if extension.json_name == default_json_name(extension.name):
             extension.ClearField("json_name")
     return canonical
-
-
-def _default_json_name(name: str) -> str:
-    """protoc's default ``json_name``: lowerCamelCase, underscores dropped."""
-    parts = name.split("_")
-    return parts[0] + "".join(part[:1].upper() + part[1:] for part in parts[1:])

@@ -85,7 +85,10 @@ def test_protobuf_records_round_trip_with_a_reference_and_evolve(
 
     # Each record decodes, its writer schema fetched by id (format=serialized) with the
     # reference resolved; the message index is the single 0 of the first message.
-    deserialize = ProtobufDeserializer(order_v2, schema_registry_client=client)
+    # A client of its own, as a consumer has: this one cached the .proto text get_version
+    # answered above, whatever format is asked later.
+    reader = SchemaRegistryClient({"url": sqlite_registry.url})
+    deserialize = ProtobufDeserializer(order_v2, schema_registry_client=reader)
     records = consume(kafka_broker.bootstrap_servers, topic, len(old) + len(new))
     decoded = [deserialize(r.value(), context) for r in records]
     assert [(d.id, d.total.units, d.total.currency, d.note) for d in decoded] == [
@@ -101,7 +104,6 @@ def test_protobuf_records_round_trip_with_a_reference_and_evolve(
     assert got.json()["schemaType"] == "PROTOBUF"
     # format=serialized: the compiled file as base64, its references kept (what a reader
     # needs to build the message class).
-    # (A schema first registered as text is stored and shown as that text.)
     as_text = ORDER_V1 + "message Note { string text = 1; }\n"
     text_id = client.register_schema("orders-text", Schema(as_text, "PROTOBUF", reference))
     serialized = httpx.get(
@@ -112,8 +114,14 @@ def test_protobuf_records_round_trip_with_a_reference_and_evolve(
     assert serialized["references"] == [
         {"name": "money.proto", "subject": "money.proto", "version": 1}
     ]
-    stored = httpx.get(f"{sqlite_registry.url}/subjects/orders-text/versions/1").json()
-    assert stored["schema"] == as_text.strip()
+    # Whichever form a schema came in, it is shown as canonical .proto text, as Confluent's.
+    for path in (f"/schemas/ids/{v2_id}", "/subjects/orders-text/versions/1"):
+        shown = httpx.get(f"{sqlite_registry.url}{path}").json()["schema"]
+        assert shown.startswith('syntax = "proto3";\npackage acme;\nimport "money.proto";\n')
+    assert (
+        "  .acme.common.Money total = 2;\n  string note = 3;\n"
+        in httpx.get(f"{sqlite_registry.url}/schemas/ids/{v2_id}").json()["schema"]
+    )
 
     # An incompatible change is refused with 409 and every reason, by field path.
     bad = Schema(ORDER_BAD, "PROTOBUF", reference)

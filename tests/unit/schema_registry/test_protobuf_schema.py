@@ -72,6 +72,33 @@ def test_whitespace_comments_and_the_descriptor_form_do_not_change_the_id(
     assert registry.referenced_by("money", 1) == [first]
 
 
+def test_the_stored_text_is_canonical_proto_whatever_form_was_sent() -> None:
+    money = parse_protobuf_schema(MONEY, max_bytes=1 << 20)
+    referenced = [("money.proto", money.normalized_text)]
+    order = parse_protobuf_schema(ORDER, max_bytes=1 << 20, referenced=referenced)
+    rewritten = parse_protobuf_schema(ORDER_REWRITTEN, max_bytes=1 << 20, referenced=referenced)
+    sent_as_descriptor = parse_protobuf_schema(
+        order.model.serialized(), max_bytes=1 << 20, referenced=referenced
+    )
+    assert order.normalized_text == rewritten.normalized_text
+    assert sent_as_descriptor.normalized_text == order.normalized_text
+    assert "//" not in order.normalized_text and "/*" not in order.normalized_text
+    assert order.normalized_text.splitlines()[:4] == [
+        'syntax = "proto3";',
+        "package acme;",
+        'import "money.proto";',
+        'import "google/protobuf/timestamp.proto";',
+    ]
+    assert "  map<string, string> labels = 4;" in order.normalized_text
+    assert "  oneof payment {" in order.normalized_text
+
+
+def test_a_schema_the_writer_cannot_write_faithfully_is_kept_as_sent() -> None:
+    # A proto2 group has no canonical writer here: the text is stored as it came.
+    text = 'syntax = "proto2";\nmessage A {\n  optional group G = 1 { optional int32 x = 2; }\n}'
+    assert parse_protobuf_schema(text, max_bytes=1 << 20).normalized_text == text
+
+
 def test_the_serialized_format_is_the_compiled_file_with_its_imports() -> None:
     money = parse_protobuf_schema(MONEY, max_bytes=1 << 20)
     order = parse_protobuf_schema(
@@ -144,3 +171,43 @@ def test_a_breaking_change_is_refused_with_the_field_path(registry: SchemaRegist
     # Adding a field is compatible (BACKWARD, the default level).
     added = ORDER.replace("string id = 1;", "string id = 1; string note = 7;")
     assert register(registry, "orders", added, references=[MONEY_REFERENCE])
+
+
+RICH_PROTO2 = """syntax = "proto2";
+package x.y;
+option java_package = "com.x";
+option optimize_for = SPEED;
+message A {
+  message Inner { optional int32 q = 1; }
+  optional string s = 1 [default = "hi", deprecated = true];
+  map<string, Inner> m = 2;
+  required int64 r = 3 [json_name = "rr"];
+  repeated int32 p = 4 [packed = true];
+  oneof o { string a = 5; int32 b = 6; }
+  extensions 100 to max;
+  reserved 10 to 12, 20;
+  reserved "old";
+  enum E { option allow_alias = true; E0 = 0; E1 = 1; E1B = 1 [deprecated = true]; }
+  optional E e = 7 [default = E1];
+}
+extend A { optional int32 ext = 100; }
+service S { rpc M (A) returns (stream A); }
+"""
+
+
+def test_the_canonical_writer_covers_proto2_options_maps_oneofs_extensions_services() -> None:
+    parsed = parse_protobuf_schema(RICH_PROTO2, max_bytes=1 << 20)
+    text = parsed.normalized_text
+    # Written by the canonical writer (not kept as sent), and meaning the same schema.
+    assert text != RICH_PROTO2.strip()
+    for line in (
+        '  optional string s = 1 [default = "hi", deprecated = true];',
+        "  map<string, .x.y.A.Inner> m = 2;",
+        '  required int64 r = 3 [json_name = "rr"];',
+        "  extensions 100 to max;",
+        "  reserved 10 to 12, 20;",
+        "extend .x.y.A {",
+        "  rpc M (.x.y.A) returns (stream .x.y.A);",
+    ):
+        assert line in text.splitlines(), line
+    assert parse_protobuf_schema(text, max_bytes=1 << 20).fingerprint == parsed.fingerprint
