@@ -332,11 +332,10 @@ def _messages_of(
     scope: descriptor_pb2.FileDescriptorProto | _Message,
 ) -> dict[str, _Message]:
     """The message types defined in a file or message, map entries left out, in order."""
-    nested = (
-        scope.message_type
-        if isinstance(scope, descriptor_pb2.FileDescriptorProto)
-        else (scope.nested_type)
-    )
+    if isinstance(scope, descriptor_pb2.FileDescriptorProto):
+        nested = scope.message_type
+    else:
+        nested = scope.nested_type
     return {m.name: m for m in nested if not m.options.map_entry}
 
 
