@@ -319,8 +319,8 @@ def codec_for(
     schema_registry_url: str | None = None,
     subject: str | None = None,
 ) -> RecordCodec:
-    """The codec of a format; ``avro`` needs the registry's URL (and, to encode, the
-    subject whose newest schema it writes with)."""
+    """The codec of a format; ``avro`` and ``json_schema`` need the registry's URL (and, to
+    encode, the subject whose newest schema they write with)."""
     if record_format is RecordFormat.BYTES:
         return BytesCodec()
     if record_format is RecordFormat.STRING:
@@ -328,5 +328,10 @@ def codec_for(
     if record_format is RecordFormat.JSON:
         return JsonCodec()
     if not schema_registry_url:
-        raise ValueError("the avro format needs schema_registry_url")
+        raise ValueError(f"the {record_format.value} format needs schema_registry_url")
+    if record_format is RecordFormat.JSON_SCHEMA:
+        # Imported here: that module builds on this one's DecodeFailure.
+        from lockgate.executor.dataplane.spark.json_schema_codec import JsonSchemaCodec
+
+        return JsonSchemaCodec(RestSchemaFetcher(schema_registry_url), subject=subject)
     return AvroCodec(RestSchemaFetcher(schema_registry_url), subject=subject)
