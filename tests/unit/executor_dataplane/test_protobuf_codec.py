@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 
 from lockgate.executor.dataplane.spark.formats import DecodeFailure
-from lockgate.executor.dataplane.spark.protobuf_format import ProtobufCodec
+from lockgate.executor.dataplane.spark.protobuf_codec import ProtobufCodec
 from lockgate.schema_registry.protobuf_schema import ProtobufModel, parse_protobuf_schema
 from lockgate.schema_registry.protobuf_serde import (
     ProtobufSerde,

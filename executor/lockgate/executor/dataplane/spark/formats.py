@@ -336,7 +336,7 @@ def codec_for(
         return JsonSchemaCodec(RestSchemaFetcher(schema_registry_url), subject=subject)
     if record_format is RecordFormat.PROTOBUF:
         # Imported here: the protobuf codec's module builds on this one's DecodeFailure.
-        from lockgate.executor.dataplane.spark.protobuf_format import ProtobufCodec
+        from lockgate.executor.dataplane.spark.protobuf_codec import ProtobufCodec
         from lockgate.schema_registry.protobuf_serde import RestProtobufSchemas
 
         return ProtobufCodec(RestProtobufSchemas(schema_registry_url), subject=subject)
