@@ -316,7 +316,7 @@ class _Walker:
         return found.definition if found.definition.options.map_entry else None
 
     def compare_enum(self, original: _Enum, update: _Enum, path: str) -> None:
-        """Values by number (``EnumSchemaDiff``)."""
+        """Values by number (``EnumSchemaDiff``), and reserved numbers as for fields."""
         before = {value.number: value.name for value in original.value}
         after = {value.number: value.name for value in update.value}
         for number in sorted(before.keys() | after.keys()):
@@ -326,6 +326,13 @@ class _Walker:
                 self.add(Change.ENUM_CONST_ADDED, f"{path}/{after[number]}={number}")
             elif before[number] != after[number]:
                 self.add(Change.ENUM_CONST_CHANGED, f"{path}/{after[number]}={number}")
+        # Lockgate's reserved rule for enum values too (their reserved ranges end inclusive).
+        reserved_names = set(original.reserved_name)
+        for value in update.value:
+            if value.name not in reserved_names and any(
+                r.start <= value.number <= r.end for r in original.reserved_range
+            ):
+                self.add(Change.RESERVED_NUMBER_REUSED, f"{path}/{value.name}={value.number}")
 
 
 def _messages_of(

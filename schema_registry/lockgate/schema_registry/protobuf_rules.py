@@ -59,8 +59,9 @@ class Change(enum.Enum):
     MULTIPLE_FIELDS_MOVED_TO_ONEOF = "MULTIPLE_FIELDS_MOVED_TO_ONEOF"
     #: A plain field moved into a ``oneof`` that already existed.
     FIELD_MOVED_TO_EXISTING_ONEOF = "FIELD_MOVED_TO_EXISTING_ONEOF"
-    #: Lockgate's: a field of the update takes a number the original reserved (and whose
-    #: name the original did not reserve with it: that would be the retired field itself).
+    #: Lockgate's: a field (or enum value) of the update takes a number the original reserved
+    #: (and whose name the original did not reserve with it: that would be the retired field
+    #: itself).
     RESERVED_NUMBER_REUSED = "RESERVED_NUMBER_REUSED"
 
 

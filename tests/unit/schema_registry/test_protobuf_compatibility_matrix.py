@@ -125,6 +125,9 @@ CASES: list[tuple[str, str, str, bool, bool, str, str]] = [
      msg('string id = 1; reserved 2; reserved "qty";'), True, True, "", "LG"),
     ("remove a field, reserving only its number", BASE, msg("string id = 1; reserved 2;"),
      True, False, "RESERVED_NUMBER_REUSED at #/Order/qty=2", "LG"),
+    ("reuse a reserved enum number", "enum C { C_NONE = 0; reserved 1; }",
+     "enum C { C_NONE = 0; C_BLUE = 1; }",
+     False, True, "RESERVED_NUMBER_REUSED at #/C/C_BLUE=1", "LG"),
 ]  # fmt: skip
 
 PROTO2_CASES: list[tuple[str, str, str, bool, bool, str, str]] = [
