@@ -56,9 +56,9 @@ def raw_specs(draw: st.DrawFn) -> dict[str, Any]:
         "tasks_max": draw(st.integers(1, 64)),
         "allow_reordering": draw(st.booleans()),
     }
-    if source_format is RecordFormat.AVRO or draw(st.booleans()):
+    if source_format.needs_registry or draw(st.booleans()):
         raw["source"]["kafka"]["schema_registry_url"] = registry
-    if sink_format is RecordFormat.AVRO or draw(st.booleans()):
+    if sink_format.needs_registry or draw(st.booleans()):
         raw["sink"]["kafka"]["schema_registry_url"] = registry
     transform = draw(st.sampled_from(["none", "sql", "python"]))
     if transform == "sql":

@@ -11,14 +11,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lockgate.schema_registry import compatibility, json_compatibility
+from lockgate.schema_registry import compatibility, json_compatibility, protobuf_compatibility
 from lockgate.schema_registry.avro_schema import parse_schema
 from lockgate.schema_registry.errors import InvalidSchemaError
 from lockgate.schema_registry.json_schema import parse_json_schema
-from lockgate.schema_registry.model import SCHEMA_TYPE_AVRO, SCHEMA_TYPE_JSON
+from lockgate.schema_registry.model import SCHEMA_TYPE_AVRO, SCHEMA_TYPE_JSON, SCHEMA_TYPE_PROTOBUF
+from lockgate.schema_registry.protobuf_schema import parse_protobuf_schema
 
 #: The ``schemaType`` names served, as ``GET /schemas/types`` lists them.
-SCHEMA_TYPES = (SCHEMA_TYPE_AVRO, SCHEMA_TYPE_JSON)
+SCHEMA_TYPES = (SCHEMA_TYPE_AVRO, SCHEMA_TYPE_JSON, SCHEMA_TYPE_PROTOBUF)
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,8 @@ class FormatSchema:
     """A validated schema of any format."""
 
     schema_type: str
-    #: What the format's compatibility rules walk (an Avro schema, a JSON Schema model).
+    #: What the format's compatibility rules walk (an Avro schema, a JSON Schema model, a
+    #: compiled Protobuf file).
     model: Any
     #: The text the registry stores and returns.
     normalized_text: str
@@ -72,6 +74,14 @@ def parse_format(
             parsed_json.normalized_text,
             parsed_json.fingerprint,
         )
+    if schema_type == SCHEMA_TYPE_PROTOBUF:
+        parsed_proto = parse_protobuf_schema(text, max_bytes=max_bytes, referenced=referenced)
+        return FormatSchema(
+            SCHEMA_TYPE_PROTOBUF,
+            parsed_proto.model,
+            parsed_proto.normalized_text,
+            parsed_proto.fingerprint,
+        )
     parsed = parse_schema(
         text,
         validate_defaults_too=new_schema,
@@ -87,4 +97,6 @@ def incompatibilities_of(schema_type: str) -> Incompatibilities:
     """The reader/writer rule set of a format."""
     if schema_type == SCHEMA_TYPE_JSON:
         return json_compatibility.reader_writer_incompatibilities
+    if schema_type == SCHEMA_TYPE_PROTOBUF:
+        return protobuf_compatibility.reader_writer_incompatibilities
     return compatibility.reader_writer_incompatibilities

@@ -28,6 +28,7 @@ from lockgate.schema_registry.lookups import LookupApi, LookupCounter
 from lockgate.schema_registry.model import (
     SCHEMA_TYPE_AVRO,
     SCHEMA_TYPE_JSON,
+    SCHEMA_TYPE_PROTOBUF,
     CompatibilityLevel,
     Mode,
     SchemaReference,
@@ -56,6 +57,7 @@ _PB_TO_MODE = {value: mode for mode, value in _MODE_TO_PB.items()}
 _SCHEMA_TYPE_TO_PB = {
     SCHEMA_TYPE_AVRO: pb.SCHEMA_TYPE_AVRO,
     SCHEMA_TYPE_JSON: pb.SCHEMA_TYPE_JSON,
+    SCHEMA_TYPE_PROTOBUF: pb.SCHEMA_TYPE_PROTOBUF,
 }
 _PB_TO_SCHEMA_TYPE = {value: name for name, value in _SCHEMA_TYPE_TO_PB.items()}
 _Response = TypeVar("_Response", bound=Message)

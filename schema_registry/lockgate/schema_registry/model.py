@@ -27,6 +27,8 @@ MAX_SUBJECT_CHARS = 255
 SCHEMA_TYPE_AVRO = "AVRO"
 #: JSON Schema.
 SCHEMA_TYPE_JSON = "JSON"
+#: Protocol Buffers (``.proto`` text, or a base64 ``FileDescriptorProto``).
+SCHEMA_TYPE_PROTOBUF = "PROTOBUF"
 
 
 class CompatibilityLevel(enum.Enum):

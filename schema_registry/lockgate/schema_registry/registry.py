@@ -34,6 +34,7 @@ from lockgate.schema_registry.model import (
     DEFAULT_COMPATIBILITY,
     DEFAULT_MODE,
     SCHEMA_TYPE_AVRO,
+    SCHEMA_TYPE_PROTOBUF,
     CompatibilityLevel,
     Mode,
     RegisteredSchema,
@@ -45,6 +46,7 @@ from lockgate.schema_registry.model import (
     parse_subject,
     parse_version,
 )
+from lockgate.schema_registry.protobuf_schema import ProtobufModel
 from lockgate.schema_registry.references import (
     ReferenceRequest,
     ResolvedReferences,
@@ -126,7 +128,7 @@ class SchemaRegistry:
             return live[-1] if live else None
         return next((v for v in versions if v.version == version), None)
 
-    def _parsed(self, version: SubjectVersion) -> Any:
+    def _parsed(self, version: RegisteredSchema | SubjectVersion) -> Any:
         cached = self._parsed_by_id.get(version.schema_id)
         if cached is None:
             resolved = resolve_references(
@@ -170,6 +172,14 @@ class SchemaRegistry:
             pinned(schema.references), self._fetch_version, new_schema=False
         )
         return inline_references(schema.schema_text, resolved.texts)
+
+    def serialized_text(self, schema: RegisteredSchema | SubjectVersion) -> str:
+        """``format=serialized``: a Protobuf schema as a base64 ``FileDescriptorProto``, as
+        Confluent answers it; a schema of another format as stored."""
+        if schema.schema_type != SCHEMA_TYPE_PROTOBUF:
+            return schema.schema_text
+        model: ProtobufModel = self._parsed(schema)
+        return model.serialized()
 
     def cached_schema(self, schema_id: int) -> RegisteredSchema | None:
         """The schema if it is already in memory (no database access), else None."""

@@ -33,6 +33,7 @@ from lockgate.schema_registry.formats import SCHEMA_TYPES
 from lockgate.schema_registry.lookups import LookupApi, LookupCounter
 from lockgate.schema_registry.model import (
     SCHEMA_TYPE_AVRO,
+    SCHEMA_TYPE_PROTOBUF,
     RegisteredSchema,
     SchemaReference,
     SubjectVersion,
@@ -109,28 +110,44 @@ def _references_json(references: tuple[SchemaReference, ...]) -> list[dict[str, 
     return [{"name": r.name, "subject": r.subject, "version": r.version} for r in references]
 
 
-def _version_json(version: SubjectVersion, resolved: str | None = None) -> dict[str, Any]:
-    """A version's body; ``resolved`` (``format=resolved``) replaces the text and its
-    references, which it has inlined."""
+def _version_json(version: SubjectVersion, text: _Formatted | None = None) -> dict[str, Any]:
+    """A version's body, its text as ``format=`` asked (see :func:`_schema_json`)."""
     body: dict[str, Any] = {
         "subject": version.subject,
         "version": version.version,
         "id": version.schema_id,
-        **_schema_json(version, resolved),
+        **_schema_json(version, text),
     }
     return body
 
 
+@dataclass(frozen=True)
+class _Formatted:
+    """A schema's text in the form ``format=`` asked for."""
+
+    text: str
+    #: True when the references are inlined into the text (``format=resolved``), so the
+    #: body lists none.
+    inlined: bool
+
+
 def _schema_json(
-    schema: RegisteredSchema | SubjectVersion, resolved: str | None = None
+    schema: RegisteredSchema | SubjectVersion, text: _Formatted | None = None
 ) -> dict[str, Any]:
-    """The body of ``GET /schemas/ids/{id}`` (see :func:`_version_json` for ``resolved``)."""
-    body: dict[str, Any] = {"schema": schema.schema_text if resolved is None else resolved}
+    """The body of ``GET /schemas/ids/{id}``; ``text`` replaces the stored text."""
+    body: dict[str, Any] = {"schema": schema.schema_text if text is None else text.text}
     if schema.schema_type != SCHEMA_TYPE_AVRO:
         body["schemaType"] = schema.schema_type
-    if schema.references and resolved is None:
+    if schema.references and (text is None or not text.inlined):
         body["references"] = _references_json(schema.references)
     return body
+
+
+def _raw_schema(schema: RegisteredSchema | SubjectVersion) -> Any:
+    """The body of a ``.../schema`` route: the schema itself (a Protobuf schema as a string)."""
+    if schema.schema_type == SCHEMA_TYPE_PROTOBUF:
+        return schema.schema_text
+    return json.loads(schema.schema_text)
 
 
 def _parse_references(raw: Any) -> tuple[ReferenceRequest, ...]:
@@ -418,7 +435,7 @@ class RestApp:
         if len(segments) == 5 and method == "GET":
             if segments[4] == "schema":
                 found = registry.get_version(subject, version, include_deleted=deleted)
-                return 200, json.loads(found.schema_text)
+                return 200, _raw_schema(found)
             if segments[4] == "referencedby":
                 return 200, registry.referenced_by(subject, version)
         return self._no_route(request)
@@ -444,7 +461,7 @@ class RestApp:
             found_schema = registry.get_schema(schema_id)
             if len(segments) == 3:
                 return 200, _schema_json(found_schema, self._resolved(request, found_schema))
-            return 200, json.loads(found_schema.schema_text)
+            return 200, _raw_schema(found_schema)
         tail = segments[3]
         deleted = request.flag("deleted")
         if tail == "versions":
@@ -455,11 +472,17 @@ class RestApp:
             return 200, sorted({subject for subject, _ in usages})
         return self._no_route(request)
 
-    def _resolved(self, request: _Request, schema: RegisteredSchema | SubjectVersion) -> str | None:
-        """The text with references inlined when the request asks ``format=resolved``."""
-        if request.query.get("format", "").strip().lower() != "resolved":
-            return None
-        return self._registry.resolved_text(schema)
+    def _resolved(
+        self, request: _Request, schema: RegisteredSchema | SubjectVersion
+    ) -> _Formatted | None:
+        """The text as ``format=`` asks: ``resolved`` inlines the references (Avro),
+        ``serialized`` is a Protobuf schema's base64 ``FileDescriptorProto``."""
+        wanted = request.query.get("format", "").strip().lower()
+        if wanted == "resolved":
+            return _Formatted(self._registry.resolved_text(schema), inlined=True)
+        if wanted == "serialized":
+            return _Formatted(self._registry.serialized_text(schema), inlined=False)
+        return None
 
     def _compatibility(self, request: _Request) -> tuple[int, Any]:
         segments = request.segments

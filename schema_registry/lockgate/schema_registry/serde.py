@@ -101,7 +101,7 @@ class RestSchemaFetcher:
         context = ssl.create_default_context(cafile=ca) if ca else None
         return urllib.request.urlopen(request, timeout=self.timeout_s, context=context)
 
-    def _get(self, path: str, *, what: str, not_found: str | None = None) -> Any:
+    def get_document(self, path: str, *, what: str, not_found: str | None = None) -> Any:
         """GET ``path`` of the REST facade as JSON. A 404 is ``SerdeError(not_found)`` when
         given; unreachable or 5xx is ``RegistryUnavailable``; other answers ``SerdeError``."""
         try:
@@ -121,12 +121,25 @@ class RestSchemaFetcher:
 
     def __call__(self, schema_id: int) -> str:
         """The schema text of ``schema_id``; SerdeError if the registry does not know it."""
-        body = self._get(f"/schemas/ids/{schema_id}?format=resolved", what=f"schema id {schema_id}")
-        return str(body["schema"])
+        return self.typed(schema_id)[1]
+
+    def typed(self, schema_id: int) -> tuple[str, str]:
+        """The ``schemaType`` (``AVRO`` when the registry omits it, as Confluent's does) and
+        text of ``schema_id``; SerdeError if the registry does not know it."""
+        body = self.get_document(
+            f"/schemas/ids/{schema_id}?format=resolved", what=f"schema id {schema_id}"
+        )
+        return str(body.get("schemaType") or "AVRO"), str(body["schema"])
 
     def latest(self, subject: str) -> tuple[int, str]:
         """The id and text of the newest version under ``subject``; SerdeError if none."""
-        body = self._get(
+        schema_id, _, text = self.latest_typed(subject)
+        return schema_id, text
+
+    def latest_typed(self, subject: str) -> tuple[int, str, str]:
+        """The id, ``schemaType`` and text of the newest version under ``subject``;
+        SerdeError if none."""
+        body = self.get_document(
             f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest?format=resolved",
             what=f"subject {subject!r}",
             not_found=(
@@ -135,7 +148,7 @@ class RestSchemaFetcher:
                 f" `lockgate schema register {subject} schema.avsc`"
             ),
         )
-        return int(body["id"]), str(body["schema"])
+        return int(body["id"]), str(body.get("schemaType") or "AVRO"), str(body["schema"])
 
     def register(self, subject: str, schema: str) -> int:
         """Register ``schema`` under ``subject`` (idempotent) and return its id."""

@@ -2,7 +2,8 @@
 
 ``examples/copy.yaml`` (the keys of issue #5) copies a topic end to end; then bad input
 (issue #5): an undecodable record (JSON, and Avro through Lockgate's schema registry) with
-tolerance none and all, a SQL error, a missing topic. One coordinator and one executor (real
+tolerance none and all, a SQL error, a missing topic; and a pipeline that reads Protobuf and
+writes JSON Schema through the registry (issue #11). One coordinator and one executor (real
 processes) serve the module. Each test creates its own topics and pipeline through
 ``lockgate pipeline create -f`` and looks at ``lockgate pipeline status`` as a user would.
 """
@@ -17,8 +18,10 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import Producer
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from lockgate.localcluster.kafka import create_topic
@@ -34,6 +37,7 @@ from tests.integration.e2e.harness import (
     read_output,
     unique,
 )
+from tests.support.protobuf import compile_protos, message_class
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.spark]
@@ -310,3 +314,76 @@ def test_missing_topic_is_reported_by_name(cluster: ServiceCluster, tmp_path: Pa
         timeout_s=120,
         explain=cluster.logs_tail,
     )
+
+
+READING_PROTO = """syntax = "proto3";
+package plant;
+message Reading { int64 n = 1; string label = 2; }
+"""
+READING_JSON_SCHEMA = {
+    "title": "Reading",
+    "type": "object",
+    "properties": {"n": {"type": "integer", "minimum": 1}, "label": {"type": "string"}},
+    "required": ["n", "label"],
+    "additionalProperties": False,
+}
+
+
+def test_a_pipeline_reads_protobuf_and_writes_json_schema_records_exactly_once(
+    cluster: ServiceCluster, module_registry: RegistryProcess, tmp_path: Path
+) -> None:
+    bootstrap = cluster.bootstrap_servers
+    source, sink = unique("proto_in"), unique("jsonschema_out")
+    create_topic(bootstrap, source, partitions=2)
+    create_topic(bootstrap, sink, partitions=2)
+    client = SchemaRegistryClient({"url": module_registry.url})
+    reading = message_class(
+        compile_protos(tmp_path, {"reading.proto": READING_PROTO}), "plant.Reading"
+    )
+    serialize = ProtobufSerializer(reading, client)
+    context = SerializationContext(source, MessageField.VALUE)
+    count = 400
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for n in range(1, count + 1):
+        value = serialize(reading(n=n, label=f"r{n}"), context)
+        producer.produce(source, key=f"k{n % 20}".encode(), value=value, partition=n % 2)
+    assert producer.flush(30) == 0
+    sink_id = client.register_schema(
+        f"{sink}-value", Schema(json.dumps(READING_JSON_SCHEMA), "JSON")
+    )
+    registry = {"schema_registry_url": module_registry.url}
+    name = unique("proto-to-json")
+    code, output = _create(
+        cluster,
+        tmp_path,
+        pipeline_yaml(
+            name=name,
+            bootstrap_servers=bootstrap,
+            source_topic=source,
+            sink_topic=sink,
+            # The Protobuf record is its proto3 JSON in Spark (int64 as a string); the struct
+            # is validated against the sink's JSON Schema and written with its id.
+            sql="SELECT key, named_struct("
+            "'n', CAST(get_json_object(value, '$.n') AS BIGINT), "
+            "'label', upper(get_json_object(value, '$.label'))) AS value FROM input",
+            extra_source={"format": {"value_format": "protobuf", **registry}},
+            extra_sink={"format": {"value_format": "json_schema", **registry}},
+        ),
+    )
+    assert code == 0, output
+
+    def copied() -> bool:
+        offsets = cluster.offsets(name)
+        return offsets.get((source, 0), 0) + offsets.get((source, 1), 0) >= count
+
+    wait_for("the pipeline to pass the input", copied, timeout_s=120, explain=cluster.logs_tail)
+    records = read_output(bootstrap, sink)
+    # A consumer's own client: Confluent's JSONDeserializer reads every record by its id.
+    deserialize = JSONDeserializer(
+        None, schema_registry_client=SchemaRegistryClient({"url": module_registry.url})
+    )
+    sink_context = SerializationContext(sink, MessageField.VALUE)
+    decoded = [deserialize(r.value, sink_context) for r in records]
+    assert sorted(d["n"] for d in decoded) == list(range(1, count + 1))  # none lost, none twice
+    assert all(d["label"] == f"R{d['n']}" for d in decoded)
+    assert {int.from_bytes((r.value or b"")[1:5], "big") for r in records} == {sink_id}

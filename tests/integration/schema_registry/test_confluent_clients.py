@@ -126,7 +126,7 @@ def test_client_admin_calls(sqlite_registry: RegistryProcess) -> None:
     fetched = client.get_version(subject, 1).schema.schema_str
     assert json.loads(client.get_schema(schema_id).schema_str or "") == json.loads(fetched or "")
     assert json.loads(fetched or "") == USER_V1
-    assert client.get_schema_types() == ["AVRO", "JSON"]
+    assert client.get_schema_types() == ["AVRO", "JSON", "PROTOBUF"]
     assert client.get_subjects_by_schema_id(schema_id) == [subject]
     assert client.get_schema_versions(schema_id)[0].subject == subject
 

@@ -83,7 +83,7 @@ def test_json_records_round_trip_and_evolve(
     assert "TYPE_CHANGED at #/properties/id" in message
     assert "PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL at #/properties/item" in message
     assert client.get_versions(subject) == [1, 2]
-    assert client.get_schema_types() == ["AVRO", "JSON"]
+    assert client.get_schema_types() == ["AVRO", "JSON", "PROTOBUF"]
 
 
 def test_json_ref_to_another_subject_and_bad_schemas(

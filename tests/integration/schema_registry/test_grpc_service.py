@@ -258,6 +258,32 @@ def test_json_schema_type(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
     assert looked_up.subject_version.schema_type == pb.SCHEMA_TYPE_JSON
 
 
+def test_protobuf_schema_type(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
+    text = 'syntax = "proto3";\nmessage Pay { string card = 1; }'
+    registered = stub.RegisterSchema(
+        pb.RegisterSchemaRequest(subject="pay", schema=text, schema_type=pb.SCHEMA_TYPE_PROTOBUF)
+    )
+    got = stub.GetSchema(pb.GetSchemaRequest(schema_id=registered.schema_id)).schema
+    assert got.schema_type == pb.SCHEMA_TYPE_PROTOBUF
+    assert got.schema == 'syntax = "proto3";\nmessage Pay {\n  string card = 1;\n}\n'
+    looked_up = stub.LookupSchema(
+        pb.LookupSchemaRequest(
+            subject="pay",
+            schema="// same\nsyntax='proto3'; message Pay {string card=1;}",
+            schema_type=pb.SCHEMA_TYPE_PROTOBUF,
+        )
+    )
+    assert looked_up.subject_version.schema_id == registered.schema_id
+    with pytest.raises(grpc.RpcError) as invalid:
+        stub.RegisterSchema(
+            pb.RegisterSchemaRequest(
+                subject="pay", schema="message {", schema_type=pb.SCHEMA_TYPE_PROTOBUF
+            )
+        )
+    assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "does not compile: line 1" in (invalid.value.details() or "")
+
+
 def test_modes_and_deleted_only_listings(stub: pb_grpc.SchemaRegistryServiceStub) -> None:
     assert stub.GetMode(pb.GetModeRequest()).mode == pb.MODE_READWRITE
     stub.UpdateMode(pb.UpdateModeRequest(subject="imported", mode=pb.MODE_IMPORT))

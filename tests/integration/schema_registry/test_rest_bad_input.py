@@ -114,10 +114,10 @@ CASES: list[tuple[str, str, str, bytes | None, int, int, str]] = [
         "unsupported-type",
         "POST",
         "/subjects/s/versions",
-        b'{"schema": "{}", "schemaType": "PROTOBUF"}',
+        b'{"schema": "{}", "schemaType": "THRIFT"}',
         422,
         42201,
-        "serves AVRO, JSON",
+        "serves AVRO, JSON, PROTOBUF",
     ),
     (
         "unknown-level",

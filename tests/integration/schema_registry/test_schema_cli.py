@@ -59,6 +59,29 @@ def test_schema_cli(sqlite_registry: RegistryProcess, tmp_path: Path) -> None:
     assert result.exit_code == 1 and "error 40401" in result.output
 
 
+def test_schema_cli_with_protobuf(sqlite_registry: RegistryProcess, tmp_path: Path) -> None:
+    runner = CliRunner()
+    url = ["--registry", sqlite_registry.url]
+    v1, v2 = tmp_path / "pay_v1.proto", tmp_path / "pay_v2.proto"
+    v1.write_text('syntax = "proto3";\nmessage Pay { string card = 1; }\n')
+    v2.write_text('syntax = "proto3";\nmessage Pay { int64 card = 1; }\n')
+    # A .proto file is registered as PROTOBUF without --type.
+    result = runner.invoke(app, ["register", "pay-value", str(v1), *url])
+    assert result.exit_code == 0 and "version 1" in result.output, result.output
+    result = runner.invoke(app, ["get", "pay-value", *url])
+    assert result.exit_code == 0 and "string card = 1;" in result.output, result.output
+    result = runner.invoke(app, ["versions", "pay-value", *url])
+    assert result.exit_code == 0 and "Pay" in result.output
+    result = runner.invoke(app, ["check", "pay-value", str(v2), *url])
+    assert result.exit_code == 1
+    assert "FIELD_SCALAR_KIND_CHANGED at #/Pay/card=1" in result.output
+    inline = 'syntax = "proto3"; message Pay { string card = 1 }'
+    result = runner.invoke(
+        app, ["check", "pay-value", "-", "--type", "protobuf", *url], input=inline
+    )
+    assert result.exit_code == 2 and "error 42201" in result.output, result.output
+
+
 def test_unreachable_registry_says_so() -> None:
     result = CliRunner().invoke(app, ["subjects", "--registry", "http://127.0.0.1:9"])
     assert result.exit_code == 1

@@ -179,15 +179,25 @@ def test_page_size_defaults_caps_and_refuses_negative() -> None:
         page_size(-1)
 
 
-def test_avro_format_and_registry_url_survive_the_round_trip() -> None:
+@pytest.mark.parametrize(
+    ("value_format", "record_format"),
+    [
+        (common_pb2.DATA_FORMAT_AVRO, RecordFormat.AVRO),
+        (common_pb2.DATA_FORMAT_JSON_SCHEMA, RecordFormat.JSON_SCHEMA),
+        (common_pb2.DATA_FORMAT_PROTOBUF, RecordFormat.PROTOBUF),
+    ],
+)
+def test_registry_formats_and_registry_url_survive_the_round_trip(
+    value_format: common_pb2.DataFormat.ValueType, record_format: RecordFormat
+) -> None:
     proto = valid_spec()
     avro = common_pb2.FormatSpec(
-        value_format=common_pb2.DATA_FORMAT_AVRO, schema_registry_url="http://127.0.0.1:8081"
+        value_format=value_format, schema_registry_url="http://127.0.0.1:8081"
     )
     proto.source.kafka.format.CopyFrom(avro)
     proto.sink.kafka.format.CopyFrom(avro)
     spec = spec_from_proto(proto)
-    assert spec.sink.format is RecordFormat.AVRO
+    assert spec.sink.format is record_format
     assert spec.sink.schema_registry_url == "http://127.0.0.1:8081"
     back = spec_to_proto(spec)
     assert back.sink.kafka.format == avro

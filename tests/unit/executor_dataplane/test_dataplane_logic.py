@@ -58,6 +58,10 @@ def test_codecs() -> None:
         codec_for(RecordFormat.AVRO)
     avro = codec_for(RecordFormat.AVRO, schema_registry_url="http://127.0.0.1:8081")
     assert avro.column_type == "string"
+    with pytest.raises(ValueError, match="the protobuf format needs schema_registry_url"):
+        codec_for(RecordFormat.PROTOBUF)
+    protobuf = codec_for(RecordFormat.PROTOBUF, schema_registry_url="http://127.0.0.1:8081")
+    assert protobuf.column_type == "string"
     assert source_schema(RecordFormat.AVRO, RecordFormat.BYTES, marked=False).startswith(
         "key binary, value string"
     )

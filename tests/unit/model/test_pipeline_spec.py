@@ -164,11 +164,17 @@ def test_not_a_mapping() -> None:
     assert fields(["name"]) == [""]
 
 
-def test_avro_needs_the_registry_url_on_its_side() -> None:
+@pytest.mark.parametrize("fmt", ["avro", "json_schema", "protobuf"])
+def test_registry_formats_need_the_registry_url_on_their_side(fmt: str) -> None:
     raw = valid()
-    raw["source"]["kafka"]["format"] = "avro"
-    raw["sink"]["kafka"]["format"] = "avro"
-    assert fields(raw) == ["source.kafka.schema_registry_url", "sink.kafka.schema_registry_url"]
+    raw["source"]["kafka"]["format"] = fmt
+    raw["sink"]["kafka"]["format"] = fmt
+    violations = validate_pipeline_spec(raw)
+    assert [v.field for v in violations] == [
+        "source.kafka.schema_registry_url",
+        "sink.kafka.schema_registry_url",
+    ]
+    assert f"required when the format is {fmt}" in violations[0].description
     raw["source"]["kafka"]["schema_registry_url"] = "http://127.0.0.1:8081/"
     raw["sink"]["kafka"]["schema_registry_url"] = "127.0.0.1:8081"
     violations = validate_pipeline_spec(raw)
@@ -177,7 +183,7 @@ def test_avro_needs_the_registry_url_on_its_side() -> None:
     raw["sink"]["kafka"]["schema_registry_url"] = "https://registry.example:8081"
     spec = parse_pipeline_spec(raw)
     assert spec.source.schema_registry_url == "http://127.0.0.1:8081"
-    assert spec.sink.format is RecordFormat.AVRO
+    assert spec.sink.format is RecordFormat(fmt)
     assert parse_pipeline_spec(spec.to_json()) == spec
 
 
@@ -192,11 +198,13 @@ def test_key_formats_parse_and_are_stored_only_when_set() -> None:
     assert parse_pipeline_spec(spec.to_json()) == spec
 
 
-def test_avro_keys_are_refused_at_their_side() -> None:
+@pytest.mark.parametrize("fmt", ["avro", "json_schema", "protobuf"])
+def test_registry_format_keys_are_refused_at_their_side(fmt: str) -> None:
     raw = valid()
-    raw["sink"]["kafka"]["key_format"] = "avro"
+    raw["sink"]["kafka"]["key_format"] = fmt
     violations = validate_pipeline_spec(raw)
     assert [v.field for v in violations] == ["sink.kafka.key_format"]
+    assert violations[0].description == f"{fmt} keys are not supported"
     assert "json" in violations[0].fix
 
 

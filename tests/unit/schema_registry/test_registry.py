@@ -158,9 +158,9 @@ def test_check_against_one_version_and_all(registry: SchemaRegistry) -> None:
     assert not registry.check("s", candidate, version=1).compatible
 
 
-def test_schema_type_other_than_avro_is_refused(registry: SchemaRegistry) -> None:
-    with pytest.raises(errors.InvalidSchemaError, match="serves AVRO, JSON"):
-        registry.register("s", "{}", schema_type="PROTOBUF")
+def test_a_schema_type_not_served_is_refused(registry: SchemaRegistry) -> None:
+    with pytest.raises(errors.InvalidSchemaError, match="serves AVRO, JSON, PROTOBUF"):
+        registry.register("s", "{}", schema_type="THRIFT")
 
 
 def test_deleted_only_listings(registry: SchemaRegistry) -> None:

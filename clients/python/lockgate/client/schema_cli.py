@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -49,12 +50,19 @@ LEVELS = (
 
 app = typer.Typer(
     name="schema",
-    help="Register, inspect and check Avro schemas in the schema registry.",
+    help="Register, inspect and check Avro, JSON Schema and Protobuf schemas in the registry.",
     no_args_is_help=True,
 )
 _out = Console()
 _err = Console(stderr=True)
 
+TypeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--type",
+        help="Schema type: AVRO (default), JSON or PROTOBUF (a .proto file is PROTOBUF).",
+    ),
+]
 RegistryOption = Annotated[
     str,
     typer.Option(
@@ -142,10 +150,26 @@ def _read_schema(source: str) -> str:
     path = Path(source)
     if not path.is_file():
         _err.print(
-            f"[red]schema file {source!r} not found: pass a .avsc path, '-' or inline JSON[/red]"
+            f"[red]schema file {source!r} not found: pass a file path, '-' or inline JSON[/red]"
         )
         raise typer.Exit(2)
     return path.read_text(encoding="utf-8")
+
+
+def _schema_body(schema: str, schema_type: str | None) -> dict[str, Any]:
+    """The request body of a schema; the type from ``--type``, else from a ``.proto`` file."""
+    body: dict[str, Any] = {"schema": _read_schema(schema)}
+    chosen = schema_type or ("PROTOBUF" if schema.endswith(".proto") else None)
+    if chosen is not None:
+        body["schemaType"] = chosen.upper()
+    return body
+
+
+def _schema_syntax(answer: dict[str, Any]) -> Syntax:
+    """A schema shown as what it is: Protobuf as .proto text, the others as indented JSON."""
+    if answer.get("schemaType") == "PROTOBUF":
+        return Syntax(str(answer["schema"]), "protobuf")
+    return Syntax(json.dumps(json.loads(answer["schema"]), indent=2), "json")
 
 
 def _show_version(answer: dict[str, Any]) -> None:
@@ -154,15 +178,17 @@ def _show_version(answer: dict[str, Any]) -> None:
     table.add_row("version", str(answer.get("version", "")))
     table.add_row("id", str(answer.get("id", "")))
     _out.print(table)
-    _out.print(Syntax(json.dumps(json.loads(answer["schema"]), indent=2), "json"))
+    _out.print(_schema_syntax(answer))
 
 
 @app.command()
 def register(
     subject: Annotated[str, typer.Argument(help="Subject, e.g. orders-value.")],
     schema: Annotated[
-        str, typer.Argument(help="Schema: .avsc file, '-' for stdin, or inline JSON.")
+        str,
+        typer.Argument(help="Schema: .avsc, .json or .proto file, '-' for stdin, or inline JSON."),
     ],
+    schema_type: TypeOption = None,
     registry: RegistryOption = DEFAULT_REGISTRY,
     as_json: JsonOption = False,
     output: OutputOption = None,
@@ -173,12 +199,12 @@ def register(
         registry,
         "POST",
         _subject_path(subject) + "/versions",
-        json={"schema": _read_schema(schema)},
+        json=_schema_body(schema, schema_type),
     )
     if fmt is not OutputFormat.TABLE:
         print_document(answer, fmt)
         return
-    found = _run(registry, "POST", _subject_path(subject), json={"schema": _read_schema(schema)})
+    found = _run(registry, "POST", _subject_path(subject), json=_schema_body(schema, schema_type))
     _out.print(
         f"registered [bold]{subject}[/bold] version {found['version']} with id {answer['id']}"
     )
@@ -201,7 +227,7 @@ def get(
             print_document(answer, fmt)
         else:
             _out.print(f"id {schema_id}")
-            _out.print(Syntax(json.dumps(json.loads(answer["schema"]), indent=2), "json"))
+            _out.print(_schema_syntax(answer))
         return
     if subject is None:
         _err.print("[red]pass a SUBJECT (and optionally VERSION), or --id N[/red]")
@@ -235,6 +261,10 @@ def versions(
         return
     table = Table("version", "id", "fields")
     for row in rows:
+        if row.get("schemaType") == "PROTOBUF":
+            messages = re.findall(r"^message (\w+)", row["schema"], flags=re.MULTILINE)
+            table.add_row(str(row["version"]), str(row["id"]), ", ".join(messages))
+            continue
         document = json.loads(row["schema"])
         fields = document.get("fields") if isinstance(document, dict) else None
         summary = (
@@ -267,7 +297,8 @@ def subjects(
 def check(
     subject: Annotated[str, typer.Argument(help="Subject.")],
     schema: Annotated[
-        str, typer.Argument(help="Schema: .avsc file, '-' for stdin, or inline JSON.")
+        str,
+        typer.Argument(help="Schema: .avsc, .json or .proto file, '-' for stdin, or inline JSON."),
     ],
     version: Annotated[
         str | None,
@@ -275,6 +306,7 @@ def check(
             "--version", help="Check against this version only (default: what the level names)."
         ),
     ] = None,
+    schema_type: TypeOption = None,
     registry: RegistryOption = DEFAULT_REGISTRY,
     as_json: JsonOption = False,
     output: OutputOption = None,
@@ -286,7 +318,7 @@ def check(
     if version is not None:
         path += "/" + quote(version, safe="")
     answer = _run(
-        registry, "POST", path, params={"verbose": "true"}, json={"schema": _read_schema(schema)}
+        registry, "POST", path, params={"verbose": "true"}, json=_schema_body(schema, schema_type)
     )
     if fmt is not OutputFormat.TABLE:
         print_document(answer, fmt)

@@ -376,6 +376,14 @@ class _DataFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DataFormat
     """Avro in the Confluent wire format (magic byte, 4-byte schema id, body), schemas
     from the schema registry.
     """
+    DATA_FORMAT_JSON_SCHEMA: _DataFormat.ValueType  # 5
+    """JSON Schema in the Confluent wire format (magic byte, 4-byte schema id, UTF-8 JSON
+    document), validated against the schema registry's JSON Schema of that id.
+    """
+    DATA_FORMAT_PROTOBUF: _DataFormat.ValueType  # 6
+    """Protobuf in the Confluent wire format (magic byte, 4-byte schema id, message indexes,
+    body), schemas from the schema registry.
+    """
 
 class DataFormat(_DataFormat, metaclass=_DataFormatEnumTypeWrapper):
     """DataFormat is how a record's key or value bytes are encoded in Kafka."""
@@ -391,6 +399,14 @@ DATA_FORMAT_JSON: DataFormat.ValueType  # 3
 DATA_FORMAT_AVRO: DataFormat.ValueType  # 4
 """Avro in the Confluent wire format (magic byte, 4-byte schema id, body), schemas
 from the schema registry.
+"""
+DATA_FORMAT_JSON_SCHEMA: DataFormat.ValueType  # 5
+"""JSON Schema in the Confluent wire format (magic byte, 4-byte schema id, UTF-8 JSON
+document), validated against the schema registry's JSON Schema of that id.
+"""
+DATA_FORMAT_PROTOBUF: DataFormat.ValueType  # 6
+"""Protobuf in the Confluent wire format (magic byte, 4-byte schema id, message indexes,
+body), schemas from the schema registry.
 """
 Global___DataFormat: _TypeAlias = DataFormat  # noqa: Y015
 
@@ -914,8 +930,8 @@ class FormatSpec(_message.Message):
     """Encoding of record values; unset means BYTES."""
     schema_registry_url: _builtins.str
     """Base URL of the schema registry (Confluent-compatible REST), e.g.
-    "http://127.0.0.1:8081"; required when value_format is AVRO (AVRO keys are not
-    supported).
+    "http://127.0.0.1:8081"; required when value_format is AVRO, JSON_SCHEMA or
+    PROTOBUF (keys in these are not supported).
     """
     def __init__(
         self,
@@ -1126,9 +1142,9 @@ class KafkaSinkSpec(_message.Message):
     """
     @_builtins.property
     def format(self) -> Global___FormatSpec:
-        """How the sink records are encoded; unset means bytes keys and values. Avro values
-        are written with the newest schema registered under the subject "<topic>-value"
-        (register it before the pipeline runs).
+        """How the sink records are encoded; unset means bytes keys and values. Avro, JSON
+        Schema and Protobuf values are written with the newest schema registered under the
+        subject "<topic>-value" (register it before the pipeline runs).
         """
 
     @_builtins.property

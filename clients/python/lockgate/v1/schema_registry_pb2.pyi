@@ -40,6 +40,8 @@ class _SchemaTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SchemaType
     """Apache Avro (JSON schema text)."""
     SCHEMA_TYPE_JSON: _SchemaType.ValueType  # 2
     """JSON Schema (draft 7 unless its $schema names another draft)."""
+    SCHEMA_TYPE_PROTOBUF: _SchemaType.ValueType  # 3
+    """Protocol Buffers: .proto text, or a base64 FileDescriptorProto; references are imports."""
 
 class SchemaType(_SchemaType, metaclass=_SchemaTypeEnumTypeWrapper):
     """SchemaType is the schema language."""
@@ -50,6 +52,8 @@ SCHEMA_TYPE_AVRO: SchemaType.ValueType  # 1
 """Apache Avro (JSON schema text)."""
 SCHEMA_TYPE_JSON: SchemaType.ValueType  # 2
 """JSON Schema (draft 7 unless its $schema names another draft)."""
+SCHEMA_TYPE_PROTOBUF: SchemaType.ValueType  # 3
+"""Protocol Buffers: .proto text, or a base64 FileDescriptorProto; references are imports."""
 Global___SchemaType: _TypeAlias = SchemaType  # noqa: Y015
 
 class _Mode:

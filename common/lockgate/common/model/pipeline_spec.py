@@ -41,6 +41,14 @@ class RecordFormat(enum.StrEnum):
     STRING = "string"
     JSON = "json"
     AVRO = "avro"
+    JSON_SCHEMA = "json_schema"
+    PROTOBUF = "protobuf"
+
+    @property
+    def needs_registry(self) -> bool:
+        """Whether the format frames records with a schema-registry id (Confluent's wire
+        format), so its side needs `schema_registry_url`."""
+        return self in (RecordFormat.AVRO, RecordFormat.JSON_SCHEMA, RecordFormat.PROTOBUF)
 
 
 class StartingOffsets(enum.StrEnum):
@@ -73,9 +81,10 @@ class KafkaSource:
     starting_offsets: StartingOffsets
     format: RecordFormat
     schema_registry_url: str | None = None
-    """Base URL of the schema registry's REST facade; required by the avro format."""
+    """Base URL of the schema registry's REST facade; required by avro, json_schema and
+    protobuf."""
     key_format: RecordFormat = RecordFormat.BYTES
-    """How record keys are decoded (bytes, string or json; avro keys are refused)."""
+    """How record keys are decoded (bytes, string or json; registry formats are refused)."""
     max_records_per_partition: int = 0
     """Most records one checkpoint reads from one partition (0: the default,
     `DEFAULT_MAX_RECORDS_PER_PARTITION`), so a backlog drains in checkpoints that each fit."""
@@ -109,10 +118,11 @@ class KafkaSink:
     topic: str
     format: RecordFormat
     schema_registry_url: str | None = None
-    """Base URL of the schema registry's REST facade; required by the avro format.
-    Avro values are written with the newest schema registered under `<topic>-value`."""
+    """Base URL of the schema registry's REST facade; required by avro, json_schema and
+    protobuf. Their values are written with the newest schema registered under
+    `<topic>-value` (protobuf: its first message)."""
     key_format: RecordFormat = RecordFormat.BYTES
-    """How record keys are encoded (bytes, string or json; avro keys are refused)."""
+    """How record keys are encoded (bytes, string or json; registry formats are refused)."""
     transactional_id_prefix: str | None = None
     """The start of the producers' `transactional.id`s; None for `lockgate-<pipeline>`
     (`PipelineSpec.transactional_id_prefix` gives the one in force)."""
@@ -125,7 +135,8 @@ class KafkaSink:
 
     @property
     def value_subject(self) -> str:
-        """The subject whose newest schema avro values are written with (TopicNameStrategy)."""
+        """The subject whose newest schema avro, json_schema and protobuf values are written
+        with (TopicNameStrategy)."""
         return f"{self.topic}-value"
 
 
@@ -535,13 +546,14 @@ def _key_format_json(fmt: RecordFormat) -> dict[str, str]:
 
 
 def _parse_key_format(c: SpecChecker, kafka: Mapping[str, Any], path: str) -> RecordFormat | None:
-    """`key_format`: bytes (default), string or json; the avro codec needs a key subject,
-    which no pipeline names, so avro keys are refused."""
+    """`key_format`: bytes (default), string or json; the registry codecs (avro,
+    json_schema, protobuf) need a key subject, which no pipeline names, so their keys are
+    refused."""
     fmt = c.choice(kafka, "key_format", f"{path}.key_format", RecordFormat, RecordFormat.BYTES)
-    if fmt is RecordFormat.AVRO:
+    if fmt is not None and fmt.needs_registry:
         c.add(
             f"{path}.key_format",
-            "avro keys are not supported",
+            f"{fmt.value} keys are not supported",
             "use bytes, string or json keys",
         )
         return None
@@ -561,7 +573,8 @@ def _parse_bool(c: SpecChecker, raw: Mapping[str, Any], key: str) -> bool:
 def _parse_registry_url(
     c: SpecChecker, kafka: Mapping[str, Any], path: str, fmt: RecordFormat | None
 ) -> str | None:
-    """`schema_registry_url`: an http(s) URL, required when the format is avro."""
+    """`schema_registry_url`: an http(s) URL, required when the format is avro, json_schema
+    or protobuf."""
     url = c.string(
         kafka,
         "schema_registry_url",
@@ -570,10 +583,10 @@ def _parse_registry_url(
         pattern=_REGISTRY_URL_PATTERN,
         pattern_fix="write the registry's REST address, e.g. http://127.0.0.1:8081",
     )
-    if fmt is RecordFormat.AVRO and kafka.get("schema_registry_url") is None:
+    if fmt is not None and fmt.needs_registry and kafka.get("schema_registry_url") is None:
         c.add(
             f"{path}.schema_registry_url",
-            "is required when the format is avro",
+            f"is required when the format is {fmt.value}",
             "add the registry's REST address, e.g. `schema_registry_url: http://127.0.0.1:8081`",
         )
     return url.rstrip("/") if url is not None else None

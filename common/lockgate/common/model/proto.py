@@ -150,6 +150,8 @@ _FORMAT_TO_PB: Mapping[RecordFormat, int] = {
     RecordFormat.STRING: common_pb2.DATA_FORMAT_STRING,
     RecordFormat.JSON: common_pb2.DATA_FORMAT_JSON,
     RecordFormat.AVRO: common_pb2.DATA_FORMAT_AVRO,
+    RecordFormat.JSON_SCHEMA: common_pb2.DATA_FORMAT_JSON_SCHEMA,
+    RecordFormat.PROTOBUF: common_pb2.DATA_FORMAT_PROTOBUF,
 }
 _FORMAT_FROM_PB: Mapping[int, RecordFormat] = {v: k for k, v in _FORMAT_TO_PB.items()}
 STARTING_OFFSETS_TO_PB: Mapping[StartingOffsets, int] = {

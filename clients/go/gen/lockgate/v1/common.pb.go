@@ -602,6 +602,12 @@ const (
 	// Avro in the Confluent wire format (magic byte, 4-byte schema id, body), schemas
 	// from the schema registry.
 	DataFormat_DATA_FORMAT_AVRO DataFormat = 4
+	// JSON Schema in the Confluent wire format (magic byte, 4-byte schema id, UTF-8 JSON
+	// document), validated against the schema registry's JSON Schema of that id.
+	DataFormat_DATA_FORMAT_JSON_SCHEMA DataFormat = 5
+	// Protobuf in the Confluent wire format (magic byte, 4-byte schema id, message indexes,
+	// body), schemas from the schema registry.
+	DataFormat_DATA_FORMAT_PROTOBUF DataFormat = 6
 )
 
 // Enum value maps for DataFormat.
@@ -612,6 +618,8 @@ var (
 		2: "DATA_FORMAT_STRING",
 		3: "DATA_FORMAT_JSON",
 		4: "DATA_FORMAT_AVRO",
+		5: "DATA_FORMAT_JSON_SCHEMA",
+		6: "DATA_FORMAT_PROTOBUF",
 	}
 	DataFormat_value = map[string]int32{
 		"DATA_FORMAT_UNSPECIFIED": 0,
@@ -619,6 +627,8 @@ var (
 		"DATA_FORMAT_STRING":      2,
 		"DATA_FORMAT_JSON":        3,
 		"DATA_FORMAT_AVRO":        4,
+		"DATA_FORMAT_JSON_SCHEMA": 5,
+		"DATA_FORMAT_PROTOBUF":    6,
 	}
 )
 
@@ -1647,8 +1657,8 @@ type FormatSpec struct {
 	// Encoding of record values; unset means BYTES.
 	ValueFormat DataFormat `protobuf:"varint,2,opt,name=value_format,json=valueFormat,proto3,enum=lockgate.v1.DataFormat" json:"value_format,omitempty"`
 	// Base URL of the schema registry (Confluent-compatible REST), e.g.
-	// "http://127.0.0.1:8081"; required when value_format is AVRO (AVRO keys are not
-	// supported).
+	// "http://127.0.0.1:8081"; required when value_format is AVRO, JSON_SCHEMA or
+	// PROTOBUF (keys in these are not supported).
 	SchemaRegistryUrl string `protobuf:"bytes,3,opt,name=schema_registry_url,json=schemaRegistryUrl,proto3" json:"schema_registry_url,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
@@ -1975,9 +1985,9 @@ type KafkaSinkSpec struct {
 	BootstrapServers string `protobuf:"bytes,1,opt,name=bootstrap_servers,json=bootstrapServers,proto3" json:"bootstrap_servers,omitempty"`
 	// Topic to write to; it must exist.
 	Topic string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
-	// How the sink records are encoded; unset means bytes keys and values. Avro values
-	// are written with the newest schema registered under the subject "<topic>-value"
-	// (register it before the pipeline runs).
+	// How the sink records are encoded; unset means bytes keys and values. Avro, JSON
+	// Schema and Protobuf values are written with the newest schema registered under the
+	// subject "<topic>-value" (register it before the pipeline runs).
 	Format *FormatSpec `protobuf:"bytes,3,opt,name=format,proto3" json:"format,omitempty"`
 	// Kafka `transaction.timeout.ms` for the sink's transactions, in milliseconds, >= 1000;
 	// it must exceed checkpoint.timeout_ms plus the coordinator's recovery time (refused
@@ -3625,14 +3635,16 @@ const file_lockgate_v1_common_proto_rawDesc = "" +
 	"\x0eErrorTolerance\x12\x1f\n" +
 	"\x1bERROR_TOLERANCE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_TOLERANCE_NONE\x10\x01\x12\x17\n" +
-	"\x13ERROR_TOLERANCE_ALL\x10\x02*\x84\x01\n" +
+	"\x13ERROR_TOLERANCE_ALL\x10\x02*\xbb\x01\n" +
 	"\n" +
 	"DataFormat\x12\x1b\n" +
 	"\x17DATA_FORMAT_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11DATA_FORMAT_BYTES\x10\x01\x12\x16\n" +
 	"\x12DATA_FORMAT_STRING\x10\x02\x12\x14\n" +
 	"\x10DATA_FORMAT_JSON\x10\x03\x12\x14\n" +
-	"\x10DATA_FORMAT_AVRO\x10\x04*q\n" +
+	"\x10DATA_FORMAT_AVRO\x10\x04\x12\x1b\n" +
+	"\x17DATA_FORMAT_JSON_SCHEMA\x10\x05\x12\x18\n" +
+	"\x14DATA_FORMAT_PROTOBUF\x10\x06*q\n" +
 	"\x10CoordinatorState\x12!\n" +
 	"\x1dCOORDINATOR_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17COORDINATOR_STATE_ALIVE\x10\x01\x12\x1d\n" +

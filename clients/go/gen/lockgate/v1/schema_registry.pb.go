@@ -41,6 +41,8 @@ const (
 	SchemaType_SCHEMA_TYPE_AVRO SchemaType = 1
 	// JSON Schema (draft 7 unless its $schema names another draft).
 	SchemaType_SCHEMA_TYPE_JSON SchemaType = 2
+	// Protocol Buffers: .proto text, or a base64 FileDescriptorProto; references are imports.
+	SchemaType_SCHEMA_TYPE_PROTOBUF SchemaType = 3
 )
 
 // Enum value maps for SchemaType.
@@ -49,11 +51,13 @@ var (
 		0: "SCHEMA_TYPE_UNSPECIFIED",
 		1: "SCHEMA_TYPE_AVRO",
 		2: "SCHEMA_TYPE_JSON",
+		3: "SCHEMA_TYPE_PROTOBUF",
 	}
 	SchemaType_value = map[string]int32{
 		"SCHEMA_TYPE_UNSPECIFIED": 0,
 		"SCHEMA_TYPE_AVRO":        1,
 		"SCHEMA_TYPE_JSON":        2,
+		"SCHEMA_TYPE_PROTOBUF":    3,
 	}
 )
 
@@ -2863,12 +2867,13 @@ const file_lockgate_v1_schema_registry_proto_rawDesc = "" +
 	"\aversion\x18\x03 \x01(\x05R\aversion\"G\n" +
 	"\x11SubjectVersionRef\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x05R\aversion*U\n" +
+	"\aversion\x18\x02 \x01(\x05R\aversion*o\n" +
 	"\n" +
 	"SchemaType\x12\x1b\n" +
 	"\x17SCHEMA_TYPE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SCHEMA_TYPE_AVRO\x10\x01\x12\x14\n" +
-	"\x10SCHEMA_TYPE_JSON\x10\x02*T\n" +
+	"\x10SCHEMA_TYPE_JSON\x10\x02\x12\x18\n" +
+	"\x14SCHEMA_TYPE_PROTOBUF\x10\x03*T\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_READWRITE\x10\x01\x12\x11\n" +

@@ -165,7 +165,7 @@ def _sink_column(frame: DataFrame, name: str, fmt: RecordFormat, field: str) -> 
     column = F.col(name)
     if isinstance(data_type, BinaryType | StringType):
         return column
-    if fmt in (RecordFormat.JSON, RecordFormat.AVRO) and isinstance(
+    if (fmt is RecordFormat.JSON or fmt.needs_registry) and isinstance(
         data_type, StructType | MapType | ArrayType
     ):
         return F.to_json(column)
@@ -174,7 +174,11 @@ def _sink_column(frame: DataFrame, name: str, fmt: RecordFormat, field: str) -> 
     raise TransformError(
         f"the transform's {name!r} column is {data_type.simpleString()}, but {field} is"
         f" {fmt.value}: cast it to binary or string in the transform"
-        + (" (or use format json or avro for structs)" if fmt is RecordFormat.BYTES else "")
+        + (
+            " (or use format json, avro, json_schema or protobuf for structs)"
+            if fmt is RecordFormat.BYTES
+            else ""
+        )
     )
 
 
@@ -204,7 +208,7 @@ def prepare_sink_frame(frame: DataFrame, spec: PipelineSpec) -> DataFrame:
         columns.append(F.col("headers"))
     if "timestamp" in names and isinstance(frame.schema["timestamp"].dataType, TimestampType):
         columns.append(F.col("timestamp"))
-    for locator, spark_type in (("topic", "string"), ("partition", "int"), ("offset", "long")):
+    for locator, spark_type in (("topic", "string"), ("partition", "int"), ("offset", "bigint")):
         if locator in names and frame.schema[locator].dataType.simpleString() == spark_type:
             columns.append(F.col(locator))
     return frame.select(*columns)
@@ -308,6 +312,14 @@ def _activate(spark: SparkSession) -> None:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
 
 
+#: The registry's ``schemaType`` each registry format writes with.
+_REGISTRY_SCHEMA_TYPES = {
+    RecordFormat.AVRO: "AVRO",
+    RecordFormat.JSON_SCHEMA: "JSON",
+    RecordFormat.PROTOBUF: "PROTOBUF",
+}
+
+
 def _check_topics_exist(spec: PipelineSpec) -> None:
     for topic in spec.source.topics:
         topic_partitions(
@@ -330,13 +342,22 @@ def _check_topics_exist(spec: PipelineSpec) -> None:
                 f"sink topic {topic!r} does not exist on {spec.sink.bootstrap_servers};"
                 " create it or fix the spec"
             ) from exc
-    if spec.sink.format is RecordFormat.AVRO and spec.sink.schema_registry_url is not None:
-        # The writers encode with the subject's newest schema: a missing one fails here,
-        # once and plainly, rather than in every Spark task.
+    if spec.sink.format.needs_registry and spec.sink.schema_registry_url is not None:
+        # The writers encode with the subject's newest schema: a missing one (or one of
+        # another type) fails here, once and plainly, rather than in every Spark task.
         try:
-            RestSchemaFetcher(spec.sink.schema_registry_url).latest(spec.sink.value_subject)
+            _, schema_type, _ = RestSchemaFetcher(spec.sink.schema_registry_url).latest_typed(
+                spec.sink.value_subject
+            )
         except SerdeError as exc:
-            raise SinkError(f"sink.kafka.format avro: {exc}") from exc
+            raise SinkError(f"sink.kafka.format {spec.sink.format.value}: {exc}") from exc
+        wanted = _REGISTRY_SCHEMA_TYPES[spec.sink.format]
+        if schema_type != wanted:
+            raise SinkError(
+                f"sink.kafka.format {spec.sink.format.value}: the newest schema under subject"
+                f" {spec.sink.value_subject!r} is {schema_type}, not {wanted}: register a"
+                f" {wanted} schema under it"
+            )
 
 
 @dataclass

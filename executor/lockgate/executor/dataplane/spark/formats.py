@@ -319,8 +319,8 @@ def codec_for(
     schema_registry_url: str | None = None,
     subject: str | None = None,
 ) -> RecordCodec:
-    """The codec of a format; ``avro`` needs the registry's URL (and, to encode, the
-    subject whose newest schema it writes with)."""
+    """The codec of a format; ``avro``, ``json_schema`` and ``protobuf`` need the registry's
+    URL (and, to encode, the subject whose newest schema they write with)."""
     if record_format is RecordFormat.BYTES:
         return BytesCodec()
     if record_format is RecordFormat.STRING:
@@ -328,5 +328,16 @@ def codec_for(
     if record_format is RecordFormat.JSON:
         return JsonCodec()
     if not schema_registry_url:
-        raise ValueError("the avro format needs schema_registry_url")
+        raise ValueError(f"the {record_format.value} format needs schema_registry_url")
+    if record_format is RecordFormat.JSON_SCHEMA:
+        # Imported here: that module builds on this one's DecodeFailure.
+        from lockgate.executor.dataplane.spark.json_schema_codec import JsonSchemaCodec
+
+        return JsonSchemaCodec(RestSchemaFetcher(schema_registry_url), subject=subject)
+    if record_format is RecordFormat.PROTOBUF:
+        # Imported here: the protobuf codec's module builds on this one's DecodeFailure.
+        from lockgate.executor.dataplane.spark.protobuf_codec import ProtobufCodec
+        from lockgate.schema_registry.protobuf_serde import RestProtobufSchemas
+
+        return ProtobufCodec(RestProtobufSchemas(schema_registry_url), subject=subject)
     return AvroCodec(RestSchemaFetcher(schema_registry_url), subject=subject)
