@@ -11,7 +11,6 @@ CLI is run as a subprocess, as a user would.
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
 import signal
@@ -25,6 +24,7 @@ from typing import Any
 
 import grpc
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka.admin import KafkaAdminClient
 
 from lockgate.localcluster.kafka import ConsumedRecord, read_visible
 from lockgate.localcluster.ports import free_port
@@ -34,6 +34,7 @@ from lockgate.localcluster.process import (
     ProcessStartError,
     RunningProcess,
     is_alive,
+    kill_process,
     read_pid_file,
     start_process,
     stop_process,
@@ -42,7 +43,6 @@ from lockgate.localcluster.process import (
 from lockgate.localcluster.services import coordinator_spec, executor_spec
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from tests.support.processes import failpoint_env
-from tests.support.waits import wait_for
 
 #: Coordinator flags for fault tests: short sessions, so a dead or paused executor's tasks
 #: move within seconds.
@@ -63,6 +63,8 @@ class ServiceCluster:
     home: Path
     bootstrap_servers: str
     lease_ms: int = 2000
+    #: The replicas' shared database; empty: a SQLite file in ``home``.
+    database_url: str = ""
     coordinator_args: Sequence[str] = ()
     coordinator_ports: dict[str, int] = field(default_factory=dict)
     executor_ports: dict[str, int] = field(default_factory=dict)
@@ -78,8 +80,8 @@ class ServiceCluster:
 
     @property
     def db_url(self) -> str:
-        """The replicas' shared SQLite file."""
-        return f"sqlite:///{self.home / 'coordinator.db'}"
+        """The replicas' shared database: ``database_url``, else a SQLite file in ``home``."""
+        return self.database_url or f"sqlite:///{self.home / 'coordinator.db'}"
 
     @property
     def coordinator_addresses(self) -> list[str]:
@@ -178,13 +180,10 @@ class ServiceCluster:
 
     def kill(self, name: str) -> int:
         """SIGKILL process ``name`` (by its pid file) and wait until it is gone."""
-        record = read_pid_file(self.home, name)
-        assert record is not None, f"{name} has no pid file"
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(record.pid, signal.SIGKILL)
-        wait_for(f"{name} gone", lambda: not is_alive(record), timeout_s=15)
+        pid = kill_process(home=self.home, name=name)
+        assert pid is not None, f"{name} does not run"
         self.running.pop(name, None)
-        return record.pid
+        return pid
 
     def signal(self, name: str, signum: signal.Signals) -> None:
         """Send ``signum`` (SIGSTOP, SIGCONT) to process ``name``, by its pid file."""
@@ -460,6 +459,24 @@ def check_output(
     )
 
 
+def ongoing_transactions(bootstrap_servers: str, transactional_id_prefix: str) -> list[str]:
+    """The transactional ids starting with ``transactional_id_prefix`` that have a
+    transaction Ongoing on the broker (Kafka's ListTransactions, KIP-664): after a pipeline
+    has settled, any of them is a hanging transaction, which would block read_committed
+    readers of its partitions until ``transaction.timeout.ms``."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    try:
+        listings = admin.list_transactions(state_filters=["Ongoing"])
+    finally:
+        admin.close()
+    return sorted(
+        listing.transactional_id
+        for per_broker in listings.values()
+        for listing in per_broker
+        if listing.transactional_id.startswith(transactional_id_prefix)
+    )
+
+
 def read_output(bootstrap_servers: str, topic: str) -> list[ConsumedRecord]:
     """Everything read_committed readers see in ``topic``, settled."""
     return read_visible(bootstrap_servers, topic, timeout_s=60)
@@ -474,6 +491,7 @@ __all__ = [
     "check_output",
     "end_offsets",
     "held",
+    "ongoing_transactions",
     "pipeline_yaml",
     "produce_keyed",
     "read_output",
