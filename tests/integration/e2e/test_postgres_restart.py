@@ -60,8 +60,9 @@ LEASE_LOST = "lost the lease"
 
 @pytest.fixture
 def postgres() -> Iterator[PostgresCluster]:
-    """A server of this test's own: crashing the session's would hurt other tests."""
-    with PostgresCluster() as cluster:
+    """A server of this test's own (crashing the session's would hurt other tests), durable:
+    every commit it acknowledged survives the crash, as on a production server."""
+    with PostgresCluster(durable=True) as cluster:
         yield cluster
 
 

@@ -4,9 +4,9 @@
 ``postgres`` on a free port of 127.0.0.1 with its Unix socket inside the cluster directory,
 waits until it accepts connections, and hands out databases as SQLAlchemy URLs. ``stop``
 does a fast shutdown (SIGINT: roll back open transactions, checkpoint, exit) and removes
-the directory it created. For fault tests, ``kill`` crashes the server (SIGKILL to the
-postmaster and its backends) and ``restart`` starts it again on the same data directory and
-port.
+the directory it created. For fault tests, ``kill`` crashes a ``durable`` server (SIGKILL to
+the postmaster and its backends) and ``restart`` starts it again on the same data directory
+and port.
 
 PostgreSQL refuses to run as root. When this process is root (as in CI containers) the
 server runs as an unprivileged system user (``postgres`` if it exists, else ``nobody``),
@@ -368,7 +368,16 @@ class PostgresCluster:
     def kill(self) -> None:
         """SIGKILL the postmaster and every backend at once, as a crash: no shutdown
         checkpoint, open transactions and sessions cut. The data directory and the port are
-        kept for :meth:`restart`, whose start runs PostgreSQL's crash recovery."""
+        kept for :meth:`restart`, whose start runs PostgreSQL's crash recovery.
+
+        Only a ``durable`` cluster may be killed: without it ``synchronous_commit`` is off,
+        and a crash loses the transactions committed in the last few hundred milliseconds,
+        which no production server would."""
+        if not self._durable:
+            raise PostgresError(
+                "killing a cluster started without durable=True would lose its last commits"
+                " (synchronous_commit is off); start it with PostgresCluster(durable=True)"
+            )
         process, self._process = self._process, None
         if process is None:
             raise PostgresError("the PostgreSQL cluster is not running; nothing to kill")
