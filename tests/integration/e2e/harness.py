@@ -265,6 +265,17 @@ class ServiceCluster:
         )
         return list(answer.checkpoints)
 
+    def settled(self, name: str, ends: Mapping[tuple[str, int], int]) -> bool:
+        """Pipeline ``name`` has committed every (topic, partition) up to ``ends`` and has no
+        checkpoint COMPLETE but uncommitted, nor one in flight."""
+        status = self.pipeline_status(name)
+        offsets = self.offsets(name)
+        return (
+            all(offsets.get(tp, -1) >= end for tp, end in ends.items())
+            and status.last_committed_checkpoint_id == status.last_complete_checkpoint_id
+            and not status.in_flight_checkpoint_ids
+        )
+
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run ``lockgate ARGS`` against this cluster's coordinators."""
         env = {

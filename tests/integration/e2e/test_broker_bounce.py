@@ -114,17 +114,6 @@ def _committed(cluster: ServiceCluster, pipeline: str, checkpoint_id: int) -> bo
     return bool(state == common_pb2.CHECKPOINT_STATE_COMMITTED)
 
 
-def _settled(cluster: ServiceCluster, pipeline: str, wanted: dict[tuple[str, int], int]) -> bool:
-    """Every input record is in a committed checkpoint and nothing is in flight."""
-    status = cluster.pipeline_status(pipeline)
-    offsets = cluster.offsets(pipeline)
-    return (
-        all(offsets.get(tp, -1) >= end for tp, end in wanted.items())
-        and status.last_committed_checkpoint_id == status.last_complete_checkpoint_id
-        and not status.in_flight_checkpoint_ids
-    )
-
-
 def test_exactly_once_when_the_broker_dies_mid_precommit_and_mid_commit(
     broker: BouncedBroker, tmp_path: Path
 ) -> None:
@@ -230,7 +219,7 @@ def test_exactly_once_when_the_broker_dies_mid_precommit_and_mid_commit(
         wanted = {(source, p): end for p, end in ends.items()}
         wait_for(
             "every record committed and nothing in flight",
-            lambda: _settled(cluster, pipeline, wanted),
+            lambda: cluster.settled(pipeline, wanted),
             timeout_s=180,
             explain=cluster.logs_tail,
         )

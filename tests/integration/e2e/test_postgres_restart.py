@@ -66,17 +66,6 @@ def postgres() -> Iterator[PostgresCluster]:
         yield cluster
 
 
-def _settled(cluster: ServiceCluster, pipeline: str, wanted: dict[tuple[str, int], int]) -> bool:
-    """Every input record is in a committed checkpoint and nothing is in flight."""
-    status = cluster.pipeline_status(pipeline)
-    offsets = cluster.offsets(pipeline)
-    return (
-        all(offsets.get(tp, -1) >= end for tp, end in wanted.items())
-        and status.last_committed_checkpoint_id == status.last_complete_checkpoint_id
-        and not status.in_flight_checkpoint_ids
-    )
-
-
 def _leaders_seen(cluster: ServiceCluster) -> str | None:
     """The leader every replica names when asked on its own (None: they disagree, or one
     cannot read the database or does not answer)."""
@@ -177,7 +166,7 @@ def test_exactly_once_when_postgresql_crashes_and_restarts_under_three_coordinat
         wanted = {(source, p): end for p, end in ends.items()}
         wait_for(
             "every record committed and nothing in flight",
-            lambda: _settled(cluster, pipeline, wanted),
+            lambda: cluster.settled(pipeline, wanted),
             timeout_s=180,
             explain=cluster.logs_tail,
         )
