@@ -47,7 +47,9 @@ from lockgate.localcluster.process import (
     ProcessStartError,
     RunningProcess,
     check_ports_free,
+    has_exited,
     is_alive,
+    kill_process,
     lockgate_home,
     port_holder,
     read_pid_file,
@@ -490,6 +492,42 @@ def test_start_and_stop_a_process_that_ignores_sigterm(tmp_path: Path) -> None:
     assert stop_process(home=tmp_path, name="stubborn", grace_s=0.5) == running.pid
     assert not is_alive(record)  # SIGTERM was ignored, so SIGKILL ended it
     assert stop_process(home=tmp_path, name="stubborn") is None
+
+
+_LISTENER = textwrap.dedent(
+    """
+    import socket, sys, threading, time
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", int(sys.argv[1])))
+    server.listen()
+    for _ in range(4):  # threads that must all be gone before the port is free again
+        threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+    while True:
+        server.accept()[0].close()
+    """
+)
+
+
+def test_a_killed_process_can_start_again_on_its_port_at_once(tmp_path: Path) -> None:
+    port = free_port()
+    spec = ProcessSpec(
+        name="listener",
+        argv=(sys.executable, "-c", _LISTENER, str(port)),
+        address=f"127.0.0.1:{port}",
+        ports=(port,),
+        ready=lambda: port_holder(port) is not None,
+        ready_timeout_s=30,
+    )
+    first = start_process(spec, home=tmp_path)
+    assert kill_process(home=tmp_path, name="listener") == first.pid
+    record = read_pid_file(tmp_path, "listener")
+    assert record is not None and has_exited(record), "the pid file stays, the process is gone"
+    check_ports_free((port,), wanted_by="the restart")
+    second = start_process(spec, home=tmp_path)  # same port, no wait in between
+    assert second.pid != first.pid
+    assert kill_process(home=tmp_path, name="listener") == second.pid
+    assert kill_process(home=tmp_path, name="listener") is None
 
 
 def test_stop_pid_leaves_a_recycled_pid_alone() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from lockgate.common.errors import LockgateError
+from lockgate.common.errors import LockgateError, Unavailable
 from lockgate.common.failpoints import FailpointConfigError, Failpoints
 from lockgate.common.grpc_server import ServerBindError, build_server
 from lockgate.common.metrics import Instruments
@@ -157,6 +157,9 @@ def _open_state(db: str | None, *, lease_ms: int, failpoints: Failpoints) -> Sql
         shown = "<unparseable URL>"
     try:
         store = open_store(url, lease_ms=lease_ms, failpoints=failpoints)
+    except Unavailable as exc:
+        print(f"error: cannot open the database {shown}: {exc.message}", file=sys.stderr)
+        return 1
     except LockgateError as exc:
         print(f"error: --db: {exc.message}", file=sys.stderr)
         return 2

@@ -72,12 +72,14 @@ def test_a_leader_paused_inside_a_write_past_the_idle_bound_loses_the_write_not_
     postgres_url: str,
 ) -> None:
     """PostgreSQL ends a session idle in its transaction after half the lease: the paused
-    leader's locks go, a contender takes the lease, and the paused write never lands."""
+    leader's locks go, a contender takes the lease, and the paused write never lands; the
+    paused leader's call fails as `Unavailable` (its session is gone), not as an internal
+    error."""
     old_store = open_store(postgres_url, lease_ms=LEASE_MS)
     new_store = open_store(postgres_url, lease_ms=LEASE_MS)
     try:
         old = lead(old_store, "c1", lease_ms=LEASE_MS)
-        with pytest.raises(sa.exc.DBAPIError), old_store.database.transaction(fence=old) as conn:
+        with pytest.raises(Unavailable), old_store.database.transaction(fence=old) as conn:
             # Paused after the fence check, past the lease and the idle bound.
             taken = wait_for(
                 "a contender to take the lease",

@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafka.admin import KafkaAdminClient
 
 from lockgate.localcluster.kafka import create_topic
 from lockgate.localcluster.process import stop_process
@@ -32,6 +31,7 @@ from tests.integration.e2e.harness import (
     check_output,
     end_offsets,
     held,
+    ongoing_transactions,
     pipeline_yaml,
     produce_keyed,
     read_output,
@@ -122,17 +122,7 @@ class HeldPipeline:
 
     def open_transactions(self) -> list[str]:
         """The pipeline's transactional ids with a transaction Ongoing on the broker."""
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
-        try:
-            listings = admin.list_transactions(state_filters=["Ongoing"])
-        finally:
-            admin.close()
-        return sorted(
-            listing.transactional_id
-            for per_broker in listings.values()
-            for listing in per_broker
-            if listing.transactional_id.startswith(f"lockgate-{self.name}-")
-        )
+        return ongoing_transactions(self.bootstrap, f"lockgate-{self.name}-")
 
     def status(self) -> coordinator_pb2.GetPipelineStatusResponse:
         return self.cluster.pipeline_status(self.name)

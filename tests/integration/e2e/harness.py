@@ -16,7 +16,6 @@ pair, which both sides reach.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import json
 import os
@@ -31,6 +30,7 @@ from typing import Any
 
 import grpc
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka.admin import KafkaAdminClient
 
 from lockgate.localcluster.certs import LocalPki
 from lockgate.localcluster.kafka import ConsumedRecord, read_visible
@@ -41,6 +41,7 @@ from lockgate.localcluster.process import (
     ProcessStartError,
     RunningProcess,
     is_alive,
+    kill_process,
     read_pid_file,
     start_process,
     stop_process,
@@ -50,7 +51,6 @@ from lockgate.localcluster.services import coordinator_spec, executor_spec
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from tests.support.netns import NetworkNamespace
 from tests.support.processes import failpoint_env
-from tests.support.waits import wait_for
 
 #: What a process logs when a COMPLETE checkpoint's transaction was aborted under it.
 DATA_LOSS_SIGNS = ("cannot be committed", "TRANSACTION_LOST", "DATA_LOSS")
@@ -74,6 +74,8 @@ class ServiceCluster:
     home: Path
     bootstrap_servers: str
     lease_ms: int = 2000
+    #: The replicas' shared database; empty: a SQLite file in ``home``.
+    database_url: str = ""
     coordinator_args: Sequence[str] = ()
     #: The address processes outside a network namespace listen on and advertise.
     host: str = LOOPBACK
@@ -243,13 +245,10 @@ class ServiceCluster:
 
     def kill(self, name: str) -> int:
         """SIGKILL process ``name`` (by its pid file) and wait until it is gone."""
-        record = read_pid_file(self.home, name)
-        assert record is not None, f"{name} has no pid file"
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(record.pid, signal.SIGKILL)
-        wait_for(f"{name} gone", lambda: not is_alive(record), timeout_s=15)
+        pid = kill_process(home=self.home, name=name)
+        assert pid is not None, f"{name} does not run"
         self.running.pop(name, None)
-        return record.pid
+        return pid
 
     def signal(self, name: str, signum: signal.Signals) -> None:
         """Send ``signum`` (SIGSTOP, SIGCONT) to process ``name``, by its pid file."""
@@ -349,6 +348,17 @@ class ServiceCluster:
         tasks = self.pipeline_status(name).tasks
         return bool(tasks) and all(
             t.executor_id == executor_id and t.state == common_pb2.TASK_STATE_RUNNING for t in tasks
+        )
+
+    def settled(self, name: str, ends: Mapping[tuple[str, int], int]) -> bool:
+        """Pipeline ``name`` has committed every (topic, partition) up to ``ends`` and has no
+        checkpoint COMPLETE but uncommitted, nor one in flight."""
+        status = self.pipeline_status(name)
+        offsets = self.offsets(name)
+        return (
+            all(offsets.get(tp, -1) >= end for tp, end in ends.items())
+            and status.last_committed_checkpoint_id == status.last_complete_checkpoint_id
+            and not status.in_flight_checkpoint_ids
         )
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -550,6 +560,24 @@ def check_output(
     )
 
 
+def ongoing_transactions(bootstrap_servers: str, transactional_id_prefix: str) -> list[str]:
+    """The transactional ids starting with ``transactional_id_prefix`` that have a
+    transaction Ongoing on the broker (Kafka's ListTransactions, KIP-664): after a pipeline
+    has settled, any of them is a hanging transaction, which would block read_committed
+    readers of its partitions until ``transaction.timeout.ms``."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    try:
+        listings = admin.list_transactions(state_filters=["Ongoing"])
+    finally:
+        admin.close()
+    return sorted(
+        listing.transactional_id
+        for per_broker in listings.values()
+        for listing in per_broker
+        if listing.transactional_id.startswith(transactional_id_prefix)
+    )
+
+
 def read_output(bootstrap_servers: str, topic: str) -> list[ConsumedRecord]:
     """Everything read_committed readers see in ``topic``, settled."""
     return read_visible(bootstrap_servers, topic, timeout_s=60)
@@ -565,6 +593,7 @@ __all__ = [
     "check_output",
     "end_offsets",
     "held",
+    "ongoing_transactions",
     "pipeline_yaml",
     "produce_keyed",
     "read_output",

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from lockgate.common.failpoints import Failpoints
 from lockgate.common.metrics import Instruments
-from lockgate.coordinator.domain.errors import FencedError, NotLeader
+from lockgate.coordinator.domain.errors import FencedError, NotLeader, Unavailable
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.herder.checkpoints import CheckpointDriver
 from lockgate.coordinator.herder.executors import ExecutorClient, LeaderEpochRefused
@@ -196,6 +196,9 @@ class Herder:
             except (FencedError, NotLeader, LeaderEpochRefused) as exc:
                 # The term ended under us; the lease keeper will see it on its next try.
                 _LOG.warning("leader pass stopped: %s", exc)
+            except Unavailable as exc:
+                # The state database is down or busy: the next pass tries again.
+                _LOG.warning("leader pass skipped: %s", exc)
             except Exception:
                 _LOG.exception("leader pass failed; retrying on the next pass")
 

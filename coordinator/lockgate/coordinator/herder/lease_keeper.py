@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from lockgate.common.metrics import LEADER_FAILOVERS, LEASE_RENEWALS, Instruments
-from lockgate.coordinator.domain.errors import FencedError, NotLeader
+from lockgate.coordinator.domain.errors import FencedError, NotLeader, Unavailable
 from lockgate.coordinator.domain.lease import Fence, LeaseRecord, local_deadline, next_role
 from lockgate.coordinator.domain.replicas import ReplicaView, replica_views
 from lockgate.coordinator.domain.states import LeaseRole
@@ -97,6 +97,10 @@ class LeaseKeeper:
         led = self._term is not None
         try:
             lease: LeaseRecord | None = self.campaign()
+        except Unavailable as exc:
+            # The database is down, restarting or busy: expected, so no traceback.
+            _LOG.warning("lease attempt failed; not leading until it succeeds: %s", exc)
+            lease = None
         except Exception:
             _LOG.warning("lease attempt failed; not leading until it succeeds", exc_info=True)
             lease = None

@@ -24,7 +24,9 @@ conditional `UPDATE ... WHERE state = ...` statements check their row counts.
 Every session runs under `SessionTimeouts` derived from the lease (lock, statement and
 idle-in-transaction timeouts and TCP keepalives on PostgreSQL, the busy timeout on SQLite),
 so a leader paused or partitioned mid-write cannot block the other replicas past the
-lease; a call cut short raises `Unavailable` (reason `DATABASE_BUSY`).
+lease; a call cut short raises `Unavailable` (reason `DATABASE_BUSY`). A PostgreSQL server
+that is down, restarting or cut off raises `Unavailable` too (reason `DATABASE_UNAVAILABLE`):
+the pool's pre-ping drops dead connections, so calls succeed again once it is back.
 """
 
 from __future__ import annotations
@@ -54,6 +56,27 @@ DEFAULT_LEASE_MS = 3_000
 
 _DATABASE_BUSY_SQLSTATES = frozenset({"57014", "55P03"})
 """PostgreSQL's query_canceled (statement_timeout) and lock_not_available (lock_timeout)."""
+
+_DATABASE_GONE_SQLSTATE_PREFIXES = ("08", "57P")
+"""PostgreSQL's connection exceptions (class 08) and a server shutting down, crashed or still
+recovering (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now)."""
+
+
+def database_unreachable(exc: sa.exc.DBAPIError, *, dialect: str) -> bool:
+    """Whether `exc` says the PostgreSQL server could not be reached or went away mid-call
+    (refused or lost connection, a crash, a restart still recovering), as opposed to a
+    refused statement. The pool drops such connections (`pool_pre_ping` tests the next
+    one), so the call may be retried once the server is back."""
+    if dialect != "postgresql":
+        return False
+    if exc.connection_invalidated:
+        return True
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    if sqlstate is None:
+        # psycopg raises an OperationalError without a SQLSTATE when the failure is the
+        # connection's own (refused, reset, timed out): the server never answered.
+        return isinstance(exc, sa.exc.OperationalError)
+    return str(sqlstate).startswith(_DATABASE_GONE_SQLSTATE_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -230,10 +253,22 @@ class Database:
     def _busy_as_unavailable(self) -> Iterator[None]:
         """A statement or lock wait cut short by the session timeouts is `Unavailable`
         (retry), not an internal error: another replica held a lock, or the database was
-        slow, for longer than the lease allows."""
+        slow, for longer than the lease allows. So is a database that cannot be reached
+        (down, restarting, cut off): every replica waits for it, none crashes."""
         try:
             yield
-        except sa.exc.OperationalError as exc:
+        except sa.exc.DBAPIError as exc:
+            if database_unreachable(exc, dialect=self._engine.dialect.name):
+                raise Unavailable(
+                    "the connection to the state database failed (the database is down,"
+                    " restarting or cut off, or ended a session idle in its transaction):"
+                    f" {_first_line(exc.orig)}; retry once it is back (a write cut short"
+                    " may or may not have been committed)",
+                    reason="DATABASE_UNAVAILABLE",
+                    retry_after_seconds=1.0,
+                ) from exc
+            if not isinstance(exc, sa.exc.OperationalError):
+                raise
             orig = exc.orig
             busy = getattr(orig, "sqlstate", None) in _DATABASE_BUSY_SQLSTATES or (
                 "database is locked" in str(orig)
@@ -256,6 +291,11 @@ class Database:
     def close(self) -> None:
         """Release the connection pool."""
         self._engine.dispose()
+
+
+def _first_line(error: BaseException | None) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _check_fence(conn: Connection, fence: Fence) -> None:

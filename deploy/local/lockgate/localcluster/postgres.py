@@ -6,7 +6,9 @@ networks trusted too: a test's network namespace) with its Unix socket inside th
 directory,
 waits until it accepts connections, and hands out databases as SQLAlchemy URLs. ``stop``
 does a fast shutdown (SIGINT: roll back open transactions, checkpoint, exit) and removes
-the directory it created.
+the directory it created. For fault tests, ``kill`` crashes a ``durable`` server (SIGKILL to
+the postmaster and its backends) and ``restart`` starts it again on the same data directory
+and port.
 
 PostgreSQL refuses to run as root. When this process is root (as in CI containers) the
 server runs as an unprivileged system user (``postgres`` if it exists, else ``nobody``),
@@ -412,6 +414,43 @@ class PostgresCluster:
         except BaseException:
             self._cleanup_dir()
             raise
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster and every backend at once, as a crash: no shutdown
+        checkpoint, open transactions and sessions cut. The data directory and the port are
+        kept for :meth:`restart`, whose start runs PostgreSQL's crash recovery.
+
+        Only a ``durable`` cluster may be killed: without it ``synchronous_commit`` is off,
+        and a crash loses the transactions committed in the last few hundred milliseconds,
+        which no production server would."""
+        if not self._durable:
+            raise PostgresError(
+                "killing a cluster started without durable=True would lose its last commits"
+                " (synchronous_commit is off); start it with PostgresCluster(durable=True)"
+            )
+        process, self._process = self._process, None
+        if process is None:
+            raise PostgresError("the PostgreSQL cluster is not running; nothing to kill")
+        # The server runs in its own session (see _spawn): its process group is the
+        # postmaster and its backends, nothing else.
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+    def restart(self) -> PostgresCluster:
+        """Start the server again on the same data directory and port (after :meth:`kill`);
+        return once it accepts connections (crash recovery done)."""
+        if self._process is not None:
+            return self
+        if self._base_dir is None or not self.port:
+            raise PostgresError("the PostgreSQL cluster was never started; call start() first")
+        process = self._spawn()
+        try:
+            self._wait_until_ready(process)
+        except PostgresError:
+            self._terminate(process)
+            raise
+        self._process = process
+        return self
 
     def _terminate(self, process: subprocess.Popen[bytes]) -> None:
         if process.poll() is not None:

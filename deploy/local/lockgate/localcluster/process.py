@@ -188,6 +188,22 @@ def is_alive(record: PidRecord) -> bool:
     return _proc_start_time(record.pid) == record.start_time
 
 
+def has_exited(record: PidRecord) -> bool:
+    """True once every thread of the process in ``record`` has exited, so its files, sockets
+    and ports are released. ``is_alive`` turns False as soon as the main thread is a zombie,
+    while a JVM's other threads may still be exiting with its listening sockets open."""
+    if is_alive(record):
+        return False
+    try:
+        stat = Path(f"/proc/{record.pid}/stat").read_text()
+        threads = len(os.listdir(f"/proc/{record.pid}/task"))
+    except OSError:
+        return True  # reaped: gone
+    fields = stat[stat.rindex(")") + 2 :].split()
+    # Another process under a recycled pid, or a zombie left with only its main thread.
+    return int(fields[19]) != record.start_time or threads <= 1
+
+
 def _cmdline(pid: int) -> str:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -398,6 +414,26 @@ def stop_pid(
             description=f"pid {record.pid} exit after SIGKILL",
         )
     return True
+
+
+def kill_process(*, home: Path, name: str, timeout_s: float = 15.0) -> int | None:
+    """SIGKILL the process recorded in ``name``'s pid file, as a crash: no cleanup runs.
+
+    Waits until every thread of it has exited (so its ports can be bound again) and keeps
+    the pid file (the process may be started again under the same name). Returns the pid
+    killed, or None if nothing of that name was running.
+    """
+    record = read_pid_file(home, name)
+    if record is None or not is_alive(record):
+        return None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(record.pid, signal.SIGKILL)
+    wait_until(
+        lambda: has_exited(record),
+        timeout_s=timeout_s,
+        description=f"{name} (pid {record.pid}) exit after SIGKILL",
+    )
+    return record.pid
 
 
 def stop_process(
