@@ -26,6 +26,7 @@ from lockgate.common.model.spec_checker import SpecChecker
 # Re-exported: callers take a spec's violations and error from the parser's module.
 from lockgate.common.model.spec_checker import SpecViolation as SpecViolation
 from lockgate.common.model.spec_checker import invalid_spec as invalid_spec
+from lockgate.common.model.sql_transform import sql_transform_problem
 
 MAX_CONCURRENT_CHECKPOINTS = 2
 """Checkpoints of one pipeline in flight at once (TRIGGERED or COMPLETE: N commits while
@@ -430,6 +431,10 @@ def _parse_transform(c: SpecChecker, raw: Mapping[str, Any]) -> Transform | None
     )
     if sql is not None and python is not None:
         c.add("transform", "sets both `sql` and `python`", "keep exactly one of them")
+        return None
+    problem = None if sql is None else sql_transform_problem(sql)
+    if problem is not None:
+        c.add("transform.sql", problem.description, problem.fix)
         return None
     return Transform(sql=sql, python=python)
 
