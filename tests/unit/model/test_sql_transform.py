@@ -7,6 +7,8 @@ from typing import Any
 
 import grpc
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lockgate.common.errors import InvalidArgument
 from lockgate.common.grpc_server import status_code_for
@@ -82,3 +84,17 @@ def test_refused_sql_is_invalid_argument_naming_transform_sql(sql: str, descript
 def test_single_queries_are_accepted(sql: str) -> None:
     assert sql_transform_problem(sql) is None
     assert parse_pipeline_spec(spec_with(sql)).transform.sql == sql
+
+
+_SQL_PIECES = st.sampled_from(
+    [
+        *("SELECT", "WITH", "SET", "INSERT", "(", ")", ";", "'", '"', "`", "--", "/*", "*/"),
+        *("\\", "r'", ".", ",", "AS", "input", "parquet", "`/etc`", "reflect", " ", "\n", "x"),
+    ]
+)
+
+
+@given(st.one_of(st.text(max_size=80), st.lists(_SQL_PIECES, max_size=30).map("".join)))
+def test_any_text_gets_an_answer_never_an_exception(sql: str) -> None:
+    problem = sql_transform_problem(sql)
+    assert problem is None or problem.description

@@ -91,6 +91,8 @@ def sql_transform_problem(sql: str) -> SqlProblem | None:
 
 
 def _statement_name(tokens: list[_Token]) -> str:
+    if not tokens:
+        return "holds only parentheses"
     if tokens[0].kind != "word":
         return f"starts with `{tokens[0].text or 'a string'}`"
     words = [t.text for t in tokens[:2] if t.kind == "word"]
