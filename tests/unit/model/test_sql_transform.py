@@ -98,3 +98,12 @@ _SQL_PIECES = st.sampled_from(
 def test_any_text_gets_an_answer_never_an_exception(sql: str) -> None:
     problem = sql_transform_problem(sql)
     assert problem is None or problem.description
+
+
+def test_a_stored_spec_from_before_the_sql_rules_is_still_read() -> None:
+    """A pipeline created before the rules stays readable (get, status, delete); its
+    executors parse the spec as sent, without `stored`, and fail its tasks instead."""
+    raw = spec_with("SELECT reflect('java.lang.System', 'getenv', 'HOME') AS value FROM input")
+    assert parse_pipeline_spec(raw, stored=True).transform.sql is not None
+    with pytest.raises(InvalidArgument):
+        parse_pipeline_spec(raw)
