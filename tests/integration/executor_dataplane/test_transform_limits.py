@@ -118,6 +118,7 @@ def test_a_sql_transform_sees_only_its_own_batchs_views(spark: SparkSession) -> 
             r"reads `other_pipeline_topic`",
         ),
         ("SET spark.sql.runSQLOnFiles=true", r"is a SetCommand, not a query"),
+        ("SELECT (value FROM input", r"transform.sql failed: \s*\[PARSE_SYNTAX_ERROR\]"),
         ("INSERT INTO t SELECT value FROM input", r"is a InsertIntoStatement, not a query"),
     ],
 )
