@@ -56,6 +56,10 @@ from lockgate.executor.coordinator_client import GrpcCoordinatorClient
 from lockgate.executor.dataplane.control_only import ControlOnlyDataPlane
 from lockgate.executor.dataplane.protocol import DataPlane
 from lockgate.executor.dataplane.spark import SparkDataPlane
+from lockgate.executor.dataplane.transform_modules import (
+    EXAMPLE_TRANSFORM_MODULES,
+    MODULE_PREFIX_PATTERN,
+)
 from lockgate.executor.fencing import LeaderEpochFence
 from lockgate.executor.runtime.values import ExecutorSettings
 from lockgate.executor.servicer import ExecutorServicer
@@ -106,6 +110,14 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="extra Spark setting, e.g. spark.executor.memory=2g (repeatable)",
+    )
+    parser.add_argument(
+        "--allow-transform-module",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="run transform.python only from modules under PREFIX (a dotted module name; "
+        f"repeatable); {', '.join(EXAMPLE_TRANSFORM_MODULES)} is always allowed",
     )
     parser.add_argument(
         "--data-plane",
@@ -162,6 +174,12 @@ def _checked_options(
         parser.error(
             f"--shutdown-timeout-s {args.shutdown_timeout_s}: use a finite number of seconds > 0"
         )
+    for prefix in args.allow_transform_module:
+        if not MODULE_PREFIX_PATTERN.match(prefix):
+            parser.error(
+                f"--allow-transform-module {prefix!r}: write a dotted module name, e.g."
+                " mycompany.transforms"
+            )
     try:
         coordinators = _coordinators(args.coordinator)
         spark_conf = _spark_conf(args.spark_conf)
@@ -190,6 +208,16 @@ def _settings(args: argparse.Namespace, coordinators: tuple[str, ...]) -> Execut
     )
 
 
+def _data_plane(args: argparse.Namespace, spark_conf: dict[str, str]) -> DataPlane:
+    if args.data_plane != "spark":
+        return ControlOnlyDataPlane()
+    return SparkDataPlane(
+        master=args.spark_master,
+        conf=spark_conf,
+        allowed_transform_modules=args.allow_transform_module,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the executor until SIGTERM/SIGINT; returns the exit status."""
     parser = _parser()
@@ -207,11 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TelemetryConfigError, MetricsListenError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    data_plane: DataPlane = (
-        SparkDataPlane(master=args.spark_master, conf=spark_conf)
-        if args.data_plane == "spark"
-        else ControlOnlyDataPlane()
-    )
+    data_plane = _data_plane(args, spark_conf)
     channel = open_channel(coordinators, telemetry=telemetry, security=to_coordinator)
     settings = _settings(args, coordinators)
     runtime = Worker(

@@ -36,22 +36,15 @@ _MAX_REASONS = 3
 class JsonSchemaSerde:
     """Validate JSON documents against registry schemas and (un)frame them.
 
-    ``fetch`` gives a schema's type and text by id; it must be picklable to ship the serde
-    to Spark tasks (:class:`lockgate.schema_registry.serde.RestSchemaFetcher.typed` is, as a
-    bound method of a picklable object).
+    ``fetch`` gives a schema's type and text by id
+    (:meth:`lockgate.schema_registry.serde.RestSchemaFetcher.typed`, or a test's dict). The
+    executor builds one inside each Spark task (per range or write partition), so nothing
+    of it is pickled.
     """
 
     def __init__(self, fetch: TypedSchemaFetcher) -> None:
         self._fetch = fetch
         self._validators: dict[int, Validator] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Validators are rebuilt in the worker: cheap, and they need not pickle.
-        return {"fetch": self._fetch}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._fetch = state["fetch"]
-        self._validators = {}
 
     def validator(self, schema_id: int) -> Validator:
         """The validator of schema ``schema_id`` (fetched once, then cached); SerdeError if
@@ -61,7 +54,7 @@ class JsonSchemaSerde:
             schema_type, text = self._fetch(schema_id)
             if schema_type != "JSON":
                 raise SerdeError(
-                    f"schema id {schema_id} is a {schema_type} schema, not a JSON Schema:"
+                    f"schema id {schema_id} is of type {schema_type}, not a JSON Schema:"
                     " the record was not written by a JSON Schema serializer"
                 )
             try:
@@ -80,7 +73,7 @@ class JsonSchemaSerde:
         """SerdeError naming each JSON path that does not validate (at most a few) and why."""
         validator = self.validator(schema_id)
         try:
-            errors = sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
+            errors = sorted(validator.iter_errors(document), key=lambda e: e.json_path)
         except referencing.exceptions.Unresolvable as exc:
             raise SerdeError(
                 f"schema {schema_id} has a $ref that does not resolve ({exc}): schemas with"

@@ -1,4 +1,4 @@
-"""Fixtures and Kafka helpers for the data-plane tests: one SparkSession per module."""
+"""Fixtures and Kafka helpers for the data-plane tests: one SparkSession for all of them."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from pyspark.sql import SparkSession
 from lockgate.executor.dataplane.spark.session import build_spark_session
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def spark() -> Iterator[SparkSession]:
-    """A SparkSession built like the executor's, shared by one test module.
+    """A SparkSession built like the executor's, shared by the data-plane tests as the
+    executor shares it between pipelines (each start costs seconds of JVM and workers).
 
     ``local[2,2]``: two cores and two attempts per task, so a failed task is retried as
     on a cluster.

@@ -25,7 +25,6 @@ from lockgate.executor.committer import Committer, HandleLostError
 from lockgate.executor.dataplane.spark.batch import (
     BatchOptions,
     PrecommitResult,
-    apply_transform,
     prepare_sink_frame,
     run_precommit_batch,
 )
@@ -37,6 +36,7 @@ from lockgate.executor.dataplane.spark.kafka_sink import (
 )
 from lockgate.executor.dataplane.spark.kafka_source import source_schema
 from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges
+from lockgate.executor.dataplane.spark.transform import apply_transform
 from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
 from tests.fixtures.schema_registry import RegistryProcess
 from tests.integration.executor_dataplane.conftest import produce, read_topic, stable_end_offsets
@@ -45,6 +45,8 @@ from tests.support.waits import wait_for
 pytestmark = pytest.mark.spark
 
 KEYS = 10
+# This module's functions are the Python transforms of the tests below.
+_OPTIONS = BatchOptions(allowed_transform_modules=(__name__,))
 
 
 def _spec(bootstrap: str, source: str, sink: str, **extra: Any) -> PipelineSpec:
@@ -73,7 +75,12 @@ def _ranges(bootstrap: str, topic: str) -> list[OffsetRange]:
 
 
 def _run(
-    spark: SparkSession, spec: PipelineSpec, ranges: list[OffsetRange], prefix: str
+    spark: SparkSession,
+    spec: PipelineSpec,
+    ranges: list[OffsetRange],
+    prefix: str,
+    *,
+    options: BatchOptions = _OPTIONS,
 ) -> PrecommitResult:
     return run_precommit_batch(
         spark,
@@ -83,6 +90,7 @@ def _run(
         checkpoint_id=CheckpointId(1),
         offset_ranges=ranges,
         transactional_id_prefix=prefix,
+        options=options,
     )
 
 
@@ -279,15 +287,17 @@ def test_sql_error_surfaces_spark_message(
 def test_a_transform_that_reads_none_of_the_batch_fails_within_seconds(
     spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
 ) -> None:
-    """Issue 16's SQL reads a file, not the view `input`: the batch used to wait forever
-    for its record count (an Observation filled only when the input is read), so every
-    checkpoint hung until its timeout. It now fails before writing, naming the field and
-    the fix; so does a filter the optimizer proves always false."""
+    """Issue 16's SQL read a file (refused before it runs now: test_transform_limits.py)
+    rather than the view `input`, and the batch used to wait forever for its record count
+    (an Observation filled only when the input is read), so every checkpoint hung until its
+    timeout. A query over a table-valued function reads none of the batch either: it now
+    fails before writing, naming the field and the fix; so does a filter the optimizer proves
+    always false."""
     bootstrap = kafka_broker.bootstrap_servers
     source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
     _seed(bootstrap, source, 10)
     for sql in (
-        "SELECT CAST(value AS BINARY) AS value FROM text.`/etc/passwd`",
+        "SELECT CAST(id AS STRING) AS value FROM range(3)",
         "SELECT key, value FROM input WHERE 1 = 0",
     ):
         spec = _spec(bootstrap, source, sink, transform={"sql": sql})

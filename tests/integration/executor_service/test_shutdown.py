@@ -99,7 +99,7 @@ def _stuck_executor(
         "e1",
         data_plane="spark",
         registered_timeout_s=240,
-        extra_args=extra_args,
+        extra_args=["--allow-transform-module", stuck_transforms.__name__, *extra_args],
         env={"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])},
     )
 

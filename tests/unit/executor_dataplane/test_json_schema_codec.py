@@ -96,7 +96,7 @@ def test_an_unknown_schema_id_is_a_bad_record_and_an_unreachable_registry_is_not
 
 
 def test_a_record_framed_with_an_avro_schema_id_is_a_bad_record() -> None:
-    with pytest.raises(DecodeFailure, match="schema id 8 is a AVRO schema, not a JSON Schema"):
+    with pytest.raises(DecodeFailure, match="schema id 8 is of type AVRO, not a JSON Schema"):
         JsonSchemaCodec(DictRegistry()).decode(framed(8, {"id": 1}))
 
 
@@ -139,3 +139,12 @@ def test_codec_for_selects_the_json_schema_codec() -> None:
         codec_for(RecordFormat.JSON_SCHEMA)
     codec = codec_for(RecordFormat.JSON_SCHEMA, schema_registry_url="http://127.0.0.1:8081")
     assert isinstance(codec, JsonSchemaCodec)
+
+
+def test_a_document_with_many_errors_names_the_first_few_and_counts_the_rest() -> None:
+    lines = [{} for _ in range(5)]
+    with pytest.raises(DecodeFailure) as raised:
+        JsonSchemaCodec(DictRegistry()).decode(framed(7, {"id": 1, "item": "x", "lines": lines}))
+    message = str(raised.value)
+    assert message.count("'sku' is a required property") == 3
+    assert message.endswith("(and 2 more)")

@@ -27,6 +27,7 @@ from lockgate.common.model.spec_checker import SpecChecker
 # Re-exported: callers take a spec's violations and error from the parser's module.
 from lockgate.common.model.spec_checker import SpecViolation as SpecViolation
 from lockgate.common.model.spec_checker import invalid_spec as invalid_spec
+from lockgate.common.model.sql_transform import sql_transform_problem
 
 MAX_CONCURRENT_CHECKPOINTS = 2
 """Checkpoints of one pipeline in flight at once (TRIGGERED or COMPLETE: N commits while
@@ -253,9 +254,14 @@ def validate_pipeline_spec(raw: object) -> list[SpecViolation]:
     return violations
 
 
-def parse_pipeline_spec(raw: object) -> PipelineSpec:
-    """Return the validated config with defaults filled in; InvalidArgument lists all faults."""
-    spec, violations = _parse(raw)
+def parse_pipeline_spec(raw: object, *, stored: bool = False) -> PipelineSpec:
+    """Return the validated config with defaults filled in; InvalidArgument lists all faults.
+
+    ``stored``: the spec was accepted when it was stored, so rules added since (the limits
+    of `transform.sql`) are not applied to it: the coordinator can still read and show it,
+    and the executors, which parse it as sent, fail its tasks with the violation instead.
+    """
+    spec, violations = _parse(raw, check_sql=not stored)
     if violations or spec is None:
         raise invalid_spec(violations)
     return spec
@@ -274,7 +280,9 @@ _TOP_LEVEL = (
 )
 
 
-def _parse(raw: object) -> tuple[PipelineSpec | None, list[SpecViolation]]:
+def _parse(
+    raw: object, *, check_sql: bool = True
+) -> tuple[PipelineSpec | None, list[SpecViolation]]:
     c = SpecChecker()
     if not isinstance(raw, Mapping):
         c.add(
@@ -293,7 +301,7 @@ def _parse(raw: object) -> tuple[PipelineSpec | None, list[SpecViolation]]:
         pattern_fix="use 1-63 lowercase letters, digits and '-', starting with a letter",
     )
     source = _parse_source(c, raw)
-    transform = _parse_transform(c, raw)
+    transform = _parse_transform(c, raw, check_sql=check_sql)
     sink = _parse_sink(c, raw)
     delivery = c.choice(raw, "delivery", "delivery", Delivery, Delivery.EXACTLY_ONCE)
     checkpoint = _parse_checkpoint(c, raw)
@@ -431,7 +439,9 @@ def _parse_topics(c: SpecChecker, raw: Mapping[str, Any], path: str) -> tuple[st
     return tuple(topics) if len(topics) == len(value) else None
 
 
-def _parse_transform(c: SpecChecker, raw: Mapping[str, Any]) -> Transform | None:
+def _parse_transform(
+    c: SpecChecker, raw: Mapping[str, Any], *, check_sql: bool = True
+) -> Transform | None:
     section = c.mapping(raw, "transform", "transform", required=False)
     if section is None:
         return Transform(sql=None, python=None)  # identity: records pass unchanged
@@ -447,6 +457,10 @@ def _parse_transform(c: SpecChecker, raw: Mapping[str, Any]) -> Transform | None
     )
     if sql is not None and python is not None:
         c.add("transform", "sets both `sql` and `python`", "keep exactly one of them")
+        return None
+    problem = None if sql is None or not check_sql else sql_transform_problem(sql)
+    if problem is not None:
+        c.add("transform.sql", problem.description, problem.fix)
         return None
     return Transform(sql=sql, python=python)
 

@@ -65,7 +65,7 @@ def pipeline_record(row: Any) -> PipelineRecord:
     """A `pipelines` row, its spec parsed."""
     return PipelineRecord(
         pipeline_id=PipelineId(row.pipeline_id),
-        spec=parse_pipeline_spec(json.loads(row.spec_json)),
+        spec=parse_pipeline_spec(json.loads(row.spec_json), stored=True),
         config_version=int(row.config_version),
         target_state=TargetState(row.target_state),
         next_checkpoint_id=CheckpointId(int(row.next_checkpoint_id)),

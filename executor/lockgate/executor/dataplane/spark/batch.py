@@ -8,12 +8,9 @@ Ending those transactions (steps 4 and 5) is :mod:`lockgate.executor.committer`'
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
-import re
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -64,13 +61,11 @@ from lockgate.executor.dataplane.spark.kafka_source import (
     ranges_to_option,
 )
 from lockgate.executor.dataplane.spark.offsets import topic_partitions
+from lockgate.executor.dataplane.spark.transform import INPUT_VIEW, apply_transform, spark_message
+from lockgate.executor.dataplane.transform_modules import EXAMPLE_TRANSFORM_MODULES
 from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
 from lockgate.schema_registry.serde import RestSchemaFetcher, SerdeError
 
-INPUT_VIEW = "input"
-_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Process-wide on purpose: it guards the one shared session's temp view names.
-_VIEWS_LOCK = threading.Lock()
 _HEADERS_TYPE = ArrayType(
     StructType().add("key", StringType()).add("value", BinaryType()), containsNull=True
 )
@@ -84,6 +79,8 @@ class BatchOptions:
     max_offsets_per_split: int = 200_000
     transaction_timeout_ms: int = 600_000
     stall_timeout_s: float = 60.0
+    #: Module prefixes a `transform.python` may come from (`--allow-transform-module`).
+    allowed_transform_modules: tuple[str, ...] = EXAMPLE_TRANSFORM_MODULES
 
 
 @dataclass(frozen=True)
@@ -105,59 +102,6 @@ class PrecommitResult:
     """Bytes of the keys and values read."""
     bytes_out: int = 0
     """Bytes of the keys and values written to the sink topic."""
-
-
-def _spark_message(exc: BaseException) -> str:
-    text = str(exc)
-    # Py4J wraps the useful part in a long Java stack trace; keep the head.
-    return text if len(text) <= 4000 else text[:4000] + " …"
-
-
-def _views(session: SparkSession, frame: DataFrame, topics: Sequence[str]) -> None:
-    frame.createOrReplaceTempView(INPUT_VIEW)
-    for topic in topics:
-        # Spark refuses view names that are not identifiers (dots, dashes): those topics
-        # are reachable through ``input`` only.
-        if topic != INPUT_VIEW and _IDENTIFIER_RE.match(topic):
-            view = frame if len(topics) == 1 else frame.where(F.col("topic") == topic)
-            view.createOrReplaceTempView(topic)
-
-
-def apply_transform(session: SparkSession, spec: PipelineSpec, source: DataFrame) -> DataFrame:
-    """Apply the spec's transform to the source DataFrame; ``TransformError`` on failure.
-
-    SQL runs against the temp view ``input`` (and one named after each source topic).
-    A Python transform ``module:function`` gets the DataFrame and returns one.
-    """
-    transform = spec.transform
-    if transform.sql is not None:
-        # Temp views are per session and sessions made by newSession() do not see the
-        # registered Python data sources, so batches share one session: the lock keeps one
-        # batch's views in place until its query is analysed (analysis binds the plan, so
-        # replacing the views afterwards does not change it).
-        with _VIEWS_LOCK:
-            _views(session, source, spec.source.topics)
-            try:
-                return session.sql(transform.sql)
-            except PySparkException as exc:
-                raise TransformError(f"transform.sql failed: {_spark_message(exc)}") from exc
-    if transform.python_target is None:
-        return source  # no transform: records pass unchanged
-    module, name = transform.python_target
-    target = f"{module}:{name}"
-    try:
-        function = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise TransformError(f"transform.python {target!r} cannot be imported: {exc}") from exc
-    try:
-        result = function(source)
-    except PySparkException as exc:
-        raise TransformError(f"transform.python {target!r} failed: {_spark_message(exc)}") from exc
-    if not isinstance(result, DataFrame):
-        raise TransformError(
-            f"transform.python {target!r} must return a DataFrame, got {type(result).__name__}"
-        )
-    return result
 
 
 def _sink_column(frame: DataFrame, name: str, fmt: RecordFormat, field: str) -> Column:
@@ -282,7 +226,7 @@ def _check_reads_input(transformed: DataFrame, counted_name: str, spec: Pipeline
     try:
         plan = str(transformed._jdf.queryExecution().optimizedPlan().toString())
     except (PySparkException, Py4JJavaError) as exc:
-        raise TransformError(f"{_transform_field(spec)} failed: {_spark_message(exc)}") from exc
+        raise TransformError(f"{_transform_field(spec)} failed: {spark_message(exc)}") from exc
     if counted_name in plan:
         return
     if spec.transform.sql is not None:
@@ -302,7 +246,7 @@ def _transform_field(spec: PipelineSpec) -> str:
     return "transform.sql" if spec.transform.sql is not None else "transform.python"
 
 
-def _activate(spark: SparkSession) -> None:
+def _activate(spark: SparkSession) -> SparkSession:
     # Py4J runs each Python thread on its own JVM thread, whose active SparkSession is
     # unset, and Python data sources are looked up through the active session: without
     # this a batch on any thread but the one that built the session fails with
@@ -310,6 +254,7 @@ def _activate(spark: SparkSession) -> None:
     jvm = spark._jvm
     if jvm is not None:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    return spark
 
 
 #: The registry's ``schemaType`` each registry format writes with.
@@ -446,7 +391,7 @@ def _write_prepared(
             record_error = RecordError.from_text(str(exc))
             if record_error is not None:
                 raise record_error from exc
-            raise SinkError(f"{describe} failed: {_spark_message(exc)}") from exc
+            raise SinkError(f"{describe} failed: {spark_message(exc)}") from exc
         return read_result_file(result_path)
 
 
@@ -497,11 +442,9 @@ def run_precommit_batch(
     if all(r.size == 0 for r in ranges):
         return PrecommitResult((), ranges, 0, 0, 0, 0, time.monotonic() - started)
 
-    session = spark
-    _activate(session)
-    # A stopping executor cancels its jobs (SparkDataPlane.cancel_running); interrupting
-    # the task threads also ends a task blocked in the JVM (a read that never returns),
-    # where cancelling alone only stops scheduling.
+    session = _activate(spark)
+    # A stopping executor cancels its jobs (SparkDataPlane.cancel_running); interrupting the
+    # task threads also ends a task blocked in the JVM, where cancelling only stops scheduling.
     job_group = f"lockgate-{pipeline}-{task}-{checkpoint_id}"
     session.sparkContext.setJobGroup(
         job_group,
@@ -510,7 +453,10 @@ def run_precommit_batch(
     )
     source = _read_input(session, spec, ranges, options)
     try:
-        output = prepare_sink_frame(apply_transform(session, spec, source.records), spec)
+        transformed = apply_transform(
+            session, spec, source.records, allowed_modules=options.allowed_transform_modules
+        )
+        output = prepare_sink_frame(transformed, spec)
         _check_reads_input(output, source.counted_name, spec)
         if source.dead_letters is not None:
             output = output.unionByName(source.dead_letters, allowMissingColumns=True)

@@ -9,13 +9,14 @@ from __future__ import annotations
 import logging
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from lockgate.common.errors import Unavailable
 from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
 from lockgate.common.model.pipeline_spec import DEFAULT_TRANSACTION_TIMEOUT_MS
 from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork
+from lockgate.executor.dataplane.transform_modules import EXAMPLE_TRANSFORM_MODULES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,9 +31,18 @@ class SparkDataPlane:
     not pay for the JVM, the Python workers and their imports.
     """
 
-    def __init__(self, *, master: str, conf: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        master: str,
+        conf: Mapping[str, str] | None = None,
+        allowed_transform_modules: Sequence[str] = (),
+    ) -> None:
+        """``allowed_transform_modules``: module prefixes `transform.python` may come from,
+        besides the project's examples (``--allow-transform-module``)."""
         self._master = master
         self._conf = dict(conf or {})
+        self._allowed_transform_modules = tuple(allowed_transform_modules)
         self._spark: SparkSession | None = None
 
     def start(self) -> None:
@@ -80,7 +90,12 @@ class SparkDataPlane:
             offset_ranges=ranges,
             transactional_id_prefix=work.transactional_id_prefix,
             options=BatchOptions(
-                transaction_timeout_ms=work.transaction_timeout_ms or DEFAULT_TRANSACTION_TIMEOUT_MS
+                transaction_timeout_ms=work.transaction_timeout_ms
+                or DEFAULT_TRANSACTION_TIMEOUT_MS,
+                allowed_transform_modules=(
+                    *EXAMPLE_TRANSFORM_MODULES,
+                    *self._allowed_transform_modules,
+                ),
             ),
         )
         return PrecommitOutput(

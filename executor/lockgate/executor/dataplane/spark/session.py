@@ -105,6 +105,9 @@ def build_spark_session(
         **_DEFAULT_CONF,
         "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
         **(conf or {}),
+        # Last, so no --spark-conf undoes it: a SQL transform must not read the executor's
+        # files as tables (`parquet.`/path``).
+        "spark.sql.runSQLOnFiles": "false",
     }
     # PySpark's SparkContext takes the workers' interpreter from PYSPARK_PYTHON, not from
     # the conf (the conf only matters to spark-submit): without it the workers run the

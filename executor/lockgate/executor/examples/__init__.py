@@ -1,0 +1,1 @@
+"""Example `transform.python` functions; every executor allows this package's modules."""
