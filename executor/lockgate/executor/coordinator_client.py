@@ -81,14 +81,17 @@ class GrpcCoordinatorClient:
         executor_generation: Generation,
         statuses: Sequence[TaskView],
         highest_leader_seen: LeaderStamp,
+        known_assignment_version: int,
         timeout_s: float,
     ) -> MembershipReply:
-        """Heartbeat: keep the session, show the tasks, get the full assignment back."""
+        """Heartbeat: keep the session, show the tasks, get the assignment back (in full
+        unless it is still ``known_assignment_version``)."""
         request = coordinator_pb2.HeartbeatRequest(
             executor_id=executor_id,
             executor_generation=executor_generation,
             task_statuses=[convert.task_view_to_proto(v) for v in statuses],
             highest_leader_epoch_seen=convert.leader_to_proto(highest_leader_seen),
+            known_assignment_version=known_assignment_version,
         )
         response: coordinator_pb2.HeartbeatResponse = _call(
             lambda: self._stub.Heartbeat(request, timeout=timeout_s)
