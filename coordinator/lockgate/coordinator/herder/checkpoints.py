@@ -542,20 +542,18 @@ class CheckpointDriver:
         for t in self._store.pipelines.list_tasks():
             tasks_by_pipeline[t.pipeline_id].append(t)
         lingering = {t.pipeline_id for t in self._store.checkpoints.list_lingering_transactions()}
+        snapshot = self._store.checkpoints.trigger_snapshot()
         for pipeline in pipelines:
             if self._calls.busy(("trigger", pipeline.pipeline_id)) or self._calls.busy(
                 ("abort", pipeline.pipeline_id)
             ):
                 continue
             tasks = tasks_by_pipeline.get(pipeline.pipeline_id, [])
-            recent = self._store.checkpoints.list_checkpoints(
-                pipeline_id=pipeline.pipeline_id, limit=4
-            )
             if not trigger_due(
                 pipeline=pipeline,
                 tasks=tasks,
                 live_executors=frozenset(alive),
-                recent=recent,
+                recent=snapshot.get(pipeline.pipeline_id, []),
                 has_lingering=pipeline.pipeline_id in lingering,
                 now_ms=now_ms,
             ):

@@ -68,6 +68,7 @@ from lockgate.coordinator.store.tables import (
     precommit_offsets,
     transactional_ids,
 )
+from lockgate.coordinator.store.trigger_queries import trigger_snapshot
 
 
 class CheckpointStore:
@@ -325,6 +326,11 @@ class CheckpointStore:
                 stmt = stmt.where(checkpoints.c.state.in_([s.value for s in states]))
             ids = [CheckpointId(int(r[0])) for r in conn.execute(stmt)]
             return [read_checkpoint(conn, pipeline_id, c) for c in ids]
+
+    def trigger_snapshot(self) -> dict[PipelineId, list[CheckpointRecord]]:
+        """Per pipeline, newest first, what the trigger decision reads (`trigger_queries`)."""
+        with self._db.read() as conn:
+            return trigger_snapshot(conn)
 
     def count_checkpoints(
         self,
