@@ -273,6 +273,25 @@ def checkpoint_record(row: Any, task_rows: Sequence[Any] = ()) -> CheckpointReco
     )
 
 
+def read_checkpoint_summaries(
+    conn: Connection, keys: Sequence[tuple[PipelineId, CheckpointId]]
+) -> list[CheckpointRecord]:
+    """These checkpoints (those that exist) without their tasks, in one read."""
+    if not keys:
+        return []
+    rows = conn.execute(
+        sa.select(checkpoints).where(
+            sa.or_(
+                *(
+                    sa.and_(checkpoints.c.pipeline_id == p, checkpoints.c.checkpoint_id == c)
+                    for p, c in keys
+                )
+            )
+        )
+    )
+    return [checkpoint_record(r) for r in rows]
+
+
 def read_checkpoint(
     conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
 ) -> CheckpointRecord:
