@@ -36,6 +36,9 @@ _T = TypeVar("_T")
 _FAILURES: Mapping[grpc.StatusCode, CallFailure] = {
     grpc.StatusCode.UNAVAILABLE: CallFailure.UNREACHABLE,
     grpc.StatusCode.DEADLINE_EXCEEDED: CallFailure.UNREACHABLE,
+    # The leader's 256 concurrent calls were taken: refused before anything ran (a
+    # pre-commit report refused so used to be given up, and its checkpoint timed out).
+    grpc.StatusCode.RESOURCE_EXHAUSTED: CallFailure.UNREACHABLE,
     grpc.StatusCode.NOT_FOUND: CallFailure.SESSION_GONE,
     grpc.StatusCode.FAILED_PRECONDITION: CallFailure.SESSION_GONE,
 }
