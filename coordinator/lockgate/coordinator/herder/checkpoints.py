@@ -3,9 +3,14 @@ two-phase commit (DESIGN.md) -- trigger, commit, abort, timeouts, and a new lead
 recovery. What executors report back (pre-commits, failures) is `reports.py`.
 
 The store applies each decision inside a fenced transaction; this module decides when to
-ask for it and calls the executors (through `herder/executors.py`, which builds the protos).
+ask for it and calls the executors (through `herder/executors.py`, which builds the protos),
+on the call pool (`call_pool.py`): one job per pipeline and kind, so an executor that does
+not answer holds up only its own pipelines' calls, each for at most the call's deadline.
 
 Rules and known races:
+- A pipeline whose trigger or abort job is still out is not triggered (a late abort
+  re-initialises a slot's ids); a job reads its pipeline's pending commits or lingering
+  aborts afresh, never a snapshot a previous job has acted on since.
 - Checkpoint N+1 is triggered only when no checkpoint of the pipeline is TRIGGERED: its
   start offsets are then N's end offsets, known in SQL (N is COMPLETE), while N may still
   be committing (the overlap the design allows). How many may be in flight at once is
