@@ -957,7 +957,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             print_scale(
                                 run_scale_on(databases, home, broker.bootstrap_servers, kind, args)
                             )
-                        except (BenchError, ProcessError, TimeoutError) as exc:
+                        except (BenchError, ProcessError, TimeoutError, grpc.RpcError) as exc:
                             failed(f"scale {kind}", exc)
                 finally:
                     stop_process(home=broker.home, name="kafka")

@@ -165,7 +165,12 @@ def run_scale(
             request = coordinator_pb2.CreatePipelineRequest(
                 request_id=uuid.uuid4().hex, spec=spec
             )  # the request id makes a retry safe
-            _patiently(lambda r=request: stub.CreatePipeline(r, timeout=60))  # type: ignore[misc]
+            try:
+                _patiently(lambda r=request: stub.CreatePipeline(r, timeout=60))  # type: ignore[misc]
+            except grpc.RpcError as exc:
+                # A retry of a create whose first attempt landed but was not answered.
+                if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
+                    raise
         waiting = list(names)
         deadline = time.monotonic() + ready_timeout_s
         while waiting:
