@@ -194,6 +194,7 @@ def register_reply_from_proto(
         heartbeat_interval_ms=response.heartbeat_interval_ms,
         session_timeout_ms=response.session_timeout_ms,
         assignments=tuple(assignment_from_proto(a) for a in response.assignments),
+        assignment_version=response.assignment_version,
         executor_generation=Generation(response.executor_generation),
         session_id=response.session_id,
     )
@@ -206,6 +207,8 @@ def heartbeat_reply_from_proto(response: coordinator_pb2.HeartbeatResponse) -> M
         heartbeat_interval_ms=response.heartbeat_interval_ms,
         session_timeout_ms=response.session_timeout_ms,
         assignments=tuple(assignment_from_proto(a) for a in response.assignments),
+        assignment_version=response.assignment_version,
+        assignment_unchanged=response.assignment_unchanged,
     )
 
 

@@ -36,6 +36,9 @@ _T = TypeVar("_T")
 _FAILURES: Mapping[grpc.StatusCode, CallFailure] = {
     grpc.StatusCode.UNAVAILABLE: CallFailure.UNREACHABLE,
     grpc.StatusCode.DEADLINE_EXCEEDED: CallFailure.UNREACHABLE,
+    # The leader's 256 concurrent calls were taken: refused before anything ran (a
+    # pre-commit report refused so used to be given up, and its checkpoint timed out).
+    grpc.StatusCode.RESOURCE_EXHAUSTED: CallFailure.UNREACHABLE,
     grpc.StatusCode.NOT_FOUND: CallFailure.SESSION_GONE,
     grpc.StatusCode.FAILED_PRECONDITION: CallFailure.SESSION_GONE,
 }
@@ -81,14 +84,17 @@ class GrpcCoordinatorClient:
         executor_generation: Generation,
         statuses: Sequence[TaskView],
         highest_leader_seen: LeaderStamp,
+        known_assignment_version: int,
         timeout_s: float,
     ) -> MembershipReply:
-        """Heartbeat: keep the session, show the tasks, get the full assignment back."""
+        """Heartbeat: keep the session, show the tasks, get the assignment back (in full
+        unless it is still ``known_assignment_version``)."""
         request = coordinator_pb2.HeartbeatRequest(
             executor_id=executor_id,
             executor_generation=executor_generation,
             task_statuses=[convert.task_view_to_proto(v) for v in statuses],
             highest_leader_epoch_seen=convert.leader_to_proto(highest_leader_seen),
+            known_assignment_version=known_assignment_version,
         )
         response: coordinator_pb2.HeartbeatResponse = _call(
             lambda: self._stub.Heartbeat(request, timeout=timeout_s)

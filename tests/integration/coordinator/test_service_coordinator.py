@@ -80,7 +80,9 @@ class CoordinatorCluster:
         self.db_url = db_url
         self.members: list[CoordinatorProcess] = []
 
-    def start(self, count: int, *, lease_ms: int = LEASE_MS) -> list[CoordinatorProcess]:
+    def start(
+        self, count: int, *, lease_ms: int = LEASE_MS, session_timeout_ms: int = 3000
+    ) -> list[CoordinatorProcess]:
         """Start `count` replicas and wait until each answers."""
         started: list[CoordinatorProcess] = []
         for _ in range(count):
@@ -93,7 +95,7 @@ class CoordinatorCluster:
                 lease_ms=lease_ms,
                 extra=[
                     "--session-timeout-ms",
-                    "3000",
+                    str(session_timeout_ms),
                     "--heartbeat-interval-ms",
                     "200",
                     "--reassign-delay-ms",

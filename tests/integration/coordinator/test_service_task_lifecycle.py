@@ -8,17 +8,13 @@ restart test scripted peers (`test_service_coordinator.ScriptedExecutor`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import grpc
-import pytest
 from google.protobuf import field_mask_pb2
 from grpc_status import rpc_status
 
 from lockgate.common.grpc_client import open_channel
-from lockgate.localcluster.commands import executor_command
-from lockgate.localcluster.ports import free_port
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from tests.fixtures.kafka import KafkaBroker
 from tests.integration.coordinator.test_service_coordinator import (
@@ -31,34 +27,8 @@ from tests.integration.coordinator.test_service_coordinator import (
     unique_name,
     wait_committed,
 )
-from tests.support.processes import ChildProcess, start_child
+from tests.support.processes import ChildProcess
 from tests.support.waits import wait_for
-
-
-@pytest.fixture
-def control_executors(tmp_path: Path) -> Iterator[Callable[[str, list[str]], ChildProcess]]:
-    """`start(executor_id, coordinator_addresses)`: an executor process running the control
-    path only (`--data-plane none`), stopped at the test's end."""
-    started: list[ChildProcess] = []
-
-    def start(executor_id: str, coordinators: list[str]) -> ChildProcess:
-        argv = executor_command(
-            executor_id=executor_id,
-            listen=f"127.0.0.1:{free_port()}",
-            coordinators=coordinators,
-            data_plane="none",
-        )
-        child = start_child(
-            executor_id, argv, log_path=tmp_path / f"{executor_id}.log", cwd=tmp_path
-        )
-        started.append(child)
-        return child
-
-    try:
-        yield start
-    finally:
-        for child in started:
-            child.stop(grace_s=10)
 
 
 def _tasks(stub: coordinator_pb2_grpc.CoordinatorServiceStub, name: str) -> list[common_pb2.Task]:

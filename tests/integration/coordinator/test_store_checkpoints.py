@@ -651,3 +651,33 @@ def test_a_leader_dying_inside_the_complete_transaction_leaves_n_triggered(
     )
     assert after.state is CheckpointState.TRIGGERED
     assert offsets_table(store) == {}
+
+
+def test_the_trigger_snapshot_has_each_pipelines_newest_and_unfinished_checkpoints(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """What the leader's trigger decision reads for all pipelines at once: a pipeline's
+    newest checkpoint (its last trigger time) and every one still in flight, however old
+    (each counts against the in-flight limit), newest first; committed ones in between are
+    left out, and a pipeline that never triggered is absent."""
+    store = open_stores()
+    fence = lead(store)
+    t0, t1 = running_pipeline(store, fence)
+    store.pipelines.create_pipeline(fence=fence, spec=spec("idle", tasks_max=2))
+    p = PipelineId("p")
+    for n in (1, 2, 3):
+        store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=p)
+        precommit(store, fence, n, t0, start=10 * (n - 1), end=10 * n)
+        precommit(store, fence, n, t1, start=10 * (n - 1), end=10 * n)
+        if n != 1:
+            store.checkpoints.mark_committed(fence=fence, pipeline_id=p, checkpoint_id=C(n))
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=p)
+    store.checkpoints.abort_checkpoint(fence=fence, pipeline_id=p, checkpoint_id=C(4), reason="x")
+
+    snapshot = store.checkpoints.trigger_snapshot()
+    assert list(snapshot) == [p]
+    assert [(c.checkpoint_id, c.state) for c in snapshot[p]] == [
+        (4, CheckpointState.ABORTED),
+        (1, CheckpointState.COMPLETE),
+    ]
+    assert snapshot[p][0].triggered_at_ms >= snapshot[p][1].triggered_at_ms

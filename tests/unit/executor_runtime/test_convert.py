@@ -160,6 +160,7 @@ class _RefusingStub:
     [
         (grpc.StatusCode.UNAVAILABLE, CallFailure.UNREACHABLE),
         (grpc.StatusCode.DEADLINE_EXCEEDED, CallFailure.UNREACHABLE),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, CallFailure.UNREACHABLE),
         (grpc.StatusCode.NOT_FOUND, CallFailure.SESSION_GONE),
         (grpc.StatusCode.FAILED_PRECONDITION, CallFailure.SESSION_GONE),
         (grpc.StatusCode.INVALID_ARGUMENT, CallFailure.REFUSED),

@@ -192,6 +192,7 @@ class RegisterExecutorResponse(_message.Message):
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     ASSIGNMENTS_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_VERSION_FIELD_NUMBER: _builtins.int
     executor_generation: _builtins.int
     """Generation of this registration; the executor sends it on every call and the leader
     sends it back on every ExecutorService call.
@@ -204,6 +205,11 @@ class RegisterExecutorResponse(_message.Message):
     """
     heartbeat_interval_ms: _builtins.int
     """Time between two heartbeats the leader expects, in milliseconds."""
+    assignment_version: _builtins.int
+    """Version of that assignment (a fingerprint of its tasks' ids, generations, config
+    versions and target states, never 0); the executor sends it back in
+    HeartbeatRequest.known_assignment_version.
+    """
     @_builtins.property
     def leader_epoch(self) -> _common_pb2.LeaderEpoch:
         """The leader's epoch; the executor refuses calls with a lower one from now on."""
@@ -221,10 +227,11 @@ class RegisterExecutorResponse(_message.Message):
         session_timeout_ms: _builtins.int = ...,
         heartbeat_interval_ms: _builtins.int = ...,
         assignments: _abc.Iterable[Global___TaskAssignment] | None = ...,
+        assignment_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignments", b"assignments", "executor_generation", b"executor_generation", "heartbeat_interval_ms", b"heartbeat_interval_ms", "leader_epoch", b"leader_epoch", "session_id", b"session_id", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_version", b"assignment_version", "assignments", b"assignments", "executor_generation", b"executor_generation", "heartbeat_interval_ms", b"heartbeat_interval_ms", "leader_epoch", b"leader_epoch", "session_id", b"session_id", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -240,10 +247,15 @@ class HeartbeatRequest(_message.Message):
     EXECUTOR_GENERATION_FIELD_NUMBER: _builtins.int
     TASK_STATUSES_FIELD_NUMBER: _builtins.int
     HIGHEST_LEADER_EPOCH_SEEN_FIELD_NUMBER: _builtins.int
+    KNOWN_ASSIGNMENT_VERSION_FIELD_NUMBER: _builtins.int
     executor_id: _builtins.str
     """Executor id."""
     executor_generation: _builtins.int
     """Generation from RegisterExecutorResponse."""
+    known_assignment_version: _builtins.int
+    """assignment_version of the last assignment the executor received in full and holds;
+    0 if none (the response then carries the full assignment).
+    """
     @_builtins.property
     def task_statuses(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.TaskStatus]:
         """Observed state of every task the executor runs, at its generation."""
@@ -259,10 +271,11 @@ class HeartbeatRequest(_message.Message):
         executor_generation: _builtins.int = ...,
         task_statuses: _abc.Iterable[_common_pb2.TaskStatus] | None = ...,
         highest_leader_epoch_seen: _common_pb2.LeaderEpoch | None = ...,
+        known_assignment_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["highest_leader_epoch_seen", b"highest_leader_epoch_seen"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor_generation", b"executor_generation", "executor_id", b"executor_id", "highest_leader_epoch_seen", b"highest_leader_epoch_seen", "task_statuses", b"task_statuses"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor_generation", b"executor_generation", "executor_id", b"executor_id", "highest_leader_epoch_seen", b"highest_leader_epoch_seen", "known_assignment_version", b"known_assignment_version", "task_statuses", b"task_statuses"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -270,7 +283,7 @@ Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
 
 @_typing.final
 class HeartbeatResponse(_message.Message):
-    """HeartbeatResponse carries the executor's full assignment."""
+    """HeartbeatResponse carries the executor's full assignment, or says it is unchanged."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -278,12 +291,22 @@ class HeartbeatResponse(_message.Message):
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     ASSIGNMENTS_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_VERSION_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_UNCHANGED_FIELD_NUMBER: _builtins.int
     session_timeout_ms: _builtins.int
     """Time without a heartbeat after which the executor is declared dead, in
     milliseconds.
     """
     heartbeat_interval_ms: _builtins.int
     """Time between two heartbeats the leader expects, in milliseconds."""
+    assignment_version: _builtins.int
+    """Version of the executor's assignment now (see
+    RegisterExecutorResponse.assignment_version).
+    """
+    assignment_unchanged: _builtins.bool
+    """True when assignment_version equals the request's known_assignment_version:
+    assignments is then empty and the executor keeps the assignment it holds.
+    """
     @_builtins.property
     def leader_epoch(self) -> _common_pb2.LeaderEpoch:
         """The leader's epoch."""
@@ -291,7 +314,8 @@ class HeartbeatResponse(_message.Message):
     @_builtins.property
     def assignments(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskAssignment]:
         """Full set of tasks the executor must run; tasks it runs that are missing here (or
-        present at a higher generation) must be stopped without committing anything.
+        present at a higher generation) must be stopped without committing anything. Empty
+        when assignment_unchanged is true.
         """
 
     def __init__(
@@ -301,10 +325,12 @@ class HeartbeatResponse(_message.Message):
         session_timeout_ms: _builtins.int = ...,
         heartbeat_interval_ms: _builtins.int = ...,
         assignments: _abc.Iterable[Global___TaskAssignment] | None = ...,
+        assignment_version: _builtins.int = ...,
+        assignment_unchanged: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignments", b"assignments", "heartbeat_interval_ms", b"heartbeat_interval_ms", "leader_epoch", b"leader_epoch", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_unchanged", b"assignment_unchanged", "assignment_version", b"assignment_version", "assignments", b"assignments", "heartbeat_interval_ms", b"heartbeat_interval_ms", "leader_epoch", b"leader_epoch", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

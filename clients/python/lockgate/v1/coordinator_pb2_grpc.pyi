@@ -43,9 +43,11 @@ class CoordinatorServiceStub:
     List*, ValidatePipeline) are answered by any replica from SQL.
 
     Task assignment is delivered in the responses of RegisterExecutor and Heartbeat, not
-    pushed by the leader: each response carries the full set of tasks the executor must
-    run, with their task generation, config version and restore state (start offsets of
-    the last COMPLETE checkpoint, handles to re-commit, handles to abort). An executor
+    pushed by the leader: a response carries the full set of tasks the executor must run,
+    with their task generation, config version and restore state (start offsets of the
+    last COMPLETE checkpoint, handles to re-commit, handles to abort), and its
+    assignment_version. A heartbeat that presents the current version gets
+    assignment_unchanged and no tasks: the executor keeps what it holds. An executor
     starts the tasks it does not run yet (or runs at a lower generation) and stops the
     ones missing from the set; the heartbeat interval bounds how late a change arrives.
 
@@ -91,7 +93,8 @@ class CoordinatorServiceStub:
     """
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.HeartbeatRequest, _coordinator_pb2.HeartbeatResponse]
     """Heartbeat keeps an executor's session alive, reports the observed state of its
-    tasks, and returns the full set of tasks it must run. Leader only. Errors:
+    tasks, and returns the full set of tasks it must run, or only that it is unchanged
+    since the version the executor holds. Leader only. Errors:
     NOT_FOUND (session expired or never registered: register again), FAILED_PRECONDITION
     with a FencingFailure (a newer registration of this executor id exists: this process
     is a zombie and must stop its tasks), INVALID_ARGUMENT, UNAVAILABLE.
@@ -230,9 +233,11 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     List*, ValidatePipeline) are answered by any replica from SQL.
 
     Task assignment is delivered in the responses of RegisterExecutor and Heartbeat, not
-    pushed by the leader: each response carries the full set of tasks the executor must
-    run, with their task generation, config version and restore state (start offsets of
-    the last COMPLETE checkpoint, handles to re-commit, handles to abort). An executor
+    pushed by the leader: a response carries the full set of tasks the executor must run,
+    with their task generation, config version and restore state (start offsets of the
+    last COMPLETE checkpoint, handles to re-commit, handles to abort), and its
+    assignment_version. A heartbeat that presents the current version gets
+    assignment_unchanged and no tasks: the executor keeps what it holds. An executor
     starts the tasks it does not run yet (or runs at a lower generation) and stops the
     ones missing from the set; the heartbeat interval bounds how late a change arrives.
 
@@ -275,7 +280,8 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     """
     Heartbeat: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.HeartbeatRequest, _coordinator_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """Heartbeat keeps an executor's session alive, reports the observed state of its
-    tasks, and returns the full set of tasks it must run. Leader only. Errors:
+    tasks, and returns the full set of tasks it must run, or only that it is unchanged
+    since the version the executor holds. Leader only. Errors:
     NOT_FOUND (session expired or never registered: register again), FAILED_PRECONDITION
     with a FencingFailure (a newer registration of this executor id exists: this process
     is a zombie and must stop its tasks), INVALID_ARGUMENT, UNAVAILABLE.
@@ -413,9 +419,11 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
     List*, ValidatePipeline) are answered by any replica from SQL.
 
     Task assignment is delivered in the responses of RegisterExecutor and Heartbeat, not
-    pushed by the leader: each response carries the full set of tasks the executor must
-    run, with their task generation, config version and restore state (start offsets of
-    the last COMPLETE checkpoint, handles to re-commit, handles to abort). An executor
+    pushed by the leader: a response carries the full set of tasks the executor must run,
+    with their task generation, config version and restore state (start offsets of the
+    last COMPLETE checkpoint, handles to re-commit, handles to abort), and its
+    assignment_version. A heartbeat that presents the current version gets
+    assignment_unchanged and no tasks: the executor keeps what it holds. An executor
     starts the tasks it does not run yet (or runs at a lower generation) and stops the
     ones missing from the set; the heartbeat interval bounds how late a change arrives.
 
@@ -474,7 +482,8 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.HeartbeatResponse, _abc.Awaitable[_coordinator_pb2.HeartbeatResponse]]:
         """Heartbeat keeps an executor's session alive, reports the observed state of its
-        tasks, and returns the full set of tasks it must run. Leader only. Errors:
+        tasks, and returns the full set of tasks it must run, or only that it is unchanged
+        since the version the executor holds. Leader only. Errors:
         NOT_FOUND (session expired or never registered: register again), FAILED_PRECONDITION
         with a FencingFailure (a newer registration of this executor id exists: this process
         is a zombie and must stop its tasks), INVALID_ARGUMENT, UNAVAILABLE.

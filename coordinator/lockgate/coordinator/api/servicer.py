@@ -153,6 +153,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
             assignments=assignments_to_proto(answer.tasks),
+            assignment_version=answer.version,
         )
 
     @leader_only
@@ -181,6 +182,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
             generation=Generation(request.executor_generation),
             reports=reports,
             highest_leader_epoch_seen=request.highest_leader_epoch_seen.epoch,
+            known_assignment_version=request.known_assignment_version,
         )
         settings = self.herder.settings
         return coordinator_pb2.HeartbeatResponse(
@@ -188,6 +190,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
             assignments=assignments_to_proto(answer.tasks),
+            assignment_version=answer.version,
+            assignment_unchanged=answer.unchanged,
         )
 
     @leader_only

@@ -6,15 +6,22 @@ it registered with. A report with an older generation comes from a process that 
 cluster already replaced (a zombie: paused, partitioned, or a previous incarnation) and is
 refused, so it cannot overwrite what its successor reported. A task's reports are
 checked the same way against its assignment (`check_task_owner`).
+
+A heartbeat carries the executor's full assignment only when it changed since the
+version the executor holds (`assignment_version`): a heartbeat costs the executor's own
+tasks, not the cluster's, and repeats no spec.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from lockgate.common.model.ids import ExecutorId, Generation
 from lockgate.coordinator.domain.errors import StaleGeneration
 from lockgate.coordinator.domain.pipelines import TaskRecord
+from lockgate.coordinator.domain.states import TargetState
 
 
 @dataclass(frozen=True)
@@ -61,3 +68,31 @@ def check_task_owner(
             f"not {executor_id}; stop running it"
         )
     check_generation(what=f"task {task.task_id}", reported=task_generation, current=task.generation)
+
+
+@dataclass(frozen=True)
+class AssignedTask:
+    """A task of one executor with what of its pipeline an assignment carries."""
+
+    task: TaskRecord
+    config_version: int
+    target_state: TargetState
+
+
+def assignment_version(tasks: Iterable[AssignedTask]) -> int:
+    """The version of an executor's assignment: a fingerprint of each task's id,
+    generation, config version and target state, never 0 (0 is "none held").
+
+    A fingerprint, not a counter, so every leader computes the same one from SQL and a new
+    leader resends nothing. It leaves out the restore state on purpose: an executor reads
+    it only when it starts a task, and it starts one only at a new generation (which
+    changes the version). A config change gives every task a new generation too.
+    """
+    digest = hashlib.blake2b(digest_size=8)
+    for item in sorted(tasks, key=lambda a: a.task.task_id):
+        line = (
+            f"{item.task.task_id}\x00{item.task.generation}\x00{item.config_version}"
+            f"\x00{item.target_state.value}\n"
+        )
+        digest.update(line.encode())
+    return int.from_bytes(digest.digest(), "big") >> 1 or 1

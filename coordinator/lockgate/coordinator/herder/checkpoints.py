@@ -3,9 +3,14 @@ two-phase commit (DESIGN.md) -- trigger, commit, abort, timeouts, and a new lead
 recovery. What executors report back (pre-commits, failures) is `reports.py`.
 
 The store applies each decision inside a fenced transaction; this module decides when to
-ask for it and calls the executors (through `herder/executors.py`, which builds the protos).
+ask for it and calls the executors (through `herder/executors.py`, which builds the protos),
+on the call pool (`call_pool.py`): one job per pipeline and kind, so an executor that does
+not answer holds up only its own pipelines' calls, each for at most the call's deadline.
 
 Rules and known races:
+- A pipeline whose trigger or abort job is still out is not triggered (a late abort
+  re-initialises a slot's ids); a job reads its pipeline's pending commits or lingering
+  aborts afresh, never a snapshot a previous job has acted on since.
 - Checkpoint N+1 is triggered only when no checkpoint of the pipeline is TRIGGERED: its
   start offsets are then N's end offsets, known in SQL (N is COMPLETE), while N may still
   be committing (the overlap the design allows). How many may be in flight at once is
@@ -37,10 +42,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import grpc
 from opentelemetry.trace import Status, StatusCode
@@ -66,6 +70,7 @@ from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
 from lockgate.coordinator.domain.transaction_timeout import near_timeout_warnings
+from lockgate.coordinator.herder.call_pool import Backoff, CallPool
 from lockgate.coordinator.herder.executors import (
     CheckpointTaskCall,
     ExecutorCallFailed,
@@ -86,27 +91,6 @@ from lockgate.coordinator.herder.traces import EXECUTOR_ID, CheckpointTraces
 from lockgate.coordinator.store.sql_store import SqlStore
 
 _LOG = logging.getLogger(__name__)
-_MAX_BACKOFF_S = 2.0
-
-
-@dataclass
-class _Backoff:
-    """Per-key retry schedule of the work loop (commits, aborts)."""
-
-    next_at: dict[object, float] = field(default_factory=dict)
-    delay: dict[object, float] = field(default_factory=dict)
-
-    def due(self, key: object) -> bool:
-        return time.monotonic() >= self.next_at.get(key, 0.0)
-
-    def failed(self, key: object) -> None:
-        delay = min(_MAX_BACKOFF_S, self.delay.get(key, 0.05) * 2)
-        self.delay[key] = delay
-        self.next_at[key] = time.monotonic() + delay
-
-    def succeeded(self, key: object) -> None:
-        self.next_at.pop(key, None)
-        self.delay.pop(key, None)
 
 
 @dataclass(frozen=True)
@@ -131,6 +115,7 @@ class CheckpointDriver:
         lease: LeaseKeeper,
         membership: Membership,
         executors: ExecutorClient,
+        calls: CallPool,
         failpoints: Failpoints,
         wake: Callable[[], None],
         duty_lock: threading.Lock,
@@ -145,6 +130,7 @@ class CheckpointDriver:
         self._lease = lease
         self._membership = membership
         self._executors = executors
+        self._calls = calls
         # LOCKGATE_FAILPOINTS=after_complete_before_commit[@N] makes this process exit hard
         # between a COMPLETE checkpoint and its commit calls (fault tests only).
         self._failpoints = failpoints
@@ -152,7 +138,7 @@ class CheckpointDriver:
         # One leader duty at a time: the work loop's pass, or a servicer thread finishing a
         # deleted pipeline's checkpoints (they share the retry schedule).
         self._duty_lock = duty_lock
-        self._backoff = _Backoff()
+        self._backoff = Backoff()
         # Final checkpoints kept per pipeline; pruned as each one becomes final.
         self._keep_history = keep_history
         self.traces = traces or CheckpointTraces()
@@ -233,19 +219,30 @@ class CheckpointDriver:
         for pipeline_id, checkpoint_id in aborted:
             _LOG.warning("checkpoint %s of %s timed out: aborted", checkpoint_id, pipeline_id)
 
-    def send_aborts(self, fence: Fence, *, only: PipelineId | None = None) -> None:
+    def send_aborts(
+        self, fence: Fence, *, only: PipelineId | None = None, wait: bool = True
+    ) -> None:
         """Abort the transactions of checkpoints that never became COMPLETE, then record
-        it so they leave the lingering list. Leader-only."""
+        it so they leave the lingering list: one job per pipeline on the call pool, which
+        reads its lingering transactions afresh (so it never re-sends an abort a previous
+        job acked, which could hit a slot reused since). Leader-only; `wait`: until done."""
         lingering = self._store.checkpoints.list_lingering_transactions(pipeline_id=only)
+        for pipeline_id in sorted({item.pipeline_id for item in lingering}):
+            self._calls.run(
+                ("abort", pipeline_id),
+                lambda p=pipeline_id: self._abort_pipeline(fence, p),  # type: ignore[misc]
+                wait=wait,
+            )
+
+    def _abort_pipeline(self, fence: Fence, pipeline_id: PipelineId) -> None:
+        lingering = self._store.checkpoints.list_lingering_transactions(pipeline_id=pipeline_id)
         if not lingering:
             return
         alive = self._membership.alive_executors()
-        by_checkpoint: dict[tuple[PipelineId, CheckpointId], list[LingeringTransaction]] = (
-            defaultdict(list)
-        )
+        by_checkpoint: dict[CheckpointId, list[LingeringTransaction]] = defaultdict(list)
         for item in lingering:
-            by_checkpoint[(item.pipeline_id, item.checkpoint_id)].append(item)
-        for (pipeline_id, checkpoint_id), items in sorted(by_checkpoint.items()):
+            by_checkpoint[item.checkpoint_id].append(item)
+        for checkpoint_id, items in sorted(by_checkpoint.items()):
             key = ("abort", pipeline_id, checkpoint_id)
             if not self._backoff.due(key):
                 continue
@@ -316,27 +313,38 @@ class CheckpointDriver:
 
     # ------------------------------------------------------------------ commits
 
-    def commit_pending(self, fence: Fence, *, only: PipelineId | None = None) -> None:
+    def commit_pending(
+        self, fence: Fence, *, only: PipelineId | None = None, wait: bool = True
+    ) -> None:
         """Commit every COMPLETE-not-COMMITTED checkpoint, oldest first per pipeline, until
-        each is acked; then mark it COMMITTED (DESIGN.md step 4). Leader-only."""
+        each is acked; then mark it COMMITTED (DESIGN.md step 4): one job per pipeline on
+        the call pool, so a pipeline whose executor does not answer holds up no other.
+        Leader-only; `wait`: until done."""
         pending = self._store.checkpoints.list_pending_commits(pipeline_id=only)
+        for pipeline_id in sorted({c.pipeline_id for c in pending}):
+            self._calls.run(
+                ("commit", pipeline_id),
+                lambda p=pipeline_id: self._commit_pipeline(fence, p),  # type: ignore[misc]
+                wait=wait,
+            )
+
+    def _commit_pipeline(self, fence: Fence, pipeline_id: PipelineId) -> None:
+        """The pipeline's pending commits, read afresh, in creation order: N+1 waits for
+        N's ack."""
+        pending = self._store.checkpoints.list_pending_commits(pipeline_id=pipeline_id)
         if not pending:
             return
         alive = self._membership.alive_executors()
-        blocked: set[PipelineId] = set()
         for commit in pending:
-            if commit.pipeline_id in blocked:
-                continue  # creation order: N+1 waits for N's ack
             key = ("commit", commit.pipeline_id, commit.checkpoint_id)
             if not self._backoff.due(key):
-                blocked.add(commit.pipeline_id)
-            elif self._commit_one(fence, commit, alive):
-                self._backoff.succeeded(key)
-            else:
+                return
+            if not self._commit_one(fence, commit, alive):
                 self._instruments.add(COMMIT_RETRIES, 1, {"pipeline": commit.pipeline_id})
                 self._backoff.failed(key)
-                blocked.add(commit.pipeline_id)
                 self._warn_near_timeout(commit)
+                return
+            self._backoff.succeeded(key)
 
     def _warn_near_timeout(self, commit: PendingCommit) -> None:
         """Log what status warns: a COMPLETE checkpoint still uncommitted past half of the
@@ -481,8 +489,8 @@ class CheckpointDriver:
         commit its COMPLETE ones. Leader-only."""
         with self._duty_lock:
             self.abort_triggered(pipeline_id, reason="pipeline deleted")
-            self.send_aborts(fence, only=pipeline_id)
-            self.commit_pending(fence, only=pipeline_id)
+            self.send_aborts(fence, only=pipeline_id, wait=True)
+            self.commit_pending(fence, only=pipeline_id, wait=True)
 
     # ------------------------------------------------------------------ traces
 
@@ -526,9 +534,11 @@ class CheckpointDriver:
 
     # ------------------------------------------------------------------ triggers
 
-    def trigger_due(self, fence: Fence) -> None:
+    def trigger_due(self, fence: Fence, *, wait: bool = True) -> None:
         """Trigger the next checkpoint of every RUNNING pipeline whose interval has passed
-        and whose tasks all run, then call the executors (DESIGN.md step 1). Leader-only."""
+        and whose tasks all run, then call the executors on the call pool (DESIGN.md step
+        1). A pipeline whose trigger or abort job still runs waits for a later pass (an
+        abort may re-initialise a slot's ids). Leader-only; `wait`: until the calls end."""
         pipelines = [p for p in all_pipelines(self._store) if p.target_state is TargetState.RUNNING]
         if not pipelines:
             return
@@ -538,16 +548,18 @@ class CheckpointDriver:
         for t in self._store.pipelines.list_tasks():
             tasks_by_pipeline[t.pipeline_id].append(t)
         lingering = {t.pipeline_id for t in self._store.checkpoints.list_lingering_transactions()}
+        snapshot = self._store.checkpoints.trigger_snapshot()
         for pipeline in pipelines:
+            if self._calls.busy(("trigger", pipeline.pipeline_id)) or self._calls.busy(
+                ("abort", pipeline.pipeline_id)
+            ):
+                continue
             tasks = tasks_by_pipeline.get(pipeline.pipeline_id, [])
-            recent = self._store.checkpoints.list_checkpoints(
-                pipeline_id=pipeline.pipeline_id, limit=4
-            )
             if not trigger_due(
                 pipeline=pipeline,
                 tasks=tasks,
                 live_executors=frozenset(alive),
-                recent=recent,
+                recent=snapshot.get(pipeline.pipeline_id, []),
                 has_lingering=pipeline.pipeline_id in lingering,
                 now_ms=now_ms,
             ):
@@ -567,15 +579,31 @@ class CheckpointDriver:
                 checkpoint.checkpoint_id,
                 leader_epoch=int(fence.leader_epoch),
             )
-            with self.traces.step(
-                "lockgate.checkpoint.trigger",
-                pipeline.pipeline_id,
-                checkpoint.checkpoint_id,
-                leader_epoch=int(fence.leader_epoch),
-            ) as span:
-                failure = self._send_trigger(fence, pipeline, checkpoint, tasks, alive)
-                if failure is not None:
-                    span.set_status(Status(StatusCode.ERROR, failure))
+            self._calls.run(
+                ("trigger", pipeline.pipeline_id),
+                lambda p=pipeline, c=checkpoint, t=tasks: self._traced_trigger(  # type: ignore[misc]
+                    fence, p, c, t, alive
+                ),
+                wait=wait,
+            )
+
+    def _traced_trigger(
+        self,
+        fence: Fence,
+        pipeline: PipelineRecord,
+        checkpoint: CheckpointRecord,
+        tasks: Iterable[TaskRecord],
+        alive: Mapping[ExecutorId, ExecutorRecord],
+    ) -> None:
+        with self.traces.step(
+            "lockgate.checkpoint.trigger",
+            pipeline.pipeline_id,
+            checkpoint.checkpoint_id,
+            leader_epoch=int(fence.leader_epoch),
+        ) as span:
+            failure = self._send_trigger(fence, pipeline, checkpoint, tasks, alive)
+            if failure is not None:
+                span.set_status(Status(StatusCode.ERROR, failure))
 
     def _trigger_calls(
         self, pipeline: PipelineRecord, checkpoint: CheckpointRecord, tasks: Iterable[TaskRecord]

@@ -12,7 +12,8 @@ Two threads per replica do the work:
   executors after the session timeout, move their tasks after the reassignment delay),
   abort timed-out checkpoints, send aborts, send commits (retried until acked, then
   COMMITTED), trigger each RUNNING pipeline's next checkpoint on its interval, and end
-  the trace of each checkpoint decided since (`traces.py`).
+  the trace of each checkpoint decided since (`traces.py`). Its calls to executors
+  (trigger, commit, abort) run on the call pool (`call_pool.py`), never in the pass.
 A third thread measures the pipelines' lag every few seconds for the lag gauge
 (`progress.py`), on the leader only.
 
@@ -34,6 +35,7 @@ from lockgate.common.failpoints import Failpoints
 from lockgate.common.metrics import Instruments
 from lockgate.coordinator.domain.errors import FencedError, NotLeader, Unavailable
 from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.herder.call_pool import CallPool
 from lockgate.coordinator.herder.checkpoints import CheckpointDriver
 from lockgate.coordinator.herder.executors import ExecutorClient, LeaderEpochRefused
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
@@ -78,12 +80,12 @@ class Herder:
         self.store = store
         self.settings = settings
         self._executors = executor_client or ExecutorClient()
+        self._calls = CallPool(on_done=self.wake)  # a stuck executor holds up no pass
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._recover_term: Fence | None = None
         self._recover_lock = threading.Lock()
-        # One leader duty at a time: the work loop's pass, or a servicer thread finishing a
-        # deleted pipeline's checkpoints (they share the retry schedule).
+        # One leader duty at a time: the loop's pass, or a deleted pipeline's last commits.
         self._duty_lock = threading.Lock()
         self.lease_keeper = LeaseKeeper(
             store=store,
@@ -104,6 +106,7 @@ class Herder:
             lease=self.lease_keeper,
             membership=self.membership,
             executors=self._executors,
+            calls=self._calls,
             failpoints=failpoints or Failpoints(),
             wake=self.wake,
             duty_lock=self._duty_lock,
@@ -156,6 +159,7 @@ class Herder:
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         self.progress.stop()
+        self._calls.close()
         self.lease_keeper.stop()
         if self.lease_keeper.current_fence() is not None:
             try:
@@ -192,7 +196,7 @@ class Herder:
                 continue
             try:
                 with self._duty_lock:
-                    self.run_pass(fence)
+                    self.run_pass(fence, wait=False)
             except (FencedError, NotLeader, LeaderEpochRefused) as exc:
                 # The term ended under us; the lease keeper will see it on its next try.
                 _LOG.warning("leader pass stopped: %s", exc)
@@ -202,8 +206,10 @@ class Herder:
             except Exception:
                 _LOG.exception("leader pass failed; retrying on the next pass")
 
-    def run_pass(self, fence: Fence) -> None:
-        """One pass of the leader's duties (see module docstring). Leader-only."""
+    def run_pass(self, fence: Fence, *, wait: bool = True) -> None:
+        """One pass of the leader's duties (see module docstring). Leader-only. The calls
+        to executors run on the call pool (`call_pool.py`); the work loop does not wait for
+        them (`wait=False`): a pass never waits on an executor."""
         with self._recover_lock:
             recover = self._recover_term == fence
         if recover:
@@ -221,7 +227,7 @@ class Herder:
                 self._recover_term = None
         self.membership.rebalance(fence)
         self.checkpoints.abort_timed_out(fence)
-        self.checkpoints.send_aborts(fence)
-        self.checkpoints.commit_pending(fence)
-        self.checkpoints.trigger_due(fence)
+        self.checkpoints.send_aborts(fence, wait=wait)
+        self.checkpoints.commit_pending(fence, wait=wait)
+        self.checkpoints.trigger_due(fence, wait=wait)
         self.checkpoints.settle_traces()

@@ -35,7 +35,11 @@ from lockgate.coordinator.domain.errors import (
     StaleGeneration,
 )
 from lockgate.coordinator.domain.lease import Fence
-from lockgate.coordinator.domain.membership import ExecutorRecord
+from lockgate.coordinator.domain.membership import (
+    AssignedTask,
+    ExecutorRecord,
+    assignment_version,
+)
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import TargetState, TaskState
@@ -77,6 +81,11 @@ class ExecutorAssignment:
     fence: Fence
     """The term that answered (the executor remembers the highest epoch it saw)."""
     tasks: tuple[TaskAssignment, ...]
+    """Every task it must run; empty when `unchanged`."""
+    version: int
+    """The assignment's version (`domain/membership.py`)."""
+    unchanged: bool = False
+    """The executor holds this version already: `tasks` is left empty."""
 
 
 @dataclass(frozen=True)
@@ -163,10 +172,10 @@ class Membership:
             )
         )
         self._wake()
-        return ExecutorAssignment(
-            executor=record,
-            fence=self._lease.require_fence(),
-            tasks=self.assignments(executor_id),
+        return self._answer(
+            record,
+            self._lease.require_fence(),
+            self._store.pipelines.list_assigned(executor_id=executor_id),
         )
 
     def heartbeat(
@@ -176,9 +185,11 @@ class Membership:
         generation: Generation,
         reports: Sequence[HeartbeatTaskReport],
         highest_leader_epoch_seen: int = 0,
+        known_assignment_version: int = 0,
     ) -> ExecutorAssignment:
         """Keep an executor's session alive, record its tasks' states, and return the tasks
-        it must run. Leader-only.
+        it must run, or only that they are unchanged since `known_assignment_version`.
+        Leader-only. Reads the executor's own tasks only.
 
         NotLeader if the executor has seen a newer leader; NotFound if the session expired
         (the executor must register again); StaleTokenError if a newer registration exists.
@@ -197,11 +208,30 @@ class Membership:
             )
         except StaleGeneration as exc:
             raise self._stale_executor(exc, executor_id, generation) from None
-        tasks = {t.task_id: t for t in self._store.pipelines.list_tasks()}
+        assigned = self._store.pipelines.list_assigned(executor_id=executor_id)
+        tasks = {a.task.task_id: a.task for a in assigned}
         for report in reports:
             self._apply_task_report(executor_id, generation, report, tasks)
+        return self._answer(current, fence, assigned, known_version=known_assignment_version)
+
+    def _answer(
+        self,
+        executor: ExecutorRecord,
+        fence: Fence,
+        assigned: Sequence[AssignedTask],
+        *,
+        known_version: int = 0,
+    ) -> ExecutorAssignment:
+        """The assignment of `executor` (tasks of STOPPED pipelines left out: released), in
+        full unless its version is `known_version`."""
+        kept = [a for a in assigned if a.target_state is not TargetState.STOPPED]
+        version = assignment_version(kept)
+        if version == known_version:
+            return ExecutorAssignment(
+                executor=executor, fence=fence, tasks=(), version=version, unchanged=True
+            )
         return ExecutorAssignment(
-            executor=current, fence=fence, tasks=self.assignments(executor_id)
+            executor=executor, fence=fence, tasks=self._full(kept), version=version
         )
 
     def _check_session(self, executor_id: ExecutorId, generation: Generation) -> ExecutorRecord:
@@ -290,35 +320,29 @@ class Membership:
 
     # ------------------------------------------------------------------ assignment
 
-    def assignments(self, executor_id: ExecutorId) -> tuple[TaskAssignment, ...]:
-        """The tasks `executor_id` must run now, each with its restore state; tasks of
-        STOPPED pipelines are left out (released)."""
+    def _full(self, assigned: Sequence[AssignedTask]) -> tuple[TaskAssignment, ...]:
+        """Each task with its pipeline and restore state (read once per pipeline, and one
+        read for every task's restore state)."""
         pipelines: dict[PipelineId, PipelineRecord] = {}
         restored: dict[PipelineId, int] = {}
-        running: list[TaskRecord] = []
-        for task in self._store.pipelines.list_tasks():
-            if task.executor_id != executor_id:
-                continue
-            pipeline = pipelines.get(task.pipeline_id)
-            if pipeline is None:
-                pipeline = self._store.pipelines.get_pipeline(pipeline_id=task.pipeline_id)
-                pipelines[task.pipeline_id] = pipeline
-                restored[task.pipeline_id] = restored_checkpoint(
-                    self._store.offsets.get_offsets(pipeline_id=task.pipeline_id)
+        for item in assigned:
+            pipeline_id = item.task.pipeline_id
+            if pipeline_id not in pipelines:
+                pipelines[pipeline_id] = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+                restored[pipeline_id] = restored_checkpoint(
+                    self._store.offsets.get_offsets(pipeline_id=pipeline_id)
                 )
-            if pipeline.target_state is not TargetState.STOPPED:
-                running.append(task)
-        # One read for every task's restore state (a heartbeat of an executor with many
-        # tasks used to read each task's on its own).
-        restores = self._store.checkpoints.restore_states(task_ids=[t.task_id for t in running])
+        restores = self._store.checkpoints.restore_states(
+            task_ids=[a.task.task_id for a in assigned]
+        )
         return tuple(
             TaskAssignment(
-                task=task,
-                pipeline=pipelines[task.pipeline_id],
-                restore=restores[task.task_id],
-                restored_checkpoint_id=restored[task.pipeline_id],
+                task=item.task,
+                pipeline=pipelines[item.task.pipeline_id],
+                restore=restores[item.task.task_id],
+                restored_checkpoint_id=restored[item.task.pipeline_id],
             )
-            for task in running
+            for item in assigned
         )
 
     def rebalance(self, fence: Fence) -> RebalanceResult:

@@ -22,7 +22,11 @@ from lockgate.common.model.pipeline_spec import PipelineSpec
 from lockgate.coordinator.domain.assignment import assignment_changes
 from lockgate.coordinator.domain.errors import AlreadyExists, InvalidArgument
 from lockgate.coordinator.domain.lease import Fence
-from lockgate.coordinator.domain.membership import check_executor_session, check_task_owner
+from lockgate.coordinator.domain.membership import (
+    AssignedTask,
+    check_executor_session,
+    check_task_owner,
+)
 from lockgate.coordinator.domain.pipelines import (
     PipelineRecord,
     TaskRecord,
@@ -50,6 +54,7 @@ from lockgate.coordinator.store.rows import (
     read_pipeline,
     read_task,
     read_tasks,
+    task_record,
 )
 from lockgate.coordinator.store.tables import (
     checkpoint_tasks,
@@ -259,6 +264,26 @@ class PipelineStore:
         """Tasks of one pipeline, or of all, in (pipeline, index) order."""
         with self._db.read() as conn:
             return read_tasks(conn, pipeline_id)
+
+    def list_assigned(self, *, executor_id: ExecutorId) -> list[AssignedTask]:
+        """The tasks assigned to one executor, each with its pipeline's config version and
+        target state, in (pipeline, index) order: one indexed read of that executor's rows,
+        whatever the size of the cluster (a heartbeat's read)."""
+        stmt = (
+            sa.select(tasks, pipelines.c.config_version, pipelines.c.target_state)
+            .join(pipelines, pipelines.c.pipeline_id == tasks.c.pipeline_id)
+            .where(tasks.c.executor_id == executor_id)
+            .order_by(tasks.c.pipeline_id, tasks.c.task_index)
+        )
+        with self._db.read() as conn:
+            return [
+                AssignedTask(
+                    task=task_record(r),
+                    config_version=int(r.config_version),
+                    target_state=TargetState(r.target_state),
+                )
+                for r in conn.execute(stmt)
+            ]
 
     def get_task(self, *, task_id: TaskId) -> TaskRecord:
         """One task; NotFound if it does not exist."""

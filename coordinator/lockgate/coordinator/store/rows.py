@@ -9,6 +9,7 @@ domain record. They are the snapshots the domain's decisions take. Reads with
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -28,7 +29,7 @@ from lockgate.common.model.ids import (
     split_task_id,
 )
 from lockgate.common.model.offsets import TopicPartition
-from lockgate.common.model.pipeline_spec import parse_pipeline_spec
+from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, TaskTrigger
 from lockgate.coordinator.domain.errors import NotFound
 from lockgate.coordinator.domain.membership import ExecutorRecord
@@ -65,13 +66,20 @@ def pipeline_record(row: Any) -> PipelineRecord:
     """A `pipelines` row, its spec parsed."""
     return PipelineRecord(
         pipeline_id=PipelineId(row.pipeline_id),
-        spec=parse_pipeline_spec(json.loads(row.spec_json), stored=True),
+        spec=_parsed_spec(row.spec_json),
         config_version=int(row.config_version),
         target_state=TargetState(row.target_state),
         next_checkpoint_id=CheckpointId(int(row.next_checkpoint_id)),
         created_at_ms=int(row.created_at_ms),
         updated_at_ms=int(row.updated_at_ms),
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_spec(spec_json: str) -> PipelineSpec:
+    """A stored spec, parsed once per distinct text: the leader reads every pipeline on
+    every pass, and parsing is most of the cost (a `PipelineSpec` is frozen: shared)."""
+    return parse_pipeline_spec(json.loads(spec_json), stored=True)
 
 
 def partitions_json(partitions: Iterable[TopicPartition]) -> str:
@@ -229,9 +237,15 @@ def find_checkpoint(
         )
         .order_by(checkpoint_tasks.c.task_id)
     ).all()
+    return checkpoint_record(row, task_rows)
+
+
+def checkpoint_record(row: Any, task_rows: Sequence[Any] = ()) -> CheckpointRecord:
+    """A `checkpoints` row with its `checkpoint_tasks` rows (none: a summary without tasks,
+    for the decisions that read only states and times)."""
     return CheckpointRecord(
-        pipeline_id=pipeline_id,
-        checkpoint_id=checkpoint_id,
+        pipeline_id=PipelineId(row.pipeline_id),
+        checkpoint_id=CheckpointId(int(row.checkpoint_id)),
         state=CheckpointState(row.state),
         leader_epoch=LeaderEpoch(int(row.leader_epoch)),
         tasks=tuple(
@@ -257,6 +271,25 @@ def find_checkpoint(
         data_loss_resolved=row.data_loss_resolved_at_ms is not None,
         lost_tasks=frozenset(TaskId(t.task_id) for t in task_rows if t.lost_at_ms is not None),
     )
+
+
+def read_checkpoint_summaries(
+    conn: Connection, keys: Sequence[tuple[PipelineId, CheckpointId]]
+) -> list[CheckpointRecord]:
+    """These checkpoints (those that exist) without their tasks, in one read."""
+    if not keys:
+        return []
+    rows = conn.execute(
+        sa.select(checkpoints).where(
+            sa.or_(
+                *(
+                    sa.and_(checkpoints.c.pipeline_id == p, checkpoints.c.checkpoint_id == c)
+                    for p, c in keys
+                )
+            )
+        )
+    )
+    return [checkpoint_record(r) for r in rows]
 
 
 def read_checkpoint(

@@ -78,6 +78,8 @@ tasks = sa.Table(
     sa.Column("last_error", sa.Text, nullable=True),
     sa.Column("updated_at_ms", sa.BigInteger, nullable=False),
     sa.UniqueConstraint("pipeline_id", "task_index", name="uq_tasks_pipeline_index"),
+    # A heartbeat reads its executor's tasks only (0006).
+    sa.Index("ix_tasks_executor_id", "executor_id"),
 )
 
 checkpoints = sa.Table(

@@ -66,9 +66,11 @@ class CoordinatorClient(Protocol):
         executor_generation: Generation,
         statuses: Sequence[TaskView],
         highest_leader_seen: LeaderStamp,
+        known_assignment_version: int,
         timeout_s: float,
     ) -> MembershipReply:
-        """Heartbeat: keep the session, show the tasks, get the full assignment back."""
+        """Heartbeat: keep the session, show the tasks, get the assignment back (in full
+        unless it is still ``known_assignment_version``)."""
 
     def deregister(
         self, *, executor_id: str, executor_generation: Generation, timeout_s: float

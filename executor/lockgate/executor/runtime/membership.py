@@ -3,7 +3,9 @@
 One thread: RegisterExecutor, then Heartbeat every ``heartbeat_interval_ms`` (the leader
 may change both timings in any answer). Every answer carries the leader epoch, which is
 observed by the process's :class:`~lockgate.executor.fencing.LeaderEpochFence` (a stale
-one is ignored), and the full assignment, handed to ``on_assignment``.
+one is ignored), and the assignment, handed to ``on_assignment``. The thread holds the
+last full assignment with its version and presents the version in each heartbeat; an
+answer that says it is unchanged carries no task, and the held one is handed on again.
 
 The session is lost when the leader refuses a heartbeat (NOT_FOUND or
 FAILED_PRECONDITION: it expired, or a newer registration of this id exists) or when no
@@ -64,6 +66,8 @@ class Membership:
         self._clock = clock
         self._lock = threading.Lock()
         self._registration: Registration | None = None
+        # The last full assignment received, with its version (0: none held).
+        self._held: tuple[int, tuple[Assignment, ...]] = (0, ())
         self._heartbeat_interval_s = settings.heartbeat_interval_ms / 1000
         self._session_timeout_s = settings.session_timeout_ms / 1000
         self._last_heartbeat_ok = clock()
@@ -135,6 +139,7 @@ class Membership:
             )
             self._apply_timing(reply)
             self._last_heartbeat_ok = self._clock()
+            self._held = (reply.assignment_version, reply.assignments)
         _LOG.info(
             "registered executor %s generation %d session %s with leader %s epoch %d",
             settings.executor_id,
@@ -168,12 +173,15 @@ class Membership:
         if registration is None:
             return
         highest, leader_id = self._fence.highest_seen
+        with self._lock:
+            held_version, held = self._held
         try:
             reply = self._client.heartbeat(
                 executor_id=self.settings.executor_id,
                 executor_generation=registration.executor_generation,
                 statuses=self._statuses(),
                 highest_leader_seen=LeaderStamp(LeaderEpoch(highest), leader_id),
+                known_assignment_version=held_version,
                 timeout_s=self.settings.rpc_timeout_s,
             )
         except CoordinatorCallError as exc:
@@ -186,7 +194,17 @@ class Membership:
                 return
             self._last_heartbeat_ok = self._clock()
             self._apply_timing(reply)
-        self._on_assignment(reply.assignments)
+            if not reply.assignment_unchanged:
+                self._held = (reply.assignment_version, reply.assignments)
+                assignments = reply.assignments
+            elif reply.assignment_version == held_version:
+                assignments = held
+            else:
+                # "Unchanged" from another version than the one held: hold none, so the
+                # next answer is in full, and change nothing until then.
+                self._held = (0, ())
+                return
+        self._on_assignment(assignments)
 
     def _heartbeat_failed(self, exc: CoordinatorCallError) -> None:
         if exc.failure is CallFailure.SESSION_GONE:
@@ -217,6 +235,7 @@ class Membership:
         # reports are not sent, while the tasks are stopped.
         with self._lock:
             self._registration = None
+            self._held = (0, ())
         self._on_session_lost()
 
 

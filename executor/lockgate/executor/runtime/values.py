@@ -131,13 +131,17 @@ class Assignment:
 class MembershipReply:
     """What RegisterExecutor and Heartbeat answer: the leader, timings and assignment.
 
-    ``executor_generation`` and ``session_id`` are set by a registration only.
+    ``executor_generation`` and ``session_id`` are set by a registration only. With
+    ``assignment_unchanged`` the assignment is the one of ``assignment_version`` the
+    executor holds, and ``assignments`` is empty.
     """
 
     leader: LeaderStamp
     heartbeat_interval_ms: int
     session_timeout_ms: int
     assignments: tuple[Assignment, ...]
+    assignment_version: int = 0
+    assignment_unchanged: bool = False
     executor_generation: Generation = _NO_GENERATION
     session_id: str = ""
 

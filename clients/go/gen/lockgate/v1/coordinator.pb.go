@@ -322,9 +322,13 @@ type RegisterExecutorResponse struct {
 	// Time between two heartbeats the leader expects, in milliseconds.
 	HeartbeatIntervalMs int64 `protobuf:"varint,5,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
 	// Full set of tasks the executor must run (often empty at first).
-	Assignments   []*TaskAssignment `protobuf:"bytes,6,rep,name=assignments,proto3" json:"assignments,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Assignments []*TaskAssignment `protobuf:"bytes,6,rep,name=assignments,proto3" json:"assignments,omitempty"`
+	// Version of that assignment (a fingerprint of its tasks' ids, generations, config
+	// versions and target states, never 0); the executor sends it back in
+	// HeartbeatRequest.known_assignment_version.
+	AssignmentVersion int64 `protobuf:"varint,7,opt,name=assignment_version,json=assignmentVersion,proto3" json:"assignment_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RegisterExecutorResponse) Reset() {
@@ -399,6 +403,13 @@ func (x *RegisterExecutorResponse) GetAssignments() []*TaskAssignment {
 	return nil
 }
 
+func (x *RegisterExecutorResponse) GetAssignmentVersion() int64 {
+	if x != nil {
+		return x.AssignmentVersion
+	}
+	return 0
+}
+
 // HeartbeatRequest keeps an executor's session alive and reports its tasks.
 type HeartbeatRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -410,6 +421,9 @@ type HeartbeatRequest struct {
 	TaskStatuses []*TaskStatus `protobuf:"bytes,3,rep,name=task_statuses,json=taskStatuses,proto3" json:"task_statuses,omitempty"`
 	// Highest leader epoch the executor has seen (so a stale leader learns it is stale).
 	HighestLeaderEpochSeen *LeaderEpoch `protobuf:"bytes,4,opt,name=highest_leader_epoch_seen,json=highestLeaderEpochSeen,proto3" json:"highest_leader_epoch_seen,omitempty"`
+	// assignment_version of the last assignment the executor received in full and holds;
+	// 0 if none (the response then carries the full assignment).
+	KnownAssignmentVersion int64 `protobuf:"varint,5,opt,name=known_assignment_version,json=knownAssignmentVersion,proto3" json:"known_assignment_version,omitempty"`
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache
 }
@@ -472,7 +486,14 @@ func (x *HeartbeatRequest) GetHighestLeaderEpochSeen() *LeaderEpoch {
 	return nil
 }
 
-// HeartbeatResponse carries the executor's full assignment.
+func (x *HeartbeatRequest) GetKnownAssignmentVersion() int64 {
+	if x != nil {
+		return x.KnownAssignmentVersion
+	}
+	return 0
+}
+
+// HeartbeatResponse carries the executor's full assignment, or says it is unchanged.
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The leader's epoch.
@@ -483,10 +504,17 @@ type HeartbeatResponse struct {
 	// Time between two heartbeats the leader expects, in milliseconds.
 	HeartbeatIntervalMs int64 `protobuf:"varint,3,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
 	// Full set of tasks the executor must run; tasks it runs that are missing here (or
-	// present at a higher generation) must be stopped without committing anything.
-	Assignments   []*TaskAssignment `protobuf:"bytes,4,rep,name=assignments,proto3" json:"assignments,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// present at a higher generation) must be stopped without committing anything. Empty
+	// when assignment_unchanged is true.
+	Assignments []*TaskAssignment `protobuf:"bytes,4,rep,name=assignments,proto3" json:"assignments,omitempty"`
+	// Version of the executor's assignment now (see
+	// RegisterExecutorResponse.assignment_version).
+	AssignmentVersion int64 `protobuf:"varint,5,opt,name=assignment_version,json=assignmentVersion,proto3" json:"assignment_version,omitempty"`
+	// True when assignment_version equals the request's known_assignment_version:
+	// assignments is then empty and the executor keeps the assignment it holds.
+	AssignmentUnchanged bool `protobuf:"varint,6,opt,name=assignment_unchanged,json=assignmentUnchanged,proto3" json:"assignment_unchanged,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
@@ -545,6 +573,20 @@ func (x *HeartbeatResponse) GetAssignments() []*TaskAssignment {
 		return x.Assignments
 	}
 	return nil
+}
+
+func (x *HeartbeatResponse) GetAssignmentVersion() int64 {
+	if x != nil {
+		return x.AssignmentVersion
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetAssignmentUnchanged() bool {
+	if x != nil {
+		return x.AssignmentUnchanged
+	}
+	return false
 }
 
 // DeregisterExecutorRequest is an executor leaving the cluster cleanly.
@@ -3541,7 +3583,7 @@ const file_lockgate_v1_coordinator_proto_rawDesc = "" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12!\n" +
 	"\fspark_master\x18\x04 \x01(\tR\vsparkMaster\x12\x1b\n" +
 	"\tmax_tasks\x18\x05 \x01(\x05R\bmaxTasks\x12\x18\n" +
-	"\aversion\x18\x06 \x01(\tR\aversion\"\xc8\x02\n" +
+	"\aversion\x18\x06 \x01(\tR\aversion\"\xf7\x02\n" +
 	"\x18RegisterExecutorResponse\x12/\n" +
 	"\x13executor_generation\x18\x01 \x01(\x03R\x12executorGeneration\x12\x1d\n" +
 	"\n" +
@@ -3549,18 +3591,22 @@ const file_lockgate_v1_coordinator_proto_rawDesc = "" +
 	"\fleader_epoch\x18\x03 \x01(\v2\x18.lockgate.v1.LeaderEpochR\vleaderEpoch\x12,\n" +
 	"\x12session_timeout_ms\x18\x04 \x01(\x03R\x10sessionTimeoutMs\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x05 \x01(\x03R\x13heartbeatIntervalMs\x12=\n" +
-	"\vassignments\x18\x06 \x03(\v2\x1b.lockgate.v1.TaskAssignmentR\vassignments\"\xf7\x01\n" +
+	"\vassignments\x18\x06 \x03(\v2\x1b.lockgate.v1.TaskAssignmentR\vassignments\x12-\n" +
+	"\x12assignment_version\x18\a \x01(\x03R\x11assignmentVersion\"\xb1\x02\n" +
 	"\x10HeartbeatRequest\x12\x1f\n" +
 	"\vexecutor_id\x18\x01 \x01(\tR\n" +
 	"executorId\x12/\n" +
 	"\x13executor_generation\x18\x02 \x01(\x03R\x12executorGeneration\x12<\n" +
 	"\rtask_statuses\x18\x03 \x03(\v2\x17.lockgate.v1.TaskStatusR\ftaskStatuses\x12S\n" +
-	"\x19highest_leader_epoch_seen\x18\x04 \x01(\v2\x18.lockgate.v1.LeaderEpochR\x16highestLeaderEpochSeen\"\xf1\x01\n" +
+	"\x19highest_leader_epoch_seen\x18\x04 \x01(\v2\x18.lockgate.v1.LeaderEpochR\x16highestLeaderEpochSeen\x128\n" +
+	"\x18known_assignment_version\x18\x05 \x01(\x03R\x16knownAssignmentVersion\"\xd3\x02\n" +
 	"\x11HeartbeatResponse\x12;\n" +
 	"\fleader_epoch\x18\x01 \x01(\v2\x18.lockgate.v1.LeaderEpochR\vleaderEpoch\x12,\n" +
 	"\x12session_timeout_ms\x18\x02 \x01(\x03R\x10sessionTimeoutMs\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x03 \x01(\x03R\x13heartbeatIntervalMs\x12=\n" +
-	"\vassignments\x18\x04 \x03(\v2\x1b.lockgate.v1.TaskAssignmentR\vassignments\"\x8c\x01\n" +
+	"\vassignments\x18\x04 \x03(\v2\x1b.lockgate.v1.TaskAssignmentR\vassignments\x12-\n" +
+	"\x12assignment_version\x18\x05 \x01(\x03R\x11assignmentVersion\x121\n" +
+	"\x14assignment_unchanged\x18\x06 \x01(\bR\x13assignmentUnchanged\"\x8c\x01\n" +
 	"\x19DeregisterExecutorRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +

@@ -66,9 +66,11 @@ const (
 // List*, ValidatePipeline) are answered by any replica from SQL.
 //
 // Task assignment is delivered in the responses of RegisterExecutor and Heartbeat, not
-// pushed by the leader: each response carries the full set of tasks the executor must
-// run, with their task generation, config version and restore state (start offsets of
-// the last COMPLETE checkpoint, handles to re-commit, handles to abort). An executor
+// pushed by the leader: a response carries the full set of tasks the executor must run,
+// with their task generation, config version and restore state (start offsets of the
+// last COMPLETE checkpoint, handles to re-commit, handles to abort), and its
+// assignment_version. A heartbeat that presents the current version gets
+// assignment_unchanged and no tasks: the executor keeps what it holds. An executor
 // starts the tasks it does not run yet (or runs at a lower generation) and stops the
 // ones missing from the set; the heartbeat interval bounds how late a change arrives.
 //
@@ -106,7 +108,8 @@ type CoordinatorServiceClient interface {
 	// its first assignment. Leader only. Errors: INVALID_ARGUMENT, UNAVAILABLE.
 	RegisterExecutor(ctx context.Context, in *RegisterExecutorRequest, opts ...grpc.CallOption) (*RegisterExecutorResponse, error)
 	// Heartbeat keeps an executor's session alive, reports the observed state of its
-	// tasks, and returns the full set of tasks it must run. Leader only. Errors:
+	// tasks, and returns the full set of tasks it must run, or only that it is unchanged
+	// since the version the executor holds. Leader only. Errors:
 	// NOT_FOUND (session expired or never registered: register again), FAILED_PRECONDITION
 	// with a FencingFailure (a newer registration of this executor id exists: this process
 	// is a zombie and must stop its tasks), INVALID_ARGUMENT, UNAVAILABLE.
@@ -475,9 +478,11 @@ func (c *coordinatorServiceClient) ReportCheckpointFailure(ctx context.Context, 
 // List*, ValidatePipeline) are answered by any replica from SQL.
 //
 // Task assignment is delivered in the responses of RegisterExecutor and Heartbeat, not
-// pushed by the leader: each response carries the full set of tasks the executor must
-// run, with their task generation, config version and restore state (start offsets of
-// the last COMPLETE checkpoint, handles to re-commit, handles to abort). An executor
+// pushed by the leader: a response carries the full set of tasks the executor must run,
+// with their task generation, config version and restore state (start offsets of the
+// last COMPLETE checkpoint, handles to re-commit, handles to abort), and its
+// assignment_version. A heartbeat that presents the current version gets
+// assignment_unchanged and no tasks: the executor keeps what it holds. An executor
 // starts the tasks it does not run yet (or runs at a lower generation) and stops the
 // ones missing from the set; the heartbeat interval bounds how late a change arrives.
 //
@@ -515,7 +520,8 @@ type CoordinatorServiceServer interface {
 	// its first assignment. Leader only. Errors: INVALID_ARGUMENT, UNAVAILABLE.
 	RegisterExecutor(context.Context, *RegisterExecutorRequest) (*RegisterExecutorResponse, error)
 	// Heartbeat keeps an executor's session alive, reports the observed state of its
-	// tasks, and returns the full set of tasks it must run. Leader only. Errors:
+	// tasks, and returns the full set of tasks it must run, or only that it is unchanged
+	// since the version the executor holds. Leader only. Errors:
 	// NOT_FOUND (session expired or never registered: register again), FAILED_PRECONDITION
 	// with a FencingFailure (a newer registration of this executor id exists: this process
 	// is a zombie and must stop its tasks), INVALID_ARGUMENT, UNAVAILABLE.
