@@ -91,10 +91,11 @@ from lockgate.schema_registry.sql import create_db_engine, default_database_url
 from lockgate.schema_registry.store import SchemaStore
 
 #: gRPC handler threads per process. grpcio's sync server hands every call from its polling
-#: thread to a handler thread and back, and each extra thread adds GIL hand-offs: measured
-#: on 2 loaded cores (bench/schema_registry.py, 2 processes), 2 threads served ~10,000
-#: lookups/s at p99 ~4.5 ms where 4 threads served ~6,000/s at p99 ~9 ms. A registration
-#: waiting on the database releases the GIL, so the other thread goes on serving lookups.
+#: thread to a handler thread and back, and each extra thread adds GIL hand-offs: a minimal
+#: servicer cost 90-100 us of CPU per call with 2 threads, 110-150 us with 4 (2 loaded
+#: cores). A registration waiting on the database releases the GIL, so the other thread
+#: goes on serving lookups; with two waiting at once lookups queue behind them, so
+#: write-heavy registries may want more (``--grpc-workers``).
 DEFAULT_GRPC_WORKERS = 2
 #: Most worker processes ``--processes`` defaults to, however many cores there are.
 MAX_DEFAULT_PROCESSES = 8
