@@ -207,6 +207,7 @@ class AuthInterceptor(_WrappingInterceptor):
     module docstring). Sits inside the error mapping, which turns its errors into statuses."""
 
     def __init__(self, authenticator: Authenticator) -> None:
+        super().__init__()
         self._authenticator = authenticator
 
     def principal_of(self, context: grpc.ServicerContext) -> Principal:

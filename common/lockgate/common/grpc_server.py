@@ -58,7 +58,7 @@ from lockgate.common.errors import (
     Unimplemented,
 )
 from lockgate.common.metrics import RPC_SERVER_DURATION, Instruments
-from lockgate.common.model.limits import check_request_limits
+from lockgate.common.model.limits import can_exceed_limits, check_request_limits
 from lockgate.common.ports import describe_port_holder
 from lockgate.common.security import ServerSecurity
 from lockgate.common.telemetry import Telemetry
@@ -220,7 +220,14 @@ def _is_grpc_abort(exc: BaseException) -> bool:
 
 
 class _WrappingInterceptor(grpc.ServerInterceptor):
-    """An interceptor that wraps each method's behaviour, except probes and reflection."""
+    """An interceptor that wraps each method's behaviour, except probes and reflection.
+
+    gRPC asks every interceptor for the handler on every call; the wrapper is built once per
+    method and reused while the handler inside stays the same object (rebuilt per call, the
+    wrappers were most of a schema lookup's in-process time: README, Schema registry)."""
+
+    def __init__(self) -> None:
+        self._wrapped_by_method: dict[str, tuple[grpc.RpcMethodHandler[Any, Any], Any]] = {}
 
     def intercept_service(
         self,
@@ -232,7 +239,15 @@ class _WrappingInterceptor(grpc.ServerInterceptor):
         method: str = handler_call_details.method
         if handler is None or method.startswith(_PASS_THROUGH_PREFIXES):
             return handler
-        return self._wrapped(handler, method)
+        built = self._wrapped_by_method
+        known = built.get(method)
+        if known is not None and known[0] is handler:
+            wrapped: grpc.RpcMethodHandler[Any, Any] = known[1]
+            return wrapped
+        wrapped = self._wrapped(handler, method)
+        # Atomic under the GIL; two threads racing here build equivalent wrappers.
+        built[method] = (handler, wrapped)
+        return wrapped
 
     def _wrapped(
         self, handler: grpc.RpcMethodHandler[Any, Any], method: str
@@ -245,6 +260,7 @@ class ErrorMappingInterceptor(_WrappingInterceptor):
     """Turns exceptions escaping a servicer into gRPC statuses (see module docstring)."""
 
     def __init__(self, *, service_name: str) -> None:
+        super().__init__()
         self._service_name = service_name
 
     def _fail(self, exc: Exception, context: grpc.ServicerContext, method: str) -> None:
@@ -354,10 +370,17 @@ class RequestLimitsInterceptor(_WrappingInterceptor):
 
 
 def _checked(behavior: _Behavior) -> _Behavior:
+    # Request types of this method whose fields are all numbers: no value of theirs can
+    # break a bound, so they are not walked again after the first call.
+    numbers_only: list[type[Message]] = []
+
     def call(request: Any, context: grpc.ServicerContext) -> Any:
         # A streamed request is an iterator of messages; Lockgate's services have none.
-        if isinstance(request, Message):
-            check_request_limits(request)
+        if isinstance(request, Message) and type(request) not in numbers_only:
+            if can_exceed_limits(type(request)):
+                check_request_limits(request)
+            else:
+                numbers_only.append(type(request))
         return behavior(request, context)
 
     return call
@@ -370,6 +393,7 @@ class RpcMetricsInterceptor(_WrappingInterceptor):
     got; probes and reflection pass through."""
 
     def __init__(self, meter: metrics.Meter) -> None:
+        super().__init__()
         self._instruments = Instruments(meter)
 
     def _wrapped(

@@ -90,10 +90,13 @@ from lockgate.schema_registry.rest import RestApp
 from lockgate.schema_registry.sql import create_db_engine, default_database_url
 from lockgate.schema_registry.store import SchemaStore
 
-#: gRPC handler threads per process. Measured on 2 cores, CPU per lookup: 2 threads ~250 us,
-#: 4 threads 5-10% more, 8 threads ~30% more (GIL hand-offs). 4 keeps lookups moving while
-#: a few slow registrations wait on the database; lookup-only replicas may prefer 2.
-DEFAULT_GRPC_WORKERS = 4
+#: gRPC handler threads per process. grpcio's sync server hands every call from its polling
+#: thread to a handler thread and back, and each extra thread adds GIL hand-offs: a minimal
+#: servicer cost 90-100 us of CPU per call with 2 threads, 110-150 us with 4 (2 loaded
+#: cores). A registration waiting on the database releases the GIL, so the other thread
+#: goes on serving lookups; with two waiting at once lookups queue behind them, so
+#: write-heavy registries may want more (``--grpc-workers``).
+DEFAULT_GRPC_WORKERS = 2
 #: Most worker processes ``--processes`` defaults to, however many cores there are.
 MAX_DEFAULT_PROCESSES = 8
 #: Seconds the supervisor gives its workers to listen, and then to stop after SIGTERM.
@@ -287,7 +290,7 @@ def _serve(
         print(f"{SERVICE_NAME}: {exc}", file=sys.stderr)
         return 2
     telemetry = setup_telemetry(SERVICE_NAME, metric_readers=endpoint.readers if endpoint else [])
-    lookups = LookupCounter(Instruments(telemetry.meter()))
+    lookups = LookupCounter(Instruments(telemetry.meter()) if telemetry.records_metrics else None)
     try:
         grpc_server: LockgateServer = build_server(
             service_name=SERVICE_NAME,

@@ -11,6 +11,7 @@ from lockgate.common.errors import InvalidArgument
 from lockgate.common.model.limits import (
     MAX_REPEATED_ITEMS,
     MAX_STRING_CHARS,
+    can_exceed_limits,
     check_request_limits,
     request_violations,
 )
@@ -107,3 +108,10 @@ def test_map_fields_are_bounded_in_entries_keys_and_values() -> None:
     many = struct_pb2.Struct()
     many.update({f"k{i}": i for i in range(MAX_REPEATED_ITEMS + 1)})
     assert [v.field for v in request_violations(many)] == ["fields"]
+
+
+def test_only_requests_of_numbers_alone_can_never_exceed_a_bound() -> None:
+    assert not can_exceed_limits(schema_registry_pb2.GetSchemaRequest)
+    assert can_exceed_limits(schema_registry_pb2.RegisterSchemaRequest)  # strings
+    assert can_exceed_limits(coordinator_pb2.CreatePipelineRequest)  # a message
+    assert can_exceed_limits(struct_pb2.ListValue)  # a repeated field

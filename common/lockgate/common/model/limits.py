@@ -84,6 +84,16 @@ def field_limit(field: FieldDescriptor) -> int:
     return FIELD_LIMITS.get(field.full_name, default)
 
 
+def can_exceed_limits(message_type: type[Message]) -> bool:
+    """Whether some value of a message type could break a bound: False only when every
+    field is a singular number, bool or enum (``GetSchemaRequest``), so the per-call check
+    of such requests can be skipped."""
+    return any(
+        field.is_repeated or field.type in (*_TEXT_TYPES, FieldDescriptor.TYPE_MESSAGE)
+        for field in message_type.DESCRIPTOR.fields
+    )
+
+
 def request_violations(message: Message) -> list[FieldViolation]:
     """Every field of `message` over its bound, by field path (empty when within bounds)."""
     found: list[FieldViolation] = []
