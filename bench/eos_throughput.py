@@ -49,15 +49,16 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import yaml
 from confluent_kafka import Consumer, KafkaError, Producer
-from eos.contenders import ContenderMissingError, ContenderSetup, run_flink, run_streams
+from eos.contenders import ContenderSetup, check_output, jvm_contenders, spark_cores
 from eos.latency import LatencyRun, LatencySetup, run_latency
 from eos.memory import tree_rss_mb
+from eos.report import Figure, print_figures, print_latency
 
 from lockgate.common.grpc_client import open_channel
 from lockgate.common.security import ClientSecurity
@@ -81,34 +82,10 @@ from lockgate.localcluster.process import (
 from lockgate.localcluster.services import coordinator_spec, executor_spec
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
-#: The overhead of metrics on exactly_once throughput that issue 12 allows.
-METRICS_OVERHEAD_TARGET = 0.03
-
 COPIER = "org.apache.kafka.tools.TransactionalMessageCopier"
 
 #: Every Lockgate pipeline's checkpoint interval, and the contenders' commit/checkpoint interval.
 CHECKPOINT_INTERVAL_MS = 1000
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One contender's result."""
-
-    name: str
-    records: int
-    seconds: float
-    value_bytes: int
-    rss_mb: float | None = None
-
-    @property
-    def records_per_s(self) -> float:
-        """Throughput in records per second."""
-        return self.records / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def mb_per_s(self) -> float:
-        """Throughput in MB (10^6 bytes) of values per second."""
-        return self.records * self.value_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
 
 def produce_input(bootstrap: str, topic: str, *, records: int, partitions: int, size: int) -> None:
@@ -416,54 +393,6 @@ def records_written_counter(metrics_address: str) -> float:
     )
 
 
-def spark_cores(master: str) -> int:
-    """The cores a ``local[N]`` (or ``local[*]``, ``local``) Spark master uses: the contenders'
-    thread count and parallelism."""
-    inside = master.partition("[")[2].partition("]")[0] or "1"
-    if inside.startswith("*"):
-        return os.cpu_count() or 1
-    return int(inside.split(",")[0])
-
-
-def check_output(bootstrap: str, sink: str, records: int, label: str) -> None:
-    """What a settled ``read_committed`` consumer sees in ``sink``: every input record (else
-    the run does not count), and no duplicate (printed if there is one)."""
-    values = [r.value or b"" for r in read_visible(bootstrap, sink, timeout_s=300)]
-    distinct = len({value[:10] for value in values})
-    assert distinct >= records, f"{label}: only {distinct} of {records} records visible"
-    if len(values) != distinct:
-        print(f"    {label}: {len(values) - distinct} DUPLICATES in its output")
-
-
-def jvm_contenders(
-    setup: ContenderSetup, *, value_bytes: int, streams: bool, flink: bool
-) -> dict[str, Figure]:
-    """(e) Kafka Streams EOS v2 and (f) Flink's exactly-once KafkaSink, each into a fresh
-    output topic (``setup.sink`` is the prefix), verified by a ``read_committed`` consumer."""
-    figures: dict[str, Figure] = {}
-    chosen = [("e", "(e) Kafka Streams exactly_once_v2", run_streams, streams)]
-    chosen.append(("f", "(f) Flink KafkaSink EXACTLY_ONCE", run_flink, flink))
-    for key, label, run, wanted in chosen:
-        if not wanted:
-            continue
-        sink = f"{setup.sink}-{key}-{uuid.uuid4().hex[:6]}"
-        create_topic(setup.bootstrap, sink, partitions=setup.partitions)
-        try:
-            result = run(replace(setup, sink=sink))
-        except ContenderMissingError as missing:
-            print(f"    {label}: skipped, {missing}")
-            continue
-        check_output(setup.bootstrap, sink, setup.records, label)
-        after_first = result.seconds - result.first_visible_s
-        print(
-            f"    {label}: first record visible {result.first_visible_s:.1f}s after the JVM"
-            f" started (start-up and first commit, counted in its time); from then to the"
-            f" last, {setup.records / max(after_first, 1e-3):,.0f} records/s"
-        )
-        figures[key] = Figure(label, setup.records, result.seconds, value_bytes, result.rss_mb)
-    return figures
-
-
 def latency_section(
     services: Services,
     *,
@@ -518,48 +447,6 @@ def latency_section(
         stub.StopPipeline(coordinator_pb2.StopPipelineRequest(name=name), timeout=30)
         print_checkpoints(stub, name, "latency run, exactly_once")
     return measured
-
-
-def print_latency(run: LatencyRun) -> None:
-    """The latency run's figures against the p99 <= 2 x checkpoint interval target."""
-    target = 2 * CHECKPOINT_INTERVAL_MS
-    verdict = "within" if run.p99_ms <= target and not run.missing else "over"
-    print(
-        f"\nlatency (exactly_once, produce -> visible to read_committed): {run.records:,} records"
-        f" at {run.achieved_rate:,.0f}/s (asked {run.target_rate:,.0f}/s, half of (a)):"
-        f" p50 {run.p50_ms:,.0f} ms, p99 {run.p99_ms:,.0f} ms, max {run.max_ms:,.0f} ms;"
-        f" {verdict} the p99 <= {target} ms target (2 x the checkpoint interval)"
-        + (f"; {run.missing} NOT VISIBLE" if run.missing else "")
-    )
-
-
-def print_figures(figures: dict[str, Figure]) -> None:
-    """The table and the ratios of (a) to every other contender."""
-    print(f"\n{'contender':<40}{'records/s':>12}{'MB/s':>9}{'seconds':>9}{'peak RSS':>12}")
-    for figure in sorted(figures.values(), key=lambda f: f.name):
-        shown = f"{figure.rss_mb:,.0f} MB" if figure.rss_mb is not None else "-"
-        print(
-            f"{figure.name:<40}{figure.records_per_s:>12,.0f}{figure.mb_per_s:>9.2f}"
-            f"{figure.seconds:>9.1f}{shown:>12}"
-        )
-    a = figures["a"].records_per_s
-    targets = {"b": 0.9, "c": 1.0, "d": 1.0, "e": 1.0, "f": 1.0}
-    ratios = [
-        f"a/{key} = {a / figures[key].records_per_s:.2f} (target >= {target})"
-        for key, target in targets.items()
-        if key in figures
-    ]
-    print("\n" + "    ".join(ratios[:3]))
-    if ratios[3:]:
-        print("    ".join(ratios[3:]))
-    if "m" in figures:
-        overhead = 1 - figures["m"].records_per_s / a
-        verdict = "within" if overhead < METRICS_OVERHEAD_TARGET else "over"
-        print(
-            f"metrics overhead = 1 - m/a = {overhead:+.1%} ({verdict} the < "
-            f"{METRICS_OVERHEAD_TARGET:.0%} target; a run is timed to its last commit, so "
-            "small runs carry about one checkpoint interval of noise)"
-        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -770,7 +657,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print_figures(figures)
     if latency is not None:
-        print_latency(latency)
+        print_latency(latency, checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS)
     return 0
 
 

@@ -10,16 +10,19 @@ time to the first visible record is printed beside it); the JVM's peak RSS is sa
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eos.memory import tree_rss_mb
+from eos.report import Figure
 from eos.visibility import CommittedReader
+from lockgate.localcluster.kafka import create_topic, read_visible
 
 CONTENDERS_DIR = Path(__file__).resolve().parent.parent / "contenders"
 STREAMS_MAIN = "dev.lockgate.bench.StreamsCopy"
@@ -168,3 +171,51 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def _tail(log: Path, lines: int = 30) -> str:
     """The last ``lines`` lines of ``log``."""
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def spark_cores(master: str) -> int:
+    """The cores a ``local[N]`` (or ``local[*]``, ``local``) Spark master uses: the contenders'
+    thread count and parallelism."""
+    inside = master.partition("[")[2].partition("]")[0] or "1"
+    if inside.startswith("*"):
+        return os.cpu_count() or 1
+    return int(inside.split(",")[0])
+
+
+def check_output(bootstrap: str, sink: str, records: int, label: str) -> None:
+    """What a settled ``read_committed`` consumer sees in ``sink``: every input record (else
+    the run does not count), and no duplicate (printed if there is one)."""
+    values = [r.value or b"" for r in read_visible(bootstrap, sink, timeout_s=300)]
+    distinct = len({value[:10] for value in values})
+    assert distinct >= records, f"{label}: only {distinct} of {records} records visible"
+    if len(values) != distinct:
+        print(f"    {label}: {len(values) - distinct} DUPLICATES in its output")
+
+
+def jvm_contenders(
+    setup: ContenderSetup, *, value_bytes: int, streams: bool, flink: bool
+) -> dict[str, Figure]:
+    """(e) Kafka Streams EOS v2 and (f) Flink's exactly-once KafkaSink, each into a fresh
+    output topic (``setup.sink`` is the prefix), verified by a ``read_committed`` consumer."""
+    figures: dict[str, Figure] = {}
+    chosen = [("e", "(e) Kafka Streams exactly_once_v2", run_streams, streams)]
+    chosen.append(("f", "(f) Flink KafkaSink EXACTLY_ONCE", run_flink, flink))
+    for key, label, run, wanted in chosen:
+        if not wanted:
+            continue
+        sink = f"{setup.sink}-{key}-{uuid.uuid4().hex[:6]}"
+        create_topic(setup.bootstrap, sink, partitions=setup.partitions)
+        try:
+            result = run(replace(setup, sink=sink))
+        except ContenderMissingError as missing:
+            print(f"    {label}: skipped, {missing}")
+            continue
+        check_output(setup.bootstrap, sink, setup.records, label)
+        after_first = result.seconds - result.first_visible_s
+        print(
+            f"    {label}: first record visible {result.first_visible_s:.1f}s after the JVM"
+            f" started (start-up and first commit, counted in its time); from then to the"
+            f" last, {setup.records / max(after_first, 1e-3):,.0f} records/s"
+        )
+        figures[key] = Figure(label, setup.records, result.seconds, value_bytes, result.rss_mb)
+    return figures

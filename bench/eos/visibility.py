@@ -45,6 +45,8 @@ class CommittedReader:
                     continue
                 raise RuntimeError(str(error))
             value = message.value() or b""
+            if not value[:10].isdigit():
+                continue  # not an input record: a sentinel of read_visible, say
             sequence = int(value[:10])
             if self._seen[sequence]:
                 self.duplicates += 1
