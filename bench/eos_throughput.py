@@ -1,30 +1,41 @@
-"""Exactly-once throughput: Lockgate against its baselines on one broker.
+"""Exactly-once throughput: Lockgate against its baselines and contenders on one broker.
 
     .venv/bin/python bench/eos_throughput.py [--records 1000000] [--partitions 4]
 
 Starts its own Kafka broker, one coordinator and one executor (``--spark-master``,
 default ``local[2]``; with TLS and tokens as the local cluster, ``--insecure``: plaintext) in a
 temporary home, writes N records (``--value-bytes`` each) to an
-input topic, then copies them four times, each into its own output topic:
+input topic, then copies them several times, each into its own output topic:
 
 (a) a Lockgate pipeline with ``delivery: exactly_once``;
 (b) the same pipeline with ``delivery: at_least_once``;
 (c) a plain confluent-kafka consume -> produce loop (no transactions, one process);
 (d) Kafka's ``TransactionalMessageCopier`` (kafka-tools jar), one per input partition,
     in parallel;
-(e) unless ``--no-metrics-overhead``: (a) again on a coordinator and an executor restarted
+(e) unless ``--no-streams``: a Kafka Streams copy topology, ``exactly_once_v2``, as many
+    stream threads as Spark's cores, ``commit.interval.ms`` = Lockgate's checkpoint interval;
+(f) unless ``--no-flink``: a Flink job in a local MiniCluster of parallelism = Spark's cores,
+    ``KafkaSource`` (bounded) -> ``KafkaSink`` at ``EXACTLY_ONCE``, checkpointing at
+    Lockgate's interval ((e) and (f): ``bench/eos/contenders.py`` over ``bench/contenders/``);
+(m) unless ``--no-metrics-overhead``: (a) again on a coordinator and an executor restarted
     with ``--metrics-listen`` (every metric of README's Metrics section recorded and served
     to Prometheus; (a)-(b) run with metrics off, the services' default), after its own
-    untimed warm-up, to print the overhead of metrics, 1 - e/a, against its < 3 % target.
+    untimed warm-up, to print the overhead of metrics, 1 - m/a, against its < 3 % target.
     The run ends by scraping the executor's /metrics: its records-written counter must
-    cover the input, so (e) really measured metrics on.
+    cover the input, so (m) really measured metrics on.
 
-For each it prints records/s, MB/s (of values) and, for (a) and (b), the executor's RSS
-(its Python process plus the Spark JVM and Python workers under it), then the ratios a/b
-and a/d. A Lockgate run is timed from pipeline creation to the moment its committed
-offsets reach the end of the input (the executor's Spark start is excluded: an executor is
-long-lived; so is its first big batch, paid by an untimed warm-up pipeline, without which
-whichever of (a) and (b) runs first is about a third slower). Figures, not pass/fail.
+For each it prints records/s, MB/s (of values) and peak RSS: for (a), (b) and (m) the
+executor's (its Python process plus the Spark JVM and Python workers under it), for (e) and
+(f) the JVM's; then the ratios of (a) to every other. A Lockgate run is timed from pipeline
+creation to the moment its committed offsets reach the end of the input (the executor's Spark
+start is excluded: an executor is long-lived; so is its first big batch, paid by an untimed
+warm-up pipeline, without which whichever of (a) and (b) runs first is about a third slower).
+(e) and (f) are timed from the JVM's start until a ``read_committed`` consumer has seen every
+record, start-up included; (a)-(f) must each have copied every record, checked by a
+``read_committed`` consumer. Then, unless ``--no-latency``, the latency run: an exactly_once
+pipeline fed at half of (a)'s records/s for ``--latency-seconds``, each record timed from
+produce to visible to ``read_committed`` (p50, p99 against 2 x the checkpoint interval).
+Figures, not pass/fail.
 """
 
 from __future__ import annotations
@@ -44,6 +55,10 @@ from pathlib import Path
 import grpc
 import yaml
 from confluent_kafka import Consumer, KafkaError, Producer
+from eos.contenders import ContenderSetup, check_output, jvm_contenders, spark_cores
+from eos.latency import LatencyRun, LatencySetup, run_latency
+from eos.memory import tree_rss_mb
+from eos.report import Figure, print_figures, print_latency
 
 from lockgate.common.grpc_client import open_channel
 from lockgate.common.security import ClientSecurity
@@ -67,54 +82,10 @@ from lockgate.localcluster.process import (
 from lockgate.localcluster.services import coordinator_spec, executor_spec
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
-#: The overhead of metrics on exactly_once throughput that issue 12 allows.
-METRICS_OVERHEAD_TARGET = 0.03
-
 COPIER = "org.apache.kafka.tools.TransactionalMessageCopier"
 
-
-@dataclass(frozen=True)
-class Figure:
-    """One contender's result."""
-
-    name: str
-    records: int
-    seconds: float
-    value_bytes: int
-    rss_mb: float | None = None
-
-    @property
-    def records_per_s(self) -> float:
-        """Throughput in records per second."""
-        return self.records / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def mb_per_s(self) -> float:
-        """Throughput in MB (10^6 bytes) of values per second."""
-        return self.records * self.value_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
-
-
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` and all its descendants, in MB."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            status = (proc / "status").read_text()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        ppid = int(fields.get("PPid", "0").strip())
-        children.setdefault(ppid, []).append(int(proc.name))
-        rss[int(proc.name)] = int(fields.get("VmRSS", "0 kB").split()[0])
-    total, stack = 0, [pid]
-    while stack:
-        current = stack.pop()
-        total += rss.get(current, 0)
-        stack.extend(children.get(current, []))
-    return total / 1024
+#: Every Lockgate pipeline's checkpoint interval, and the contenders' commit/checkpoint interval.
+CHECKPOINT_INTERVAL_MS = 1000
 
 
 def produce_input(bootstrap: str, topic: str, *, records: int, partitions: int, size: int) -> None:
@@ -212,22 +183,19 @@ def run_copiers(bootstrap: str, source: str, sink: str, *, partitions: int, home
     return time.monotonic() - began
 
 
-def run_pipeline(
-    stub: coordinator_pb2_grpc.CoordinatorServiceStub,
+def create_pipeline(
     *,
     bootstrap: str,
     source: str,
     sink: str,
-    records: int,
     delivery: str,
     tasks_max: int,
-    executor_pid: int,
     directory: Path,
     coordinators: str,
     security: ClientSecurity | None = None,
-) -> tuple[float, float]:
-    """(a)/(b): create the pipeline, wait until its committed offsets reach the input's end.
-    Returns (seconds, peak executor RSS in MB)."""
+) -> str:
+    """Create a copy pipeline from ``source`` to ``sink`` with ``lockgate pipeline create -f``,
+    checkpointing every :data:`CHECKPOINT_INTERVAL_MS`; returns its name."""
     name = f"bench-{delivery.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
     spec = {
         "name": name,
@@ -241,13 +209,12 @@ def run_pipeline(
         "transform": {"sql": "SELECT key, value, headers FROM input"},
         "sink": {"kafka": {"bootstrap_servers": bootstrap, "topic": sink}},
         "delivery": delivery,
-        "checkpoint": {"interval_ms": 1000, "timeout_ms": 120000},
+        "checkpoint": {"interval_ms": CHECKPOINT_INTERVAL_MS, "timeout_ms": 120000},
         "tasks_max": tasks_max,
         "errors": {"tolerance": "none"},
     }
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
-    began = time.monotonic()
     created = subprocess.run(
         [
             sys.executable,
@@ -267,6 +234,36 @@ def run_pipeline(
     )
     if created.returncode != 0:
         raise RuntimeError(f"lockgate pipeline create failed:\n{created.stdout}{created.stderr}")
+    return name
+
+
+def run_pipeline(
+    stub: coordinator_pb2_grpc.CoordinatorServiceStub,
+    *,
+    bootstrap: str,
+    source: str,
+    sink: str,
+    records: int,
+    delivery: str,
+    tasks_max: int,
+    executor_pid: int,
+    directory: Path,
+    coordinators: str,
+    security: ClientSecurity | None = None,
+) -> tuple[float, float]:
+    """(a)/(b): create the pipeline, wait until its committed offsets reach the input's end.
+    Returns (seconds, peak executor RSS in MB)."""
+    began = time.monotonic()
+    name = create_pipeline(
+        bootstrap=bootstrap,
+        source=source,
+        sink=sink,
+        delivery=delivery,
+        tasks_max=tasks_max,
+        directory=directory,
+        coordinators=coordinators,
+        security=security,
+    )
     peak = 0.0
     complete_at = 0
 
@@ -396,6 +393,62 @@ def records_written_counter(metrics_address: str) -> float:
     )
 
 
+def latency_section(
+    services: Services,
+    *,
+    bootstrap: str,
+    rate: float,
+    seconds: float,
+    args: argparse.Namespace,
+    home: Path,
+) -> LatencyRun:
+    """An exactly_once pipeline on fresh topics; once it has committed a checkpoint, records
+    produced at ``rate`` for ``seconds``, each timed from produce to ``read_committed``."""
+    source, sink = (f"bench-latency-{side}-{uuid.uuid4().hex[:6]}" for side in ("in", "out"))
+    for topic in (source, sink):
+        create_topic(bootstrap, topic, partitions=args.partitions)
+    name = create_pipeline(
+        bootstrap=bootstrap,
+        source=source,
+        sink=sink,
+        delivery="exactly_once",
+        tasks_max=args.partitions,
+        directory=home,
+        coordinators=services.coordinator,
+        security=services.security,
+    )
+    with open_channel([services.coordinator], security=services.security) as channel:
+        stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+
+        def committed_one() -> bool:
+            try:
+                status = stub.GetPipelineStatus(
+                    coordinator_pb2.GetPipelineStatusRequest(name=name), timeout=5
+                )
+            except grpc.RpcError:
+                return False
+            return int(status.last_committed_checkpoint_id) >= 1
+
+        try:
+            wait_until(committed_one, timeout_s=60, description=f"{name}'s first commit")
+        except TimeoutError:
+            print(f"    latency: {name} committed no checkpoint on empty input in 60 s; going on")
+        measured = run_latency(
+            LatencySetup(
+                bootstrap=bootstrap,
+                source=source,
+                sink=sink,
+                partitions=args.partitions,
+                value_bytes=args.value_bytes,
+                rate=rate,
+                seconds=seconds,
+            )
+        )
+        stub.StopPipeline(coordinator_pb2.StopPipelineRequest(name=name), timeout=30)
+        print_checkpoints(stub, name, "latency run, exactly_once")
+    return measured
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the contenders and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -421,7 +474,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-metrics-overhead",
         dest="metrics_overhead",
         action="store_false",
-        help="skip (e), exactly_once with metrics on",
+        help="skip (m), exactly_once with metrics on",
+    )
+    parser.add_argument("--no-streams", dest="streams", action="store_false", help="skip (e)")
+    parser.add_argument("--no-flink", dest="flink", action="store_false", help="skip (f)")
+    parser.add_argument(
+        "--no-latency",
+        dest="latency",
+        action="store_false",
+        help="skip the latency run (exactly_once at half of (a)'s records/s)",
+    )
+    parser.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=30.0,
+        help="how long the latency run produces at its fixed rate",
     )
     parser.add_argument(
         "--insecure",
@@ -526,6 +593,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             runs = {"a": "exactly_once", "b": "at_least_once"}
             lockgate_runs(services, {key: runs[key] for key in args.order}, "")
+            latency = None
+            if args.latency:
+                latency = latency_section(
+                    services,
+                    bootstrap=bootstrap,
+                    rate=figures["a"].records_per_s / 2,
+                    seconds=args.latency_seconds,
+                    args=args,
+                    home=home,
+                )
             if args.metrics_overhead:
                 # Metrics are per process: the same services again, with /metrics served.
                 stop_process(home=home / "off", name=services.executor.name)
@@ -537,7 +614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     metrics=True,
                     secure=not args.insecure,
                 )
-                lockgate_runs(services, {"e": "exactly_once"}, ", metrics on")
+                lockgate_runs(services, {"m": "exactly_once"}, ", metrics on")
                 assert services.executor_metrics is not None
                 counted = records_written_counter(services.executor_metrics)
                 # The warm-up's records are counted too.
@@ -550,6 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 run_plain_loop(bootstrap, source, sink, records=args.records),
                 args.value_bytes,
             )
+            check_output(bootstrap, sink, args.records, figures["c"].name)
             sink = new_topic("bench-out-d")
             figures["d"] = Figure(
                 "(d) TransactionalMessageCopier",
@@ -557,27 +635,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                 run_copiers(bootstrap, source, sink, partitions=args.partitions, home=home),
                 args.value_bytes,
             )
+            check_output(bootstrap, sink, args.records, figures["d"].name)
+            contenders = ContenderSetup(
+                bootstrap=bootstrap,
+                source=source,
+                sink="bench-out",
+                records=args.records,
+                partitions=args.partitions,
+                cores=spark_cores(args.spark_master),
+                checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS,
+                home=home,
+            )
+            figures.update(
+                jvm_contenders(
+                    contenders, value_bytes=args.value_bytes, streams=args.streams, flink=args.flink
+                )
+            )
         finally:
             for where, process in reversed(started):
                 stop_process(home=where, name=process.name)
 
-    print(f"\n{'contender':<40}{'records/s':>12}{'MB/s':>9}{'seconds':>9}{'executor RSS':>14}")
-    for figure in sorted(figures.values(), key=lambda f: f.name):
-        shown = f"{figure.rss_mb:,.0f} MB" if figure.rss_mb is not None else "-"
-        print(
-            f"{figure.name:<40}{figure.records_per_s:>12,.0f}{figure.mb_per_s:>9.2f}"
-            f"{figure.seconds:>9.1f}{shown:>14}"
-        )
-    a, b, d = figures["a"].records_per_s, figures["b"].records_per_s, figures["d"].records_per_s
-    print(f"\na/b = {a / b:.2f} (target >= 0.8)    a/d = {a / d:.2f} (target >= 1.0)")
-    if "e" in figures:
-        overhead = 1 - figures["e"].records_per_s / a
-        verdict = "within" if overhead < METRICS_OVERHEAD_TARGET else "over"
-        print(
-            f"metrics overhead = 1 - e/a = {overhead:+.1%} ({verdict} the < "
-            f"{METRICS_OVERHEAD_TARGET:.0%} target; a run is timed to its last commit, so "
-            "small runs carry about one checkpoint interval of noise)"
-        )
+    print_figures(figures)
+    if latency is not None:
+        print_latency(latency, checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS)
     return 0
 
 

@@ -76,6 +76,29 @@ else
   note kafka "Apache Kafka $kafka_version jars are up to date in deploy/kafka/libs"
 fi
 
+# --- The JVM contenders of bench/eos_throughput.py (Kafka Streams, Flink), from Maven Central ----
+# Rebuilt only when a pom or a Java source under bench/contenders is newer than a module's
+# target/classpath.txt (touched after each build). The first build downloads kafka-streams,
+# Flink 2.0 and its Kafka connector into ~/.m2: about a minute.
+contenders=bench/contenders
+contenders_stale=false
+for module in streams flink; do
+  mark="$contenders/$module/target/classpath.txt"
+  if [ ! -f "$mark" ] || [ -n "$(find "$contenders" -path '*/target' -prune -o -type f \
+       \( -name pom.xml -o -name '*.java' \) -newer "$mark" -print -quit)" ]; then
+    contenders_stale=true
+  fi
+done
+if $contenders_stale; then
+  (mvn -q -B -Dstyle.color=never -f "$contenders/pom.xml" package 2>&1 \
+     | sed 's/\x1b\[[0-9;]*m//g'; exit "${PIPESTATUS[0]}") \
+    || fail "mvn could not build the benchmark's contenders ($contenders/pom.xml); see its output above."
+  touch "$contenders"/streams/target/classpath.txt "$contenders"/flink/target/classpath.txt
+  note contenders "built the Kafka Streams and Flink contenders of bench/eos_throughput.py"
+else
+  note contenders "the Kafka Streams and Flink contenders of bench/ are up to date"
+fi
+
 # --- PostgreSQL server binaries (tests start a throwaway cluster; production points --db at one) -
 find_initdb() {
   command -v initdb 2>/dev/null && return 0

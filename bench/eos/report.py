@@ -1,0 +1,73 @@
+"""What bench/eos_throughput.py prints: each contender's figures, the ratios, the latency."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eos.latency import LatencyRun
+
+#: The overhead of metrics on exactly_once throughput that issue 12 allows.
+METRICS_OVERHEAD_TARGET = 0.03
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One contender's result."""
+
+    name: str
+    records: int
+    seconds: float
+    value_bytes: int
+    rss_mb: float | None = None
+
+    @property
+    def records_per_s(self) -> float:
+        """Throughput in records per second."""
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        """Throughput in MB (10^6 bytes) of values per second."""
+        return self.records * self.value_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+
+def print_figures(figures: dict[str, Figure]) -> None:
+    """The table and the ratios of (a) to every other contender."""
+    print(f"\n{'contender':<40}{'records/s':>12}{'MB/s':>9}{'seconds':>9}{'peak RSS':>12}")
+    for figure in sorted(figures.values(), key=lambda f: f.name):
+        shown = f"{figure.rss_mb:,.0f} MB" if figure.rss_mb is not None else "-"
+        print(
+            f"{figure.name:<40}{figure.records_per_s:>12,.0f}{figure.mb_per_s:>9.2f}"
+            f"{figure.seconds:>9.1f}{shown:>12}"
+        )
+    a = figures["a"].records_per_s
+    targets = {"b": 0.9, "c": 1.0, "d": 1.0, "e": 1.0, "f": 1.0}
+    ratios = [
+        f"a/{key} = {a / figures[key].records_per_s:.2f} (target >= {target})"
+        for key, target in targets.items()
+        if key in figures
+    ]
+    print("\n" + "    ".join(ratios[:3]))
+    if ratios[3:]:
+        print("    ".join(ratios[3:]))
+    if "m" in figures:
+        overhead = 1 - figures["m"].records_per_s / a
+        verdict = "within" if overhead < METRICS_OVERHEAD_TARGET else "over"
+        print(
+            f"metrics overhead = 1 - m/a = {overhead:+.1%} ({verdict} the < "
+            f"{METRICS_OVERHEAD_TARGET:.0%} target; a run is timed to its last commit, so "
+            "small runs carry about one checkpoint interval of noise)"
+        )
+
+
+def print_latency(run: LatencyRun, *, checkpoint_interval_ms: int) -> None:
+    """The latency run's figures against the p99 <= 2 x checkpoint interval target."""
+    target = 2 * checkpoint_interval_ms
+    verdict = "within" if run.p99_ms <= target and not run.missing else "over"
+    print(
+        f"\nlatency (exactly_once, produce -> visible to read_committed): {run.records:,} records"
+        f" at {run.achieved_rate:,.0f}/s (asked {run.target_rate:,.0f}/s, half of (a)):"
+        f" p50 {run.p50_ms:,.0f} ms, p99 {run.p99_ms:,.0f} ms, max {run.max_ms:,.0f} ms;"
+        f" {verdict} the p99 <= {target} ms target (2 x the checkpoint interval)"
+        + (f"; {run.missing} NOT VISIBLE" if run.missing else "")
+    )

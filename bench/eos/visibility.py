@@ -1,0 +1,64 @@
+"""What a ``read_committed`` consumer of an output topic sees, as it sees it.
+
+Every input record's value starts with its sequence number (10 digits), so a record is
+counted once however many times it shows up; a second sighting is a duplicate.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+
+class CommittedReader:
+    """A ``read_committed`` consumer of every partition of ``topic``, from the beginning."""
+
+    def __init__(self, bootstrap: str, topic: str, *, partitions: int, records: int) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-visible-{uuid.uuid4().hex}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.partition.eof": False,
+            }
+        )
+        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self._seen = bytearray(records)
+        self.distinct = 0
+        self.duplicates = 0
+        self.first_seen_at: float | None = None
+        """``time.monotonic()`` when the first record became visible."""
+
+    def poll(self, on_record: Callable[[bytes, float], None] | None = None) -> int:
+        """Read what is visible now (up to 10,000 records); ``on_record(value, now)`` per
+        record read. Returns how many were read."""
+        messages = self._consumer.consume(num_messages=10_000, timeout=0.2)
+        now = time.time()
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise RuntimeError(str(error))
+            value = message.value() or b""
+            if not value[:10].isdigit():
+                continue  # not an input record: a sentinel of read_visible, say
+            sequence = int(value[:10])
+            if self._seen[sequence]:
+                self.duplicates += 1
+            else:
+                self._seen[sequence] = 1
+                self.distinct += 1
+            if on_record is not None:
+                on_record(value, now)
+        if messages and self.first_seen_at is None:
+            self.first_seen_at = time.monotonic()
+        return len(messages)
+
+    def close(self) -> None:
+        """Leave (no offsets are committed)."""
+        self._consumer.close()
