@@ -43,6 +43,7 @@ from lockgate.common.model.pipeline_spec import (
     PipelineSpec,
     RecordFormat,
 )
+from lockgate.executor.dataplane.spark.code_shipping import ship_module
 from lockgate.executor.dataplane.spark.kafka_sink import (
     ERROR_HEADER_OFFSET,
     ERROR_HEADER_PARTITION,
@@ -145,6 +146,8 @@ def apply_transform(session: SparkSession, spec: PipelineSpec, source: DataFrame
         return source  # no transform: records pass unchanged
     module, name = transform.python_target
     target = f"{module}:{name}"
+    # The module's UDFs are unpickled on the workers, which import it from what is shipped.
+    ship_module(session.sparkContext, module)
     try:
         function = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
