@@ -75,12 +75,10 @@ def _installed(path: Path) -> bool:
     return any(root in path.resolve().parents for root in installed)
 
 
-def _shipping_dir() -> Path:
-    """A directory inside the driver's Spark temp dir (deleted when the JVM stops), where
-    the zips live as long as the SparkContext serves them."""
-    from pyspark import SparkFiles
-
-    directory = Path(SparkFiles.getRootDirectory()).parent / "lockgate-shipped"
+def _shipping_dir(context: SparkContext) -> Path:
+    """PySpark's temp directory of ``context`` (in ``spark.local.dir``, deleted when the JVM
+    stops), where the zips live as long as the SparkContext serves them."""
+    directory = Path(context._temp_dir) / "lockgate-shipped"
     directory.mkdir(exist_ok=True)
     return directory
 
@@ -92,7 +90,7 @@ def _shipped(context: SparkContext, file_name: str) -> bool:
 def ship_lockgate(context: SparkContext) -> Path:
     """Zip :data:`WORKER_PACKAGES` and add the zip to ``context``; call before registering
     the data sources, whose Python functions capture the context's includes when made."""
-    archive = build_code_zip(_shipping_dir() / LOCKGATE_ZIP)
+    archive = build_code_zip(_shipping_dir(context) / LOCKGATE_ZIP)
     if not _shipped(context, LOCKGATE_ZIP):
         context.addPyFile(str(archive))
     return archive
@@ -101,8 +99,8 @@ def ship_lockgate(context: SparkContext) -> Path:
 def ship_module(
     context: SparkContext, module: str, *, directory: Path | None = None
 ) -> Path | None:
-    """Add the top-level package (zipped, in ``directory``: by default the driver's Spark
-    temp dir) or module file of ``module`` to ``context`` once, unless it is Lockgate's own
+    """Add the top-level package (zipped, in ``directory``: by default PySpark's temp
+    dir) or module file of ``module`` to ``context`` once, unless it is Lockgate's own
     or installed in site-packages; returns what was added.
 
     A module changed on disk after it was shipped is not shipped again: the executor has
@@ -115,11 +113,13 @@ def ship_module(
     if spec is None:
         return None  # the batch's import reports it, as a TransformError
     if spec.submodule_search_locations:
-        directory = Path(next(iter(spec.submodule_search_locations)))
+        package_dir = Path(next(iter(spec.submodule_search_locations)))
         file_name = f"transform-{top}.zip"
-        if _installed(directory) or _shipped(context, file_name):
+        if _installed(package_dir) or _shipped(context, file_name):
             return None
-        shipped = build_code_zip((directory or _shipping_dir()) / file_name, (top,), arcroot=top)
+        shipped = build_code_zip(
+            (directory or _shipping_dir(context)) / file_name, (top,), arcroot=top
+        )
     else:
         if spec.origin is None or not spec.origin.endswith(".py"):
             return None
