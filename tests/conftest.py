@@ -26,6 +26,7 @@ pytest_plugins = [
     "tests.fixtures.kafka_sasl",
     "tests.fixtures.postgres",
     "tests.fixtures.schema_registry",
+    "tests.fixtures.spark",
 ]
 
 # Property tests assert behaviour, not speed: hypothesis's 200 ms per-example deadline failed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -125,7 +126,8 @@ def test_a_held_step_waits_for_its_release_file(tmp_path: Path) -> None:
     wait_for("the step to hold", held.exists, timeout_s=10)
     worker.join(0.2)
     assert worker.is_alive(), "the step went on before its release"
-    assert held.read_text() == "transactional.id x-0\n"
+    # The pid names the holder, for a test that kills it (a Spark worker's Python worker).
+    assert held.read_text() == f"transactional.id x-0\npid {os.getpid()}\n"
     (tmp_path / "before_init_transactions.release").touch()
     worker.join(10)
     assert not worker.is_alive()
@@ -141,6 +143,6 @@ def test_held_hits_are_counted_across_processes(tmp_path: Path) -> None:
     first.reach(Failpoint.BEFORE_INIT_TRANSACTIONS, detail="hit 1")
     assert not (tmp_path / "before_init_transactions.held").exists()
     second.reach(Failpoint.BEFORE_INIT_TRANSACTIONS, detail="hit 2")
-    assert (tmp_path / "before_init_transactions.held").read_text() == "hit 2\n"
+    assert (tmp_path / "before_init_transactions.held").read_text() == f"hit 2\npid {os.getpid()}\n"
     first.reach(Failpoint.BEFORE_INIT_TRANSACTIONS, detail="hit 3")
-    assert (tmp_path / "before_init_transactions.held").read_text() == "hit 2\n"
+    assert (tmp_path / "before_init_transactions.held").read_text() == f"hit 2\npid {os.getpid()}\n"

@@ -40,7 +40,7 @@ The steps (DESIGN.md, the checkpoint protocol):
 
 Holding is for tests only. A held step needs ``LOCKGATE_FAILPOINT_HOLD_DIR``, a
 directory the test and the process share: the armed hit writes ``<name>.held`` there (its
-detail inside), and waits until the test creates ``<name>.release``. A step held once
+detail and its pid inside), and waits until the test creates ``<name>.release``. A step held once
 is passed by every later hit. Hits of a held step are counted in that directory, not in
 memory, because a step like ``before_init_transactions`` runs in Spark's Python workers,
 several processes of one executor.
@@ -206,7 +206,8 @@ class Failpoints:
         held, release = hold_dir / f"{name}.held", hold_dir / f"{name}.release"
         if held.exists() or _claim_hit(hold_dir, name) != armed.on_hit:
             return
-        held.write_text(detail + "\n")
+        # The pid names the holder, a Spark Python worker perhaps, for a test to kill.
+        held.write_text(f"{detail}\npid {os.getpid()}\n")
         sys.stderr.write(f"failpoint {name} hit ({detail}): holding until {release} exists\n")
         sys.stderr.flush()
         while not release.exists():

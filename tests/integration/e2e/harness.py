@@ -47,7 +47,7 @@ from lockgate.localcluster.process import (
     stop_process,
     tail,
 )
-from lockgate.localcluster.services import coordinator_spec, executor_spec
+from lockgate.localcluster.services import LOCAL_SPARK_CONF, coordinator_spec, executor_spec
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from tests.support.netns import NetworkNamespace
 from tests.support.processes import failpoint_env
@@ -200,13 +200,16 @@ class ServiceCluster:
         failpoints: str = "",
         hold_dir: Path | None = None,
         spark_master: str = "local[1]",
+        spark_conf: Mapping[str, str] | None = None,
         data_plane: str | None = None,
         namespace: NetworkNamespace | None = None,
+        ready_timeout_s: float = 240.0,
     ) -> RunningProcess:
         """Start (or restart) executor ``executor_id`` and wait until it registered
-        (``data_plane="none"``: the control path only, no SparkSession; ``hold_dir``:
-        where its ``:hold`` failpoints wait, see ``held``/``release``; ``namespace``: run
-        it there, on the namespace's address)."""
+        (``data_plane="none"``: the control path only, no SparkSession; ``spark_conf``: its
+        ``--spark-conf`` settings besides the local cluster's; ``hold_dir``: where its
+        ``:hold`` failpoints wait, see ``held``/``release``; ``namespace``: run it there, on
+        the namespace's address)."""
         name = f"executor-{executor_id}"
         self._place(name, namespace)
         env = failpoint_env(failpoints, hold_dir=hold_dir)
@@ -221,8 +224,10 @@ class ServiceCluster:
                 port=port,
                 coordinators=self.coordinator_addresses,
                 spark_master=spark_master,
+                spark_conf={**LOCAL_SPARK_CONF, **(spark_conf or {})},
                 env=env,
                 data_plane=data_plane,
+                ready_timeout_s=ready_timeout_s,
                 metrics_port=metrics,
                 pki=self.pki,
             ),

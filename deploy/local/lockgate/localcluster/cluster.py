@@ -15,7 +15,9 @@ Processes: ``kafka`` (the broker), with ``LOCKGATE_DB=postgres`` a PostgreSQL se
 (``databases.py``), then ``schema-registry`` (``python -m lockgate.schema_registry`` on a
 SQLite file in the home or its PostgreSQL database, one worker process per core sharing its
 two ports; stopping its pid stops the workers too), the services (``services.py``), and with
-``LOCKGATE_PROMETHEUS=1`` a Prometheus server scraping them (``prometheus.py``).
+``LOCKGATE_PROMETHEUS=1`` a Prometheus server scraping them (``prometheus.py``). With
+``LOCKGATE_SPARK=standalone`` a Spark master and two workers (``spark.py``) start before the
+services, and the executors run their batches there.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lockgate.common.security import INSECURE_ENV, TLS_DIR, insecure_requested
@@ -49,7 +51,8 @@ from lockgate.localcluster.prometheus import (
     prometheus_spec,
     prometheus_wanted,
 )
-from lockgate.localcluster.services import ServiceSettings, service_processes
+from lockgate.localcluster.services import LOCAL_SPARK_CONF, ServiceSettings, service_processes
+from lockgate.localcluster.spark import EXECUTOR_SPARK_CONF, StandaloneSpark, standalone_from_env
 from lockgate.schema_registry.server import default_processes
 
 KAFKA_PORT_ENV = "LOCKGATE_KAFKA_PORT"
@@ -172,10 +175,18 @@ def cluster_processes(settings: ClusterSettings) -> list[ProcessSpec]:
         process_status(home=settings.home, name=postgres.name, address=postgres.address).state
         is ProcessState.UP
     )
+    spark = _standalone_spark(settings.home)
+    if spark is not None:
+        services = replace(
+            services,
+            spark_master=spark.master_url,
+            spark_conf={**LOCAL_SPARK_CONF, **EXECUTOR_SPARK_CONF},
+        )
     processes = [
         broker_spec(settings.kafka),
         *([postgres] if postgres_wanted else []),
         schema_registry_spec(settings),
+        *(spark.processes() if spark is not None else []),
         # Coordinators c1..c3 (7070-7072) and executors e1..e2 (7080-7081): services.py.
         *service_processes(services),
     ]
@@ -194,6 +205,18 @@ def cluster_processes(settings: ClusterSettings) -> list[ProcessSpec]:
             )
         )
     return processes
+
+
+def _standalone_spark(home: Path) -> StandaloneSpark | None:
+    """``LOCKGATE_SPARK=standalone``'s master and workers; a master that runs is listed
+    whatever the variable says, so `down` (and `make clean`) stop it and its workers."""
+    spark = standalone_from_env(home)
+    if spark is not None:
+        return spark
+    running = StandaloneSpark(home=home)
+    master = running.master_spec()
+    status = process_status(home=home, name=master.name, address=master.address)
+    return running if status.state is ProcessState.UP else None
 
 
 def _port(value: str | None, *, default: int, source: str) -> int:

@@ -214,6 +214,8 @@ class ServiceSettings:
     """Prometheus port of c1, c2, ...; a replica past the end of the list has none."""
     executor_metrics_ports: tuple[int, ...] = EXECUTOR_METRICS_PORTS
     spark_master: str = DEFAULT_SPARK_MASTER
+    #: Every executor's ``--spark-conf`` settings.
+    spark_conf: Mapping[str, str] = field(default_factory=lambda: dict(LOCAL_SPARK_CONF))
     lease_ms: int = 3000
     executor_env: Mapping[str, str] = field(default_factory=dict)
     #: The coordinators' state database; None: ``coordinator.db`` (SQLite) in the home.
@@ -292,6 +294,7 @@ def service_processes(settings: ServiceSettings) -> list[ProcessSpec]:
             port=port,
             coordinators=settings.coordinator_addresses,
             spark_master=settings.spark_master,
+            spark_conf=settings.spark_conf,
             env=settings.executor_env,
             metrics_port=_nth(settings.executor_metrics_ports, i),
             pki=settings.pki,

@@ -16,6 +16,8 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
+from lockgate.common.failpoints import FAILPOINT_HOLD_DIR_ENV, FAILPOINTS_ENV
+from lockgate.executor.dataplane.spark.code_shipping import ship_lockgate
 from lockgate.executor.dataplane.spark.kafka_sink import KafkaSink
 from lockgate.executor.dataplane.spark.kafka_source import KafkaSource
 
@@ -96,7 +98,8 @@ def build_spark_session(
 ) -> SparkSession:
     """Create (or get) the executor's SparkSession with Lockgate's settings.
 
-    ``conf`` overrides the defaults (e.g. ``spark.executor.memory`` for a cluster). Spark's
+    ``conf`` overrides the defaults (e.g. ``spark.executor.memory`` for a cluster). The
+    Lockgate packages the workers import are shipped to them (``code_shipping.py``). Spark's
     Python workers run the interpreter running this code unless ``spark.pyspark.python``
     (or the ``PYSPARK_PYTHON`` environment variable) names another one.
     """
@@ -104,6 +107,13 @@ def build_spark_session(
     settings = {
         **_DEFAULT_CONF,
         "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        # A write partition reads its failpoints (tests) where it runs: on a cluster, in a
+        # Python worker of another machine, which sees the executor's environment only so.
+        **{
+            f"spark.executorEnv.{name}": os.environ[name]
+            for name in (FAILPOINTS_ENV, FAILPOINT_HOLD_DIR_ENV)
+            if name in os.environ
+        },
         **(conf or {}),
         # Last, so no --spark-conf undoes it: a SQL transform must not read the executor's
         # files as tables (`parquet.`/path``).
@@ -117,6 +127,9 @@ def build_spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    # Before the registration: the data sources' Python functions carry the includes of
+    # the moment they are made, and a cluster's workers import Lockgate only from them.
+    ship_lockgate(spark.sparkContext)
     register_data_sources(spark)
     if run_warm_up:
         warm_up(spark)

@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lockgate.common.model.pipeline_spec import PipelineSpec
+from lockgate.executor.dataplane.spark.code_shipping import ship_module
 from lockgate.executor.dataplane.transform_modules import EXAMPLE_TRANSFORM_MODULES, module_allowed
 from lockgate.executor.errors import TransformError
 
@@ -80,6 +81,8 @@ def apply_transform(
             f" (allowed: {', '.join(allowed_modules)}); start the executor with"
             f" `--allow-transform-module {module}` (or a prefix of it) to run it"
         )
+    # The module's UDFs are unpickled on the workers, which import it from what is shipped.
+    ship_module(session.sparkContext, module)
     try:
         function = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
