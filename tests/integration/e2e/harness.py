@@ -175,7 +175,7 @@ class ServiceCluster:
                 port=port,
                 db_url=self.db_url,
                 lease_ms=self.lease_ms,
-                extra_args=self.coordinator_args,
+                extra_args=[*self.coordinator_args, *self._open_port_args(name)],
                 env=failpoint_env(failpoints, hold_dir=hold_dir),
                 metrics_port=metrics,
                 pki=self.pki,
@@ -185,6 +185,12 @@ class ServiceCluster:
             name,
             namespace,
         )
+
+    def _open_port_args(self, name: str) -> list[str]:
+        """``--insecure`` for a plaintext process listening beyond loopback (a veth address):
+        the services refuse that unless told, and these tests choose it."""
+        host = self.hosts.get(name, self.host)
+        return ["--insecure"] if self.pki is None and host != LOOPBACK else []
 
     def _place(self, name: str, namespace: NetworkNamespace | None) -> None:
         """Note where process ``name`` listens: in ``namespace`` or on ``host``."""
@@ -230,6 +236,7 @@ class ServiceCluster:
                 ready_timeout_s=ready_timeout_s,
                 metrics_port=metrics,
                 pki=self.pki,
+                extra_args=self._open_port_args(name),
             ),
             self.executor_ports,
             executor_id,
