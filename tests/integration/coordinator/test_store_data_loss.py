@@ -101,6 +101,10 @@ def test_restart_from_the_lost_checkpoint_moves_past_it_and_nothing_else_does(
     store.data_loss.record_data_loss(
         fence=fence, pipeline_id=P, checkpoint_id=C(1), lost_tasks={t0}, error="lost"
     )
+    # A trigger decided before the loss was recorded finds the pipeline FAILED.
+    with pytest.raises(FailedPrecondition, match="is FAILED: checkpoint 1 lost") as refused:
+        store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=P)
+    assert refused.value.reason == "PIPELINE_FAILED"
     with pytest.raises(FailedPrecondition, match="--from-checkpoint 1"):
         store.data_loss.move_past(fence=fence, pipeline_id=P, checkpoint_id=C(2))
     store.data_loss.move_past(fence=fence, pipeline_id=P, checkpoint_id=C(1))

@@ -231,7 +231,9 @@ def test_with_every_executor_dead_the_leader_commits_a_complete_checkpoint_itsel
     release(p.holds, HOLD)
     wait_for(
         "the leader to commit the checkpoint",
-        lambda: p.status().last_committed_checkpoint_id == checkpoint,
+        # Later checkpoints may complete while the commit is held (only the pipeline's
+        # commit job waits), and the leader commits them in order after it.
+        lambda: p.status().last_committed_checkpoint_id >= checkpoint,
         timeout_s=30,
         explain=p.cluster.logs_tail,
     )

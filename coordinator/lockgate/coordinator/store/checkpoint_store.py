@@ -35,6 +35,7 @@ from lockgate.coordinator.domain.checkpoints import (
     plan_trigger,
     restore_states_of,
 )
+from lockgate.coordinator.domain.errors import FailedPrecondition
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.precommits import (
@@ -59,6 +60,7 @@ from lockgate.coordinator.store.rows import (
     read_task,
     read_tasks,
     read_tasks_by_id,
+    unresolved_data_loss,
 )
 from lockgate.coordinator.store.tables import (
     checkpoint_tasks,
@@ -84,11 +86,22 @@ class CheckpointStore:
         Allocates each task a transactional id slot (see `transactional_ids.py`). Raises
         FailedPrecondition, writing nothing, when the pipeline is not RUNNING, has no tasks,
         has a task without an executor, already has `DEFAULT_MAX_IN_FLIGHT` checkpoints in
-        flight, or a task has no free slot (`domain.checkpoints.plan_trigger`).
+        flight, or a task has no free slot (`domain.checkpoints.plan_trigger`), or it is
+        FAILED by an unresolved DATA_LOST checkpoint.
         """
         with self._db.transaction(fence=fence) as conn:
+            pipeline = read_pipeline(conn, pipeline_id, for_update=True)
+            # The decision to trigger may predate a loss recorded since (another job's
+            # commit): re-checked here, under the pipeline row's lock.
+            lost = unresolved_data_loss(conn, pipeline_id)
+            if lost is not None:
+                raise FailedPrecondition(
+                    f"pipeline {pipeline_id!r} is FAILED: checkpoint {lost.checkpoint_id} lost"
+                    " its data; restart it from that checkpoint or set its offsets",
+                    reason="PIPELINE_FAILED",
+                )
             plan = plan_trigger(
-                pipeline=read_pipeline(conn, pipeline_id, for_update=True),
+                pipeline=pipeline,
                 tasks=read_tasks(conn, pipeline_id),
                 states=checkpoint_states(conn, pipeline_id),
                 slot_use=_slot_use(conn, pipeline_id),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
@@ -31,22 +30,9 @@ from lockgate.coordinator.store.rows import (
     read_pipeline,
     read_precommit_ranges,
     resolve_data_loss,
+    unresolved_data_loss,
 )
 from lockgate.coordinator.store.tables import checkpoint_tasks, checkpoints
-
-
-def _blocking(conn: Connection, pipeline_id: PipelineId) -> CheckpointRecord | None:
-    row = conn.execute(
-        sa.select(checkpoints.c.checkpoint_id)
-        .where(
-            checkpoints.c.pipeline_id == pipeline_id,
-            checkpoints.c.state == CheckpointState.DATA_LOST.value,
-            checkpoints.c.data_loss_resolved_at_ms.is_(None),
-        )
-        .order_by(checkpoints.c.checkpoint_id)
-        .limit(1)
-    ).first()
-    return None if row is None else read_checkpoint(conn, pipeline_id, CheckpointId(int(row[0])))
 
 
 def _mark_lost(
@@ -142,7 +128,7 @@ class DataLossStore:
     def blocking_loss(self, *, pipeline_id: PipelineId) -> CheckpointRecord | None:
         """The pipeline's DATA_LOST checkpoint nobody moved past yet (it is FAILED), if any."""
         with self._db.read() as conn:
-            return _blocking(conn, pipeline_id)
+            return unresolved_data_loss(conn, pipeline_id)
 
     def lost_ranges(
         self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
@@ -167,7 +153,7 @@ class DataLossStore:
         with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
             lost = check_restart_from(
-                _blocking(conn, pipeline_id), checkpoint_id, pipeline=pipeline_id
+                unresolved_data_loss(conn, pipeline_id), checkpoint_id, pipeline=pipeline_id
             )
             resolve_data_loss(conn, pipeline_id)
             return lost

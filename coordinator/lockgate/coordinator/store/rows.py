@@ -306,6 +306,22 @@ def read_checkpoint(
     return record
 
 
+def unresolved_data_loss(conn: Connection, pipeline_id: PipelineId) -> CheckpointRecord | None:
+    """The pipeline's oldest DATA_LOST checkpoint not moved past yet: while there is one,
+    the pipeline is FAILED and no checkpoint may start."""
+    row = conn.execute(
+        sa.select(checkpoints.c.checkpoint_id)
+        .where(
+            checkpoints.c.pipeline_id == pipeline_id,
+            checkpoints.c.state == CheckpointState.DATA_LOST.value,
+            checkpoints.c.data_loss_resolved_at_ms.is_(None),
+        )
+        .order_by(checkpoints.c.checkpoint_id)
+        .limit(1)
+    ).first()
+    return None if row is None else read_checkpoint(conn, pipeline_id, CheckpointId(int(row[0])))
+
+
 def resolve_data_loss(conn: Connection, pipeline_id: PipelineId) -> None:
     """Mark every unresolved DATA_LOST checkpoint of the pipeline moved past (an offset
     reset or a restart from it); the caller holds the pipeline row's lock."""
