@@ -198,6 +198,10 @@ class Pipelines:
         committed = self._store.checkpoints.list_checkpoints(
             pipeline_id=pipeline_id, limit=1, states=[CheckpointState.COMMITTED]
         )
+        # Read before the checkpoints in flight (the reads are separate snapshots): a loss
+        # shown has then taken its later checkpoints along, so a FAILED pipeline never
+        # shows checkpoints in flight that the loss already ended.
+        data_lost = self._store.data_loss.blocking_loss(pipeline_id=pipeline_id)
         in_flight = self._store.checkpoints.list_checkpoints(
             pipeline_id=pipeline_id,
             limit=100,
@@ -213,7 +217,6 @@ class Pipelines:
             pipeline_id=pipeline_id, limit=1, states=[CheckpointState.ABORTED]
         )
         last_aborted = aborted[0] if aborted else None
-        data_lost = self._store.data_loss.blocking_loss(pipeline_id=pipeline_id)
         return PipelineStatus(
             pipeline=pipeline,
             tasks=tuple(tasks),
