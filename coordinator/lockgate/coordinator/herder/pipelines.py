@@ -47,7 +47,11 @@ from lockgate.coordinator.domain.pipelines import (
 )
 from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import CheckpointState, TargetState
-from lockgate.coordinator.domain.tasks import check_partitions_per_task, split_partitions
+from lockgate.coordinator.domain.tasks import (
+    TaskSplit,
+    check_partitions_per_task,
+    split_partitions,
+)
 from lockgate.coordinator.domain.topics import (
     cluster_properties,
     kafka_refusal,
@@ -294,13 +298,13 @@ class Pipelines:
         """
         self._lease.require_fence()
         check_transaction_timeout(spec, self._recovery)
-        partitions = self._check_kafka(spec, source=True, sink=True)
+        splits = split_partitions(self._check_kafka(spec, source=True, sink=True), spec.tasks_max)
+        # One transaction: a lease lost or a crash leaves no pipeline without its tasks.
         record = self._lease.leader_call(
-            lambda f: self._store.pipelines.create_pipeline(fence=f, spec=spec)
+            lambda f: self._store.pipelines.create_pipeline(
+                fence=f, spec=spec, splits=splits, target_state=target_state
+            )
         )
-        if target_state is not TargetState.RUNNING:
-            record = self._write_target(spec.name, target_state)
-        self._split(spec.name, partitions)
         self._wake()
         return record
 
@@ -326,32 +330,19 @@ class Pipelines:
         resplit = before.spec.source != spec.source or before.spec.tasks_max != spec.tasks_max
         sink_changed = spec.sink != before.spec.sink or spec.errors != before.spec.errors
         partitions = self._check_kafka(spec, source=resplit, sink=sink_changed)
+        splits = split_partitions(partitions, spec.tasks_max) if resplit else None
         try:
             record = self._lease.leader_call(
                 lambda f: self._store.pipelines.update_pipeline(
-                    fence=f, spec=spec, expected_version=expected_version
+                    fence=f, spec=spec, expected_version=expected_version, splits=splits
                 )
             )
         except FailedPrecondition as exc:
             if exc.reason == "CONFIG_VERSION_MISMATCH":
                 raise Aborted(exc.message, reason=exc.reason) from None
             raise
-        if resplit:
-            self._split(spec.name, partitions)
         self._wake()
         return record
-
-    def _split(
-        self, pipeline_id: PipelineId, partitions: Sequence[TopicPartition]
-    ) -> list[TaskRecord]:
-        """Split the pipeline over its source partitions and store the tasks."""
-        pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
-        splits = split_partitions(partitions, pipeline.spec.tasks_max)
-        return self._lease.leader_call(
-            lambda f: self._store.pipelines.set_pipeline_tasks(
-                fence=f, pipeline_id=pipeline_id, splits=splits
-            )
-        )
 
     def replan(self, pipeline_id: PipelineId) -> list[TaskRecord]:
         """Split a pipeline's tasks again from its spec and the topics' partitions now.
@@ -360,14 +351,24 @@ class Pipelines:
         """
         self._lease.require_fence()
         pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        splits = self._splits_now(pipeline)
+        tasks = self._lease.leader_call(
+            lambda f: self._store.pipelines.set_pipeline_tasks(
+                fence=f, pipeline_id=pipeline_id, splits=splits
+            )
+        )
+        self._wake()
+        return tasks
+
+    def _splits_now(self, pipeline: PipelineRecord) -> list[TaskSplit]:
+        """The stored pipeline's split over its source partitions as Kafka has them now;
+        FailedPrecondition if its Kafka refuses (the stored spec is not this request's
+        argument: its Kafka is what is wrong now)."""
         try:
             partitions = self._check_kafka(pipeline.spec, source=True, sink=False)
         except InvalidArgument as exc:
-            # The stored spec is not this request's argument: its Kafka is what is wrong now.
             raise FailedPrecondition(exc.message, reason=exc.reason) from None
-        tasks = self._split(pipeline_id, partitions)
-        self._wake()
-        return tasks
+        return split_partitions(partitions, pipeline.spec.tasks_max)
 
     def delete(self, pipeline_id: PipelineId) -> None:
         """Abort the pipeline's in-flight checkpoints, try once to commit its COMPLETE ones,
@@ -430,24 +431,22 @@ class Pipelines:
                 f"pipeline {pipeline_id!r} is STOPPED; resume it to restart it",
                 reason="PIPELINE_STOPPED",
             )
-        if from_checkpoint is not None:
-            self._lease.leader_call(
-                lambda f: self._store.data_loss.move_past(
-                    fence=f, pipeline_id=pipeline_id, checkpoint_id=from_checkpoint
-                )
+        splits = self._splits_now(current)
+        # One transaction: a lease lost or a crash between moving past a loss and
+        # restarting the tasks would leave a retry refused (N already moved past).
+        result = self._lease.leader_call(
+            lambda f: self._store.pipelines.restart_pipeline(
+                fence=f,
+                pipeline_id=pipeline_id,
+                splits=splits,
+                restart_tasks=include_tasks,
+                only_failed=only_failed,
+                past_data_loss=from_checkpoint,
             )
-            self._wake()
-        self.replan(pipeline_id)
-        restarted: list[TaskRecord] = []
-        if include_tasks:
-            result = self._lease.leader_call(
-                lambda f: self._store.pipelines.restart_tasks(
-                    fence=f, pipeline_id=pipeline_id, only_failed=only_failed
-                )
-            )
-            self._outcomes.aborted(result.aborted, AbortKind.TASK_RESTARTED)
-            restarted = list(result.tasks)
-            self._wake()
+        )
+        self._outcomes.aborted(result.aborted, AbortKind.TASK_RESTARTED)
+        restarted = list(result.tasks)
+        self._wake()
         return self._store.pipelines.get_pipeline(pipeline_id=pipeline_id), restarted
 
     def restart_task(self, task_id: TaskId) -> tuple[TaskRecord, PipelineRecord]:

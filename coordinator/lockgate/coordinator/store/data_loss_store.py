@@ -152,11 +152,19 @@ class DataLossStore:
         FailedPrecondition unless N is its unresolved DATA_LOST checkpoint."""
         with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
-            lost = check_restart_from(
-                unresolved_data_loss(conn, pipeline_id), checkpoint_id, pipeline=pipeline_id
-            )
-            resolve_data_loss(conn, pipeline_id)
-            return lost
+            return move_past_data_loss(conn, pipeline_id, checkpoint_id)
 
 
-__all__ = ["DataLossStore"]
+def move_past_data_loss(
+    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+) -> CheckpointRecord:
+    """`DataLossStore.move_past` inside the caller's transaction, which holds the pipeline
+    row (a pipeline restart's)."""
+    lost = check_restart_from(
+        unresolved_data_loss(conn, pipeline_id), checkpoint_id, pipeline=pipeline_id
+    )
+    resolve_data_loss(conn, pipeline_id)
+    return lost
+
+
+__all__ = ["DataLossStore", "move_past_data_loss"]

@@ -17,7 +17,14 @@ from collections.abc import Set as AbstractSet
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from lockgate.common.model.ids import ExecutorId, Generation, PipelineId, TaskId, task_id
+from lockgate.common.model.ids import (
+    CheckpointId,
+    ExecutorId,
+    Generation,
+    PipelineId,
+    TaskId,
+    task_id,
+)
 from lockgate.common.model.pipeline_spec import PipelineSpec
 from lockgate.coordinator.domain.assignment import assignment_changes
 from lockgate.coordinator.domain.errors import AlreadyExists, InvalidArgument
@@ -46,6 +53,7 @@ from lockgate.coordinator.domain.states import (
 from lockgate.coordinator.domain.tasks import TaskSplit
 from lockgate.coordinator.domain.transactional_ids import check_prefix_free
 from lockgate.coordinator.store.checkpoint_aborts import abort_checkpoints_of_tasks
+from lockgate.coordinator.store.data_loss_store import move_past_data_loss
 from lockgate.coordinator.store.engine import Database, db_now_ms
 from lockgate.coordinator.store.rows import (
     executor_generations,
@@ -82,17 +90,86 @@ def _check_prefix_free(conn: Connection, spec: PipelineSpec) -> None:
     check_prefix_free(PipelineId(spec.name), spec.transactional_id_prefix, taken)
 
 
+def write_task_split(
+    conn: Connection, pipeline_id: PipelineId, splits: Sequence[TaskSplit]
+) -> None:
+    """Make the pipeline's tasks match `splits` (`domain.pipelines.plan_task_split`), inside
+    the caller's transaction, which holds the pipeline row."""
+    plan = plan_task_split(read_tasks(conn, pipeline_id), splits)
+    for removed in plan.removed:
+        conn.execute(tasks.delete().where(tasks.c.task_id == removed))
+    for split in plan.added:
+        conn.execute(
+            tasks.insert().values(
+                task_id=task_id(pipeline_id, split.index),
+                pipeline_id=pipeline_id,
+                task_index=split.index,
+                partitions_json=partitions_json(split.partitions),
+                executor_id=None,
+                generation=1,
+                state=TaskState.UNASSIGNED.value,
+                updated_at_ms=db_now_ms(),
+            )
+        )
+    for changed, split in plan.changed:
+        conn.execute(
+            tasks.update()
+            .where(tasks.c.task_id == changed)
+            .values(
+                partitions_json=partitions_json(split.partitions),
+                generation=tasks.c.generation + 1,
+                state=TaskState.UNASSIGNED.value,
+                updated_at_ms=db_now_ms(),
+            )
+        )
+
+
+def _restart_tasks(conn: Connection, pipeline_id: PipelineId, *, only_failed: bool) -> TasksChanged:
+    """Give the pipeline's tasks (or only the FAILED ones) state RESTARTING and a new
+    generation, and abort the TRIGGERED checkpoints they are in; the caller holds the
+    pipeline row."""
+    chosen = tasks_to_restart(read_tasks(conn, pipeline_id), only_failed=only_failed)
+    for task in chosen:
+        conn.execute(
+            tasks.update()
+            .where(tasks.c.task_id == task.task_id)
+            .values(
+                state=TaskState.RESTARTING.value,
+                generation=tasks.c.generation + 1,
+                last_error=None,
+                updated_at_ms=db_now_ms(),
+            )
+        )
+    chosen_ids = {t.task_id for t in chosen}
+    aborted = abort_checkpoints_of_tasks(conn, chosen_ids, reason="task restarted")
+    return TasksChanged(
+        tasks=tuple(t for t in read_tasks(conn, pipeline_id) if t.task_id in chosen_ids),
+        aborted=tuple(aborted),
+    )
+
+
 class PipelineStore:
     """Pipelines, their tasks and the assignment of tasks to executors."""
 
     def __init__(self, *, database: Database) -> None:
         self._db = database
 
-    def create_pipeline(self, *, fence: Fence, spec: PipelineSpec) -> PipelineRecord:
-        """Store a new pipeline (target RUNNING, config version 1). Leader-only.
+    def create_pipeline(
+        self,
+        *,
+        fence: Fence,
+        spec: PipelineSpec,
+        splits: Sequence[TaskSplit] = (),
+        target_state: TargetState = TargetState.RUNNING,
+    ) -> PipelineRecord:
+        """Store a new pipeline (config version 1) with its target state and its tasks
+        (`splits`, from `split_partitions`), in one transaction: a lease lost or a crash
+        leaves either all of it or nothing, never a pipeline without its tasks.
+        Leader-only.
 
         AlreadyExists if the name is taken.
         """
+        initial = transition_target_state(TargetState.RUNNING, target_state)
         with self._db.transaction(fence=fence) as conn:
             exists = conn.execute(
                 sa.select(pipelines.c.pipeline_id).where(pipelines.c.pipeline_id == spec.name)
@@ -112,25 +189,31 @@ class PipelineStore:
                     pipeline_id=spec.name,
                     spec_json=json.dumps(spec.to_json(), sort_keys=True),
                     config_version=1,
-                    target_state=TargetState.RUNNING.value,
+                    target_state=initial.value,
                     next_checkpoint_id=1,
                     created_at_ms=db_now_ms(),
                     updated_at_ms=db_now_ms(),
                 )
             )
+            write_task_split(conn, PipelineId(spec.name), splits)
             return read_pipeline(conn, PipelineId(spec.name))
 
     def update_pipeline(
-        self, *, fence: Fence, spec: PipelineSpec, expected_version: int | None = None
+        self,
+        *,
+        fence: Fence,
+        spec: PipelineSpec,
+        expected_version: int | None = None,
+        splits: Sequence[TaskSplit] | None = None,
     ) -> PipelineRecord:
         """Replace a pipeline's config; its config version grows by one. Leader-only.
 
         With `expected_version`, FailedPrecondition unless the stored version matches
         (optimistic concurrency for read-modify-write clients). Every task restarts on the
         new config with a new generation (`domain.pipelines.restarts_for_new_config`) and
-        the TRIGGERED checkpoints, which ran the old one, abort, in the same transaction.
-        The caller re-splits tasks if the topics or `tasks_max` changed
-        (`set_pipeline_tasks`).
+        the TRIGGERED checkpoints, which ran the old one, abort, in the same transaction;
+        with `splits` (the topics or `tasks_max` changed) the tasks are re-split there too
+        (as `set_pipeline_tasks`).
         """
         pipeline_id = PipelineId(spec.name)
         with self._db.transaction(fence=fence) as conn:
@@ -161,6 +244,8 @@ class PipelineStore:
             abort_checkpoints_of_tasks(
                 conn, {t.task_id for t, _ in restarts}, reason="pipeline config updated"
             )
+            if splits is not None:
+                write_task_split(conn, pipeline_id, splits)
             return read_pipeline(conn, pipeline_id)
 
     def delete_pipeline(self, *, fence: Fence, pipeline_id: PipelineId) -> None:
@@ -231,33 +316,7 @@ class PipelineStore:
         """
         with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
-            plan = plan_task_split(read_tasks(conn, pipeline_id), splits)
-            for removed in plan.removed:
-                conn.execute(tasks.delete().where(tasks.c.task_id == removed))
-            for split in plan.added:
-                conn.execute(
-                    tasks.insert().values(
-                        task_id=task_id(pipeline_id, split.index),
-                        pipeline_id=pipeline_id,
-                        task_index=split.index,
-                        partitions_json=partitions_json(split.partitions),
-                        executor_id=None,
-                        generation=1,
-                        state=TaskState.UNASSIGNED.value,
-                        updated_at_ms=db_now_ms(),
-                    )
-                )
-            for changed, split in plan.changed:
-                conn.execute(
-                    tasks.update()
-                    .where(tasks.c.task_id == changed)
-                    .values(
-                        partitions_json=partitions_json(split.partitions),
-                        generation=tasks.c.generation + 1,
-                        state=TaskState.UNASSIGNED.value,
-                        updated_at_ms=db_now_ms(),
-                    )
-                )
+            write_task_split(conn, pipeline_id, splits)
             return read_tasks(conn, pipeline_id)
 
     def list_tasks(self, *, pipeline_id: PipelineId | None = None) -> list[TaskRecord]:
@@ -388,24 +447,32 @@ class PipelineStore:
         """
         with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
-            chosen = tasks_to_restart(read_tasks(conn, pipeline_id), only_failed=only_failed)
-            for task in chosen:
-                conn.execute(
-                    tasks.update()
-                    .where(tasks.c.task_id == task.task_id)
-                    .values(
-                        state=TaskState.RESTARTING.value,
-                        generation=tasks.c.generation + 1,
-                        last_error=None,
-                        updated_at_ms=db_now_ms(),
-                    )
-                )
-            chosen_ids = {t.task_id for t in chosen}
-            aborted = abort_checkpoints_of_tasks(conn, chosen_ids, reason="task restarted")
-            return TasksChanged(
-                tasks=tuple(t for t in read_tasks(conn, pipeline_id) if t.task_id in chosen_ids),
-                aborted=tuple(aborted),
-            )
+            return _restart_tasks(conn, pipeline_id, only_failed=only_failed)
+
+    def restart_pipeline(
+        self,
+        *,
+        fence: Fence,
+        pipeline_id: PipelineId,
+        splits: Sequence[TaskSplit],
+        restart_tasks: bool,
+        only_failed: bool = False,
+        past_data_loss: CheckpointId | None = None,
+    ) -> TasksChanged:
+        """A pipeline's restart in one transaction. Leader-only: with `past_data_loss` N,
+        move past its DATA_LOST checkpoint N (FailedPrecondition unless N is the one that
+        blocks it); re-split its tasks to `splits`; with `restart_tasks`, restart them (or
+        only the FAILED ones) as `restart_tasks`. A lease lost or a crash leaves all of it
+        or nothing, so a retry of the same restart finds N still to move past.
+        """
+        with self._db.transaction(fence=fence) as conn:
+            read_pipeline(conn, pipeline_id, for_update=True)
+            if past_data_loss is not None:
+                move_past_data_loss(conn, pipeline_id, past_data_loss)
+            write_task_split(conn, pipeline_id, splits)
+            if not restart_tasks:
+                return TasksChanged(tasks=(), aborted=())
+            return _restart_tasks(conn, pipeline_id, only_failed=only_failed)
 
     def restart_task(self, *, fence: Fence, task_id: TaskId) -> TasksChanged:
         """Restart one task with a new generation, its error cleared (Kafka Connect's task
