@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from lockgate.common.model.ids import ExecutorId, TaskId
 from lockgate.coordinator.domain.assignment import (
     ExecutorLiveness,
+    LeaderGap,
     assign,
+    counted_heartbeat_ms,
     executor_liveness,
     moved_tasks,
     plan_assignment,
@@ -151,3 +153,32 @@ def test_new_tasks_are_reported_as_newly_assigned() -> None:
     )
     assert plan.newly_assigned == frozenset({TaskId("p/0")})
     assert plan.assignment == {e1: frozenset({TaskId("p/0")})}
+
+
+def test_time_no_leader_could_record_heartbeats_is_not_silence() -> None:
+    # Session timeout 4 s; the leader lost its database at 10 s and got it back at 12 s.
+    gap = LeaderGap(started_ms=10_000, ended_ms=12_000)
+
+    def counted(last_heartbeat_ms: int) -> int:
+        return counted_heartbeat_ms(
+            last_heartbeat_ms=last_heartbeat_ms, session_timeout_ms=4_000, gap=gap
+        )
+
+    # Alive when the gap began (even just): a full session timeout from 12 s.
+    assert counted(9_500) == 12_000
+    assert counted(6_000) == 12_000
+    assert (
+        executor_liveness(last_heartbeat_ms=counted(9_500), now_ms=15_900, session_timeout_ms=4_000)
+        is ExecutorLiveness.ALIVE
+    )
+    assert (
+        executor_liveness(last_heartbeat_ms=counted(9_500), now_ms=16_001, session_timeout_ms=4_000)
+        is not ExecutorLiveness.ALIVE
+    )
+    # Expired before the gap: stays expired (its tasks may have moved).
+    assert counted(5_999) == 5_999
+    # Heard from after the gap, or no gap known: its own heartbeat counts.
+    assert counted(12_500) == 12_500
+    assert (
+        counted_heartbeat_ms(last_heartbeat_ms=9_500, session_timeout_ms=4_000, gap=None) == 9_500
+    )

@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from lockgate.common.errors import NotLeader
+from lockgate.common.errors import NotLeader, Unavailable
 from lockgate.common.model.ids import CoordinatorId
+from lockgate.coordinator.domain.assignment import LeaderGap
+from lockgate.coordinator.domain.lease import LeaseRecord
+from lockgate.coordinator.domain.states import LeaseRole
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.store import open_store
 
@@ -73,5 +76,38 @@ def test_every_attempt_records_the_replica_leader_or_not(tmp_path: Path) -> None
         seen = {str(v.record.coordinator_id): v.record.last_seen_ms for v in views}
         assert seen["c2"] is not None and seen["c2"] >= (first[1].last_seen_ms or 0)
         assert lease.holder == "c1"
+    finally:
+        store.close()
+
+
+def test_a_lease_regained_after_a_failed_attempt_notes_the_gap(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        leader = Herder(
+            store=store,
+            settings=CoordinatorSettings(
+                coordinator_id=CoordinatorId("c1"), advertise="127.0.0.1:7071", lease_ms=60_000
+            ),
+        )
+        keeper = leader.lease_keeper
+        first = keeper.campaign()
+        assert keeper.leader_gap is None  # no leader seen before this term
+        renewed = keeper.campaign()
+        assert keeper.leader_gap is None  # a renewal is the same term
+        real = store.lease.try_acquire_lease
+
+        def unreachable(**_kwargs: object) -> LeaseRecord:
+            raise Unavailable("the state database is down", reason="DATABASE_UNAVAILABLE")
+
+        store.lease.try_acquire_lease = unreachable  # type: ignore[method-assign]
+        with pytest.raises(Unavailable):
+            keeper.campaign()
+        assert keeper.role is LeaseRole.FOLLOWER and keeper.leader_gap is None
+        store.lease.try_acquire_lease = real  # type: ignore[method-assign]
+        regained = keeper.campaign()
+        assert regained.leader_epoch == first.leader_epoch  # the lease had not run out
+        assert keeper.leader_gap == LeaderGap(
+            started_ms=renewed.db_now_ms, ended_ms=regained.db_now_ms
+        )
     finally:
         store.close()

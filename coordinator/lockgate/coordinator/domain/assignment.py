@@ -8,6 +8,9 @@ without its 5-minute default delay).
 `plan_assignment` adds the grace period: an executor that stopped heartbeating keeps its
 tasks, unassigned to anyone else, until `reassign_delay_ms` after it was declared dead, so
 a short network blip or a slow restart does not move every task twice.
+
+`counted_heartbeat_ms` keeps a leader's own outage from counting against executors: time
+no leader could record heartbeats (a failover, a database outage) is not silence.
 """
 
 from __future__ import annotations
@@ -108,6 +111,37 @@ def executor_liveness(
     if silent_ms <= session_timeout_ms + reassign_delay_ms:
         return ExecutorLiveness.DEAD_IN_GRACE
     return ExecutorLiveness.DEAD
+
+
+@dataclass(frozen=True)
+class LeaderGap:
+    """A stretch of database time during which no leader recorded heartbeats: a failover,
+    or this leader cut from its database (it steps down at its first failed lease attempt
+    and starts a new term when one succeeds again)."""
+
+    started_ms: int
+    """The last time a leader is known to have held the database: this replica's last
+    successful lease attempt as leader, or the previous holder's last renewal."""
+    ended_ms: int
+    """When the current term started (the database's clock)."""
+
+
+def counted_heartbeat_ms(
+    *, last_heartbeat_ms: int, session_timeout_ms: int, gap: LeaderGap | None
+) -> int:
+    """When an executor's silence starts counting against its session.
+
+    Its last recorded heartbeat, except that the time of a `gap` does not count: a session
+    still alive when the gap started gets a full session timeout from the start of the
+    current term, as Kafka's group coordinator gives every member a fresh session when it
+    loads a group after failover. A session that had expired before the gap stays expired
+    (its tasks may have moved already; reviving it would hand them back to the dead).
+    """
+    if gap is None or last_heartbeat_ms >= gap.ended_ms:
+        return last_heartbeat_ms
+    if last_heartbeat_ms + session_timeout_ms < gap.started_ms:
+        return last_heartbeat_ms
+    return gap.ended_ms
 
 
 @dataclass(frozen=True)

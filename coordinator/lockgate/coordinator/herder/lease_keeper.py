@@ -18,6 +18,10 @@ Fencing rules and known races (see also `domain/lease.py`):
   COMPLETE, and commit/abort of a handle is idempotent.
 - A restarted process of the same replica id is a new incarnation: it never renews the
   term of the process before it (which may be paused, not dead).
+- A failed attempt (the database unreachable) ends the term locally; the next successful
+  one starts a new term (same epoch if the lease had not run out). Each new term notes the
+  gap since a leader last held the database (`leader_gap`): executors' sessions do not
+  expire for time no leader could record their heartbeats.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from lockgate.common.metrics import LEADER_FAILOVERS, LEASE_RENEWALS, Instruments
+from lockgate.coordinator.domain.assignment import LeaderGap
 from lockgate.coordinator.domain.errors import FencedError, NotLeader, Unavailable
 from lockgate.coordinator.domain.lease import Fence, LeaseRecord, local_deadline, next_role
 from lockgate.coordinator.domain.replicas import ReplicaView, replica_views
@@ -69,6 +74,8 @@ class LeaseKeeper:
         self._trusted_until = 0.0
         self._last_lease: LeaseRecord | None = None
         self._term: Fence | None = None
+        self._gap: LeaderGap | None = None
+        self._last_led_ms: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"lease-{settings.coordinator_id}", daemon=True
@@ -166,7 +173,7 @@ class LeaseKeeper:
         return lease
 
     def _become(self, lease: LeaseRecord | None, sent_at: float) -> None:
-        self._role = next_role(
+        role = next_role(
             current=self._role,
             me=self._settings.coordinator_id,
             lease=lease,
@@ -174,6 +181,8 @@ class LeaseKeeper:
         )
         if lease is not None:
             self._last_lease = lease
+            self._note_gap(lease, role)
+        self._role = role
         if self._role is LeaseRole.LEADER and lease is not None:
             self._fence = lease.fence
             self._trusted_until = local_deadline(
@@ -184,6 +193,34 @@ class LeaseKeeper:
         else:
             self._fence = None
             self._trusted_until = 0.0
+
+    def _note_gap(self, lease: LeaseRecord, role: LeaseRole) -> None:
+        """Before a new term of this replica begins (a failover, or the lease regained
+        after a failed attempt), note the gap since a leader last held the database; then
+        remember when one last did (this replica leading, or the holder's last renewal)."""
+        leads = role is LeaseRole.LEADER
+        if leads and self.current_fence() != lease.fence:
+            self._gap = (
+                LeaderGap(started_ms=self._last_led_ms, ended_ms=lease.db_now_ms)
+                if self._last_led_ms is not None
+                else None
+            )
+        led_at = (
+            lease.db_now_ms
+            if leads
+            else lease.expires_at_ms - self._settings.lease_ms
+            if lease.is_held
+            else None
+        )
+        if led_at is not None:
+            self._last_led_ms = max(led_at, self._last_led_ms or led_at)
+
+    @property
+    def leader_gap(self) -> LeaderGap | None:
+        """While leading: the gap before this term, during which no leader recorded
+        heartbeats (`domain.assignment.counted_heartbeat_ms`); None on a follower, or if no
+        leader was ever seen before this term."""
+        return self._gap if self.current_fence() is not None else None
 
     @property
     def role(self) -> LeaseRole:

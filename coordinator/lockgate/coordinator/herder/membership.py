@@ -10,6 +10,9 @@ Rules written here (the api only converts):
 - Tasks of STOPPED pipelines are released: neither assigned nor sent to an executor.
 - A dead executor's tasks move only after its session timeout plus the reassignment
   delay (`domain/assignment.py`), so an executor that pauses briefly keeps them.
+- Time no leader could record heartbeats (a failover, this leader cut from its database:
+  the lease keeper's `leader_gap`) is not an executor's silence: a session alive when the
+  gap began gets a full session timeout from the start of this term.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from lockgate.common.model.ids import ExecutorId, Generation, PipelineId, TaskId
 from lockgate.coordinator.domain.assignment import (
     AssignmentPlan,
     ExecutorLiveness,
+    counted_heartbeat_ms,
     executor_liveness,
     plan_assignment,
 )
@@ -126,10 +130,20 @@ class Membership:
 
     # ------------------------------------------------------------------ liveness
 
-    def liveness(self, executor: ExecutorRecord, now_ms: int) -> ExecutorLiveness:
-        """ALIVE, EXPIRED or DEAD by the database's clock `now_ms`."""
-        return executor_liveness(
+    def _counted_heartbeat_ms(self, executor: ExecutorRecord) -> int:
+        """Its last heartbeat, or the start of this term if the gap before it (a failover,
+        this leader cut from its database) would otherwise count as its silence."""
+        return counted_heartbeat_ms(
             last_heartbeat_ms=executor.last_heartbeat_ms,
+            session_timeout_ms=self._settings.session_timeout_ms,
+            gap=self._lease.leader_gap,
+        )
+
+    def liveness(self, executor: ExecutorRecord, now_ms: int) -> ExecutorLiveness:
+        """ALIVE, EXPIRED or DEAD by the database's clock `now_ms`; time no leader could
+        record heartbeats does not count (`domain.assignment.counted_heartbeat_ms`)."""
+        return executor_liveness(
+            last_heartbeat_ms=self._counted_heartbeat_ms(executor),
             now_ms=now_ms,
             session_timeout_ms=self._settings.session_timeout_ms,
             reassign_delay_ms=self._settings.reassign_delay_ms,
@@ -364,7 +378,7 @@ class Membership:
                 current[t.executor_id].add(t.task_id)
         plan = plan_assignment(
             current=current,
-            last_heartbeats_ms={e.executor_id: e.last_heartbeat_ms for e in executors},
+            last_heartbeats_ms={e.executor_id: self._counted_heartbeat_ms(e) for e in executors},
             all_tasks=wanted,
             now_ms=now_ms,
             session_timeout_ms=self._settings.session_timeout_ms,
