@@ -11,7 +11,8 @@ The executor's Kafka sink uses this module in two halves:
   open on the broker and the producer must be let go of **without aborting** (see
   :meth:`TransactionalProducer.release_without_abort`).
 * **Commit / abort** (any process, any time later, before ``transaction.timeout.ms``):
-  :func:`commit_transaction` / :func:`abort_transaction` send ``FindCoordinator(TRANSACTION,
+  :func:`commit_transaction` / :func:`abort_transaction` (:func:`commit_handles` /
+  :func:`abort_handles` for many, the answers sorted once) send ``FindCoordinator(TRANSACTION,
   transactional.id)`` and then ``EndTxn(transactional.id, producer id, epoch, committed)``
   straight to the transaction coordinator, through kafka-python's network layer (its
   protocol classes and connections, so TLS and SASL PLAIN/SCRAM come with it: the sink's
@@ -54,7 +55,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -528,18 +529,11 @@ def commit_transaction(
 ) -> None:
     """Commit the pre-committed transaction ``handle`` from any process, idempotently.
 
-    Sends FindCoordinator + EndTxn(committed=True) without ``init_transactions()``. Returns
-    when the coordinator has accepted the commit (the markers are then written by the
-    coordinator; read_committed consumers see the records once they land). Committing an
-    already committed transaction with the same epoch succeeds (the coordinator answers NONE
-    in state CompleteCommit). Retries COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR,
-    COORDINATOR_NOT_AVAILABLE, CONCURRENT_TRANSACTIONS, REQUEST_TIMED_OUT and connection
-    errors until ``timeout_s`` (:class:`TransactionTimeoutError`). Raises
-    :class:`ProducerFencedError` (PRODUCER_FENCED 90 / INVALID_PRODUCER_EPOCH 47) if the
-    epoch is stale, :class:`InvalidTransactionStateError` (INVALID_TXN_STATE 48) if it was
-    aborted, :class:`UnknownTransactionError` (INVALID_PRODUCER_ID_MAPPING 49) if the id or
-    producer id is unknown. ``properties`` are the sink's resolved Kafka properties
-    (security: TLS, SASL PLAIN/SCRAM), spoken through kafka-python's network layer.
+    Sends FindCoordinator + EndTxn(committed=True) without ``init_transactions()``; returns
+    when the coordinator accepted the commit (it then writes the markers). A repeated commit
+    with the same epoch succeeds. Retries and errors as the module's table says, retried
+    ones until ``timeout_s`` (:class:`TransactionTimeoutError`). ``properties`` are the
+    sink's resolved Kafka properties (TLS, SASL PLAIN/SCRAM).
     """
     _end_transaction(
         bootstrap_servers=bootstrap_servers,
@@ -571,6 +565,71 @@ def abort_transaction(
         timeout_s=timeout_s,
         properties=properties or {},
     )
+
+
+class TransactionNotAnswered(TransactionResumeError):
+    """Kafka did not accept a commit or abort in time: nothing is known lost; retry."""
+
+
+@dataclass(frozen=True)
+class HandleEnded:
+    """What ending one handle came to (from `commit_handles` or `abort_handles`)."""
+
+    handle: TransactionHandle
+    refused: TransactionResumeError | None = None
+    """None: ended as asked, now or before (or nothing open to abort). A commit: one of
+    `TRANSACTION_LOST_ERRORS` (its output is lost); an abort: it was committed."""
+
+
+def commit_handles(
+    handles: Sequence[TransactionHandle], *, timeout_s: float, properties: Mapping[str, str]
+) -> Iterator[HandleEnded]:
+    """Commit each handle in order, on its own cluster, yielding what each came to;
+    `TransactionNotAnswered` at the first Kafka did not answer for (retry)."""
+    for handle in handles:
+        yield _end_handle(handle, committed=True, timeout_s=timeout_s, properties=properties)
+
+
+def abort_handles(
+    handles: Sequence[TransactionHandle],
+    *,
+    timeout_s: float,
+    properties: Mapping[str, str],
+    fence_slot: Callable[[TransactionHandle], None] | None = None,
+) -> Iterator[HandleEnded]:
+    """Abort each handle as `commit_handles` commits (fenced or unknown counts as aborted);
+    a handle without producer id (a slot's unreported pre-commit) goes to `fence_slot`."""
+    for handle in handles:
+        if not handle.resumable and fence_slot is not None:
+            fence_slot(handle)
+            yield HandleEnded(handle)
+            continue
+        yield _end_handle(handle, committed=False, timeout_s=timeout_s, properties=properties)
+
+
+def _end_handle(
+    handle: TransactionHandle, *, committed: bool, timeout_s: float, properties: Mapping[str, str]
+) -> HandleEnded:
+    """The broker's answer sorted once: refused, ended, or not answered (raised)."""
+    try:
+        _end_transaction(
+            bootstrap_servers=handle.bootstrap_servers,
+            handle=handle,
+            committed=committed,
+            timeout_s=timeout_s,
+            properties=properties,
+        )
+    except TRANSACTION_LOST_ERRORS as exc:
+        if committed or isinstance(exc, InvalidTransactionStateError):
+            return HandleEnded(handle, refused=exc)
+    except (TransactionResumeError, OSError) as exc:
+        verb = "commit" if committed else "abort"
+        raise TransactionNotAnswered(
+            f"Kafka did not accept the {verb} of {handle.transactional_id!r} in time: {exc}",
+            handle=handle,
+            error_code=getattr(exc, "error_code", None),
+        ) from exc
+    return HandleEnded(handle)
 
 
 # ---------------------------------------------------------------------------------------

@@ -26,13 +26,10 @@ from lockgate.common.errors import (
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.kafka_config import SecretReferenceError, resolve_properties
 from lockgate.common.kafka_transactions import (
-    TRANSACTION_LOST_ERRORS,
-    InvalidTransactionStateError,
-    ProducerFencedError,
+    TransactionNotAnswered,
     TransactionResumeError,
-    UnknownTransactionError,
-    abort_transaction,
-    commit_transaction,
+    abort_handles,
+    commit_handles,
     open_transactional_producer,
     open_transactions_of_slot,
 )
@@ -88,33 +85,25 @@ class Committer:
         """
         require_committable(handles, field_name="handles")
         properties = _resolved(sink_properties, what)
-        for index, handle in enumerate(handles):
-            try:
-                commit_transaction(
-                    bootstrap_servers=handle.bootstrap_servers,
-                    handle=handle,
-                    timeout_s=self._timeout_s,
-                    properties=properties,
-                )
-            except TRANSACTION_LOST_ERRORS as exc:
-                raise HandleLostError(
-                    f"{what}: transaction {handle.transactional_id!r} (producer id"
-                    f" {handle.producer_id}, epoch {handle.producer_epoch}) cannot be committed:"
-                    f" {exc}. Its output is lost; raise transaction_timeout_ms above the"
-                    " checkpoint timeout plus recovery time",
-                    metadata={"transactional_id": handle.transactional_id},
-                ) from exc
-            except TransactionResumeError as exc:
-                raise Unavailable(
-                    f"{what}: Kafka did not accept the commit of {handle.transactional_id!r}"
-                    f" in time: {exc}; retry",
-                    retry_after_seconds=1.0,
-                ) from exc
-            if index == 0:
-                self._failpoints.reach(
-                    Failpoint.MID_COMMIT_HANDLES,
-                    detail=f"{what}: 1 of {len(handles)} handles committed",
-                )
+        ended_all = commit_handles(handles, timeout_s=self._timeout_s, properties=properties)
+        try:
+            for index, ended in enumerate(ended_all):
+                handle = ended.handle
+                if ended.refused is not None:
+                    raise HandleLostError(
+                        f"{what}: transaction {handle.transactional_id!r} (producer id"
+                        f" {handle.producer_id}, epoch {handle.producer_epoch}) cannot be"
+                        f" committed: {ended.refused}. Its output is lost; raise"
+                        " transaction_timeout_ms above the checkpoint timeout plus recovery time",
+                        metadata={"transactional_id": handle.transactional_id},
+                    ) from ended.refused
+                if index == 0:
+                    self._failpoints.reach(
+                        Failpoint.MID_COMMIT_HANDLES,
+                        detail=f"{what}: 1 of {len(handles)} handles committed",
+                    )
+        except TransactionNotAnswered as exc:
+            raise Unavailable(f"{what}: {exc}; retry", retry_after_seconds=1.0) from exc
         return len(handles)
 
     def abort(
@@ -139,30 +128,26 @@ class Committer:
                     "handles.kafka.bootstrap_servers",
                     f"is required for {handle.transactional_id!r}: the cluster of the transaction",
                 )
-            try:
-                if not handle.resumable:
-                    self._fence(handle, properties)
-                else:
-                    abort_transaction(
-                        bootstrap_servers=handle.bootstrap_servers,
-                        handle=handle,
-                        timeout_s=self._timeout_s,
-                        properties=properties,
-                    )
-            except (ProducerFencedError, UnknownTransactionError):
-                continue
-            except InvalidTransactionStateError as exc:
-                raise FailedPrecondition(
-                    f"{what}: transaction {handle.transactional_id!r} is already committed and"
-                    f" cannot be aborted ({exc}); its checkpoint was decided COMPLETE",
-                    reason="ABORT_AFTER_COMMIT",
-                ) from exc
-            except (TransactionResumeError, KafkaException, RuntimeError) as exc:
-                raise Unavailable(
-                    f"{what}: Kafka did not accept the abort of {handle.transactional_id!r}"
-                    f" in time: {exc}; retry",
-                    retry_after_seconds=1.0,
-                ) from exc
+        ended_all = abort_handles(
+            handles,
+            timeout_s=self._timeout_s,
+            properties=properties,
+            fence_slot=lambda handle: self._fence(handle, properties),
+        )
+        try:
+            for ended in ended_all:
+                if ended.refused is not None:
+                    raise FailedPrecondition(
+                        f"{what}: transaction {ended.handle.transactional_id!r} is already"
+                        f" committed and cannot be aborted ({ended.refused}); its checkpoint"
+                        " was decided COMPLETE",
+                        reason="ABORT_AFTER_COMMIT",
+                    ) from ended.refused
+        except (TransactionResumeError, KafkaException, RuntimeError) as exc:
+            raise Unavailable(
+                f"{what}: Kafka did not accept an abort in time: {exc}; retry",
+                retry_after_seconds=1.0,
+            ) from exc
         return len(handles)
 
     def _fence(self, handle: TransactionHandle, properties: Mapping[str, str]) -> None:

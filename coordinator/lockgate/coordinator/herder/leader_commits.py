@@ -24,13 +24,9 @@ from dataclasses import dataclass, field
 
 from lockgate.common.kafka_config import SecretReferenceError, resolve_properties
 from lockgate.common.kafka_transactions import (
-    TRANSACTION_LOST_ERRORS,
-    InvalidTransactionStateError,
-    ProducerFencedError,
-    TransactionResumeError,
-    UnknownTransactionError,
-    abort_transaction,
-    commit_transaction,
+    TransactionNotAnswered,
+    abort_handles,
+    commit_handles,
 )
 from lockgate.common.model.ids import TaskId
 from lockgate.common.model.pipeline_spec import KafkaSink
@@ -80,24 +76,16 @@ def commit_from_leader(
     properties = _sink_properties(sink, what)
     committed = 0
     lost: dict[TaskId, str] = {}
-    for task_handles in commit.handles:
-        for handle in task_handles.handles:
-            try:
-                commit_transaction(
-                    bootstrap_servers=bootstrap_servers,
-                    handle=handle.on(bootstrap_servers),
-                    timeout_s=timeout_s,
-                    properties=properties,
-                )
-            except TRANSACTION_LOST_ERRORS as exc:
-                lost.setdefault(task_handles.task_id, str(exc))
-                continue
-            except (TransactionResumeError, OSError) as exc:
-                raise CommitNotAcked(
-                    f"checkpoint {commit.checkpoint_id} of {commit.pipeline_id}: Kafka did not"
-                    f" accept the commit of {handle.transactional_id!r} in time: {exc}"
-                ) from exc
-            committed += 1
+    try:
+        for task_handles in commit.handles:
+            handles = [h.on(bootstrap_servers) for h in task_handles.handles]
+            for ended in commit_handles(handles, timeout_s=timeout_s, properties=properties):
+                if ended.refused is not None:
+                    lost.setdefault(task_handles.task_id, str(ended.refused))
+                else:
+                    committed += 1
+    except TransactionNotAnswered as exc:
+        raise CommitNotAcked(f"{what}: {exc}") from exc
     return LeaderCommitOutcome(committed=committed, lost=lost)
 
 
@@ -113,18 +101,10 @@ def abort_from_leader(
     bootstrap_servers = sink.bootstrap_servers
     properties = _sink_properties(sink, "abort after a data loss") if commits else {}
     for commit in commits:
-        for task_handles in commit.handles:
-            for handle in task_handles.handles:
-                try:
-                    abort_transaction(
-                        bootstrap_servers=bootstrap_servers,
-                        handle=handle.on(bootstrap_servers),
-                        timeout_s=timeout_s,
-                        properties=properties,
-                    )
-                except (ProducerFencedError, UnknownTransactionError):
-                    continue
-                except InvalidTransactionStateError:
+        handles = [h.on(bootstrap_servers) for t in commit.handles for h in t.handles]
+        try:
+            for ended in abort_handles(handles, timeout_s=timeout_s, properties=properties):
+                if ended.refused is not None:
                     # Already committed (commits go in order, so never by this leader):
                     # nothing to abort; its records are in the sink.
                     _LOG.error(
@@ -132,13 +112,12 @@ def abort_from_leader(
                         " lost its records",
                         commit.checkpoint_id,
                         commit.pipeline_id,
-                        handle.transactional_id,
+                        ended.handle.transactional_id,
                     )
-                except (TransactionResumeError, OSError) as exc:
-                    raise CommitNotAcked(
-                        f"checkpoint {commit.checkpoint_id} of {commit.pipeline_id}: Kafka did"
-                        f" not accept the abort of {handle.transactional_id!r} in time: {exc}"
-                    ) from exc
+        except TransactionNotAnswered as exc:
+            raise CommitNotAcked(
+                f"checkpoint {commit.checkpoint_id} of {commit.pipeline_id}: {exc}"
+            ) from exc
 
 
 __all__ = [
