@@ -110,3 +110,15 @@ class Backoff:
         with self.lock:
             self.next_at.pop(key, None)
             self.delay.pop(key, None)
+
+    def attempt(self, key: object, call: Callable[[], bool]) -> bool | None:
+        """Run `call` (True: it succeeded) if `key` is due, and schedule its next try:
+        none after a success, a doubled delay after a failure. None if not due."""
+        if not self.due(key):
+            return None
+        done = call()
+        if done:
+            self.succeeded(key)
+        else:
+            self.failed(key)
+        return done

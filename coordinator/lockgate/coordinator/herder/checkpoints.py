@@ -227,10 +227,24 @@ class CheckpointDriver:
         reads its lingering transactions afresh (so it never re-sends an abort a previous
         job acked, which could hit a slot reused since). Leader-only; `wait`: until done."""
         lingering = self._store.checkpoints.list_lingering_transactions(pipeline_id=only)
-        for pipeline_id in sorted({item.pipeline_id for item in lingering}):
+        self._per_pipeline(
+            "abort", (item.pipeline_id for item in lingering), fence, self._abort_pipeline, wait
+        )
+
+    def _per_pipeline(
+        self,
+        kind: str,
+        pipeline_ids: Iterable[PipelineId],
+        fence: Fence,
+        job: Callable[[Fence, PipelineId], None],
+        wait: bool,
+    ) -> None:
+        """One `job` per pipeline on the call pool, keyed by `kind` and pipeline (a job of
+        that key still running is not started again)."""
+        for pipeline_id in sorted(set(pipeline_ids)):
             self._calls.run(
-                ("abort", pipeline_id),
-                lambda p=pipeline_id: self._abort_pipeline(fence, p),  # type: ignore[misc]
+                (kind, pipeline_id),
+                lambda p=pipeline_id: job(fence, p),  # type: ignore[misc]
                 wait=wait,
             )
 
@@ -243,13 +257,12 @@ class CheckpointDriver:
         for item in lingering:
             by_checkpoint[item.checkpoint_id].append(item)
         for checkpoint_id, items in sorted(by_checkpoint.items()):
-            key = ("abort", pipeline_id, checkpoint_id)
-            if not self._backoff.due(key):
-                continue
-            if self._abort_one(fence, pipeline_id, checkpoint_id, items, alive):
-                self._backoff.succeeded(key)
-            else:
-                self._backoff.failed(key)
+            self._backoff.attempt(
+                ("abort", pipeline_id, checkpoint_id),
+                lambda c=checkpoint_id, i=items: self._abort_one(  # type: ignore[misc]
+                    fence, pipeline_id, c, i, alive
+                ),
+            )
 
     def _abort_one(
         self,
@@ -321,12 +334,9 @@ class CheckpointDriver:
         the call pool, so a pipeline whose executor does not answer holds up no other.
         Leader-only; `wait`: until done."""
         pending = self._store.checkpoints.list_pending_commits(pipeline_id=only)
-        for pipeline_id in sorted({c.pipeline_id for c in pending}):
-            self._calls.run(
-                ("commit", pipeline_id),
-                lambda p=pipeline_id: self._commit_pipeline(fence, p),  # type: ignore[misc]
-                wait=wait,
-            )
+        self._per_pipeline(
+            "commit", (c.pipeline_id for c in pending), fence, self._commit_pipeline, wait
+        )
 
     def _commit_pipeline(self, fence: Fence, pipeline_id: PipelineId) -> None:
         """The pipeline's pending commits, read afresh, in creation order: N+1 waits for
@@ -336,15 +346,16 @@ class CheckpointDriver:
             return
         alive = self._membership.alive_executors()
         for commit in pending:
-            key = ("commit", commit.pipeline_id, commit.checkpoint_id)
-            if not self._backoff.due(key):
+            done = self._backoff.attempt(
+                ("commit", commit.pipeline_id, commit.checkpoint_id),
+                lambda c=commit: self._commit_one(fence, c, alive),  # type: ignore[misc]
+            )
+            if done is None:
                 return
-            if not self._commit_one(fence, commit, alive):
+            if not done:
                 self._instruments.add(COMMIT_RETRIES, 1, {"pipeline": commit.pipeline_id})
-                self._backoff.failed(key)
                 self._warn_near_timeout(commit)
                 return
-            self._backoff.succeeded(key)
 
     def _warn_near_timeout(self, commit: PendingCommit) -> None:
         """Log what status warns: a COMPLETE checkpoint still uncommitted past half of the
