@@ -65,6 +65,24 @@ class Incompatibility:
 
 
 @dataclass(frozen=True)
+class Difference:
+    """One change found between an original JSON or Protobuf schema and its update
+    (Confluent's ``Difference``): its kind in the format's ``Change`` table
+    (``json_rules``, ``protobuf_rules``), where, and that table's verdict."""
+
+    change: enum.Enum
+    #: Where: ``#/properties/address/properties/zip`` (JSON), ``#/acme.Order/total=2``
+    #: (Protobuf: message, then field name = number).
+    path: str
+    #: Whether the format's rule table keeps the change compatible.
+    compatible: bool
+
+    def describe(self) -> str:
+        """One line: the change and where."""
+        return f"{self.change.value} at {self.path}"
+
+
+@dataclass(frozen=True)
 class CompatibilityReport:
     """The answer of a compatibility check: yes/no and every reason when no."""
 

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import referencing.exceptions
 
+from lockgate.schema_registry.compatibility import Difference
 from lockgate.schema_registry.errors import InvalidSchemaError
-from lockgate.schema_registry.json_rules import Change, Difference
+from lockgate.schema_registry.json_rules import COMPATIBLE_CHANGES, Change
 from lockgate.schema_registry.json_schema import JsonSchemaModel
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ class _Walker:
         self._active: set[tuple[int, int]] = set()
 
     def add(self, change: Change, path: str) -> None:
-        self.found.append(Difference(change, path))
+        self.found.append(Difference(change, path, compatible=change in COMPATIBLE_CHANGES))
 
     def compatible(
         self, original: _Node, update: _Node, path: str

@@ -11,7 +11,6 @@ the update. :mod:`lockgate.schema_registry.json_compatibility` finds the changes
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 
 class Change(enum.Enum):
@@ -169,21 +168,3 @@ COMPATIBLE_CHANGES = frozenset(
         Change.NOT_TYPE_NARROWED,
     }
 )
-
-
-@dataclass(frozen=True)
-class Difference:
-    """One change found between the original and the update."""
-
-    change: Change
-    #: JSON path in the schema: ``#/properties/address/properties/zip``.
-    path: str
-
-    @property
-    def compatible(self) -> bool:
-        """True when the rule table keeps this change compatible."""
-        return self.change in COMPATIBLE_CHANGES
-
-    def describe(self) -> str:
-        """One line: the change and where."""
-        return f"{self.change.value} at {self.path}"

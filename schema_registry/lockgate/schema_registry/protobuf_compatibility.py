@@ -25,7 +25,8 @@ from typing import Union
 
 from google.protobuf import descriptor_pb2
 
-from lockgate.schema_registry.protobuf_rules import Change, Difference
+from lockgate.schema_registry.compatibility import Difference
+from lockgate.schema_registry.protobuf_rules import COMPATIBLE_CHANGES, Change
 from lockgate.schema_registry.protobuf_schema import ProtobufModel
 
 _Field = descriptor_pb2.FieldDescriptorProto
@@ -132,7 +133,7 @@ class _Walker:
     visited: set[str] = field(default_factory=set)
 
     def add(self, change: Change, path: str) -> None:
-        self.found.append(Difference(change, path))
+        self.found.append(Difference(change, path, compatible=change in COMPATIBLE_CHANGES))
 
     def compare_types(
         self,

@@ -15,7 +15,6 @@ One difference is Lockgate's, not in Confluent's released table: ``RESERVED_NUMB
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 
 class Change(enum.Enum):
@@ -86,21 +85,3 @@ COMPATIBLE_CHANGES = frozenset(
         Change.ONEOF_FIELD_ADDED,
     }
 )
-
-
-@dataclass(frozen=True)
-class Difference:
-    """One change found between the original and the update."""
-
-    change: Change
-    #: Where: ``#/acme.Order/total=2`` (message, then field name = number).
-    path: str
-
-    @property
-    def compatible(self) -> bool:
-        """True when the rule table keeps this change compatible."""
-        return self.change in COMPATIBLE_CHANGES
-
-    def describe(self) -> str:
-        """One line: the change and where."""
-        return f"{self.change.value} at {self.path}"
