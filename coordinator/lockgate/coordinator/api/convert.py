@@ -428,3 +428,4 @@ def progress_to_proto(
     response.records_per_second = progress.records_per_second
     if progress.last_commit_age_ms is not None:
         response.last_commit_age.FromMilliseconds(progress.last_commit_age_ms)
+    response.warnings.extend(progress.warnings)

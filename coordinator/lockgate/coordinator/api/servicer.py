@@ -411,7 +411,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 )
             )
         response.warnings.extend(status.warnings)
-        progress_to_proto(self.herder.progress.measure(pipeline), response)
+        progress_to_proto(self.herder.progress.status_progress(pipeline), response)
         return response
 
     # ------------------------------------------------------------------ tasks

@@ -3,20 +3,22 @@ leader's gauges (`lockgate.source.lag`, `lockgate.tasks`, `lockgate.executor.ses
 `lockgate.leader.epoch`).
 
 The arithmetic is `domain/progress.py`; the Kafka offsets come from
-`store/kafka_topics.py` and the positions from SQL. A status call measures its pipeline
-on the replica that answers it (any replica). The leader measures every pipeline every
+`store/kafka_topics.py` and the positions from SQL. The leader measures every pipeline every
 `LAG_REFRESH_S` seconds on a thread of its own (a slow or unreachable Kafka cluster must not
-hold up the work loop's triggers and commits) and the lag gauge shows that measurement, so a
-scrape never waits for Kafka; followers report no lag, task or session gauge (the leader
-does), so summing over replicas does not count twice.
+hold up the work loop's triggers and commits); the lag gauge and the leader's status calls
+show that measurement, so neither waits for Kafka (a status call warns when the figure is
+old: Kafka has not answered since). A follower's status call measures its pipeline now;
+followers report no lag, task or session gauge (the leader does), so summing over
+replicas does not count twice.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lockgate.common.metrics import (
@@ -47,6 +49,8 @@ from lockgate.coordinator.store.sql_store import SqlStore
 
 #: Seconds between two lag measurements of the leader (each asks Kafka for every pipeline).
 LAG_REFRESH_S = 2.0
+#: A status call warns that the lag is old past this many refreshes without a new figure.
+_STALE_AFTER_REFRESHES = 2
 _LOG = logging.getLogger(__name__)
 
 
@@ -61,11 +65,21 @@ class PipelineProgress:
     """Source offsets consumed per second over the newest committed checkpoints."""
     last_commit_age_ms: int | None
     """How long ago the newest checkpoint was committed; None if none was."""
+    warnings: tuple[str, ...] = ()
+    """The lag is an old figure: its source cluster has not answered since."""
 
     @property
     def total_lag(self) -> int:
         """The lag summed over the partitions measured."""
         return sum(p.lag for p in self.lags)
+
+
+@dataclass(frozen=True)
+class _MeasuredLag:
+    lags: tuple[PartitionLag, ...]
+    lag_known: bool
+    measured_at: float
+    """This process's monotonic clock."""
 
 
 class Progress:
@@ -79,19 +93,46 @@ class Progress:
         lease: LeaseKeeper,
         membership: Membership,
         instruments: Instruments,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._topics = topics
         self._lease = lease
         self._membership = membership
         self._lock = threading.Lock()
+        self._clock = clock
         self._lags: dict[PipelineId, tuple[PartitionLag, ...]] = {}
+        """The last refresh's lags, for the gauge: a pipeline Kafka did not answer for has none."""
+        self._cache: dict[PipelineId, _MeasuredLag] = {}
+        """The newest complete lag measured of each pipeline, for status calls."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="source-lag", daemon=True)
         instruments.observe(SOURCE_LAG, self._lag_reading)
         instruments.observe(TASKS, self._task_reading)
         instruments.observe(EXECUTOR_SESSIONS, self._session_reading)
         instruments.observe(LEADER_EPOCH, self._epoch_reading)
+
+    def status_progress(self, pipeline: PipelineRecord) -> PipelineProgress:
+        """The pipeline's progress for a status call: on the leader, the lag it measured
+        last (every `LAG_REFRESH_S`; a status call never waits for Kafka), with a warning
+        once that figure is older than two refreshes (Kafka has not answered since); on a
+        follower, or before the leader measured it, `measure` asks Kafka now."""
+        with self._lock:
+            cached = self._cache.get(pipeline.pipeline_id)
+        if cached is None or not self._leading():
+            return self.measure(pipeline)
+        age_s = self._clock() - cached.measured_at
+        stale = age_s > _STALE_AFTER_REFRESHES * LAG_REFRESH_S
+        return self._with_lag(
+            pipeline,
+            cached.lags,
+            lag_known=cached.lag_known,
+            warnings=(
+                f"source lag measured {age_s:.0f} s ago: its Kafka cluster has not answered since",
+            )
+            if stale
+            else (),
+        )
 
     def measure(self, pipeline: PipelineRecord) -> PipelineProgress:
         """The pipeline's lag (asking its source cluster now), rate and last commit age.
@@ -112,17 +153,29 @@ class Progress:
             resume_offsets=resume,
             starting_offsets=pipeline.spec.source.starting_offsets,
         )
+        return self._with_lag(pipeline, lags, lag_known=len(bounds) == len(partitions))
+
+    def _with_lag(
+        self,
+        pipeline: PipelineRecord,
+        lags: tuple[PartitionLag, ...],
+        *,
+        lag_known: bool,
+        warnings: tuple[str, ...] = (),
+    ) -> PipelineProgress:
+        """`lags` with the rate and the last commit age, read from SQL now."""
         committed, now_ms = self._store.progress.committed_progress(
             pipeline_id=pipeline.pipeline_id, limit=RATE_WINDOW_CHECKPOINTS
         )
         return PipelineProgress(
             lags=lags,
-            lag_known=len(bounds) == len(partitions),
+            lag_known=lag_known,
             records_per_second=records_per_second(committed),
             last_commit_age_ms=checkpoint_age_ms(
                 committed_at_ms=committed[0].committed_at_ms if committed else None,
                 now_ms=now_ms,
             ),
+            warnings=warnings,
         )
 
     def start(self) -> None:
@@ -145,15 +198,29 @@ class Progress:
         """Measure the lag of every pipeline that is not STOPPED, for the lag gauge.
         Leader-only; never raises (a pipeline whose cluster does not answer keeps no lag)."""
         lags: dict[PipelineId, tuple[PartitionLag, ...]] = {}
+        cache: dict[PipelineId, _MeasuredLag] = {}
+        with self._lock:
+            before = dict(self._cache)
         for pipeline in all_pipelines(self._store):
             if pipeline.target_state is TargetState.STOPPED:
                 continue
+            pipeline_id = pipeline.pipeline_id
+            measured_at = self._clock()
             try:
-                lags[pipeline.pipeline_id] = self.measure(pipeline).lags
+                progress = self.measure(pipeline)
             except Exception:
-                _LOG.warning("could not measure the lag of %s", pipeline.pipeline_id, exc_info=True)
+                _LOG.warning("could not measure the lag of %s", pipeline_id, exc_info=True)
+                if pipeline_id in before:
+                    cache[pipeline_id] = before[pipeline_id]  # status says how old it is
+                continue
+            lags[pipeline_id] = progress.lags
+            if progress.lag_known or pipeline_id not in before:
+                cache[pipeline_id] = _MeasuredLag(progress.lags, progress.lag_known, measured_at)
+            else:
+                cache[pipeline_id] = before[pipeline_id]
         with self._lock:
             self._lags = lags
+            self._cache = cache
 
     # ------------------------------------------------------------------ gauge readings
 
