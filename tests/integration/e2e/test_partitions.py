@@ -255,6 +255,7 @@ def _taken_from(engine: sa.engine.Engine, old_holder: str) -> tuple[str, int] | 
     return (holder, epoch) if holder not in (None, old_holder) else None
 
 
+@pytest.mark.serial  # a time bound is the assertion
 def test_a_leader_cut_from_postgresql_mid_write_is_replaced_within_its_lease(
     namespace: NetworkNamespace, broker: KafkaBroker, tmp_path: Path
 ) -> None:
