@@ -27,20 +27,20 @@ lint: install ## buf lint (+ buf breaking against main), ruff, mypy --strict, th
 	@bash deploy/scripts/lint.sh
 
 test: install lint ## What CI runs: install, lint, then every test (unit, integration, fault; the Go, Java, TypeScript clients)
-	$(VENV)/bin/pytest -q --durations=25
+	bash deploy/scripts/pytest.sh
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash deploy/scripts/clients.sh test
 
 test-clients: install ## Only the Go, Java and TypeScript clients' own tests, against real services
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash deploy/scripts/clients.sh test
 
 test-unit: install ## Only the unit tier (tests/unit): fast, no process, no socket
-	$(VENV)/bin/pytest -q -m unit
+	bash deploy/scripts/pytest.sh unit
 
 test-integration: install ## Only the integration tier: real Kafka, PostgreSQL, Spark, single services
-	$(VENV)/bin/pytest -q -m integration
+	bash deploy/scripts/pytest.sh integration
 
 test-e2e: install ## Only the end-to-end tier (tests/integration/e2e): the whole cluster, the slow one
-	$(VENV)/bin/pytest -q -m e2e
+	bash deploy/scripts/pytest.sh e2e
 
 demo: install ## Bring the local cluster up and run the demo against it
 	@bash deploy/scripts/demo.sh

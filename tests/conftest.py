@@ -38,6 +38,13 @@ settings.load_profile("lockgate")
 # demo) must not pick up a developer's $LOCKGATE_HOME/tls or ./.lockgate/tls. The secure
 # tests give their CA and tokens explicitly, which this does not turn off.
 os.environ["LOCKGATE_INSECURE"] = "1"
+# pytest-xdist's workers set COLUMNS=80 and LINES=24, and a rich Console made at import
+# (the CLI's) keeps a width it found in the environment then: a test giving the CLI a wider
+# COLUMNS would see tables squeezed to 80 columns under xdist only. Without them, rich reads
+# COLUMNS when it renders, as in a run without xdist.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 
 _TESTS = Path(__file__).resolve().parent
 #: Folder -> tier, most specific first.

@@ -38,6 +38,7 @@ def violations(err: grpc.RpcError) -> dict[str, str]:
     return {v.field: v.description for v in error_details(err).field_violations}
 
 
+@pytest.mark.serial  # a time bound is the assertion
 def test_a_spec_with_200000_topics_is_refused_in_well_under_a_second(
     stub: coordinator_pb2_grpc.CoordinatorServiceStub,
 ) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 import sqlalchemy as sa
 from google.protobuf import field_mask_pb2
 from grpc_status import rpc_status
@@ -474,6 +475,7 @@ class ScriptedExecutor(executor_pb2_grpc.ExecutorServiceServicer):
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial  # a time bound is the assertion
 def test_three_replicas_elect_one_leader_and_followers_redirect(
     cluster: CoordinatorCluster,
 ) -> None:
@@ -987,6 +989,7 @@ def test_a_silent_task_times_the_checkpoint_out(
         assert "timed out" in aborted.abort_reason
 
 
+@pytest.mark.serial  # a time bound is the assertion
 def test_dead_executor_tasks_move_after_the_delay_and_zombie_reports_are_refused(
     cluster: CoordinatorCluster,
     kafka_broker: KafkaBroker,

@@ -88,6 +88,7 @@ def test_every_missing_topic_is_named_in_one_answer(
         assert [v.field for v in checked.violations] == expected
 
 
+@pytest.mark.serial  # a time bound is the assertion
 def test_an_unreachable_broker_is_named_by_its_field_within_the_bound(
     coordinator: str, tmp_path: Path
 ) -> None:

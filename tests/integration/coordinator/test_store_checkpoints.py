@@ -469,6 +469,7 @@ def test_ids_stored_before_generations_are_still_aborted_and_replaced(
     assert lingering == {(t0, "lockgate-p-0-0"): True, (t1, "lockgate-p-1-0"): True}
 
 
+@pytest.mark.serial  # a time bound is the assertion: not timed out 1.5 s after the trigger
 def test_timed_out_checkpoint_aborts(open_stores: Callable[..., SqlStore]) -> None:
     store = open_stores()
     fence = lead(store)

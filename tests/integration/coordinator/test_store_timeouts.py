@@ -49,6 +49,7 @@ def lock_held_elsewhere(url: str) -> Iterator[None]:
         engine.dispose()
 
 
+@pytest.mark.serial  # a time bound is the assertion
 def test_a_lock_held_by_another_connection_fails_the_leaders_write_within_the_lease(
     open_stores: Callable[..., SqlStore], store_url: str
 ) -> None:

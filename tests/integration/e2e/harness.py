@@ -19,6 +19,7 @@ import collections
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
 from lockgate.localcluster.certs import LocalPki
-from lockgate.localcluster.kafka import ConsumedRecord, read_visible
+from lockgate.localcluster.kafka import ConsumedRecord, create_topic, read_visible
 from lockgate.localcluster.ports import LOOPBACK, free_port
 from lockgate.localcluster.process import (
     PortInUseError,
@@ -51,6 +52,7 @@ from lockgate.localcluster.services import LOCAL_SPARK_CONF, coordinator_spec, e
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from tests.support.netns import NetworkNamespace
 from tests.support.processes import failpoint_env
+from tests.support.waits import wait_for
 
 #: What a process logs when a COMPLETE checkpoint's transaction was aborted under it.
 DATA_LOSS_SIGNS = ("cannot be committed", "TRANSACTION_LOST", "DATA_LOSS")
@@ -74,8 +76,6 @@ class ServiceCluster:
     home: Path
     bootstrap_servers: str
     lease_ms: int = 2000
-    #: The replicas' shared database; empty: a SQLite file in ``home``.
-    database_url: str = ""
     coordinator_args: Sequence[str] = ()
     #: The address processes outside a network namespace listen on and advertise.
     host: str = LOOPBACK
@@ -286,6 +286,13 @@ class ServiceCluster:
                     return f"{name}: {line}"
         return None
 
+    def wait_held(self, hold_dir: Path, failpoint: str, what: str, *, timeout_s: float) -> str:
+        """Wait until a process holds at ``failpoint`` (see ``held``); returns its detail."""
+        detail: str = wait_for(
+            what, lambda: held(hold_dir, failpoint), timeout_s=timeout_s, explain=self.logs_tail
+        )
+        return detail
+
     def logs_tail(self, lines: int = 30) -> str:
         """The last lines of every log, for assertion messages."""
         return "\n".join(
@@ -362,17 +369,6 @@ class ServiceCluster:
             t.executor_id == executor_id and t.state == common_pb2.TASK_STATE_RUNNING for t in tasks
         )
 
-    def settled(self, name: str, ends: Mapping[tuple[str, int], int]) -> bool:
-        """Pipeline ``name`` has committed every (topic, partition) up to ``ends`` and has no
-        checkpoint COMPLETE but uncommitted, nor one in flight."""
-        status = self.pipeline_status(name)
-        offsets = self.offsets(name)
-        return (
-            all(offsets.get(tp, -1) >= end for tp, end in ends.items())
-            and status.last_committed_checkpoint_id == status.last_complete_checkpoint_id
-            and not status.in_flight_checkpoint_ids
-        )
-
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run ``lockgate ARGS`` against this cluster's coordinators."""
         env = {
@@ -418,6 +414,13 @@ def held(hold_dir: Path, failpoint: str) -> str | None:
 def release(hold_dir: Path, failpoint: str) -> None:
     """Let every process holding (or about to hold) at ``failpoint`` go on."""
     (hold_dir / f"{failpoint}.release").touch()
+
+
+def held_checkpoint(detail: str) -> int:
+    """The checkpoint a process holds at, from the detail it wrote (``... checkpoint N ...``)."""
+    match = re.search(r"checkpoint (\d+)", detail)
+    assert match, detail
+    return int(match.group(1))
 
 
 # ---------------------------------------------------------------------- data helpers
@@ -595,16 +598,141 @@ def read_output(bootstrap_servers: str, topic: str) -> list[ConsumedRecord]:
     return read_visible(bootstrap_servers, topic, timeout_s=60)
 
 
+@dataclass
+class CopyRun:
+    """One pipeline of a fault test, from its input to its verdict: a new keyed source topic
+    copied to a new sink topic, the records written so far, and the settle and output checks
+    the fault tests end with (produce, create, fault, produce more, settle, check)."""
+
+    cluster: ServiceCluster
+    pipeline: str
+    source: str
+    sink: str
+    partitions: int
+    #: (key, value, partition) of every input record, in write order.
+    written: list[tuple[bytes, bytes, int]] = field(default_factory=list)
+
+    @classmethod
+    def begin(
+        cls, cluster: ServiceCluster, prefix: str, *, records: int, partitions: int = 1
+    ) -> CopyRun:
+        """Create the source and sink topics (names from ``prefix``) and write ``records``."""
+        run = cls(
+            cluster=cluster,
+            pipeline=unique(prefix),
+            source=unique(f"{prefix}-in"),
+            sink=unique(f"{prefix}-out"),
+            partitions=partitions,
+        )
+        for topic in (run.source, run.sink):
+            create_topic(cluster.bootstrap_servers, topic, partitions=partitions)
+        run.produce(records)
+        return run
+
+    def produce(self, records: int) -> None:
+        """Write ``records`` more input records, numbered on from the last."""
+        self.written += produce_keyed(
+            self.cluster.bootstrap_servers,
+            self.source,
+            records=records,
+            partitions=self.partitions,
+            offset=len(self.written),
+        )
+
+    def create(
+        self, spec_dir: Path, *, interval_ms: int, timeout_ms: int, tasks_max: int = 1
+    ) -> None:
+        """``lockgate pipeline create -f`` the copy, from a file written into ``spec_dir``."""
+        spec = spec_dir / f"{self.pipeline}.yaml"
+        spec.write_text(
+            pipeline_yaml(
+                name=self.pipeline,
+                bootstrap_servers=self.cluster.bootstrap_servers,
+                source_topic=self.source,
+                sink_topic=self.sink,
+                interval_ms=interval_ms,
+                timeout_ms=timeout_ms,
+                tasks_max=tasks_max,
+            )
+        )
+        self.cluster.cli("pipeline", "create", "-f", str(spec))
+
+    def copied(self, *, after_checkpoint: int = 0, nothing_in_flight: bool = False) -> bool:
+        """Every record written so far is committed, by a checkpoint later than
+        ``after_checkpoint``, and no COMPLETE checkpoint waits for its commit
+        (``nothing_in_flight``: nor is any checkpoint in flight)."""
+        status = self.cluster.pipeline_status(self.pipeline)
+        offsets = self.cluster.offsets(self.pipeline)
+        per_partition = collections.Counter(partition for _, _, partition in self.written)
+        return (
+            all(
+                offsets.get((self.source, p), -1) >= per_partition[p]
+                for p in range(self.partitions)
+            )
+            and status.last_committed_checkpoint_id > after_checkpoint
+            and status.last_committed_checkpoint_id == status.last_complete_checkpoint_id
+            and not (nothing_in_flight and status.in_flight_checkpoint_ids)
+        )
+
+    def wait_copied(
+        self,
+        what: str,
+        *,
+        timeout_s: float,
+        after_checkpoint: int = 0,
+        nothing_in_flight: bool = False,
+        abort_if: Callable[[], str | None] | None = None,
+    ) -> None:
+        """Wait until :meth:`copied`; ``abort_if`` gives up at once (e.g. on a lost
+        transaction)."""
+        wait_for(
+            what,
+            lambda: self.copied(
+                after_checkpoint=after_checkpoint, nothing_in_flight=nothing_in_flight
+            ),
+            timeout_s=timeout_s,
+            abort_if=abort_if,
+            explain=self.cluster.logs_tail,
+        )
+
+    def ongoing_transactions(self) -> list[str]:
+        """The pipeline's transactional ids with a transaction Ongoing on the broker."""
+        return ongoing_transactions(self.cluster.bootstrap_servers, f"lockgate-{self.pipeline}-")
+
+    def wait_no_ongoing_transaction(self) -> None:
+        """Wait until no transaction of the pipeline is Ongoing (once it settled: a hanging
+        one would stay for transaction.timeout.ms, 15 min by default)."""
+        wait_for(
+            "no transaction of the pipeline left Ongoing",
+            lambda: not self.ongoing_transactions(),
+            timeout_s=20,
+        )
+
+    def check_exactly_once(self) -> OutputCheck:
+        """What read_committed readers see in the sink must be the input exactly once (no
+        duplicate, none missing) with every key's records in order; returns the comparison."""
+        result = check_output(self.written, read_output(self.cluster.bootstrap_servers, self.sink))
+        assert (result.records_out, result.duplicates, result.missing) == (
+            len(self.written),
+            0,
+            0,
+        ), result
+        assert result.order_violations == 0, result
+        return result
+
+
 __all__ = [
     "DATA_LOSS_SIGNS",
     "SHORT_SESSION_ARGS",
     "ConsumedRecord",
+    "CopyRun",
     "OutputCheck",
     "ProcessStartError",
     "ServiceCluster",
     "check_output",
     "end_offsets",
     "held",
+    "held_checkpoint",
     "ongoing_transactions",
     "pipeline_yaml",
     "produce_keyed",

@@ -21,29 +21,21 @@ hand but the broker: librdkafka reconnects, and the coordinator and the executor
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from lockgate.localcluster.kafka import create_topic
 from lockgate.localcluster.process import stop_process
 from lockgate.v1 import common_pb2, coordinator_pb2
 from tests.fixtures.kafka import KafkaBroker, start_test_broker
 from tests.integration.e2e.harness import (
     SHORT_SESSION_ARGS,
+    CopyRun,
     ServiceCluster,
-    check_output,
-    end_offsets,
-    held,
-    ongoing_transactions,
-    pipeline_yaml,
-    produce_keyed,
-    read_output,
+    held_checkpoint,
     release,
-    unique,
 )
 from tests.support.waits import wait_for
 
@@ -89,12 +81,6 @@ def broker(tmp_path: Path) -> Iterator[BouncedBroker]:
         bounced.stop()
 
 
-def _held_checkpoint(detail: str) -> int:
-    match = re.search(r"checkpoint (\d+)", detail)
-    assert match, detail
-    return int(match.group(1))
-
-
 def _checkpoint(
     cluster: ServiceCluster, pipeline: str, checkpoint_id: int
 ) -> common_pb2.Checkpoint:
@@ -136,49 +122,30 @@ def test_exactly_once_when_the_broker_dies_mid_precommit_and_mid_commit(
         # The leader holds its 2nd COMPLETE checkpoint: the first after the pre-commit one.
         cluster.start_coordinator("c1", failpoints=f"{COMMIT_HOLD}@2:hold", hold_dir=holds)
         wait_for("a leader", lambda: bool(cluster.leader_id()), timeout_s=30)
-        source, sink = unique("bounce_in"), unique("bounce_out")
-        create_topic(bootstrap, source, partitions=PARTITIONS)
-        create_topic(bootstrap, sink, partitions=PARTITIONS)
-        written = produce_keyed(bootstrap, source, records=BATCH, partitions=PARTITIONS)
+        run = CopyRun.begin(cluster, "bounce", records=BATCH, partitions=PARTITIONS)
         cluster.start_executor("e1", failpoints=f"{PRECOMMIT_HOLD}:hold", hold_dir=holds)
-        pipeline = unique("bounce")
-        spec = tmp_path / "bounce.yaml"
-        spec.write_text(
-            pipeline_yaml(
-                name=pipeline,
-                bootstrap_servers=bootstrap,
-                source_topic=source,
-                sink_topic=sink,
-                interval_ms=500,
-                # Above a broker restart on a loaded machine: the held checkpoints must not
-                # time out while the broker is down.
-                timeout_ms=120_000,
-                tasks_max=1,
-            )
-        )
-        cluster.cli("pipeline", "create", "-f", str(spec))
+        # Above a broker restart on a loaded machine: the held checkpoints must not time out
+        # while the broker is down.
+        run.create(tmp_path, interval_ms=500, timeout_ms=120_000)
+        pipeline = run.pipeline
         mark("pipeline created")
 
         # 1. Mid-pre-commit: checkpoint 1's transactions are open when the broker dies.
-        precommitted = _held_checkpoint(
-            wait_for(
+        precommitted = held_checkpoint(
+            cluster.wait_held(
+                holds,
+                PRECOMMIT_HOLD,
                 "e1 to hold checkpoint 1 after its pre-commit, before its report",
-                lambda: held(holds, PRECOMMIT_HOLD),
                 timeout_s=240,
-                explain=cluster.logs_tail,
             )
         )
-        assert ongoing_transactions(bootstrap, f"lockgate-{pipeline}-"), (
-            "the held pre-commit should have its transactions open"
-        )
+        assert run.ongoing_transactions(), "the held pre-commit should have its transactions open"
         mark("pre-commit held")
         broker.kill()
         broker.restart()
         mark("broker restarted")
         # Written before the release, so the next checkpoint's batch carries them.
-        written += produce_keyed(
-            bootstrap, source, records=BATCH, partitions=PARTITIONS, offset=BATCH
-        )
+        run.produce(BATCH)
         release(holds, PRECOMMIT_HOLD)
         wait_for(
             f"checkpoint {precommitted}, pre-committed before the bounce, to be committed",
@@ -189,12 +156,12 @@ def test_exactly_once_when_the_broker_dies_mid_precommit_and_mid_commit(
 
         # 2. Mid-commit: the next checkpoint is COMPLETE; its commit runs while the broker
         # is down, fails and is retried until the broker is back.
-        complete = _held_checkpoint(
-            wait_for(
+        complete = held_checkpoint(
+            cluster.wait_held(
+                holds,
+                COMMIT_HOLD,
                 "the leader to hold the next COMPLETE checkpoint before its commit",
-                lambda: held(holds, COMMIT_HOLD),
                 timeout_s=120,
-                explain=cluster.logs_tail,
             )
         )
         mark("COMPLETE held")
@@ -212,16 +179,9 @@ def test_exactly_once_when_the_broker_dies_mid_precommit_and_mid_commit(
         mark("broker restarted")
 
         # 3. The pipeline goes on through the restarted broker.
-        written += produce_keyed(
-            bootstrap, source, records=BATCH, partitions=PARTITIONS, offset=2 * BATCH
-        )
-        ends = end_offsets(bootstrap, source, range(PARTITIONS))
-        wanted = {(source, p): end for p, end in ends.items()}
-        wait_for(
-            "every record committed and nothing in flight",
-            lambda: cluster.settled(pipeline, wanted),
-            timeout_s=180,
-            explain=cluster.logs_tail,
+        run.produce(BATCH)
+        run.wait_copied(
+            "every record committed and nothing in flight", timeout_s=180, nothing_in_flight=True
         )
         # Both held checkpoints carried records (else a bounce hit an empty checkpoint).
         for checkpoint_id in (precommitted, complete):
@@ -234,19 +194,14 @@ def test_exactly_once_when_the_broker_dies_mid_precommit_and_mid_commit(
             ), checkpoint
 
         mark("settled")
-        result = check_output(written, read_output(bootstrap, sink))
-        # A hanging transaction stays Ongoing for transaction.timeout.ms (15 min here).
-        wait_for(
-            "no transaction of the pipeline left Ongoing",
-            lambda: not ongoing_transactions(bootstrap, f"lockgate-{pipeline}-"),
-            timeout_s=20,
-        )
         print(
             f"\nbroker bounced with checkpoint {precommitted} pre-committed and checkpoint"
-            f" {complete} COMPLETE: {result}; {', '.join(marks)}"
+            f" {complete} COMPLETE; {', '.join(marks)}"
         )
-        assert (result.records_out, result.duplicates, result.missing) == (3 * BATCH, 0, 0), result
-        assert result.order_violations == 0, result
+        run.wait_no_ongoing_transaction()
+        result = run.check_exactly_once()
+        print(result)
+        assert result.records_out == 3 * BATCH, result
     finally:
         release(holds, PRECOMMIT_HOLD)
         release(holds, COMMIT_HOLD)

@@ -20,7 +20,6 @@ They need root (CAP_NET_ADMIN), ``ip`` and ``nft``, and skip with the reason oth
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,21 +27,16 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from lockgate.localcluster.kafka import create_topic
 from lockgate.localcluster.postgres import PostgresCluster, unique_database_name
 from lockgate.localcluster.process import stop_process
 from lockgate.v1 import common_pb2
 from tests.fixtures.kafka import KafkaBroker, start_test_broker
 from tests.integration.e2e.harness import (
     SHORT_SESSION_ARGS,
+    CopyRun,
     ServiceCluster,
-    check_output,
-    held,
-    pipeline_yaml,
-    produce_keyed,
-    read_output,
+    held_checkpoint,
     release,
-    unique,
 )
 from tests.support.netns import NetworkNamespace, network_namespace, unavailable_reason
 from tests.support.waits import wait_for
@@ -95,32 +89,6 @@ def _executor_state(cluster: ServiceCluster, executor_id: str) -> int:
     return common_pb2.EXECUTOR_STATE_UNSPECIFIED
 
 
-def _copied(cluster: ServiceCluster, pipeline: str, source: str, records: int, after: int) -> bool:
-    """Every record copied, a checkpoint later than ``after`` committed, none pending."""
-    status = cluster.pipeline_status(pipeline)
-    return (
-        status.last_committed_checkpoint_id > after
-        and cluster.offsets(pipeline).get((source, 0)) == records
-        and status.last_committed_checkpoint_id == status.last_complete_checkpoint_id
-    )
-
-
-def _spec(tmp_path: Path, pipeline: str, bootstrap: str, source: str, sink: str) -> Path:
-    spec = tmp_path / f"{pipeline}.yaml"
-    spec.write_text(
-        pipeline_yaml(
-            name=pipeline,
-            bootstrap_servers=bootstrap,
-            source_topic=source,
-            sink_topic=sink,
-            interval_ms=500,
-            timeout_ms=180_000,
-            tasks_max=1,
-        )
-    )
-    return spec
-
-
 def test_an_executor_cut_from_the_coordinators_mid_batch_fences_only_itself(
     namespace: NetworkNamespace, broker: KafkaBroker, tmp_path: Path
 ) -> None:
@@ -139,10 +107,7 @@ def test_an_executor_cut_from_the_coordinators_mid_batch_fences_only_itself(
         for coordinator_id in ("c1", "c2"):
             cluster.start_coordinator(coordinator_id)
         wait_for("a leader", lambda: bool(cluster.leader_id()), timeout_s=30)
-        source, sink = unique("cut_exec_in"), unique("cut_exec_out")
-        create_topic(bootstrap, source)
-        create_topic(bootstrap, sink)
-        written = produce_keyed(bootstrap, source, records=500, partitions=1)
+        run = CopyRun.begin(cluster, "cut-exec", records=500)
 
         # A (e1, in the namespace) alone, so the task is A's; its batch holds before
         # init_transactions, mid-batch.
@@ -152,15 +117,10 @@ def test_an_executor_cut_from_the_coordinators_mid_batch_fences_only_itself(
             hold_dir=holds_a,
             namespace=namespace,
         )
-        pipeline = unique("cut-exec")
-        cluster.cli(
-            "pipeline", "create", "-f", str(_spec(tmp_path, pipeline, bootstrap, source, sink))
-        )
-        wait_for(
-            "A's batch to hold before init_transactions",
-            lambda: held(holds_a, BEFORE_INIT),
-            timeout_s=180,
-            explain=cluster.logs_tail,
+        run.create(tmp_path, interval_ms=500, timeout_ms=180_000)
+        pipeline = run.pipeline
+        cluster.wait_held(
+            holds_a, BEFORE_INIT, "A's batch to hold before init_transactions", timeout_s=180
         )
         cluster.start_executor("e2", failpoints=f"{AFTER_PRECOMMIT}:hold", hold_dir=holds_b)
 
@@ -176,35 +136,27 @@ def test_an_executor_cut_from_the_coordinators_mid_batch_fences_only_itself(
         )
         assert _executor_state(cluster, "e1") == common_pb2.EXECUTOR_STATE_EXPIRED
         assert cluster.checkpoint_states(pipeline)[1] == common_pb2.CHECKPOINT_STATE_ABORTED
-        held_b = wait_for(
+        held_b = cluster.wait_held(
+            holds_b,
+            AFTER_PRECOMMIT,
             "B's first checkpoint to hold after its pre-commit, its transaction open",
-            lambda: held(holds_b, AFTER_PRECOMMIT),
             timeout_s=120,
-            explain=cluster.logs_tail,
         )
-        match = re.search(r"checkpoint (\d+)", held_b)
-        assert match, held_b
-        first_on_b = int(match.group(1))
+        first_on_b = held_checkpoint(held_b)
 
         # The zombie's late producer: init_transactions, writes and flushes through Kafka.
         release(holds_a, BEFORE_INIT)
-        wait_for(
-            "A's late batch to be written",
-            lambda: held(holds_a, AFTER_PRECOMMIT),
-            timeout_s=120,
-            explain=cluster.logs_tail,
-        )
+        cluster.wait_held(holds_a, AFTER_PRECOMMIT, "A's late batch to be written", timeout_s=120)
         release(holds_a, AFTER_PRECOMMIT)  # its report goes nowhere
 
         # B goes on: its checkpoint and two more are committed, every record copied.
         release(holds_b, AFTER_PRECOMMIT)
-        written += produce_keyed(bootstrap, source, records=500, partitions=1, offset=500)
-        wait_for(
+        run.produce(500)
+        run.wait_copied(
             "two more checkpoints committed on B and every record copied",
-            lambda: _copied(cluster, pipeline, source, len(written), first_on_b + 1),
             timeout_s=120,
+            after_checkpoint=first_on_b + 1,
             abort_if=lambda: _data_loss(cluster, pipeline),
-            explain=cluster.logs_tail,
         )
 
         # Healed, A comes back; its late work is refused and fences no one else.
@@ -216,20 +168,18 @@ def test_an_executor_cut_from_the_coordinators_mid_batch_fences_only_itself(
             explain=cluster.logs_tail,
         )
         committed = cluster.pipeline_status(pipeline).last_committed_checkpoint_id
-        written += produce_keyed(bootstrap, source, records=200, partitions=1, offset=1000)
-        wait_for(
+        run.produce(200)
+        run.wait_copied(
             "a checkpoint after the heal and every record copied",
-            lambda: _copied(cluster, pipeline, source, len(written), committed),
             timeout_s=120,
+            after_checkpoint=committed,
             abort_if=lambda: _data_loss(cluster, pipeline),
-            explain=cluster.logs_tail,
         )
         assert _data_loss(cluster, pipeline) is None
         assert (
             cluster.checkpoint_states(pipeline)[first_on_b] == common_pb2.CHECKPOINT_STATE_COMMITTED
         )
-        result = check_output(written, read_output(bootstrap, sink))
-        assert (result.duplicates, result.missing, result.order_violations) == (0, 0, 0), result
+        result = run.check_exactly_once()
         print(
             f"\nA cut mid-batch; B's checkpoint {first_on_b} held at {held_b!r}; "
             f"{result.records_out} of {result.records_in} records out, exactly once"
@@ -255,6 +205,7 @@ def _taken_from(engine: sa.engine.Engine, old_holder: str) -> tuple[str, int] | 
     return (holder, epoch) if holder not in (None, old_holder) else None
 
 
+@pytest.mark.serial  # a time bound is the assertion
 def test_a_leader_cut_from_postgresql_mid_write_is_replaced_within_its_lease(
     namespace: NetworkNamespace, broker: KafkaBroker, tmp_path: Path
 ) -> None:
@@ -282,23 +233,17 @@ def test_a_leader_cut_from_postgresql_mid_write_is_replaced_within_its_lease(
             for coordinator_id in ("c2", "c3"):
                 cluster.start_coordinator(coordinator_id)
             cluster.start_executor("e1")
-            source, sink = unique("cut_leader_in"), unique("cut_leader_out")
-            create_topic(bootstrap, source)
-            create_topic(bootstrap, sink)
-            written = produce_keyed(bootstrap, source, records=1000, partitions=1)
-            pipeline = unique("cut-leader")
-            cluster.cli(
-                "pipeline", "create", "-f", str(_spec(tmp_path, pipeline, bootstrap, source, sink))
+            run = CopyRun.begin(cluster, "cut-leader", records=1000)
+            run.create(tmp_path, interval_ms=500, timeout_ms=180_000)
+            pipeline = run.pipeline
+            in_flight = held_checkpoint(
+                cluster.wait_held(
+                    hold_dir,
+                    INSIDE_COMPLETE,
+                    "c1 to hold inside a COMPLETE transaction",
+                    timeout_s=240,
+                )
             )
-            detail = wait_for(
-                "c1 to hold inside a COMPLETE transaction",
-                lambda: held(hold_dir, INSIDE_COMPLETE),
-                timeout_s=240,
-                explain=cluster.logs_tail,
-            )
-            match = re.search(r"checkpoint (\d+)", detail)
-            assert match, detail
-            in_flight = int(match.group(1))
             old_holder, old_epoch = _lease(engine)
             assert old_holder == "c1"
 
@@ -329,14 +274,13 @@ def test_a_leader_cut_from_postgresql_mid_write_is_replaced_within_its_lease(
                 explain=cluster.logs_tail,
             )
 
-            written += produce_keyed(bootstrap, source, records=1000, partitions=1, offset=1000)
+            run.produce(1000)
             namespace.heal()
-            wait_for(
+            run.wait_copied(
                 "every record copied under the new leader",
-                lambda: _copied(cluster, pipeline, source, len(written), in_flight),
                 timeout_s=180,
+                after_checkpoint=in_flight,
                 abort_if=lambda: _data_loss(cluster, pipeline),
-                explain=cluster.logs_tail,
             )
             # The held COMPLETE never committed: the new leader aborted that checkpoint,
             # and every checkpoint that counts since is the new term's.
@@ -352,8 +296,7 @@ def test_a_leader_cut_from_postgresql_mid_write_is_replaced_within_its_lease(
                 (c.checkpoint_id, c.leader_epoch.epoch) for c in later
             ]
             assert _lease(engine)[0] != "c1"
-            result = check_output(written, read_output(bootstrap, sink))
-            assert (result.duplicates, result.missing, result.order_violations) == (0, 0, 0), result
+            result = run.check_exactly_once()
             print(
                 f"\nc1 (epoch {old_epoch}) cut inside checkpoint {in_flight}'s COMPLETE write;"
                 f" {new_holder} led with epoch {new_epoch} {elected_s:.1f} s after the cut"

@@ -19,25 +19,19 @@ its own ids: a read_committed consumer finds the output equal to the input, exac
 
 from __future__ import annotations
 
-import re
 import signal
 from pathlib import Path
 
 import pytest
 
-from lockgate.localcluster.kafka import create_topic
 from lockgate.v1 import common_pb2
 from tests.fixtures.kafka import KafkaBroker
 from tests.integration.e2e.harness import (
     SHORT_SESSION_ARGS,
+    CopyRun,
     ServiceCluster,
-    check_output,
-    held,
-    pipeline_yaml,
-    produce_keyed,
-    read_output,
+    held_checkpoint,
     release,
-    unique,
 )
 from tests.support.waits import wait_for
 
@@ -64,34 +58,19 @@ def test_a_paused_executors_late_producer_cannot_abort_a_live_checkpoint(
     try:
         cluster.start_coordinator("c1")
         wait_for("a leader", lambda: bool(cluster.leader_id()), timeout_s=30)
-        source, sink = unique("zombie_in"), unique("zombie_out")
-        create_topic(bootstrap, source)
-        create_topic(bootstrap, sink)
-        written = produce_keyed(bootstrap, source, records=500, partitions=1)
+        run = CopyRun.begin(cluster, "zombie", records=500)
 
         # A alone, so the task is A's; its checkpoint 1 holds before init_transactions.
         cluster.start_executor(
             "e1", failpoints=f"{BEFORE_INIT}:hold,{AFTER_PRECOMMIT}:hold", hold_dir=holds_a
         )
-        pipeline = unique("zombie")
-        spec = tmp_path / "zombie.yaml"
-        spec.write_text(
-            pipeline_yaml(
-                name=pipeline,
-                bootstrap_servers=bootstrap,
-                source_topic=source,
-                sink_topic=sink,
-                interval_ms=1000,
-                timeout_ms=180_000,
-                tasks_max=1,
-            )
-        )
-        cluster.cli("pipeline", "create", "-f", str(spec))
-        held_a = wait_for(
+        run.create(tmp_path, interval_ms=1000, timeout_ms=180_000)
+        pipeline = run.pipeline
+        held_a = cluster.wait_held(
+            holds_a,
+            BEFORE_INIT,
             "A's write partition to hold before init_transactions",
-            lambda: held(holds_a, BEFORE_INIT),
             timeout_s=180,
-            explain=cluster.logs_tail,
         )
         cluster.start_executor("e2", failpoints=f"{AFTER_PRECOMMIT}:hold", hold_dir=holds_b)
 
@@ -105,53 +84,37 @@ def test_a_paused_executors_late_producer_cannot_abort_a_live_checkpoint(
             explain=cluster.logs_tail,
         )
         assert cluster.checkpoint_states(pipeline)[1] == common_pb2.CHECKPOINT_STATE_ABORTED
-        held_b = wait_for(
+        held_b = cluster.wait_held(
+            holds_b,
+            AFTER_PRECOMMIT,
             "B's first checkpoint to hold after its pre-commit",
-            lambda: held(holds_b, AFTER_PRECOMMIT),
             timeout_s=120,
-            explain=cluster.logs_tail,
         )
-        match = re.search(r"checkpoint (\d+)", held_b)
-        assert match, held_b
-        first_on_b = int(match.group(1))
+        first_on_b = held_checkpoint(held_b)
 
         # A wakes: its late producer runs init_transactions, writes and flushes.
         release(holds_a, BEFORE_INIT)
         cluster.signal("executor-e1", signal.SIGCONT)
         paused = False
-        wait_for(
-            "A's late producer to finish its batch",
-            lambda: held(holds_a, AFTER_PRECOMMIT),
-            timeout_s=120,
-            explain=cluster.logs_tail,
+        cluster.wait_held(
+            holds_a, AFTER_PRECOMMIT, "A's late producer to finish its batch", timeout_s=120
         )
         release(holds_a, AFTER_PRECOMMIT)
 
         # B's checkpoint goes on: COMPLETE, committed, and two more after it.
         release(holds_b, AFTER_PRECOMMIT)
-        written += produce_keyed(bootstrap, source, records=500, partitions=1, offset=500)
-
-        def settled() -> bool:
-            status = cluster.pipeline_status(pipeline)
-            return (
-                status.last_committed_checkpoint_id >= first_on_b + 2
-                and cluster.offsets(pipeline).get((source, 0)) == len(written)
-                and status.last_committed_checkpoint_id == status.last_complete_checkpoint_id
-            )
-
-        wait_for(
+        run.produce(500)
+        run.wait_copied(
             "two more checkpoints committed on B and every record copied",
-            settled,
             timeout_s=120,
+            after_checkpoint=first_on_b + 1,
             abort_if=cluster.data_loss_line,
-            explain=cluster.logs_tail,
         )
         assert cluster.data_loss_line() is None
         states = cluster.checkpoint_states(pipeline)
         assert states[first_on_b] == common_pb2.CHECKPOINT_STATE_COMMITTED, states
 
-        result = check_output(written, read_output(bootstrap, sink))
-        assert (result.duplicates, result.missing, result.order_violations) == (0, 0, 0), result
+        result = run.check_exactly_once()
         print(
             f"\nA held at {held_a!r}; B's checkpoint {first_on_b} held at {held_b!r}; "
             f"{result.records_out} of {result.records_in} records out, exactly once"

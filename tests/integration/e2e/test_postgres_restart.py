@@ -24,22 +24,14 @@ from pathlib import Path
 import pytest
 
 from lockgate.common.grpc_client import open_channel
-from lockgate.localcluster.kafka import create_topic
 from lockgate.localcluster.postgres import PostgresCluster, unique_database_name
 from lockgate.v1 import coordinator_pb2, coordinator_pb2_grpc
 from tests.fixtures.kafka import KafkaBroker
 from tests.integration.e2e.harness import (
     SHORT_SESSION_ARGS,
+    CopyRun,
     ServiceCluster,
-    check_output,
-    end_offsets,
-    held,
-    ongoing_transactions,
-    pipeline_yaml,
-    produce_keyed,
-    read_output,
     release,
-    unique,
 )
 from tests.support.waits import wait_for
 
@@ -103,30 +95,14 @@ def test_exactly_once_when_postgresql_crashes_and_restarts_under_three_coordinat
         for coordinator_id in COORDINATORS:
             cluster.start_coordinator(coordinator_id)
         wait_for("a leader", lambda: bool(cluster.leader_id()), timeout_s=30)
-        source, sink = unique("pg_in"), unique("pg_out")
-        create_topic(bootstrap, source, partitions=PARTITIONS)
-        create_topic(bootstrap, sink, partitions=PARTITIONS)
-        written = produce_keyed(bootstrap, source, records=BATCH, partitions=PARTITIONS)
+        run = CopyRun.begin(cluster, "pg", records=BATCH, partitions=PARTITIONS)
         cluster.start_executor("e1", failpoints=f"{PRECOMMIT_HOLD}:hold", hold_dir=holds)
-        pipeline = unique("pg")
-        spec = tmp_path / "pg.yaml"
-        spec.write_text(
-            pipeline_yaml(
-                name=pipeline,
-                bootstrap_servers=bootstrap,
-                source_topic=source,
-                sink_topic=sink,
-                interval_ms=500,
-                timeout_ms=60_000,
-                tasks_max=1,
-            )
-        )
-        cluster.cli("pipeline", "create", "-f", str(spec))
-        wait_for(
+        run.create(tmp_path, interval_ms=500, timeout_ms=60_000)
+        cluster.wait_held(
+            holds,
+            PRECOMMIT_HOLD,
             "e1 to hold checkpoint 1 after its pre-commit, before its report",
-            lambda: held(holds, PRECOMMIT_HOLD),
             timeout_s=240,
-            explain=cluster.logs_tail,
         )
         mark("pre-commit held")
 
@@ -140,9 +116,7 @@ def test_exactly_once_when_postgresql_crashes_and_restarts_under_three_coordinat
         stepped_down_before = cluster.log(f"coordinator-{leader}").count(LEASE_LOST)
         postgres.kill()
         release(holds, PRECOMMIT_HOLD)
-        written += produce_keyed(
-            bootstrap, source, records=BATCH, partitions=PARTITIONS, offset=BATCH
-        )
+        run.produce(BATCH)
         wait_for(
             f"every replica to fail a lease attempt and leader {leader} to step down",
             lambda: (
@@ -159,28 +133,16 @@ def test_exactly_once_when_postgresql_crashes_and_restarts_under_three_coordinat
         postgres.restart()
         mark("PostgreSQL restarted")
 
-        written += produce_keyed(
-            bootstrap, source, records=BATCH, partitions=PARTITIONS, offset=2 * BATCH
-        )
-        ends = end_offsets(bootstrap, source, range(PARTITIONS))
-        wanted = {(source, p): end for p, end in ends.items()}
-        wait_for(
-            "every record committed and nothing in flight",
-            lambda: cluster.settled(pipeline, wanted),
-            timeout_s=180,
-            explain=cluster.logs_tail,
+        run.produce(BATCH)
+        run.wait_copied(
+            "every record committed and nothing in flight", timeout_s=180, nothing_in_flight=True
         )
         mark("settled")
-        result = check_output(written, read_output(bootstrap, sink))
-        # A hanging transaction stays Ongoing for transaction.timeout.ms (15 min here).
-        wait_for(
-            "no transaction of the pipeline left Ongoing",
-            lambda: not ongoing_transactions(bootstrap, f"lockgate-{pipeline}-"),
-            timeout_s=20,
-        )
-        print(f"\nPostgreSQL crashed and restarted: {result}; {', '.join(marks)}")
-        assert (result.records_out, result.duplicates, result.missing) == (3 * BATCH, 0, 0), result
-        assert result.order_violations == 0, result
+        print(f"\nPostgreSQL crashed and restarted; {', '.join(marks)}")
+        run.wait_no_ongoing_transaction()
+        result = run.check_exactly_once()
+        print(result)
+        assert result.records_out == 3 * BATCH, result
         # No replica died or hung: each answers from its own database pool, naming one leader.
         leaders = wait_for(
             "every replica to read one leader from the database",

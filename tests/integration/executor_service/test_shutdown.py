@@ -153,6 +153,7 @@ def _terminate(executor: ExecutorProcess, bound_s: float) -> tuple[int, float, l
     return code, took, left
 
 
+@pytest.mark.serial  # a time bound is the assertion
 def test_sigterm_cancels_a_batch_stuck_in_spark_and_exits_0_within_the_bound(
     stuck_executor: Callable[..., ExecutorProcess], coordinator: CoordinatorServer
 ) -> None:
@@ -167,6 +168,7 @@ def test_sigterm_cancels_a_batch_stuck_in_spark_and_exits_0_within_the_bound(
     assert coordinator.coordinator.precommits == [], "a cancelled batch reported a pre-commit"
 
 
+@pytest.mark.serial  # a time bound is the assertion
 def test_a_batch_no_cancellation_reaches_ends_within_the_bound_with_children_killed(
     stuck_executor: Callable[..., ExecutorProcess],
 ) -> None:

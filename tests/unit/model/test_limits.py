@@ -33,6 +33,7 @@ def test_a_request_within_bounds_passes() -> None:
     check_request_limits(request)
 
 
+@pytest.mark.serial  # a time bound is the assertion
 def test_too_many_topics_are_named_by_path_and_limit_without_walking_them() -> None:
     request = coordinator_pb2.CreatePipelineRequest(
         spec=common_pb2.PipelineSpec(

@@ -262,6 +262,7 @@ def test_too_many_bootstrap_servers_are_refused_with_the_limit() -> None:
     assert "limit of 100" in violation.description
 
 
+@pytest.mark.serial  # a time bound is the assertion
 def test_too_many_topics_are_refused_at_once_with_the_limit() -> None:
     raw = valid()
     raw["source"]["kafka"]["topics"] = [f"t{i}" for i in range(200_000)]
@@ -273,6 +274,7 @@ def test_too_many_topics_are_refused_at_once_with_the_limit() -> None:
     ]
 
 
+@pytest.mark.serial  # a time bound is the assertion
 def test_the_most_topics_allowed_are_checked_quickly() -> None:
     raw = valid()
     raw["source"]["kafka"]["topics"] = [f"t{i}" for i in range(1000)]

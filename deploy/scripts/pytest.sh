@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The Python tests of make test, test-unit, test-integration and test-e2e, in two passes:
+#   1. every test but the `serial` ones on LOCKGATE_TEST_WORKERS pytest-xdist processes
+#      (default 2; most tests wait on JVMs, sessions and leases, not on the CPU), each test
+#      file on one process (--dist loadfile: a module's fixtures start once, as without xdist);
+#   2. the `serial` ones alone: their assertion is a time bound (a failover within the lease,
+#      a shutdown within its bound), which a CPU shared with the first pass would break.
+# $1: a marker expression choosing a tier (unit, integration, e2e); none: every test.
+# Both passes run, each printing its slowest 25; the exit status is the first failing one's.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+pytest=.venv/bin/pytest
+tier=${1:-}
+workers=${LOCKGATE_TEST_WORKERS:-2}
+
+selection() { # $1: the pass's own marker expression, within the tier
+  if [ -n "$tier" ]; then echo "($tier) and $1"; else echo "$1"; fi
+}
+
+echo "== pytest on $workers processes: $(selection 'not serial')"
+"$pytest" -q --durations=25 -n "$workers" --dist loadfile -m "$(selection 'not serial')"
+parallel=$?
+echo "== pytest alone: $(selection 'serial')"
+"$pytest" -q --durations=25 -n 0 -m "$(selection 'serial')"
+alone=$?
+# 5: nothing selected (a tier without a serial test), not a failure.
+[ "$alone" -eq 5 ] && alone=0
+[ "$parallel" -ne 0 ] && exit "$parallel"
+exit "$alone"
