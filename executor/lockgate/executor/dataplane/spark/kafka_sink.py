@@ -50,6 +50,13 @@ from lockgate.common.kafka_transactions import (
 )
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.pipeline_spec import Delivery, ErrorTolerance, RecordFormat
+from lockgate.common.model.producer_batching import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_COMPRESSION,
+    DEFAULT_LINGER_MS,
+    Compression,
+    ProducerBatching,
+)
 from lockgate.executor.dataplane.spark.formats import DecodeFailure, RecordCodec, codec_for
 from lockgate.executor.errors import RecordError, RecordLocation, SinkError, WorkerRecordError
 
@@ -88,6 +95,8 @@ class SinkOptions:
     kafka_properties: dict[str, str] = field(default_factory=dict)
     """`sink.kafka.properties` as written (secrets as references): resolved in the Spark
     worker that builds the producer, so no resolved secret crosses a process boundary."""
+    batching: ProducerBatching = field(default_factory=ProducerBatching)
+    """`sink.kafka.linger_ms`, `batch_size` and `compression`."""
 
     def resolved_properties(self) -> dict[str, str]:
         """The sink's Kafka properties with their references read now, here."""
@@ -122,6 +131,11 @@ class SinkOptions:
             result_path=options.get("result_path") or None,
             transaction_timeout_ms=int(options.get("transaction_timeout_ms", "600000")),
             kafka_properties=json.loads(options.get("kafka_properties", "{}")),
+            batching=ProducerBatching(
+                linger_ms=int(options.get("linger_ms", DEFAULT_LINGER_MS)),
+                batch_size=int(options.get("batch_size", DEFAULT_BATCH_SIZE)),
+                compression=Compression(options.get("compression", DEFAULT_COMPRESSION.value)),
+            ),
         )
 
 
@@ -193,11 +207,10 @@ class _PartitionWriter:
         return {
             # murmur2 on the key bytes, as the Java client's default partitioner.
             "partitioner": "murmur2_random",
-            "linger.ms": 20,
             "batch.num.messages": 10_000,
             "queue.buffering.max.messages": 500_000,
-            "compression.type": "none",
             "delivery.report.only.error": True,
+            **self._options.batching.producer_config(),
             **self._options.resolved_properties(),
             "on_delivery": self._on_delivery,
         }
