@@ -241,6 +241,8 @@ def memory_by_kind(root: int) -> list[tuple[str, int, float]]:
         command = commands[pid]
         if pid == root:
             kind = "driver Python (this process)"
+        elif "kafka.Kafka" in command:
+            kind = "Kafka broker (the bench's, not Spark's)"
         elif "java" in command.split(" ")[0]:
             kind = "Spark JVM"
         elif "pyspark" in command or "daemon" in command or "worker" in command:
