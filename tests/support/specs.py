@@ -16,6 +16,12 @@ from lockgate.common.model.pipeline_spec import (
     RecordFormat,
     StartingOffsets,
 )
+from lockgate.common.model.producer_batching import (
+    MAX_BATCH_SIZE,
+    MAX_LINGER_MS,
+    MIN_BATCH_SIZE,
+    Compression,
+)
 
 _TOPIC = st.from_regex(r"\A[a-z][a-z0-9._-]{0,20}\Z")
 _PREFIX = st.from_regex(r"\A[a-zA-Z0-9._-]{1,30}\Z")
@@ -67,6 +73,17 @@ def raw_specs(draw: st.DrawFn) -> dict[str, Any]:
         raw["transform"] = {"python": "pkg.mod:fn"}
     if draw(st.booleans()):
         raw["sink"]["kafka"]["transactional_id_prefix"] = draw(_PREFIX)
+    # The producer batching fields, each unset or anywhere in its bounds (0 ms included).
+    linger = st.integers(0, MAX_LINGER_MS)
+    where = draw(st.sampled_from(["unset", "field", "property"]))
+    if where == "field":
+        raw["sink"]["kafka"]["linger_ms"] = draw(linger)
+    elif where == "property":  # a spec stored before the field: read into it
+        raw["sink"]["kafka"]["properties"] = {"linger.ms": str(draw(linger))}
+    if draw(st.booleans()):
+        raw["sink"]["kafka"]["batch_size"] = draw(st.integers(MIN_BATCH_SIZE, MAX_BATCH_SIZE))
+    if draw(st.booleans()):
+        raw["sink"]["kafka"]["compression"] = draw(st.sampled_from(list(Compression))).value
     if draw(st.booleans()):
         dead_letter = draw(_TOPIC.filter(lambda t: t != sink_topic))
         raw["errors"] = {"tolerance": ErrorTolerance.ALL.value, "dead_letter_topic": dead_letter}

@@ -29,6 +29,7 @@ import argparse
 import dataclasses
 import logging
 import math
+import re
 import sys
 from collections.abc import Sequence
 
@@ -56,6 +57,7 @@ from lockgate.executor.coordinator_client import GrpcCoordinatorClient
 from lockgate.executor.dataplane.control_only import ControlOnlyDataPlane
 from lockgate.executor.dataplane.protocol import DataPlane
 from lockgate.executor.dataplane.spark import SparkDataPlane
+from lockgate.executor.dataplane.spark.data_plane import DEFAULT_DRIVER_MEMORY
 from lockgate.executor.dataplane.transform_modules import (
     EXAMPLE_TRANSFORM_MODULES,
     MODULE_PREFIX_PATTERN,
@@ -77,6 +79,7 @@ _SERVER_GRACE_S = 2.0
 #: Share of the shutdown bound kept, after waiting for the batches, for the deregistration
 #: and the end of the SparkSession and its JVM.
 _KEEP_AFTER_BATCHES = 0.3
+_JVM_SIZE = re.compile(r"^[1-9][0-9]*[kKmMgG]$")
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
@@ -110,6 +113,13 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="extra Spark setting, e.g. spark.executor.memory=2g (repeatable)",
+    )
+    parser.add_argument(
+        "--spark-driver-memory",
+        default=None,
+        metavar="SIZE",
+        help="heap of the Spark driver JVM (spark.driver.memory), which runs the tasks under "
+        f"local[*]; e.g. 768m or 2g (default {DEFAULT_DRIVER_MEMORY})",
     )
     parser.add_argument(
         "--allow-transform-module",
@@ -152,13 +162,24 @@ def _coordinators(values: Sequence[str]) -> tuple[str, ...]:
     return addresses
 
 
-def _spark_conf(values: Sequence[str]) -> dict[str, str]:
+def _spark_conf(values: Sequence[str], driver_memory: str | None) -> dict[str, str]:
     conf: dict[str, str] = {}
     for value in values:
         key, sep, setting = value.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"--spark-conf {value!r} is not KEY=VALUE")
         conf[key.strip()] = setting
+    if driver_memory is not None:
+        if not _JVM_SIZE.match(driver_memory):
+            raise ValueError(
+                f"--spark-driver-memory {driver_memory!r}: write a JVM size, e.g. 768m or 2g"
+            )
+        if "spark.driver.memory" in conf:
+            raise ValueError(
+                "--spark-driver-memory and --spark-conf spark.driver.memory=... both set the"
+                " driver's heap: keep one"
+            )
+        conf["spark.driver.memory"] = driver_memory
     return conf
 
 
@@ -182,7 +203,7 @@ def _checked_options(
             )
     try:
         coordinators = _coordinators(args.coordinator)
-        spark_conf = _spark_conf(args.spark_conf)
+        spark_conf = _spark_conf(args.spark_conf, args.spark_driver_memory)
         failpoints = Failpoints.from_env()
         security = server_security(args, listen_hosts=[args.listen.rpartition(":")[0]])
         to_coordinator = client_security(args, from_home=False)

@@ -23,6 +23,11 @@ from lockgate.common.model.pipeline_spec import (
     RecordFormat,
     parse_pipeline_spec,
 )
+from lockgate.common.model.producer_batching import (
+    DEFAULT_LINGER_MS,
+    Compression,
+    ProducerBatching,
+)
 from lockgate.common.model.proto import (
     handle_from_proto,
     handle_to_proto,
@@ -92,6 +97,24 @@ def test_an_unknown_key_format_number_is_named_by_its_proto_path() -> None:
     with pytest.raises(InvalidArgument) as raised:
         spec_from_proto(proto)
     assert raised.value.reason == "INVALID_PIPELINE_CONFIG"
+
+
+def test_producer_batching_reaches_the_proto_and_an_unset_field_means_its_default() -> None:
+    proto = spec_to_proto(_spec())
+    assert proto.sink.kafka.linger_ms == DEFAULT_LINGER_MS  # defaults written out
+    assert proto.sink.kafka.compression == common_pb2.KAFKA_COMPRESSION_NONE
+    proto.sink.kafka.linger_ms = 0  # optional: 0 is "no linger", not "unset"
+    proto.sink.kafka.compression = common_pb2.KAFKA_COMPRESSION_LZ4
+    spec = spec_from_proto(proto)
+    assert spec.sink.batching.linger_ms == 0
+    assert spec.sink.batching.compression is Compression.LZ4
+    assert spec_to_proto(spec) == proto
+    proto.sink.kafka.ClearField("linger_ms")
+    proto.sink.kafka.batch_size = 0
+    proto.sink.kafka.compression = common_pb2.KAFKA_COMPRESSION_UNSPECIFIED
+    assert spec_from_proto(proto).sink.batching == ProducerBatching()
+    proto.sink.kafka.compression = 99  # type: ignore[assignment]
+    assert [v.field for v in spec_violations(proto)] == ["sink.kafka.compression"]
 
 
 def test_handles_round_trip_with_and_without_producer_ids() -> None:

@@ -410,6 +410,44 @@ body), schemas from the schema registry.
 """
 Global___DataFormat: _TypeAlias = DataFormat  # noqa: Y015
 
+class _KafkaCompression:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _KafkaCompressionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_KafkaCompression.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    KAFKA_COMPRESSION_UNSPECIFIED: _KafkaCompression.ValueType  # 0
+    """Not set: the pipeline's default, none."""
+    KAFKA_COMPRESSION_NONE: _KafkaCompression.ValueType  # 1
+    """Batches are written uncompressed."""
+    KAFKA_COMPRESSION_GZIP: _KafkaCompression.ValueType  # 2
+    """gzip: the smallest batches of the five, the most CPU."""
+    KAFKA_COMPRESSION_SNAPPY: _KafkaCompression.ValueType  # 3
+    """Snappy."""
+    KAFKA_COMPRESSION_LZ4: _KafkaCompression.ValueType  # 4
+    """LZ4: fast, a moderate ratio."""
+    KAFKA_COMPRESSION_ZSTD: _KafkaCompression.ValueType  # 5
+    """Zstandard: a high ratio at moderate CPU."""
+
+class KafkaCompression(_KafkaCompression, metaclass=_KafkaCompressionEnumTypeWrapper):
+    """KafkaCompression is the codec of the record batches a sink writes (Kafka's
+    `compression.type`).
+    """
+
+KAFKA_COMPRESSION_UNSPECIFIED: KafkaCompression.ValueType  # 0
+"""Not set: the pipeline's default, none."""
+KAFKA_COMPRESSION_NONE: KafkaCompression.ValueType  # 1
+"""Batches are written uncompressed."""
+KAFKA_COMPRESSION_GZIP: KafkaCompression.ValueType  # 2
+"""gzip: the smallest batches of the five, the most CPU."""
+KAFKA_COMPRESSION_SNAPPY: KafkaCompression.ValueType  # 3
+"""Snappy."""
+KAFKA_COMPRESSION_LZ4: KafkaCompression.ValueType  # 4
+"""LZ4: fast, a moderate ratio."""
+KAFKA_COMPRESSION_ZSTD: KafkaCompression.ValueType  # 5
+"""Zstandard: a high ratio at moderate CPU."""
+Global___KafkaCompression: _TypeAlias = KafkaCompression  # noqa: Y015
+
 class _CoordinatorState:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -1124,6 +1162,9 @@ class KafkaSinkSpec(_message.Message):
     TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     TRANSACTIONAL_ID_PREFIX_FIELD_NUMBER: _builtins.int
     PROPERTIES_FIELD_NUMBER: _builtins.int
+    LINGER_MS_FIELD_NUMBER: _builtins.int
+    BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    COMPRESSION_FIELD_NUMBER: _builtins.int
     bootstrap_servers: _builtins.str
     """Kafka bootstrap servers, comma-separated host:port, e.g. "127.0.0.1:9092"."""
     topic: _builtins.str
@@ -1139,6 +1180,24 @@ class KafkaSinkSpec(_message.Message):
     installs or prefixed ACLs can share a cluster: 1-200 characters of [a-zA-Z0-9._-],
     no other pipeline's. Empty means "lockgate-<pipeline name>". Ids are
     "<prefix>-<task>-g<task generation>-<slot>[-<Spark write partition>]".
+    """
+    linger_ms: _builtins.int
+    """Kafka `linger.ms` of the sink's producers: how long, in milliseconds, a producer waits
+    to fill a record batch before sending it, 0-900000; unset means 100. Longer gives
+    fewer, larger requests; the pre-commit's flush sends at once whatever it says, so it
+    adds no visibility latency. Refused next to its twin `linger.ms` (or
+    `queue.buffering.max.ms`) in properties; the twin alone is read into this field.
+    """
+    batch_size: _builtins.int
+    """Kafka `batch.size` of the sink's producers: the most bytes of one record batch,
+    1024-2147483647; 0 means 1000000. Refused next to `batch.size` in properties; that
+    property alone is read into this field.
+    """
+    compression: Global___KafkaCompression.ValueType
+    """Compression codec of the sink's record batches; unspecified means none. Compression
+    trades the executor's CPU for network and broker disk. Refused next to
+    `compression.type` (or `compression.codec`) in properties; the twin alone is read into
+    this field.
     """
     @_builtins.property
     def format(self) -> Global___FormatSpec:
@@ -1166,12 +1225,17 @@ class KafkaSinkSpec(_message.Message):
         transaction_timeout_ms: _builtins.int = ...,
         transactional_id_prefix: _builtins.str = ...,
         properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        linger_ms: _builtins.int | None = ...,
+        batch_size: _builtins.int = ...,
+        compression: Global___KafkaCompression.ValueType = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["format", b"format"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_linger_ms", b"_linger_ms", "format", b"format", "linger_ms", b"linger_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrap_servers", b"bootstrap_servers", "format", b"format", "properties", b"properties", "topic", b"topic", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id_prefix", b"transactional_id_prefix"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_linger_ms", b"_linger_ms", "batch_size", b"batch_size", "bootstrap_servers", b"bootstrap_servers", "compression", b"compression", "format", b"format", "linger_ms", b"linger_ms", "properties", b"properties", "topic", b"topic", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id_prefix", b"transactional_id_prefix"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__linger_ms: _TypeAlias = _typing.Literal["linger_ms"]  # noqa: Y015
+    _WhichOneofArgType__linger_ms: _TypeAlias = _typing.Literal["_linger_ms", b"_linger_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__linger_ms) -> _WhichOneofReturnType__linger_ms | None: ...
 
 Global___KafkaSinkSpec: _TypeAlias = KafkaSinkSpec  # noqa: Y015
 

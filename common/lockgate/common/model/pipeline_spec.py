@@ -16,12 +16,17 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lockgate.common.model.ids import PIPELINE_ID_PATTERN, PipelineId
 from lockgate.common.model.kafka_properties import KafkaProperties, parse_kafka_properties
 from lockgate.common.model.limits import MAX_SOURCE_TOPICS, MAX_TEXT_CHARS
+from lockgate.common.model.producer_batching import (
+    BATCHING_FIELDS,
+    ProducerBatching,
+    parse_producer_batching,
+)
 from lockgate.common.model.spec_checker import SpecChecker
 
 # Re-exported: callers take a spec's violations and error from the parser's module.
@@ -133,6 +138,9 @@ class KafkaSink:
     properties: KafkaProperties = ()
     """Kafka client properties (librdkafka names) of every client of the sink cluster,
     the commit and abort path included; secrets as references."""
+    batching: ProducerBatching = field(default_factory=ProducerBatching)
+    """`linger_ms`, `batch_size` and `compression` of the sink's producers
+    (`model.producer_batching`)."""
 
     @property
     def value_subject(self) -> str:
@@ -215,6 +223,7 @@ class PipelineSpec:
                     **_registry_json(self.sink.schema_registry_url),
                     **_prefix_json(self.sink.transactional_id_prefix),
                     **_set_json("transaction_timeout_ms", self.sink.transaction_timeout_ms),
+                    **self.sink.batching.to_json(),
                     **_properties_json(self.sink.properties),
                 }
             },
@@ -483,6 +492,7 @@ def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
             "schema_registry_url",
             "transactional_id_prefix",
             "transaction_timeout_ms",
+            *BATCHING_FIELDS,
             "properties",
         ),
         path,
@@ -512,9 +522,10 @@ def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
         kafka, "transaction_timeout_ms", f"{path}.transaction_timeout_ms", 0, 1000
     )
     properties = parse_kafka_properties(c, kafka, path, side="sink")
+    batching = None if properties is None else parse_producer_batching(c, kafka, path, properties)
     if servers is None or topic is None or fmt is None or key_fmt is None or txn_timeout is None:
         return None
-    if properties is None:
+    if batching is None:
         return None
     return KafkaSink(
         bootstrap_servers=servers,
@@ -524,7 +535,8 @@ def _parse_sink(c: SpecChecker, raw: Mapping[str, Any]) -> KafkaSink | None:
         key_format=key_fmt,
         transactional_id_prefix=prefix,
         transaction_timeout_ms=txn_timeout or DEFAULT_TRANSACTION_TIMEOUT_MS,
-        properties=properties,
+        properties=batching[1],
+        batching=batching[0],
     )
 
 

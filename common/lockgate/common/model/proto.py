@@ -31,6 +31,7 @@ from lockgate.common.model.pipeline_spec import (
     parse_pipeline_spec,
     validate_pipeline_spec,
 )
+from lockgate.common.model.producer_batching import Compression
 from lockgate.common.model.spec_checker import SpecChecker
 from lockgate.v1 import common_pb2
 
@@ -171,6 +172,14 @@ _TOLERANCE_TO_PB: Mapping[ErrorTolerance, int] = {
     ErrorTolerance.ALL: common_pb2.ERROR_TOLERANCE_ALL,
 }
 _TOLERANCE_FROM_PB: Mapping[int, ErrorTolerance] = {v: k for k, v in _TOLERANCE_TO_PB.items()}
+_COMPRESSION_TO_PB: Mapping[Compression, int] = {
+    Compression.NONE: common_pb2.KAFKA_COMPRESSION_NONE,
+    Compression.GZIP: common_pb2.KAFKA_COMPRESSION_GZIP,
+    Compression.SNAPPY: common_pb2.KAFKA_COMPRESSION_SNAPPY,
+    Compression.LZ4: common_pb2.KAFKA_COMPRESSION_LZ4,
+    Compression.ZSTD: common_pb2.KAFKA_COMPRESSION_ZSTD,
+}
+_COMPRESSION_FROM_PB: Mapping[int, Compression] = {v: k for k, v in _COMPRESSION_TO_PB.items()}
 
 
 def _unknown_kinds(message: Any) -> list[int]:
@@ -327,6 +336,14 @@ def _raw_kafka_sink(
         raw["transactional_id_prefix"] = sink.transactional_id_prefix
     if sink.transaction_timeout_ms or f"{path}.transaction_timeout_ms" in written:
         raw["transaction_timeout_ms"] = sink.transaction_timeout_ms
+    if sink.HasField("linger_ms"):  # optional: 0 (no linger) is a value, not "unset"
+        raw["linger_ms"] = sink.linger_ms
+    if sink.batch_size or f"{path}.batch_size" in written:
+        raw["batch_size"] = sink.batch_size
+    if sink.compression:
+        raw["compression"] = _enum_value(
+            _COMPRESSION_FROM_PB, sink.compression, f"{path}.compression", extra
+        )
     if sink.properties:
         raw["properties"] = dict(sink.properties)
     return raw
@@ -414,6 +431,9 @@ def spec_to_proto(spec: PipelineSpec) -> common_pb2.PipelineSpec:
                 transactional_id_prefix=spec.transactional_id_prefix,
                 transaction_timeout_ms=sink.transaction_timeout_ms,
                 properties=dict(sink.properties),
+                linger_ms=sink.batching.linger_ms,
+                batch_size=sink.batching.batch_size,
+                compression=_COMPRESSION_TO_PB[sink.batching.compression],  # type: ignore[arg-type]
             )
         ),
         delivery=_DELIVERY_TO_PB[spec.delivery],  # type: ignore[arg-type]

@@ -160,7 +160,14 @@ class SpecChecker:
             return None
 
     def positive_int(
-        self, raw: Mapping[str, Any], key: str, path: str, default: int, minimum: int
+        self,
+        raw: Mapping[str, Any],
+        key: str,
+        path: str,
+        default: int,
+        minimum: int,
+        *,
+        maximum: int | None = None,
     ) -> int | None:
         if key not in raw or raw[key] is None:
             return default
@@ -172,6 +179,13 @@ class SpecChecker:
         if value < minimum:
             self.add(
                 path, f"must be >= {minimum}, got {value}", f"set `{path}` to {minimum} or more"
+            )
+            return None
+        if maximum is not None and value > maximum:
+            self.add(
+                path,
+                f"must be <= {maximum}, got {value}",
+                f"set `{path}` between {minimum} and {maximum}",
             )
             return None
         return value

@@ -659,6 +659,72 @@ func (DataFormat) EnumDescriptor() ([]byte, []int) {
 	return file_lockgate_v1_common_proto_rawDescGZIP(), []int{9}
 }
 
+// KafkaCompression is the codec of the record batches a sink writes (Kafka's
+// `compression.type`).
+type KafkaCompression int32
+
+const (
+	// Not set: the pipeline's default, none.
+	KafkaCompression_KAFKA_COMPRESSION_UNSPECIFIED KafkaCompression = 0
+	// Batches are written uncompressed.
+	KafkaCompression_KAFKA_COMPRESSION_NONE KafkaCompression = 1
+	// gzip: the smallest batches of the five, the most CPU.
+	KafkaCompression_KAFKA_COMPRESSION_GZIP KafkaCompression = 2
+	// Snappy.
+	KafkaCompression_KAFKA_COMPRESSION_SNAPPY KafkaCompression = 3
+	// LZ4: fast, a moderate ratio.
+	KafkaCompression_KAFKA_COMPRESSION_LZ4 KafkaCompression = 4
+	// Zstandard: a high ratio at moderate CPU.
+	KafkaCompression_KAFKA_COMPRESSION_ZSTD KafkaCompression = 5
+)
+
+// Enum value maps for KafkaCompression.
+var (
+	KafkaCompression_name = map[int32]string{
+		0: "KAFKA_COMPRESSION_UNSPECIFIED",
+		1: "KAFKA_COMPRESSION_NONE",
+		2: "KAFKA_COMPRESSION_GZIP",
+		3: "KAFKA_COMPRESSION_SNAPPY",
+		4: "KAFKA_COMPRESSION_LZ4",
+		5: "KAFKA_COMPRESSION_ZSTD",
+	}
+	KafkaCompression_value = map[string]int32{
+		"KAFKA_COMPRESSION_UNSPECIFIED": 0,
+		"KAFKA_COMPRESSION_NONE":        1,
+		"KAFKA_COMPRESSION_GZIP":        2,
+		"KAFKA_COMPRESSION_SNAPPY":      3,
+		"KAFKA_COMPRESSION_LZ4":         4,
+		"KAFKA_COMPRESSION_ZSTD":        5,
+	}
+)
+
+func (x KafkaCompression) Enum() *KafkaCompression {
+	p := new(KafkaCompression)
+	*p = x
+	return p
+}
+
+func (x KafkaCompression) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KafkaCompression) Descriptor() protoreflect.EnumDescriptor {
+	return file_lockgate_v1_common_proto_enumTypes[10].Descriptor()
+}
+
+func (KafkaCompression) Type() protoreflect.EnumType {
+	return &file_lockgate_v1_common_proto_enumTypes[10]
+}
+
+func (x KafkaCompression) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KafkaCompression.Descriptor instead.
+func (KafkaCompression) EnumDescriptor() ([]byte, []int) {
+	return file_lockgate_v1_common_proto_rawDescGZIP(), []int{10}
+}
+
 // CoordinatorState is whether a coordinator replica has shown it is alive lately.
 type CoordinatorState int32
 
@@ -698,11 +764,11 @@ func (x CoordinatorState) String() string {
 }
 
 func (CoordinatorState) Descriptor() protoreflect.EnumDescriptor {
-	return file_lockgate_v1_common_proto_enumTypes[10].Descriptor()
+	return file_lockgate_v1_common_proto_enumTypes[11].Descriptor()
 }
 
 func (CoordinatorState) Type() protoreflect.EnumType {
-	return &file_lockgate_v1_common_proto_enumTypes[10]
+	return &file_lockgate_v1_common_proto_enumTypes[11]
 }
 
 func (x CoordinatorState) Number() protoreflect.EnumNumber {
@@ -711,7 +777,7 @@ func (x CoordinatorState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CoordinatorState.Descriptor instead.
 func (CoordinatorState) EnumDescriptor() ([]byte, []int) {
-	return file_lockgate_v1_common_proto_rawDescGZIP(), []int{10}
+	return file_lockgate_v1_common_proto_rawDescGZIP(), []int{11}
 }
 
 // LeaderEpoch is the fencing token of the coordinator leader, as Kafka's controller epoch.
@@ -2005,7 +2071,22 @@ type KafkaSinkSpec struct {
 	// Keys Lockgate sets itself (bootstrap.servers, transactional.id, enable.idempotence,
 	// acks, transaction.timeout.ms, ...) are refused; secrets must be references, as for
 	// KafkaSourceSpec.properties.
-	Properties    map[string]string `protobuf:"bytes,6,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Properties map[string]string `protobuf:"bytes,6,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Kafka `linger.ms` of the sink's producers: how long, in milliseconds, a producer waits
+	// to fill a record batch before sending it, 0-900000; unset means 100. Longer gives
+	// fewer, larger requests; the pre-commit's flush sends at once whatever it says, so it
+	// adds no visibility latency. Refused next to its twin `linger.ms` (or
+	// `queue.buffering.max.ms`) in properties; the twin alone is read into this field.
+	LingerMs *int64 `protobuf:"varint,7,opt,name=linger_ms,json=lingerMs,proto3,oneof" json:"linger_ms,omitempty"`
+	// Kafka `batch.size` of the sink's producers: the most bytes of one record batch,
+	// 1024-2147483647; 0 means 1000000. Refused next to `batch.size` in properties; that
+	// property alone is read into this field.
+	BatchSize int64 `protobuf:"varint,8,opt,name=batch_size,json=batchSize,proto3" json:"batch_size,omitempty"`
+	// Compression codec of the sink's record batches; unspecified means none. Compression
+	// trades the executor's CPU for network and broker disk. Refused next to
+	// `compression.type` (or `compression.codec`) in properties; the twin alone is read into
+	// this field.
+	Compression   KafkaCompression `protobuf:"varint,9,opt,name=compression,proto3,enum=lockgate.v1.KafkaCompression" json:"compression,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2080,6 +2161,27 @@ func (x *KafkaSinkSpec) GetProperties() map[string]string {
 		return x.Properties
 	}
 	return nil
+}
+
+func (x *KafkaSinkSpec) GetLingerMs() int64 {
+	if x != nil && x.LingerMs != nil {
+		return *x.LingerMs
+	}
+	return 0
+}
+
+func (x *KafkaSinkSpec) GetBatchSize() int64 {
+	if x != nil {
+		return x.BatchSize
+	}
+	return 0
+}
+
+func (x *KafkaSinkSpec) GetCompression() KafkaCompression {
+	if x != nil {
+		return x.Compression
+	}
+	return KafkaCompression_KAFKA_COMPRESSION_UNSPECIFIED
 }
 
 // SinkSpec is where a pipeline writes to.
@@ -3450,7 +3552,7 @@ const file_lockgate_v1_common_proto_rawDesc = "" +
 	"\rTransformSpec\x12\x12\n" +
 	"\x03sql\x18\x01 \x01(\tH\x00R\x03sql\x12\x18\n" +
 	"\x06python\x18\x02 \x01(\tH\x00R\x06pythonB\v\n" +
-	"\ttransform\"\xfc\x02\n" +
+	"\ttransform\"\x8c\x04\n" +
 	"\rKafkaSinkSpec\x12+\n" +
 	"\x11bootstrap_servers\x18\x01 \x01(\tR\x10bootstrapServers\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12/\n" +
@@ -3459,10 +3561,16 @@ const file_lockgate_v1_common_proto_rawDesc = "" +
 	"\x17transactional_id_prefix\x18\x05 \x01(\tR\x15transactionalIdPrefix\x12J\n" +
 	"\n" +
 	"properties\x18\x06 \x03(\v2*.lockgate.v1.KafkaSinkSpec.PropertiesEntryR\n" +
-	"properties\x1a=\n" +
+	"properties\x12 \n" +
+	"\tlinger_ms\x18\a \x01(\x03H\x00R\blingerMs\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"batch_size\x18\b \x01(\x03R\tbatchSize\x12?\n" +
+	"\vcompression\x18\t \x01(\x0e2\x1d.lockgate.v1.KafkaCompressionR\vcompression\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
+	"\n" +
+	"_linger_ms\"F\n" +
 	"\bSinkSpec\x122\n" +
 	"\x05kafka\x18\x01 \x01(\v2\x1a.lockgate.v1.KafkaSinkSpecH\x00R\x05kafkaB\x06\n" +
 	"\x04sink\"w\n" +
@@ -3644,7 +3752,14 @@ const file_lockgate_v1_common_proto_rawDesc = "" +
 	"\x10DATA_FORMAT_JSON\x10\x03\x12\x14\n" +
 	"\x10DATA_FORMAT_AVRO\x10\x04\x12\x1b\n" +
 	"\x17DATA_FORMAT_JSON_SCHEMA\x10\x05\x12\x18\n" +
-	"\x14DATA_FORMAT_PROTOBUF\x10\x06*q\n" +
+	"\x14DATA_FORMAT_PROTOBUF\x10\x06*\xc2\x01\n" +
+	"\x10KafkaCompression\x12!\n" +
+	"\x1dKAFKA_COMPRESSION_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16KAFKA_COMPRESSION_NONE\x10\x01\x12\x1a\n" +
+	"\x16KAFKA_COMPRESSION_GZIP\x10\x02\x12\x1c\n" +
+	"\x18KAFKA_COMPRESSION_SNAPPY\x10\x03\x12\x19\n" +
+	"\x15KAFKA_COMPRESSION_LZ4\x10\x04\x12\x1a\n" +
+	"\x16KAFKA_COMPRESSION_ZSTD\x10\x05*q\n" +
 	"\x10CoordinatorState\x12!\n" +
 	"\x1dCOORDINATOR_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17COORDINATOR_STATE_ALIVE\x10\x01\x12\x1d\n" +
@@ -3663,7 +3778,7 @@ func file_lockgate_v1_common_proto_rawDescGZIP() []byte {
 	return file_lockgate_v1_common_proto_rawDescData
 }
 
-var file_lockgate_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_lockgate_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
 var file_lockgate_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_lockgate_v1_common_proto_goTypes = []any{
 	(FencingToken)(0),                         // 0: lockgate.v1.FencingToken
@@ -3676,107 +3791,109 @@ var file_lockgate_v1_common_proto_goTypes = []any{
 	(DeliveryGuarantee)(0),                    // 7: lockgate.v1.DeliveryGuarantee
 	(ErrorTolerance)(0),                       // 8: lockgate.v1.ErrorTolerance
 	(DataFormat)(0),                           // 9: lockgate.v1.DataFormat
-	(CoordinatorState)(0),                     // 10: lockgate.v1.CoordinatorState
-	(*LeaderEpoch)(nil),                       // 11: lockgate.v1.LeaderEpoch
-	(*TaskId)(nil),                            // 12: lockgate.v1.TaskId
-	(*FencingFailure)(nil),                    // 13: lockgate.v1.FencingFailure
-	(*FieldViolation)(nil),                    // 14: lockgate.v1.FieldViolation
-	(*TopicPartition)(nil),                    // 15: lockgate.v1.TopicPartition
-	(*PartitionOffset)(nil),                   // 16: lockgate.v1.PartitionOffset
-	(*OffsetRange)(nil),                       // 17: lockgate.v1.OffsetRange
-	(*RecordLocation)(nil),                    // 18: lockgate.v1.RecordLocation
-	(*KafkaTransactionHandle)(nil),            // 19: lockgate.v1.KafkaTransactionHandle
-	(*FileStagingHandle)(nil),                 // 20: lockgate.v1.FileStagingHandle
-	(*PostgresPreparedTransactionHandle)(nil), // 21: lockgate.v1.PostgresPreparedTransactionHandle
-	(*SinkHandle)(nil),                        // 22: lockgate.v1.SinkHandle
-	(*CheckpointHandles)(nil),                 // 23: lockgate.v1.CheckpointHandles
-	(*RecordCounts)(nil),                      // 24: lockgate.v1.RecordCounts
-	(*FormatSpec)(nil),                        // 25: lockgate.v1.FormatSpec
-	(*KafkaSourceSpec)(nil),                   // 26: lockgate.v1.KafkaSourceSpec
-	(*SourceSpec)(nil),                        // 27: lockgate.v1.SourceSpec
-	(*TransformSpec)(nil),                     // 28: lockgate.v1.TransformSpec
-	(*KafkaSinkSpec)(nil),                     // 29: lockgate.v1.KafkaSinkSpec
-	(*SinkSpec)(nil),                          // 30: lockgate.v1.SinkSpec
-	(*CheckpointSpec)(nil),                    // 31: lockgate.v1.CheckpointSpec
-	(*ErrorsSpec)(nil),                        // 32: lockgate.v1.ErrorsSpec
-	(*PipelineSpec)(nil),                      // 33: lockgate.v1.PipelineSpec
-	(*Pipeline)(nil),                          // 34: lockgate.v1.Pipeline
-	(*TaskError)(nil),                         // 35: lockgate.v1.TaskError
-	(*TaskStatus)(nil),                        // 36: lockgate.v1.TaskStatus
-	(*Task)(nil),                              // 37: lockgate.v1.Task
-	(*TaskCheckpoint)(nil),                    // 38: lockgate.v1.TaskCheckpoint
-	(*Checkpoint)(nil),                        // 39: lockgate.v1.Checkpoint
-	(*Executor)(nil),                          // 40: lockgate.v1.Executor
-	(*CoordinatorMember)(nil),                 // 41: lockgate.v1.CoordinatorMember
-	nil,                                       // 42: lockgate.v1.KafkaSourceSpec.PropertiesEntry
-	nil,                                       // 43: lockgate.v1.KafkaSinkSpec.PropertiesEntry
-	(*timestamppb.Timestamp)(nil),             // 44: google.protobuf.Timestamp
+	(KafkaCompression)(0),                     // 10: lockgate.v1.KafkaCompression
+	(CoordinatorState)(0),                     // 11: lockgate.v1.CoordinatorState
+	(*LeaderEpoch)(nil),                       // 12: lockgate.v1.LeaderEpoch
+	(*TaskId)(nil),                            // 13: lockgate.v1.TaskId
+	(*FencingFailure)(nil),                    // 14: lockgate.v1.FencingFailure
+	(*FieldViolation)(nil),                    // 15: lockgate.v1.FieldViolation
+	(*TopicPartition)(nil),                    // 16: lockgate.v1.TopicPartition
+	(*PartitionOffset)(nil),                   // 17: lockgate.v1.PartitionOffset
+	(*OffsetRange)(nil),                       // 18: lockgate.v1.OffsetRange
+	(*RecordLocation)(nil),                    // 19: lockgate.v1.RecordLocation
+	(*KafkaTransactionHandle)(nil),            // 20: lockgate.v1.KafkaTransactionHandle
+	(*FileStagingHandle)(nil),                 // 21: lockgate.v1.FileStagingHandle
+	(*PostgresPreparedTransactionHandle)(nil), // 22: lockgate.v1.PostgresPreparedTransactionHandle
+	(*SinkHandle)(nil),                        // 23: lockgate.v1.SinkHandle
+	(*CheckpointHandles)(nil),                 // 24: lockgate.v1.CheckpointHandles
+	(*RecordCounts)(nil),                      // 25: lockgate.v1.RecordCounts
+	(*FormatSpec)(nil),                        // 26: lockgate.v1.FormatSpec
+	(*KafkaSourceSpec)(nil),                   // 27: lockgate.v1.KafkaSourceSpec
+	(*SourceSpec)(nil),                        // 28: lockgate.v1.SourceSpec
+	(*TransformSpec)(nil),                     // 29: lockgate.v1.TransformSpec
+	(*KafkaSinkSpec)(nil),                     // 30: lockgate.v1.KafkaSinkSpec
+	(*SinkSpec)(nil),                          // 31: lockgate.v1.SinkSpec
+	(*CheckpointSpec)(nil),                    // 32: lockgate.v1.CheckpointSpec
+	(*ErrorsSpec)(nil),                        // 33: lockgate.v1.ErrorsSpec
+	(*PipelineSpec)(nil),                      // 34: lockgate.v1.PipelineSpec
+	(*Pipeline)(nil),                          // 35: lockgate.v1.Pipeline
+	(*TaskError)(nil),                         // 36: lockgate.v1.TaskError
+	(*TaskStatus)(nil),                        // 37: lockgate.v1.TaskStatus
+	(*Task)(nil),                              // 38: lockgate.v1.Task
+	(*TaskCheckpoint)(nil),                    // 39: lockgate.v1.TaskCheckpoint
+	(*Checkpoint)(nil),                        // 40: lockgate.v1.Checkpoint
+	(*Executor)(nil),                          // 41: lockgate.v1.Executor
+	(*CoordinatorMember)(nil),                 // 42: lockgate.v1.CoordinatorMember
+	nil,                                       // 43: lockgate.v1.KafkaSourceSpec.PropertiesEntry
+	nil,                                       // 44: lockgate.v1.KafkaSinkSpec.PropertiesEntry
+	(*timestamppb.Timestamp)(nil),             // 45: google.protobuf.Timestamp
 }
 var file_lockgate_v1_common_proto_depIdxs = []int32{
 	0,  // 0: lockgate.v1.FencingFailure.token:type_name -> lockgate.v1.FencingToken
-	19, // 1: lockgate.v1.SinkHandle.kafka:type_name -> lockgate.v1.KafkaTransactionHandle
-	20, // 2: lockgate.v1.SinkHandle.file:type_name -> lockgate.v1.FileStagingHandle
-	21, // 3: lockgate.v1.SinkHandle.postgres:type_name -> lockgate.v1.PostgresPreparedTransactionHandle
-	22, // 4: lockgate.v1.CheckpointHandles.handles:type_name -> lockgate.v1.SinkHandle
+	20, // 1: lockgate.v1.SinkHandle.kafka:type_name -> lockgate.v1.KafkaTransactionHandle
+	21, // 2: lockgate.v1.SinkHandle.file:type_name -> lockgate.v1.FileStagingHandle
+	22, // 3: lockgate.v1.SinkHandle.postgres:type_name -> lockgate.v1.PostgresPreparedTransactionHandle
+	23, // 4: lockgate.v1.CheckpointHandles.handles:type_name -> lockgate.v1.SinkHandle
 	9,  // 5: lockgate.v1.FormatSpec.key_format:type_name -> lockgate.v1.DataFormat
 	9,  // 6: lockgate.v1.FormatSpec.value_format:type_name -> lockgate.v1.DataFormat
 	1,  // 7: lockgate.v1.KafkaSourceSpec.starting_offsets:type_name -> lockgate.v1.OffsetPosition
-	25, // 8: lockgate.v1.KafkaSourceSpec.format:type_name -> lockgate.v1.FormatSpec
-	42, // 9: lockgate.v1.KafkaSourceSpec.properties:type_name -> lockgate.v1.KafkaSourceSpec.PropertiesEntry
-	26, // 10: lockgate.v1.SourceSpec.kafka:type_name -> lockgate.v1.KafkaSourceSpec
-	25, // 11: lockgate.v1.KafkaSinkSpec.format:type_name -> lockgate.v1.FormatSpec
-	43, // 12: lockgate.v1.KafkaSinkSpec.properties:type_name -> lockgate.v1.KafkaSinkSpec.PropertiesEntry
-	29, // 13: lockgate.v1.SinkSpec.kafka:type_name -> lockgate.v1.KafkaSinkSpec
-	8,  // 14: lockgate.v1.ErrorsSpec.tolerance:type_name -> lockgate.v1.ErrorTolerance
-	27, // 15: lockgate.v1.PipelineSpec.source:type_name -> lockgate.v1.SourceSpec
-	28, // 16: lockgate.v1.PipelineSpec.transform:type_name -> lockgate.v1.TransformSpec
-	30, // 17: lockgate.v1.PipelineSpec.sink:type_name -> lockgate.v1.SinkSpec
-	7,  // 18: lockgate.v1.PipelineSpec.delivery:type_name -> lockgate.v1.DeliveryGuarantee
-	31, // 19: lockgate.v1.PipelineSpec.checkpoint:type_name -> lockgate.v1.CheckpointSpec
-	32, // 20: lockgate.v1.PipelineSpec.errors:type_name -> lockgate.v1.ErrorsSpec
-	33, // 21: lockgate.v1.Pipeline.spec:type_name -> lockgate.v1.PipelineSpec
-	2,  // 22: lockgate.v1.Pipeline.target_state:type_name -> lockgate.v1.TargetState
-	44, // 23: lockgate.v1.Pipeline.create_time:type_name -> google.protobuf.Timestamp
-	44, // 24: lockgate.v1.Pipeline.update_time:type_name -> google.protobuf.Timestamp
-	18, // 25: lockgate.v1.TaskError.record:type_name -> lockgate.v1.RecordLocation
-	44, // 26: lockgate.v1.TaskError.time:type_name -> google.protobuf.Timestamp
-	12, // 27: lockgate.v1.TaskStatus.task_id:type_name -> lockgate.v1.TaskId
-	3,  // 28: lockgate.v1.TaskStatus.state:type_name -> lockgate.v1.TaskState
-	35, // 29: lockgate.v1.TaskStatus.last_error:type_name -> lockgate.v1.TaskError
-	44, // 30: lockgate.v1.TaskStatus.state_change_time:type_name -> google.protobuf.Timestamp
-	12, // 31: lockgate.v1.Task.task_id:type_name -> lockgate.v1.TaskId
-	15, // 32: lockgate.v1.Task.source_partitions:type_name -> lockgate.v1.TopicPartition
-	3,  // 33: lockgate.v1.Task.state:type_name -> lockgate.v1.TaskState
-	35, // 34: lockgate.v1.Task.last_error:type_name -> lockgate.v1.TaskError
-	44, // 35: lockgate.v1.Task.state_change_time:type_name -> google.protobuf.Timestamp
-	12, // 36: lockgate.v1.TaskCheckpoint.task_id:type_name -> lockgate.v1.TaskId
-	5,  // 37: lockgate.v1.TaskCheckpoint.state:type_name -> lockgate.v1.TaskCheckpointState
-	17, // 38: lockgate.v1.TaskCheckpoint.source_ranges:type_name -> lockgate.v1.OffsetRange
-	22, // 39: lockgate.v1.TaskCheckpoint.sink_handles:type_name -> lockgate.v1.SinkHandle
-	24, // 40: lockgate.v1.TaskCheckpoint.counts:type_name -> lockgate.v1.RecordCounts
-	44, // 41: lockgate.v1.TaskCheckpoint.precommit_time:type_name -> google.protobuf.Timestamp
-	35, // 42: lockgate.v1.TaskCheckpoint.error:type_name -> lockgate.v1.TaskError
-	4,  // 43: lockgate.v1.Checkpoint.state:type_name -> lockgate.v1.CheckpointState
-	11, // 44: lockgate.v1.Checkpoint.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	44, // 45: lockgate.v1.Checkpoint.trigger_time:type_name -> google.protobuf.Timestamp
-	44, // 46: lockgate.v1.Checkpoint.complete_time:type_name -> google.protobuf.Timestamp
-	44, // 47: lockgate.v1.Checkpoint.commit_time:type_name -> google.protobuf.Timestamp
-	44, // 48: lockgate.v1.Checkpoint.abort_time:type_name -> google.protobuf.Timestamp
-	24, // 49: lockgate.v1.Checkpoint.counts:type_name -> lockgate.v1.RecordCounts
-	38, // 50: lockgate.v1.Checkpoint.tasks:type_name -> lockgate.v1.TaskCheckpoint
-	17, // 51: lockgate.v1.Checkpoint.lost_ranges:type_name -> lockgate.v1.OffsetRange
-	44, // 52: lockgate.v1.Checkpoint.data_loss_time:type_name -> google.protobuf.Timestamp
-	6,  // 53: lockgate.v1.Executor.state:type_name -> lockgate.v1.ExecutorState
-	12, // 54: lockgate.v1.Executor.tasks:type_name -> lockgate.v1.TaskId
-	44, // 55: lockgate.v1.Executor.register_time:type_name -> google.protobuf.Timestamp
-	44, // 56: lockgate.v1.Executor.last_heartbeat_time:type_name -> google.protobuf.Timestamp
-	44, // 57: lockgate.v1.CoordinatorMember.last_seen_time:type_name -> google.protobuf.Timestamp
-	10, // 58: lockgate.v1.CoordinatorMember.state:type_name -> lockgate.v1.CoordinatorState
-	59, // [59:59] is the sub-list for method output_type
-	59, // [59:59] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	26, // 8: lockgate.v1.KafkaSourceSpec.format:type_name -> lockgate.v1.FormatSpec
+	43, // 9: lockgate.v1.KafkaSourceSpec.properties:type_name -> lockgate.v1.KafkaSourceSpec.PropertiesEntry
+	27, // 10: lockgate.v1.SourceSpec.kafka:type_name -> lockgate.v1.KafkaSourceSpec
+	26, // 11: lockgate.v1.KafkaSinkSpec.format:type_name -> lockgate.v1.FormatSpec
+	44, // 12: lockgate.v1.KafkaSinkSpec.properties:type_name -> lockgate.v1.KafkaSinkSpec.PropertiesEntry
+	10, // 13: lockgate.v1.KafkaSinkSpec.compression:type_name -> lockgate.v1.KafkaCompression
+	30, // 14: lockgate.v1.SinkSpec.kafka:type_name -> lockgate.v1.KafkaSinkSpec
+	8,  // 15: lockgate.v1.ErrorsSpec.tolerance:type_name -> lockgate.v1.ErrorTolerance
+	28, // 16: lockgate.v1.PipelineSpec.source:type_name -> lockgate.v1.SourceSpec
+	29, // 17: lockgate.v1.PipelineSpec.transform:type_name -> lockgate.v1.TransformSpec
+	31, // 18: lockgate.v1.PipelineSpec.sink:type_name -> lockgate.v1.SinkSpec
+	7,  // 19: lockgate.v1.PipelineSpec.delivery:type_name -> lockgate.v1.DeliveryGuarantee
+	32, // 20: lockgate.v1.PipelineSpec.checkpoint:type_name -> lockgate.v1.CheckpointSpec
+	33, // 21: lockgate.v1.PipelineSpec.errors:type_name -> lockgate.v1.ErrorsSpec
+	34, // 22: lockgate.v1.Pipeline.spec:type_name -> lockgate.v1.PipelineSpec
+	2,  // 23: lockgate.v1.Pipeline.target_state:type_name -> lockgate.v1.TargetState
+	45, // 24: lockgate.v1.Pipeline.create_time:type_name -> google.protobuf.Timestamp
+	45, // 25: lockgate.v1.Pipeline.update_time:type_name -> google.protobuf.Timestamp
+	19, // 26: lockgate.v1.TaskError.record:type_name -> lockgate.v1.RecordLocation
+	45, // 27: lockgate.v1.TaskError.time:type_name -> google.protobuf.Timestamp
+	13, // 28: lockgate.v1.TaskStatus.task_id:type_name -> lockgate.v1.TaskId
+	3,  // 29: lockgate.v1.TaskStatus.state:type_name -> lockgate.v1.TaskState
+	36, // 30: lockgate.v1.TaskStatus.last_error:type_name -> lockgate.v1.TaskError
+	45, // 31: lockgate.v1.TaskStatus.state_change_time:type_name -> google.protobuf.Timestamp
+	13, // 32: lockgate.v1.Task.task_id:type_name -> lockgate.v1.TaskId
+	16, // 33: lockgate.v1.Task.source_partitions:type_name -> lockgate.v1.TopicPartition
+	3,  // 34: lockgate.v1.Task.state:type_name -> lockgate.v1.TaskState
+	36, // 35: lockgate.v1.Task.last_error:type_name -> lockgate.v1.TaskError
+	45, // 36: lockgate.v1.Task.state_change_time:type_name -> google.protobuf.Timestamp
+	13, // 37: lockgate.v1.TaskCheckpoint.task_id:type_name -> lockgate.v1.TaskId
+	5,  // 38: lockgate.v1.TaskCheckpoint.state:type_name -> lockgate.v1.TaskCheckpointState
+	18, // 39: lockgate.v1.TaskCheckpoint.source_ranges:type_name -> lockgate.v1.OffsetRange
+	23, // 40: lockgate.v1.TaskCheckpoint.sink_handles:type_name -> lockgate.v1.SinkHandle
+	25, // 41: lockgate.v1.TaskCheckpoint.counts:type_name -> lockgate.v1.RecordCounts
+	45, // 42: lockgate.v1.TaskCheckpoint.precommit_time:type_name -> google.protobuf.Timestamp
+	36, // 43: lockgate.v1.TaskCheckpoint.error:type_name -> lockgate.v1.TaskError
+	4,  // 44: lockgate.v1.Checkpoint.state:type_name -> lockgate.v1.CheckpointState
+	12, // 45: lockgate.v1.Checkpoint.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	45, // 46: lockgate.v1.Checkpoint.trigger_time:type_name -> google.protobuf.Timestamp
+	45, // 47: lockgate.v1.Checkpoint.complete_time:type_name -> google.protobuf.Timestamp
+	45, // 48: lockgate.v1.Checkpoint.commit_time:type_name -> google.protobuf.Timestamp
+	45, // 49: lockgate.v1.Checkpoint.abort_time:type_name -> google.protobuf.Timestamp
+	25, // 50: lockgate.v1.Checkpoint.counts:type_name -> lockgate.v1.RecordCounts
+	39, // 51: lockgate.v1.Checkpoint.tasks:type_name -> lockgate.v1.TaskCheckpoint
+	18, // 52: lockgate.v1.Checkpoint.lost_ranges:type_name -> lockgate.v1.OffsetRange
+	45, // 53: lockgate.v1.Checkpoint.data_loss_time:type_name -> google.protobuf.Timestamp
+	6,  // 54: lockgate.v1.Executor.state:type_name -> lockgate.v1.ExecutorState
+	13, // 55: lockgate.v1.Executor.tasks:type_name -> lockgate.v1.TaskId
+	45, // 56: lockgate.v1.Executor.register_time:type_name -> google.protobuf.Timestamp
+	45, // 57: lockgate.v1.Executor.last_heartbeat_time:type_name -> google.protobuf.Timestamp
+	45, // 58: lockgate.v1.CoordinatorMember.last_seen_time:type_name -> google.protobuf.Timestamp
+	11, // 59: lockgate.v1.CoordinatorMember.state:type_name -> lockgate.v1.CoordinatorState
+	60, // [60:60] is the sub-list for method output_type
+	60, // [60:60] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_lockgate_v1_common_proto_init() }
@@ -3797,6 +3914,7 @@ func file_lockgate_v1_common_proto_init() {
 		(*TransformSpec_Sql)(nil),
 		(*TransformSpec_Python)(nil),
 	}
+	file_lockgate_v1_common_proto_msgTypes[18].OneofWrappers = []any{}
 	file_lockgate_v1_common_proto_msgTypes[19].OneofWrappers = []any{
 		(*SinkSpec_Kafka)(nil),
 	}
@@ -3805,7 +3923,7 @@ func file_lockgate_v1_common_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockgate_v1_common_proto_rawDesc), len(file_lockgate_v1_common_proto_rawDesc)),
-			NumEnums:      11,
+			NumEnums:      12,
 			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,

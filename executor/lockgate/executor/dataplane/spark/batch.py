@@ -384,6 +384,9 @@ def _write_prepared(
             .option("transaction_timeout_ms", str(options.transaction_timeout_ms))
             .option("result_path", result_path)
             .option("kafka_properties", json.dumps(dict(spec.sink.properties)))
+            .option("linger_ms", str(spec.sink.batching.linger_ms))
+            .option("batch_size", str(spec.sink.batching.batch_size))
+            .option("compression", spec.sink.batching.compression.value)
         )
         try:
             writer.save()

@@ -18,6 +18,11 @@ from lockgate.common.model.pipeline_spec import DEFAULT_TRANSACTION_TIMEOUT_MS
 from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork
 from lockgate.executor.dataplane.transform_modules import EXAMPLE_TRANSFORM_MODULES
 
+DEFAULT_DRIVER_MEMORY = "1g"
+"""The Spark driver JVM's heap (`spark.driver.memory`) unless `--spark-driver-memory` or
+`--spark-conf` says otherwise; under `local[*]` the driver runs the tasks too, so this is the
+heap of every batch (README, Executor)."""
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 

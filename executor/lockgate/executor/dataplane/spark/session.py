@@ -18,11 +18,14 @@ from pyspark.sql import SparkSession
 
 from lockgate.common.failpoints import FAILPOINT_HOLD_DIR_ENV, FAILPOINTS_ENV
 from lockgate.executor.dataplane.spark.code_shipping import ship_lockgate
+from lockgate.executor.dataplane.spark.data_plane import DEFAULT_DRIVER_MEMORY
 from lockgate.executor.dataplane.spark.kafka_sink import KafkaSink
 from lockgate.executor.dataplane.spark.kafka_source import KafkaSource
 
 _DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
+    # Before the JVM starts (PySpark passes it to spark-submit): the heap is fixed then.
+    "spark.driver.memory": DEFAULT_DRIVER_MEMORY,
     # Batches are small and mostly narrow: many shuffle partitions only cost scheduling.
     "spark.sql.shuffle.partitions": "4",
     "spark.default.parallelism": "4",
