@@ -102,6 +102,11 @@ class PrecommitResult:
     """Bytes of the keys and values read."""
     bytes_out: int = 0
     """Bytes of the keys and values written to the sink topic."""
+    #: Seconds spent in each step of the batch, in order: ``topics`` (the topics'
+    #: existence), ``plan`` (the read's and the transform's plans, Python data source
+    #: ``schema()`` included) and ``write`` (the Spark job: read and write planning, the
+    #: tasks and the writer's ``commit()``). What ``bench/checkpoint_cost.py`` breaks down.
+    phase_seconds: tuple[tuple[str, float], ...] = ()
 
 
 def _sink_column(frame: DataFrame, name: str, fmt: RecordFormat, field: str) -> Column:
@@ -439,6 +444,7 @@ def run_precommit_batch(
     started = time.monotonic()
     ranges = tuple(offset_ranges)
     _check_topics_exist(spec)
+    phases = [("topics", time.monotonic() - started)]
     if all(r.size == 0 for r in ranges):
         return PrecommitResult((), ranges, 0, 0, 0, 0, time.monotonic() - started)
 
@@ -451,6 +457,7 @@ def run_precommit_batch(
         f"pipeline {pipeline} task {task} checkpoint {checkpoint_id}",
         interruptOnCancel=True,
     )
+    planned = time.monotonic()
     source = _read_input(session, spec, ranges, options)
     try:
         transformed = apply_transform(
@@ -460,6 +467,8 @@ def run_precommit_batch(
         _check_reads_input(output, source.counted_name, spec)
         if source.dead_letters is not None:
             output = output.unionByName(source.dead_letters, allowMissingColumns=True)
+        written = time.monotonic()
+        phases.append(("plan", written - planned))
         messages = _write_prepared(
             output,
             spec,
@@ -467,6 +476,7 @@ def run_precommit_batch(
             transactional_id_prefix=transactional_id_prefix,
             options=options,
         )
+        phases.append(("write", time.monotonic() - written))
     finally:
         if source.cached is not None:
             source.cached.unpersist()
@@ -491,4 +501,5 @@ def run_precommit_batch(
         spark_job_ids=_job_ids(session, job_group),
         bytes_in=bytes_in,
         bytes_out=sum(m.bytes_written for m in messages),
+        phase_seconds=tuple(phases),
     )
