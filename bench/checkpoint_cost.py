@@ -47,6 +47,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from eos.memory import descendants
 from eos_throughput import produce_input  # bench/ is the script's own directory
 from pyspark.sql import SparkSession
 
@@ -80,27 +81,6 @@ COLUMNS = (
     "commit",
     "forks",
 )
-
-
-def descendants(pid: int) -> set[int]:
-    """The pids of every process under ``pid``, read from /proc."""
-    children: dict[int, list[int]] = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            stat = (proc / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(proc.name))
-    found: set[int] = set()
-    stack = [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.add(child)
-            stack.append(child)
-    return found
 
 
 def job_window_ms(spark: SparkSession, job_ids: Sequence[int]) -> tuple[float, float]:
