@@ -1,28 +1,43 @@
-"""Resident memory of a process tree, read from /proc."""
+"""Resident memory of a process tree, and the tree itself, read from /proc."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` and all its descendants, in MB."""
+def descendants(pid: int) -> set[int]:
+    """The pids of every process under ``pid``."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            status = (proc / "status").read_text()
+            stat = (proc / "stat").read_text()
         except OSError:
             continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        ppid = int(fields.get("PPid", "0").strip())
+        # The command name, in parentheses, may hold spaces: the fields follow its end.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
         children.setdefault(ppid, []).append(int(proc.name))
-        rss[int(proc.name)] = int(fields.get("VmRSS", "0 kB").split()[0])
-    total, stack = 0, [pid]
+    found: set[int] = set()
+    stack = [pid]
     while stack:
-        current = stack.pop()
-        total += rss.get(current, 0)
-        stack.extend(children.get(current, []))
-    return total / 1024
+        for child in children.get(stack.pop(), []):
+            found.add(child)
+            stack.append(child)
+    return found
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        status = (Path("/proc") / str(pid) / "status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and all its descendants, in MB."""
+    return sum(_rss_kb(p) for p in {pid} | descendants(pid)) / 1024

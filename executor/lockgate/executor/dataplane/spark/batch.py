@@ -77,6 +77,10 @@ class BatchOptions:
 
     # Split a range into chunks of this many offsets, only when the pipeline has no order.
     max_offsets_per_split: int = 200_000
+    #: Pack source ranges into Spark partitions of at most this many offsets when the
+    #: pipeline keeps order (`kafka_source.pack_ranges`): a small batch runs one task, one
+    #: consumer and one transaction; 0 keeps one partition per range.
+    pack_offsets_per_partition: int = 10_000
     transaction_timeout_ms: int = 600_000
     stall_timeout_s: float = 60.0
     #: Module prefixes a `transform.python` may come from (`--allow-transform-module`).
@@ -102,6 +106,11 @@ class PrecommitResult:
     """Bytes of the keys and values read."""
     bytes_out: int = 0
     """Bytes of the keys and values written to the sink topic."""
+    #: Seconds spent in each step of the batch, in order: ``topics`` (the topics'
+    #: existence), ``plan`` (the read's and the transform's plans, Python data source
+    #: ``schema()`` included) and ``write`` (the Spark job: read and write planning, the
+    #: tasks and the writer's ``commit()``). What ``bench/checkpoint_cost.py`` breaks down.
+    phase_seconds: tuple[tuple[str, float], ...] = ()
 
 
 def _sink_column(frame: DataFrame, name: str, fmt: RecordFormat, field: str) -> Column:
@@ -335,6 +344,7 @@ def _read_input(
         .option("schema_registry_url", spec.source.schema_registry_url or "")
         .option("on_bad_record", ON_BAD_RECORD_MARK if marked else ON_BAD_RECORD_FAIL)
         .option("max_offsets_per_split", str(split))
+        .option("pack_offsets", str(options.pack_offsets_per_partition))
         .option("stall_timeout_s", str(options.stall_timeout_s))
         .option("kafka_properties", json.dumps(dict(spec.source.properties)))
         .load()
@@ -415,6 +425,20 @@ def _observed(source: _Input) -> tuple[int, int | None, int]:
     return records, min(oldest_us) // 1000 if oldest_us else None, read_bytes
 
 
+def _handles(
+    messages: Sequence[KafkaSinkCommitMessage], delivery: Delivery
+) -> tuple[TransactionHandle, ...]:
+    """The write partitions' transaction handles, in partition order; ``SinkError`` if an
+    exactly-once partition wrote records without one."""
+    if delivery is Delivery.EXACTLY_ONCE and any(
+        m.handle is None and m.records_written + m.dead_lettered > 0 for m in messages
+    ):
+        raise SinkError("a write partition produced records without a transaction handle")
+    return tuple(
+        m.handle for m in sorted(messages, key=lambda m: m.write_partition) if m.handle is not None
+    )
+
+
 def run_precommit_batch(
     spark: SparkSession,
     spec: PipelineSpec,
@@ -442,6 +466,7 @@ def run_precommit_batch(
     started = time.monotonic()
     ranges = tuple(offset_ranges)
     _check_topics_exist(spec)
+    phases = [("topics", time.monotonic() - started)]
     if all(r.size == 0 for r in ranges):
         return PrecommitResult((), ranges, 0, 0, 0, 0, time.monotonic() - started)
 
@@ -454,6 +479,7 @@ def run_precommit_batch(
         f"pipeline {pipeline} task {task} checkpoint {checkpoint_id}",
         interruptOnCancel=True,
     )
+    planned = time.monotonic()
     source = _read_input(session, spec, ranges, options)
     try:
         transformed = apply_transform(
@@ -463,6 +489,8 @@ def run_precommit_batch(
         _check_reads_input(output, source.counted_name, spec)
         if source.dead_letters is not None:
             output = output.unionByName(source.dead_letters, allowMissingColumns=True)
+        written = time.monotonic()
+        phases.append(("plan", written - planned))
         messages = _write_prepared(
             output,
             spec,
@@ -470,20 +498,14 @@ def run_precommit_batch(
             transactional_id_prefix=transactional_id_prefix,
             options=options,
         )
+        phases.append(("write", time.monotonic() - written))
     finally:
         if source.cached is not None:
             source.cached.unpersist()
 
     records_in, oldest_ms, bytes_in = _observed(source)
-    handles = tuple(
-        m.handle for m in sorted(messages, key=lambda m: m.write_partition) if m.handle is not None
-    )
-    if spec.delivery is Delivery.EXACTLY_ONCE and any(
-        m.handle is None and m.records_written + m.dead_lettered > 0 for m in messages
-    ):
-        raise SinkError("a write partition produced records without a transaction handle")
     return PrecommitResult(
-        handles=handles,
+        handles=_handles(messages, spec.delivery),
         consumed_ranges=ranges,
         records_in=records_in,
         records_out=sum(m.records_written for m in messages),
@@ -494,4 +516,5 @@ def run_precommit_batch(
         spark_job_ids=_job_ids(session, job_group),
         bytes_in=bytes_in,
         bytes_out=sum(m.bytes_written for m in messages),
+        phase_seconds=tuple(phases),
     )

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
@@ -65,6 +66,8 @@ class SourceOptions:
     schema_registry_url: str
     max_offsets_per_split: int
     stall_timeout_s: float
+    #: Pack ranges into partitions of at most this many offsets (``pack_ranges``); 0: don't.
+    pack_offsets: int = 0
     #: `source.kafka.properties` as written (secrets as references), resolved by the reader.
     kafka_properties: tuple[tuple[str, str], ...] = ()
 
@@ -87,6 +90,7 @@ class SourceOptions:
             on_bad_record=on_bad,
             schema_registry_url=options.get("schema_registry_url", ""),
             max_offsets_per_split=int(options.get("max_offsets_per_split", "0")),
+            pack_offsets=int(options.get("pack_offsets", "0")),
             stall_timeout_s=float(options.get("stall_timeout_s", "60")),
             kafka_properties=tuple(
                 sorted(json.loads(options.get("kafka_properties", "{}")).items())
@@ -120,27 +124,52 @@ def source_schema(value_format: RecordFormat, key_format: RecordFormat, *, marke
 
 
 class KafkaRangePartition(InputPartition):
-    """One Spark input partition: one offset range."""
+    """One Spark input partition: one or more offset ranges, read one after the other."""
 
-    def __init__(self, offset_range: OffsetRange) -> None:
-        super().__init__(offset_range)
-        self.offset_range = offset_range
+    def __init__(self, offset_ranges: tuple[OffsetRange, ...]) -> None:
+        super().__init__(offset_ranges)
+        self.offset_ranges = offset_ranges
+
+
+def pack_ranges(ranges: Sequence[OffsetRange], max_offsets: int) -> list[tuple[OffsetRange, ...]]:
+    """Group consecutive non-empty ranges into input partitions of at most ``max_offsets``
+    offsets (a larger range stays alone): a small batch then runs one Spark task, one
+    consumer and one producer (one transaction) instead of one per source partition, each
+    of which costs connections and round trips whatever its size. Each range stays whole
+    and in order, so per-key order holds; ``max_offsets`` 0 keeps one range per partition.
+    """
+    packs: list[tuple[OffsetRange, ...]] = []
+    current: list[OffsetRange] = []
+    size = 0
+    for offset_range in ranges:
+        if offset_range.size == 0:
+            continue
+        if current and size + offset_range.size > max_offsets:
+            packs.append(tuple(current))
+            current, size = [], 0
+        current.append(offset_range)
+        size += offset_range.size
+    if current:
+        packs.append(tuple(current))
+    return packs
 
 
 class _BatchBuilder:
     """Accumulates one range's records column by column into Arrow record batches.
 
     Topic and partition are constant per range, so they are filled in at build time; the
-    per-record work is kept to appends, the hot loop of the whole source.
+    per-record work is kept to one list comprehension per column and consume call (the hot
+    loop of the whole source), with the codecs called only for formats that decode.
     """
 
     def __init__(self, options: SourceOptions, offset_range: OffsetRange) -> None:
         url = options.schema_registry_url
         self._key_codec: RecordCodec = codec_for(options.key_format, schema_registry_url=url)
         self._value_codec: RecordCodec = codec_for(options.value_format, schema_registry_url=url)
+        self._marked = options.on_bad_record == ON_BAD_RECORD_MARK
+        # Bytes keys and values are the column values as they are: no codec call per record.
         self._raw_keys = options.key_format is RecordFormat.BYTES
         self._raw_values = options.value_format is RecordFormat.BYTES
-        self._marked = options.on_bad_record == ON_BAD_RECORD_MARK
         self._topic = offset_range.topic
         self._partition = offset_range.partition
         self._schema = pa.schema(
@@ -172,16 +201,37 @@ class _BatchBuilder:
         self._keys: list[Any] = []
         self._values: list[Any] = []
         self._offsets: list[int] = []
-        self._timestamps: list[int | None] = []
+        self._timestamps_ms: list[int] = []
         self._headers: list[Any] = []
         self._raw: list[tuple[bytes | None, bytes | None, str | None]] = []
 
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def add(self, msg: Message, offset: int) -> None:
-        """Decode one message and append it; raises ``WorkerRecordError`` when not marking."""
-        raw_key, raw_value = msg.key(), msg.value()
+    def extend(self, messages: Sequence[Message], offsets: Sequence[int]) -> None:
+        """Decode and append ``messages`` (data messages, their ``offsets`` given); raises
+        ``WorkerRecordError`` on a bad record when not marking."""
+        raw_keys = [m.key() for m in messages]
+        raw_values = [m.value() for m in messages]
+        if self._raw_keys and self._raw_values:
+            self._keys += raw_keys
+            self._values += raw_values
+            if self._marked:
+                self._raw += [(k, v, None) for k, v in zip(raw_keys, raw_values, strict=True)]
+        else:
+            for raw_key, raw_value, offset in zip(raw_keys, raw_values, offsets, strict=True):
+                self._decode(raw_key, raw_value, offset)
+        self._offsets += offsets
+        self._timestamps_ms += [m.timestamp()[1] for m in messages]
+        headers: list[Any] = [m.headers() for m in messages]
+        if any(headers):
+            self._headers += [
+                [{"key": k, "value": v} for k, v in h] if h else None for h in headers
+            ]
+        else:
+            self._headers += [None] * len(messages)
+
+    def _decode(self, raw_key: bytes | None, raw_value: bytes | None, offset: int) -> None:
         key: Any = raw_key
         value: Any = raw_value
         error = None
@@ -197,24 +247,26 @@ class _BatchBuilder:
             key, value, error = None, None, str(exc)
         self._keys.append(key)
         self._values.append(value)
-        self._offsets.append(offset)
-        timestamp_ms = msg.timestamp()[1]
-        self._timestamps.append(timestamp_ms * 1000 if timestamp_ms >= 0 else None)
-        headers: list[tuple[str, bytes | None]] | None = msg.headers()  # type: ignore[assignment]
-        self._headers.append([{"key": k, "value": v} for k, v in headers] if headers else None)
         if self._marked:
             self._raw.append((raw_key, raw_value, error))
 
     def build(self) -> pa.RecordBatch:
         """Return the accumulated rows as one batch and start a new one."""
         rows = len(self._offsets)
+        # librdkafka gives -1 for a record without a timestamp: a null.
+        timestamps_ms = pa.array(self._timestamps_ms, type=pa.int64())
+        timestamps = pc.if_else(
+            pc.less(timestamps_ms, 0),
+            pa.scalar(None, type=pa.int64()),
+            pc.multiply(timestamps_ms, 1000),
+        ).cast(pa.timestamp("us", tz="UTC"))
         arrays = [
             pa.array(self._keys, type=self._schema.field("key").type),
             pa.array(self._values, type=self._schema.field("value").type),
-            pa.array([self._topic] * rows, type=pa.string()),
-            pa.array([self._partition] * rows, type=pa.int32()),
+            pa.repeat(pa.scalar(self._topic, type=pa.string()), rows),
+            pa.repeat(pa.scalar(self._partition, type=pa.int32()), rows),
             pa.array(self._offsets, type=pa.int64()),
-            pa.array(self._timestamps, type=pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            timestamps,
             pa.array(self._headers, type=_HEADER_TYPE),
         ]
         if self._marked:
@@ -228,6 +280,33 @@ class _BatchBuilder:
             ]
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
+
+def _in_range(
+    messages: list[Message], position: int, end_offset: int, where: str
+) -> tuple[list[Message], list[int], int]:
+    """The data messages of one consume call below ``end_offset``, their offsets, and the
+    position after them. A partition-EOF event moves the position (its offset is the last
+    stable offset under read_committed); any other error is a ``SourceError``."""
+    offsets = [m.offset() or 0 for m in messages]
+    if all(m.error() is None for m in messages) and (not offsets or offsets[-1] < end_offset):
+        # The common case, in one comprehension per column: every message is data.
+        return messages, offsets, offsets[-1] + 1 if offsets else position
+    data: list[Message] = []
+    data_offsets: list[int] = []
+    for msg, offset in zip(messages, offsets, strict=True):
+        error = msg.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                position = max(position, offset)
+                continue
+            raise SourceError(f"reading {where} at offset {position}: {error.str()}")
+        if offset >= end_offset:
+            return data, data_offsets, offset
+        data.append(msg)
+        data_offsets.append(offset)
+        position = offset + 1
+    return data, data_offsets, position
 
 
 def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -267,6 +346,7 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
         ) from None
     tp = TopicPartition(offset_range.topic, offset_range.partition, offset_range.start_offset)
     builder = _BatchBuilder(options, offset_range)
+    where = f"{offset_range.topic}[{offset_range.partition}]"
     position = offset_range.start_offset
     last_progress = time.monotonic()
     try:
@@ -274,22 +354,9 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
         while position < offset_range.end_offset:
             messages = consumer.consume(num_messages=_ROWS_PER_ARROW_BATCH, timeout=0.5)
             before = position
-            for msg in messages:
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        position = max(position, msg.offset() or 0)
-                        continue
-                    raise SourceError(
-                        f"reading {offset_range.topic}[{offset_range.partition}] at offset"
-                        f" {position}: {error.str()}"
-                    )
-                offset = msg.offset() or 0
-                if offset >= offset_range.end_offset:
-                    position = offset
-                    break
-                builder.add(msg, offset)
-                position = offset + 1
+            data, offsets, position = _in_range(messages, position, offset_range.end_offset, where)
+            if data:
+                builder.extend(data, offsets)
             if not messages:
                 # Skipped control records and aborted data move the position only.
                 current = consumer.position([tp])[0].offset
@@ -318,24 +385,27 @@ class KafkaSourceReader(DataSourceReader):
         self._options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        """One input partition per non-empty range (chunks if splitting is allowed)."""
-        parts: list[InputPartition] = []
-        for offset_range in self._options.ranges:
-            if offset_range.size == 0:
-                continue
-            chunks = (
-                split_range(offset_range, self._options.max_offsets_per_split)
-                if self._options.max_offsets_per_split > 0
-                else [offset_range]
-            )
-            parts.extend(KafkaRangePartition(chunk) for chunk in chunks)
-        return parts
+        """One input partition per non-empty range, chunks of a range if splitting is
+        allowed, or small ranges packed together (``pack_ranges``) otherwise."""
+        split = self._options.max_offsets_per_split
+        if split > 0:
+            return [
+                KafkaRangePartition((chunk,))
+                for offset_range in self._options.ranges
+                if offset_range.size > 0
+                for chunk in split_range(offset_range, split)
+            ]
+        return [
+            KafkaRangePartition(pack)
+            for pack in pack_ranges(self._options.ranges, self._options.pack_offsets)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Read one range as Arrow record batches."""
+        """Read a partition's ranges, in order, as Arrow record batches."""
         # With no range at all Spark still runs one task with a placeholder partition.
         if isinstance(partition, KafkaRangePartition):
-            yield from read_range(self._options, partition.offset_range)
+            for offset_range in partition.offset_ranges:
+                yield from read_range(self._options, offset_range)
 
 
 class KafkaSource(DataSource):

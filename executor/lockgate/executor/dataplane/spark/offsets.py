@@ -51,13 +51,20 @@ def topic_partitions(
     ``properties``: the side's Kafka client properties (as written; resolved here)."""
     consumer = _consumer(bootstrap_servers, properties or {})
     try:
+        return _partitions_of(consumer, bootstrap_servers, topic, timeout_s)
+    finally:
+        consumer.close()
+
+
+def _partitions_of(
+    consumer: Consumer, bootstrap_servers: str, topic: str, timeout_s: float
+) -> list[int]:
+    try:
         metadata = consumer.list_topics(topic, timeout=timeout_s)
     except KafkaException as exc:
         raise SourceError(
             f"cannot read metadata of topic {topic!r} from {bootstrap_servers}: {exc}"
         ) from exc
-    finally:
-        consumer.close()
     topic_metadata = metadata.topics.get(topic)
     if topic_metadata is None or topic_metadata.error is not None or not topic_metadata.partitions:
         raise SourceError(
@@ -112,12 +119,8 @@ def snapshot_offset_ranges(
     ranges: list[OffsetRange] = []
     try:
         for topic in topics:
-            for partition in topic_partitions(
-                bootstrap_servers=bootstrap_servers,
-                topic=topic,
-                timeout_s=timeout_s,
-                properties=properties,
-            ):
+            # One consumer for the metadata and the offsets: each new one costs a connection.
+            for partition in _partitions_of(consumer, bootstrap_servers, topic, timeout_s):
                 try:
                     low, stable = consumer.get_watermark_offsets(
                         TopicPartition(topic, partition), timeout=timeout_s, cached=False

@@ -1,0 +1,164 @@
+"""The Kafka source's per-record path, on messages as confluent-kafka hands them over."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from lockgate.common.model.offsets import OffsetRange
+from lockgate.executor.dataplane.spark import kafka_source
+from lockgate.executor.dataplane.spark.kafka_source import (
+    ERROR_COLUMN,
+    ON_BAD_RECORD_MARK,
+    RAW_VALUE_COLUMN,
+    SourceOptions,
+    _BatchBuilder,
+    _in_range,
+    pack_ranges,
+    ranges_to_option,
+)
+from lockgate.executor.errors import SourceError, WorkerRecordError
+
+RANGE = OffsetRange("in", 3, 10, 20)
+
+
+@dataclass
+class FakeMessage:
+    """What the source reads of a ``confluent_kafka.Message``."""
+
+    offset_: int | None
+    value_: bytes | None = b"v"
+    key_: bytes | None = None
+    timestamp_ms: int = 1_000
+    headers_: list[tuple[str, bytes | None]] | None = None
+    error_: KafkaError | None = None
+
+    def offset(self) -> int | None:
+        return self.offset_
+
+    def key(self) -> bytes | None:
+        return self.key_
+
+    def value(self) -> bytes | None:
+        return self.value_
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self.timestamp_ms)
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        return self.headers_
+
+    def error(self) -> KafkaError | None:
+        return self.error_
+
+
+def _options(**extra: str) -> SourceOptions:
+    return SourceOptions.parse(
+        {"bootstrap_servers": "k:9092", "offset_ranges": ranges_to_option([RANGE]), **extra}
+    )
+
+
+def _rows(builder: _BatchBuilder, messages: list[Any]) -> list[dict[str, Any]]:
+    builder.extend(messages, [m.offset() for m in messages])
+    rows: list[dict[str, Any]] = builder.build().to_pylist()
+    return rows
+
+
+def test_rows_keep_headers_only_where_a_record_has_them_and_null_missing_timestamps() -> None:
+    rows = _rows(
+        _BatchBuilder(_options(), RANGE),
+        [
+            FakeMessage(10, key_=b"k", headers_=[("h", b"1"), ("n", None)]),
+            FakeMessage(11, timestamp_ms=-1),
+        ],
+    )
+    assert [(r["key"], r["value"], r["offset"]) for r in rows] == [
+        (b"k", b"v", 10),
+        (None, b"v", 11),
+    ]
+    assert [(r["topic"], r["partition"]) for r in rows] == [("in", 3), ("in", 3)]
+    assert rows[0]["headers"] == [{"key": "h", "value": b"1"}, {"key": "n", "value": None}]
+    assert rows[1]["headers"] is None
+    assert rows[0]["timestamp"].timestamp() == 1.0
+    assert rows[1]["timestamp"] is None
+
+
+def test_rows_without_any_header_have_null_headers() -> None:
+    rows = _rows(_BatchBuilder(_options(), RANGE), [FakeMessage(10), FakeMessage(11)])
+    assert [r["headers"] for r in rows] == [None, None]
+
+
+def test_a_bad_record_fails_naming_its_offset_or_is_marked() -> None:
+    bad = [FakeMessage(10, value_=b"ok"), FakeMessage(11, value_=b"\xff")]
+    with pytest.raises(WorkerRecordError, match=r"bad record at in\[3\]@11"):
+        _rows(_BatchBuilder(_options(value_format="string"), RANGE), bad)
+    rows = _rows(
+        _BatchBuilder(_options(value_format="string", on_bad_record=ON_BAD_RECORD_MARK), RANGE),
+        bad,
+    )
+    assert [(r["value"], r[ERROR_COLUMN] is None) for r in rows] == [("ok", True), (None, False)]
+    assert rows[1][RAW_VALUE_COLUMN] == b"\xff"
+
+
+def _eof(offset: int) -> FakeMessage:
+    return FakeMessage(offset, error_=KafkaError(KafkaError._PARTITION_EOF))
+
+
+def test_in_range_takes_every_data_message_below_the_end() -> None:
+    messages: list[Any] = [FakeMessage(12), FakeMessage(13)]
+    data, offsets, position = _in_range(messages, 12, 20, "in[3]")
+    assert (len(data), offsets, position) == (2, [12, 13], 14)
+
+
+def test_in_range_stops_at_the_end_and_counts_partition_eof_as_progress() -> None:
+    messages: list[Any] = [FakeMessage(18), FakeMessage(19), FakeMessage(20), FakeMessage(21)]
+    _, offsets, position = _in_range(messages, 18, 20, "in[3]")
+    assert (offsets, position) == ([18, 19], 20)
+    # Control records before the EOF were never delivered: the EOF's offset is the position.
+    _, offsets, position = _in_range([FakeMessage(14), _eof(17)], 14, 20, "in[3]")
+    assert (offsets, position) == ([14], 17)
+    assert _in_range([], 15, 20, "in[3]") == ([], [], 15)
+
+
+def test_in_range_fails_on_another_error_naming_the_partition() -> None:
+    failed = FakeMessage(None, error_=KafkaError(KafkaError._TRANSPORT))
+    with pytest.raises(SourceError, match=r"reading in\[3\] at offset 15"):
+        _in_range([FakeMessage(14), failed], 14, 20, "in[3]")
+
+
+def test_small_ranges_are_packed_whole_and_in_order_and_large_ones_stay_alone() -> None:
+    a, b, c, d = (OffsetRange("t", p, 0, n) for p, n in enumerate((3, 4, 20, 2)))
+    empty = OffsetRange("t", 9, 5, 5)
+    assert pack_ranges([a, empty, b, c, d], 10) == [(a, b), (c,), (d,)]
+    assert pack_ranges([a, b, c, d], 0) == [(a,), (b,), (c,), (d,)]
+    assert pack_ranges([empty], 10) == []
+
+
+def test_a_packed_partition_reads_its_ranges_one_after_the_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read: list[OffsetRange] = []
+
+    def read_range(_options: SourceOptions, offset_range: OffsetRange) -> Iterator[Any]:
+        read.append(offset_range)
+        yield from ()
+
+    monkeypatch.setattr(kafka_source, "read_range", read_range)
+    ranges = [OffsetRange("in", p, 0, 5) for p in range(3)]
+    options = SourceOptions.parse(
+        {
+            "bootstrap_servers": "k:9092",
+            "offset_ranges": ranges_to_option(ranges),
+            "pack_offsets": "10",
+        }
+    )
+    reader = kafka_source.KafkaSourceReader(options)
+    partitions = reader.partitions()
+    assert len(partitions) == 2
+    for partition in partitions:
+        list(reader.read(partition))
+    assert read == ranges
