@@ -292,32 +292,17 @@ class CheckpointStore:
 
     def abort_timed_out(self, *, fence: Fence) -> list[tuple[PipelineId, CheckpointId]]:
         """Abort every TRIGGERED checkpoint older than its pipeline's `checkpoint.timeout_ms`
-        (database clock), with the later ones it takes along. Leader-only."""
+        (database clock), with the later ones it takes along. Leader-only.
+
+        Looks in a read first: the work loop asks on every pass, and a write transaction
+        each time (the replica's write turn, SQLite's write lock) held up the pre-commit
+        reports for nothing. Re-checked inside the fenced transaction."""
+        with self._db.read() as conn:
+            if not _timed_out(conn):
+                return []
         aborted: list[tuple[PipelineId, CheckpointId]] = []
         with self._db.transaction(fence=fence) as conn:
-            rows = conn.execute(
-                sa.select(
-                    checkpoints.c.pipeline_id,
-                    checkpoints.c.checkpoint_id,
-                    checkpoints.c.triggered_at_ms,
-                    pipelines.c.spec_json,
-                )
-                .join(pipelines, pipelines.c.pipeline_id == checkpoints.c.pipeline_id)
-                .where(checkpoints.c.state == CheckpointState.TRIGGERED.value)
-            ).all()
-            triggered = [
-                TriggeredCheckpoint(
-                    pipeline_id=PipelineId(r.pipeline_id),
-                    checkpoint_id=CheckpointId(int(r.checkpoint_id)),
-                    triggered_at_ms=int(r.triggered_at_ms),
-                    timeout_ms=int(json.loads(r.spec_json)["checkpoint"]["timeout_ms"]),
-                )
-                for r in rows
-            ]
-            if not triggered:
-                return aborted
-            now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
-            for late in first_timed_out(triggered, now_ms=now):
+            for late in _timed_out(conn):
                 read_pipeline(conn, late.pipeline_id, for_update=True)
                 reason = timeout_reason(
                     read_checkpoint(conn, late.pipeline_id, late.checkpoint_id),
@@ -488,6 +473,33 @@ class CheckpointStore:
 
 
 # ---------------------------------------------------------------------- snapshot reads
+
+
+def _timed_out(conn: Connection) -> list[TriggeredCheckpoint]:
+    """The earliest timed-out TRIGGERED checkpoint of each pipeline (`first_timed_out`)."""
+    rows = conn.execute(
+        sa.select(
+            checkpoints.c.pipeline_id,
+            checkpoints.c.checkpoint_id,
+            checkpoints.c.triggered_at_ms,
+            pipelines.c.spec_json,
+        )
+        .join(pipelines, pipelines.c.pipeline_id == checkpoints.c.pipeline_id)
+        .where(checkpoints.c.state == CheckpointState.TRIGGERED.value)
+    ).all()
+    if not rows:
+        return []
+    triggered = [
+        TriggeredCheckpoint(
+            pipeline_id=PipelineId(r.pipeline_id),
+            checkpoint_id=CheckpointId(int(r.checkpoint_id)),
+            triggered_at_ms=int(r.triggered_at_ms),
+            timeout_ms=int(json.loads(r.spec_json)["checkpoint"]["timeout_ms"]),
+        )
+        for r in rows
+    ]
+    now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
+    return first_timed_out(triggered, now_ms=now)
 
 
 def _slot_use(
