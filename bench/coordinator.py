@@ -754,8 +754,9 @@ def print_round_trip(result: RoundTripResult) -> None:
     )
     print(
         "          trigger -> COMPLETE (trigger RPCs, executors' empty pre-commits, "
-        f"{result.tasks} ReportPrecommit writes) p50 {percentile(result.precommit_ms, 0.5):.0f} "
-        f"ms  p99 {percentile(result.precommit_ms, 0.99):.0f} ms"
+        f"{result.tasks} task reports in ReportPrecommits batches) "
+        f"p50 {percentile(result.precommit_ms, 0.5):.0f} ms  "
+        f"p99 {percentile(result.precommit_ms, 0.99):.0f} ms"
     )
     print(
         "          COMPLETE -> COMMITTED (commit RPCs, mark COMMITTED)"
@@ -780,7 +781,8 @@ def print_round_trip(result: RoundTripResult) -> None:
     per_report = percentile(result.precommit_ms, 0.5) / result.tasks
     print(
         f"          = {per_report:.1f} ms per task report at p50 (the {result.tasks} reports "
-        "arrive as separate RPCs; those that overlap share one write transaction)"
+        "go in one ReportPrecommits call per executor for those ready together, each call one "
+        "write transaction)"
     )
     if result.leader_refusals:
         print(

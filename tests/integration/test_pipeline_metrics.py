@@ -161,7 +161,7 @@ def test_metrics_of_a_pipeline_with_a_forced_abort(
             series_value(
                 leader,
                 "rpc_server_duration_seconds_count",
-                rpc_method="ReportPrecommit",
+                rpc_method="ReportPrecommits",
                 rpc_grpc_status_code="0",
             )
             or 0

@@ -69,6 +69,7 @@ _ROWS: dict[str, MethodAccess] = {
     _COORDINATOR + "Heartbeat": _EXECUTOR_OWN,
     _COORDINATOR + "DeregisterExecutor": _EXECUTOR_OWN,
     _COORDINATOR + "ReportPrecommit": _EXECUTOR_OWN,
+    _COORDINATOR + "ReportPrecommits": _EXECUTOR_OWN,
     _COORDINATOR + "ReportTaskFailure": _EXECUTOR_OWN,
     _COORDINATOR + "ReportCheckpointFailure": _EXECUTOR_OWN,
     # pipeline lifecycle and offsets

@@ -9,7 +9,8 @@ plain values (:mod:`lockgate.executor.runtime.values`,
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from google.protobuf import timestamp_pb2
@@ -248,6 +249,23 @@ def precommit_answer_from_proto(
 ) -> PrecommitAnswer:
     """A ``ReportPrecommitResponse`` as a :class:`PrecommitAnswer`."""
     name = common_pb2.CheckpointState.Name(response.checkpoint_state)
+    return PrecommitAnswer(checkpoint_state=name.removeprefix("CHECKPOINT_STATE_"))
+
+
+def precommit_batch_to_proto(
+    reports: Sequence[PrecommitReport],
+) -> coordinator_pb2.ReportPrecommitsRequest:
+    """The ``ReportPrecommitsRequest`` of this executor's :class:`PrecommitReport` s."""
+    return coordinator_pb2.ReportPrecommitsRequest(
+        request_id=str(uuid.uuid4()),
+        executor_id=reports[0].stamp.executor_id if reports else "",
+        reports=[precommit_report_to_proto(r) for r in reports],
+    )
+
+
+def precommit_result_from_proto(result: coordinator_pb2.ReportPrecommitResult) -> PrecommitAnswer:
+    """An accepted report's ``ReportPrecommitResult`` as a :class:`PrecommitAnswer`."""
+    name = common_pb2.CheckpointState.Name(result.checkpoint_state)
     return PrecommitAnswer(checkpoint_state=name.removeprefix("CHECKPOINT_STATE_"))
 
 

@@ -9,6 +9,7 @@ classified by what the runtime does about it.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
@@ -32,6 +33,7 @@ from lockgate.executor.runtime.values import (
 from lockgate.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 _T = TypeVar("_T")
+_LOG = logging.getLogger(__name__)
 
 _FAILURES: Mapping[grpc.StatusCode, CallFailure] = {
     grpc.StatusCode.UNAVAILABLE: CallFailure.UNREACHABLE,
@@ -54,6 +56,24 @@ def _call(call: Callable[[], _T]) -> _T:
             code=details.code.name,
             message=details.message,
         ) from exc
+
+
+def _precommit_result(
+    result: coordinator_pb2.ReportPrecommitResult,
+) -> PrecommitAnswer | CoordinatorCallError:
+    """One report's answer of a ReportPrecommits call, a refusal as the error
+    ReportPrecommit would have raised."""
+    if not result.HasField("refusal"):
+        return convert.precommit_result_from_proto(result)
+    code = _STATUS_CODES.get(result.refusal.code, grpc.StatusCode.UNKNOWN)
+    return CoordinatorCallError(
+        failure=_FAILURES.get(code, CallFailure.REFUSED),
+        code=code.name,
+        message=result.refusal.message,
+    )
+
+
+_STATUS_CODES: Mapping[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.StatusCode}
 
 
 class GrpcCoordinatorClient:
@@ -119,6 +139,42 @@ class GrpcCoordinatorClient:
             lambda: self._stub.ReportPrecommit(request, timeout=timeout_s)
         )
         return convert.precommit_answer_from_proto(response)
+
+    def report_precommits(
+        self, reports: Sequence[PrecommitReport], *, timeout_s: float
+    ) -> list[PrecommitAnswer | CoordinatorCallError]:
+        """ReportPrecommits: several tasks' pre-commits in one call, answered per report.
+        A coordinator without it (UNIMPLEMENTED: an older version during a rolling
+        upgrade) gets one ReportPrecommit per report instead."""
+        request = convert.precommit_batch_to_proto(reports)
+        try:
+            response: coordinator_pb2.ReportPrecommitsResponse = _call(
+                lambda: self._stub.ReportPrecommits(request, timeout=timeout_s)
+            )
+        except CoordinatorCallError as exc:
+            if exc.code != grpc.StatusCode.UNIMPLEMENTED.name:
+                raise
+            _LOG.warning(
+                "the coordinator has no ReportPrecommits (an older version): sending %d"
+                " ReportPrecommit calls instead",
+                len(reports),
+            )
+            return [self._report_one(r, timeout_s=timeout_s) for r in reports]
+        if len(response.results) != len(reports):
+            raise CoordinatorCallError(
+                failure=CallFailure.UNREACHABLE,
+                code=grpc.StatusCode.INTERNAL.name,
+                message=f"{len(response.results)} answers to {len(reports)} reports",
+            )
+        return [_precommit_result(r) for r in response.results]
+
+    def _report_one(
+        self, report: PrecommitReport, *, timeout_s: float
+    ) -> PrecommitAnswer | CoordinatorCallError:
+        try:
+            return self.report_precommit(report, timeout_s=timeout_s)
+        except CoordinatorCallError as exc:
+            return exc
 
     def report_checkpoint_failure(
         self, report: CheckpointFailureReport, *, timeout_s: float

@@ -184,3 +184,74 @@ def test_each_forged_report_is_refused_and_the_genuine_one_commits(
     assert sorted(o.offset for o in offsets.offsets) == sorted(
         r.end_offset for r in report.source_ranges
     )
+
+
+def test_a_batch_answers_each_report_and_a_retried_batch_is_harmless(
+    triggered: tuple[
+        coordinator_pb2_grpc.CoordinatorServiceStub,
+        str,
+        ScriptedExecutor,
+        executor_pb2.TriggerCheckpointRequest,
+    ],
+) -> None:
+    """ReportPrecommits: the forged report of a batch is refused alone (INVALID_ARGUMENT
+    naming its field), the genuine one completes N; the same batch again changes nothing:
+    only the genuine report's handle is committed."""
+    stub, name, peer, trigger = triggered
+    report = genuine(trigger, peer, partitions=2)
+    forged = coordinator_pb2.ReportPrecommitRequest()
+    forged.CopyFrom(report)
+    forged.sink_handles[0].kafka.transactional_id = "lockgate-another-pipeline-0-g1-0"
+    batch = coordinator_pb2.ReportPrecommitsRequest(
+        executor_id=peer.executor_id, reports=[forged, report]
+    )
+
+    done = (common_pb2.CHECKPOINT_STATE_COMPLETE, common_pb2.CHECKPOINT_STATE_COMMITTED)
+    refusal, accepted = stub.ReportPrecommits(batch, timeout=10).results
+    assert refusal.refusal.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert refusal.refusal.reason == "PRECOMMIT_MISMATCH"
+    assert [v.field for v in refusal.refusal.field_violations] == [
+        "sink_handles[0].kafka.transactional_id"
+    ]
+    assert not accepted.HasField("refusal")
+    assert accepted.checkpoint_state in done
+
+    # Retried: the task's pre-commit of N is in, so both reports now read as its repeats
+    # (as with ReportPrecommit): answered with N's state, nothing of either stored again.
+    retried = stub.ReportPrecommits(batch, timeout=10).results
+    assert [r.HasField("refusal") for r in retried] == [False, False]
+    assert all(r.checkpoint_state in done for r in retried)
+
+    wait_for(
+        f"checkpoint {trigger.checkpoint_id} COMMITTED",
+        lambda: (
+            (found := checkpoints(stub, name).get(trigger.checkpoint_id))
+            and found.state == common_pb2.CHECKPOINT_STATE_COMMITTED
+        ),
+        timeout_s=30,
+    )
+    with peer.lock:
+        acked = [c for c in peer.log.acked_commits if c.checkpoint_id == trigger.checkpoint_id]
+    assert [h.kafka.transactional_id for c in acked for h in c.handles] == [
+        report.sink_handles[0].kafka.transactional_id
+    ]
+
+
+def test_a_batch_with_another_executors_report_is_refused_naming_the_report(
+    triggered: tuple[
+        coordinator_pb2_grpc.CoordinatorServiceStub,
+        str,
+        ScriptedExecutor,
+        executor_pb2.TriggerCheckpointRequest,
+    ],
+) -> None:
+    stub, _name, peer, trigger = triggered
+    report = genuine(trigger, peer, partitions=2)
+    batch = coordinator_pb2.ReportPrecommitsRequest(executor_id="e2", reports=[report])
+    err = rpc_error(lambda: stub.ReportPrecommits(batch, timeout=10))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert [v.field for v in error_details(err).field_violations] == ["reports[0].executor_id"]
+    empty = coordinator_pb2.ReportPrecommitsRequest(executor_id=peer.executor_id)
+    err = rpc_error(lambda: stub.ReportPrecommits(empty, timeout=10))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+    assert [v.field for v in error_details(err).field_violations] == ["reports"]

@@ -107,6 +107,20 @@ class ScriptedCoordinator(coordinator_pb2_grpc.CoordinatorServiceServicer):
             checkpoint_state=common_pb2.CHECKPOINT_STATE_TRIGGERED
         )
 
+    def ReportPrecommits(
+        self, request: coordinator_pb2.ReportPrecommitsRequest, context: grpc.ServicerContext
+    ) -> coordinator_pb2.ReportPrecommitsResponse:
+        with self.lock:
+            self.precommits.extend(request.reports)
+        return coordinator_pb2.ReportPrecommitsResponse(
+            results=[
+                coordinator_pb2.ReportPrecommitResult(
+                    checkpoint_state=common_pb2.CHECKPOINT_STATE_TRIGGERED
+                )
+                for _ in request.reports
+            ]
+        )
+
     def ReportTaskFailure(
         self, request: coordinator_pb2.ReportTaskFailureRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.ReportTaskFailureResponse:

@@ -119,6 +119,15 @@ class FakeCoordinator:
             checkpoint_state=common_pb2.CHECKPOINT_STATE_TRIGGERED
         )
 
+    def ReportPrecommits(self, request: Any, timeout: float) -> Any:
+        results = [self.ReportPrecommit(report, timeout) for report in request.reports]
+        return coordinator_pb2.ReportPrecommitsResponse(
+            results=[
+                coordinator_pb2.ReportPrecommitResult(checkpoint_state=r.checkpoint_state)
+                for r in results
+            ]
+        )
+
     def ReportCheckpointFailure(self, request: Any, timeout: float) -> Any:
         return coordinator_pb2.ReportCheckpointFailureResponse()
 

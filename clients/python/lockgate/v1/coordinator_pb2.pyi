@@ -1638,6 +1638,140 @@ class ReportPrecommitResponse(_message.Message):
 Global___ReportPrecommitResponse: _TypeAlias = ReportPrecommitResponse  # noqa: Y015
 
 @_typing.final
+class ReportPrecommitsRequest(_message.Message):
+    """ReportPrecommitsRequest is the pre-commits of several tasks of one executor (step 2)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    EXECUTOR_ID_FIELD_NUMBER: _builtins.int
+    REPORTS_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """Client-chosen id (UUID) of the call; as for ReportPrecommit, a repeat is recognised
+    by each report's checkpoint, task and generation, so the leader records no answer.
+    """
+    executor_id: _builtins.str
+    """Executor that ran the tasks; every report's executor_id must be this one."""
+    @_builtins.property
+    def reports(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReportPrecommitRequest]:
+        """The reports, each as ReportPrecommit carries it (their own request_id is not used)."""
+
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        executor_id: _builtins.str = ...,
+        reports: _abc.Iterable[Global___ReportPrecommitRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor_id", b"executor_id", "reports", b"reports", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportPrecommitsRequest: _TypeAlias = ReportPrecommitsRequest  # noqa: Y015
+
+@_typing.final
+class ReportPrecommitsResponse(_message.Message):
+    """ReportPrecommitsResponse answers each report, in the order of the request."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReportPrecommitResult]:
+        """One result per report."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___ReportPrecommitResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportPrecommitsResponse: _TypeAlias = ReportPrecommitsResponse  # noqa: Y015
+
+@_typing.final
+class ReportPrecommitResult(_message.Message):
+    """ReportPrecommitResult is what became of one report of a ReportPrecommits call."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_STATE_FIELD_NUMBER: _builtins.int
+    REFUSAL_FIELD_NUMBER: _builtins.int
+    checkpoint_state: _common_pb2.CheckpointState.ValueType
+    """State of N after this report, as ReportPrecommitResponse.checkpoint_state;
+    CHECKPOINT_STATE_UNSPECIFIED when the report was refused.
+    """
+    @_builtins.property
+    def refusal(self) -> Global___ReportRefusal:
+        """Why the report was refused, as ReportPrecommit would have failed; unset when accepted."""
+
+    def __init__(
+        self,
+        *,
+        checkpoint_state: _common_pb2.CheckpointState.ValueType = ...,
+        refusal: Global___ReportRefusal | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["refusal", b"refusal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_state", b"checkpoint_state", "refusal", b"refusal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportPrecommitResult: _TypeAlias = ReportPrecommitResult  # noqa: Y015
+
+@_typing.final
+class ReportRefusal(_message.Message):
+    """ReportRefusal is the error one report of a batch got: nothing of it was recorded."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    FENCING_FAILURE_FIELD_NUMBER: _builtins.int
+    FIELD_VIOLATIONS_FIELD_NUMBER: _builtins.int
+    code: _builtins.int
+    """gRPC status code number (google.rpc.Code): 9 FAILED_PRECONDITION (stale token or N
+    no longer TRIGGERED: abort the handles), 5 NOT_FOUND, 3 INVALID_ARGUMENT.
+    """
+    message: _builtins.str
+    """What was wrong and how to fix it."""
+    reason: _builtins.str
+    """Machine-readable reason (google.rpc.ErrorInfo.reason), e.g. STALE_FENCING_TOKEN,
+    PRECOMMIT_MISMATCH, CHECKPOINT_NOT_TRIGGERED.
+    """
+    @_builtins.property
+    def fencing_failure(self) -> _common_pb2.FencingFailure:
+        """The stale fencing token, when reason is STALE_FENCING_TOKEN."""
+
+    @_builtins.property
+    def field_violations(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.FieldViolation]:
+        """The fields of the report that did not match its trigger (INVALID_ARGUMENT)."""
+
+    def __init__(
+        self,
+        *,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        fencing_failure: _common_pb2.FencingFailure | None = ...,
+        field_violations: _abc.Iterable[_common_pb2.FieldViolation] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fencing_failure", b"fencing_failure"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "fencing_failure", b"fencing_failure", "field_violations", b"field_violations", "message", b"message", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportRefusal: _TypeAlias = ReportRefusal  # noqa: Y015
+
+@_typing.final
 class ReportTaskFailureRequest(_message.Message):
     """ReportTaskFailureRequest says a task failed and stopped."""
 

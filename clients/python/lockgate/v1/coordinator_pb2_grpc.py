@@ -187,6 +187,11 @@ class CoordinatorServiceStub:
                 request_serializer=lockgate_dot_v1_dot_coordinator__pb2.ReportPrecommitRequest.SerializeToString,
                 response_deserializer=lockgate_dot_v1_dot_coordinator__pb2.ReportPrecommitResponse.FromString,
                 _registered_method=True)
+        self.ReportPrecommits = channel.unary_unary(
+                '/lockgate.v1.CoordinatorService/ReportPrecommits',
+                request_serializer=lockgate_dot_v1_dot_coordinator__pb2.ReportPrecommitsRequest.SerializeToString,
+                response_deserializer=lockgate_dot_v1_dot_coordinator__pb2.ReportPrecommitsResponse.FromString,
+                _registered_method=True)
         self.ReportTaskFailure = channel.unary_unary(
                 '/lockgate.v1.CoordinatorService/ReportTaskFailure',
                 request_serializer=lockgate_dot_v1_dot_coordinator__pb2.ReportTaskFailureRequest.SerializeToString,
@@ -461,6 +466,18 @@ class CoordinatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportPrecommits(self, request, context):
+        """ReportPrecommits is ReportPrecommit for many tasks of one executor in one call: the
+        leader checks each report by ReportPrecommit's rules, records the accepted ones in one
+        transaction, and answers each report in request order (its checkpoint's state, or
+        why it was refused); a repeat of the same batch succeeds. Leader only. Errors, for the
+        whole call: INVALID_ARGUMENT (no report, or a report of another executor than
+        executor_id), UNAVAILABLE (not the leader, or the write failed: nothing was recorded).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReportTaskFailure(self, request, context):
         """ReportTaskFailure marks a task FAILED with its error (e.g. a bad record under
         errors.tolerance NONE); it stays failed until restarted. Leader only. Errors:
@@ -591,6 +608,11 @@ def add_CoordinatorServiceServicer_to_server(servicer, server):
                     servicer.ReportPrecommit,
                     request_deserializer=lockgate_dot_v1_dot_coordinator__pb2.ReportPrecommitRequest.FromString,
                     response_serializer=lockgate_dot_v1_dot_coordinator__pb2.ReportPrecommitResponse.SerializeToString,
+            ),
+            'ReportPrecommits': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportPrecommits,
+                    request_deserializer=lockgate_dot_v1_dot_coordinator__pb2.ReportPrecommitsRequest.FromString,
+                    response_serializer=lockgate_dot_v1_dot_coordinator__pb2.ReportPrecommitsResponse.SerializeToString,
             ),
             'ReportTaskFailure': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportTaskFailure,
@@ -1240,6 +1262,33 @@ class CoordinatorService:
             '/lockgate.v1.CoordinatorService/ReportPrecommit',
             lockgate_dot_v1_dot_coordinator__pb2.ReportPrecommitRequest.SerializeToString,
             lockgate_dot_v1_dot_coordinator__pb2.ReportPrecommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportPrecommits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lockgate.v1.CoordinatorService/ReportPrecommits',
+            lockgate_dot_v1_dot_coordinator__pb2.ReportPrecommitsRequest.SerializeToString,
+            lockgate_dot_v1_dot_coordinator__pb2.ReportPrecommitsResponse.FromString,
             options,
             channel_credentials,
             insecure,

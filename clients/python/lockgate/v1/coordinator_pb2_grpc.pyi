@@ -210,6 +210,14 @@ class CoordinatorServiceStub:
     task's, or not starting where N-1 ended; a handle on another transactional id than
     the task's or another cluster than the sink's), UNAVAILABLE.
     """
+    ReportPrecommits: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ReportPrecommitsRequest, _coordinator_pb2.ReportPrecommitsResponse]
+    """ReportPrecommits is ReportPrecommit for many tasks of one executor in one call: the
+    leader checks each report by ReportPrecommit's rules, records the accepted ones in one
+    transaction, and answers each report in request order (its checkpoint's state, or
+    why it was refused); a repeat of the same batch succeeds. Leader only. Errors, for the
+    whole call: INVALID_ARGUMENT (no report, or a report of another executor than
+    executor_id), UNAVAILABLE (not the leader, or the write failed: nothing was recorded).
+    """
     ReportTaskFailure: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ReportTaskFailureRequest, _coordinator_pb2.ReportTaskFailureResponse]
     """ReportTaskFailure marks a task FAILED with its error (e.g. a bad record under
     errors.tolerance NONE); it stays failed until restarted. Leader only. Errors:
@@ -396,6 +404,14 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     task), INVALID_ARGUMENT (reason PRECOMMIT_MISMATCH: a range of a partition not the
     task's, or not starting where N-1 ended; a handle on another transactional id than
     the task's or another cluster than the sink's), UNAVAILABLE.
+    """
+    ReportPrecommits: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ReportPrecommitsRequest, _coordinator_pb2.ReportPrecommitsResponse]  # type: ignore[assignment]
+    """ReportPrecommits is ReportPrecommit for many tasks of one executor in one call: the
+    leader checks each report by ReportPrecommit's rules, records the accepted ones in one
+    transaction, and answers each report in request order (its checkpoint's state, or
+    why it was refused); a repeat of the same batch succeeds. Leader only. Errors, for the
+    whole call: INVALID_ARGUMENT (no report, or a report of another executor than
+    executor_id), UNAVAILABLE (not the leader, or the write failed: nothing was recorded).
     """
     ReportTaskFailure: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ReportTaskFailureRequest, _coordinator_pb2.ReportTaskFailureResponse]  # type: ignore[assignment]
     """ReportTaskFailure marks a task FAILED with its error (e.g. a bad record under
@@ -712,6 +728,20 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         task), INVALID_ARGUMENT (reason PRECOMMIT_MISMATCH: a range of a partition not the
         task's, or not starting where N-1 ended; a handle on another transactional id than
         the task's or another cluster than the sink's), UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def ReportPrecommits(
+        self,
+        request: _coordinator_pb2.ReportPrecommitsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.ReportPrecommitsResponse, _abc.Awaitable[_coordinator_pb2.ReportPrecommitsResponse]]:
+        """ReportPrecommits is ReportPrecommit for many tasks of one executor in one call: the
+        leader checks each report by ReportPrecommit's rules, records the accepted ones in one
+        transaction, and answers each report in request order (its checkpoint's state, or
+        why it was refused); a repeat of the same batch succeeds. Leader only. Errors, for the
+        whole call: INVALID_ARGUMENT (no report, or a report of another executor than
+        executor_id), UNAVAILABLE (not the leader, or the write failed: nothing was recorded).
         """
 
     @_abc_1.abstractmethod

@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from google.protobuf import timestamp_pb2
 
-from lockgate.common.errors import FieldViolation
+from lockgate.common.errors import FieldViolation, LockgateError, StaleTokenError
+from lockgate.common.grpc_server import fencing_failure, status_code_for
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import (
     PIPELINE_ID_PATTERN,
@@ -299,6 +300,66 @@ def precommit_from_proto(request: coordinator_pb2.ReportPrecommitRequest) -> Pre
         offsets=tuple(ranges),
         handles=tuple(handles),
     )
+
+
+def precommit_batch_from_proto(
+    request: coordinator_pb2.ReportPrecommitsRequest,
+) -> tuple[list[Precommit], list[int]]:
+    """The domain pre-commits of a ReportPrecommits and the leader epoch each answers;
+    InvalidArgument naming each bad field as `reports[i].<field>`, and a report of another
+    executor than the request's `executor_id` (the one the caller was authorised as)."""
+    if not request.executor_id:
+        raise InvalidArgument.for_field("executor_id", "must name the reporting executor")
+    if not request.reports:
+        raise InvalidArgument.for_field("reports", "must hold at least one pre-commit report")
+    violations: list[FieldViolation] = []
+    precommits: list[Precommit] = []
+    for i, report in enumerate(request.reports):
+        if report.executor_id != request.executor_id:
+            violations.append(
+                FieldViolation(
+                    f"reports[{i}].executor_id",
+                    f"is {report.executor_id!r}; every report of the call must be of executor "
+                    f"{request.executor_id!r}",
+                )
+            )
+        try:
+            precommits.append(precommit_from_proto(report))
+        except InvalidArgument as exc:
+            violations.extend(
+                FieldViolation(f"reports[{i}].{v.field}", v.description) for v in exc.violations
+            )
+    if violations:
+        raise InvalidArgument(
+            "invalid ReportPrecommits: "
+            + "; ".join(f"{v.field}: {v.description}" for v in violations),
+            violations=violations,
+        )
+    return precommits, [r.leader_epoch.epoch for r in request.reports]
+
+
+def precommit_result_to_proto(
+    result: CheckpointRecord | LockgateError,
+) -> coordinator_pb2.ReportPrecommitResult:
+    """One report's answer in a ReportPrecommitsResponse: its checkpoint's state, or the
+    refusal ReportPrecommit would have failed with."""
+    if isinstance(result, CheckpointRecord):
+        return coordinator_pb2.ReportPrecommitResult(
+            checkpoint_state=CHECKPOINT_STATE_TO_PB[result.state]  # type: ignore[arg-type]
+        )
+    refusal = coordinator_pb2.ReportRefusal(
+        code=status_code_for(result).value[0],
+        message=result.message,
+        reason=result.reason,
+    )
+    if isinstance(result, StaleTokenError):
+        refusal.fencing_failure.CopyFrom(fencing_failure(result))
+    if isinstance(result, InvalidArgument):
+        refusal.field_violations.extend(
+            common_pb2.FieldViolation(field=v.field, description=v.description)
+            for v in result.violations
+        )
+    return coordinator_pb2.ReportPrecommitResult(refusal=refusal)
 
 
 def page_size(value: int, field_path: str = "page_size") -> int:

@@ -50,7 +50,9 @@ from lockgate.coordinator.api.convert import (
     page_size,
     partition_offsets_to_proto,
     pipeline_to_proto,
+    precommit_batch_from_proto,
     precommit_from_proto,
+    precommit_result_to_proto,
     progress_to_proto,
     require,
     session_id,
@@ -551,6 +553,19 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         )
         return coordinator_pb2.ReportPrecommitResponse(
             checkpoint_state=CHECKPOINT_STATE_TO_PB[record.state]  # type: ignore[arg-type]
+        )
+
+    @leader_only
+    def ReportPrecommits(
+        self, request: coordinator_pb2.ReportPrecommitsRequest, context: grpc.ServicerContext
+    ) -> coordinator_pb2.ReportPrecommitsResponse:
+        """Leader only: one executor's pre-commits, one transaction, an answer per report."""
+        precommits, leader_epochs = precommit_batch_from_proto(request)
+        results = self.herder.reports.report_precommits(
+            precommits=precommits, leader_epochs=leader_epochs
+        )
+        return coordinator_pb2.ReportPrecommitsResponse(
+            results=[precommit_result_to_proto(r) for r in results]
         )
 
     @leader_only

@@ -46,6 +46,8 @@ from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState
 
 CheckpointKey = tuple[PipelineId, CheckpointId]
+#: Why one report was refused (StaleGeneration is a FailedPrecondition).
+PrecommitRefusal = NotFound | FailedPrecondition | InvalidArgument
 
 
 def group_by_checkpoint(precommits: Sequence[Precommit]) -> dict[CheckpointKey, list[Precommit]]:
@@ -104,6 +106,41 @@ def accept_precommits(
         if fresh:
             accepted[key] = tuple(fresh.values())
     return accepted
+
+
+def sort_precommits(
+    precommits: Sequence[Precommit],
+    *,
+    checkpoints: Mapping[CheckpointKey, CheckpointRecord | None],
+    executor_generations: Mapping[ExecutorId, Generation],
+    tasks: Mapping[TaskId, TaskRecord],
+    resume_offsets: Mapping[CheckpointKey, Mapping[TopicPartition, int]],
+    sink_servers: Mapping[PipelineId, str],
+) -> tuple[dict[CheckpointKey, tuple[Precommit, ...]], dict[int, PrecommitRefusal]]:
+    """Check each report on its own, by `accept_precommits`' rules and against the same
+    snapshot (its arguments): the new reports to store, per checkpoint, and the error of
+    each refused report by its index. One refused report leaves the others accepted (an
+    executor's batch mixes tasks and checkpoints; each report gets its own answer). A
+    report repeated within the batch is stored once."""
+    accepted: dict[CheckpointKey, dict[TaskId, Precommit]] = defaultdict(dict)
+    refused: dict[int, PrecommitRefusal] = {}
+    for index, p in enumerate(precommits):
+        try:
+            fresh = accept_precommits(
+                [p],
+                checkpoints=checkpoints,
+                executor_generations=executor_generations,
+                tasks=tasks,
+                resume_offsets=resume_offsets,
+                sink_servers=sink_servers,
+            )
+        except (NotFound, FailedPrecondition, InvalidArgument) as exc:
+            refused[index] = exc
+            continue
+        for key, new in fresh.items():
+            for q in new:
+                accepted[key].setdefault(q.task_id, q)
+    return {key: tuple(by_task.values()) for key, by_task in accepted.items()}, refused
 
 
 def _check_reporter(

@@ -12,6 +12,9 @@ Rules and known races:
   TRIGGERED checkpoint aborts it and every later in-flight one of the pipeline.
 - Reports that arrive together share one SQL transaction (group commit); a batch that
   fails is written one by one, so each caller gets its own answer.
+- An executor's own batch (ReportPrecommits) is one transaction in which each report is
+  checked on its own: a refused report (stale, forged, too late) is answered with its
+  error and leaves the others recorded.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from lockgate.common.errors import FencingToken, StaleTokenError
+from lockgate.common.errors import FencingToken, LockgateError, StaleTokenError
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, TaskId, split_task_id
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit
 from lockgate.coordinator.domain.errors import (
@@ -90,14 +93,8 @@ class Reports:
             try:
                 record = self._precommits.submit(precommit)
             except StaleGeneration as exc:
-                reporter = TaskReport(
-                    task=precommit.task_id,
-                    task_generation=precommit.task_generation,
-                    executor_id=precommit.executor_id,
-                    executor_generation=precommit.executor_generation,
-                )
                 raise self._stale_report(
-                    exc, reporter, checkpoint_id=precommit.checkpoint_id
+                    exc, _reporter_of(precommit), checkpoint_id=precommit.checkpoint_id
                 ) from None
             span.set_attribute(STATE, record.state.name)
             if record.state is CheckpointState.COMPLETE:
@@ -106,6 +103,69 @@ class Reports:
                 )
                 self._wake()
         return record
+
+    def report_precommits(
+        self, *, precommits: Sequence[Precommit], leader_epochs: Sequence[int]
+    ) -> list[CheckpointRecord | LockgateError]:
+        """One executor's batch of pre-commits (each answering the trigger of its
+        `leader_epochs` entry), recorded in one transaction, each checked on its own:
+        per report and in order, its checkpoint afterwards or why it was refused (nothing
+        of a refused report is recorded). Leader-only; NotLeader if a report answers a
+        newer leader than this one. Wakes the loop to commit at once when one is COMPLETE."""
+        answers: list[CheckpointRecord | LockgateError | None] = []
+        for epoch in leader_epochs:
+            try:
+                self._check_report_epoch(epoch)
+                answers.append(None)
+            except StaleTokenError as exc:
+                answers.append(exc)
+        checked = [p for p, a in zip(precommits, answers, strict=True) if a is None]
+        started_ns = time.time_ns()
+        written = iter(
+            self._lease.leader_call(
+                lambda f: self._store.checkpoints.record_precommit_batch(
+                    fence=f, precommits=checked
+                )
+            )
+            if checked
+            else []
+        )
+        results: list[CheckpointRecord | LockgateError] = []
+        for precommit, epoch, answer in zip(precommits, leader_epochs, answers, strict=True):
+            if answer is None:
+                answer = next(written)
+                self._trace_report(precommit, epoch, answer, started_ns=started_ns)
+            if isinstance(answer, StaleGeneration):
+                answer = self._stale_report(
+                    answer, _reporter_of(precommit), checkpoint_id=precommit.checkpoint_id
+                )
+            results.append(answer)
+        if any(_is_complete(r) for r in results):
+            self._wake()
+        return results
+
+    def _trace_report(
+        self,
+        precommit: Precommit,
+        leader_epoch: int,
+        answer: CheckpointRecord | LockgateError,
+        *,
+        started_ns: int,
+    ) -> None:
+        """One report of a batch as its `lockgate.checkpoint.report_precommit` span (the
+        batch's call carries the trace of one of its reports: the others link to it)."""
+        with self._traces.report(
+            precommit.pipeline_id,
+            precommit.checkpoint_id,
+            task_id=precommit.task_id,
+            leader_epoch=leader_epoch,
+        ) as span:
+            if isinstance(answer, CheckpointRecord):
+                span.set_attribute(STATE, answer.state.name)
+        if _is_complete(answer):
+            self._traces.completed(
+                precommit.pipeline_id, precommit.checkpoint_id, started_ns=started_ns
+            )
 
     def _write_precommits(self, batch: Sequence[Precommit]) -> list[CheckpointRecord]:
         """Many reports in one transaction, all or nothing; each report's checkpoint as it
@@ -250,3 +310,17 @@ class Reports:
             presented=task_generation,
             current=current_task,
         )
+
+
+def _reporter_of(precommit: Precommit) -> TaskReport:
+    """Who sent a pre-commit report, as the fencing checks name it."""
+    return TaskReport(
+        task=precommit.task_id,
+        task_generation=precommit.task_generation,
+        executor_id=precommit.executor_id,
+        executor_generation=precommit.executor_generation,
+    )
+
+
+def _is_complete(answer: CheckpointRecord | LockgateError) -> bool:
+    return isinstance(answer, CheckpointRecord) and answer.state is CheckpointState.COMPLETE

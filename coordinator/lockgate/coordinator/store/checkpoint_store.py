@@ -10,6 +10,7 @@ are written in one transaction: that row is the commit point (DESIGN.md step 3).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -18,8 +19,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from lockgate.common.failpoints import Failpoint, Failpoints
-from lockgate.common.model.ids import CheckpointId, LeaderEpoch, PipelineId, TaskId, split_task_id
-from lockgate.common.model.offsets import OffsetRange, TopicPartition, next_offsets
+from lockgate.common.model.ids import (
+    CheckpointId,
+    LeaderEpoch,
+    PipelineId,
+    TaskId,
+    split_task_id,
+)
+from lockgate.common.model.offsets import OffsetRange, next_offsets
 from lockgate.coordinator.domain.aborts import timeout_reason
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
@@ -35,38 +42,39 @@ from lockgate.coordinator.domain.checkpoints import (
     plan_trigger,
     restore_states_of,
 )
-from lockgate.coordinator.domain.errors import FailedPrecondition
+from lockgate.coordinator.domain.errors import FailedPrecondition, NotFound
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.precommits import (
-    CheckpointKey,
-    accept_precommits,
+    PrecommitRefusal,
     group_by_checkpoint,
+    sort_precommits,
 )
 from lockgate.coordinator.domain.states import CheckpointState, transition_checkpoint
 from lockgate.coordinator.store.checkpoint_aborts import apply_abort
 from lockgate.coordinator.store.engine import Database, db_now_ms, upsert
 from lockgate.coordinator.store.history import prune_history
 from lockgate.coordinator.store.offset_store import next_offsets_of, write_next_offsets
+from lockgate.coordinator.store.precommit_rows import (
+    precommit_snapshot,
+    store_precommits,
+    write_precommits,
+)
 from lockgate.coordinator.store.recovery_queries import lingering_transactions, pending_commits
 from lockgate.coordinator.store.rows import (
     checkpoint_states,
-    executor_generations,
-    find_checkpoint,
     read_checkpoint,
     read_checkpoint_summaries,
     read_pipeline,
     read_precommit_ranges,
     read_task,
     read_tasks,
-    read_tasks_by_id,
     unresolved_data_loss,
 )
 from lockgate.coordinator.store.tables import (
     checkpoint_tasks,
     checkpoints,
     pipelines,
-    precommit_handles,
     precommit_offsets,
     transactional_ids,
 )
@@ -124,7 +132,7 @@ class CheckpointStore:
         """
         with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, precommit.pipeline_id, for_update=True)
-            _store_precommits(conn, [precommit])
+            store_precommits(conn, [precommit])
             if complete_if_ready:
                 completed = _complete_ready(conn, precommit.pipeline_id, precommit.checkpoint_id)
                 self._reach_inside_complete(precommit.pipeline_id, completed)
@@ -143,11 +151,48 @@ class CheckpointStore:
         with self._db.transaction(fence=fence) as conn:
             for pipeline_id in sorted({p.pipeline_id for p in precommits}):
                 read_pipeline(conn, pipeline_id, for_update=True)
-            _store_precommits(conn, precommits)
+            store_precommits(conn, precommits)
             for pipeline_id, checkpoint_id in sorted(touched):
                 completed = _complete_ready(conn, pipeline_id, checkpoint_id)
                 self._reach_inside_complete(pipeline_id, completed)
             return read_checkpoint_summaries(conn, touched)
+
+    def record_precommit_batch(
+        self, *, fence: Fence, precommits: Sequence[Precommit]
+    ) -> list[CheckpointRecord | PrecommitRefusal]:
+        """One executor's batch of reports in ONE transaction, each checked on its own
+        (`domain.precommits.sort_precommits`): the accepted ones are stored and COMPLETE is
+        written for each checkpoint they make ready; a refused one is answered with its
+        error and nothing of it is stored. Returns, per report and in order, its
+        checkpoint's state and times afterwards (without its tasks) or its refusal.
+        Leader-only. Idempotent as `record_precommit`: a retried batch stores nothing new.
+        The transaction is all or nothing: a lost lease or a failed write stores none."""
+        with self._db.transaction(fence=fence) as conn:
+            for pipeline_id in sorted({p.pipeline_id for p in precommits}):
+                # A deleted pipeline has no checkpoint: the domain refuses its reports.
+                with contextlib.suppress(NotFound):
+                    read_pipeline(conn, pipeline_id, for_update=True)
+            accepted, refused = sort_precommits(precommits, **precommit_snapshot(conn, precommits))
+            for key, fresh in sorted(accepted.items()):
+                write_precommits(conn, key, fresh)
+            touched = sorted(
+                {
+                    (p.pipeline_id, p.checkpoint_id)
+                    for i, p in enumerate(precommits)
+                    if i not in refused
+                }
+            )
+            for pipeline_id, checkpoint_id in touched:
+                completed = _complete_ready(conn, pipeline_id, checkpoint_id)
+                self._reach_inside_complete(pipeline_id, completed)
+            states = {
+                (r.pipeline_id, r.checkpoint_id): r
+                for r in read_checkpoint_summaries(conn, touched)
+            }
+        return [
+            refused[i] if i in refused else states[(p.pipeline_id, p.checkpoint_id)]
+            for i, p in enumerate(precommits)
+        ]
 
     def _reach_inside_complete(
         self, pipeline_id: PipelineId, completed: Sequence[CheckpointId]
@@ -247,32 +292,17 @@ class CheckpointStore:
 
     def abort_timed_out(self, *, fence: Fence) -> list[tuple[PipelineId, CheckpointId]]:
         """Abort every TRIGGERED checkpoint older than its pipeline's `checkpoint.timeout_ms`
-        (database clock), with the later ones it takes along. Leader-only."""
+        (database clock), with the later ones it takes along. Leader-only.
+
+        Looks in a read first: the work loop asks on every pass, and a write transaction
+        each time (the replica's write turn, SQLite's write lock) held up the pre-commit
+        reports for nothing. Re-checked inside the fenced transaction."""
+        with self._db.read() as conn:
+            if not _timed_out(conn):
+                return []
         aborted: list[tuple[PipelineId, CheckpointId]] = []
         with self._db.transaction(fence=fence) as conn:
-            rows = conn.execute(
-                sa.select(
-                    checkpoints.c.pipeline_id,
-                    checkpoints.c.checkpoint_id,
-                    checkpoints.c.triggered_at_ms,
-                    pipelines.c.spec_json,
-                )
-                .join(pipelines, pipelines.c.pipeline_id == checkpoints.c.pipeline_id)
-                .where(checkpoints.c.state == CheckpointState.TRIGGERED.value)
-            ).all()
-            triggered = [
-                TriggeredCheckpoint(
-                    pipeline_id=PipelineId(r.pipeline_id),
-                    checkpoint_id=CheckpointId(int(r.checkpoint_id)),
-                    triggered_at_ms=int(r.triggered_at_ms),
-                    timeout_ms=int(json.loads(r.spec_json)["checkpoint"]["timeout_ms"]),
-                )
-                for r in rows
-            ]
-            if not triggered:
-                return aborted
-            now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
-            for late in first_timed_out(triggered, now_ms=now):
+            for late in _timed_out(conn):
                 read_pipeline(conn, late.pipeline_id, for_update=True)
                 reason = timeout_reason(
                     read_checkpoint(conn, late.pipeline_id, late.checkpoint_id),
@@ -445,6 +475,33 @@ class CheckpointStore:
 # ---------------------------------------------------------------------- snapshot reads
 
 
+def _timed_out(conn: Connection) -> list[TriggeredCheckpoint]:
+    """The earliest timed-out TRIGGERED checkpoint of each pipeline (`first_timed_out`)."""
+    rows = conn.execute(
+        sa.select(
+            checkpoints.c.pipeline_id,
+            checkpoints.c.checkpoint_id,
+            checkpoints.c.triggered_at_ms,
+            pipelines.c.spec_json,
+        )
+        .join(pipelines, pipelines.c.pipeline_id == checkpoints.c.pipeline_id)
+        .where(checkpoints.c.state == CheckpointState.TRIGGERED.value)
+    ).all()
+    if not rows:
+        return []
+    triggered = [
+        TriggeredCheckpoint(
+            pipeline_id=PipelineId(r.pipeline_id),
+            checkpoint_id=CheckpointId(int(r.checkpoint_id)),
+            triggered_at_ms=int(r.triggered_at_ms),
+            timeout_ms=int(json.loads(r.spec_json)["checkpoint"]["timeout_ms"]),
+        )
+        for r in rows
+    ]
+    now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
+    return first_timed_out(triggered, now_ms=now)
+
+
 def _slot_use(
     conn: Connection, pipeline_id: PipelineId
 ) -> dict[int, dict[int, CheckpointState | None]]:
@@ -524,114 +581,6 @@ def _write_trigger(conn: Connection, plan: TriggerPlan, leader_epoch: LeaderEpoc
         # One row per (task, slot): the slot's latest id, whichever generation wrote the
         # one before (`transactional_ids.py`, the bound on distinct ids).
         key=["pipeline_id", "task_index", "slot"],
-    )
-
-
-def _store_precommits(conn: Connection, precommits: Sequence[Precommit]) -> None:
-    """Check and store pre-commits with a handful of statements per checkpoint, however
-    many tasks report (a 100-task checkpoint is one round of bulk writes)."""
-    keys = sorted(group_by_checkpoint(precommits))
-    pipeline_ids = sorted({p.pipeline_id for p in precommits})
-    accepted = accept_precommits(
-        precommits,
-        checkpoints={key: find_checkpoint(conn, *key) for key in keys},
-        executor_generations=executor_generations(conn, (p.executor_id for p in precommits)),
-        tasks=read_tasks_by_id(conn, [p.task_id for p in precommits]),
-        resume_offsets={key: _start_offsets(conn, *key) for key in keys},
-        sink_servers={p: read_pipeline(conn, p).spec.sink.bootstrap_servers for p in pipeline_ids},
-    )
-    for key, fresh in accepted.items():
-        _write_precommits(conn, key, fresh)
-
-
-def _start_offsets(
-    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
-) -> dict[TopicPartition, int]:
-    """Where checkpoint N starts each partition that has a known start: where the previous
-    checkpoint ended. That is the pipeline's restore offsets (the last COMPLETE one's ends,
-    or a reset), unless an earlier checkpoint still TRIGGERED pre-committed the partition:
-    then its end (the leader triggers nothing while one is TRIGGERED, so only the store's
-    own callers reach that case)."""
-    starts = next_offsets_of(conn, pipeline_id)
-    earlier = conn.execute(
-        sa.select(
-            precommit_offsets.c.topic, precommit_offsets.c.partition, precommit_offsets.c.end_offset
-        )
-        .join(
-            checkpoints,
-            sa.and_(
-                checkpoints.c.pipeline_id == precommit_offsets.c.pipeline_id,
-                checkpoints.c.checkpoint_id == precommit_offsets.c.checkpoint_id,
-            ),
-        )
-        .where(
-            precommit_offsets.c.pipeline_id == pipeline_id,
-            precommit_offsets.c.checkpoint_id < checkpoint_id,
-            checkpoints.c.state == CheckpointState.TRIGGERED.value,
-        )
-        .order_by(precommit_offsets.c.checkpoint_id)
-    ).all()
-    for topic, partition, end in earlier:
-        starts[TopicPartition(topic, int(partition))] = int(end)
-    return starts
-
-
-def _write_precommits(conn: Connection, key: CheckpointKey, fresh: Sequence[Precommit]) -> None:
-    pipeline_id, checkpoint_id = key
-    where = {"pipeline_id": pipeline_id, "checkpoint_id": checkpoint_id}
-    offset_rows = [
-        {
-            **where,
-            "topic": r.topic,
-            "partition": r.partition,
-            "task_id": p.task_id,
-            "start_offset": r.start_offset,
-            "end_offset": r.end_offset,
-        }
-        for p in fresh
-        for r in p.offsets
-    ]
-    if offset_rows:
-        conn.execute(precommit_offsets.insert(), offset_rows)
-    handle_rows = [
-        {
-            **where,
-            "task_id": p.task_id,
-            "transactional_id": h.transactional_id,
-            "kind": "kafka",  # the column leaves room for other sinks; v1 has Kafka only
-            "producer_id": h.producer_id,
-            "producer_epoch": h.producer_epoch,
-        }
-        for p in fresh
-        for h in p.handles
-    ]
-    if handle_rows:
-        conn.execute(precommit_handles.insert(), handle_rows)
-        conn.execute(
-            transactional_ids.update()
-            .where(transactional_ids.c.transactional_id == sa.bindparam("txid"))
-            .values(
-                producer_id=sa.bindparam("pid"),
-                producer_epoch=sa.bindparam("pepoch"),
-                updated_at_ms=db_now_ms(),
-            ),
-            [
-                {
-                    "txid": h["transactional_id"],
-                    "pid": h["producer_id"],
-                    "pepoch": h["producer_epoch"],
-                }
-                for h in handle_rows
-            ],
-        )
-    conn.execute(
-        checkpoint_tasks.update()
-        .where(
-            checkpoint_tasks.c.pipeline_id == pipeline_id,
-            checkpoint_tasks.c.checkpoint_id == checkpoint_id,
-            checkpoint_tasks.c.task_id.in_(sorted({p.task_id for p in fresh})),
-        )
-        .values(precommitted_at_ms=db_now_ms())
     )
 
 

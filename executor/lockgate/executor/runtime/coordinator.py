@@ -80,6 +80,13 @@ class CoordinatorClient(Protocol):
     def report_precommit(self, report: PrecommitReport, *, timeout_s: float) -> PrecommitAnswer:
         """ReportPrecommit of one task's checkpoint N."""
 
+    def report_precommits(
+        self, reports: Sequence[PrecommitReport], *, timeout_s: float
+    ) -> list[PrecommitAnswer | CoordinatorCallError]:
+        """ReportPrecommits: several tasks' pre-commits in one call, answered per report
+        (its answer, or the error ReportPrecommit would have raised for it); raises only
+        when the call itself failed (nothing was answered)."""
+
     def report_checkpoint_failure(
         self, report: CheckpointFailureReport, *, timeout_s: float
     ) -> None:

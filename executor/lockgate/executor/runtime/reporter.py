@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from lockgate.common.metrics import REPORT_RETRIES, Instruments
 from lockgate.executor.runtime.coordinator import CoordinatorCallError, CoordinatorClient
+from lockgate.executor.runtime.report_batch import PrecommitBatcher
 from lockgate.executor.runtime.values import (
     CheckpointFailureReport,
     PrecommitAnswer,
@@ -52,6 +53,9 @@ class Reporter:
         instruments: Instruments | None = None,
     ) -> None:
         self._client = client
+        self._precommits = PrecommitBatcher(
+            lambda reports, timeout: client.report_precommits(reports, timeout_s=timeout)
+        )
         self._instruments = instruments or Instruments.disabled()
         self._rpc_timeout_s = rpc_timeout_s
         self._stopping = stopping
@@ -60,9 +64,10 @@ class Reporter:
     def report_precommit(
         self, report: PrecommitReport, *, deadline: float, what: str
     ) -> tuple[ReportOutcome, PrecommitAnswer | None]:
-        """ReportPrecommit until answered or ``deadline``."""
+        """Report a pre-commit until answered or ``deadline``; reports of other tasks
+        ready at the same time share its ReportPrecommits call (`report_batch.py`)."""
         return self._send(
-            lambda timeout: self._client.report_precommit(report, timeout_s=timeout),
+            lambda timeout: self._precommits.submit(report, timeout_s=timeout),
             deadline=deadline,
             what=what,
             kind="precommit",

@@ -3079,6 +3079,257 @@ func (x *ReportPrecommitResponse) GetCheckpointState() CheckpointState {
 	return CheckpointState_CHECKPOINT_STATE_UNSPECIFIED
 }
 
+// ReportPrecommitsRequest is the pre-commits of several tasks of one executor (step 2).
+type ReportPrecommitsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Client-chosen id (UUID) of the call; as for ReportPrecommit, a repeat is recognised
+	// by each report's checkpoint, task and generation, so the leader records no answer.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Executor that ran the tasks; every report's executor_id must be this one.
+	ExecutorId string `protobuf:"bytes,2,opt,name=executor_id,json=executorId,proto3" json:"executor_id,omitempty"`
+	// The reports, each as ReportPrecommit carries it (their own request_id is not used).
+	Reports       []*ReportPrecommitRequest `protobuf:"bytes,3,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportPrecommitsRequest) Reset() {
+	*x = ReportPrecommitsRequest{}
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportPrecommitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportPrecommitsRequest) ProtoMessage() {}
+
+func (x *ReportPrecommitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportPrecommitsRequest.ProtoReflect.Descriptor instead.
+func (*ReportPrecommitsRequest) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ReportPrecommitsRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *ReportPrecommitsRequest) GetExecutorId() string {
+	if x != nil {
+		return x.ExecutorId
+	}
+	return ""
+}
+
+func (x *ReportPrecommitsRequest) GetReports() []*ReportPrecommitRequest {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+// ReportPrecommitsResponse answers each report, in the order of the request.
+type ReportPrecommitsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per report.
+	Results       []*ReportPrecommitResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportPrecommitsResponse) Reset() {
+	*x = ReportPrecommitsResponse{}
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportPrecommitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportPrecommitsResponse) ProtoMessage() {}
+
+func (x *ReportPrecommitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportPrecommitsResponse.ProtoReflect.Descriptor instead.
+func (*ReportPrecommitsResponse) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ReportPrecommitsResponse) GetResults() []*ReportPrecommitResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// ReportPrecommitResult is what became of one report of a ReportPrecommits call.
+type ReportPrecommitResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// State of N after this report, as ReportPrecommitResponse.checkpoint_state;
+	// CHECKPOINT_STATE_UNSPECIFIED when the report was refused.
+	CheckpointState CheckpointState `protobuf:"varint,1,opt,name=checkpoint_state,json=checkpointState,proto3,enum=lockgate.v1.CheckpointState" json:"checkpoint_state,omitempty"`
+	// Why the report was refused, as ReportPrecommit would have failed; unset when accepted.
+	Refusal       *ReportRefusal `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportPrecommitResult) Reset() {
+	*x = ReportPrecommitResult{}
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportPrecommitResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportPrecommitResult) ProtoMessage() {}
+
+func (x *ReportPrecommitResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportPrecommitResult.ProtoReflect.Descriptor instead.
+func (*ReportPrecommitResult) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ReportPrecommitResult) GetCheckpointState() CheckpointState {
+	if x != nil {
+		return x.CheckpointState
+	}
+	return CheckpointState_CHECKPOINT_STATE_UNSPECIFIED
+}
+
+func (x *ReportPrecommitResult) GetRefusal() *ReportRefusal {
+	if x != nil {
+		return x.Refusal
+	}
+	return nil
+}
+
+// ReportRefusal is the error one report of a batch got: nothing of it was recorded.
+type ReportRefusal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// gRPC status code number (google.rpc.Code): 9 FAILED_PRECONDITION (stale token or N
+	// no longer TRIGGERED: abort the handles), 5 NOT_FOUND, 3 INVALID_ARGUMENT.
+	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// What was wrong and how to fix it.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Machine-readable reason (google.rpc.ErrorInfo.reason), e.g. STALE_FENCING_TOKEN,
+	// PRECOMMIT_MISMATCH, CHECKPOINT_NOT_TRIGGERED.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The stale fencing token, when reason is STALE_FENCING_TOKEN.
+	FencingFailure *FencingFailure `protobuf:"bytes,4,opt,name=fencing_failure,json=fencingFailure,proto3" json:"fencing_failure,omitempty"`
+	// The fields of the report that did not match its trigger (INVALID_ARGUMENT).
+	FieldViolations []*FieldViolation `protobuf:"bytes,5,rep,name=field_violations,json=fieldViolations,proto3" json:"field_violations,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ReportRefusal) Reset() {
+	*x = ReportRefusal{}
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRefusal) ProtoMessage() {}
+
+func (x *ReportRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRefusal.ProtoReflect.Descriptor instead.
+func (*ReportRefusal) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ReportRefusal) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ReportRefusal) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ReportRefusal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ReportRefusal) GetFencingFailure() *FencingFailure {
+	if x != nil {
+		return x.FencingFailure
+	}
+	return nil
+}
+
+func (x *ReportRefusal) GetFieldViolations() []*FieldViolation {
+	if x != nil {
+		return x.FieldViolations
+	}
+	return nil
+}
+
 // ReportTaskFailureRequest says a task failed and stopped.
 type ReportTaskFailureRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3100,7 +3351,7 @@ type ReportTaskFailureRequest struct {
 
 func (x *ReportTaskFailureRequest) Reset() {
 	*x = ReportTaskFailureRequest{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[46]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3363,7 @@ func (x *ReportTaskFailureRequest) String() string {
 func (*ReportTaskFailureRequest) ProtoMessage() {}
 
 func (x *ReportTaskFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[46]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3376,7 @@ func (x *ReportTaskFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportTaskFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportTaskFailureRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{46}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReportTaskFailureRequest) GetRequestId() string {
@@ -3179,7 +3430,7 @@ type ReportTaskFailureResponse struct {
 
 func (x *ReportTaskFailureResponse) Reset() {
 	*x = ReportTaskFailureResponse{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[47]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3442,7 @@ func (x *ReportTaskFailureResponse) String() string {
 func (*ReportTaskFailureResponse) ProtoMessage() {}
 
 func (x *ReportTaskFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[47]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3455,7 @@ func (x *ReportTaskFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportTaskFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportTaskFailureResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{47}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{51}
 }
 
 // ReportCheckpointFailureRequest says a task could not pre-commit checkpoint N.
@@ -3237,7 +3488,7 @@ type ReportCheckpointFailureRequest struct {
 
 func (x *ReportCheckpointFailureRequest) Reset() {
 	*x = ReportCheckpointFailureRequest{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[48]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3249,7 +3500,7 @@ func (x *ReportCheckpointFailureRequest) String() string {
 func (*ReportCheckpointFailureRequest) ProtoMessage() {}
 
 func (x *ReportCheckpointFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[48]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3262,7 +3513,7 @@ func (x *ReportCheckpointFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCheckpointFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportCheckpointFailureRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{48}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReportCheckpointFailureRequest) GetRequestId() string {
@@ -3347,7 +3598,7 @@ type ReportCheckpointFailureResponse struct {
 
 func (x *ReportCheckpointFailureResponse) Reset() {
 	*x = ReportCheckpointFailureResponse{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[49]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3359,7 +3610,7 @@ func (x *ReportCheckpointFailureResponse) String() string {
 func (*ReportCheckpointFailureResponse) ProtoMessage() {}
 
 func (x *ReportCheckpointFailureResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[49]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3372,7 +3623,7 @@ func (x *ReportCheckpointFailureResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportCheckpointFailureResponse.ProtoReflect.Descriptor instead.
 func (*ReportCheckpointFailureResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{49}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReportCheckpointFailureResponse) GetCheckpointState() CheckpointState {
@@ -3406,7 +3657,7 @@ type TaskAssignment struct {
 
 func (x *TaskAssignment) Reset() {
 	*x = TaskAssignment{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[50]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3418,7 +3669,7 @@ func (x *TaskAssignment) String() string {
 func (*TaskAssignment) ProtoMessage() {}
 
 func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[50]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3431,7 +3682,7 @@ func (x *TaskAssignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskAssignment.ProtoReflect.Descriptor instead.
 func (*TaskAssignment) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{50}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TaskAssignment) GetTaskId() *TaskId {
@@ -3506,7 +3757,7 @@ type TaskRestoreState struct {
 
 func (x *TaskRestoreState) Reset() {
 	*x = TaskRestoreState{}
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[51]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3518,7 +3769,7 @@ func (x *TaskRestoreState) String() string {
 func (*TaskRestoreState) ProtoMessage() {}
 
 func (x *TaskRestoreState) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_coordinator_proto_msgTypes[51]
+	mi := &file_lockgate_v1_coordinator_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3531,7 +3782,7 @@ func (x *TaskRestoreState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRestoreState.ProtoReflect.Descriptor instead.
 func (*TaskRestoreState) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{51}
+	return file_lockgate_v1_coordinator_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *TaskRestoreState) GetRestoredCheckpointId() int64 {
@@ -3779,7 +4030,24 @@ const file_lockgate_v1_coordinator_proto_rawDesc = "" +
 	" \x01(\v2\x19.lockgate.v1.RecordCountsR\x06counts\x122\n" +
 	"\x15precommit_duration_ms\x18\v \x01(\x03R\x13precommitDurationMs\"b\n" +
 	"\x17ReportPrecommitResponse\x12G\n" +
-	"\x10checkpoint_state\x18\x01 \x01(\x0e2\x1c.lockgate.v1.CheckpointStateR\x0fcheckpointState\"\x90\x02\n" +
+	"\x10checkpoint_state\x18\x01 \x01(\x0e2\x1c.lockgate.v1.CheckpointStateR\x0fcheckpointState\"\x98\x01\n" +
+	"\x17ReportPrecommitsRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
+	"\vexecutor_id\x18\x02 \x01(\tR\n" +
+	"executorId\x12=\n" +
+	"\areports\x18\x03 \x03(\v2#.lockgate.v1.ReportPrecommitRequestR\areports\"X\n" +
+	"\x18ReportPrecommitsResponse\x12<\n" +
+	"\aresults\x18\x01 \x03(\v2\".lockgate.v1.ReportPrecommitResultR\aresults\"\x96\x01\n" +
+	"\x15ReportPrecommitResult\x12G\n" +
+	"\x10checkpoint_state\x18\x01 \x01(\x0e2\x1c.lockgate.v1.CheckpointStateR\x0fcheckpointState\x124\n" +
+	"\arefusal\x18\x02 \x01(\v2\x1a.lockgate.v1.ReportRefusalR\arefusal\"\xe3\x01\n" +
+	"\rReportRefusal\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12D\n" +
+	"\x0ffencing_failure\x18\x04 \x01(\v2\x1b.lockgate.v1.FencingFailureR\x0efencingFailure\x12F\n" +
+	"\x10field_violations\x18\x05 \x03(\v2\x1b.lockgate.v1.FieldViolationR\x0ffieldViolations\"\x90\x02\n" +
 	"\x18ReportTaskFailureRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12,\n" +
@@ -3823,7 +4091,7 @@ const file_lockgate_v1_coordinator_proto_rawDesc = "" +
 	"\x0ePipelineHealth\x12\x1f\n" +
 	"\x1bPIPELINE_HEALTH_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12PIPELINE_HEALTH_OK\x10\x01\x12\x1a\n" +
-	"\x16PIPELINE_HEALTH_FAILED\x10\x022\xc6\x11\n" +
+	"\x16PIPELINE_HEALTH_FAILED\x10\x022\xa7\x12\n" +
 	"\x12CoordinatorService\x12^\n" +
 	"\x0eGetClusterInfo\x12\".lockgate.v1.GetClusterInfoRequest\x1a#.lockgate.v1.GetClusterInfoResponse\"\x03\x90\x02\x01\x12_\n" +
 	"\x10RegisterExecutor\x12$.lockgate.v1.RegisterExecutorRequest\x1a%.lockgate.v1.RegisterExecutorResponse\x12J\n" +
@@ -3847,7 +4115,8 @@ const file_lockgate_v1_coordinator_proto_rawDesc = "" +
 	"\fResetOffsets\x12 .lockgate.v1.ResetOffsetsRequest\x1a!.lockgate.v1.ResetOffsetsResponse\x12a\n" +
 	"\x0fListCheckpoints\x12#.lockgate.v1.ListCheckpointsRequest\x1a$.lockgate.v1.ListCheckpointsResponse\"\x03\x90\x02\x01\x12[\n" +
 	"\rGetCheckpoint\x12!.lockgate.v1.GetCheckpointRequest\x1a\".lockgate.v1.GetCheckpointResponse\"\x03\x90\x02\x01\x12\\\n" +
-	"\x0fReportPrecommit\x12#.lockgate.v1.ReportPrecommitRequest\x1a$.lockgate.v1.ReportPrecommitResponse\x12b\n" +
+	"\x0fReportPrecommit\x12#.lockgate.v1.ReportPrecommitRequest\x1a$.lockgate.v1.ReportPrecommitResponse\x12_\n" +
+	"\x10ReportPrecommits\x12$.lockgate.v1.ReportPrecommitsRequest\x1a%.lockgate.v1.ReportPrecommitsResponse\x12b\n" +
 	"\x11ReportTaskFailure\x12%.lockgate.v1.ReportTaskFailureRequest\x1a&.lockgate.v1.ReportTaskFailureResponse\x12t\n" +
 	"\x17ReportCheckpointFailure\x12+.lockgate.v1.ReportCheckpointFailureRequest\x1a,.lockgate.v1.ReportCheckpointFailureResponseB\xb4\x01\n" +
 	"\x0fcom.lockgate.v1B\x10CoordinatorProtoP\x01ZBgithub.com/lockgate/lockgate/clients/go/gen/lockgate/v1;lockgatev1\xa2\x02\x03LXX\xaa\x02\vLockgate.V1\xca\x02\vLockgate\\V1\xe2\x02\x17Lockgate\\V1\\GPBMetadata\xea\x02\fLockgate::V1b\x06proto3"
@@ -3865,7 +4134,7 @@ func file_lockgate_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_lockgate_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lockgate_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_lockgate_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_lockgate_v1_coordinator_proto_goTypes = []any{
 	(PipelineHealth)(0),                     // 0: lockgate.v1.PipelineHealth
 	(*GetClusterInfoRequest)(nil),           // 1: lockgate.v1.GetClusterInfoRequest
@@ -3914,159 +4183,172 @@ var file_lockgate_v1_coordinator_proto_goTypes = []any{
 	(*GetCheckpointResponse)(nil),           // 44: lockgate.v1.GetCheckpointResponse
 	(*ReportPrecommitRequest)(nil),          // 45: lockgate.v1.ReportPrecommitRequest
 	(*ReportPrecommitResponse)(nil),         // 46: lockgate.v1.ReportPrecommitResponse
-	(*ReportTaskFailureRequest)(nil),        // 47: lockgate.v1.ReportTaskFailureRequest
-	(*ReportTaskFailureResponse)(nil),       // 48: lockgate.v1.ReportTaskFailureResponse
-	(*ReportCheckpointFailureRequest)(nil),  // 49: lockgate.v1.ReportCheckpointFailureRequest
-	(*ReportCheckpointFailureResponse)(nil), // 50: lockgate.v1.ReportCheckpointFailureResponse
-	(*TaskAssignment)(nil),                  // 51: lockgate.v1.TaskAssignment
-	(*TaskRestoreState)(nil),                // 52: lockgate.v1.TaskRestoreState
-	(*LeaderEpoch)(nil),                     // 53: lockgate.v1.LeaderEpoch
-	(*timestamppb.Timestamp)(nil),           // 54: google.protobuf.Timestamp
-	(*CoordinatorMember)(nil),               // 55: lockgate.v1.CoordinatorMember
-	(*Executor)(nil),                        // 56: lockgate.v1.Executor
-	(*TaskStatus)(nil),                      // 57: lockgate.v1.TaskStatus
-	(*PipelineSpec)(nil),                    // 58: lockgate.v1.PipelineSpec
-	(TargetState)(0),                        // 59: lockgate.v1.TargetState
-	(*Pipeline)(nil),                        // 60: lockgate.v1.Pipeline
-	(*fieldmaskpb.FieldMask)(nil),           // 61: google.protobuf.FieldMask
-	(*FieldViolation)(nil),                  // 62: lockgate.v1.FieldViolation
-	(*TaskId)(nil),                          // 63: lockgate.v1.TaskId
-	(*Task)(nil),                            // 64: lockgate.v1.Task
-	(*Checkpoint)(nil),                      // 65: lockgate.v1.Checkpoint
-	(*TaskCheckpoint)(nil),                  // 66: lockgate.v1.TaskCheckpoint
-	(*durationpb.Duration)(nil),             // 67: google.protobuf.Duration
-	(*PartitionOffset)(nil),                 // 68: lockgate.v1.PartitionOffset
-	(OffsetPosition)(0),                     // 69: lockgate.v1.OffsetPosition
-	(CheckpointState)(0),                    // 70: lockgate.v1.CheckpointState
-	(*OffsetRange)(nil),                     // 71: lockgate.v1.OffsetRange
-	(*SinkHandle)(nil),                      // 72: lockgate.v1.SinkHandle
-	(*RecordCounts)(nil),                    // 73: lockgate.v1.RecordCounts
-	(*TaskError)(nil),                       // 74: lockgate.v1.TaskError
-	(*TopicPartition)(nil),                  // 75: lockgate.v1.TopicPartition
-	(*CheckpointHandles)(nil),               // 76: lockgate.v1.CheckpointHandles
+	(*ReportPrecommitsRequest)(nil),         // 47: lockgate.v1.ReportPrecommitsRequest
+	(*ReportPrecommitsResponse)(nil),        // 48: lockgate.v1.ReportPrecommitsResponse
+	(*ReportPrecommitResult)(nil),           // 49: lockgate.v1.ReportPrecommitResult
+	(*ReportRefusal)(nil),                   // 50: lockgate.v1.ReportRefusal
+	(*ReportTaskFailureRequest)(nil),        // 51: lockgate.v1.ReportTaskFailureRequest
+	(*ReportTaskFailureResponse)(nil),       // 52: lockgate.v1.ReportTaskFailureResponse
+	(*ReportCheckpointFailureRequest)(nil),  // 53: lockgate.v1.ReportCheckpointFailureRequest
+	(*ReportCheckpointFailureResponse)(nil), // 54: lockgate.v1.ReportCheckpointFailureResponse
+	(*TaskAssignment)(nil),                  // 55: lockgate.v1.TaskAssignment
+	(*TaskRestoreState)(nil),                // 56: lockgate.v1.TaskRestoreState
+	(*LeaderEpoch)(nil),                     // 57: lockgate.v1.LeaderEpoch
+	(*timestamppb.Timestamp)(nil),           // 58: google.protobuf.Timestamp
+	(*CoordinatorMember)(nil),               // 59: lockgate.v1.CoordinatorMember
+	(*Executor)(nil),                        // 60: lockgate.v1.Executor
+	(*TaskStatus)(nil),                      // 61: lockgate.v1.TaskStatus
+	(*PipelineSpec)(nil),                    // 62: lockgate.v1.PipelineSpec
+	(TargetState)(0),                        // 63: lockgate.v1.TargetState
+	(*Pipeline)(nil),                        // 64: lockgate.v1.Pipeline
+	(*fieldmaskpb.FieldMask)(nil),           // 65: google.protobuf.FieldMask
+	(*FieldViolation)(nil),                  // 66: lockgate.v1.FieldViolation
+	(*TaskId)(nil),                          // 67: lockgate.v1.TaskId
+	(*Task)(nil),                            // 68: lockgate.v1.Task
+	(*Checkpoint)(nil),                      // 69: lockgate.v1.Checkpoint
+	(*TaskCheckpoint)(nil),                  // 70: lockgate.v1.TaskCheckpoint
+	(*durationpb.Duration)(nil),             // 71: google.protobuf.Duration
+	(*PartitionOffset)(nil),                 // 72: lockgate.v1.PartitionOffset
+	(OffsetPosition)(0),                     // 73: lockgate.v1.OffsetPosition
+	(CheckpointState)(0),                    // 74: lockgate.v1.CheckpointState
+	(*OffsetRange)(nil),                     // 75: lockgate.v1.OffsetRange
+	(*SinkHandle)(nil),                      // 76: lockgate.v1.SinkHandle
+	(*RecordCounts)(nil),                    // 77: lockgate.v1.RecordCounts
+	(*FencingFailure)(nil),                  // 78: lockgate.v1.FencingFailure
+	(*TaskError)(nil),                       // 79: lockgate.v1.TaskError
+	(*TopicPartition)(nil),                  // 80: lockgate.v1.TopicPartition
+	(*CheckpointHandles)(nil),               // 81: lockgate.v1.CheckpointHandles
 }
 var file_lockgate_v1_coordinator_proto_depIdxs = []int32{
-	53, // 0: lockgate.v1.GetClusterInfoResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	54, // 1: lockgate.v1.GetClusterInfoResponse.lease_expire_time:type_name -> google.protobuf.Timestamp
-	55, // 2: lockgate.v1.GetClusterInfoResponse.coordinators:type_name -> lockgate.v1.CoordinatorMember
-	56, // 3: lockgate.v1.GetClusterInfoResponse.executors:type_name -> lockgate.v1.Executor
-	53, // 4: lockgate.v1.RegisterExecutorResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	51, // 5: lockgate.v1.RegisterExecutorResponse.assignments:type_name -> lockgate.v1.TaskAssignment
-	57, // 6: lockgate.v1.HeartbeatRequest.task_statuses:type_name -> lockgate.v1.TaskStatus
-	53, // 7: lockgate.v1.HeartbeatRequest.highest_leader_epoch_seen:type_name -> lockgate.v1.LeaderEpoch
-	53, // 8: lockgate.v1.HeartbeatResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	51, // 9: lockgate.v1.HeartbeatResponse.assignments:type_name -> lockgate.v1.TaskAssignment
-	58, // 10: lockgate.v1.CreatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
-	59, // 11: lockgate.v1.CreatePipelineRequest.initial_target_state:type_name -> lockgate.v1.TargetState
-	60, // 12: lockgate.v1.CreatePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	60, // 13: lockgate.v1.GetPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	60, // 14: lockgate.v1.ListPipelinesResponse.pipelines:type_name -> lockgate.v1.Pipeline
-	58, // 15: lockgate.v1.UpdatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
-	61, // 16: lockgate.v1.UpdatePipelineRequest.update_mask:type_name -> google.protobuf.FieldMask
-	60, // 17: lockgate.v1.UpdatePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	58, // 18: lockgate.v1.ValidatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
-	62, // 19: lockgate.v1.ValidatePipelineResponse.violations:type_name -> lockgate.v1.FieldViolation
-	60, // 20: lockgate.v1.PausePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	60, // 21: lockgate.v1.ResumePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	60, // 22: lockgate.v1.StopPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	60, // 23: lockgate.v1.RestartPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
-	63, // 24: lockgate.v1.RestartPipelineResponse.restarted_tasks:type_name -> lockgate.v1.TaskId
-	59, // 25: lockgate.v1.GetPipelineStatusResponse.target_state:type_name -> lockgate.v1.TargetState
-	64, // 26: lockgate.v1.GetPipelineStatusResponse.tasks:type_name -> lockgate.v1.Task
-	54, // 27: lockgate.v1.GetPipelineStatusResponse.last_commit_time:type_name -> google.protobuf.Timestamp
-	65, // 28: lockgate.v1.GetPipelineStatusResponse.last_aborted_checkpoint:type_name -> lockgate.v1.Checkpoint
-	66, // 29: lockgate.v1.GetPipelineStatusResponse.last_abort_missing_tasks:type_name -> lockgate.v1.TaskCheckpoint
+	57, // 0: lockgate.v1.GetClusterInfoResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	58, // 1: lockgate.v1.GetClusterInfoResponse.lease_expire_time:type_name -> google.protobuf.Timestamp
+	59, // 2: lockgate.v1.GetClusterInfoResponse.coordinators:type_name -> lockgate.v1.CoordinatorMember
+	60, // 3: lockgate.v1.GetClusterInfoResponse.executors:type_name -> lockgate.v1.Executor
+	57, // 4: lockgate.v1.RegisterExecutorResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	55, // 5: lockgate.v1.RegisterExecutorResponse.assignments:type_name -> lockgate.v1.TaskAssignment
+	61, // 6: lockgate.v1.HeartbeatRequest.task_statuses:type_name -> lockgate.v1.TaskStatus
+	57, // 7: lockgate.v1.HeartbeatRequest.highest_leader_epoch_seen:type_name -> lockgate.v1.LeaderEpoch
+	57, // 8: lockgate.v1.HeartbeatResponse.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	55, // 9: lockgate.v1.HeartbeatResponse.assignments:type_name -> lockgate.v1.TaskAssignment
+	62, // 10: lockgate.v1.CreatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
+	63, // 11: lockgate.v1.CreatePipelineRequest.initial_target_state:type_name -> lockgate.v1.TargetState
+	64, // 12: lockgate.v1.CreatePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	64, // 13: lockgate.v1.GetPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	64, // 14: lockgate.v1.ListPipelinesResponse.pipelines:type_name -> lockgate.v1.Pipeline
+	62, // 15: lockgate.v1.UpdatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
+	65, // 16: lockgate.v1.UpdatePipelineRequest.update_mask:type_name -> google.protobuf.FieldMask
+	64, // 17: lockgate.v1.UpdatePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	62, // 18: lockgate.v1.ValidatePipelineRequest.spec:type_name -> lockgate.v1.PipelineSpec
+	66, // 19: lockgate.v1.ValidatePipelineResponse.violations:type_name -> lockgate.v1.FieldViolation
+	64, // 20: lockgate.v1.PausePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	64, // 21: lockgate.v1.ResumePipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	64, // 22: lockgate.v1.StopPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	64, // 23: lockgate.v1.RestartPipelineResponse.pipeline:type_name -> lockgate.v1.Pipeline
+	67, // 24: lockgate.v1.RestartPipelineResponse.restarted_tasks:type_name -> lockgate.v1.TaskId
+	63, // 25: lockgate.v1.GetPipelineStatusResponse.target_state:type_name -> lockgate.v1.TargetState
+	68, // 26: lockgate.v1.GetPipelineStatusResponse.tasks:type_name -> lockgate.v1.Task
+	58, // 27: lockgate.v1.GetPipelineStatusResponse.last_commit_time:type_name -> google.protobuf.Timestamp
+	69, // 28: lockgate.v1.GetPipelineStatusResponse.last_aborted_checkpoint:type_name -> lockgate.v1.Checkpoint
+	70, // 29: lockgate.v1.GetPipelineStatusResponse.last_abort_missing_tasks:type_name -> lockgate.v1.TaskCheckpoint
 	31, // 30: lockgate.v1.GetPipelineStatusResponse.source_lags:type_name -> lockgate.v1.PartitionLag
-	67, // 31: lockgate.v1.GetPipelineStatusResponse.last_commit_age:type_name -> google.protobuf.Duration
+	71, // 31: lockgate.v1.GetPipelineStatusResponse.last_commit_age:type_name -> google.protobuf.Duration
 	0,  // 32: lockgate.v1.GetPipelineStatusResponse.health:type_name -> lockgate.v1.PipelineHealth
-	65, // 33: lockgate.v1.GetPipelineStatusResponse.data_lost_checkpoint:type_name -> lockgate.v1.Checkpoint
-	64, // 34: lockgate.v1.ListTasksResponse.tasks:type_name -> lockgate.v1.Task
-	63, // 35: lockgate.v1.RestartTaskRequest.task_id:type_name -> lockgate.v1.TaskId
-	64, // 36: lockgate.v1.RestartTaskResponse.task:type_name -> lockgate.v1.Task
-	68, // 37: lockgate.v1.GetOffsetsResponse.offsets:type_name -> lockgate.v1.PartitionOffset
-	69, // 38: lockgate.v1.GetOffsetsResponse.default_position:type_name -> lockgate.v1.OffsetPosition
+	69, // 33: lockgate.v1.GetPipelineStatusResponse.data_lost_checkpoint:type_name -> lockgate.v1.Checkpoint
+	68, // 34: lockgate.v1.ListTasksResponse.tasks:type_name -> lockgate.v1.Task
+	67, // 35: lockgate.v1.RestartTaskRequest.task_id:type_name -> lockgate.v1.TaskId
+	68, // 36: lockgate.v1.RestartTaskResponse.task:type_name -> lockgate.v1.Task
+	72, // 37: lockgate.v1.GetOffsetsResponse.offsets:type_name -> lockgate.v1.PartitionOffset
+	73, // 38: lockgate.v1.GetOffsetsResponse.default_position:type_name -> lockgate.v1.OffsetPosition
 	39, // 39: lockgate.v1.ResetOffsetsRequest.offsets:type_name -> lockgate.v1.PartitionOffsets
-	69, // 40: lockgate.v1.ResetOffsetsRequest.position:type_name -> lockgate.v1.OffsetPosition
-	68, // 41: lockgate.v1.PartitionOffsets.offsets:type_name -> lockgate.v1.PartitionOffset
-	68, // 42: lockgate.v1.ResetOffsetsResponse.offsets:type_name -> lockgate.v1.PartitionOffset
-	69, // 43: lockgate.v1.ResetOffsetsResponse.default_position:type_name -> lockgate.v1.OffsetPosition
-	70, // 44: lockgate.v1.ListCheckpointsRequest.states:type_name -> lockgate.v1.CheckpointState
-	65, // 45: lockgate.v1.ListCheckpointsResponse.checkpoints:type_name -> lockgate.v1.Checkpoint
-	65, // 46: lockgate.v1.GetCheckpointResponse.checkpoint:type_name -> lockgate.v1.Checkpoint
-	53, // 47: lockgate.v1.ReportPrecommitRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	63, // 48: lockgate.v1.ReportPrecommitRequest.task_id:type_name -> lockgate.v1.TaskId
-	71, // 49: lockgate.v1.ReportPrecommitRequest.source_ranges:type_name -> lockgate.v1.OffsetRange
-	72, // 50: lockgate.v1.ReportPrecommitRequest.sink_handles:type_name -> lockgate.v1.SinkHandle
-	73, // 51: lockgate.v1.ReportPrecommitRequest.counts:type_name -> lockgate.v1.RecordCounts
-	70, // 52: lockgate.v1.ReportPrecommitResponse.checkpoint_state:type_name -> lockgate.v1.CheckpointState
-	63, // 53: lockgate.v1.ReportTaskFailureRequest.task_id:type_name -> lockgate.v1.TaskId
-	74, // 54: lockgate.v1.ReportTaskFailureRequest.error:type_name -> lockgate.v1.TaskError
-	53, // 55: lockgate.v1.ReportCheckpointFailureRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	63, // 56: lockgate.v1.ReportCheckpointFailureRequest.task_id:type_name -> lockgate.v1.TaskId
-	74, // 57: lockgate.v1.ReportCheckpointFailureRequest.error:type_name -> lockgate.v1.TaskError
-	72, // 58: lockgate.v1.ReportCheckpointFailureRequest.sink_handles:type_name -> lockgate.v1.SinkHandle
-	70, // 59: lockgate.v1.ReportCheckpointFailureResponse.checkpoint_state:type_name -> lockgate.v1.CheckpointState
-	63, // 60: lockgate.v1.TaskAssignment.task_id:type_name -> lockgate.v1.TaskId
-	58, // 61: lockgate.v1.TaskAssignment.pipeline_spec:type_name -> lockgate.v1.PipelineSpec
-	75, // 62: lockgate.v1.TaskAssignment.source_partitions:type_name -> lockgate.v1.TopicPartition
-	59, // 63: lockgate.v1.TaskAssignment.target_state:type_name -> lockgate.v1.TargetState
-	52, // 64: lockgate.v1.TaskAssignment.restore:type_name -> lockgate.v1.TaskRestoreState
-	68, // 65: lockgate.v1.TaskRestoreState.start_offsets:type_name -> lockgate.v1.PartitionOffset
-	76, // 66: lockgate.v1.TaskRestoreState.commit_before_start:type_name -> lockgate.v1.CheckpointHandles
-	72, // 67: lockgate.v1.TaskRestoreState.abort_before_start:type_name -> lockgate.v1.SinkHandle
-	1,  // 68: lockgate.v1.CoordinatorService.GetClusterInfo:input_type -> lockgate.v1.GetClusterInfoRequest
-	3,  // 69: lockgate.v1.CoordinatorService.RegisterExecutor:input_type -> lockgate.v1.RegisterExecutorRequest
-	5,  // 70: lockgate.v1.CoordinatorService.Heartbeat:input_type -> lockgate.v1.HeartbeatRequest
-	7,  // 71: lockgate.v1.CoordinatorService.DeregisterExecutor:input_type -> lockgate.v1.DeregisterExecutorRequest
-	9,  // 72: lockgate.v1.CoordinatorService.CreatePipeline:input_type -> lockgate.v1.CreatePipelineRequest
-	11, // 73: lockgate.v1.CoordinatorService.GetPipeline:input_type -> lockgate.v1.GetPipelineRequest
-	13, // 74: lockgate.v1.CoordinatorService.ListPipelines:input_type -> lockgate.v1.ListPipelinesRequest
-	15, // 75: lockgate.v1.CoordinatorService.UpdatePipeline:input_type -> lockgate.v1.UpdatePipelineRequest
-	17, // 76: lockgate.v1.CoordinatorService.DeletePipeline:input_type -> lockgate.v1.DeletePipelineRequest
-	19, // 77: lockgate.v1.CoordinatorService.ValidatePipeline:input_type -> lockgate.v1.ValidatePipelineRequest
-	21, // 78: lockgate.v1.CoordinatorService.PausePipeline:input_type -> lockgate.v1.PausePipelineRequest
-	23, // 79: lockgate.v1.CoordinatorService.ResumePipeline:input_type -> lockgate.v1.ResumePipelineRequest
-	25, // 80: lockgate.v1.CoordinatorService.StopPipeline:input_type -> lockgate.v1.StopPipelineRequest
-	27, // 81: lockgate.v1.CoordinatorService.RestartPipeline:input_type -> lockgate.v1.RestartPipelineRequest
-	29, // 82: lockgate.v1.CoordinatorService.GetPipelineStatus:input_type -> lockgate.v1.GetPipelineStatusRequest
-	32, // 83: lockgate.v1.CoordinatorService.ListTasks:input_type -> lockgate.v1.ListTasksRequest
-	34, // 84: lockgate.v1.CoordinatorService.RestartTask:input_type -> lockgate.v1.RestartTaskRequest
-	36, // 85: lockgate.v1.CoordinatorService.GetOffsets:input_type -> lockgate.v1.GetOffsetsRequest
-	38, // 86: lockgate.v1.CoordinatorService.ResetOffsets:input_type -> lockgate.v1.ResetOffsetsRequest
-	41, // 87: lockgate.v1.CoordinatorService.ListCheckpoints:input_type -> lockgate.v1.ListCheckpointsRequest
-	43, // 88: lockgate.v1.CoordinatorService.GetCheckpoint:input_type -> lockgate.v1.GetCheckpointRequest
-	45, // 89: lockgate.v1.CoordinatorService.ReportPrecommit:input_type -> lockgate.v1.ReportPrecommitRequest
-	47, // 90: lockgate.v1.CoordinatorService.ReportTaskFailure:input_type -> lockgate.v1.ReportTaskFailureRequest
-	49, // 91: lockgate.v1.CoordinatorService.ReportCheckpointFailure:input_type -> lockgate.v1.ReportCheckpointFailureRequest
-	2,  // 92: lockgate.v1.CoordinatorService.GetClusterInfo:output_type -> lockgate.v1.GetClusterInfoResponse
-	4,  // 93: lockgate.v1.CoordinatorService.RegisterExecutor:output_type -> lockgate.v1.RegisterExecutorResponse
-	6,  // 94: lockgate.v1.CoordinatorService.Heartbeat:output_type -> lockgate.v1.HeartbeatResponse
-	8,  // 95: lockgate.v1.CoordinatorService.DeregisterExecutor:output_type -> lockgate.v1.DeregisterExecutorResponse
-	10, // 96: lockgate.v1.CoordinatorService.CreatePipeline:output_type -> lockgate.v1.CreatePipelineResponse
-	12, // 97: lockgate.v1.CoordinatorService.GetPipeline:output_type -> lockgate.v1.GetPipelineResponse
-	14, // 98: lockgate.v1.CoordinatorService.ListPipelines:output_type -> lockgate.v1.ListPipelinesResponse
-	16, // 99: lockgate.v1.CoordinatorService.UpdatePipeline:output_type -> lockgate.v1.UpdatePipelineResponse
-	18, // 100: lockgate.v1.CoordinatorService.DeletePipeline:output_type -> lockgate.v1.DeletePipelineResponse
-	20, // 101: lockgate.v1.CoordinatorService.ValidatePipeline:output_type -> lockgate.v1.ValidatePipelineResponse
-	22, // 102: lockgate.v1.CoordinatorService.PausePipeline:output_type -> lockgate.v1.PausePipelineResponse
-	24, // 103: lockgate.v1.CoordinatorService.ResumePipeline:output_type -> lockgate.v1.ResumePipelineResponse
-	26, // 104: lockgate.v1.CoordinatorService.StopPipeline:output_type -> lockgate.v1.StopPipelineResponse
-	28, // 105: lockgate.v1.CoordinatorService.RestartPipeline:output_type -> lockgate.v1.RestartPipelineResponse
-	30, // 106: lockgate.v1.CoordinatorService.GetPipelineStatus:output_type -> lockgate.v1.GetPipelineStatusResponse
-	33, // 107: lockgate.v1.CoordinatorService.ListTasks:output_type -> lockgate.v1.ListTasksResponse
-	35, // 108: lockgate.v1.CoordinatorService.RestartTask:output_type -> lockgate.v1.RestartTaskResponse
-	37, // 109: lockgate.v1.CoordinatorService.GetOffsets:output_type -> lockgate.v1.GetOffsetsResponse
-	40, // 110: lockgate.v1.CoordinatorService.ResetOffsets:output_type -> lockgate.v1.ResetOffsetsResponse
-	42, // 111: lockgate.v1.CoordinatorService.ListCheckpoints:output_type -> lockgate.v1.ListCheckpointsResponse
-	44, // 112: lockgate.v1.CoordinatorService.GetCheckpoint:output_type -> lockgate.v1.GetCheckpointResponse
-	46, // 113: lockgate.v1.CoordinatorService.ReportPrecommit:output_type -> lockgate.v1.ReportPrecommitResponse
-	48, // 114: lockgate.v1.CoordinatorService.ReportTaskFailure:output_type -> lockgate.v1.ReportTaskFailureResponse
-	50, // 115: lockgate.v1.CoordinatorService.ReportCheckpointFailure:output_type -> lockgate.v1.ReportCheckpointFailureResponse
-	92, // [92:116] is the sub-list for method output_type
-	68, // [68:92] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	73, // 40: lockgate.v1.ResetOffsetsRequest.position:type_name -> lockgate.v1.OffsetPosition
+	72, // 41: lockgate.v1.PartitionOffsets.offsets:type_name -> lockgate.v1.PartitionOffset
+	72, // 42: lockgate.v1.ResetOffsetsResponse.offsets:type_name -> lockgate.v1.PartitionOffset
+	73, // 43: lockgate.v1.ResetOffsetsResponse.default_position:type_name -> lockgate.v1.OffsetPosition
+	74, // 44: lockgate.v1.ListCheckpointsRequest.states:type_name -> lockgate.v1.CheckpointState
+	69, // 45: lockgate.v1.ListCheckpointsResponse.checkpoints:type_name -> lockgate.v1.Checkpoint
+	69, // 46: lockgate.v1.GetCheckpointResponse.checkpoint:type_name -> lockgate.v1.Checkpoint
+	57, // 47: lockgate.v1.ReportPrecommitRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	67, // 48: lockgate.v1.ReportPrecommitRequest.task_id:type_name -> lockgate.v1.TaskId
+	75, // 49: lockgate.v1.ReportPrecommitRequest.source_ranges:type_name -> lockgate.v1.OffsetRange
+	76, // 50: lockgate.v1.ReportPrecommitRequest.sink_handles:type_name -> lockgate.v1.SinkHandle
+	77, // 51: lockgate.v1.ReportPrecommitRequest.counts:type_name -> lockgate.v1.RecordCounts
+	74, // 52: lockgate.v1.ReportPrecommitResponse.checkpoint_state:type_name -> lockgate.v1.CheckpointState
+	45, // 53: lockgate.v1.ReportPrecommitsRequest.reports:type_name -> lockgate.v1.ReportPrecommitRequest
+	49, // 54: lockgate.v1.ReportPrecommitsResponse.results:type_name -> lockgate.v1.ReportPrecommitResult
+	74, // 55: lockgate.v1.ReportPrecommitResult.checkpoint_state:type_name -> lockgate.v1.CheckpointState
+	50, // 56: lockgate.v1.ReportPrecommitResult.refusal:type_name -> lockgate.v1.ReportRefusal
+	78, // 57: lockgate.v1.ReportRefusal.fencing_failure:type_name -> lockgate.v1.FencingFailure
+	66, // 58: lockgate.v1.ReportRefusal.field_violations:type_name -> lockgate.v1.FieldViolation
+	67, // 59: lockgate.v1.ReportTaskFailureRequest.task_id:type_name -> lockgate.v1.TaskId
+	79, // 60: lockgate.v1.ReportTaskFailureRequest.error:type_name -> lockgate.v1.TaskError
+	57, // 61: lockgate.v1.ReportCheckpointFailureRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	67, // 62: lockgate.v1.ReportCheckpointFailureRequest.task_id:type_name -> lockgate.v1.TaskId
+	79, // 63: lockgate.v1.ReportCheckpointFailureRequest.error:type_name -> lockgate.v1.TaskError
+	76, // 64: lockgate.v1.ReportCheckpointFailureRequest.sink_handles:type_name -> lockgate.v1.SinkHandle
+	74, // 65: lockgate.v1.ReportCheckpointFailureResponse.checkpoint_state:type_name -> lockgate.v1.CheckpointState
+	67, // 66: lockgate.v1.TaskAssignment.task_id:type_name -> lockgate.v1.TaskId
+	62, // 67: lockgate.v1.TaskAssignment.pipeline_spec:type_name -> lockgate.v1.PipelineSpec
+	80, // 68: lockgate.v1.TaskAssignment.source_partitions:type_name -> lockgate.v1.TopicPartition
+	63, // 69: lockgate.v1.TaskAssignment.target_state:type_name -> lockgate.v1.TargetState
+	56, // 70: lockgate.v1.TaskAssignment.restore:type_name -> lockgate.v1.TaskRestoreState
+	72, // 71: lockgate.v1.TaskRestoreState.start_offsets:type_name -> lockgate.v1.PartitionOffset
+	81, // 72: lockgate.v1.TaskRestoreState.commit_before_start:type_name -> lockgate.v1.CheckpointHandles
+	76, // 73: lockgate.v1.TaskRestoreState.abort_before_start:type_name -> lockgate.v1.SinkHandle
+	1,  // 74: lockgate.v1.CoordinatorService.GetClusterInfo:input_type -> lockgate.v1.GetClusterInfoRequest
+	3,  // 75: lockgate.v1.CoordinatorService.RegisterExecutor:input_type -> lockgate.v1.RegisterExecutorRequest
+	5,  // 76: lockgate.v1.CoordinatorService.Heartbeat:input_type -> lockgate.v1.HeartbeatRequest
+	7,  // 77: lockgate.v1.CoordinatorService.DeregisterExecutor:input_type -> lockgate.v1.DeregisterExecutorRequest
+	9,  // 78: lockgate.v1.CoordinatorService.CreatePipeline:input_type -> lockgate.v1.CreatePipelineRequest
+	11, // 79: lockgate.v1.CoordinatorService.GetPipeline:input_type -> lockgate.v1.GetPipelineRequest
+	13, // 80: lockgate.v1.CoordinatorService.ListPipelines:input_type -> lockgate.v1.ListPipelinesRequest
+	15, // 81: lockgate.v1.CoordinatorService.UpdatePipeline:input_type -> lockgate.v1.UpdatePipelineRequest
+	17, // 82: lockgate.v1.CoordinatorService.DeletePipeline:input_type -> lockgate.v1.DeletePipelineRequest
+	19, // 83: lockgate.v1.CoordinatorService.ValidatePipeline:input_type -> lockgate.v1.ValidatePipelineRequest
+	21, // 84: lockgate.v1.CoordinatorService.PausePipeline:input_type -> lockgate.v1.PausePipelineRequest
+	23, // 85: lockgate.v1.CoordinatorService.ResumePipeline:input_type -> lockgate.v1.ResumePipelineRequest
+	25, // 86: lockgate.v1.CoordinatorService.StopPipeline:input_type -> lockgate.v1.StopPipelineRequest
+	27, // 87: lockgate.v1.CoordinatorService.RestartPipeline:input_type -> lockgate.v1.RestartPipelineRequest
+	29, // 88: lockgate.v1.CoordinatorService.GetPipelineStatus:input_type -> lockgate.v1.GetPipelineStatusRequest
+	32, // 89: lockgate.v1.CoordinatorService.ListTasks:input_type -> lockgate.v1.ListTasksRequest
+	34, // 90: lockgate.v1.CoordinatorService.RestartTask:input_type -> lockgate.v1.RestartTaskRequest
+	36, // 91: lockgate.v1.CoordinatorService.GetOffsets:input_type -> lockgate.v1.GetOffsetsRequest
+	38, // 92: lockgate.v1.CoordinatorService.ResetOffsets:input_type -> lockgate.v1.ResetOffsetsRequest
+	41, // 93: lockgate.v1.CoordinatorService.ListCheckpoints:input_type -> lockgate.v1.ListCheckpointsRequest
+	43, // 94: lockgate.v1.CoordinatorService.GetCheckpoint:input_type -> lockgate.v1.GetCheckpointRequest
+	45, // 95: lockgate.v1.CoordinatorService.ReportPrecommit:input_type -> lockgate.v1.ReportPrecommitRequest
+	47, // 96: lockgate.v1.CoordinatorService.ReportPrecommits:input_type -> lockgate.v1.ReportPrecommitsRequest
+	51, // 97: lockgate.v1.CoordinatorService.ReportTaskFailure:input_type -> lockgate.v1.ReportTaskFailureRequest
+	53, // 98: lockgate.v1.CoordinatorService.ReportCheckpointFailure:input_type -> lockgate.v1.ReportCheckpointFailureRequest
+	2,  // 99: lockgate.v1.CoordinatorService.GetClusterInfo:output_type -> lockgate.v1.GetClusterInfoResponse
+	4,  // 100: lockgate.v1.CoordinatorService.RegisterExecutor:output_type -> lockgate.v1.RegisterExecutorResponse
+	6,  // 101: lockgate.v1.CoordinatorService.Heartbeat:output_type -> lockgate.v1.HeartbeatResponse
+	8,  // 102: lockgate.v1.CoordinatorService.DeregisterExecutor:output_type -> lockgate.v1.DeregisterExecutorResponse
+	10, // 103: lockgate.v1.CoordinatorService.CreatePipeline:output_type -> lockgate.v1.CreatePipelineResponse
+	12, // 104: lockgate.v1.CoordinatorService.GetPipeline:output_type -> lockgate.v1.GetPipelineResponse
+	14, // 105: lockgate.v1.CoordinatorService.ListPipelines:output_type -> lockgate.v1.ListPipelinesResponse
+	16, // 106: lockgate.v1.CoordinatorService.UpdatePipeline:output_type -> lockgate.v1.UpdatePipelineResponse
+	18, // 107: lockgate.v1.CoordinatorService.DeletePipeline:output_type -> lockgate.v1.DeletePipelineResponse
+	20, // 108: lockgate.v1.CoordinatorService.ValidatePipeline:output_type -> lockgate.v1.ValidatePipelineResponse
+	22, // 109: lockgate.v1.CoordinatorService.PausePipeline:output_type -> lockgate.v1.PausePipelineResponse
+	24, // 110: lockgate.v1.CoordinatorService.ResumePipeline:output_type -> lockgate.v1.ResumePipelineResponse
+	26, // 111: lockgate.v1.CoordinatorService.StopPipeline:output_type -> lockgate.v1.StopPipelineResponse
+	28, // 112: lockgate.v1.CoordinatorService.RestartPipeline:output_type -> lockgate.v1.RestartPipelineResponse
+	30, // 113: lockgate.v1.CoordinatorService.GetPipelineStatus:output_type -> lockgate.v1.GetPipelineStatusResponse
+	33, // 114: lockgate.v1.CoordinatorService.ListTasks:output_type -> lockgate.v1.ListTasksResponse
+	35, // 115: lockgate.v1.CoordinatorService.RestartTask:output_type -> lockgate.v1.RestartTaskResponse
+	37, // 116: lockgate.v1.CoordinatorService.GetOffsets:output_type -> lockgate.v1.GetOffsetsResponse
+	40, // 117: lockgate.v1.CoordinatorService.ResetOffsets:output_type -> lockgate.v1.ResetOffsetsResponse
+	42, // 118: lockgate.v1.CoordinatorService.ListCheckpoints:output_type -> lockgate.v1.ListCheckpointsResponse
+	44, // 119: lockgate.v1.CoordinatorService.GetCheckpoint:output_type -> lockgate.v1.GetCheckpointResponse
+	46, // 120: lockgate.v1.CoordinatorService.ReportPrecommit:output_type -> lockgate.v1.ReportPrecommitResponse
+	48, // 121: lockgate.v1.CoordinatorService.ReportPrecommits:output_type -> lockgate.v1.ReportPrecommitsResponse
+	52, // 122: lockgate.v1.CoordinatorService.ReportTaskFailure:output_type -> lockgate.v1.ReportTaskFailureResponse
+	54, // 123: lockgate.v1.CoordinatorService.ReportCheckpointFailure:output_type -> lockgate.v1.ReportCheckpointFailureResponse
+	99, // [99:124] is the sub-list for method output_type
+	74, // [74:99] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_lockgate_v1_coordinator_proto_init() }
@@ -4085,7 +4367,7 @@ func file_lockgate_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockgate_v1_coordinator_proto_rawDesc), len(file_lockgate_v1_coordinator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   52,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,7 @@ const (
 	CoordinatorService_ListCheckpoints_FullMethodName         = "/lockgate.v1.CoordinatorService/ListCheckpoints"
 	CoordinatorService_GetCheckpoint_FullMethodName           = "/lockgate.v1.CoordinatorService/GetCheckpoint"
 	CoordinatorService_ReportPrecommit_FullMethodName         = "/lockgate.v1.CoordinatorService/ReportPrecommit"
+	CoordinatorService_ReportPrecommits_FullMethodName        = "/lockgate.v1.CoordinatorService/ReportPrecommits"
 	CoordinatorService_ReportTaskFailure_FullMethodName       = "/lockgate.v1.CoordinatorService/ReportTaskFailure"
 	CoordinatorService_ReportCheckpointFailure_FullMethodName = "/lockgate.v1.CoordinatorService/ReportCheckpointFailure"
 )
@@ -206,6 +207,13 @@ type CoordinatorServiceClient interface {
 	// task's, or not starting where N-1 ended; a handle on another transactional id than
 	// the task's or another cluster than the sink's), UNAVAILABLE.
 	ReportPrecommit(ctx context.Context, in *ReportPrecommitRequest, opts ...grpc.CallOption) (*ReportPrecommitResponse, error)
+	// ReportPrecommits is ReportPrecommit for many tasks of one executor in one call: the
+	// leader checks each report by ReportPrecommit's rules, records the accepted ones in one
+	// transaction, and answers each report in request order (its checkpoint's state, or
+	// why it was refused); a repeat of the same batch succeeds. Leader only. Errors, for the
+	// whole call: INVALID_ARGUMENT (no report, or a report of another executor than
+	// executor_id), UNAVAILABLE (not the leader, or the write failed: nothing was recorded).
+	ReportPrecommits(ctx context.Context, in *ReportPrecommitsRequest, opts ...grpc.CallOption) (*ReportPrecommitsResponse, error)
 	// ReportTaskFailure marks a task FAILED with its error (e.g. a bad record under
 	// errors.tolerance NONE); it stays failed until restarted. Leader only. Errors:
 	// FAILED_PRECONDITION with a FencingFailure (stale generation), NOT_FOUND, UNAVAILABLE.
@@ -444,6 +452,16 @@ func (c *coordinatorServiceClient) ReportPrecommit(ctx context.Context, in *Repo
 	return out, nil
 }
 
+func (c *coordinatorServiceClient) ReportPrecommits(ctx context.Context, in *ReportPrecommitsRequest, opts ...grpc.CallOption) (*ReportPrecommitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportPrecommitsResponse)
+	err := c.cc.Invoke(ctx, CoordinatorService_ReportPrecommits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coordinatorServiceClient) ReportTaskFailure(ctx context.Context, in *ReportTaskFailureRequest, opts ...grpc.CallOption) (*ReportTaskFailureResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReportTaskFailureResponse)
@@ -618,6 +636,13 @@ type CoordinatorServiceServer interface {
 	// task's, or not starting where N-1 ended; a handle on another transactional id than
 	// the task's or another cluster than the sink's), UNAVAILABLE.
 	ReportPrecommit(context.Context, *ReportPrecommitRequest) (*ReportPrecommitResponse, error)
+	// ReportPrecommits is ReportPrecommit for many tasks of one executor in one call: the
+	// leader checks each report by ReportPrecommit's rules, records the accepted ones in one
+	// transaction, and answers each report in request order (its checkpoint's state, or
+	// why it was refused); a repeat of the same batch succeeds. Leader only. Errors, for the
+	// whole call: INVALID_ARGUMENT (no report, or a report of another executor than
+	// executor_id), UNAVAILABLE (not the leader, or the write failed: nothing was recorded).
+	ReportPrecommits(context.Context, *ReportPrecommitsRequest) (*ReportPrecommitsResponse, error)
 	// ReportTaskFailure marks a task FAILED with its error (e.g. a bad record under
 	// errors.tolerance NONE); it stays failed until restarted. Leader only. Errors:
 	// FAILED_PRECONDITION with a FencingFailure (stale generation), NOT_FOUND, UNAVAILABLE.
@@ -701,6 +726,9 @@ func (UnimplementedCoordinatorServiceServer) GetCheckpoint(context.Context, *Get
 }
 func (UnimplementedCoordinatorServiceServer) ReportPrecommit(context.Context, *ReportPrecommitRequest) (*ReportPrecommitResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportPrecommit not implemented")
+}
+func (UnimplementedCoordinatorServiceServer) ReportPrecommits(context.Context, *ReportPrecommitsRequest) (*ReportPrecommitsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportPrecommits not implemented")
 }
 func (UnimplementedCoordinatorServiceServer) ReportTaskFailure(context.Context, *ReportTaskFailureRequest) (*ReportTaskFailureResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportTaskFailure not implemented")
@@ -1125,6 +1153,24 @@ func _CoordinatorService_ReportPrecommit_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CoordinatorService_ReportPrecommits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportPrecommitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServiceServer).ReportPrecommits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoordinatorService_ReportPrecommits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServiceServer).ReportPrecommits(ctx, req.(*ReportPrecommitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _CoordinatorService_ReportTaskFailure_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReportTaskFailureRequest)
 	if err := dec(in); err != nil {
@@ -1255,6 +1301,10 @@ var CoordinatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportPrecommit",
 			Handler:    _CoordinatorService_ReportPrecommit_Handler,
+		},
+		{
+			MethodName: "ReportPrecommits",
+			Handler:    _CoordinatorService_ReportPrecommits_Handler,
 		},
 		{
 			MethodName: "ReportTaskFailure",

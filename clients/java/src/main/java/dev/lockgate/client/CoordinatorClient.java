@@ -198,6 +198,14 @@ public final class CoordinatorClient {
     return calls.unary(request, CoordinatorServiceBlockingStub::reportPrecommit);
   }
 
+  /**
+   * ReportPrecommits is ReportPrecommit for many tasks of one executor in one call, answered per
+   * report in request order.
+   */
+  public ReportPrecommitsResponse reportPrecommits(ReportPrecommitsRequest request) {
+    return calls.unary(request, CoordinatorServiceBlockingStub::reportPrecommits);
+  }
+
   /** ReportTaskFailure marks a task FAILED with its error (e.g. */
   public ReportTaskFailureResponse reportTaskFailure(ReportTaskFailureRequest request) {
     return calls.unary(request, CoordinatorServiceBlockingStub::reportTaskFailure);
