@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/grpc"
 
 	lockgatev1 "github.com/lockgate/lockgate/clients/go/gen/lockgate/v1"
@@ -109,8 +110,9 @@ func (m *membership) assignment(pipeline string) *lockgatev1.TaskAssignment {
 
 // TestExecutorProtocol plays an executor against the real coordinators: RegisterExecutor,
 // Heartbeat (which delivers a task), ReportPrecommit (the checkpoint completes), a
-// ReportCheckpointFailure (the next one aborts), ReportTaskFailure (the task is FAILED),
-// DeregisterExecutor (the executor has LEFT), each effect read from a follower replica.
+// ReportCheckpointFailure (the next one aborts), ReportPrecommits (the one after that
+// completes), ReportTaskFailure (the task is FAILED), DeregisterExecutor (the executor has
+// LEFT), each effect read from a follower replica.
 func TestExecutorProtocol(t *testing.T) {
 	needTestbed(t)
 	coord := dialCoordinators(t)
@@ -235,6 +237,32 @@ func TestExecutorProtocol(t *testing.T) {
 	if err != nil || aborted.GetCheckpoint().GetState() != lockgatev1.CheckpointState_CHECKPOINT_STATE_ABORTED {
 		t.Fatalf("a follower reads checkpoint %d as %v (%v), want ABORTED", second.GetCheckpointId(), aborted, err)
 	}
+
+	// ReportPrecommits: the fake's part of the next checkpoint, in a batch of one; it
+	// completes and commits, and the repeat of the same batch is answered, not refused.
+	third := nextTrigger(second.GetCheckpointId())
+	batch := &lockgatev1.ReportPrecommitsRequest{
+		RequestId: uuid.NewString(), ExecutorId: id,
+		Reports: []*lockgatev1.ReportPrecommitRequest{{
+			LeaderEpoch: third.GetLeaderEpoch(), CheckpointId: third.GetCheckpointId(), TaskId: task.GetTaskId(),
+			TaskGeneration: task.GetTaskGeneration(), ExecutorId: id, ExecutorGeneration: member.generation,
+			SourceRanges: ranges(third), Counts: &lockgatev1.RecordCounts{}, PrecommitDurationMs: 1,
+		}},
+	}
+	for attempt := 1; attempt <= 2; attempt++ {
+		answer, err := coord.ReportPrecommits(callCtx(t), batch)
+		if err != nil || len(answer.GetResults()) != 1 || answer.GetResults()[0].GetRefusal() != nil ||
+			answer.GetResults()[0].GetCheckpointState() == lockgatev1.CheckpointState_CHECKPOINT_STATE_UNSPECIFIED {
+			t.Fatalf("ReportPrecommits of checkpoint %d (call %d): %v, %v", third.GetCheckpointId(), attempt, answer, err)
+		}
+	}
+	waitFor(t, 30*time.Second, "the batched pre-commit's checkpoint committed", func() (bool, error) {
+		checkpoint, err := reader.GetCheckpoint(callCtx(t), &lockgatev1.GetCheckpointRequest{PipelineName: name, CheckpointId: third.GetCheckpointId()})
+		if err != nil {
+			return false, err
+		}
+		return checkpoint.GetCheckpoint().GetState() == lockgatev1.CheckpointState_CHECKPOINT_STATE_COMMITTED, nil
+	})
 
 	// ReportTaskFailure: the task is FAILED with the fake's error.
 	member.mu.Lock()
