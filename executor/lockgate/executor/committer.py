@@ -13,7 +13,10 @@ the abort of a pre-commit's own handles that no leader can have recorded).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 from confluent_kafka import KafkaException
 
@@ -34,6 +37,8 @@ from lockgate.common.kafka_transactions import (
     open_transactions_of_slot,
 )
 from lockgate.common.model.handles import TransactionHandle
+
+_LOG = logging.getLogger(__name__)
 
 
 class HandleLostError(DataLoss):
@@ -61,6 +66,46 @@ def require_committable(handles: Sequence[TransactionHandle], *, field_name: str
             )
 
 
+class SlotClaims:
+    """Which checkpoint last began writing on each task slot of this executor, with one
+    lock per slot, so that ending "whatever is open on a slot's ids" never hits a newer
+    checkpoint's transaction.
+
+    The abort of a pre-commit that was never reported re-initialises every id of its slot
+    with a transaction open. The leader reuses the slot only after such an abort was
+    answered (coordinator ``domain/transactional_ids.py``), but a call it gave up on (a
+    deadline passed while Kafka was down) still runs here, and it retries meanwhile: one
+    of those may come after the next checkpoint began on the slot, and would abort that
+    checkpoint's transaction. So a batch claims its slot before it writes, and a slot is
+    fenced for checkpoint N only under the slot's lock and only while no checkpoint after
+    N has claimed it (that checkpoint's own ``init_transactions`` ended N's transactions).
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._newest: dict[str, int] = {}
+
+    def claim(self, slot_id: str, checkpoint_id: int) -> None:
+        """Checkpoint N's batch is about to write on ``slot_id``'s ids (waits for a fence
+        of the slot in progress)."""
+        with self._lock_of(slot_id):
+            self._newest[slot_id] = max(self._newest.get(slot_id, checkpoint_id), checkpoint_id)
+
+    @contextmanager
+    def fencing(self, slot_id: str, checkpoint_id: int | None) -> Iterator[bool]:
+        """Hold ``slot_id`` while it is fenced for checkpoint N; yields whether it may be
+        (False: a later checkpoint claimed it). ``checkpoint_id`` None: a restore's fence
+        of an older task generation's slot, which no batch here claims any more."""
+        with self._lock_of(slot_id):
+            newest = self._newest.get(slot_id)
+            yield checkpoint_id is None or newest is None or newest <= checkpoint_id
+
+    def _lock_of(self, slot_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(slot_id, threading.Lock())
+
+
 class Committer:
     """Commits and aborts Kafka transactions through the resume path (FindCoordinator +
     EndTxn with the stored producer id and epoch), never ``init_transactions`` on a
@@ -69,6 +114,12 @@ class Committer:
     def __init__(self, *, failpoints: Failpoints | None = None, timeout_s: float = 30.0) -> None:
         self._failpoints = failpoints or Failpoints()
         self._timeout_s = timeout_s
+        self._slots = SlotClaims()
+
+    def claim_slot(self, slot_id: str, checkpoint_id: int) -> None:
+        """Checkpoint N's batch is about to open producers on ``slot_id``'s ids: a late
+        abort of an earlier checkpoint on that slot must leave them alone (`SlotClaims`)."""
+        self._slots.claim(slot_id, checkpoint_id)
 
     def commit(
         self,
@@ -112,12 +163,14 @@ class Committer:
         *,
         what: str,
         sink_properties: Mapping[str, str],
+        checkpoint_id: int | None = None,
     ) -> int:
         """Abort every handle; idempotent (fenced or unknown counts as aborted).
         ``sink_properties``: the sink's Kafka properties as written (resolved here).
 
         A handle without producer id names a task slot whose pre-commit was never reported:
-        every transaction open on the slot's ids is ended by ``init_transactions``.
+        every transaction open on the slot's ids is ended by ``init_transactions``, unless
+        a checkpoint after ``checkpoint_id`` already claimed the slot here (`SlotClaims`).
         ``FailedPrecondition`` if one was already committed (a decided checkpoint must never
         be aborted), ``Unavailable`` if Kafka did not answer in time.
         """
@@ -132,7 +185,7 @@ class Committer:
             handles,
             timeout_s=self._timeout_s,
             properties=properties,
-            fence_slot=lambda handle: self._fence(handle, properties),
+            fence_slot=lambda handle: self._fence(handle, properties, checkpoint_id, what),
         )
         try:
             for ended in ended_all:
@@ -150,11 +203,30 @@ class Committer:
             ) from exc
         return len(handles)
 
-    def _fence(self, handle: TransactionHandle, properties: Mapping[str, str]) -> None:
+    def _fence(
+        self,
+        handle: TransactionHandle,
+        properties: Mapping[str, str],
+        checkpoint_id: int | None,
+        what: str,
+    ) -> None:
         # A handle without producer id names a task slot whose pre-commit was never
         # reported: its batch may have opened one transaction per Spark write partition on
         # "<slot id>-<k>". Kafka lists which are open; init_transactions on each aborts it.
-        # Safe only because the leader reuses the slot after this abort succeeded.
+        # Safe only while no later checkpoint writes on the slot: the leader reuses it after
+        # this abort was answered, and a late or repeated call is refused here.
+        with self._slots.fencing(handle.transactional_id, checkpoint_id) as allowed:
+            if not allowed:
+                _LOG.info(
+                    "%s: slot %r left alone: a later checkpoint writes on it, and its own"
+                    " init_transactions ended this one's transactions",
+                    what,
+                    handle.transactional_id,
+                )
+                return
+            self._fence_open_ids(handle, properties)
+
+    def _fence_open_ids(self, handle: TransactionHandle, properties: Mapping[str, str]) -> None:
         for transactional_id in open_transactions_of_slot(
             bootstrap_servers=handle.bootstrap_servers,
             slot_id=handle.transactional_id,
@@ -183,4 +255,4 @@ def _resolved(sink_properties: Mapping[str, str], what: str) -> dict[str, str]:
         ) from None
 
 
-__all__ = ["Committer", "HandleLostError", "require_committable"]
+__all__ = ["Committer", "HandleLostError", "SlotClaims", "require_committable"]

@@ -37,7 +37,11 @@ bounds the checkpoints in flight per task by the pool size).
 - ABORTED: the transaction must die anyway; `init_transactions` by the next user is
   exactly how it gets aborted (and fences a zombie still writing on it). In a new
   generation the id differs: the new task owner aborts the old id's open transactions
-  itself, by listing them (`kafka_transactions.open_transactions_of_slot`).
+  itself, by listing them (`kafka_transactions.open_transactions_of_slot`). The pipeline
+  triggers nothing while an abort of it is unanswered (`trigger_due`, `has_lingering`),
+  and an executor refuses to fence a slot for N once a later checkpoint claimed it
+  (executor `committer.SlotClaims`): an abort call the leader gave up on may still run
+  there after a retry was answered and the slot reused.
 - TRIGGERED (in flight) or COMPLETE (committing): never reused; N+1 takes another slot.
 
 Walk-through, pool of 3, overlap of two: N=1 takes slot 0; N=2 triggers while 1 commits,

@@ -227,6 +227,9 @@ class CheckpointRunner:
             _LOG.info("%s skipped: stopped or aborted before it started", what)
             return
         span = trace.get_current_span()
+        # Before any producer opens: a late abort of an earlier checkpoint on this slot
+        # must not re-initialise its ids from now on.
+        self._committer.claim_slot(work.transactional_id_prefix, work.checkpoint_id)
         try:
             output = self._data_plane.run_precommit(work)
         except Exception as exc:
@@ -384,7 +387,9 @@ class CheckpointRunner:
                 retry_after_seconds=1.0,
             )
         with self._handles_span("lockgate.executor.abort", pipeline_name, checkpoint_id, handles):
-            count = self._committer.abort(handles, what=what, sink_properties=sink_properties)
+            count = self._committer.abort(
+                handles, what=what, sink_properties=sink_properties, checkpoint_id=checkpoint_id
+            )
         self._progress.aborted(pipeline_name, checkpoint_id)
         _LOG.info("%s (%s): %d handles aborted", what, reason or "no reason given", count)
         return count
