@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from opentelemetry.trace import Status, StatusCode
+
 from lockgate.common.errors import FencingToken, LockgateError, StaleTokenError
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, TaskId, split_task_id
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit
@@ -83,26 +85,22 @@ class Reports:
         Wakes the loop to commit at once. Reports that arrive together share one
         transaction (group commit)."""
         self._check_report_epoch(leader_epoch)
-        with self._traces.report(
-            precommit.pipeline_id,
-            precommit.checkpoint_id,
-            task_id=precommit.task_id,
-            leader_epoch=leader_epoch,
-        ) as span:
-            started_ns = time.time_ns()
-            try:
-                record = self._precommits.submit(precommit)
-            except StaleGeneration as exc:
-                raise self._stale_report(
-                    exc, _reporter_of(precommit), checkpoint_id=precommit.checkpoint_id
-                ) from None
-            span.set_attribute(STATE, record.state.name)
-            if record.state is CheckpointState.COMPLETE:
-                self._traces.completed(
-                    precommit.pipeline_id, precommit.checkpoint_id, started_ns=started_ns
-                )
-                self._wake()
-        return record
+        started_ns = time.time_ns()
+        answer: CheckpointRecord | LockgateError
+        try:
+            answer = self._precommits.submit(precommit)
+        except StaleGeneration as exc:
+            answer = self._stale_report(
+                exc, _reporter_of(precommit), checkpoint_id=precommit.checkpoint_id
+            )
+        except LockgateError as exc:
+            answer = exc
+        self._trace_report(precommit, leader_epoch, answer, started_ns=started_ns)
+        if isinstance(answer, LockgateError):
+            raise answer
+        if _is_complete(answer):
+            self._wake()
+        return answer
 
     def report_precommits(
         self, *, precommits: Sequence[Precommit], leader_epochs: Sequence[int]
@@ -152,8 +150,9 @@ class Reports:
         *,
         started_ns: int,
     ) -> None:
-        """One report of a batch as its `lockgate.checkpoint.report_precommit` span (the
-        batch's call carries the trace of one of its reports: the others link to it)."""
+        """One report as its `lockgate.checkpoint.report_precommit` span, with the state it
+        left its checkpoint in or why it was refused (a batch's call carries the trace of
+        one of its reports: the others link to it)."""
         with self._traces.report(
             precommit.pipeline_id,
             precommit.checkpoint_id,
@@ -162,6 +161,8 @@ class Reports:
         ) as span:
             if isinstance(answer, CheckpointRecord):
                 span.set_attribute(STATE, answer.state.name)
+            else:
+                span.set_status(Status(StatusCode.ERROR, answer.message))
         if _is_complete(answer):
             self._traces.completed(
                 precommit.pipeline_id, precommit.checkpoint_id, started_ns=started_ns
