@@ -63,8 +63,19 @@ def _tier_of(path: Path) -> str | None:
     return None
 
 
+# The slowest tier first: under pytest-xdist a long e2e file started last would run alone
+# while the other process idles. A stable sort keeps each file's tests together, in order.
+_TIER_ORDER = {"e2e": 0, "integration": 1, "unit": 2}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test with the tier of its folder; refuse a test marked with another tier."""
+    """Mark every test with the tier of its folder (refusing a test marked with another
+    tier), and run the slowest tier first."""
+    _mark_tiers(items)
+    items.sort(key=lambda item: _TIER_ORDER.get(_tier_of(Path(item.path).resolve()) or "", 3))
+
+
+def _mark_tiers(items: list[pytest.Item]) -> None:
     for item in items:
         tier = _tier_of(Path(item.path).resolve())
         if tier is None:
