@@ -2,7 +2,11 @@
 # The Python tests of make test, test-unit, test-integration and test-e2e, in two passes:
 #   1. every test but the `serial` ones on LOCKGATE_TEST_WORKERS pytest-xdist processes
 #      (default 2; most tests wait on JVMs, sessions and leases, not on the CPU), each test
-#      file on one process (--dist loadfile: a module's fixtures start once, as without xdist);
+#      file on one process (--dist loadfile: a module's fixtures start once, as without xdist),
+#      handed out in collection order, where tests/conftest.py puts the slowest tier first
+#      (--no-loadscope-reorder: by default xdist hands out the files with most tests first,
+#      which started the four-minute e2e files last, one process running them while the
+#      other idled);
 #   2. the `serial` ones alone: their assertion is a time bound (a failover within the lease,
 #      a shutdown within its bound), which a CPU shared with the first pass would break.
 # $1: a marker expression choosing a tier (unit, integration, e2e); none: every test.
@@ -18,7 +22,8 @@ selection() { # $1: the pass's own marker expression, within the tier
 }
 
 echo "== pytest on $workers processes: $(selection 'not serial')"
-"$pytest" -q --durations=25 -n "$workers" --dist loadfile -m "$(selection 'not serial')"
+"$pytest" -q --durations=25 -n "$workers" --dist loadfile --no-loadscope-reorder \
+  -m "$(selection 'not serial')"
 parallel=$?
 echo "== pytest alone: $(selection 'serial')"
 "$pytest" -q --durations=25 -n 0 -m "$(selection 'serial')"
