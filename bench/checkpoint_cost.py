@@ -60,9 +60,9 @@ from lockgate.executor.dataplane.spark.kafka_source import (
     KafkaSource,
     SourceOptions,
     ranges_to_option,
-    read_range,
     source_schema,
 )
+from lockgate.executor.dataplane.spark.kafka_source_read import read_range
 from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges, topic_partitions
 from lockgate.executor.dataplane.spark.session import build_spark_session
 from lockgate.localcluster.kafka import KafkaBrokerConfig, broker_spec, create_topic

@@ -9,7 +9,7 @@ with a Kafka timestamp and a null headers column, as the source produces them):
 
 1. a bare confluent-kafka ``produce()`` loop over the batches' Python lists, idempotent
    and transactional (begin, produce, flush): the floor of any Python sink;
-2. the sink's ``_PartitionWriter`` (``write_batch`` over every batch, then its pre-commit
+2. the sink's ``PartitionWriter`` (``write_batch`` over every batch, then its pre-commit
    flush), at_least_once and exactly_once, with cProfile's ten costliest functions for
    exactly_once;
 3. unless ``--no-spark``, the JVM's share: one Spark ``local[2]`` job reading an in-memory
@@ -43,7 +43,8 @@ from confluent_kafka import Producer
 
 from lockgate.common.kafka_transactions import open_transactional_producer
 from lockgate.common.model.pipeline_spec import Delivery, ErrorTolerance, RecordFormat
-from lockgate.executor.dataplane.spark.kafka_sink import SinkOptions, _PartitionWriter
+from lockgate.executor.dataplane.spark.kafka_sink import SinkOptions
+from lockgate.executor.dataplane.spark.kafka_sink_write import PartitionWriter
 from lockgate.localcluster.kafka import KafkaBrokerConfig, broker_spec, create_topic
 from lockgate.localcluster.ports import free_port
 from lockgate.localcluster.process import start_process, stop_process
@@ -126,7 +127,7 @@ def sink_options(bootstrap: str, topic: str, delivery: Delivery) -> SinkOptions:
 
 def run_writer(options: SinkOptions, batches: list[pa.RecordBatch]) -> float:
     """Seconds for one write partition: every ``write_batch``, then the pre-commit."""
-    writer = _PartitionWriter(options, 0)
+    writer = PartitionWriter(options, 0)
     writer._ensure_producer()  # the producer's start (init_transactions) is not per record
     began = time.perf_counter()
     for batch in batches:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from lockgate.executor.__main__ import _spark_conf, main
@@ -12,6 +15,21 @@ def test_the_flag_sets_the_driver_heap_and_the_session_has_a_default() -> None:
     assert _spark_conf([], "768m") == {"spark.driver.memory": "768m"}
     assert _spark_conf(["spark.executor.memory=2g"], None) == {"spark.executor.memory": "2g"}
     assert _DEFAULT_CONF["spark.driver.memory"]  # set before the JVM starts, never Spark's own
+
+
+def test_the_data_sources_plan_without_pyarrow_or_librdkafka() -> None:
+    # Spark's planner and commit workers import these modules to unpickle the data
+    # sources: about 60 MB more in each of them if either loads pyarrow or confluent-kafka.
+    probe = (
+        "import sys\n"
+        "import lockgate.executor.dataplane.spark.kafka_sink\n"
+        "import lockgate.executor.dataplane.spark.kafka_source\n"
+        "print(sorted({'pyarrow', 'confluent_kafka', 'kafka'} & set(sys.modules)))\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True, timeout=60
+    ).stdout.strip()
+    assert loaded == "[]"
 
 
 @pytest.mark.parametrize(

@@ -12,11 +12,8 @@ import pytest
 
 from lockgate.common.model.pipeline_spec import Delivery, ErrorTolerance, RecordFormat
 from lockgate.common.model.producer_batching import Compression, ProducerBatching
-from lockgate.executor.dataplane.spark.kafka_sink import (
-    TARGET_TOPIC_COLUMN,
-    SinkOptions,
-    _PartitionWriter,
-)
+from lockgate.executor.dataplane.spark.kafka_sink import TARGET_TOPIC_COLUMN, SinkOptions
+from lockgate.executor.dataplane.spark.kafka_sink_write import PartitionWriter
 from lockgate.executor.errors import WorkerRecordError
 
 _HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -51,7 +48,7 @@ def _writer(
     *,
     value_format: RecordFormat = RecordFormat.BYTES,
     tolerance: ErrorTolerance = ErrorTolerance.NONE,
-) -> tuple[_PartitionWriter, RecordingProducer]:
+) -> tuple[PartitionWriter, RecordingProducer]:
     options = SinkOptions(
         bootstrap_servers="127.0.0.1:9",
         topic="out",
@@ -65,7 +62,7 @@ def _writer(
         result_path=None,
         transaction_timeout_ms=60_000,
     )
-    writer = _PartitionWriter(options, 0)
+    writer = PartitionWriter(options, 0)
     producer = RecordingProducer()
     writer._producer = producer  # type: ignore[assignment]
     return writer, producer
@@ -153,7 +150,7 @@ def test_the_producer_gets_the_pipeline_batching_fields() -> None:
         }
     )
     assert options.batching == ProducerBatching(0, 65_536, Compression.LZ4)
-    config = _PartitionWriter(options, 0)._producer_config()
+    config = PartitionWriter(options, 0)._producer_config()
     assert (config["linger.ms"], config["batch.size"], config["compression.type"]) == (
         0,
         65_536,

@@ -10,17 +10,16 @@ import pytest
 from confluent_kafka import KafkaError
 
 from lockgate.common.model.offsets import OffsetRange
-from lockgate.executor.dataplane.spark import kafka_source
+from lockgate.executor.dataplane.spark import kafka_source, kafka_source_read
 from lockgate.executor.dataplane.spark.kafka_source import (
     ERROR_COLUMN,
     ON_BAD_RECORD_MARK,
     RAW_VALUE_COLUMN,
     SourceOptions,
-    _BatchBuilder,
-    _in_range,
     pack_ranges,
     ranges_to_option,
 )
+from lockgate.executor.dataplane.spark.kafka_source_read import BatchBuilder, messages_in_range
 from lockgate.executor.errors import SourceError, WorkerRecordError
 
 RANGE = OffsetRange("in", 3, 10, 20)
@@ -62,7 +61,7 @@ def _options(**extra: str) -> SourceOptions:
     )
 
 
-def _rows(builder: _BatchBuilder, messages: list[Any]) -> list[dict[str, Any]]:
+def _rows(builder: BatchBuilder, messages: list[Any]) -> list[dict[str, Any]]:
     builder.extend(messages, [m.offset() for m in messages])
     rows: list[dict[str, Any]] = builder.build().to_pylist()
     return rows
@@ -70,7 +69,7 @@ def _rows(builder: _BatchBuilder, messages: list[Any]) -> list[dict[str, Any]]:
 
 def test_rows_keep_headers_only_where_a_record_has_them_and_null_missing_timestamps() -> None:
     rows = _rows(
-        _BatchBuilder(_options(), RANGE),
+        BatchBuilder(_options(), RANGE),
         [
             FakeMessage(10, key_=b"k", headers_=[("h", b"1"), ("n", None)]),
             FakeMessage(11, timestamp_ms=-1),
@@ -88,16 +87,16 @@ def test_rows_keep_headers_only_where_a_record_has_them_and_null_missing_timesta
 
 
 def test_rows_without_any_header_have_null_headers() -> None:
-    rows = _rows(_BatchBuilder(_options(), RANGE), [FakeMessage(10), FakeMessage(11)])
+    rows = _rows(BatchBuilder(_options(), RANGE), [FakeMessage(10), FakeMessage(11)])
     assert [r["headers"] for r in rows] == [None, None]
 
 
 def test_a_bad_record_fails_naming_its_offset_or_is_marked() -> None:
     bad = [FakeMessage(10, value_=b"ok"), FakeMessage(11, value_=b"\xff")]
     with pytest.raises(WorkerRecordError, match=r"bad record at in\[3\]@11"):
-        _rows(_BatchBuilder(_options(value_format="string"), RANGE), bad)
+        _rows(BatchBuilder(_options(value_format="string"), RANGE), bad)
     rows = _rows(
-        _BatchBuilder(_options(value_format="string", on_bad_record=ON_BAD_RECORD_MARK), RANGE),
+        BatchBuilder(_options(value_format="string", on_bad_record=ON_BAD_RECORD_MARK), RANGE),
         bad,
     )
     assert [(r["value"], r[ERROR_COLUMN] is None) for r in rows] == [("ok", True), (None, False)]
@@ -110,24 +109,24 @@ def _eof(offset: int) -> FakeMessage:
 
 def test_in_range_takes_every_data_message_below_the_end() -> None:
     messages: list[Any] = [FakeMessage(12), FakeMessage(13)]
-    data, offsets, position = _in_range(messages, 12, 20, "in[3]")
+    data, offsets, position = messages_in_range(messages, 12, 20, "in[3]")
     assert (len(data), offsets, position) == (2, [12, 13], 14)
 
 
 def test_in_range_stops_at_the_end_and_counts_partition_eof_as_progress() -> None:
     messages: list[Any] = [FakeMessage(18), FakeMessage(19), FakeMessage(20), FakeMessage(21)]
-    _, offsets, position = _in_range(messages, 18, 20, "in[3]")
+    _, offsets, position = messages_in_range(messages, 18, 20, "in[3]")
     assert (offsets, position) == ([18, 19], 20)
     # Control records before the EOF were never delivered: the EOF's offset is the position.
-    _, offsets, position = _in_range([FakeMessage(14), _eof(17)], 14, 20, "in[3]")
+    _, offsets, position = messages_in_range([FakeMessage(14), _eof(17)], 14, 20, "in[3]")
     assert (offsets, position) == ([14], 17)
-    assert _in_range([], 15, 20, "in[3]") == ([], [], 15)
+    assert messages_in_range([], 15, 20, "in[3]") == ([], [], 15)
 
 
 def test_in_range_fails_on_another_error_naming_the_partition() -> None:
     failed = FakeMessage(None, error_=KafkaError(KafkaError._TRANSPORT))
     with pytest.raises(SourceError, match=r"reading in\[3\] at offset 15"):
-        _in_range([FakeMessage(14), failed], 14, 20, "in[3]")
+        messages_in_range([FakeMessage(14), failed], 14, 20, "in[3]")
 
 
 def test_small_ranges_are_packed_whole_and_in_order_and_large_ones_stay_alone() -> None:
@@ -147,7 +146,7 @@ def test_a_packed_partition_reads_its_ranges_one_after_the_other(
         read.append(offset_range)
         yield from ()
 
-    monkeypatch.setattr(kafka_source, "read_range", read_range)
+    monkeypatch.setattr(kafka_source_read, "read_range", read_range)
     ranges = [OffsetRange("in", p, 0, 5) for p in range(3)]
     options = SourceOptions.parse(
         {

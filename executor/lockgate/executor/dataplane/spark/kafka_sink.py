@@ -22,33 +22,27 @@ ids of partitions that left no message.
 ``at_least_once`` uses an idempotent producer without transactions and returns no handle.
 Spark speculation must stay off (``session.build_spark_session`` does so): a speculative
 copy would fence the attempt whose message Spark keeps.
+
+This module is the planning and commit half, imported by Spark's planner and commit workers
+to unpickle ``KafkaSink``; the producing half (``kafka_sink_write.py``, with pyarrow and
+confluent-kafka) is imported only by the task that writes and by a job's ``abort``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
-from confluent_kafka import KafkaError, Message, Producer
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.kafka_config import resolve_properties
-from lockgate.common.kafka_transactions import (
-    TransactionResumeError,
-    abort_transaction,
-    open_transactional_producer,
-)
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.pipeline_spec import Delivery, ErrorTolerance, RecordFormat
 from lockgate.common.model.producer_batching import (
@@ -58,8 +52,10 @@ from lockgate.common.model.producer_batching import (
     Compression,
     ProducerBatching,
 )
-from lockgate.executor.dataplane.spark.formats import DecodeFailure, RecordCodec, codec_for
-from lockgate.executor.errors import RecordError, RecordLocation, SinkError, WorkerRecordError
+from lockgate.executor.errors import SinkError
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 # Optional column naming another destination topic for a row (used for dead letters).
 TARGET_TOPIC_COLUMN = "__lockgate_target"
@@ -178,291 +174,6 @@ class KafkaSinkCommitMessage(WriterCommitMessage):
         )
 
 
-def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) else None
-
-
-def _row_headers(batch: pa.RecordBatch) -> Iterable[list[tuple[str, bytes | None]] | None]:
-    """Each row's headers as producer tuples (None for none); a repeat of None when the
-    batch has no headers column or only nulls, the usual case, so no row pays for it."""
-    if "headers" not in batch.schema.names:
-        return itertools.repeat(None)
-    column = batch.column("headers")
-    if column.null_count == batch.num_rows:
-        return itertools.repeat(None)
-    return [[(h["key"], h["value"]) for h in row] if row else None for row in column.to_pylist()]
-
-
-def _timestamps_ms(batch: pa.RecordBatch) -> Iterable[int]:
-    """Each row's Kafka timestamp in ms, 0 where the producer should stamp it (null or not
-    positive); a repeat of 0 when the batch has none."""
-    if "timestamp" not in batch.schema.names:
-        return itertools.repeat(0)
-    column = batch.column("timestamp")
-    if column.null_count == batch.num_rows:
-        return itertools.repeat(0)
-    millis = pc.divide(column.cast(pa.int64()), 1000)
-    positive = pc.if_else(pc.greater(millis, 0), millis, 0)
-    return pc.fill_null(positive, 0).to_pylist()  # type: ignore[no-any-return]
-
-
-def _total_bytes(batch: pa.RecordBatch, name: str) -> int:
-    """Bytes of a binary column, nulls counting 0 (bytes_written's share of it)."""
-    if name not in batch.schema.names:
-        return 0
-    total = pc.sum(pc.binary_length(batch.column(name))).as_py()
-    return int(total or 0)
-
-
-class _PartitionWriter:
-    """Writes one Spark partition's rows through one producer."""
-
-    def __init__(self, options: SinkOptions, write_partition: int) -> None:
-        self._options = options
-        self._write_partition = write_partition
-        url = options.schema_registry_url
-        self._key_codec: RecordCodec = codec_for(options.key_format, schema_registry_url=url)
-        self._value_codec: RecordCodec = codec_for(
-            options.value_format, schema_registry_url=url, subject=f"{options.topic}-value"
-        )
-        self._producer: Producer | None = None
-        self._txn: Any = None
-        self._delivery_errors: list[str] = []
-        self.records_written = 0
-        self.bytes_written = 0
-        self.dead_lettered = 0
-
-    def _on_delivery(self, error: KafkaError | None, msg: Message) -> None:
-        if error is not None and len(self._delivery_errors) < 5:
-            self._delivery_errors.append(f"{msg.topic()}: {error.str()}")
-
-    def _producer_config(self) -> dict[str, Any]:
-        return {
-            # murmur2 on the key bytes, as the Java client's default partitioner.
-            "partitioner": "murmur2_random",
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 500_000,
-            "delivery.report.only.error": True,
-            **self._options.batching.producer_config(),
-            **self._options.resolved_properties(),
-            "on_delivery": self._on_delivery,
-        }
-
-    def _ensure_producer(self) -> Producer:
-        if self._producer is not None:
-            return self._producer
-        options = self._options
-        if options.delivery is Delivery.EXACTLY_ONCE:
-            transactional_id = transactional_id_for(
-                options.transactional_id_prefix, self._write_partition
-            )
-            # This runs in a Spark Python worker: its failpoints come from the environment
-            # it inherited from the executor.
-            Failpoints.from_env().reach(
-                Failpoint.BEFORE_INIT_TRANSACTIONS, detail=f"transactional.id {transactional_id}"
-            )
-            txn, _ = open_transactional_producer(
-                bootstrap_servers=options.bootstrap_servers,
-                transactional_id=transactional_id,
-                transaction_timeout_ms=options.transaction_timeout_ms,
-                config=self._producer_config(),
-            )
-            txn.producer.begin_transaction()
-            self._txn = txn
-            self._producer = txn.producer
-        else:
-            self._producer = Producer(
-                {
-                    "bootstrap.servers": options.bootstrap_servers,
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    **self._producer_config(),
-                }
-            )
-        return self._producer
-
-    def _produce(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes | None]] | None,
-        timestamp_ms: int,
-    ) -> None:
-        """Produce one record, serving delivery reports while the local queue is full;
-        ``timestamp_ms`` 0 lets the producer stamp it."""
-        producer = self._ensure_producer()
-        while True:
-            try:
-                # Only the arguments in use: each keyword costs about a µs per record.
-                if headers:
-                    # (list is invariant: the stub's header values also admit str)
-                    producer.produce(
-                        topic,
-                        value,
-                        key,
-                        timestamp=timestamp_ms,
-                        headers=headers,  # type: ignore[arg-type]
-                    )
-                elif timestamp_ms:
-                    producer.produce(topic, value, key, timestamp=timestamp_ms)
-                else:
-                    producer.produce(topic, value, key)
-                return
-            except BufferError:
-                # Local queue full: serve delivery reports until there is room.
-                producer.poll(0.05)
-
-    def write_batch(self, batch: pa.RecordBatch) -> None:
-        """Produce every row of one Arrow batch, in order."""
-        names = batch.schema.names
-        rows = batch.num_rows
-        keys = batch.column("key").to_pylist() if "key" in names else [None] * rows
-        values = batch.column("value").to_pylist()
-        headers = _row_headers(batch)
-        timestamps = _timestamps_ms(batch)
-        target_column = batch.column(TARGET_TOPIC_COLUMN) if TARGET_TOPIC_COLUMN in names else None
-        if (target_column is None or target_column.null_count == rows) and self._passthrough(batch):
-            # The common case, vectorised where it can be: no dead letter, bytes as they are.
-            self._produce_all(keys, values, headers, timestamps)
-            self.records_written += rows
-            self.bytes_written += _total_bytes(batch, "key") + _total_bytes(batch, "value")
-            return
-        targets = target_column.to_pylist() if target_column is not None else [None] * rows
-        where = {
-            column: batch.column(column).to_pylist()
-            for column in ("topic", "partition", "offset")
-            if column in names
-        }
-        for i, (key_in, value_in, row_headers, timestamp, target) in enumerate(
-            zip(keys, values, headers, timestamps, targets, strict=False)
-        ):
-            if target is not None:
-                # Already a dead letter (from the source side): passed through untouched.
-                self._produce(target, key_in, value_in, row_headers, timestamp)
-                self.dead_lettered += 1
-                continue
-            try:
-                key = self._key_codec.encode(key_in)
-                value = self._value_codec.encode(value_in)
-            except DecodeFailure as exc:
-                self._on_bad_record(
-                    str(exc),
-                    raw_key=key_in,
-                    raw_value=value_in,
-                    headers=row_headers,
-                    topic=where["topic"][i] if "topic" in where else None,
-                    partition=_int_or_none(where["partition"][i]) if "partition" in where else None,
-                    offset=_int_or_none(where["offset"][i]) if "offset" in where else None,
-                )
-                continue
-            self._produce(self._options.topic, key, value, row_headers, timestamp)
-            self.records_written += 1
-            self.bytes_written += (len(key) if key else 0) + (len(value) if value else 0)
-
-    def _passthrough(self, batch: pa.RecordBatch) -> bool:
-        """Whether every key and value goes to Kafka as it is: binary columns under the
-        bytes format, whose codec returns bytes unchanged."""
-        schema = batch.schema
-        return all(
-            fmt is RecordFormat.BYTES
-            and (name not in schema.names or pa.types.is_binary(schema.field(name).type))
-            for name, fmt in (
-                ("key", self._options.key_format),
-                ("value", self._options.value_format),
-            )
-        )
-
-    def _produce_all(
-        self,
-        keys: list[bytes | None],
-        values: list[bytes | None],
-        headers: Iterable[list[tuple[str, bytes | None]] | None],
-        timestamps: Iterable[int],
-    ) -> None:
-        """Produce rows to the sink topic as they are; the per-record hot loop."""
-        producer = self._ensure_producer()
-        produce, topic, slow = producer.produce, self._options.topic, self._produce
-        if isinstance(headers, itertools.repeat) and isinstance(timestamps, itertools.repeat):
-            for key, value in zip(keys, values, strict=True):
-                try:
-                    produce(topic, value, key)
-                except BufferError:
-                    slow(topic, key, value, None, 0)
-            return
-        for key, value, row_headers, timestamp in zip(
-            keys, values, headers, timestamps, strict=False
-        ):
-            if row_headers:
-                slow(topic, key, value, row_headers, timestamp)
-                continue
-            try:
-                produce(topic, value, key, timestamp=timestamp)
-            except BufferError:
-                slow(topic, key, value, None, timestamp)
-
-    def _on_bad_record(
-        self,
-        reason: str,
-        *,
-        raw_key: bytes | str | None,
-        raw_value: bytes | str | None,
-        headers: list[tuple[str, bytes | None]] | None,
-        topic: str | None,
-        partition: int | None,
-        offset: int | None,
-    ) -> None:
-        reason = f"sink.kafka.format {self._options.value_format.value}: {reason}"
-        dead_letter_topic = self._options.dead_letter_topic
-        if self._options.tolerance is ErrorTolerance.NONE or dead_letter_topic is None:
-            location = RecordLocation(topic or "?", partition or -1, offset or -1)
-            raise WorkerRecordError(RecordError(location, reason))
-        error_headers = dead_letter_headers(
-            topic=topic, partition=partition, offset=offset, reason=reason, stage="sink"
-        )
-        self._produce(
-            dead_letter_topic,
-            raw_key.encode() if isinstance(raw_key, str) else raw_key,
-            raw_value.encode() if isinstance(raw_value, str) else raw_value,
-            (headers or []) + error_headers,
-            0,
-        )
-        self.dead_lettered += 1
-
-    def precommit(self, attempt: int) -> KafkaSinkCommitMessage:
-        """Flush everything; for exactly_once return the open transaction's handle."""
-        handle: TransactionHandle | None = None
-        if self._txn is not None:
-            handle = self._txn.precommit()
-        elif self._producer is not None:
-            remaining = self._producer.flush(60)
-            if remaining:
-                raise SinkError(f"{remaining} records were not delivered within 60s")
-        if self._delivery_errors:
-            raise SinkError("records could not be delivered: " + "; ".join(self._delivery_errors))
-        if self._txn is not None:
-            self._txn.release_without_abort()
-        self._txn = None
-        self._producer = None
-        return KafkaSinkCommitMessage(
-            write_partition=self._write_partition,
-            attempt=attempt,
-            handle=handle,
-            records_written=self.records_written,
-            dead_lettered=self.dead_lettered,
-            bytes_written=self.bytes_written,
-        )
-
-    def abandon(self) -> None:
-        """Best effort after a failure: abort the open transaction so nothing lingers."""
-        if self._txn is not None:
-            # Best effort only: the retry or the job's abort() fences it anyway.
-            with contextlib.suppress(Exception):
-                self._txn.producer.abort_transaction(10)
-        self._txn = None
-        self._producer = None
-
-
 def dead_letter_headers(
     *, topic: str | None, partition: int | None, offset: int | None, reason: str, stage: str
 ) -> list[tuple[str, bytes | None]]:
@@ -502,10 +213,14 @@ class KafkaSinkWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaSinkCommitMessage:
         """Produce one partition inside one transaction and pre-commit it."""
+        # Here, not at the top: the planner and commit workers that unpickle this module
+        # never produce (so they load neither pyarrow nor librdkafka).
+        from lockgate.executor.dataplane.spark.kafka_sink_write import PartitionWriter
+
         context = TaskContext.get()
         write_partition = context.partitionId() if context is not None else 0
         attempt = context.attemptNumber() if context is not None else 0
-        writer = _PartitionWriter(self._options, write_partition)
+        writer = PartitionWriter(self._options, write_partition)
         try:
             for batch in iterator:
                 writer.write_batch(batch)
@@ -525,6 +240,9 @@ class KafkaSinkWriter(DataSourceArrowWriter):
         """Abort this job's pre-committed transactions and fence partitions with no message."""
         if self._options.delivery is not Delivery.EXACTLY_ONCE:
             return
+        from lockgate.common.kafka_transactions import TransactionResumeError, abort_transaction
+        from lockgate.executor.dataplane.spark.kafka_sink_write import fence_transactional_id
+
         for write_partition, message in enumerate(messages):
             if isinstance(message, KafkaSinkCommitMessage) and message.handle is not None:
                 # Already ended or fenced: nothing of it can become visible either way.
@@ -542,23 +260,6 @@ class KafkaSinkWriter(DataSourceArrowWriter):
                     ),
                     properties=self._options.resolved_properties(),
                 )
-
-
-def fence_transactional_id(
-    *, bootstrap_servers: str, transactional_id: str, properties: dict[str, str]
-) -> None:
-    """Abort whatever transaction ``transactional_id`` has open by re-initialising it.
-
-    For ids whose handle was never reported (a crash before the pre-commit reply): only
-    ``init_transactions`` can end such a transaction without knowing its epoch. Never
-    call it on an id whose transaction may still need committing.
-    """
-    txn, _ = open_transactional_producer(
-        bootstrap_servers=bootstrap_servers, transactional_id=transactional_id, config=properties
-    )
-    # No transaction is open after init_transactions, so close() has nothing to abort.
-    txn.producer.flush(1)
-    txn.release_without_abort()
 
 
 class KafkaSink(DataSource):

@@ -8,28 +8,27 @@ per-key order), read with confluent-kafka inside the Spark task, ``read_committe
 Ranges come from the coordinator's checkpoints, never from consumer-group state.
 
 Runs inside Spark's Python workers: everything reachable from here must be picklable and
-importable there.
+importable there. This module is the planning half, imported by Spark's planner workers to
+unpickle ``KafkaSource``; the reading half (``kafka_source_read.py``, with pyarrow and
+confluent-kafka) is imported only by the task that reads.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from lockgate.common.kafka_config import redact, resolve_properties
 from lockgate.common.model.offsets import OffsetRange, split_range
 from lockgate.common.model.pipeline_spec import RecordFormat
-from lockgate.executor.dataplane.spark.formats import DecodeFailure, RecordCodec, codec_for
-from lockgate.executor.errors import RecordError, RecordLocation, SourceError, WorkerRecordError
+from lockgate.executor.errors import SourceError
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 # Hidden columns added when bad records are marked instead of failing the read.
 RAW_KEY_COLUMN = "__lockgate_raw_key"
@@ -38,9 +37,6 @@ ERROR_COLUMN = "__lockgate_error"
 
 ON_BAD_RECORD_FAIL = "fail"
 ON_BAD_RECORD_MARK = "mark"
-
-_ROWS_PER_ARROW_BATCH = 10_000
-_HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
 def ranges_to_option(ranges: Sequence[OffsetRange]) -> str:
@@ -154,230 +150,6 @@ def pack_ranges(ranges: Sequence[OffsetRange], max_offsets: int) -> list[tuple[O
     return packs
 
 
-class _BatchBuilder:
-    """Accumulates one range's records column by column into Arrow record batches.
-
-    Topic and partition are constant per range, so they are filled in at build time; the
-    per-record work is kept to one list comprehension per column and consume call (the hot
-    loop of the whole source), with the codecs called only for formats that decode.
-    """
-
-    def __init__(self, options: SourceOptions, offset_range: OffsetRange) -> None:
-        url = options.schema_registry_url
-        self._key_codec: RecordCodec = codec_for(options.key_format, schema_registry_url=url)
-        self._value_codec: RecordCodec = codec_for(options.value_format, schema_registry_url=url)
-        self._marked = options.on_bad_record == ON_BAD_RECORD_MARK
-        # Bytes keys and values are the column values as they are: no codec call per record.
-        self._raw_keys = options.key_format is RecordFormat.BYTES
-        self._raw_values = options.value_format is RecordFormat.BYTES
-        self._topic = offset_range.topic
-        self._partition = offset_range.partition
-        self._schema = pa.schema(
-            [
-                ("key", pa.binary() if self._key_codec.column_type == "binary" else pa.string()),
-                (
-                    "value",
-                    pa.binary() if self._value_codec.column_type == "binary" else pa.string(),
-                ),
-                ("topic", pa.string()),
-                ("partition", pa.int32()),
-                ("offset", pa.int64()),
-                ("timestamp", pa.timestamp("us", tz="UTC")),
-                ("headers", _HEADER_TYPE),
-            ]
-            + (
-                [
-                    (RAW_KEY_COLUMN, pa.binary()),
-                    (RAW_VALUE_COLUMN, pa.binary()),
-                    (ERROR_COLUMN, pa.string()),
-                ]
-                if self._marked
-                else []
-            )
-        )
-        self._reset()
-
-    def _reset(self) -> None:
-        self._keys: list[Any] = []
-        self._values: list[Any] = []
-        self._offsets: list[int] = []
-        self._timestamps_ms: list[int] = []
-        self._headers: list[Any] = []
-        self._raw: list[tuple[bytes | None, bytes | None, str | None]] = []
-
-    def __len__(self) -> int:
-        return len(self._offsets)
-
-    def extend(self, messages: Sequence[Message], offsets: Sequence[int]) -> None:
-        """Decode and append ``messages`` (data messages, their ``offsets`` given); raises
-        ``WorkerRecordError`` on a bad record when not marking."""
-        raw_keys = [m.key() for m in messages]
-        raw_values = [m.value() for m in messages]
-        if self._raw_keys and self._raw_values:
-            self._keys += raw_keys
-            self._values += raw_values
-            if self._marked:
-                self._raw += [(k, v, None) for k, v in zip(raw_keys, raw_values, strict=True)]
-        else:
-            for raw_key, raw_value, offset in zip(raw_keys, raw_values, offsets, strict=True):
-                self._decode(raw_key, raw_value, offset)
-        self._offsets += offsets
-        self._timestamps_ms += [m.timestamp()[1] for m in messages]
-        headers: list[Any] = [m.headers() for m in messages]
-        if any(headers):
-            self._headers += [
-                [{"key": k, "value": v} for k, v in h] if h else None for h in headers
-            ]
-        else:
-            self._headers += [None] * len(messages)
-
-    def _decode(self, raw_key: bytes | None, raw_value: bytes | None, offset: int) -> None:
-        key: Any = raw_key
-        value: Any = raw_value
-        error = None
-        try:
-            if not self._raw_keys:
-                key = self._key_codec.decode(raw_key)
-            if not self._raw_values:
-                value = self._value_codec.decode(raw_value)
-        except DecodeFailure as exc:
-            if not self._marked:
-                location = RecordLocation(self._topic, self._partition, offset)
-                raise WorkerRecordError(RecordError(location, str(exc))) from exc
-            key, value, error = None, None, str(exc)
-        self._keys.append(key)
-        self._values.append(value)
-        if self._marked:
-            self._raw.append((raw_key, raw_value, error))
-
-    def build(self) -> pa.RecordBatch:
-        """Return the accumulated rows as one batch and start a new one."""
-        rows = len(self._offsets)
-        # librdkafka gives -1 for a record without a timestamp: a null.
-        timestamps_ms = pa.array(self._timestamps_ms, type=pa.int64())
-        timestamps = pc.if_else(
-            pc.less(timestamps_ms, 0),
-            pa.scalar(None, type=pa.int64()),
-            pc.multiply(timestamps_ms, 1000),
-        ).cast(pa.timestamp("us", tz="UTC"))
-        arrays = [
-            pa.array(self._keys, type=self._schema.field("key").type),
-            pa.array(self._values, type=self._schema.field("value").type),
-            pa.repeat(pa.scalar(self._topic, type=pa.string()), rows),
-            pa.repeat(pa.scalar(self._partition, type=pa.int32()), rows),
-            pa.array(self._offsets, type=pa.int64()),
-            timestamps,
-            pa.array(self._headers, type=_HEADER_TYPE),
-        ]
-        if self._marked:
-            raw_keys, raw_values, errors = (
-                zip(*self._raw, strict=True) if self._raw else ((), (), ())
-            )
-            arrays += [
-                pa.array(list(raw_keys), type=pa.binary()),
-                pa.array(list(raw_values), type=pa.binary()),
-                pa.array(list(errors), type=pa.string()),
-            ]
-        self._reset()
-        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
-
-
-def _in_range(
-    messages: list[Message], position: int, end_offset: int, where: str
-) -> tuple[list[Message], list[int], int]:
-    """The data messages of one consume call below ``end_offset``, their offsets, and the
-    position after them. A partition-EOF event moves the position (its offset is the last
-    stable offset under read_committed); any other error is a ``SourceError``."""
-    offsets = [m.offset() or 0 for m in messages]
-    if all(m.error() is None for m in messages) and (not offsets or offsets[-1] < end_offset):
-        # The common case, in one comprehension per column: every message is data.
-        return messages, offsets, offsets[-1] + 1 if offsets else position
-    data: list[Message] = []
-    data_offsets: list[int] = []
-    for msg, offset in zip(messages, offsets, strict=True):
-        error = msg.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                position = max(position, offset)
-                continue
-            raise SourceError(f"reading {where} at offset {position}: {error.str()}")
-        if offset >= end_offset:
-            return data, data_offsets, offset
-        data.append(msg)
-        data_offsets.append(offset)
-        position = offset + 1
-    return data, data_offsets, position
-
-
-def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """Read exactly the committed records with offsets in ``offset_range``, in order.
-
-    Stops when the consumer's position reaches the range's end. A range may end on
-    control records or aborted data that is never delivered, so besides delivered
-    offsets the position and the partition-EOF event (whose offset is the last stable
-    offset under read_committed) also count as progress. No progress for
-    ``stall_timeout_s`` is a ``SourceError`` naming where it stuck.
-    """
-    if offset_range.size == 0:
-        return
-    resolved = resolve_properties(options.kafka_properties)
-    settings: dict[str, Any] = {
-        "bootstrap.servers": options.bootstrap_servers,
-        "group.id": "lockgate-source",  # required by librdkafka; never joined or committed
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-        # Silently jumping elsewhere would lose or duplicate data: fail instead.
-        "auto.offset.reset": "error",
-        "fetch.max.bytes": 52_428_800,
-        "queued.max.messages.kbytes": 65_536,
-        # The source's own properties, resolved in this worker; the parser refuses the
-        # keys set above that exactly-once depends on.
-        **resolved,
-    }
-    try:
-        consumer = Consumer(settings)
-    except KafkaException as exc:
-        # librdkafka may quote a value it refuses: never a resolved secret.
-        raise SourceError(
-            f"cannot build a Kafka consumer of {options.bootstrap_servers} with"
-            f" source.kafka.properties: {redact(str(exc), resolved)}"
-        ) from None
-    tp = TopicPartition(offset_range.topic, offset_range.partition, offset_range.start_offset)
-    builder = _BatchBuilder(options, offset_range)
-    where = f"{offset_range.topic}[{offset_range.partition}]"
-    position = offset_range.start_offset
-    last_progress = time.monotonic()
-    try:
-        consumer.assign([tp])
-        while position < offset_range.end_offset:
-            messages = consumer.consume(num_messages=_ROWS_PER_ARROW_BATCH, timeout=0.5)
-            before = position
-            data, offsets, position = _in_range(messages, position, offset_range.end_offset, where)
-            if data:
-                builder.extend(data, offsets)
-            if not messages:
-                # Skipped control records and aborted data move the position only.
-                current = consumer.position([tp])[0].offset
-                if current >= 0:
-                    position = max(position, current)
-            if len(builder) >= _ROWS_PER_ARROW_BATCH:
-                yield builder.build()
-            if position > before:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > options.stall_timeout_s:
-                raise SourceError(
-                    f"reading {offset_range.topic}[{offset_range.partition}] made no progress"
-                    f" for {options.stall_timeout_s:.0f}s at offset {position}, range end"
-                    f" {offset_range.end_offset}: is the range beyond the last stable offset?"
-                )
-        if len(builder):
-            yield builder.build()
-    finally:
-        consumer.close()
-
-
 class KafkaSourceReader(DataSourceReader):
     """Plans one partition per range and reads each with its own consumer."""
 
@@ -402,6 +174,9 @@ class KafkaSourceReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read a partition's ranges, in order, as Arrow record batches."""
+        # Here, not at the top: the planner workers that unpickle this module never read.
+        from lockgate.executor.dataplane.spark.kafka_source_read import read_range
+
         # With no range at all Spark still runs one task with a placeholder partition.
         if isinstance(partition, KafkaRangePartition):
             for offset_range in partition.offset_ranges:
