@@ -3,7 +3,8 @@
     .venv/bin/python bench/eos_throughput.py [--records 1000000] [--partitions 4]
 
 Starts its own Kafka broker, one coordinator and one executor (``--spark-master``,
-default ``local[2]``; with TLS and tokens as the local cluster, ``--insecure``: plaintext) in a
+default ``local[2]``; with TLS and tokens as the local cluster, ``--insecure``: plaintext;
+``--spark-conf KEY=VALUE``, repeatable, passed to the executor's own ``--spark-conf``) in a
 temporary home, writes N records (``--value-bytes`` each) to an
 input topic, then copies them several times, each into its own output topic:
 
@@ -48,7 +49,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -334,6 +335,7 @@ def start_services(
     spark_master: str,
     metrics: bool,
     secure: bool = True,
+    spark_conf: Mapping[str, str] | None = None,
 ) -> Services:
     """c1 then e1 (its Spark warm-up included), under ``home``; ``metrics``: both serve
     ``--metrics-listen`` on free ports; ``secure``: TLS and tokens, as the local cluster (a
@@ -360,7 +362,7 @@ def start_services(
             port=executor_port,
             coordinators=[coordinator],
             spark_master=spark_master,
-            spark_conf={},
+            spark_conf=dict(spark_conf or {}),
             metrics_port=executor_metrics,
             pki=pki,
         ),
@@ -491,6 +493,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="how long the latency run produces at its fixed rate",
     )
     parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the executor (its --spark-conf; repeatable), e.g. to try"
+        " spark.driver.memory=768m",
+    )
+    parser.add_argument(
         "--insecure",
         action="store_true",
         help="plaintext, no authentication (default: TLS + tokens)",
@@ -498,6 +508,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.records < 1 or args.partitions < 1 or args.value_bytes < 10:
         parser.error("--records and --partitions must be >= 1, --value-bytes >= 10")
+
+    if any("=" not in item for item in args.spark_conf):
+        parser.error("--spark-conf takes KEY=VALUE, e.g. spark.driver.memory=768m")
+    spark_conf = dict(item.split("=", 1) for item in args.spark_conf)
 
     with tempfile.TemporaryDirectory(prefix="lockgate-bench-") as tmp:
         home = Path(tmp)
@@ -518,6 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 start,
                 home / "off",
                 spark_master=args.spark_master,
+                spark_conf=spark_conf,
                 metrics=False,
                 secure=not args.insecure,
             )
@@ -611,6 +626,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     start,
                     home / "on",
                     spark_master=args.spark_master,
+                    spark_conf=spark_conf,
                     metrics=True,
                     secure=not args.insecure,
                 )
