@@ -1,4 +1,5 @@
-"""The executor's `--spark-driver-memory` flag: the Spark driver JVM's heap."""
+"""The Spark driver JVM's memory: the `--spark-driver-memory` flag, the session's defaults,
+and the planning halves of the data sources, which Spark's planner workers import."""
 
 from __future__ import annotations
 
@@ -8,13 +9,28 @@ import sys
 import pytest
 
 from lockgate.executor.__main__ import _spark_conf, main
-from lockgate.executor.dataplane.spark.session import _DEFAULT_CONF
+from lockgate.executor.dataplane.spark.session import session_settings
 
 
-def test_the_flag_sets_the_driver_heap_and_the_session_has_a_default() -> None:
+def test_the_flag_sets_the_driver_heap() -> None:
     assert _spark_conf([], "768m") == {"spark.driver.memory": "768m"}
     assert _spark_conf(["spark.executor.memory=2g"], None) == {"spark.executor.memory": "2g"}
-    assert _DEFAULT_CONF["spark.driver.memory"]  # set before the JVM starts, never Spark's own
+
+
+def test_the_session_defaults_to_a_small_heap_and_the_serial_collector() -> None:
+    settings = session_settings()
+    assert settings["spark.driver.memory"] == "512m"
+    assert settings["spark.driver.extraJavaOptions"].split() == [
+        "-Dlog4j2.level=WARN",
+        "-XX:+UseSerialGC",
+    ]
+
+
+def test_the_flag_and_the_spark_conf_reach_the_session_over_the_defaults() -> None:
+    conf = _spark_conf(["spark.driver.extraJavaOptions=-XX:+UseG1GC"], "768m")
+    settings = session_settings(conf)
+    assert settings["spark.driver.memory"] == "768m"
+    assert settings["spark.driver.extraJavaOptions"] == "-XX:+UseG1GC"
 
 
 def test_the_data_sources_plan_without_pyarrow_or_librdkafka() -> None:

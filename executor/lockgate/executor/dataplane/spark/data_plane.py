@@ -18,10 +18,18 @@ from lockgate.common.model.pipeline_spec import DEFAULT_TRANSACTION_TIMEOUT_MS
 from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork
 from lockgate.executor.dataplane.transform_modules import EXAMPLE_TRANSFORM_MODULES
 
-DEFAULT_DRIVER_MEMORY = "1g"
+DEFAULT_DRIVER_MEMORY = "512m"
 """The Spark driver JVM's heap (`spark.driver.memory`) unless `--spark-driver-memory` or
 `--spark-conf` says otherwise; under `local[*]` the driver runs the tasks too, so this is the
-heap of every batch (README, Executor)."""
+heap of every batch. The JVM only passes Arrow batches between Spark's Python workers and
+holds under 200 MB of live heap at `local[2]` (README, issue 13); a transform that
+aggregates or joins a large batch may need more. Spark refuses a heap of under 450 MiB
+usable (`INVALID_DRIVER_MEMORY`): this is about its floor."""
+
+DEFAULT_DRIVER_JAVA_OPTIONS = "-Dlog4j2.level=WARN -XX:+UseSerialGC"
+"""The Spark driver JVM's options (`spark.driver.extraJavaOptions`) unless `--spark-conf`
+sets that key (which replaces them all). The serial collector: no GC threads or G1 region
+tables to pay for on a heap this small (README, issue 13)."""
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -18,7 +18,10 @@ from pyspark.sql import SparkSession
 
 from lockgate.common.failpoints import FAILPOINT_HOLD_DIR_ENV, FAILPOINTS_ENV
 from lockgate.executor.dataplane.spark.code_shipping import ship_lockgate
-from lockgate.executor.dataplane.spark.data_plane import DEFAULT_DRIVER_MEMORY
+from lockgate.executor.dataplane.spark.data_plane import (
+    DEFAULT_DRIVER_JAVA_OPTIONS,
+    DEFAULT_DRIVER_MEMORY,
+)
 from lockgate.executor.dataplane.spark.kafka_sink import KafkaSink
 from lockgate.executor.dataplane.spark.kafka_source import KafkaSource
 
@@ -37,7 +40,8 @@ _DEFAULT_CONF: dict[str, str] = {
     # Spark keeps (same transactional.id): speculation must stay off.
     "spark.speculation": "false",
     "spark.sql.session.timeZone": "UTC",
-    "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
+    # Before the JVM starts too: the collector and the log level.
+    "spark.driver.extraJavaOptions": DEFAULT_DRIVER_JAVA_OPTIONS,
     "spark.log.level": "WARN",
 }
 
@@ -92,6 +96,27 @@ def warm_up(spark: SparkSession) -> float:
     return time.monotonic() - started
 
 
+def session_settings(conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every Spark setting the executor's session is built with: Lockgate's defaults (the
+    JVM's heap and options among them), then ``conf`` (``--spark-conf``,
+    ``--spark-driver-memory``), then what no ``conf`` may undo."""
+    return {
+        **_DEFAULT_CONF,
+        "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        # A write partition reads its failpoints (tests) where it runs: on a cluster, in a
+        # Python worker of another machine, which sees the executor's environment only so.
+        **{
+            f"spark.executorEnv.{name}": os.environ[name]
+            for name in (FAILPOINTS_ENV, FAILPOINT_HOLD_DIR_ENV)
+            if name in os.environ
+        },
+        **(conf or {}),
+        # Last, so no --spark-conf undoes it: a SQL transform must not read the executor's
+        # files as tables (`parquet.`/path``).
+        "spark.sql.runSQLOnFiles": "false",
+    }
+
+
 def build_spark_session(
     *,
     master: str,
@@ -107,21 +132,7 @@ def build_spark_session(
     (or the ``PYSPARK_PYTHON`` environment variable) names another one.
     """
     builder = SparkSession.builder.master(master).appName(app_name)
-    settings = {
-        **_DEFAULT_CONF,
-        "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
-        # A write partition reads its failpoints (tests) where it runs: on a cluster, in a
-        # Python worker of another machine, which sees the executor's environment only so.
-        **{
-            f"spark.executorEnv.{name}": os.environ[name]
-            for name in (FAILPOINTS_ENV, FAILPOINT_HOLD_DIR_ENV)
-            if name in os.environ
-        },
-        **(conf or {}),
-        # Last, so no --spark-conf undoes it: a SQL transform must not read the executor's
-        # files as tables (`parquet.`/path``).
-        "spark.sql.runSQLOnFiles": "false",
-    }
+    settings = session_settings(conf)
     # PySpark's SparkContext takes the workers' interpreter from PYSPARK_PYTHON, not from
     # the conf (the conf only matters to spark-submit): without it the workers run the
     # first python3 on PATH, which cannot import lockgate.
