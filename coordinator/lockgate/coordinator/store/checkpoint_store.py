@@ -11,7 +11,6 @@ are written in one transaction: that row is the commit point (DESIGN.md step 3).
 from __future__ import annotations
 
 import contextlib
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -63,6 +62,7 @@ from lockgate.coordinator.store.precommit_rows import (
 from lockgate.coordinator.store.recovery_queries import lingering_transactions, pending_commits
 from lockgate.coordinator.store.rows import (
     checkpoint_states,
+    parsed_spec,
     read_checkpoint,
     read_checkpoint_summaries,
     read_pipeline,
@@ -494,7 +494,7 @@ def _timed_out(conn: Connection) -> list[TriggeredCheckpoint]:
             pipeline_id=PipelineId(r.pipeline_id),
             checkpoint_id=CheckpointId(int(r.checkpoint_id)),
             triggered_at_ms=int(r.triggered_at_ms),
-            timeout_ms=int(json.loads(r.spec_json)["checkpoint"]["timeout_ms"]),
+            timeout_ms=parsed_spec(r.spec_json).checkpoint.timeout_ms,
         )
         for r in rows
     ]
