@@ -4,6 +4,7 @@ counts what a pass parses or reads, so a pass that goes back to reading everythi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from lockgate.common.model.ids import CoordinatorId, ExecutorId, Generation, PipelineId
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.states import TargetState, TaskState
-from lockgate.coordinator.herder import CoordinatorSettings, Herder
+from lockgate.coordinator.herder import CoordinatorSettings, Herder, membership
 from lockgate.coordinator.herder.executors import ExecutorClient, TriggerResult
 from lockgate.coordinator.herder.membership import HeartbeatTaskReport
 from lockgate.coordinator.store import open_store, rows
@@ -125,3 +126,54 @@ def test_a_stored_spec_is_parsed_once_per_config_version_across_passes(
         leader.store.pipelines.get_pipeline(pipeline_id=PipelineId("b")).spec.checkpoint.interval_ms
         == 7_200_000
     )
+
+
+def test_the_rebalance_plans_only_when_what_it_reads_changed(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("a", "b"):
+        leader.pipelines.create(spec=spec(name), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)  # plans once more after its own write, then nothing changed
+    plans = counting(monkeypatch, membership, "plan_assignment")
+    writes = counting(monkeypatch, leader.store.pipelines, "apply_assignment")
+    clock = [time.monotonic()]
+    monkeypatch.setattr(leader.lease_keeper, "monotonic", lambda: clock[0])
+
+    def passes(n: int = 3) -> int:
+        """Run `n` passes; how many planned."""
+        before = len(plans)
+        for _ in range(n):
+            leader.run_pass(leader.require_fence())
+        return len(plans) - before
+
+    assert passes(5) == 0, "nothing changed: no plan, no write"
+    assert writes == []
+
+    e2 = leader.membership.register_executor(executor_id=ExecutorId("e2"), address="e:2")
+    assert passes() >= 1, "an executor joined"
+    assert len(writes) == 1, "and took its share of the tasks"
+    assert {len(v.tasks) for v in leader.membership.list_executors()} == {2}
+    assert passes() == 0
+
+    leader.pipelines.create(spec=spec("c"), target_state=TargetState.RUNNING)
+    assert passes() >= 1, "a pipeline was created"
+    assert passes() == 0
+    leader.pipelines.set_target_state(PipelineId("c"), TargetState.STOPPED)
+    assert passes() >= 1, "a pipeline stopped: its tasks are released"
+    assert all(
+        t.executor_id is None
+        for t in leader.store.pipelines.list_tasks(pipeline_id=PipelineId("c"))
+    )
+    leader.membership.heartbeat(
+        executor_id=e2.executor.executor_id, generation=e2.executor.generation, reports=[]
+    )
+    assert passes() == 0, "a heartbeat is no change"
+
+    clock[0] += membership.FULL_REBALANCE_EVERY_S
+    assert passes() == 1, "the periodic full pass"
+
+    leader.lease_keeper.resign()
+    leader.lease_keeper.campaign()  # a new term: as a new leader would, it plans afresh
+    assert passes() == 1

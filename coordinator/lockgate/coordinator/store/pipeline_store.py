@@ -36,6 +36,7 @@ from lockgate.coordinator.domain.membership import (
 )
 from lockgate.coordinator.domain.pipelines import (
     PipelineRecord,
+    PipelinesFingerprint,
     TaskRecord,
     TasksChanged,
     check_config_version,
@@ -318,6 +319,31 @@ class PipelineStore:
             read_pipeline(conn, pipeline_id, for_update=True)
             write_task_split(conn, pipeline_id, splits)
             return read_tasks(conn, pipeline_id)
+
+    def fingerprint(self) -> PipelinesFingerprint:
+        """What changes whenever the pipeline set, a config version, a target state or a
+        task's assignment or generation does (`PipelinesFingerprint`): two aggregate
+        reads, no row mapped."""
+        stopped = sa.case((pipelines.c.target_state == TargetState.STOPPED.value, 1), else_=0)
+        with self._db.read() as conn:
+            p = conn.execute(
+                sa.select(
+                    sa.func.count(),
+                    sa.func.coalesce(sa.func.sum(pipelines.c.config_version), 0),
+                    sa.func.coalesce(sa.func.max(pipelines.c.updated_at_ms), 0),
+                    sa.func.coalesce(sa.func.sum(stopped), 0),
+                ).select_from(pipelines)
+            ).one()
+            t = conn.execute(
+                sa.select(
+                    sa.func.count(),
+                    sa.func.coalesce(sa.func.sum(tasks.c.generation), 0),
+                    sa.func.count(tasks.c.executor_id),
+                ).select_from(tasks)
+            ).one()
+        return PipelinesFingerprint(
+            pipelines=tuple(int(v) for v in p), tasks=tuple(int(v) for v in t)
+        )
 
     def list_tasks(self, *, pipeline_id: PipelineId | None = None) -> list[TaskRecord]:
         """Tasks of one pipeline, or of all, in (pipeline, index) order."""
