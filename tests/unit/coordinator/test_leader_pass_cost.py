@@ -11,9 +11,18 @@ from typing import Any
 
 import pytest
 
-from lockgate.common.model.ids import CoordinatorId, ExecutorId, Generation, PipelineId
+from lockgate.common.model.ids import (
+    CheckpointId,
+    CoordinatorId,
+    ExecutorId,
+    Generation,
+    PipelineId,
+)
+from lockgate.common.model.offsets import OffsetRange
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
-from lockgate.coordinator.domain.states import TargetState, TaskState
+from lockgate.coordinator.domain.checkpoints import Precommit
+from lockgate.coordinator.domain.errors import NotFound
+from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
 from lockgate.coordinator.herder import CoordinatorSettings, Herder, membership
 from lockgate.coordinator.herder.executors import ExecutorClient, TriggerResult
 from lockgate.coordinator.herder.membership import HeartbeatTaskReport
@@ -22,11 +31,17 @@ from tests.support.topics import FixedTopics
 
 
 class AcceptingExecutors(ExecutorClient):
-    """Every trigger is accepted, as a live executor's would be; nothing else is called."""
+    """Every trigger, commit and abort is accepted, as a live executor's would be."""
 
     def __init__(self) -> None:
         super().__init__()
         self.triggered: list[tuple[str, int]] = []
+
+    def commit_checkpoint(self, **kwargs: Any) -> int:
+        return len(kwargs["handles"])
+
+    def abort_checkpoint(self, **kwargs: Any) -> int:
+        return len(kwargs["transactions"])
 
     def trigger_checkpoint(self, **kwargs: Any) -> list[TriggerResult]:
         self.triggered.append((kwargs["pipeline_name"], kwargs["checkpoint_id"]))
@@ -66,16 +81,20 @@ def leader(tmp_path: Path) -> Iterator[Herder]:
 
 
 def run_tasks(leader: Herder, executor: str = "e1") -> Generation:
-    """Register `executor`, let a pass assign it every task, and report them RUNNING."""
+    """Register `executor` (once), let a pass assign it the tasks, and report every task
+    it holds RUNNING."""
     e = ExecutorId(executor)
-    generation = leader.membership.register_executor(executor_id=e, address="e:1").executor
+    try:
+        generation = leader.store.executors.get_executor(executor_id=e).generation
+    except NotFound:
+        generation = leader.membership.register_executor(
+            executor_id=e, address="e:1"
+        ).executor.generation
     leader.run_pass(leader.require_fence())
-    assigned = leader.membership.heartbeat(
-        executor_id=e, generation=generation.generation, reports=[]
-    )
+    assigned = leader.membership.heartbeat(executor_id=e, generation=generation, reports=[])
     leader.membership.heartbeat(
         executor_id=e,
-        generation=generation.generation,
+        generation=generation,
         reports=[
             HeartbeatTaskReport(
                 task_id=a.task.task_id,
@@ -86,7 +105,7 @@ def run_tasks(leader: Herder, executor: str = "e1") -> Generation:
             for a in assigned.tasks
         ],
     )
-    return generation.generation
+    return generation
 
 
 def counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[Any]:
@@ -177,3 +196,120 @@ def test_the_rebalance_plans_only_when_what_it_reads_changed(
     leader.lease_keeper.resign()
     leader.lease_keeper.campaign()  # a new term: as a new leader would, it plans afresh
     assert passes() == 1
+
+
+def complete(leader: Herder, pipeline: str, checkpoint_id: int) -> None:
+    """Every task of the checkpoint pre-commits (no record read, no transaction), and a
+    pass commits it."""
+    store, fence = leader.store, leader.require_fence()
+    record = store.checkpoints.get_checkpoint(
+        pipeline_id=PipelineId(pipeline), checkpoint_id=CheckpointId(checkpoint_id)
+    )
+    for trigger in record.tasks:
+        assert trigger.executor_id is not None
+        task = store.pipelines.get_task(task_id=trigger.task_id)
+        store.checkpoints.record_precommit(
+            fence=fence,
+            precommit=Precommit(
+                pipeline_id=PipelineId(pipeline),
+                checkpoint_id=CheckpointId(checkpoint_id),
+                task_id=trigger.task_id,
+                task_generation=trigger.task_generation,
+                executor_id=trigger.executor_id,
+                executor_generation=store.executors.get_executor(
+                    executor_id=trigger.executor_id
+                ).generation,
+                offsets=tuple(OffsetRange(tp.topic, tp.partition, 0, 0) for tp in task.partitions),
+                handles=(),
+            ),
+        )
+    leader.run_pass(fence)
+    state = store.checkpoints.get_checkpoint(
+        pipeline_id=PipelineId(pipeline), checkpoint_id=CheckpointId(checkpoint_id)
+    ).state
+    assert state is CheckpointState.COMMITTED
+
+
+def triggered(leader: Herder) -> list[tuple[str, int]]:
+    executors = leader._executors
+    assert isinstance(executors, AcceptingExecutors)
+    return executors.triggered
+
+
+def test_a_pass_reads_only_the_pipelines_due(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nine pipelines with an hour's interval and one with 1 ms: once each has been
+    triggered, a pass reads the due one only, and no pipeline or task of the others."""
+    for i in range(9):
+        leader.pipelines.create(spec=spec(f"slow{i}"), target_state=TargetState.RUNNING)
+    leader.pipelines.create(spec=spec("fast", interval_ms=1), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    assert len(triggered(leader)) == 10
+    complete(leader, "fast", 1)
+    monkeypatch.setattr(leader.lease_keeper, "monotonic", lambda: 0.0)  # no periodic reseed
+    leader.run_pass(fence)  # reseeds under the frozen clock
+    reads = counting(monkeypatch, leader.store.checkpoints, "trigger_inputs")
+    listed = counting(monkeypatch, leader.store.pipelines, "list_pipelines")
+    tasks = counting(monkeypatch, leader.store.pipelines, "list_tasks")
+    for n in range(2, 5):
+        assert ("fast", n) in triggered(leader) or n == 2
+        complete(leader, "fast", n)
+        leader.run_pass(fence)
+    assert [("fast", n) for n in (2, 3, 4, 5)] == [t for t in triggered(leader) if t[1] > 1]
+    assert {tuple(c[1]["pipeline_ids"]) for c in reads} == {("fast",)}
+    assert listed == [] and tasks == [], "no pass read every pipeline or task"
+
+
+def test_pipelines_created_updated_resumed_later_and_after_a_failover_are_triggered(
+    leader: Herder,
+) -> None:
+    leader.pipelines.create(spec=spec("a"), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    assert triggered(leader) == [("a", 1)]
+    complete(leader, "a", 1)
+    leader.run_pass(fence)
+    assert triggered(leader) == [("a", 1)], "due in an hour"
+
+    leader.pipelines.update(spec=spec("a", interval_ms=1), expected_version=None)
+    run_tasks(leader)  # its tasks restart on the new config
+    leader.run_pass(fence)
+    assert triggered(leader)[-1] == ("a", 2), "its new interval has passed already"
+    complete(leader, "a", 2)
+
+    leader.pipelines.create(spec=spec("b", interval_ms=1), target_state=TargetState.RUNNING)
+    run_tasks(leader)  # the pass assigns b's tasks; their reports make b ready
+    leader.run_pass(fence)
+    assert ("b", 1) in triggered(leader), "created after the leader started"
+    complete(leader, "b", 1)
+
+    leader.pipelines.set_target_state(PipelineId("a"), TargetState.PAUSED)
+    leader.run_pass(fence)
+    paused = len(triggered(leader))
+    leader.run_pass(fence)
+    assert len([t for t in triggered(leader)[paused:] if t[0] == "a"]) == 0
+    leader.pipelines.set_target_state(PipelineId("a"), TargetState.RUNNING)
+    run_tasks(leader)
+    leader.run_pass(fence)
+    assert [t for t in triggered(leader) if t[0] == "a"][-1] == ("a", 3), "resumed"
+    complete(leader, "a", 3)
+    complete(leader, "b", max(n for p, n in triggered(leader) if p == "b"))
+
+    # Failover: another replica on the same database takes the lead; its first pass aborts
+    # what was in flight (the leader changed), then triggers both.
+    successor = Herder(
+        store=leader.store,
+        settings=CoordinatorSettings(
+            coordinator_id=CoordinatorId("c2"), advertise="127.0.0.1:7072", lease_ms=60_000
+        ),
+        topics=FixedTopics(),  # type: ignore[arg-type]
+        executor_client=AcceptingExecutors(),
+    )
+    leader.lease_keeper.resign()
+    successor.lease_keeper.attempt()  # takes the lead and announces the term: recovery
+    successor.run_pass(successor.require_fence())
+    assert sorted(p for p, _ in triggered(successor)) == ["a", "b"]

@@ -78,7 +78,11 @@ from lockgate.coordinator.store.tables import (
     precommit_offsets,
     transactional_ids,
 )
-from lockgate.coordinator.store.trigger_queries import trigger_snapshot
+from lockgate.coordinator.store.trigger_queries import (
+    TriggerInputs,
+    trigger_inputs,
+    trigger_snapshot,
+)
 
 
 class CheckpointStore:
@@ -386,9 +390,15 @@ class CheckpointStore:
             return [read_checkpoint(conn, pipeline_id, c) for c in ids]
 
     def trigger_snapshot(self) -> dict[PipelineId, list[CheckpointRecord]]:
-        """Per pipeline, newest first, what the trigger decision reads (`trigger_queries`)."""
+        """Per pipeline, newest first, its newest and unfinished checkpoints: what the
+        trigger schedule is seeded from (`trigger_queries`)."""
         with self._db.read() as conn:
             return trigger_snapshot(conn)
+
+    def trigger_inputs(self, *, pipeline_ids: Sequence[PipelineId]) -> TriggerInputs:
+        """What the trigger decision reads of these pipelines only, as one snapshot."""
+        with self._db.read() as conn:
+            return trigger_inputs(conn, pipeline_ids)
 
     def count_checkpoints(
         self,
