@@ -313,3 +313,22 @@ def test_pipelines_created_updated_resumed_later_and_after_a_failover_are_trigge
     successor.lease_keeper.attempt()  # takes the lead and announces the term: recovery
     successor.run_pass(successor.require_fence())
     assert sorted(p for p, _ in triggered(successor)) == ["a", "b"]
+
+
+def test_a_heartbeat_reads_its_own_executor_only(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leader.pipelines.create(spec=spec("a"), target_state=TargetState.RUNNING)
+    generation = run_tasks(leader)
+    for i in range(2, 6):
+        leader.membership.register_executor(executor_id=ExecutorId(f"e{i}"), address="e:1")
+    every = counting(monkeypatch, leader.store.executors, "list_executors")
+    own = counting(monkeypatch, leader.store.executors, "find_executor")
+    answer = leader.membership.heartbeat(
+        executor_id=ExecutorId("e1"), generation=generation, reports=[]
+    )
+    assert answer.executor.executor_id == "e1"
+    assert every == [], "no heartbeat reads every executor"
+    assert [c[1] for c in own] == [{"executor_id": "e1"}]
+    with pytest.raises(NotFound, match="not registered"):
+        leader.membership.heartbeat(executor_id=ExecutorId("e9"), generation=generation, reports=[])

@@ -272,8 +272,7 @@ class Membership:
         )
 
     def _check_session(self, executor_id: ExecutorId, generation: Generation) -> ExecutorRecord:
-        executors, now_ms = self._store.executors.list_executors()
-        current = next((e for e in executors if e.executor_id == executor_id), None)
+        current, now_ms = self._store.executors.find_executor(executor_id=executor_id)
         if current is None:
             raise NotFound(
                 f"executor {executor_id!r} is not registered (never, or it deregistered); "
