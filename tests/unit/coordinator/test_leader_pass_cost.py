@@ -27,6 +27,7 @@ from lockgate.coordinator.herder import CoordinatorSettings, Herder, membership
 from lockgate.coordinator.herder.executors import ExecutorClient, TriggerResult
 from lockgate.coordinator.herder.membership import HeartbeatTaskReport
 from lockgate.coordinator.store import open_store, rows
+from lockgate.coordinator.store.tables import executors
 from tests.support.topics import FixedTopics
 
 
@@ -332,3 +333,14 @@ def test_a_heartbeat_reads_its_own_executor_only(
     assert [c[1] for c in own] == [{"executor_id": "e1"}]
     with pytest.raises(NotFound, match="not registered"):
         leader.membership.heartbeat(executor_id=ExecutorId("e9"), generation=generation, reports=[])
+
+    # Its own row says when it last heartbeated: silent past the session timeout, expired.
+    with leader.store.engine.begin() as conn:
+        conn.execute(
+            executors.update()
+            .where(executors.c.executor_id == "e1")
+            .values(last_heartbeat_ms=leader.store.db_now_ms() - 600_000)
+        )
+    with pytest.raises(NotFound) as expired:
+        leader.membership.heartbeat(executor_id=ExecutorId("e1"), generation=generation, reports=[])
+    assert expired.value.reason == "SESSION_EXPIRED"
