@@ -344,3 +344,18 @@ def test_a_heartbeat_reads_its_own_executor_only(
     with pytest.raises(NotFound) as expired:
         leader.membership.heartbeat(executor_id=ExecutorId("e1"), generation=generation, reports=[])
     assert expired.value.reason == "SESSION_EXPIRED"
+
+
+def test_a_pass_reads_the_fingerprint_and_the_executors_once(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebalance and the triggers share the pass's view of the cluster."""
+    for name in ("a", "b"):
+        leader.pipelines.create(spec=spec(name, interval_ms=1), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fingerprints = counting(monkeypatch, leader.store.pipelines, "fingerprint")
+    executors = counting(monkeypatch, leader.store.executors, "list_executors")
+    for _ in range(4):
+        leader.run_pass(leader.require_fence())
+    assert len(fingerprints) == 4
+    assert len(executors) == 4, "nothing to commit or abort: only the pass reads them"

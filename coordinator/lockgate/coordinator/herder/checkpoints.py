@@ -85,7 +85,7 @@ from lockgate.coordinator.herder.leader_commits import (
     commit_from_leader,
 )
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
-from lockgate.coordinator.herder.membership import Membership, pick_executor
+from lockgate.coordinator.herder.membership import ClusterView, Membership, pick_executor
 from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.traces import EXECUTOR_ID, CheckpointTraces
 from lockgate.coordinator.herder.trigger_schedule import TriggerSchedule
@@ -547,14 +547,15 @@ class CheckpointDriver:
 
     # ------------------------------------------------------------------ triggers
 
-    def trigger_due(self, fence: Fence, *, wait: bool = True) -> None:
+    def trigger_due(self, fence: Fence, view: ClusterView, *, wait: bool = True) -> None:
         """Trigger the next checkpoint of every RUNNING pipeline whose interval has passed
         and whose tasks all run, then call the executors on the call pool (DESIGN.md step
         1). Reads only the pipelines the schedule found due (`trigger_schedule.py`). A
         pipeline whose trigger or abort job still runs waits for a later pass (an abort may
-        re-initialise a slot's ids). Leader-only; `wait`: until the calls end."""
-        executors, now_ms = self._store.executors.list_executors()
-        pipelines = self.schedule.due(fence, now_ms)
+        re-initialise a slot's ids). Leader-only; `view`: the pass's; `wait`: until the
+        calls end."""
+        executors, now_ms = view.executors, view.now_ms
+        pipelines = self.schedule.due(fence, view.fingerprint, now_ms)
         if not pipelines:
             return
         alive = {e.executor_id: e for e in executors if self._membership.is_alive(e, now_ms)}

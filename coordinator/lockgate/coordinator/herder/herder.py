@@ -228,9 +228,10 @@ class Herder:
             )
             with self._recover_lock:
                 self._recover_term = None
-        self.membership.rebalance(fence)
+        view = self.membership.cluster_view()  # read once for the rebalance and the triggers
+        self.membership.rebalance(fence, view)
         self.checkpoints.abort_timed_out(fence)
         self.checkpoints.send_aborts(fence, wait=wait)
         self.checkpoints.commit_pending(fence, wait=wait)
-        self.checkpoints.trigger_due(fence, wait=wait)
+        self.checkpoints.trigger_due(fence, view, wait=wait)
         self.checkpoints.settle_traces()

@@ -115,6 +115,17 @@ class ExecutorView:
 
 
 @dataclass(frozen=True)
+class ClusterView:
+    """What a pass of the work loop reads once for all its steps: the pipelines'
+    fingerprint, read first (a change after it shows in the next pass's), then the
+    executors with the database's clock."""
+
+    fingerprint: PipelinesFingerprint
+    executors: tuple[ExecutorRecord, ...]
+    now_ms: int
+
+
+@dataclass(frozen=True)
 class _RebalanceInputs:
     """What a rebalance plans from, in brief: equal inputs give an equal plan."""
 
@@ -180,6 +191,12 @@ class Membership:
         """Every executor alive now, by id."""
         executors, now_ms = self._store.executors.list_executors()
         return {e.executor_id: e for e in executors if self.is_alive(e, now_ms)}
+
+    def cluster_view(self) -> ClusterView:
+        """The pass's view (`ClusterView`): two reads however large the cluster."""
+        fingerprint = self._store.pipelines.fingerprint()
+        executors, now_ms = self._store.executors.list_executors()
+        return ClusterView(fingerprint=fingerprint, executors=tuple(executors), now_ms=now_ms)
 
     def list_executors(self) -> list[ExecutorView]:
         """Every registered executor, its liveness by the database's clock, its tasks.
@@ -381,17 +398,17 @@ class Membership:
             for item in assigned
         )
 
-    def rebalance(self, fence: Fence) -> RebalanceResult:
+    def rebalance(self, fence: Fence, view: ClusterView | None = None) -> RebalanceResult:
         """Move tasks of executors dead past the reassignment delay, spread new tasks, and
         release the tasks of STOPPED pipelines; writes only when the assignment changed,
         and plans only when what it plans from changed (module docstring; else the last
-        plan, nothing changed). Leader-only (`fence`: the pass that decides it)."""
-        # The fingerprint first: a change after it is seen by the next pass, never lost.
-        fingerprint = self._store.pipelines.fingerprint()
-        executors, now_ms = self._store.executors.list_executors()
+        plan, nothing changed). Leader-only (`fence`: the pass that decides it; `view`:
+        its reads, made now if not given)."""
+        view = view or self.cluster_view()
+        executors, now_ms = view.executors, view.now_ms
         inputs = _RebalanceInputs(
             fence=fence,
-            pipelines=fingerprint,
+            pipelines=view.fingerprint,
             executors=tuple(
                 (e.executor_id, e.generation, self.liveness(e, now_ms)) for e in executors
             ),

@@ -44,10 +44,12 @@ class TriggerSchedule:
         self._pipelines: dict[PipelineId, PipelineRecord] = {}
         self._due_ms: dict[PipelineId, int] = {}
 
-    def due(self, fence: Fence, now_ms: int) -> list[PipelineRecord]:
+    def due(
+        self, fence: Fence, fingerprint: PipelinesFingerprint, now_ms: int
+    ) -> list[PipelineRecord]:
         """The RUNNING pipelines due at `now_ms` (database clock), in name order; seeds the
-        schedule first if its term or the pipelines changed, or it is old."""
-        fingerprint = self._store.pipelines.fingerprint(with_tasks=False)
+        schedule first if its term or the pipelines changed (`fingerprint`, read before
+        `now_ms`), or it is old."""
         if self._stale(fence, fingerprint):
             self._seed(fence, fingerprint)
         return [self._pipelines[p] for p, at in sorted(self._due_ms.items()) if at <= now_ms]

@@ -149,6 +149,24 @@ def _restart_tasks(conn: Connection, pipeline_id: PipelineId, *, only_failed: bo
     )
 
 
+# The fingerprint's two reads, built once (SQLAlchemy caches their compiled form, but
+# building a statement on every pass cost more than running it).
+_PIPELINES_FINGERPRINT = sa.select(
+    sa.func.count(),
+    sa.func.coalesce(sa.func.sum(pipelines.c.config_version), 0),
+    sa.func.coalesce(sa.func.max(pipelines.c.updated_at_ms), 0),
+    sa.func.coalesce(
+        sa.func.sum(sa.case((pipelines.c.target_state == TargetState.STOPPED.value, 1), else_=0)),
+        0,
+    ),
+).select_from(pipelines)
+_TASKS_FINGERPRINT = sa.select(
+    sa.func.count(),
+    sa.func.coalesce(sa.func.sum(tasks.c.generation), 0),
+    sa.func.count(tasks.c.executor_id),
+).select_from(tasks)
+
+
 class PipelineStore:
     """Pipelines, their tasks and the assignment of tasks to executors."""
 
@@ -320,25 +338,13 @@ class PipelineStore:
             write_task_split(conn, pipeline_id, splits)
             return read_tasks(conn, pipeline_id)
 
-    def fingerprint(self, *, with_tasks: bool = True) -> PipelinesFingerprint:
-        """What changes whenever the pipeline set, a config version, a target state or (if
-        `with_tasks`; else `tasks` is empty) a task's assignment or generation does
-        (`PipelinesFingerprint`): an aggregate read per table, no row mapped."""
-        stopped = sa.case((pipelines.c.target_state == TargetState.STOPPED.value, 1), else_=0)
-        of_pipelines = sa.select(
-            sa.func.count(),
-            sa.func.coalesce(sa.func.sum(pipelines.c.config_version), 0),
-            sa.func.coalesce(sa.func.max(pipelines.c.updated_at_ms), 0),
-            sa.func.coalesce(sa.func.sum(stopped), 0),
-        ).select_from(pipelines)
-        of_tasks = sa.select(
-            sa.func.count(),
-            sa.func.coalesce(sa.func.sum(tasks.c.generation), 0),
-            sa.func.count(tasks.c.executor_id),
-        ).select_from(tasks)
+    def fingerprint(self) -> PipelinesFingerprint:
+        """What changes whenever the pipeline set, a config version, a target state or a
+        task's assignment or generation does (`PipelinesFingerprint`): an aggregate read
+        per table, no row mapped (read on every pass of the leader)."""
         with self._db.read() as conn:
-            p = conn.execute(of_pipelines).one()
-            t = conn.execute(of_tasks).one() if with_tasks else ()
+            p = conn.execute(_PIPELINES_FINGERPRINT).one()
+            t = conn.execute(_TASKS_FINGERPRINT).one()
         return PipelinesFingerprint(
             pipelines=tuple(int(v) for v in p), tasks=tuple(int(v) for v in t)
         )
