@@ -43,7 +43,7 @@ class PipelinesFingerprint:
     plan (it still re-plans every few seconds, and in full on taking the lead).
 
     `pipelines` changes when a pipeline is created, deleted, updated (config version),
-    paused, resumed or stopped (its `updated_at_ms`, the count of STOPPED ones); `tasks`
+    paused, resumed or stopped (its `updated_at_ms`, the count in each target state); `tasks`
     when a task is created, deleted, moved, released or restarted (each bumps its
     generation). Triggers and task state reports change neither.
     """

@@ -155,9 +155,11 @@ _PIPELINES_FINGERPRINT = sa.select(
     sa.func.count(),
     sa.func.coalesce(sa.func.sum(pipelines.c.config_version), 0),
     sa.func.coalesce(sa.func.max(pipelines.c.updated_at_ms), 0),
-    sa.func.coalesce(
-        sa.func.sum(sa.case((pipelines.c.target_state == TargetState.STOPPED.value, 1), else_=0)),
-        0,
+    # How many are in each target state: a pause and a resume within one millisecond (the
+    # same `updated_at_ms`) still change it.
+    *(
+        sa.func.coalesce(sa.func.sum(sa.case((pipelines.c.target_state == s.value, 1), else_=0)), 0)
+        for s in TargetState
     ),
 ).select_from(pipelines)
 _TASKS_FINGERPRINT = sa.select(
