@@ -11,35 +11,24 @@ still ends what is open on it for the checkpoint that holds it.
 
 from __future__ import annotations
 
-import gc
 import uuid
 from collections.abc import Callable
 
 import pytest
 
-from lockgate.common.kafka_transactions import open_transactional_producer
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import TransactionalId
 from lockgate.executor.committer import Committer, HandleLostError
 from lockgate.localcluster.kafka import read_visible
 from tests.fixtures.kafka import KafkaBroker
+from tests.support.transactions import left_open
 
 VALUES = [f"v-{i:02d}".encode() for i in range(10)]
 
 
 def _open_transaction(broker: KafkaBroker, topic: str, transactional_id: str) -> TransactionHandle:
-    """Write VALUES to ``topic`` in a transaction left open, as a write partition does."""
-    txn, _ = open_transactional_producer(
-        bootstrap_servers=broker.bootstrap_servers, transactional_id=transactional_id
-    )
-    txn.producer.begin_transaction()
-    for value in VALUES:
-        txn.producer.produce(topic, value=value, partition=0)
-    handle = txn.precommit()
-    txn.release_without_abort()
-    del txn
-    gc.collect()
-    return handle.on(broker.bootstrap_servers)
+    """VALUES in a transaction left open on ``transactional_id``, as a write partition's."""
+    return left_open(broker.bootstrap_servers, topic, VALUES, transactional_id=transactional_id)
 
 
 def _visible(broker: KafkaBroker, topic: str) -> list[bytes]:

@@ -12,26 +12,26 @@ from lockgate.common.kafka_transactions import (
     TransactionTimeoutError,
     abort_transaction,
     commit_transaction,
-    open_transactional_producer,
     open_transactions_of_slot,
 )
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import TransactionalId
 from lockgate.localcluster.kafka import create_topic, read_visible
 from tests.fixtures.kafka_sasl import SaslSslBroker
+from tests.support.transactions import left_open
 
 
 def _precommit(
     broker: SaslSslBroker, properties: dict[str, str], transactional_id: str, topic: str
 ) -> TransactionHandle:
-    txn, _ = open_transactional_producer(
-        bootstrap_servers=broker.sasl_servers, transactional_id=transactional_id, config=properties
+    return left_open(
+        broker.sasl_servers,
+        topic,
+        [transactional_id.encode()],
+        transactional_id=transactional_id,
+        config=properties,
+        partition=None,
     )
-    txn.producer.begin_transaction()
-    txn.producer.produce(topic, value=transactional_id.encode())
-    handle = txn.precommit()
-    txn.release_without_abort()
-    return handle
 
 
 def test_commit_abort_and_listing_speak_sasl_ssl(sasl_ssl_broker: SaslSslBroker) -> None:

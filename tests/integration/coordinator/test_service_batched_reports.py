@@ -30,6 +30,19 @@ def test_checkpoints_of_many_tasks_commit_through_batched_reports(
     (coordinator,) = sqlite_cluster.start(1)
     sqlite_cluster.leader()
     executors = [control_executors(e, [coordinator.address]) for e in ("e1", "e2")]
+    # Both registered before the pipeline exists: else e1 could take every task and commit
+    # three checkpoints before e2 joins (this failed once under load).
+    wait_for(
+        "both executors to register",
+        lambda: (
+            sum(
+                e.state == common_pb2.EXECUTOR_STATE_ALIVE
+                for e in coordinator.cluster_info().executors
+            )
+            == 2
+        ),
+        timeout_s=30,
+    )
     name = unique_name("batched")
     with open_channel(coordinator.address) as channel:
         stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)

@@ -682,3 +682,11 @@ def test_the_trigger_snapshot_has_each_pipelines_newest_and_unfinished_checkpoin
         (1, CheckpointState.COMPLETE),
     ]
     assert snapshot[p][0].triggered_at_ms >= snapshot[p][1].triggered_at_ms
+
+    # What a pass reads of the due pipelines only: the same, their tasks, their aborts.
+    due = store.checkpoints.trigger_inputs(pipeline_ids=[p])
+    assert due.recent == snapshot
+    assert [t.task_id for t in due.tasks[p]] == [t0, t1]
+    assert due.lingering == {p}, "checkpoint 4's abort is not sent yet"
+    idle = store.checkpoints.trigger_inputs(pipeline_ids=[PipelineId("idle")])
+    assert (idle.tasks, idle.recent, idle.lingering) == ({}, {}, frozenset())

@@ -1,6 +1,7 @@
 """A pipeline call's writes land in one fenced transaction, on SQLite and PostgreSQL: a
 failure in the middle of CreatePipeline, UpdatePipeline or RestartPipeline leaves all of
-it or nothing, answers a retryable error, and a retry of the same request succeeds.
+it or nothing, answers a retryable error, and a retry of the same request succeeds. And
+each write the leader's pass plans from changes the pipelines' fingerprint.
 
 The failure is injected where the second half of the old two-transaction calls wrote (the
 task split), as a lease lost or a database gone there would fail it.
@@ -13,9 +14,15 @@ from collections.abc import Iterator
 import pytest
 
 from lockgate.common.errors import Unavailable
-from lockgate.common.model.ids import CheckpointId, CoordinatorId, PipelineId
+from lockgate.common.model.ids import (
+    CheckpointId,
+    CoordinatorId,
+    ExecutorId,
+    Generation,
+    PipelineId,
+)
 from lockgate.coordinator.domain.lease import Fence
-from lockgate.coordinator.domain.states import CheckpointState, TargetState
+from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.store import SqlStore, open_store, pipeline_store
 from tests.integration.coordinator.test_store import spec
@@ -126,3 +133,53 @@ def test_a_restart_past_a_loss_cut_short_can_be_retried(
         P, include_tasks=False, only_failed=False, from_checkpoint=CheckpointId(1)
     )
     assert store.data_loss.blocking_loss(pipeline_id=P) is None
+
+
+def test_every_write_the_leaders_pass_plans_from_changes_the_fingerprint(
+    leader: Herder, store: SqlStore
+) -> None:
+    """The rebalance and the trigger schedule plan again only when the fingerprint changes
+    (issue 14): each write they depend on changes it, a trigger or a task's state does not."""
+    last = [store.pipelines.fingerprint()]
+
+    def changed(what: str) -> None:
+        now = store.pipelines.fingerprint()
+        assert now != last[-1], f"{what} left the fingerprint as it was"
+        last.append(now)
+
+    def unchanged(what: str) -> None:
+        assert store.pipelines.fingerprint() == last[-1], f"{what} changed the fingerprint"
+
+    leader.pipelines.create(spec=spec("p", tasks_max=2), target_state=TargetState.RUNNING)
+    changed("a create")
+    leader.membership.register_executor(executor_id=ExecutorId("e1"), address="e1:1")
+    unchanged("an executor registering (the pass compares executors itself)")
+    leader.membership.rebalance(_fence(leader))
+    changed("an assignment")
+    task = store.pipelines.list_tasks(pipeline_id=P)[0]
+    store.pipelines.report_task_state(
+        fence=_fence(leader),
+        task_id=task.task_id,
+        task_generation=task.generation,
+        executor_id=ExecutorId("e1"),
+        executor_generation=Generation(1),
+        state=TaskState.RUNNING,
+    )
+    unchanged("a task's state report")
+    store.checkpoints.trigger_checkpoint(fence=_fence(leader), pipeline_id=P)
+    unchanged("a trigger")
+    leader.checkpoints.abort_triggered(P, reason="test")
+    leader.pipelines.set_target_state(P, TargetState.PAUSED)
+    changed("a pause")
+    leader.pipelines.set_target_state(P, TargetState.RUNNING)
+    changed("a resume")
+    leader.pipelines.update(spec=spec("p", tasks_max=4), expected_version=None)
+    changed("an update")
+    leader.pipelines.restart_task(task.task_id)
+    changed("a task restart")
+    leader.pipelines.set_target_state(P, TargetState.STOPPED)
+    changed("a stop")
+    leader.membership.rebalance(_fence(leader))
+    changed("releasing a stopped pipeline's tasks")
+    leader.pipelines.delete(P)
+    changed("a delete")

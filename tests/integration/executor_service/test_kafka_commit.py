@@ -6,7 +6,6 @@ the executor process through the resume path; failpoints kill it midway through.
 
 from __future__ import annotations
 
-import gc
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,7 +14,6 @@ import grpc
 import pytest
 
 from lockgate.common.failpoints import FAILPOINT_EXIT_CODE
-from lockgate.common.kafka_transactions import open_transactional_producer
 from lockgate.localcluster.kafka import read_visible
 from lockgate.v1 import common_pb2, coordinator_pb2, executor_pb2
 from tests.fixtures.kafka import KafkaBroker
@@ -24,6 +22,7 @@ from tests.integration.executor_service.scripted import (
     ExecutorProcess,
     assignment,
 )
+from tests.support.transactions import left_open
 from tests.support.waits import wait_for
 
 
@@ -37,16 +36,7 @@ def _precommit(
 ) -> common_pb2.SinkHandle:
     """Write ``values`` to ``topic`` in a transaction left open, as a pre-commit does."""
     transactional_id = transactional_id or f"lg-test-{uuid.uuid4().hex[:10]}"
-    txn, _ = open_transactional_producer(
-        bootstrap_servers=broker.bootstrap_servers, transactional_id=transactional_id
-    )
-    txn.producer.begin_transaction()
-    for value in values:
-        txn.producer.produce(topic, value=value, partition=0)
-    handle = txn.precommit()
-    txn.release_without_abort()
-    del txn
-    gc.collect()
+    handle = left_open(broker.bootstrap_servers, topic, values, transactional_id=transactional_id)
     kafka = common_pb2.KafkaTransactionHandle(
         transactional_id=transactional_id, bootstrap_servers=broker.bootstrap_servers
     )

@@ -37,6 +37,22 @@ class PipelineRecord:
 
 
 @dataclass(frozen=True)
+class PipelinesFingerprint:
+    """Aggregates of the pipelines and tasks tables, one cheap read, that change whenever
+    what the leader's pass plans from them changes, so an unchanged one lets it skip the
+    plan (it still re-plans every few seconds, and in full on taking the lead).
+
+    `pipelines` changes when a pipeline is created, deleted, updated (config version),
+    paused, resumed or stopped (its `updated_at_ms`, the count in each target state); `tasks`
+    when a task is created, deleted, moved, released or restarted (each bumps its
+    generation). Triggers and task state reports change neither.
+    """
+
+    pipelines: tuple[int, ...]
+    tasks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class TaskRecord:
     """A task: its partitions, its assignment, and its last observed state."""
 

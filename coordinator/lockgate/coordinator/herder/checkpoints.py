@@ -16,7 +16,8 @@ Rules and known races:
   be committing (the overlap the design allows). How many may be in flight at once is
   `DEFAULT_MAX_IN_FLIGHT` (domain/checkpoints.py), stated there only.
 - A pipeline is triggered only when every task runs on an alive executor that reported it
-  RUNNING, and when it has no un-acked aborts.
+  RUNNING, and when it has no un-acked aborts. A pass reads only the pipelines whose
+  interval has passed (`trigger_schedule.py`).
 - Aborting a handle whose producer id is unknown re-initialises the ids of its slot
   that have a transaction open, which would also abort a later transaction on them. The
   slot is reusable once its checkpoint is ABORTED, so the loop never triggers a pipeline
@@ -68,7 +69,7 @@ from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.progress import AbortKind
-from lockgate.coordinator.domain.states import CheckpointState, TargetState
+from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.domain.transaction_timeout import near_timeout_warnings
 from lockgate.coordinator.herder.call_pool import Backoff, CallPool
 from lockgate.coordinator.herder.executors import (
@@ -84,10 +85,10 @@ from lockgate.coordinator.herder.leader_commits import (
     commit_from_leader,
 )
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
-from lockgate.coordinator.herder.membership import Membership, pick_executor
+from lockgate.coordinator.herder.membership import ClusterView, Membership, pick_executor
 from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
-from lockgate.coordinator.herder.pipelines import all_pipelines
 from lockgate.coordinator.herder.traces import EXECUTOR_ID, CheckpointTraces
+from lockgate.coordinator.herder.trigger_schedule import TriggerSchedule
 from lockgate.coordinator.store.sql_store import SqlStore
 
 _LOG = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ class CheckpointDriver:
         # Final checkpoints kept per pipeline; pruned as each one becomes final.
         self._keep_history = keep_history
         self.traces = traces or CheckpointTraces()
+        self.schedule = TriggerSchedule(store=store, lease=lease)
 
     # ------------------------------------------------------------------ reads
 
@@ -545,33 +547,33 @@ class CheckpointDriver:
 
     # ------------------------------------------------------------------ triggers
 
-    def trigger_due(self, fence: Fence, *, wait: bool = True) -> None:
+    def trigger_due(self, fence: Fence, view: ClusterView, *, wait: bool = True) -> None:
         """Trigger the next checkpoint of every RUNNING pipeline whose interval has passed
         and whose tasks all run, then call the executors on the call pool (DESIGN.md step
-        1). A pipeline whose trigger or abort job still runs waits for a later pass (an
-        abort may re-initialise a slot's ids). Leader-only; `wait`: until the calls end."""
-        pipelines = [p for p in all_pipelines(self._store) if p.target_state is TargetState.RUNNING]
+        1). Reads only the pipelines the schedule found due (`trigger_schedule.py`). A
+        pipeline whose trigger or abort job still runs waits for a later pass (an abort may
+        re-initialise a slot's ids). Leader-only; `view`: the pass's; `wait`: until the
+        calls end."""
+        executors, now_ms = view.executors, view.now_ms
+        pipelines = self.schedule.due(fence, view.fingerprint, now_ms)
         if not pipelines:
             return
-        executors, now_ms = self._store.executors.list_executors()
         alive = {e.executor_id: e for e in executors if self._membership.is_alive(e, now_ms)}
-        tasks_by_pipeline: dict[PipelineId, list[TaskRecord]] = defaultdict(list)
-        for t in self._store.pipelines.list_tasks():
-            tasks_by_pipeline[t.pipeline_id].append(t)
-        lingering = {t.pipeline_id for t in self._store.checkpoints.list_lingering_transactions()}
-        snapshot = self._store.checkpoints.trigger_snapshot()
+        inputs = self._store.checkpoints.trigger_inputs(
+            pipeline_ids=[p.pipeline_id for p in pipelines]
+        )
         for pipeline in pipelines:
             if self._calls.busy(("trigger", pipeline.pipeline_id)) or self._calls.busy(
                 ("abort", pipeline.pipeline_id)
             ):
                 continue
-            tasks = tasks_by_pipeline.get(pipeline.pipeline_id, [])
+            tasks = inputs.tasks.get(pipeline.pipeline_id, [])
             if not trigger_due(
                 pipeline=pipeline,
                 tasks=tasks,
                 live_executors=frozenset(alive),
-                recent=snapshot.get(pipeline.pipeline_id, []),
-                has_lingering=pipeline.pipeline_id in lingering,
+                recent=inputs.recent.get(pipeline.pipeline_id, []),
+                has_lingering=pipeline.pipeline_id in inputs.lingering,
                 now_ms=now_ms,
             ):
                 continue
@@ -585,6 +587,7 @@ class CheckpointDriver:
             except FailedPrecondition as exc:
                 _LOG.debug("not triggering %s: %s", pipeline.pipeline_id, exc)
                 continue
+            self.schedule.triggered(pipeline, checkpoint)
             self.traces.triggered(
                 pipeline.pipeline_id,
                 checkpoint.checkpoint_id,

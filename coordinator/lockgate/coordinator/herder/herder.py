@@ -9,11 +9,14 @@ Two threads per replica do the work:
   follower and, on the leader: recovery when it becomes leader (abort every TRIGGERED
   checkpoint, then re-commit every COMPLETE-not-COMMITTED one in creation order and
   abort what never became COMPLETE), then on every pass: rebalance (expire dead
-  executors after the session timeout, move their tasks after the reassignment delay),
-  abort timed-out checkpoints, send aborts, send commits (retried until acked, then
-  COMMITTED), trigger each RUNNING pipeline's next checkpoint on its interval, and end
-  the trace of each checkpoint decided since (`traces.py`). Its calls to executors
-  (trigger, commit, abort) run on the call pool (`call_pool.py`), never in the pass.
+  executors after the session timeout, move their tasks after the reassignment delay;
+  planned only when membership or the pipelines changed, `membership.py`), abort
+  timed-out checkpoints, send aborts, send commits (retried until acked, then COMMITTED),
+  trigger each RUNNING pipeline's next checkpoint on its interval (reading only the due
+  ones, `trigger_schedule.py`), and end the trace of each checkpoint decided since
+  (`traces.py`). A pass's cost follows what changed and what is due, not the cluster.
+  Its calls to executors (trigger, commit, abort) run on the call pool (`call_pool.py`),
+  never in the pass.
 A third thread measures the pipelines' lag every few seconds for the lag gauge
 (`progress.py`), on the leader only.
 
@@ -225,9 +228,10 @@ class Herder:
             )
             with self._recover_lock:
                 self._recover_term = None
-        self.membership.rebalance(fence)
+        view = self.membership.cluster_view()  # read once for the rebalance and the triggers
+        self.membership.rebalance(fence, view)
         self.checkpoints.abort_timed_out(fence)
         self.checkpoints.send_aborts(fence, wait=wait)
         self.checkpoints.commit_pending(fence, wait=wait)
-        self.checkpoints.trigger_due(fence, wait=wait)
+        self.checkpoints.trigger_due(fence, view, wait=wait)
         self.checkpoints.settle_traces()

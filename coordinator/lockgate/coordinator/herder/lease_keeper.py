@@ -215,6 +215,11 @@ class LeaseKeeper:
         if led_at is not None:
             self._last_led_ms = max(led_at, self._last_led_ms or led_at)
 
+    def monotonic(self) -> float:
+        """This replica's monotonic clock (seconds), the one its lease is timed by: the
+        leader's other periodic duties read it too (a test injects one for all)."""
+        return self._monotonic()
+
     @property
     def leader_gap(self) -> LeaderGap | None:
         """While leading: the gap before this term, during which no leader recorded

@@ -13,6 +13,10 @@ Rules written here (the api only converts):
 - Time no leader could record heartbeats (a failover, this leader cut from its database:
   the lease keeper's `leader_gap`) is not an executor's silence: a session alive when the
   gap began gets a full session timeout from the start of this term.
+- The rebalance plans only when its inputs changed since the last plan: the term, the
+  executors (id, generation, liveness) or the pipelines' fingerprint
+  (`PipelinesFingerprint`); and every `FULL_REBALANCE_EVERY_S` whatever they say. A new
+  term always plans (a new leader, or this one after losing the lead, starts afresh).
 """
 
 from __future__ import annotations
@@ -44,7 +48,11 @@ from lockgate.coordinator.domain.membership import (
     ExecutorRecord,
     assignment_version,
 )
-from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.pipelines import (
+    PipelineRecord,
+    PipelinesFingerprint,
+    TaskRecord,
+)
 from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import TargetState, TaskState
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
@@ -54,6 +62,10 @@ from lockgate.coordinator.herder.settings import CoordinatorSettings
 from lockgate.coordinator.store.sql_store import SqlStore
 
 _LOG = logging.getLogger(__name__)
+
+#: The rebalance plans at least this often (s) even when nothing it reads seems changed: a
+#: safety net under the fingerprint (a change it cannot see, e.g. a clock stepping back).
+FULL_REBALANCE_EVERY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,26 @@ class ExecutorView:
 
 
 @dataclass(frozen=True)
+class ClusterView:
+    """What a pass of the work loop reads once for all its steps: the pipelines'
+    fingerprint, read first (a change after it shows in the next pass's), then the
+    executors with the database's clock."""
+
+    fingerprint: PipelinesFingerprint
+    executors: tuple[ExecutorRecord, ...]
+    now_ms: int
+
+
+@dataclass(frozen=True)
+class _RebalanceInputs:
+    """What a rebalance plans from, in brief: equal inputs give an equal plan."""
+
+    fence: Fence
+    pipelines: PipelinesFingerprint
+    executors: tuple[tuple[ExecutorId, Generation, ExecutorLiveness], ...]
+
+
+@dataclass(frozen=True)
 class RebalanceResult:
     """The assignment decided and the tasks whose assignment changed (to be told)."""
 
@@ -127,6 +159,8 @@ class Membership:
         self._lease = lease
         self._wake = wake
         self._outcomes = outcomes or CheckpointOutcomes()
+        # What the last plan was made from, the plan, and when it was made (work loop only).
+        self._planned: tuple[_RebalanceInputs, RebalanceResult, float] | None = None
 
     # ------------------------------------------------------------------ liveness
 
@@ -157,6 +191,12 @@ class Membership:
         """Every executor alive now, by id."""
         executors, now_ms = self._store.executors.list_executors()
         return {e.executor_id: e for e in executors if self.is_alive(e, now_ms)}
+
+    def cluster_view(self) -> ClusterView:
+        """The pass's view (`ClusterView`): two reads however large the cluster."""
+        fingerprint = self._store.pipelines.fingerprint()
+        executors, now_ms = self._store.executors.list_executors()
+        return ClusterView(fingerprint=fingerprint, executors=tuple(executors), now_ms=now_ms)
 
     def list_executors(self) -> list[ExecutorView]:
         """Every registered executor, its liveness by the database's clock, its tasks.
@@ -249,8 +289,7 @@ class Membership:
         )
 
     def _check_session(self, executor_id: ExecutorId, generation: Generation) -> ExecutorRecord:
-        executors, now_ms = self._store.executors.list_executors()
-        current = next((e for e in executors if e.executor_id == executor_id), None)
+        current, now_ms = self._store.executors.find_executor(executor_id=executor_id)
         if current is None:
             raise NotFound(
                 f"executor {executor_id!r} is not registered (never, or it deregistered); "
@@ -359,11 +398,33 @@ class Membership:
             for item in assigned
         )
 
-    def rebalance(self, fence: Fence) -> RebalanceResult:
+    def rebalance(self, fence: Fence, view: ClusterView | None = None) -> RebalanceResult:
         """Move tasks of executors dead past the reassignment delay, spread new tasks, and
-        release the tasks of STOPPED pipelines; writes only when the assignment changed.
-        Leader-only (`fence`: the pass that decides it)."""
-        executors, now_ms = self._store.executors.list_executors()
+        release the tasks of STOPPED pipelines; writes only when the assignment changed,
+        and plans only when what it plans from changed (module docstring; else the last
+        plan, nothing changed). Leader-only (`fence`: the pass that decides it; `view`:
+        its reads, made now if not given)."""
+        view = view or self.cluster_view()
+        executors, now_ms = view.executors, view.now_ms
+        inputs = _RebalanceInputs(
+            fence=fence,
+            pipelines=view.fingerprint,
+            executors=tuple(
+                (e.executor_id, e.generation, self.liveness(e, now_ms)) for e in executors
+            ),
+        )
+        if self._planned is not None:
+            planned_from, planned, planned_at = self._planned
+            fresh = self._lease.monotonic() - planned_at < FULL_REBALANCE_EVERY_S
+            if planned_from == inputs and fresh:
+                return RebalanceResult(plan=planned.plan, changed=())
+        result = self._plan(fence, executors, now_ms)
+        self._planned = (inputs, result, self._lease.monotonic())
+        return result
+
+    def _plan(
+        self, fence: Fence, executors: Sequence[ExecutorRecord], now_ms: int
+    ) -> RebalanceResult:
         pipelines = {p.pipeline_id: p for p in all_pipelines(self._store)}
         tasks = self._store.pipelines.list_tasks()
         wanted = [

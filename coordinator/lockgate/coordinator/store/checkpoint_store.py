@@ -11,7 +11,6 @@ are written in one transaction: that row is the commit point (DESIGN.md step 3).
 from __future__ import annotations
 
 import contextlib
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -63,6 +62,7 @@ from lockgate.coordinator.store.precommit_rows import (
 from lockgate.coordinator.store.recovery_queries import lingering_transactions, pending_commits
 from lockgate.coordinator.store.rows import (
     checkpoint_states,
+    parsed_spec,
     read_checkpoint,
     read_checkpoint_summaries,
     read_pipeline,
@@ -78,7 +78,11 @@ from lockgate.coordinator.store.tables import (
     precommit_offsets,
     transactional_ids,
 )
-from lockgate.coordinator.store.trigger_queries import trigger_snapshot
+from lockgate.coordinator.store.trigger_queries import (
+    TriggerInputs,
+    trigger_inputs,
+    trigger_snapshot,
+)
 
 
 class CheckpointStore:
@@ -386,9 +390,15 @@ class CheckpointStore:
             return [read_checkpoint(conn, pipeline_id, c) for c in ids]
 
     def trigger_snapshot(self) -> dict[PipelineId, list[CheckpointRecord]]:
-        """Per pipeline, newest first, what the trigger decision reads (`trigger_queries`)."""
+        """Per pipeline, newest first, its newest and unfinished checkpoints: what the
+        trigger schedule is seeded from (`trigger_queries`)."""
         with self._db.read() as conn:
             return trigger_snapshot(conn)
+
+    def trigger_inputs(self, *, pipeline_ids: Sequence[PipelineId]) -> TriggerInputs:
+        """What the trigger decision reads of these pipelines only, as one snapshot."""
+        with self._db.read() as conn:
+            return trigger_inputs(conn, pipeline_ids)
 
     def count_checkpoints(
         self,
@@ -494,7 +504,7 @@ def _timed_out(conn: Connection) -> list[TriggeredCheckpoint]:
             pipeline_id=PipelineId(r.pipeline_id),
             checkpoint_id=CheckpointId(int(r.checkpoint_id)),
             triggered_at_ms=int(r.triggered_at_ms),
-            timeout_ms=int(json.loads(r.spec_json)["checkpoint"]["timeout_ms"]),
+            timeout_ms=parsed_spec(r.spec_json).checkpoint.timeout_ms,
         )
         for r in rows
     ]

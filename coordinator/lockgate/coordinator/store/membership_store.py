@@ -93,6 +93,16 @@ class MembershipStore:
         with self._db.read() as conn:
             return read_executor(conn, executor_id)
 
+    def find_executor(self, *, executor_id: ExecutorId) -> tuple[ExecutorRecord | None, int]:
+        """One executor (None if not registered) and the database's clock at reading time:
+        a heartbeat's session check, one row whatever the number of executors."""
+        with self._db.read() as conn:
+            row = conn.execute(
+                sa.select(executors).where(executors.c.executor_id == executor_id)
+            ).first()
+            now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
+            return (None if row is None else executor_record(row)), now
+
     def list_executors(self) -> tuple[list[ExecutorRecord], int]:
         """Every registered executor (id order) and the database's clock at reading time."""
         with self._db.read() as conn:

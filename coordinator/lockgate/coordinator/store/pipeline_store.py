@@ -36,6 +36,7 @@ from lockgate.coordinator.domain.membership import (
 )
 from lockgate.coordinator.domain.pipelines import (
     PipelineRecord,
+    PipelinesFingerprint,
     TaskRecord,
     TasksChanged,
     check_config_version,
@@ -146,6 +147,26 @@ def _restart_tasks(conn: Connection, pipeline_id: PipelineId, *, only_failed: bo
         tasks=tuple(t for t in read_tasks(conn, pipeline_id) if t.task_id in chosen_ids),
         aborted=tuple(aborted),
     )
+
+
+# The fingerprint's two reads, built once (SQLAlchemy caches their compiled form, but
+# building a statement on every pass cost more than running it).
+_PIPELINES_FINGERPRINT = sa.select(
+    sa.func.count(),
+    sa.func.coalesce(sa.func.sum(pipelines.c.config_version), 0),
+    sa.func.coalesce(sa.func.max(pipelines.c.updated_at_ms), 0),
+    # How many are in each target state: a pause and a resume within one millisecond (the
+    # same `updated_at_ms`) still change it.
+    *(
+        sa.func.coalesce(sa.func.sum(sa.case((pipelines.c.target_state == s.value, 1), else_=0)), 0)
+        for s in TargetState
+    ),
+).select_from(pipelines)
+_TASKS_FINGERPRINT = sa.select(
+    sa.func.count(),
+    sa.func.coalesce(sa.func.sum(tasks.c.generation), 0),
+    sa.func.count(tasks.c.executor_id),
+).select_from(tasks)
 
 
 class PipelineStore:
@@ -318,6 +339,17 @@ class PipelineStore:
             read_pipeline(conn, pipeline_id, for_update=True)
             write_task_split(conn, pipeline_id, splits)
             return read_tasks(conn, pipeline_id)
+
+    def fingerprint(self) -> PipelinesFingerprint:
+        """What changes whenever the pipeline set, a config version, a target state or a
+        task's assignment or generation does (`PipelinesFingerprint`): an aggregate read
+        per table, no row mapped (read on every pass of the leader)."""
+        with self._db.read() as conn:
+            p = conn.execute(_PIPELINES_FINGERPRINT).one()
+            t = conn.execute(_TASKS_FINGERPRINT).one()
+        return PipelinesFingerprint(
+            pipelines=tuple(int(v) for v in p), tasks=tuple(int(v) for v in t)
+        )
 
     def list_tasks(self, *, pipeline_id: PipelineId | None = None) -> list[TaskRecord]:
         """Tasks of one pipeline, or of all, in (pipeline, index) order."""

@@ -66,7 +66,7 @@ def pipeline_record(row: Any) -> PipelineRecord:
     """A `pipelines` row, its spec parsed."""
     return PipelineRecord(
         pipeline_id=PipelineId(row.pipeline_id),
-        spec=_parsed_spec(row.spec_json),
+        spec=parsed_spec(row.spec_json),
         config_version=int(row.config_version),
         target_state=TargetState(row.target_state),
         next_checkpoint_id=CheckpointId(int(row.next_checkpoint_id)),
@@ -76,9 +76,12 @@ def pipeline_record(row: Any) -> PipelineRecord:
 
 
 @functools.lru_cache(maxsize=4096)
-def _parsed_spec(spec_json: str) -> PipelineSpec:
-    """A stored spec, parsed once per distinct text: the leader reads every pipeline on
-    every pass, and parsing is most of the cost (a `PipelineSpec` is frozen: shared)."""
+def parsed_spec(spec_json: str) -> PipelineSpec:
+    """A stored spec (`pipelines.spec_json`), parsed once per distinct text: the one place a
+    stored spec becomes a `PipelineSpec`. The leader reads pipelines on every pass, and
+    parsing was most of the cost; keyed by the text itself, an update (a new config
+    version) or a pipeline deleted and created again under its name is a new entry, never a
+    stale one (a `PipelineSpec` is frozen: shared)."""
     return parse_pipeline_spec(json.loads(spec_json), stored=True)
 
 

@@ -1,29 +1,49 @@
-"""What the leader's trigger decision reads for every pipeline on every pass, in two reads
-for all pipelines however many there are (a read per pipeline cost the leader a round trip
-per pipeline per pass)."""
+"""What the leader's trigger decision reads, for the pipelines its schedule found due
+(`herder/trigger_schedule.py`), in one read transaction whatever their number: their tasks,
+their newest and unfinished checkpoints, and which have aborts still to send (a read per
+pipeline cost the leader a round trip per pipeline per pass; a read of every pipeline cost
+it the whole cluster per pass)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import CheckpointId, PipelineId
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord
+from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState
-from lockgate.coordinator.store.rows import checkpoint_record
-from lockgate.coordinator.store.tables import checkpoints, pipelines
+from lockgate.coordinator.store.rows import checkpoint_record, task_record
+from lockgate.coordinator.store.tables import checkpoint_tasks, checkpoints, pipelines, tasks
 
 #: Checkpoints that are not final, or not final for the trigger decision (an unresolved
 #: DATA_LOST one stops its pipeline).
 _OPEN_STATES = (CheckpointState.TRIGGERED, CheckpointState.COMPLETE, CheckpointState.DATA_LOST)
 
 
-def trigger_snapshot(conn: Connection) -> dict[PipelineId, list[CheckpointRecord]]:
-    """Per pipeline with any, newest first and without their tasks (`trigger_due` reads
-    states and times only): its newest checkpoint and every one in `_OPEN_STATES`. Every
-    checkpoint in flight counts against the in-flight limit, however old."""
+@dataclass(frozen=True)
+class TriggerInputs:
+    """What `domain.checkpoints.trigger_due` reads of some pipelines, as one snapshot."""
+
+    tasks: dict[PipelineId, list[TaskRecord]]
+    """Each pipeline's tasks, by index."""
+    recent: dict[PipelineId, list[CheckpointRecord]]
+    """Each pipeline's newest and unfinished checkpoints (`trigger_snapshot`)."""
+    lingering: frozenset[PipelineId]
+    """Those with a transaction of an ABORTED checkpoint whose abort is not acked yet."""
+
+
+def trigger_snapshot(
+    conn: Connection, pipeline_ids: Sequence[PipelineId] | None = None
+) -> dict[PipelineId, list[CheckpointRecord]]:
+    """Per pipeline with any (of `pipeline_ids`, None: of all), newest first and without
+    their tasks (`trigger_due` reads states and times only): its newest checkpoint and
+    every one in `_OPEN_STATES`. Every checkpoint in flight counts against the in-flight
+    limit, however old."""
     newest = sa.select(checkpoints).join(
         pipelines,
         sa.and_(
@@ -34,6 +54,9 @@ def trigger_snapshot(conn: Connection) -> dict[PipelineId, list[CheckpointRecord
     unfinished = sa.select(checkpoints).where(
         checkpoints.c.state.in_([s.value for s in _OPEN_STATES])
     )
+    if pipeline_ids is not None:
+        newest = newest.where(checkpoints.c.pipeline_id.in_(sorted(set(pipeline_ids))))
+        unfinished = unfinished.where(checkpoints.c.pipeline_id.in_(sorted(set(pipeline_ids))))
     found: dict[tuple[PipelineId, CheckpointId], CheckpointRecord] = {}
     for stmt in (newest, unfinished):
         for row in conn.execute(stmt):
@@ -43,3 +66,40 @@ def trigger_snapshot(conn: Connection) -> dict[PipelineId, list[CheckpointRecord
     for (pipeline_id, _), record in sorted(found.items(), reverse=True):
         result[pipeline_id].append(record)
     return dict(result)
+
+
+def trigger_inputs(conn: Connection, pipeline_ids: Sequence[PipelineId]) -> TriggerInputs:
+    """The tasks, recent checkpoints and lingering aborts of these pipelines only."""
+    ids = sorted(set(pipeline_ids))
+    by_pipeline: dict[PipelineId, list[TaskRecord]] = defaultdict(list)
+    rows = conn.execute(
+        sa.select(tasks)
+        .where(tasks.c.pipeline_id.in_(ids))
+        .order_by(tasks.c.pipeline_id, tasks.c.task_index)
+    )
+    for row in rows:
+        task = task_record(row)
+        by_pipeline[task.pipeline_id].append(task)
+    # The pipelines `list_lingering_transactions` would name (one entry per task row at
+    # least), without reading the entries themselves.
+    lingering = conn.execute(
+        sa.select(checkpoint_tasks.c.pipeline_id)
+        .distinct()
+        .join(
+            checkpoints,
+            sa.and_(
+                checkpoints.c.pipeline_id == checkpoint_tasks.c.pipeline_id,
+                checkpoints.c.checkpoint_id == checkpoint_tasks.c.checkpoint_id,
+            ),
+        )
+        .where(
+            checkpoints.c.state == CheckpointState.ABORTED.value,
+            checkpoint_tasks.c.abort_acked_at_ms.is_(None),
+            checkpoint_tasks.c.pipeline_id.in_(ids),
+        )
+    )
+    return TriggerInputs(
+        tasks=dict(by_pipeline),
+        recent=trigger_snapshot(conn, ids),
+        lingering=frozenset(PipelineId(r.pipeline_id) for r in lingering),
+    )

@@ -1,0 +1,84 @@
+"""The leader's trigger schedule: each RUNNING pipeline's next due time, so a pass of the
+work loop reads only the pipelines whose interval has passed (issue 14: a pass read every
+pipeline, task and recent checkpoint to find the few that were due).
+
+Rules:
+- Seeded (each RUNNING pipeline, due at its newest checkpoint's trigger time plus its
+  interval, at once if it has none) when a term starts (a new leader knows nothing of its
+  predecessor's schedule), whenever the pipelines' part of `PipelinesFingerprint` changed
+  (a pipeline created, updated, paused, resumed, stopped or deleted) and every
+  `RESEED_EVERY_S` whatever it says. The fingerprint is read before what is seeded from it:
+  a change after that read is seen by the next pass.
+- A pipeline this leader triggers is due again at its new checkpoint's trigger time plus
+  its interval (only the leader triggers). One that is due but not triggered (its tasks
+  not running, a checkpoint in flight, aborts still to send, a job still out) stays due:
+  each pass reads it again until it is triggered.
+- Times are the database's clock, as the checkpoints' trigger times; the work loop is its
+  only caller.
+"""
+
+from __future__ import annotations
+
+from lockgate.common.model.ids import PipelineId
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord
+from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.domain.pipelines import PipelineRecord, PipelinesFingerprint
+from lockgate.coordinator.domain.states import TargetState
+from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
+from lockgate.coordinator.herder.pipelines import all_pipelines
+from lockgate.coordinator.store.sql_store import SqlStore
+
+#: The schedule is seeded afresh at least this often (s): a safety net under the
+#: fingerprint (a change it cannot see, e.g. a clock stepping back).
+RESEED_EVERY_S = 5.0
+
+
+class TriggerSchedule:
+    """When each RUNNING pipeline is next due (see the module docstring)."""
+
+    def __init__(self, *, store: SqlStore, lease: LeaseKeeper) -> None:
+        self._store = store
+        self._lease = lease
+        # The term and pipelines' fingerprint the schedule was seeded from, and when.
+        self._seeded: tuple[Fence, tuple[int, ...], float] | None = None
+        self._pipelines: dict[PipelineId, PipelineRecord] = {}
+        self._due_ms: dict[PipelineId, int] = {}
+
+    def due(
+        self, fence: Fence, fingerprint: PipelinesFingerprint, now_ms: int
+    ) -> list[PipelineRecord]:
+        """The RUNNING pipelines due at `now_ms` (database clock), in name order; seeds the
+        schedule first if its term or the pipelines changed (`fingerprint`, read before
+        `now_ms`), or it is old."""
+        if self._stale(fence, fingerprint):
+            self._seed(fence, fingerprint)
+        return [self._pipelines[p] for p, at in sorted(self._due_ms.items()) if at <= now_ms]
+
+    def triggered(self, pipeline: PipelineRecord, checkpoint: CheckpointRecord) -> None:
+        """`checkpoint` of `pipeline` was triggered: its next is due an interval later."""
+        if pipeline.pipeline_id in self._due_ms:
+            self._due_ms[pipeline.pipeline_id] = (
+                checkpoint.triggered_at_ms + pipeline.spec.checkpoint.interval_ms
+            )
+
+    def _stale(self, fence: Fence, fingerprint: PipelinesFingerprint) -> bool:
+        if self._seeded is None:
+            return True
+        term, pipelines, at = self._seeded
+        return (
+            term != fence
+            or pipelines != fingerprint.pipelines
+            or self._lease.monotonic() - at >= RESEED_EVERY_S
+        )
+
+    def _seed(self, fence: Fence, fingerprint: PipelinesFingerprint) -> None:
+        running = [p for p in all_pipelines(self._store) if p.target_state is TargetState.RUNNING]
+        recent = self._store.checkpoints.trigger_snapshot()
+        self._pipelines = {p.pipeline_id: p for p in running}
+        self._due_ms = {}
+        for pipeline in running:
+            newest = recent.get(pipeline.pipeline_id)
+            self._due_ms[pipeline.pipeline_id] = (
+                newest[0].triggered_at_ms + pipeline.spec.checkpoint.interval_ms if newest else 0
+            )
+        self._seeded = (fence, fingerprint.pipelines, self._lease.monotonic())

@@ -1,0 +1,361 @@
+"""What the leader's work-loop pass reads (issue 14, the control plane at scale), on one
+replica over a SQLite file with Kafka metadata and executors faked: no sockets. Each test
+counts what a pass parses or reads, so a pass that goes back to reading everything fails."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockgate.common.model.ids import (
+    CheckpointId,
+    CoordinatorId,
+    ExecutorId,
+    Generation,
+    PipelineId,
+)
+from lockgate.common.model.offsets import OffsetRange
+from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
+from lockgate.coordinator.domain.checkpoints import Precommit
+from lockgate.coordinator.domain.errors import NotFound
+from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
+from lockgate.coordinator.herder import CoordinatorSettings, Herder, membership
+from lockgate.coordinator.herder.executors import ExecutorClient, TriggerResult
+from lockgate.coordinator.herder.membership import HeartbeatTaskReport
+from lockgate.coordinator.store import open_store, rows
+from lockgate.coordinator.store.tables import executors
+from tests.support.topics import FixedTopics
+
+
+class AcceptingExecutors(ExecutorClient):
+    """Every trigger, commit and abort is accepted, as a live executor's would be."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.triggered: list[tuple[str, int]] = []
+
+    def commit_checkpoint(self, **kwargs: Any) -> int:
+        return len(kwargs["handles"])
+
+    def abort_checkpoint(self, **kwargs: Any) -> int:
+        return len(kwargs["transactions"])
+
+    def trigger_checkpoint(self, **kwargs: Any) -> list[TriggerResult]:
+        self.triggered.append((kwargs["pipeline_name"], kwargs["checkpoint_id"]))
+        return [
+            TriggerResult(task_index=t.task_index, accepted=True, outcome="", reason="")
+            for t in kwargs["tasks"]
+        ]
+
+
+def spec(name: str, *, interval_ms: int = 3_600_000, tasks_max: int = 2) -> PipelineSpec:
+    return parse_pipeline_spec(
+        {
+            "name": name,
+            "tasks_max": tasks_max,
+            "checkpoint": {"interval_ms": interval_ms},
+            "source": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topics": ["in"]}},
+            "sink": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic": "out"}},
+        }
+    )
+
+
+@pytest.fixture
+def leader(tmp_path: Path) -> Iterator[Herder]:
+    """A replica that leads (lease taken by hand; threads not started)."""
+    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    herder = Herder(
+        store=store,
+        settings=CoordinatorSettings(
+            coordinator_id=CoordinatorId("c1"), advertise="127.0.0.1:7071", lease_ms=60_000
+        ),
+        topics=FixedTopics(),  # type: ignore[arg-type]
+        executor_client=AcceptingExecutors(),
+    )
+    herder.lease_keeper.campaign()
+    yield herder
+    store.close()
+
+
+def run_tasks(leader: Herder, executor: str = "e1") -> Generation:
+    """Register `executor` (once), let a pass assign it the tasks, and report every task
+    it holds RUNNING."""
+    e = ExecutorId(executor)
+    try:
+        generation = leader.store.executors.get_executor(executor_id=e).generation
+    except NotFound:
+        generation = leader.membership.register_executor(
+            executor_id=e, address="e:1"
+        ).executor.generation
+    leader.run_pass(leader.require_fence())
+    assigned = leader.membership.heartbeat(executor_id=e, generation=generation, reports=[])
+    leader.membership.heartbeat(
+        executor_id=e,
+        generation=generation,
+        reports=[
+            HeartbeatTaskReport(
+                task_id=a.task.task_id,
+                task_generation=a.task.generation,
+                state=TaskState.RUNNING,
+                error=None,
+            )
+            for a in assigned.tasks
+        ],
+    )
+    return generation
+
+
+def counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[Any]:
+    """Wrap `owner.name` so each call's arguments are recorded in the returned list."""
+    calls: list[Any] = []
+    real: Callable[..., Any] = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_a_stored_spec_is_parsed_once_per_config_version_across_passes(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("a", "b", "c"):
+        leader.pipelines.create(spec=spec(name), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    rows.parsed_spec.cache_clear()
+    parses = counting(monkeypatch, rows, "parse_pipeline_spec")
+    fence = leader.require_fence()
+    for _ in range(5):  # the first triggers each pipeline: its checkpoint stays in flight
+        leader.run_pass(fence)
+    executors = leader._executors
+    assert isinstance(executors, AcceptingExecutors)
+    assert sorted(executors.triggered) == [("a", 1), ("b", 1), ("c", 1)]
+    assert len(parses) == 3, "each stored spec parsed once, however many passes read it"
+
+    leader.pipelines.update(spec=spec("b", interval_ms=7_200_000), expected_version=None)
+    for _ in range(3):
+        leader.run_pass(fence)
+    assert len(parses) == 4, "the new config version parsed once"
+    assert (
+        leader.store.pipelines.get_pipeline(pipeline_id=PipelineId("b")).spec.checkpoint.interval_ms
+        == 7_200_000
+    )
+
+
+def test_the_rebalance_plans_only_when_what_it_reads_changed(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("a", "b"):
+        leader.pipelines.create(spec=spec(name), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)  # plans once more after its own write, then nothing changed
+    plans = counting(monkeypatch, membership, "plan_assignment")
+    writes = counting(monkeypatch, leader.store.pipelines, "apply_assignment")
+    clock = [time.monotonic()]
+    monkeypatch.setattr(leader.lease_keeper, "monotonic", lambda: clock[0])
+
+    def passes(n: int = 3) -> int:
+        """Run `n` passes; how many planned."""
+        before = len(plans)
+        for _ in range(n):
+            leader.run_pass(leader.require_fence())
+        return len(plans) - before
+
+    assert passes(5) == 0, "nothing changed: no plan, no write"
+    assert writes == []
+
+    e2 = leader.membership.register_executor(executor_id=ExecutorId("e2"), address="e:2")
+    assert passes() >= 1, "an executor joined"
+    assert len(writes) == 1, "and took its share of the tasks"
+    assert {len(v.tasks) for v in leader.membership.list_executors()} == {2}
+    assert passes() == 0
+
+    leader.pipelines.create(spec=spec("c"), target_state=TargetState.RUNNING)
+    assert passes() >= 1, "a pipeline was created"
+    assert passes() == 0
+    leader.pipelines.set_target_state(PipelineId("c"), TargetState.STOPPED)
+    assert passes() >= 1, "a pipeline stopped: its tasks are released"
+    assert all(
+        t.executor_id is None
+        for t in leader.store.pipelines.list_tasks(pipeline_id=PipelineId("c"))
+    )
+    leader.membership.heartbeat(
+        executor_id=e2.executor.executor_id, generation=e2.executor.generation, reports=[]
+    )
+    assert passes() == 0, "a heartbeat is no change"
+
+    clock[0] += membership.FULL_REBALANCE_EVERY_S
+    assert passes() == 1, "the periodic full pass"
+
+    leader.lease_keeper.resign()
+    leader.lease_keeper.campaign()  # a new term: as a new leader would, it plans afresh
+    assert passes() == 1
+
+
+def complete(leader: Herder, pipeline: str, checkpoint_id: int) -> None:
+    """Every task of the checkpoint pre-commits (no record read, no transaction), and a
+    pass commits it."""
+    store, fence = leader.store, leader.require_fence()
+    record = store.checkpoints.get_checkpoint(
+        pipeline_id=PipelineId(pipeline), checkpoint_id=CheckpointId(checkpoint_id)
+    )
+    for trigger in record.tasks:
+        assert trigger.executor_id is not None
+        task = store.pipelines.get_task(task_id=trigger.task_id)
+        store.checkpoints.record_precommit(
+            fence=fence,
+            precommit=Precommit(
+                pipeline_id=PipelineId(pipeline),
+                checkpoint_id=CheckpointId(checkpoint_id),
+                task_id=trigger.task_id,
+                task_generation=trigger.task_generation,
+                executor_id=trigger.executor_id,
+                executor_generation=store.executors.get_executor(
+                    executor_id=trigger.executor_id
+                ).generation,
+                offsets=tuple(OffsetRange(tp.topic, tp.partition, 0, 0) for tp in task.partitions),
+                handles=(),
+            ),
+        )
+    leader.run_pass(fence)
+    state = store.checkpoints.get_checkpoint(
+        pipeline_id=PipelineId(pipeline), checkpoint_id=CheckpointId(checkpoint_id)
+    ).state
+    assert state is CheckpointState.COMMITTED
+
+
+def triggered(leader: Herder) -> list[tuple[str, int]]:
+    executors = leader._executors
+    assert isinstance(executors, AcceptingExecutors)
+    return executors.triggered
+
+
+def test_a_pass_reads_only_the_pipelines_due(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nine pipelines with an hour's interval and one with 1 ms: once each has been
+    triggered, a pass reads the due one only, and no pipeline or task of the others."""
+    for i in range(9):
+        leader.pipelines.create(spec=spec(f"slow{i}"), target_state=TargetState.RUNNING)
+    leader.pipelines.create(spec=spec("fast", interval_ms=1), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    assert len(triggered(leader)) == 10
+    complete(leader, "fast", 1)
+    monkeypatch.setattr(leader.lease_keeper, "monotonic", lambda: 0.0)  # no periodic reseed
+    leader.run_pass(fence)  # reseeds under the frozen clock
+    reads = counting(monkeypatch, leader.store.checkpoints, "trigger_inputs")
+    listed = counting(monkeypatch, leader.store.pipelines, "list_pipelines")
+    tasks = counting(monkeypatch, leader.store.pipelines, "list_tasks")
+    for n in range(2, 5):
+        assert ("fast", n) in triggered(leader) or n == 2
+        complete(leader, "fast", n)
+        leader.run_pass(fence)
+    assert [("fast", n) for n in (2, 3, 4, 5)] == [t for t in triggered(leader) if t[1] > 1]
+    assert {tuple(c[1]["pipeline_ids"]) for c in reads} == {("fast",)}
+    assert listed == [] and tasks == [], "no pass read every pipeline or task"
+
+
+def test_pipelines_created_updated_resumed_later_and_after_a_failover_are_triggered(
+    leader: Herder,
+) -> None:
+    leader.pipelines.create(spec=spec("a"), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    assert triggered(leader) == [("a", 1)]
+    complete(leader, "a", 1)
+    leader.run_pass(fence)
+    assert triggered(leader) == [("a", 1)], "due in an hour"
+
+    leader.pipelines.update(spec=spec("a", interval_ms=1), expected_version=None)
+    run_tasks(leader)  # its tasks restart on the new config
+    leader.run_pass(fence)
+    assert triggered(leader)[-1] == ("a", 2), "its new interval has passed already"
+    complete(leader, "a", 2)
+
+    leader.pipelines.create(spec=spec("b", interval_ms=1), target_state=TargetState.RUNNING)
+    run_tasks(leader)  # the pass assigns b's tasks; their reports make b ready
+    leader.run_pass(fence)
+    assert ("b", 1) in triggered(leader), "created after the leader started"
+    complete(leader, "b", 1)
+
+    leader.pipelines.set_target_state(PipelineId("a"), TargetState.PAUSED)
+    leader.run_pass(fence)
+    paused = len(triggered(leader))
+    leader.run_pass(fence)
+    assert len([t for t in triggered(leader)[paused:] if t[0] == "a"]) == 0
+    leader.pipelines.set_target_state(PipelineId("a"), TargetState.RUNNING)
+    run_tasks(leader)
+    leader.run_pass(fence)
+    assert [t for t in triggered(leader) if t[0] == "a"][-1] == ("a", 3), "resumed"
+    complete(leader, "a", 3)
+    complete(leader, "b", max(n for p, n in triggered(leader) if p == "b"))
+
+    # Failover: another replica on the same database takes the lead; its first pass aborts
+    # what was in flight (the leader changed), then triggers both.
+    successor = Herder(
+        store=leader.store,
+        settings=CoordinatorSettings(
+            coordinator_id=CoordinatorId("c2"), advertise="127.0.0.1:7072", lease_ms=60_000
+        ),
+        topics=FixedTopics(),  # type: ignore[arg-type]
+        executor_client=AcceptingExecutors(),
+    )
+    leader.lease_keeper.resign()
+    successor.lease_keeper.attempt()  # takes the lead and announces the term: recovery
+    successor.run_pass(successor.require_fence())
+    assert sorted(p for p, _ in triggered(successor)) == ["a", "b"]
+
+
+def test_a_heartbeat_reads_its_own_executor_only(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leader.pipelines.create(spec=spec("a"), target_state=TargetState.RUNNING)
+    generation = run_tasks(leader)
+    for i in range(2, 6):
+        leader.membership.register_executor(executor_id=ExecutorId(f"e{i}"), address="e:1")
+    every = counting(monkeypatch, leader.store.executors, "list_executors")
+    own = counting(monkeypatch, leader.store.executors, "find_executor")
+    answer = leader.membership.heartbeat(
+        executor_id=ExecutorId("e1"), generation=generation, reports=[]
+    )
+    assert answer.executor.executor_id == "e1"
+    assert every == [], "no heartbeat reads every executor"
+    assert [c[1] for c in own] == [{"executor_id": "e1"}]
+    with pytest.raises(NotFound, match="not registered"):
+        leader.membership.heartbeat(executor_id=ExecutorId("e9"), generation=generation, reports=[])
+
+    # Its own row says when it last heartbeated: silent past the session timeout, expired.
+    with leader.store.engine.begin() as conn:
+        conn.execute(
+            executors.update()
+            .where(executors.c.executor_id == "e1")
+            .values(last_heartbeat_ms=leader.store.db_now_ms() - 600_000)
+        )
+    with pytest.raises(NotFound) as expired:
+        leader.membership.heartbeat(executor_id=ExecutorId("e1"), generation=generation, reports=[])
+    assert expired.value.reason == "SESSION_EXPIRED"
+
+
+def test_a_pass_reads_the_fingerprint_and_the_executors_once(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebalance and the triggers share the pass's view of the cluster."""
+    for name in ("a", "b"):
+        leader.pipelines.create(spec=spec(name, interval_ms=1), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fingerprints = counting(monkeypatch, leader.store.pipelines, "fingerprint")
+    executors = counting(monkeypatch, leader.store.executors, "list_executors")
+    for _ in range(4):
+        leader.run_pass(leader.require_fence())
+    assert len(fingerprints) == 4
+    assert len(executors) == 4, "nothing to commit or abort: only the pass reads them"
