@@ -17,7 +17,6 @@ from lockgate.common.errors import (
 )
 from lockgate.common.model.ids import (
     CheckpointId,
-    CoordinatorId,
     ExecutorId,
     Generation,
     PipelineId,
@@ -26,9 +25,8 @@ from lockgate.common.model.ids import (
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.checkpoints import Precommit
 from lockgate.coordinator.domain.states import TargetState
-from lockgate.coordinator.herder import CoordinatorSettings, Herder
-from lockgate.coordinator.store import open_store
-from tests.support.topics import FixedTopics
+from lockgate.coordinator.herder import Herder
+from tests.support.herders import sqlite_leader
 
 
 def spec(name: str) -> PipelineSpec:
@@ -44,17 +42,8 @@ def spec(name: str) -> PipelineSpec:
 @pytest.fixture
 def leader(tmp_path: Path) -> Iterator[Herder]:
     """A replica that leads (lease taken by hand; threads not started)."""
-    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
-    herder = Herder(
-        store=store,
-        settings=CoordinatorSettings(
-            coordinator_id=CoordinatorId("c1"), advertise="127.0.0.1:7071", lease_ms=60_000
-        ),
-        topics=FixedTopics(),  # type: ignore[arg-type]
-    )
-    herder.lease_keeper.campaign()
-    yield herder
-    store.close()
+    with sqlite_leader(tmp_path / "state.db") as herder:
+        yield herder
 
 
 def test_pausing_a_stopped_pipeline_is_refused(leader: Herder) -> None:

@@ -26,8 +26,9 @@ from lockgate.coordinator.domain.states import CheckpointState, TargetState, Tas
 from lockgate.coordinator.herder import CoordinatorSettings, Herder, membership
 from lockgate.coordinator.herder.executors import ExecutorClient, TriggerResult
 from lockgate.coordinator.herder.membership import HeartbeatTaskReport
-from lockgate.coordinator.store import open_store, rows
+from lockgate.coordinator.store import rows
 from lockgate.coordinator.store.tables import executors
+from tests.support.herders import sqlite_leader
 from tests.support.topics import FixedTopics
 
 
@@ -67,18 +68,8 @@ def spec(name: str, *, interval_ms: int = 3_600_000, tasks_max: int = 2) -> Pipe
 @pytest.fixture
 def leader(tmp_path: Path) -> Iterator[Herder]:
     """A replica that leads (lease taken by hand; threads not started)."""
-    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
-    herder = Herder(
-        store=store,
-        settings=CoordinatorSettings(
-            coordinator_id=CoordinatorId("c1"), advertise="127.0.0.1:7071", lease_ms=60_000
-        ),
-        topics=FixedTopics(),  # type: ignore[arg-type]
-        executor_client=AcceptingExecutors(),
-    )
-    herder.lease_keeper.campaign()
-    yield herder
-    store.close()
+    with sqlite_leader(tmp_path / "state.db", executor_client=AcceptingExecutors()) as herder:
+        yield herder
 
 
 def run_tasks(leader: Herder, executor: str = "e1") -> Generation:
