@@ -56,13 +56,7 @@ def abort_checkpoints_of_tasks(
         return []
     rows = conn.execute(
         sa.select(checkpoint_tasks.c.pipeline_id, sa.func.min(checkpoints.c.checkpoint_id))
-        .join(
-            checkpoints,
-            sa.and_(
-                checkpoints.c.pipeline_id == checkpoint_tasks.c.pipeline_id,
-                checkpoints.c.checkpoint_id == checkpoint_tasks.c.checkpoint_id,
-            ),
-        )
+        .select_from(checkpoint_tasks.join(checkpoints))  # on its foreign key
         .where(
             checkpoint_tasks.c.task_id.in_(sorted(task_ids)),
             checkpoints.c.state == CheckpointState.TRIGGERED.value,

@@ -80,13 +80,7 @@ def lingering_transactions(
             transactional_ids.c.checkpoint_id.label("slot_checkpoint_id"),
         )
         .select_from(
-            checkpoint_tasks.join(
-                checkpoints,
-                sa.and_(
-                    checkpoints.c.pipeline_id == checkpoint_tasks.c.pipeline_id,
-                    checkpoints.c.checkpoint_id == checkpoint_tasks.c.checkpoint_id,
-                ),
-            )
+            checkpoint_tasks.join(checkpoints)  # on its foreign key
             # A reported pre-commit has one handle per Spark write partition, each on
             # its own id "<slot id>-<k>": abort exactly those. An unreported one has
             # none; its row keeps the slot's id and no producer id.

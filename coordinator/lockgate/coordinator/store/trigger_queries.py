@@ -85,13 +85,7 @@ def trigger_inputs(conn: Connection, pipeline_ids: Sequence[PipelineId]) -> Trig
     lingering = conn.execute(
         sa.select(checkpoint_tasks.c.pipeline_id)
         .distinct()
-        .join(
-            checkpoints,
-            sa.and_(
-                checkpoints.c.pipeline_id == checkpoint_tasks.c.pipeline_id,
-                checkpoints.c.checkpoint_id == checkpoint_tasks.c.checkpoint_id,
-            ),
-        )
+        .select_from(checkpoint_tasks.join(checkpoints))  # on its foreign key
         .where(
             checkpoints.c.state == CheckpointState.ABORTED.value,
             checkpoint_tasks.c.abort_acked_at_ms.is_(None),
