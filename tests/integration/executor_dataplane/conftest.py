@@ -37,6 +37,8 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+    #: The record's Kafka timestamp in ms (-1: none).
+    timestamp_ms: int = -1
 
 
 def produce(
@@ -159,6 +161,7 @@ def read_topic(
                         key=msg.key(),
                         value=msg.value(),
                         headers=tuple(msg.headers() or ()),  # type: ignore[arg-type]
+                        timestamp_ms=msg.timestamp()[1],
                     )
                 )
             if offset + 1 >= ends[partition]:

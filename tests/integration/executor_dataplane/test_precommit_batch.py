@@ -28,13 +28,19 @@ from lockgate.executor.dataplane.spark.batch import (
     prepare_sink_frame,
     run_precommit_batch,
 )
+from lockgate.executor.dataplane.spark.chained import chains, copy_partition
 from lockgate.executor.dataplane.spark.kafka_sink import (
     ERROR_HEADER_OFFSET,
     ERROR_HEADER_PARTITION,
     ERROR_HEADER_REASON,
     ERROR_HEADER_TOPIC,
+    SinkOptions,
 )
-from lockgate.executor.dataplane.spark.kafka_source import source_schema
+from lockgate.executor.dataplane.spark.kafka_source import (
+    SourceOptions,
+    ranges_to_option,
+    source_schema,
+)
 from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges
 from lockgate.executor.dataplane.spark.transform import apply_transform
 from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
@@ -243,6 +249,90 @@ def test_retried_attempt_on_same_slot_fences_the_first(
     _commit(bootstrap, second)
     output = _wait_visible(bootstrap, sink, 1, 500)
     assert [(r.key, r.value) for r in output] == records  # once, in order
+
+
+def test_a_copy_without_transform_runs_chained_and_writes_what_the_dataframe_path_writes(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    """No transform, bad records failing the task: the batch runs chained (each Spark task
+    reads and produces, chained.py), with no planning round; the same input through an
+    identity SQL transform (the data sources' path) gives the same records, headers and
+    timestamps in the same order, and the same counts."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source = new_topic(partitions=2, prefix="in")
+    chained_out, frame_out = new_topic(partitions=2, prefix="out"), new_topic(partitions=2)
+    _seed(bootstrap, source, 1500)
+    produce(bootstrap, source, [(b"h", b"with-headers")] * 20, headers=[("trace", b"t1")])
+    chained_spec = _spec(bootstrap, source, chained_out)
+    frame_spec = _spec(bootstrap, source, frame_out, transform={"sql": "SELECT * FROM input"})
+    assert chains(chained_spec) and not chains(frame_spec)
+    ranges = _ranges(bootstrap, source)
+
+    chained = _run(spark, chained_spec, ranges, _prefix())
+    framed = _run(spark, frame_spec, ranges, _prefix())
+
+    assert [phase for phase, _ in chained.phase_seconds] == ["topics", "write"]
+    assert [phase for phase, _ in framed.phase_seconds] == ["topics", "plan", "write"]
+
+    def counts(result: PrecommitResult) -> tuple[object, ...]:
+        return (
+            result.records_in,
+            result.records_out,
+            result.bytes_in,
+            result.bytes_out,
+            result.oldest_timestamp_ms,
+            result.write_partitions,
+            len(result.handles),
+        )
+
+    assert counts(chained) == counts(framed)
+    assert chained.records_out == 1520 and chained.oldest_timestamp_ms is not None
+    _commit(bootstrap, chained)
+    _commit(bootstrap, framed)
+
+    def copied(topic: str) -> list[tuple[object, ...]]:
+        return [
+            (r.partition, r.key, r.value, r.headers, r.timestamp_ms)
+            for r in _wait_visible(bootstrap, topic, 2, 1520)
+        ]
+
+    assert copied(chained_out) == copied(frame_out)
+    assert any(headers == (("trace", b"t1"),) for _, _, _, headers, _ in copied(chained_out))
+
+
+def test_a_chained_tasks_retry_fences_the_attempt_that_died(
+    kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    """Spark's retry of a chained task writes on the same transactional id as the attempt
+    that died after flushing part of the range: its init_transactions fences that attempt,
+    whose handle can never be committed, and the retry's output holds every record once."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
+    records = _seed(bootstrap, source, 600)
+    [whole] = _ranges(bootstrap, source)
+    half = OffsetRange(whole.topic, whole.partition, whole.start_offset, 300)
+    source_options = SourceOptions.parse(
+        {"bootstrap_servers": bootstrap, "offset_ranges": ranges_to_option([whole])}
+    )
+    sink_options = SinkOptions.parse(
+        {"bootstrap_servers": bootstrap, "topic": sink, "transactional_id_prefix": _prefix()}
+    )
+
+    died = copy_partition(source_options, sink_options, write_partition=0, ranges=[half], attempt=0)
+    retried = copy_partition(
+        source_options, sink_options, write_partition=0, ranges=[whole], attempt=1
+    )
+
+    assert (died.records_read, retried.records_read) == (300, 600)
+    assert died.message.handle is not None and retried.message.handle is not None
+    assert died.message.handle.transactional_id == retried.message.handle.transactional_id
+    with pytest.raises(HandleLostError, match="cannot be committed"):
+        Committer(timeout_s=10).commit(
+            [died.message.handle.on(bootstrap)], what="the dead attempt", sink_properties={}
+        )
+    Committer().commit([retried.message.handle.on(bootstrap)], what="retry", sink_properties={})
+    output = _wait_visible(bootstrap, sink, 1, 600)
+    assert [(r.key, r.value) for r in output] == records
 
 
 def test_sql_transform_is_applied_and_headers_kept(

@@ -40,6 +40,7 @@ from lockgate.common.model.pipeline_spec import (
     PipelineSpec,
     RecordFormat,
 )
+from lockgate.executor.dataplane.spark.chained import chains, run_chained
 from lockgate.executor.dataplane.spark.kafka_sink import (
     ERROR_HEADER_OFFSET,
     ERROR_HEADER_PARTITION,
@@ -49,6 +50,7 @@ from lockgate.executor.dataplane.spark.kafka_sink import (
     TARGET_TOPIC_COLUMN,
     KafkaSink,
     KafkaSinkCommitMessage,
+    SinkOptions,
     read_result_file,
 )
 from lockgate.executor.dataplane.spark.kafka_source import (
@@ -58,6 +60,7 @@ from lockgate.executor.dataplane.spark.kafka_source import (
     RAW_KEY_COLUMN,
     RAW_VALUE_COLUMN,
     KafkaSource,
+    SourceOptions,
     ranges_to_option,
 )
 from lockgate.executor.dataplane.spark.offsets import topic_partitions
@@ -327,6 +330,52 @@ class _Input:
     cached: DataFrame | None = None
 
 
+def _source_options(
+    spec: PipelineSpec, ranges: Sequence[OffsetRange], options: BatchOptions, *, marked: bool
+) -> dict[str, str]:
+    """The Kafka source's options for one batch (``SourceOptions.parse`` reads them)."""
+    return {
+        "bootstrap_servers": spec.source.bootstrap_servers,
+        "offset_ranges": ranges_to_option(ranges),
+        "value_format": spec.source.format.value,
+        "key_format": spec.source.key_format.value,
+        "schema_registry_url": spec.source.schema_registry_url or "",
+        "on_bad_record": ON_BAD_RECORD_MARK if marked else ON_BAD_RECORD_FAIL,
+        # Split a range only when the pipeline needs no order.
+        "max_offsets_per_split": str(options.max_offsets_per_split if spec.allow_reordering else 0),
+        "pack_offsets": str(options.pack_offsets_per_partition),
+        "stall_timeout_s": str(options.stall_timeout_s),
+        "kafka_properties": json.dumps(dict(spec.source.properties)),
+    }
+
+
+def _sink_options(
+    spec: PipelineSpec,
+    *,
+    transactional_id_prefix: str,
+    options: BatchOptions,
+    result_path: str = "",
+) -> dict[str, str]:
+    """The Kafka sink's options for one batch (``SinkOptions.parse`` reads them)."""
+    return {
+        "bootstrap_servers": spec.sink.bootstrap_servers,
+        "topic": spec.sink.topic,
+        "delivery": spec.delivery.value,
+        "transactional_id_prefix": transactional_id_prefix,
+        "value_format": spec.sink.format.value,
+        "key_format": spec.sink.key_format.value,
+        "schema_registry_url": spec.sink.schema_registry_url or "",
+        "tolerance": spec.errors.tolerance.value,
+        "dead_letter_topic": spec.errors.dead_letter_topic or "",
+        "transaction_timeout_ms": str(options.transaction_timeout_ms),
+        "result_path": result_path,
+        "kafka_properties": json.dumps(dict(spec.sink.properties)),
+        "linger_ms": str(spec.sink.batching.linger_ms),
+        "batch_size": str(spec.sink.batching.batch_size),
+        "compression": spec.sink.batching.compression.value,
+    }
+
+
 def _read_input(
     session: SparkSession,
     spec: PipelineSpec,
@@ -334,19 +383,9 @@ def _read_input(
     options: BatchOptions,
 ) -> _Input:
     marked = spec.errors.tolerance is ErrorTolerance.ALL
-    split = options.max_offsets_per_split if spec.allow_reordering else 0
     source = (
         session.read.format(KafkaSource.name())
-        .option("bootstrap_servers", spec.source.bootstrap_servers)
-        .option("offset_ranges", ranges_to_option(ranges))
-        .option("value_format", spec.source.format.value)
-        .option("key_format", spec.source.key_format.value)
-        .option("schema_registry_url", spec.source.schema_registry_url or "")
-        .option("on_bad_record", ON_BAD_RECORD_MARK if marked else ON_BAD_RECORD_FAIL)
-        .option("max_offsets_per_split", str(split))
-        .option("pack_offsets", str(options.pack_offsets_per_partition))
-        .option("stall_timeout_s", str(options.stall_timeout_s))
-        .option("kafka_properties", json.dumps(dict(spec.source.properties)))
+        .options(**_source_options(spec, ranges, options, marked=marked))
         .load()
     )
     counted_name = _unique("in")
@@ -382,30 +421,107 @@ def _write_prepared(
         writer = (
             output.write.format(KafkaSink.name())
             .mode("append")
-            .option("bootstrap_servers", spec.sink.bootstrap_servers)
-            .option("topic", spec.sink.topic)
-            .option("delivery", spec.delivery.value)
-            .option("transactional_id_prefix", transactional_id_prefix)
-            .option("value_format", spec.sink.format.value)
-            .option("key_format", spec.sink.key_format.value)
-            .option("schema_registry_url", spec.sink.schema_registry_url or "")
-            .option("tolerance", spec.errors.tolerance.value)
-            .option("dead_letter_topic", spec.errors.dead_letter_topic or "")
-            .option("transaction_timeout_ms", str(options.transaction_timeout_ms))
-            .option("result_path", result_path)
-            .option("kafka_properties", json.dumps(dict(spec.sink.properties)))
-            .option("linger_ms", str(spec.sink.batching.linger_ms))
-            .option("batch_size", str(spec.sink.batching.batch_size))
-            .option("compression", spec.sink.batching.compression.value)
+            .options(
+                **_sink_options(
+                    spec,
+                    transactional_id_prefix=transactional_id_prefix,
+                    options=options,
+                    result_path=result_path,
+                )
+            )
         )
         try:
             writer.save()
         except (PySparkException, Py4JJavaError) as exc:
-            record_error = RecordError.from_text(str(exc))
-            if record_error is not None:
-                raise record_error from exc
-            raise SinkError(f"{describe} failed: {spark_message(exc)}") from exc
+            raise _job_failure(exc, describe) from exc
         return read_result_file(result_path)
+
+
+def _job_failure(exc: PySparkException | Py4JJavaError, describe: str) -> Exception:
+    """The typed error of a failed batch job: the bad record a worker named, else the sink."""
+    record_error = RecordError.from_text(str(exc))
+    if record_error is not None:
+        return record_error
+    return SinkError(f"{describe} failed: {spark_message(exc)}")
+
+
+@dataclass(frozen=True)
+class _Written:
+    """What a batch's job wrote and read, whichever path ran it."""
+
+    messages: list[KafkaSinkCommitMessage]
+    records_in: int
+    oldest_timestamp_ms: int | None
+    bytes_in: int
+
+
+def _run_chained(
+    session: SparkSession,
+    spec: PipelineSpec,
+    ranges: Sequence[OffsetRange],
+    *,
+    describe: str,
+    transactional_id_prefix: str,
+    options: BatchOptions,
+    phases: list[tuple[str, float]],
+) -> _Written:
+    """The batch as chained tasks (``chained.py``): no transform, nothing to mark."""
+    started = time.monotonic()
+    source = SourceOptions.parse(_source_options(spec, ranges, options, marked=False))
+    sink = SinkOptions.parse(
+        _sink_options(spec, transactional_id_prefix=transactional_id_prefix, options=options)
+    )
+    try:
+        copied = run_chained(session, source, sink)
+    except (PySparkException, Py4JJavaError) as exc:
+        raise _job_failure(exc, describe) from exc
+    # One Spark job with nothing to plan: all of it is the write.
+    phases.append(("write", time.monotonic() - started))
+    oldest_us = [c.oldest_timestamp_us for c in copied if c.oldest_timestamp_us is not None]
+    return _Written(
+        messages=[c.message for c in copied],
+        records_in=sum(c.records_read for c in copied),
+        oldest_timestamp_ms=min(oldest_us) // 1000 if oldest_us else None,
+        bytes_in=sum(c.bytes_read for c in copied),
+    )
+
+
+def _run_dataframe(
+    session: SparkSession,
+    spec: PipelineSpec,
+    ranges: Sequence[OffsetRange],
+    *,
+    describe: str,
+    transactional_id_prefix: str,
+    options: BatchOptions,
+    phases: list[tuple[str, float]],
+) -> _Written:
+    """The batch through the two Python data sources, with the transform between them."""
+    planned = time.monotonic()
+    source = _read_input(session, spec, ranges, options)
+    try:
+        transformed = apply_transform(
+            session, spec, source.records, allowed_modules=options.allowed_transform_modules
+        )
+        output = prepare_sink_frame(transformed, spec)
+        _check_reads_input(output, source.counted_name, spec)
+        if source.dead_letters is not None:
+            output = output.unionByName(source.dead_letters, allowMissingColumns=True)
+        write_started = time.monotonic()
+        phases.append(("plan", write_started - planned))
+        messages = _write_prepared(
+            output,
+            spec,
+            describe=describe,
+            transactional_id_prefix=transactional_id_prefix,
+            options=options,
+        )
+        phases.append(("write", time.monotonic() - write_started))
+    finally:
+        if source.cached is not None:
+            source.cached.unpersist()
+    records_in, oldest_ms, bytes_in = _observed(source)
+    return _Written(messages, records_in, oldest_ms, bytes_in)
 
 
 def _job_ids(session: SparkSession, job_group: str) -> tuple[int, ...]:
@@ -458,9 +574,11 @@ def run_precommit_batch(
     the caller must pick a prefix that no pre-committed, not yet committed transaction
     uses, because initialising the id aborts it (the leader allots a task slot's id, with
     the task generation in it: coordinator ``domain/transactional_ids.py``).
-    On failure the job's transactions are aborted (Spark's ``abort``) and a typed error
-    is raised: ``RecordError`` (bad record, tolerance none), ``TransformError``,
-    ``SourceError`` or ``SinkError``.
+    A batch without a transform whose bad records fail the task runs chained (read and
+    produce in one Spark task, ``chained.py``); any other through the two Python data
+    sources with the transform between them. On failure the job's transactions are
+    aborted (fenced) and a typed error is raised: ``RecordError`` (bad record, tolerance
+    none), ``TransformError``, ``SourceError`` or ``SinkError``.
     """
     options = options or BatchOptions()
     started = time.monotonic()
@@ -479,42 +597,28 @@ def run_precommit_batch(
         f"pipeline {pipeline} task {task} checkpoint {checkpoint_id}",
         interruptOnCancel=True,
     )
-    planned = time.monotonic()
-    source = _read_input(session, spec, ranges, options)
-    try:
-        transformed = apply_transform(
-            session, spec, source.records, allowed_modules=options.allowed_transform_modules
-        )
-        output = prepare_sink_frame(transformed, spec)
-        _check_reads_input(output, source.counted_name, spec)
-        if source.dead_letters is not None:
-            output = output.unionByName(source.dead_letters, allowMissingColumns=True)
-        written = time.monotonic()
-        phases.append(("plan", written - planned))
-        messages = _write_prepared(
-            output,
-            spec,
-            describe=f"checkpoint {checkpoint_id} of pipeline {pipeline}",
-            transactional_id_prefix=transactional_id_prefix,
-            options=options,
-        )
-        phases.append(("write", time.monotonic() - written))
-    finally:
-        if source.cached is not None:
-            source.cached.unpersist()
-
-    records_in, oldest_ms, bytes_in = _observed(source)
+    run = _run_chained if chains(spec) else _run_dataframe
+    written = run(
+        session,
+        spec,
+        ranges,
+        describe=f"checkpoint {checkpoint_id} of pipeline {pipeline}",
+        transactional_id_prefix=transactional_id_prefix,
+        options=options,
+        phases=phases,
+    )
+    messages = written.messages
     return PrecommitResult(
         handles=_handles(messages, spec.delivery),
         consumed_ranges=ranges,
-        records_in=records_in,
+        records_in=written.records_in,
         records_out=sum(m.records_written for m in messages),
         dead_lettered=sum(m.dead_lettered for m in messages),
         write_partitions=len(messages),
         duration_s=time.monotonic() - started,
-        oldest_timestamp_ms=oldest_ms,
+        oldest_timestamp_ms=written.oldest_timestamp_ms,
         spark_job_ids=_job_ids(session, job_group),
-        bytes_in=bytes_in,
+        bytes_in=written.bytes_in,
         bytes_out=sum(m.bytes_written for m in messages),
         phase_seconds=tuple(phases),
     )

@@ -59,8 +59,9 @@ def _timestamps_ms(batch: pa.RecordBatch) -> Iterable[int]:
     return pc.fill_null(positive, 0).to_pylist()  # type: ignore[no-any-return]
 
 
-def _total_bytes(batch: pa.RecordBatch, name: str) -> int:
-    """Bytes of a binary column, nulls counting 0 (bytes_written's share of it)."""
+def column_bytes(batch: pa.RecordBatch, name: str) -> int:
+    """Bytes of a binary or string column (its UTF-8 octets), nulls counting 0; 0 for a
+    column the batch lacks."""
     if name not in batch.schema.names:
         return 0
     total = pc.sum(pc.binary_length(batch.column(name))).as_py()
@@ -179,7 +180,7 @@ class PartitionWriter:
             # The common case, vectorised where it can be: no dead letter, bytes as they are.
             self._produce_all(keys, values, headers, timestamps)
             self.records_written += rows
-            self.bytes_written += _total_bytes(batch, "key") + _total_bytes(batch, "value")
+            self.bytes_written += column_bytes(batch, "key") + column_bytes(batch, "value")
             return
         targets = target_column.to_pylist() if target_column is not None else [None] * rows
         where = {

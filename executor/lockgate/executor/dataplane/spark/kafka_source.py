@@ -150,6 +150,23 @@ def pack_ranges(ranges: Sequence[OffsetRange], max_offsets: int) -> list[tuple[O
     return packs
 
 
+def plan_partitions(
+    ranges: Sequence[OffsetRange], *, max_offsets_per_split: int, pack_offsets: int
+) -> list[tuple[OffsetRange, ...]]:
+    """The ranges each Spark task of a batch reads, in order: chunks of every non-empty
+    range when splitting is allowed (``max_offsets_per_split`` > 0, pipelines that declare
+    they need no order), else small ranges packed together (``pack_ranges``). The one plan
+    of both the data source's reader and the chained batch (``chained.py``)."""
+    if max_offsets_per_split > 0:
+        return [
+            (chunk,)
+            for offset_range in ranges
+            if offset_range.size > 0
+            for chunk in split_range(offset_range, max_offsets_per_split)
+        ]
+    return pack_ranges(ranges, pack_offsets)
+
+
 class KafkaSourceReader(DataSourceReader):
     """Plans one partition per range and reads each with its own consumer."""
 
@@ -157,19 +174,14 @@ class KafkaSourceReader(DataSourceReader):
         self._options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        """One input partition per non-empty range, chunks of a range if splitting is
-        allowed, or small ranges packed together (``pack_ranges``) otherwise."""
-        split = self._options.max_offsets_per_split
-        if split > 0:
-            return [
-                KafkaRangePartition((chunk,))
-                for offset_range in self._options.ranges
-                if offset_range.size > 0
-                for chunk in split_range(offset_range, split)
-            ]
+        """One input partition per pack of ranges (``plan_partitions``)."""
         return [
             KafkaRangePartition(pack)
-            for pack in pack_ranges(self._options.ranges, self._options.pack_offsets)
+            for pack in plan_partitions(
+                self._options.ranges,
+                max_offsets_per_split=self._options.max_offsets_per_split,
+                pack_offsets=self._options.pack_offsets,
+            )
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

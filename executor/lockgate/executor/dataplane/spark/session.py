@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.errors import AnalysisException
@@ -64,12 +64,21 @@ def _identity(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield from batches
 
 
+def _load_chained_task(_: Iterable[int]) -> Iterator[int]:
+    # What a chained task (chained.py) imports when it starts reading and producing.
+    import lockgate.executor.dataplane.spark.kafka_sink_write
+    import lockgate.executor.dataplane.spark.kafka_source_read  # noqa: F401
+
+    yield 1
+
+
 def warm_up(spark: SparkSession) -> float:
     """Run tiny jobs that start Python workers and import the data plane; returns seconds.
 
     The first use of a Python data source starts Spark's Python planner processes, which
     takes seconds: an empty read through the Kafka source into the sink pays that here
-    (no range, no row, so no broker is contacted).
+    (no range, no row, so no broker is contacted). A chained batch's tasks (``chained.py``)
+    import the reading and producing halves: one task per core does that here.
     """
     started = time.monotonic()
     parallelism = max(1, spark.sparkContext.defaultParallelism)
@@ -78,6 +87,9 @@ def warm_up(spark: SparkSession) -> float:
         .mapInArrow(_identity, "id long")
         .count()
     )
+    spark.sparkContext.parallelize(range(parallelism), parallelism).mapPartitions(
+        _load_chained_task
+    ).count()
     empty = (
         spark.read.format(KafkaSource.name())
         .option("bootstrap_servers", "warm-up.invalid:9092")
