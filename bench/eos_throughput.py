@@ -194,9 +194,11 @@ def create_pipeline(
     directory: Path,
     coordinators: str,
     security: ClientSecurity | None = None,
+    transform_sql: str | None = None,
 ) -> str:
     """Create a copy pipeline from ``source`` to ``sink`` with ``lockgate pipeline create -f``,
-    checkpointing every :data:`CHECKPOINT_INTERVAL_MS`; returns its name."""
+    checkpointing every :data:`CHECKPOINT_INTERVAL_MS`, with ``transform_sql`` if given (none:
+    a plain copy, as the contenders make); returns its name."""
     name = f"bench-{delivery.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
     spec = {
         "name": name,
@@ -207,7 +209,7 @@ def create_pipeline(
                 "starting_offsets": "earliest",
             }
         },
-        "transform": {"sql": "SELECT key, value, headers FROM input"},
+        **({"transform": {"sql": transform_sql}} if transform_sql else {}),
         "sink": {"kafka": {"bootstrap_servers": bootstrap, "topic": sink}},
         "delivery": delivery,
         "checkpoint": {"interval_ms": CHECKPOINT_INTERVAL_MS, "timeout_ms": 120000},
@@ -251,6 +253,7 @@ def run_pipeline(
     directory: Path,
     coordinators: str,
     security: ClientSecurity | None = None,
+    transform_sql: str | None = None,
 ) -> tuple[float, float]:
     """(a)/(b): create the pipeline, wait until its committed offsets reach the input's end.
     Returns (seconds, peak executor RSS in MB)."""
@@ -264,6 +267,7 @@ def run_pipeline(
         directory=directory,
         coordinators=coordinators,
         security=security,
+        transform_sql=transform_sql,
     )
     peak = 0.0
     complete_at = 0
@@ -418,6 +422,7 @@ def latency_section(
         directory=home,
         coordinators=services.coordinator,
         security=services.security,
+        transform_sql=args.transform_sql,
     )
     with open_channel([services.coordinator], security=services.security) as channel:
         stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
@@ -501,6 +506,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         " spark.driver.memory=768m",
     )
     parser.add_argument(
+        "--transform-sql",
+        metavar="SQL",
+        default="SELECT key, value, headers FROM input",
+        help="the Lockgate pipelines' transform.sql (default: %(default)r, as examples/copy.yaml,"
+        " which only selects columns and so runs chained: README, Executor); '' for none, a"
+        " plain copy; a query Spark must run, e.g. with a WHERE, takes the data sources' path",
+    )
+    parser.add_argument(
         "--insecure",
         action="store_true",
         help="plaintext, no authentication (default: TLS + tokens)",
@@ -581,6 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             directory=home,
                             coordinators=services.coordinator,
                             security=services.security,
+                            transform_sql=args.transform_sql,
                         )
 
                     if args.warmup_records > 0:

@@ -28,7 +28,7 @@ from lockgate.executor.dataplane.spark.batch import (
     prepare_sink_frame,
     run_precommit_batch,
 )
-from lockgate.executor.dataplane.spark.chained import chains, copy_partition
+from lockgate.executor.dataplane.spark.chained import chained_columns, copy_partition
 from lockgate.executor.dataplane.spark.kafka_sink import (
     ERROR_HEADER_OFFSET,
     ERROR_HEADER_PARTITION,
@@ -251,53 +251,78 @@ def test_retried_attempt_on_same_slot_fences_the_first(
     assert [(r.key, r.value) for r in output] == records  # once, in order
 
 
-def test_a_copy_without_transform_runs_chained_and_writes_what_the_dataframe_path_writes(
-    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+#: An identity transform Spark must run (a filter): the data sources' path.
+_THROUGH_SPARK = "SELECT * FROM input WHERE offset >= 0"
+
+
+def _counts(result: PrecommitResult) -> tuple[object, ...]:
+    return (
+        result.records_in,
+        result.records_out,
+        result.bytes_in,
+        result.bytes_out,
+        result.oldest_timestamp_ms,
+        result.write_partitions,
+        len(result.handles),
+    )
+
+
+def _copied(bootstrap: str, topic: str, count: int, *, stamps: bool) -> list[tuple[object, ...]]:
+    return [
+        (r.partition, r.key, r.value, r.headers, r.timestamp_ms if stamps else None)
+        for r in _wait_visible(bootstrap, topic, 2, count)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("transform", "through_spark", "stamps"),
+    [
+        # No transform: every column, the source's timestamps kept.
+        (None, _THROUGH_SPARK, True),
+        # Only selecting: the sink gets those columns (no timestamp: the producer stamps).
+        (
+            "SELECT key, value, headers FROM input",
+            "SELECT key, value, headers FROM input WHERE offset >= 0",
+            False,
+        ),
+    ],
+)
+def test_a_batch_that_changes_no_record_runs_chained_and_writes_what_spark_writes(
+    spark: SparkSession,
+    kafka_broker: Any,
+    new_topic: Callable[..., str],
+    transform: str | None,
+    through_spark: str,
+    stamps: bool,
 ) -> None:
-    """No transform, bad records failing the task: the batch runs chained (each Spark task
-    reads and produces, chained.py), with no planning round; the same input through an
-    identity SQL transform (the data sources' path) gives the same records, headers and
-    timestamps in the same order, and the same counts."""
+    """No transform, or one that only selects columns, with bad records failing the task:
+    the batch runs chained (each Spark task reads and produces, chained.py) with no planning
+    round; the same input through an equivalent query Spark has to run (the data sources'
+    path) gives the same records, headers (and timestamps) in the same order, and the same
+    counts."""
     bootstrap = kafka_broker.bootstrap_servers
     source = new_topic(partitions=2, prefix="in")
-    chained_out, frame_out = new_topic(partitions=2, prefix="out"), new_topic(partitions=2)
+    chained_out, spark_out = new_topic(partitions=2, prefix="out"), new_topic(partitions=2)
     _seed(bootstrap, source, 1500)
     produce(bootstrap, source, [(b"h", b"with-headers")] * 20, headers=[("trace", b"t1")])
-    chained_spec = _spec(bootstrap, source, chained_out)
-    frame_spec = _spec(bootstrap, source, frame_out, transform={"sql": "SELECT * FROM input"})
-    assert chains(chained_spec) and not chains(frame_spec)
+    extra = {} if transform is None else {"transform": {"sql": transform}}
+    chained_spec = _spec(bootstrap, source, chained_out, **extra)
+    spark_spec = _spec(bootstrap, source, spark_out, transform={"sql": through_spark})
+    assert chained_columns(chained_spec) is not None and chained_columns(spark_spec) is None
     ranges = _ranges(bootstrap, source)
 
     chained = _run(spark, chained_spec, ranges, _prefix())
-    framed = _run(spark, frame_spec, ranges, _prefix())
+    through = _run(spark, spark_spec, ranges, _prefix())
 
     assert [phase for phase, _ in chained.phase_seconds] == ["topics", "write"]
-    assert [phase for phase, _ in framed.phase_seconds] == ["topics", "plan", "write"]
-
-    def counts(result: PrecommitResult) -> tuple[object, ...]:
-        return (
-            result.records_in,
-            result.records_out,
-            result.bytes_in,
-            result.bytes_out,
-            result.oldest_timestamp_ms,
-            result.write_partitions,
-            len(result.handles),
-        )
-
-    assert counts(chained) == counts(framed)
+    assert [phase for phase, _ in through.phase_seconds] == ["topics", "plan", "write"]
+    assert _counts(chained) == _counts(through)
     assert chained.records_out == 1520 and chained.oldest_timestamp_ms is not None
     _commit(bootstrap, chained)
-    _commit(bootstrap, framed)
-
-    def copied(topic: str) -> list[tuple[object, ...]]:
-        return [
-            (r.partition, r.key, r.value, r.headers, r.timestamp_ms)
-            for r in _wait_visible(bootstrap, topic, 2, 1520)
-        ]
-
-    assert copied(chained_out) == copied(frame_out)
-    assert any(headers == (("trace", b"t1"),) for _, _, _, headers, _ in copied(chained_out))
+    _commit(bootstrap, through)
+    copied = _copied(bootstrap, chained_out, 1520, stamps=stamps)
+    assert copied == _copied(bootstrap, spark_out, 1520, stamps=stamps)
+    assert any(headers == (("trace", b"t1"),) for _, _, _, headers, _ in copied)
 
 
 def test_a_chained_tasks_retry_fences_the_attempt_that_died(

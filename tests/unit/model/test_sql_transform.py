@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from lockgate.common.errors import InvalidArgument
 from lockgate.common.grpc_server import status_code_for
 from lockgate.common.model.pipeline_spec import parse_pipeline_spec
-from lockgate.common.model.sql_transform import sql_transform_problem
+from lockgate.common.model.sql_transform import projected_columns, sql_transform_problem
 
 
 def spec_with(sql: str) -> dict[str, Any]:
@@ -107,3 +107,53 @@ def test_a_stored_spec_from_before_the_sql_rules_is_still_read() -> None:
     assert parse_pipeline_spec(raw, stored=True).transform.sql is not None
     with pytest.raises(InvalidArgument):
         parse_pipeline_spec(raw)
+
+
+COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
+
+
+@pytest.mark.parametrize(
+    ("sql", "columns"),
+    [
+        ("SELECT key, value, headers FROM input", ("key", "value", "headers")),
+        ("select value,key from input;", ("value", "key")),
+        ("SELECT * FROM input", COLUMNS),
+        ("SELECT `key`, `value` FROM `input`", ("key", "value")),
+        ("SELECT /* why */ value FROM INPUT -- the batch", ("value",)),
+    ],
+)
+def test_a_query_that_only_selects_columns_of_the_batch_is_a_projection(
+    sql: str, columns: tuple[str, ...]
+) -> None:
+    assert projected_columns(sql, COLUMNS) == columns
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT KEY, value FROM input",  # Spark names the column KEY: not the sink's key
+        "SELECT key AS k, value FROM input",
+        "SELECT key value FROM input",
+        "SELECT upper(key), value FROM input",
+        "SELECT key, value FROM input WHERE offset > 3",
+        "SELECT DISTINCT key, value FROM input",
+        "SELECT key, key, value FROM input",
+        "SELECT key,, value FROM input",
+        "SELECT key, value FROM orders",
+        "SELECT key, value, extra FROM input",
+        "SELECT 'value' FROM input",
+        "SELECT key, value FROM input LIMIT 3",
+        "WITH t AS (SELECT * FROM input) SELECT * FROM t",
+        "SELECT * FROM input; SELECT * FROM input",
+        "SELECT value FROM input /* open",
+        "",
+    ],
+)
+def test_anything_else_is_not_a_projection(sql: str) -> None:
+    assert projected_columns(sql, COLUMNS) is None
+
+
+@given(st.text(max_size=80))
+def test_a_projection_names_only_available_columns_once(sql: str) -> None:
+    columns = projected_columns(sql, COLUMNS)
+    assert columns is None or (set(columns) <= set(COLUMNS) and len(set(columns)) == len(columns))

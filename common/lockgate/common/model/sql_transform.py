@@ -16,7 +16,8 @@ checks the same spec with this module, and then parses the query with Spark's ow
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 #: Words a query may start with (after any opening parentheses).
 QUERY_STARTS = ("SELECT", "WITH", "VALUES", "FROM", "TABLE")
@@ -61,6 +62,8 @@ class SqlProblem:
 class _Token:
     kind: str  # "word" (upper-cased), "quoted" (a back-quoted identifier), "string", "punct"
     text: str
+    #: A word as written (its case kept).
+    written: str = field(default="", compare=False)
 
 
 class _Unterminated(ValueError):
@@ -88,6 +91,42 @@ def sql_transform_problem(sql: str) -> SqlProblem | None:
         after = f"`{main}` statement" if main else "no statement"
         return SqlProblem(f"has {after} after its WITH clause, not a query")
     return _insert_problem(tokens) or _path_problem(tokens) or _java_problem(tokens)
+
+
+def projected_columns(sql: str, available: Sequence[str]) -> tuple[str, ...] | None:
+    """The columns of the batch's view a `transform.sql` only selects, in order, when it is
+    `SELECT <columns> FROM input` (or `SELECT * FROM input`, every column of `available`):
+    no expression, alias, filter, DISTINCT or other view. None for any other query.
+
+    Such a query changes no record, so the executor can run its batch without Spark's SQL
+    engine (chained, selecting the columns itself). A column must be written as its own
+    lower-case name (Spark would name `SELECT KEY` "KEY", which the sink does not take as the
+    key) and at most once; anything unsure is None, which runs the query in Spark.
+    """
+    try:
+        tokens = _tokens(sql)
+    except _Unterminated:
+        return None
+    while tokens and tokens[-1].text == ";":
+        tokens.pop()
+    if len(tokens) < 4 or tokens[0] != _Token("word", "SELECT"):
+        return None
+    *listed, from_word, view = tokens[1:]
+    if from_word != _Token("word", "FROM") or view.text.upper() != "INPUT":
+        return None
+    if view.kind not in ("word", "quoted"):
+        return None
+    if [t.text for t in listed] == ["*"]:
+        return tuple(available)
+    names = [t.written if t.kind == "word" else t.text for t in listed[0::2]]
+    separators = listed[1::2]
+    if len(listed) % 2 == 0 or any(t != _Token("punct", ",") for t in separators):
+        return None
+    if any(t.kind not in ("word", "quoted") for t in listed[0::2]):
+        return None
+    if any(name not in available for name in names) or len(set(names)) != len(names):
+        return None
+    return tuple(names)
 
 
 def _statement_name(tokens: list[_Token]) -> str:
@@ -181,7 +220,7 @@ def _tokens(sql: str) -> list[_Token]:
             start = i
             while i < n and (sql[i].isalnum() or sql[i] in "_$"):
                 i += 1
-            tokens.append(_Token("word", sql[start:i].upper()))
+            tokens.append(_Token("word", sql[start:i].upper(), sql[start:i]))
         else:
             tokens.append(_Token("punct", char))
             i += 1

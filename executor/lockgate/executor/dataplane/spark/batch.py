@@ -40,7 +40,7 @@ from lockgate.common.model.pipeline_spec import (
     PipelineSpec,
     RecordFormat,
 )
-from lockgate.executor.dataplane.spark.chained import chains, run_chained
+from lockgate.executor.dataplane.spark.chained import chained_columns, run_chained
 from lockgate.executor.dataplane.spark.kafka_sink import (
     ERROR_HEADER_OFFSET,
     ERROR_HEADER_PARTITION,
@@ -464,15 +464,16 @@ def _run_chained(
     transactional_id_prefix: str,
     options: BatchOptions,
     phases: list[tuple[str, float]],
+    columns: tuple[str, ...],
 ) -> _Written:
-    """The batch as chained tasks (``chained.py``): no transform, nothing to mark."""
+    """The batch as chained tasks (``chained.py``), each writing ``columns``."""
     started = time.monotonic()
     source = SourceOptions.parse(_source_options(spec, ranges, options, marked=False))
     sink = SinkOptions.parse(
         _sink_options(spec, transactional_id_prefix=transactional_id_prefix, options=options)
     )
     try:
-        copied = run_chained(session, source, sink)
+        copied = run_chained(session, source, sink, columns=columns)
     except (PySparkException, Py4JJavaError) as exc:
         raise _job_failure(exc, describe) from exc
     # One Spark job with nothing to plan: all of it is the write.
@@ -574,9 +575,10 @@ def run_precommit_batch(
     the caller must pick a prefix that no pre-committed, not yet committed transaction
     uses, because initialising the id aborts it (the leader allots a task slot's id, with
     the task generation in it: coordinator ``domain/transactional_ids.py``).
-    A batch without a transform whose bad records fail the task runs chained (read and
-    produce in one Spark task, ``chained.py``); any other through the two Python data
-    sources with the transform between them. On failure the job's transactions are
+    A batch that changes no record (no transform, or one that only selects columns) and
+    whose bad records fail the task runs chained (read and produce in one Spark task,
+    ``chained.py``); any other through the two Python data sources with the transform
+    between them. On failure the job's transactions are
     aborted (fenced) and a typed error is raised: ``RecordError`` (bad record, tolerance
     none), ``TransformError``, ``SourceError`` or ``SinkError``.
     """
@@ -597,16 +599,29 @@ def run_precommit_batch(
         f"pipeline {pipeline} task {task} checkpoint {checkpoint_id}",
         interruptOnCancel=True,
     )
-    run = _run_chained if chains(spec) else _run_dataframe
-    written = run(
-        session,
-        spec,
-        ranges,
-        describe=f"checkpoint {checkpoint_id} of pipeline {pipeline}",
-        transactional_id_prefix=transactional_id_prefix,
-        options=options,
-        phases=phases,
-    )
+    describe = f"checkpoint {checkpoint_id} of pipeline {pipeline}"
+    columns = chained_columns(spec)
+    if columns is not None:
+        written = _run_chained(
+            session,
+            spec,
+            ranges,
+            describe=describe,
+            transactional_id_prefix=transactional_id_prefix,
+            options=options,
+            phases=phases,
+            columns=columns,
+        )
+    else:
+        written = _run_dataframe(
+            session,
+            spec,
+            ranges,
+            describe=describe,
+            transactional_id_prefix=transactional_id_prefix,
+            options=options,
+            phases=phases,
+        )
     messages = written.messages
     return PrecommitResult(
         handles=_handles(messages, spec.delivery),

@@ -1,12 +1,15 @@
-"""A batch without a transform as one chained Spark stage: read and produce in one task.
+"""A batch that changes no record as one chained Spark stage: read and produce in one task.
 
 Flink chains a source to its sink when nothing between them needs a shuffle; Lockgate
 chains them when nothing between them needs Spark's SQL engine: the pipeline has no
-transform and a bad record fails the task (``errors.tolerance: none``; marking bad records
-for the dead-letter topic splits the batch in two, which the DataFrame path does). Each
+transform, or a `transform.sql` that only selects columns of its batch
+(`SELECT key, value, headers FROM input`: ``sql_transform.projected_columns``), and a bad
+record fails the task (``errors.tolerance: none``; marking bad records for the dead-letter
+topic splits the batch in two, which the DataFrame path does). Each
 Spark task of the batch then reads its offset ranges with the source's reader
 (``kafka_source_read.read_range``) and hands every Arrow batch straight to the sink's
-``PartitionWriter``, inside one Spark Python worker. Compared with the DataFrame path
+``PartitionWriter`` (with the selected columns only), inside one Spark Python worker.
+Compared with the DataFrame path
 (``batch.run_precommit_batch`` through the two Python data sources):
 
 - the records never enter the JVM: no Arrow hop out of the reader's worker and into the
@@ -36,22 +39,31 @@ from pyspark.sql import SparkSession
 
 from lockgate.common.model.offsets import OffsetRange
 from lockgate.common.model.pipeline_spec import Delivery, ErrorTolerance, PipelineSpec
+from lockgate.common.model.sql_transform import projected_columns
 from lockgate.executor.dataplane.spark.kafka_sink import (
     KafkaSinkCommitMessage,
     SinkOptions,
     transactional_id_for,
 )
-from lockgate.executor.dataplane.spark.kafka_source import SourceOptions, plan_partitions
+from lockgate.executor.dataplane.spark.kafka_source import (
+    SOURCE_COLUMNS,
+    SourceOptions,
+    plan_partitions,
+)
 
 
-def chains(spec: PipelineSpec) -> bool:
-    """Whether a batch of ``spec`` runs chained: no transform, and a bad record fails
-    the task rather than going to the dead-letter topic."""
-    return (
-        spec.transform.sql is None
-        and spec.transform.python is None
-        and spec.errors.tolerance is ErrorTolerance.NONE
-    )
+def chained_columns(spec: PipelineSpec) -> tuple[str, ...] | None:
+    """The source columns a batch of ``spec`` hands to the sink when it runs chained (all
+    of them without a transform, the selected ones for a `transform.sql` that only selects
+    columns, `value` among them); None when it needs Spark's engine: another transform, or
+    bad records marked for the dead-letter topic."""
+    if spec.errors.tolerance is not ErrorTolerance.NONE or spec.transform.python is not None:
+        return None
+    if spec.transform.sql is None:
+        return SOURCE_COLUMNS
+    columns = projected_columns(spec.transform.sql, SOURCE_COLUMNS)
+    # Without `value` the DataFrame path names what is missing (prepare_sink_frame).
+    return columns if columns is not None and "value" in columns else None
 
 
 @dataclass(frozen=True)
@@ -70,12 +82,13 @@ def copy_partition(
     source: SourceOptions,
     sink: SinkOptions,
     *,
+    columns: Sequence[str] = SOURCE_COLUMNS,
     write_partition: int,
     ranges: Sequence[OffsetRange],
     attempt: int,
 ) -> CopiedPartition:
-    """Read ``ranges`` in order and write every record through one producer (one
-    transaction for exactly_once), left prepared; runs in a Spark Python worker."""
+    """Read ``ranges`` in order and write every record's ``columns`` through one producer
+    (one transaction for exactly_once), left prepared; runs in a Spark Python worker."""
     # Here, not at the top: a process that only plans never loads pyarrow or librdkafka.
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
@@ -83,6 +96,7 @@ def copy_partition(
     from lockgate.executor.dataplane.spark.kafka_source_read import read_range
 
     writer = PartitionWriter(sink, write_partition)
+    selected = list(columns)
     records = 0
     bytes_read = 0
     oldest: int | None = None
@@ -94,7 +108,7 @@ def copy_partition(
                 batch_oldest = pc.min(batch.column("timestamp").cast("int64")).as_py()
                 if batch_oldest is not None:
                     oldest = batch_oldest if oldest is None else min(oldest, batch_oldest)
-                writer.write_batch(batch)
+                writer.write_batch(batch.select(selected))
         message = writer.precommit(attempt)
     except BaseException:
         writer.abandon()
@@ -105,21 +119,32 @@ def copy_partition(
 def _copy_task(
     source: SourceOptions,
     sink: SinkOptions,
+    columns: tuple[str, ...],
     packs: Iterable[tuple[int, tuple[OffsetRange, ...]]],
 ) -> Iterator[CopiedPartition]:
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
     for write_partition, ranges in packs:
         yield copy_partition(
-            source, sink, write_partition=write_partition, ranges=ranges, attempt=attempt
+            source,
+            sink,
+            columns=columns,
+            write_partition=write_partition,
+            ranges=ranges,
+            attempt=attempt,
         )
 
 
 def run_chained(
-    session: SparkSession, source: SourceOptions, sink: SinkOptions
+    session: SparkSession,
+    source: SourceOptions,
+    sink: SinkOptions,
+    *,
+    columns: tuple[str, ...] = SOURCE_COLUMNS,
 ) -> list[CopiedPartition]:
     """Run the batch of ``source.ranges`` as one Spark job of chained tasks, one per packed
-    or split range; their results in write-partition order.
+    or split range, each writing ``columns`` of its records; their results in
+    write-partition order.
 
     On failure every write partition's transactional id is fenced, then Spark's error is
     raised as it came (the caller names it).
@@ -135,7 +160,7 @@ def run_chained(
     work = session.sparkContext.parallelize(list(enumerate(packs)), len(packs))
     try:
         copied: list[CopiedPartition] = work.mapPartitions(
-            functools.partial(_copy_task, source, sink)
+            functools.partial(_copy_task, source, sink, columns)
         ).collect()
     except BaseException:
         _fence_write_partitions(sink, len(packs))
@@ -156,4 +181,4 @@ def _fence_write_partitions(sink: SinkOptions, count: int) -> None:
         )
 
 
-__all__ = ["CopiedPartition", "chains", "copy_partition", "run_chained"]
+__all__ = ["CopiedPartition", "chained_columns", "copy_partition", "run_chained"]

@@ -94,6 +94,10 @@ class SourceOptions:
         )
 
 
+#: The source's columns, in order (before the marking columns of ``source_schema``).
+SOURCE_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
+
+
 def _spark_type(fmt: RecordFormat) -> str:
     # Every codec but the bytes one yields text (avro and json as JSON text).
     return "binary" if fmt is RecordFormat.BYTES else "string"
@@ -101,15 +105,16 @@ def _spark_type(fmt: RecordFormat) -> str:
 
 def source_schema(value_format: RecordFormat, key_format: RecordFormat, *, marked: bool) -> str:
     """The DDL schema of the source; ``marked`` adds the raw bytes and error columns."""
-    columns = [
-        f"key {_spark_type(key_format)}",
-        f"value {_spark_type(value_format)}",
-        "topic string",
-        "partition int",
-        "offset long",
-        "timestamp timestamp",
-        "headers array<struct<key: string, value: binary>>",
-    ]
+    types = (
+        _spark_type(key_format),
+        _spark_type(value_format),
+        "string",
+        "int",
+        "long",
+        "timestamp",
+        "array<struct<key: string, value: binary>>",
+    )
+    columns = [f"{name} {type_}" for name, type_ in zip(SOURCE_COLUMNS, types, strict=True)]
     if marked:
         columns += [
             f"{RAW_KEY_COLUMN} binary",

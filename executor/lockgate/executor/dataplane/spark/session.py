@@ -1,8 +1,8 @@
 """The executor's one long-lived SparkSession.
 
 Built once at executor start for any master URL (``local[*]``, ``spark://…``, ``k8s://…``),
-with the Lockgate data sources registered and a warm-up job run, so the first checkpoint
-does not pay for JVM start, Python worker start and imports.
+with the Lockgate data sources registered and a warm-up job run, so the first chained
+checkpoint does not pay for JVM start, Python worker start and imports (``warm_up``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
-import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
@@ -60,10 +59,6 @@ def register_data_sources(spark: SparkSession) -> None:
                 raise
 
 
-def _identity(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    yield from batches
-
-
 def _load_chained_task(_: Iterable[int]) -> Iterator[int]:
     # What a chained task (chained.py) imports when it starts reading and producing.
     import lockgate.executor.dataplane.spark.kafka_sink_write
@@ -73,38 +68,20 @@ def _load_chained_task(_: Iterable[int]) -> Iterator[int]:
 
 
 def warm_up(spark: SparkSession) -> float:
-    """Run tiny jobs that start Python workers and import the data plane; returns seconds.
+    """Start one Python worker per core with a chained task's imports; returns seconds.
 
-    The first use of a Python data source starts Spark's Python planner processes, which
-    takes seconds: an empty read through the Kafka source into the sink pays that here
-    (no range, no row, so no broker is contacted). A chained batch's tasks (``chained.py``)
-    import the reading and producing halves: one task per core does that here.
+    Only the chained path (``chained.py``: a copy, or a transform that only selects
+    columns) is warmed, the one most pipelines take. The data sources' path is not: its
+    first batch starts Spark's Python planner workers (one daemon and worker per kind:
+    create, plan the read, plan the write, commit) and its SQL task workers, seconds once
+    per executor, which a warm-up would keep resident (about 0.9 GB at ``local[2]``, README
+    issue 13) on every executor, whatever pipelines it runs.
     """
     started = time.monotonic()
     parallelism = max(1, spark.sparkContext.defaultParallelism)
-    (
-        spark.range(0, parallelism * 2, numPartitions=parallelism)
-        .mapInArrow(_identity, "id long")
-        .count()
-    )
     spark.sparkContext.parallelize(range(parallelism), parallelism).mapPartitions(
         _load_chained_task
     ).count()
-    empty = (
-        spark.read.format(KafkaSource.name())
-        .option("bootstrap_servers", "warm-up.invalid:9092")
-        .option("offset_ranges", "[]")
-        .load()
-    )
-    (
-        empty.select("key", "value", "headers")
-        .write.format(KafkaSink.name())
-        .mode("append")
-        .option("bootstrap_servers", "warm-up.invalid:9092")
-        .option("topic", "warm-up")
-        .option("delivery", "at_least_once")
-        .save()
-    )
     return time.monotonic() - started
 
 
