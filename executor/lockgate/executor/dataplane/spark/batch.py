@@ -455,29 +455,33 @@ class _Written:
     bytes_in: int
 
 
-def _run_chained(
-    session: SparkSession,
-    spec: PipelineSpec,
-    ranges: Sequence[OffsetRange],
-    *,
-    describe: str,
-    transactional_id_prefix: str,
-    options: BatchOptions,
-    phases: list[tuple[str, float]],
-    columns: tuple[str, ...],
-) -> _Written:
+@dataclass(frozen=True)
+class _Batch:
+    """One batch to run, whichever path runs it; ``phases`` collects its steps' seconds."""
+
+    session: SparkSession
+    spec: PipelineSpec
+    ranges: tuple[OffsetRange, ...]
+    describe: str
+    transactional_id_prefix: str
+    options: BatchOptions
+    phases: list[tuple[str, float]]
+
+
+def _run_chained(batch: _Batch, columns: tuple[str, ...]) -> _Written:
     """The batch as chained tasks (``chained.py``), each writing ``columns``."""
     started = time.monotonic()
-    source = SourceOptions.parse(_source_options(spec, ranges, options, marked=False))
+    spec, options = batch.spec, batch.options
+    source = SourceOptions.parse(_source_options(spec, batch.ranges, options, marked=False))
     sink = SinkOptions.parse(
-        _sink_options(spec, transactional_id_prefix=transactional_id_prefix, options=options)
+        _sink_options(spec, transactional_id_prefix=batch.transactional_id_prefix, options=options)
     )
     try:
-        copied = run_chained(session, source, sink, columns=columns)
+        copied = run_chained(batch.session, source, sink, columns=columns)
     except (PySparkException, Py4JJavaError) as exc:
-        raise _job_failure(exc, describe) from exc
+        raise _job_failure(exc, batch.describe) from exc
     # One Spark job with nothing to plan: all of it is the write.
-    phases.append(("write", time.monotonic() - started))
+    batch.phases.append(("write", time.monotonic() - started))
     oldest_us = [c.oldest_timestamp_us for c in copied if c.oldest_timestamp_us is not None]
     return _Written(
         messages=[c.message for c in copied],
@@ -487,19 +491,11 @@ def _run_chained(
     )
 
 
-def _run_dataframe(
-    session: SparkSession,
-    spec: PipelineSpec,
-    ranges: Sequence[OffsetRange],
-    *,
-    describe: str,
-    transactional_id_prefix: str,
-    options: BatchOptions,
-    phases: list[tuple[str, float]],
-) -> _Written:
+def _run_dataframe(batch: _Batch) -> _Written:
     """The batch through the two Python data sources, with the transform between them."""
+    session, spec, options, phases = batch.session, batch.spec, batch.options, batch.phases
     planned = time.monotonic()
-    source = _read_input(session, spec, ranges, options)
+    source = _read_input(session, spec, batch.ranges, options)
     try:
         transformed = apply_transform(
             session, spec, source.records, allowed_modules=options.allowed_transform_modules
@@ -513,8 +509,8 @@ def _run_dataframe(
         messages = _write_prepared(
             output,
             spec,
-            describe=describe,
-            transactional_id_prefix=transactional_id_prefix,
+            describe=batch.describe,
+            transactional_id_prefix=batch.transactional_id_prefix,
             options=options,
         )
         phases.append(("write", time.monotonic() - write_started))
@@ -599,29 +595,17 @@ def run_precommit_batch(
         f"pipeline {pipeline} task {task} checkpoint {checkpoint_id}",
         interruptOnCancel=True,
     )
-    describe = f"checkpoint {checkpoint_id} of pipeline {pipeline}"
+    batch = _Batch(
+        session,
+        spec,
+        ranges,
+        describe=f"checkpoint {checkpoint_id} of pipeline {pipeline}",
+        transactional_id_prefix=transactional_id_prefix,
+        options=options,
+        phases=phases,
+    )
     columns = chained_columns(spec)
-    if columns is not None:
-        written = _run_chained(
-            session,
-            spec,
-            ranges,
-            describe=describe,
-            transactional_id_prefix=transactional_id_prefix,
-            options=options,
-            phases=phases,
-            columns=columns,
-        )
-    else:
-        written = _run_dataframe(
-            session,
-            spec,
-            ranges,
-            describe=describe,
-            transactional_id_prefix=transactional_id_prefix,
-            options=options,
-            phases=phases,
-        )
+    written = _run_dataframe(batch) if columns is None else _run_chained(batch, columns)
     messages = written.messages
     return PrecommitResult(
         handles=_handles(messages, spec.delivery),
