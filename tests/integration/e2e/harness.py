@@ -358,6 +358,30 @@ class ServiceCluster:
         )
         return list(answer.checkpoints)
 
+    def all_checkpoints(self, name: str) -> list[common_pb2.Checkpoint]:
+        """Every checkpoint of pipeline ``name`` the coordinator keeps, newest first (page
+        after page: a pipeline checkpointing every 200 ms under load has hundreds)."""
+        found: list[common_pb2.Checkpoint] = []
+        token = ""
+        while True:
+
+            def page(
+                stub: coordinator_pb2_grpc.CoordinatorServiceStub, token: str = token
+            ) -> coordinator_pb2.ListCheckpointsResponse:
+                request = coordinator_pb2.ListCheckpointsRequest(
+                    pipeline_name=name, page_size=200, page_token=token
+                )
+                answer: coordinator_pb2.ListCheckpointsResponse = stub.ListCheckpoints(
+                    request, timeout=10
+                )
+                return answer
+
+            answer = self.call(page)
+            found += answer.checkpoints
+            token = answer.next_page_token
+            if not token:
+                return found
+
     def checkpoint_states(self, name: str) -> dict[int, int]:
         """Checkpoint id -> state (``CHECKPOINT_STATE_*``) of pipeline ``name``'s newest ones."""
         return {int(c.checkpoint_id): int(c.state) for c in self.checkpoints(name)}
@@ -421,6 +445,16 @@ def held_checkpoint(detail: str) -> int:
     match = re.search(r"checkpoint (\d+)", detail)
     assert match, detail
     return int(match.group(1))
+
+
+def nothing_awaits_commit(status: coordinator_pb2.GetPipelineStatusResponse) -> bool:
+    """No COMPLETE checkpoint waits for its commit: the latest COMPLETE one is COMMITTED and
+    no earlier one is still in flight (a checkpoint with nothing to commit is COMMITTED at
+    once, so it may be COMMITTED while an earlier one's commit is still on its way)."""
+    last_complete = status.last_complete_checkpoint_id
+    return status.last_committed_checkpoint_id == last_complete and all(
+        checkpoint_id > last_complete for checkpoint_id in status.in_flight_checkpoint_ids
+    )
 
 
 # ---------------------------------------------------------------------- data helpers
@@ -670,7 +704,7 @@ class CopyRun:
                 for p in range(self.partitions)
             )
             and status.last_committed_checkpoint_id > after_checkpoint
-            and status.last_committed_checkpoint_id == status.last_complete_checkpoint_id
+            and nothing_awaits_commit(status)
             and not (nothing_in_flight and status.in_flight_checkpoint_ids)
         )
 

@@ -241,9 +241,7 @@ def _explain_difference(
         "input offsets not seen exactly once: "
         + ", ".join(f"p{p}[{a},{b})" for p, a, b in spans[:20])
     )
-    for summary in sorted(
-        cluster.checkpoints(pipeline, page_size=500), key=lambda c: c.checkpoint_id
-    ):
+    for summary in sorted(cluster.all_checkpoints(pipeline), key=lambda c: c.checkpoint_id):
         detail = cluster.call(
             lambda s, n=summary.checkpoint_id: s.GetCheckpoint(
                 coordinator_pb2.GetCheckpointRequest(pipeline_name=pipeline, checkpoint_id=n),
@@ -392,7 +390,7 @@ def test_exactly_once_under_sigkill_of_executors_and_leader(
         f"{result}\n{_explain_difference(cluster, pipeline, producer.written, output)}"
     )
     assert result.order_violations == 0, result
-    checkpoints = cluster.checkpoints(pipeline, page_size=200)
+    checkpoints = cluster.all_checkpoints(pipeline)
     states = {c.state for c in checkpoints}
     assert common_pb2.CHECKPOINT_STATE_ABORTED in states, "a failpoint must have aborted one"
 
