@@ -85,9 +85,17 @@ COLUMNS = (
 
 def job_window_ms(spark: SparkSession, job_ids: Sequence[int]) -> tuple[float, float]:
     """The wall-clock submission of the first and completion of the last of ``job_ids``
-    (ms since the epoch), from Spark's status store."""
+    (ms since the epoch), from Spark's status store, which its listener bus fills a moment
+    after a job ends (waited for, up to 10 s)."""
     store = spark.sparkContext._jsc.sc().statusStore()  # type: ignore[union-attr]
-    jobs = [store.job(job_id) for job_id in job_ids]
+    deadline = time.monotonic() + 10
+    while True:
+        jobs = [store.job(job_id) for job_id in job_ids]
+        if all(job.completionTime().isDefined() for job in jobs):
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"Spark's status store has no end for jobs {list(job_ids)}")
+        time.sleep(0.05)
     return (
         min(float(job.submissionTime().get().getTime()) for job in jobs),
         max(float(job.completionTime().get().getTime()) for job in jobs),

@@ -161,3 +161,38 @@ def test_a_packed_partition_reads_its_ranges_one_after_the_other(
     for partition in partitions:
         list(reader.read(partition))
     assert read == ranges
+
+
+class FakeConsumer:
+    """A consumer over the data messages at ``offsets`` (from RANGE's start), recording
+    how many messages each ``consume`` call asks for."""
+
+    def __init__(self, offsets: list[int]) -> None:
+        self.pending = [FakeMessage(offset) for offset in offsets]
+        self.asked: list[int] = []
+
+    def assign(self, _partitions: object) -> None:
+        pass
+
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        self.asked.append(num_messages)
+        taken, self.pending = self.pending[:num_messages], self.pending[num_messages:]
+        return taken
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        return partitions
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_read_never_asks_for_more_messages_than_its_range_still_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # librdkafka's consume() waits out its whole timeout unless it gets as many messages as
+    # asked for: asking for more than the range holds cost every range 0.5 s at its end.
+    consumer = FakeConsumer(list(range(RANGE.start_offset, RANGE.end_offset + 5)))
+    monkeypatch.setattr(kafka_source_read, "Consumer", lambda _settings: consumer)
+    batches = list(kafka_source_read.read_range(_options(), RANGE))
+    assert sum(batch.num_rows for batch in batches) == RANGE.size
+    assert consumer.asked == [RANGE.size]

@@ -230,7 +230,10 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
     try:
         consumer.assign([tp])
         while position < offset_range.end_offset:
-            messages = consumer.consume(num_messages=_ROWS_PER_ARROW_BATCH, timeout=0.5)
+            # No more than the range still holds: librdkafka's consume() waits out its
+            # timeout unless it has that many, which cost every range 0.5 s at its end.
+            wanted = min(_ROWS_PER_ARROW_BATCH, offset_range.end_offset - position)
+            messages = consumer.consume(num_messages=wanted, timeout=0.5)
             before = position
             data, offsets, position = messages_in_range(
                 messages, position, offset_range.end_offset, where
