@@ -74,7 +74,7 @@ def warm_up(spark: SparkSession) -> float:
     columns) is warmed, the one most pipelines take. The data sources' path is not: its
     first batch starts Spark's Python planner workers (one daemon and worker per kind:
     create, plan the read, plan the write, commit) and its SQL task workers, seconds once
-    per executor, which a warm-up would keep resident (about 0.9 GB at ``local[2]``, README
+    per executor, which a warm-up would keep resident (about 0.9-1.0 GB at ``local[2]``, README
     issue 13) on every executor, whatever pipelines it runs.
     """
     started = time.monotonic()
