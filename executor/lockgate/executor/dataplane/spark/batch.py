@@ -574,9 +574,9 @@ def run_precommit_batch(
     A batch that changes no record (no transform, or one that only selects columns) and
     whose bad records fail the task runs chained (read and produce in one Spark task,
     ``chained.py``); any other through the two Python data sources with the transform
-    between them. On failure the job's transactions are
-    aborted (fenced) and a typed error is raised: ``RecordError`` (bad record, tolerance
-    none), ``TransformError``, ``SourceError`` or ``SinkError``.
+    between them. On failure the job's transactions are aborted (fenced) and a typed error
+    is raised: ``RecordError`` (bad record, tolerance none), ``TransformError``,
+    ``SourceError`` or ``SinkError``.
     """
     options = options or BatchOptions()
     started = time.monotonic()
