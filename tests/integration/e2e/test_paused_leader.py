@@ -7,6 +7,12 @@ the paused leader's epoch -- what it would send if it woke in the middle of one 
 refused by the executor, which logs the refusal. After SIGCONT the old replica follows:
 every checkpoint from the pause on is written under the new epoch, and the lease row
 names the new leader.
+
+The replicas share a PostgreSQL database, as in production: the SIGSTOP may land inside one
+of the leader's write transactions (it writes every 200 ms here), and only a server can end
+a paused session's transaction and release its locks (`idle_in_transaction_session_timeout`).
+On SQLite the paused process keeps the file's write lock until it wakes, so no replica could
+take the lease (README, Database timeouts); a CI run hit exactly that once.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from lockgate.v1 import common_pb2, executor_pb2, executor_pb2_grpc
 from tests.fixtures.kafka import KafkaBroker
 from tests.integration.e2e.harness import ServiceCluster, pipeline_yaml, unique
 from tests.support.waits import wait_for
+
+pytestmark = [pytest.mark.postgres]
 
 LEASE_MS = 2000
 
@@ -44,12 +52,13 @@ def _committed(cluster: ServiceCluster, pipeline: str) -> int:
 
 
 def test_paused_leader_writes_nothing_and_the_executor_refuses_its_epoch(
-    kafka_broker: KafkaBroker, tmp_path: Path
+    kafka_broker: KafkaBroker, postgres_url: str, tmp_path: Path
 ) -> None:
     cluster = ServiceCluster(
         home=tmp_path / "services",
         bootstrap_servers=kafka_broker.bootstrap_servers,
         lease_ms=LEASE_MS,
+        database_url=postgres_url,
         coordinator_args=("--heartbeat-interval-ms", "200"),
     )
     try:
