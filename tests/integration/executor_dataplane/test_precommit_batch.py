@@ -22,6 +22,7 @@ from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
 from lockgate.common.model.offsets import OffsetRange
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.executor.committer import Committer, HandleLostError
+from lockgate.executor.dataplane.spark import chained
 from lockgate.executor.dataplane.spark.batch import (
     BatchOptions,
     PrecommitResult,
@@ -464,6 +465,30 @@ def test_tolerance_none_fails_with_record_location_and_leaves_nothing_open(
         timeout_s=30,
     )
     assert stable_end_offsets(bootstrap, sink, 1) == log_end
+
+
+def test_a_failed_chained_job_reports_its_own_error_when_fencing_fails_too(
+    spark: SparkSession,
+    kafka_broker: Any,
+    new_topic: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fence after a failed chained job is best effort, as a data source's abort():
+    when it fails too (Kafka down, often why the job failed), the job's own error, here
+    the bad record with its location, is what the caller gets."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
+    produce(bootstrap, source, [(b"k", b'{"ok": 1}'), (b"bad", b"{not json")], partition=0)
+    spec = _spec(bootstrap, source, sink, source_kafka={"format": "json"})
+    assert chained_columns(spec) is not None
+
+    def fence_fails(*_args: object) -> None:
+        raise RuntimeError("the broker did not answer the fence")
+
+    monkeypatch.setattr(chained, "_fence_write_partitions", fence_fails)
+    with pytest.raises(RecordError) as failure:
+        _run(spark, spec, _ranges(bootstrap, source), _prefix())
+    assert failure.value.location.offset == 1
 
 
 def test_tolerance_all_routes_bad_records_to_dead_letter_topic(

@@ -31,6 +31,7 @@ fenced (``init_transactions``) before the error is raised, as the data source's
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -50,6 +51,8 @@ from lockgate.executor.dataplane.spark.kafka_source import (
     SourceOptions,
     plan_partitions,
 )
+
+_LOG = logging.getLogger(__name__)
 
 
 def chained_columns(spec: PipelineSpec) -> tuple[str, ...] | None:
@@ -163,7 +166,13 @@ def run_chained(
             functools.partial(_copy_task, source, sink, columns)
         ).collect()
     except BaseException:
-        _fence_write_partitions(sink, len(packs))
+        # Best effort, as Spark's abort() of a data source write: a fence that fails (Kafka
+        # down, often why the job failed) must not replace the job's own error; the leader
+        # aborts the checkpoint's slot again, and the next user of the ids fences them.
+        try:
+            _fence_write_partitions(sink, len(packs))
+        except Exception:
+            _LOG.warning("fencing the write partitions of a failed chained job", exc_info=True)
         raise
     return sorted(copied, key=lambda c: c.message.write_partition)
 
