@@ -16,7 +16,6 @@ from tests.integration.e2e.harness import (
     ServiceCluster,
     check_output,
     end_offsets,
-    nothing_awaits_commit,
     pipeline_yaml,
     produce_keyed,
     read_output,
@@ -60,14 +59,12 @@ def test_a_backlog_larger_than_one_checkpoint_drains_in_capped_steps(
         )
         cluster.cli("pipeline", "create", "-f", str(spec))
 
-        def drained() -> bool:
-            status = cluster.pipeline_status(name)
-            offsets = cluster.offsets(name)
-            return all(
-                offsets.get((source, p)) == end for p, end in ends.items()
-            ) and nothing_awaits_commit(status)
-
-        wait_for("the backlog to drain", drained, timeout_s=300, explain=cluster.logs_tail)
+        wait_for(
+            "the backlog to drain",
+            lambda: cluster.committed_through(name, {(source, p): e for p, e in ends.items()}),
+            timeout_s=300,
+            explain=cluster.logs_tail,
+        )
 
         committed = [
             c.checkpoint_id

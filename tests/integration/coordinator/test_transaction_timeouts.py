@@ -131,16 +131,14 @@ class HeldPipeline:
         """Wait until every record is committed downstream; check there are no duplicates."""
         ends = end_offsets(self.bootstrap, self.source, [0, 1])
 
-        def done() -> bool:
-            status = self.status()
-            offsets = self.cluster.offsets(self.name)
-            return (
-                all(offsets.get((self.source, p)) == end for p, end in ends.items())
-                and status.last_committed_checkpoint_id == status.last_complete_checkpoint_id
-                and not status.in_flight_checkpoint_ids
-            )
-
-        wait_for("every record committed", done, timeout_s=120, explain=self.cluster.logs_tail)
+        wait_for(
+            "every record committed",
+            lambda: self.cluster.committed_through(
+                self.name, {(self.source, p): end for p, end in ends.items()}
+            ),
+            timeout_s=120,
+            explain=self.cluster.logs_tail,
+        )
         result = check_output(self.written, read_output(self.bootstrap, self.sink))
         assert (result.duplicates, result.missing) == (0, 0), result
 

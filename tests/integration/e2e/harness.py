@@ -348,6 +348,23 @@ class ServiceCluster:
         )
         return {(o.topic, o.partition): int(o.offset) for o in answer.offsets}
 
+    def committed_through(
+        self, name: str, ends: Mapping[tuple[str, int], int], *, after_checkpoint: int = 0
+    ) -> bool:
+        """Pipeline ``name`` resumes each (topic, partition) of ``ends`` at or past its end,
+        a checkpoint later than ``after_checkpoint`` is COMMITTED and none that moved the
+        offsets still awaits its commit. The offsets are read before the status: the
+        checkpoint that moved them is then at least COMPLETE in the status. (Read the
+        other way round, a checkpoint still TRIGGERED in the status can be COMPLETE by the
+        time the offsets are read, and its commit is not waited for.)"""
+        offsets = self.offsets(name)
+        status = self.pipeline_status(name)
+        return (
+            all(offsets.get(tp, -1) >= end for tp, end in ends.items())
+            and status.last_committed_checkpoint_id > after_checkpoint
+            and nothing_awaits_commit(status)
+        )
+
     def checkpoints(self, name: str, page_size: int = 50) -> list[common_pb2.Checkpoint]:
         """The newest checkpoints of pipeline ``name``."""
         answer = self.call(
@@ -695,17 +712,15 @@ class CopyRun:
         """Every record written so far is committed, by a checkpoint later than
         ``after_checkpoint``, and no COMPLETE checkpoint waits for its commit
         (``nothing_in_flight``: nor is any checkpoint in flight)."""
-        status = self.cluster.pipeline_status(self.pipeline)
-        offsets = self.cluster.offsets(self.pipeline)
         per_partition = collections.Counter(partition for _, _, partition in self.written)
-        return (
-            all(
-                offsets.get((self.source, p), -1) >= per_partition[p]
-                for p in range(self.partitions)
-            )
-            and status.last_committed_checkpoint_id > after_checkpoint
-            and nothing_awaits_commit(status)
-            and not (nothing_in_flight and status.in_flight_checkpoint_ids)
+        ends = {(self.source, p): per_partition[p] for p in range(self.partitions)}
+        if not self.cluster.committed_through(
+            self.pipeline, ends, after_checkpoint=after_checkpoint
+        ):
+            return False
+        return not (
+            nothing_in_flight
+            and self.cluster.pipeline_status(self.pipeline).in_flight_checkpoint_ids
         )
 
     def wait_copied(

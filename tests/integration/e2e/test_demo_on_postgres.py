@@ -35,12 +35,17 @@ def postgres_home() -> Iterator[Path]:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def test_the_demo_passes_on_a_postgres_backed_cluster(postgres_home: Path) -> None:
-    pg_port, kafka_port = free_port(), free_port()
-    coordinators = [free_port() for _ in range(3)]
-    ports = [
+#: Tries of ``cluster up`` on new ports. A free port is only probably free (``free_port``):
+#: another xdist worker's process can bind it while this cluster starts, and ``cluster up``
+#: cannot move a port it was given, so the test picks new ones and tries again.
+_UP_ATTEMPTS = 3
+
+
+def _cluster_env(home: Path) -> tuple[list[str], dict[str, str]]:
+    """``cluster up``'s port arguments and environment, on ports free a moment ago."""
+    args = [
         "--kafka-port",
-        str(kafka_port),
+        str(free_port()),
         "--kafka-controller-port",
         str(free_port()),
         "--registry-grpc-port",
@@ -50,16 +55,21 @@ def test_the_demo_passes_on_a_postgres_backed_cluster(postgres_home: Path) -> No
     ]
     env = {
         **os.environ,
-        "LOCKGATE_HOME": str(postgres_home),
+        "LOCKGATE_HOME": str(home),
         "LOCKGATE_DB": "postgres",
-        "LOCKGATE_POSTGRES_PORT": str(pg_port),
-        "LOCKGATE_COORDINATOR_PORTS": ",".join(map(str, coordinators)),
+        "LOCKGATE_POSTGRES_PORT": str(free_port()),
+        "LOCKGATE_COORDINATOR_PORTS": ",".join(str(free_port()) for _ in range(3)),
         "LOCKGATE_EXECUTOR_PORTS": f"{free_port()},{free_port()}",
         "LOCKGATE_SCHEMA_REGISTRY_METRICS_PORT": "none",
         "LOCKGATE_COORDINATOR_METRICS_PORTS": "none",
         "LOCKGATE_EXECUTOR_METRICS_PORTS": "none",
     }
     env.pop("LOCKGATE_CLUSTER_SERVICES", None)
+    return args, env
+
+
+def test_the_demo_passes_on_a_postgres_backed_cluster(postgres_home: Path) -> None:
+    ports, env = _cluster_env(postgres_home)
 
     def cluster(command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -72,8 +82,15 @@ def test_the_demo_passes_on_a_postgres_backed_cluster(postgres_home: Path) -> No
         )
 
     try:
-        up = cluster("up")
+        for _ in range(_UP_ATTEMPTS):
+            up = cluster("up")
+            if up.returncode == 0 or "already in use" not in up.stdout + up.stderr:
+                break
+            ports, env = _cluster_env(postgres_home)  # `up` stopped what it had started
         assert up.returncode == 0, up.stdout + up.stderr
+        kafka_port = int(ports[ports.index("--kafka-port") + 1])
+        pg_port = int(env["LOCKGATE_POSTGRES_PORT"])
+        coordinators = env["LOCKGATE_COORDINATOR_PORTS"].split(",")
         demo = subprocess.run(
             [
                 sys.executable,
