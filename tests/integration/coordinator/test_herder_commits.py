@@ -102,6 +102,9 @@ def test_history_stays_bounded_as_checkpoints_commit(
             advertise="c1:1",
             checkpoint_history=5,
             lease_ms=60_000,  # nothing renews it here: long enough for a loaded machine
+            # Nor does any executor heartbeat: their sessions must outlast the test, or the
+            # leader commits from itself, against no broker (seen at load 10+).
+            session_timeout_ms=600_000,
         ),
         topics=FixedTopics(),  # type: ignore[arg-type]
         executor_client=AnsweringExecutors(),

@@ -101,25 +101,27 @@ class CheckpointStore:
         flight, or a task has no free slot (`domain.checkpoints.plan_trigger`), or it is
         FAILED by an unresolved DATA_LOST checkpoint.
         """
+        outcome = self.trigger_checkpoints(fence=fence, pipeline_ids=[pipeline_id])[pipeline_id]
+        if isinstance(outcome, CheckpointRecord):
+            return outcome
+        raise outcome
+
+    def trigger_checkpoints(
+        self, *, fence: Fence, pipeline_ids: Sequence[PipelineId]
+    ) -> dict[PipelineId, CheckpointRecord | FailedPrecondition | NotFound]:
+        """`trigger_checkpoint` of each pipeline, all in one transaction: one commit (one
+        fsync on SQLite) for every pipeline a pass of the leader found due, not one each.
+        A pipeline refused (FailedPrecondition, or NotFound when it was deleted meanwhile:
+        nothing is written for it) is answered with its error and the others still
+        trigger. The pipeline rows are locked in id order. Leader-only."""
+        outcomes: dict[PipelineId, CheckpointRecord | FailedPrecondition | NotFound] = {}
         with self._db.transaction(fence=fence) as conn:
-            pipeline = read_pipeline(conn, pipeline_id, for_update=True)
-            # The decision to trigger may predate a loss recorded since (another job's
-            # commit): re-checked here, under the pipeline row's lock.
-            lost = unresolved_data_loss(conn, pipeline_id)
-            if lost is not None:
-                raise FailedPrecondition(
-                    f"pipeline {pipeline_id!r} is FAILED: checkpoint {lost.checkpoint_id} lost"
-                    " its data; restart it from that checkpoint or set its offsets",
-                    reason="PIPELINE_FAILED",
-                )
-            plan = plan_trigger(
-                pipeline=pipeline,
-                tasks=read_tasks(conn, pipeline_id),
-                states=checkpoint_states(conn, pipeline_id),
-                slot_use=_slot_use(conn, pipeline_id),
-            )
-            _write_trigger(conn, plan, fence.leader_epoch)
-            return read_checkpoint(conn, pipeline_id, plan.checkpoint_id)
+            for pipeline_id in sorted(set(pipeline_ids)):
+                try:
+                    outcomes[pipeline_id] = _trigger(conn, pipeline_id, fence.leader_epoch)
+                except (FailedPrecondition, NotFound) as refused:
+                    outcomes[pipeline_id] = refused
+        return outcomes
 
     def record_precommit(
         self, *, fence: Fence, precommit: Precommit, complete_if_ready: bool = True
@@ -222,22 +224,25 @@ class CheckpointStore:
 
         IllegalTransition if N is not COMPLETE or COMMITTED.
         """
+        marks = [(pipeline_id, checkpoint_id)]
+        return self.mark_committed_many(fence=fence, marks=marks, keep_history=keep_history)[0]
+
+    def mark_committed_many(
+        self,
+        *,
+        fence: Fence,
+        marks: Sequence[tuple[PipelineId, CheckpointId]],
+        keep_history: int | None = None,
+    ) -> list[CheckpointRecord]:
+        """`mark_committed` of each (pipeline, checkpoint), in one transaction, all or
+        nothing (group commit: `herder/checkpoints.py`); the records in `marks`' order. The
+        pipeline rows are locked in id order. Leader-only."""
         with self._db.transaction(fence=fence) as conn:
-            read_pipeline(conn, pipeline_id, for_update=True)
-            checkpoint = read_checkpoint(conn, pipeline_id, checkpoint_id)
-            transition_checkpoint(checkpoint.state, CheckpointState.COMMITTED)
-            conn.execute(
-                checkpoints.update()
-                .where(
-                    checkpoints.c.pipeline_id == pipeline_id,
-                    checkpoints.c.checkpoint_id == checkpoint_id,
-                    checkpoints.c.state == CheckpointState.COMPLETE.value,
-                )
-                .values(state=CheckpointState.COMMITTED.value, committed_at_ms=db_now_ms())
-            )
-            if keep_history is not None:
-                prune_history(conn, pipeline_id, keep=keep_history)
-            return read_checkpoint(conn, pipeline_id, checkpoint_id)
+            done = {
+                mark: _mark_committed(conn, mark[0], mark[1], keep_history)
+                for mark in sorted(set(marks))
+            }
+            return [done[mark] for mark in marks]
 
     def abort_checkpoint(
         self,
@@ -510,6 +515,54 @@ def _timed_out(conn: Connection) -> list[TriggeredCheckpoint]:
     ]
     now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
     return first_timed_out(triggered, now_ms=now)
+
+
+def _trigger(
+    conn: Connection, pipeline_id: PipelineId, leader_epoch: LeaderEpoch
+) -> CheckpointRecord:
+    """Write the pipeline's next checkpoint (`CheckpointStore.trigger_checkpoint`); every
+    refusal is raised before anything is written."""
+    pipeline = read_pipeline(conn, pipeline_id, for_update=True)
+    # The decision to trigger may predate a loss recorded since (another job's commit):
+    # re-checked here, under the pipeline row's lock.
+    lost = unresolved_data_loss(conn, pipeline_id)
+    if lost is not None:
+        raise FailedPrecondition(
+            f"pipeline {pipeline_id!r} is FAILED: checkpoint {lost.checkpoint_id} lost"
+            " its data; restart it from that checkpoint or set its offsets",
+            reason="PIPELINE_FAILED",
+        )
+    plan = plan_trigger(
+        pipeline=pipeline,
+        tasks=read_tasks(conn, pipeline_id),
+        states=checkpoint_states(conn, pipeline_id),
+        slot_use=_slot_use(conn, pipeline_id),
+    )
+    _write_trigger(conn, plan, leader_epoch)
+    return read_checkpoint(conn, pipeline_id, plan.checkpoint_id)
+
+
+def _mark_committed(
+    conn: Connection,
+    pipeline_id: PipelineId,
+    checkpoint_id: CheckpointId,
+    keep_history: int | None,
+) -> CheckpointRecord:
+    read_pipeline(conn, pipeline_id, for_update=True)
+    checkpoint = read_checkpoint(conn, pipeline_id, checkpoint_id)
+    transition_checkpoint(checkpoint.state, CheckpointState.COMMITTED)
+    conn.execute(
+        checkpoints.update()
+        .where(
+            checkpoints.c.pipeline_id == pipeline_id,
+            checkpoints.c.checkpoint_id == checkpoint_id,
+            checkpoints.c.state == CheckpointState.COMPLETE.value,
+        )
+        .values(state=CheckpointState.COMMITTED.value, committed_at_ms=db_now_ms())
+    )
+    if keep_history is not None:
+        prune_history(conn, pipeline_id, keep=keep_history)
+    return read_checkpoint(conn, pipeline_id, checkpoint_id)
 
 
 def _slot_use(
