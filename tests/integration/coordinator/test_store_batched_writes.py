@@ -1,24 +1,28 @@
 # ruff: noqa: F811 - the fixtures imported from test_store are redefined as test parameters
 """The leader's batched writes, on SQLite and PostgreSQL: every pipeline a pass finds due
-is triggered in one transaction, and the COMMITTED marks of several pipelines' commit jobs
-share one; a refused pipeline does not stop the others' triggers, and a batch of marks is
-all or nothing."""
+is triggered in one transaction, the COMMITTED marks of several pipelines' commit jobs
+share one, and so do ReportPrecommits batches of executors that arrive together; a refused
+pipeline does not stop the others' triggers, a batch of marks is all or nothing, and each
+executor's batch gets its own answers."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pytest
 import sqlalchemy as sa
 
 from lockgate.common.errors import FailedPrecondition
-from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
+from lockgate.common.model.ids import CheckpointId, CoordinatorId, PipelineId, TaskId
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.errors import IllegalTransition, NotFound
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.domain.tasks import split_partitions
+from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.store import SqlStore
 from tests.integration.coordinator.test_store import (
     lead,
@@ -26,7 +30,14 @@ from tests.integration.coordinator.test_store import (
     spec,
     store_url,  # noqa: F401 - fixture
 )
-from tests.integration.coordinator.test_store_checkpoints import E1, E2, precommit
+from tests.integration.coordinator.test_store_checkpoints import (
+    E1,
+    E2,
+    precommit,
+    precommit_of,
+)
+from tests.support.topics import FixedTopics
+from tests.support.waits import wait_for
 
 P, Q, R = PipelineId("p"), PipelineId("q"), PipelineId("r")
 
@@ -119,3 +130,67 @@ def test_committed_marks_of_several_pipelines_share_one_transaction_all_or_nothi
         (P, CheckpointState.COMMITTED),
     ]
     assert store.checkpoints.list_pending_commits() == []
+
+
+def test_batches_of_executors_that_report_together_share_one_transaction(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """e1's report of p/0 is being written (held at its transaction's start) while e2
+    reports p/1 and e1 reports q/0: those two batches are written in one transaction,
+    each answered on its own (p COMPLETE, q still waiting for q/1)."""
+    store = open_stores()
+    leader = Herder(
+        store=store,
+        settings=CoordinatorSettings(
+            coordinator_id=CoordinatorId("c1"), advertise="c1:1", lease_ms=60_000
+        ),
+        topics=FixedTopics(),  # type: ignore[arg-type]
+    )
+    leader.lease_keeper.campaign()
+    fence = leader.lease_keeper.require_fence()
+    tasks = running_pipelines(store, fence, "p", "q")
+    store.checkpoints.trigger_checkpoints(fence=fence, pipeline_ids=[P, Q])
+    reports = [
+        precommit_of(store, 1, tasks["p"][0], start=0, end=5, pipeline="p"),
+        precommit_of(store, 1, tasks["p"][1], start=0, end=5, pipeline="p"),
+        precommit_of(store, 1, tasks["q"][0], start=0, end=5, pipeline="q"),
+    ]
+    started, release = threading.Event(), threading.Event()
+
+    def hold_the_first(_conn: object) -> None:
+        if not started.is_set():
+            started.set()
+            assert release.wait(30), "the test never released the first write"
+
+    def report(precommit: object) -> list[object]:
+        return list(
+            leader.reports.report_precommits(
+                precommits=[precommit],  # type: ignore[list-item]
+                leader_epochs=[int(fence.leader_epoch)],
+            )
+        )
+
+    sa.event.listen(store.engine, "begin", hold_the_first)
+    try:
+        with counted_commits(store) as commits, ThreadPoolExecutor(max_workers=3) as pool:
+            first = pool.submit(report, reports[0])
+            assert started.wait(30)
+            rest = [pool.submit(report, r) for r in reports[1:]]
+            batches = leader.reports._batches  # queued behind the held write: both
+
+            def queued() -> bool:
+                with batches._lock:
+                    return len(batches._queue) == 2
+
+            wait_for("both later batches to queue behind the held write", queued, timeout_s=30)
+            release.set()
+            answers = [f.result(timeout=30) for f in (first, *rest)]
+    finally:
+        sa.event.remove(store.engine, "begin", hold_the_first)
+    assert len(commits) == 2
+    states = [[a.state for a in answer] for answer in answers]  # type: ignore[attr-defined]
+    assert states == [
+        [CheckpointState.TRIGGERED],
+        [CheckpointState.COMPLETE],
+        [CheckpointState.TRIGGERED],
+    ]
