@@ -26,8 +26,8 @@ protos: install ## Regenerate the Python stubs (+ .pyi) from protos/lockgate/v1/
 lint: install ## buf lint (+ buf breaking against main), ruff, mypy --strict, the code's shape, the Dockerfile, compose.yaml and Helm chart
 	@bash deploy/scripts/lint.sh
 
-test: install lint ## What CI runs: install, lint, then every test (unit, integration, fault; the Go, Java, TypeScript clients)
-	bash deploy/scripts/pytest.sh
+test: install lint ## install, lint, then the unit and integration tiers and the Go, Java, TypeScript clients (the e2e tier: make test-e2e; CI runs both)
+	bash deploy/scripts/pytest.sh "unit or integration"
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash deploy/scripts/clients.sh test
 
 test-clients: install ## Only the Go, Java and TypeScript clients' own tests, against real services
@@ -39,7 +39,7 @@ test-unit: install ## Only the unit tier (tests/unit): fast, no process, no sock
 test-integration: install ## Only the integration tier: real Kafka, PostgreSQL, Spark, single services
 	bash deploy/scripts/pytest.sh integration
 
-test-e2e: install ## Only the end-to-end tier (tests/integration/e2e): the whole cluster, the slow one
+test-e2e: install ## The end-to-end tier (tests/integration/e2e): the whole cluster under faults, the slow one (not in make test)
 	bash deploy/scripts/pytest.sh e2e
 
 demo: install ## Bring the local cluster up and run the demo against it

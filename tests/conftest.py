@@ -3,11 +3,12 @@ real-process fixtures (which live in tests/fixtures/).
 
 A test's tier is its folder, and only its folder: ``tests/unit`` is ``unit`` (pure logic: no
 process, no socket), ``tests/integration/e2e`` is ``e2e`` (the whole cluster as processes; the
-slow tier, ``make test-e2e``), the rest of ``tests/integration`` is ``integration`` (real Kafka,
-PostgreSQL, Spark or one service as a process). ``make test-unit``, ``make test-integration``
-and ``make test-e2e`` select them with ``-m``; a test that marks itself with another tier than
-its folder's is an error, so a selection never runs a test twice or misses one. Hypothesis
-runs without its per-example deadline (a timing check, which belongs to bench/).
+slow tier, ``make test-e2e``, which ``make test`` leaves out and CI runs after it), the rest of
+``tests/integration`` is ``integration`` (real Kafka, PostgreSQL, Spark or one service as a
+process). ``make test`` (``unit or integration``), ``make test-unit``, ``make
+test-integration`` and ``make test-e2e`` select them with ``-m``; a test that marks itself with
+another tier than its folder's is an error, so a selection never runs a test twice or misses
+one. Hypothesis runs without its per-example deadline (a timing check, which belongs to bench/).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The Python tests of make test, test-unit, test-integration and test-e2e, in two passes:
+# The Python tests of make test ("unit or integration"), test-unit, test-integration and
+# test-e2e, in two passes:
 #   1. every test but the `serial` ones on LOCKGATE_TEST_WORKERS pytest-xdist processes
 #      (default 2; most tests wait on JVMs, sessions and leases, not on the CPU), each test
 #      file on one process (--dist loadfile: a module's fixtures start once, as without xdist),
@@ -9,7 +10,8 @@
 #      other idled);
 #   2. the `serial` ones alone: their assertion is a time bound (a failover within the lease,
 #      a shutdown within its bound), which a CPU shared with the first pass would break.
-# $1: a marker expression choosing a tier (unit, integration, e2e); none: every test.
+# $1: a marker expression choosing tiers (unit, integration, e2e, or e.g. "unit or
+# integration"); none: every test.
 # Both passes run, each printing its slowest 25; the exit status is the first failing one's.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
