@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from lockgate.common.model.ids import CoordinatorId, PipelineId
+from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.herder.executors import ExecutorCallFailed, ExecutorClient
@@ -41,21 +42,34 @@ class UnreachableExecutors(ExecutorClient):
         raise ExecutorCallFailed("CommitCheckpoint: unreachable", code=grpc.StatusCode.UNAVAILABLE)
 
 
+def leading_herder(
+    store: SqlStore, executors: ExecutorClient | None = None, **settings: Any
+) -> tuple[Herder, Fence]:
+    """Coordinator c1's Herder holding the lease, its executor calls answered by
+    `executors`. Nothing renews the lease here, nor does any executor heartbeat: both last
+    long enough for a loaded machine (with the executors' sessions lapsed, the leader would
+    commit from itself, against no broker: seen at load 10+)."""
+    leader = Herder(
+        store=store,
+        settings=CoordinatorSettings(
+            coordinator_id=CoordinatorId("c1"),
+            advertise="c1:1",
+            lease_ms=60_000,
+            session_timeout_ms=600_000,
+            **settings,
+        ),
+        topics=FixedTopics(),  # type: ignore[arg-type]
+        executor_client=executors,
+    )
+    leader.lease_keeper.campaign()
+    return leader, leader.lease_keeper.require_fence()
+
+
 def test_a_commit_still_failing_past_half_the_transaction_timeout_is_logged(
     open_stores: Callable[..., SqlStore], caplog: pytest.LogCaptureFixture
 ) -> None:
     store = open_stores()
-    leader = Herder(
-        store=store,
-        # Nothing renews the lease in these tests: long enough for a loaded machine.
-        settings=CoordinatorSettings(
-            coordinator_id=CoordinatorId("c1"), advertise="c1:1", lease_ms=60_000
-        ),
-        topics=FixedTopics(),  # type: ignore[arg-type]
-        executor_client=UnreachableExecutors(),
-    )
-    leader.lease_keeper.campaign()
-    fence = leader.lease_keeper.require_fence()
+    leader, fence = leading_herder(store, UnreachableExecutors())
     t0, t1 = running_pipeline(store, fence)
     store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
     precommit(store, fence, 1, t0, start=0, end=5)
@@ -95,22 +109,7 @@ def test_history_stays_bounded_as_checkpoints_commit(
     ones: the table never holds more than five committed checkpoints (plus the one in flight),
     and the newest five are the ones kept, with their tasks, ranges and handles."""
     store = open_stores()
-    leader = Herder(
-        store=store,
-        settings=CoordinatorSettings(
-            coordinator_id=CoordinatorId("c1"),
-            advertise="c1:1",
-            checkpoint_history=5,
-            lease_ms=60_000,  # nothing renews it here: long enough for a loaded machine
-            # Nor does any executor heartbeat: their sessions must outlast the test, or the
-            # leader commits from itself, against no broker (seen at load 10+).
-            session_timeout_ms=600_000,
-        ),
-        topics=FixedTopics(),  # type: ignore[arg-type]
-        executor_client=AnsweringExecutors(),
-    )
-    leader.lease_keeper.campaign()
-    fence = leader.lease_keeper.require_fence()
+    leader, fence = leading_herder(store, AnsweringExecutors(), checkpoint_history=5)
     t0, t1 = running_pipeline(store, fence)
     rows: list[int] = []
     for n in range(1, 31):

@@ -16,14 +16,14 @@ import pytest
 import sqlalchemy as sa
 
 from lockgate.common.errors import FailedPrecondition
-from lockgate.common.model.ids import CheckpointId, CoordinatorId, PipelineId, TaskId
+from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.errors import IllegalTransition, NotFound
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.domain.tasks import split_partitions
-from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.store import SqlStore
+from tests.integration.coordinator.test_herder_commits import leading_herder
 from tests.integration.coordinator.test_store import (
     lead,
     open_stores,  # noqa: F401 - fixture
@@ -36,7 +36,6 @@ from tests.integration.coordinator.test_store_checkpoints import (
     precommit,
     precommit_of,
 )
-from tests.support.topics import FixedTopics
 from tests.support.waits import wait_for
 
 P, Q, R = PipelineId("p"), PipelineId("q"), PipelineId("r")
@@ -139,15 +138,7 @@ def test_batches_of_executors_that_report_together_share_one_transaction(
     reports p/1 and e1 reports q/0: those two batches are written in one transaction,
     each answered on its own (p COMPLETE, q still waiting for q/1)."""
     store = open_stores()
-    leader = Herder(
-        store=store,
-        settings=CoordinatorSettings(
-            coordinator_id=CoordinatorId("c1"), advertise="c1:1", lease_ms=60_000
-        ),
-        topics=FixedTopics(),  # type: ignore[arg-type]
-    )
-    leader.lease_keeper.campaign()
-    fence = leader.lease_keeper.require_fence()
+    leader, fence = leading_herder(store)
     tasks = running_pipelines(store, fence, "p", "q")
     store.checkpoints.trigger_checkpoints(fence=fence, pipeline_ids=[P, Q])
     reports = [

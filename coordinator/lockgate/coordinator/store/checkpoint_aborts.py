@@ -16,7 +16,7 @@ from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
 from lockgate.coordinator.domain.checkpoints import abort_reason, plan_abort
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.store.engine import db_now_ms
-from lockgate.coordinator.store.rows import checkpoint_states, read_checkpoint
+from lockgate.coordinator.store.rows import checkpoint_states, move_checkpoint, read_checkpoint
 from lockgate.coordinator.store.tables import checkpoint_tasks, checkpoints
 
 
@@ -30,18 +30,14 @@ def apply_abort(
     current = read_checkpoint(conn, pipeline_id, checkpoint_id).state
     victims = plan_abort(checkpoint_id, current=current, states=states)
     for victim in victims:
-        conn.execute(
-            checkpoints.update()
-            .where(
-                checkpoints.c.pipeline_id == pipeline_id,
-                checkpoints.c.checkpoint_id == victim,
-                checkpoints.c.state == CheckpointState.TRIGGERED.value,
-            )
-            .values(
-                state=CheckpointState.ABORTED.value,
-                aborted_at_ms=db_now_ms(),
-                abort_reason=abort_reason(victim, first=checkpoint_id, reason=reason),
-            )
+        move_checkpoint(
+            conn,
+            pipeline_id,
+            victim,
+            was=CheckpointState.TRIGGERED,
+            to=CheckpointState.ABORTED,
+            aborted_at_ms=db_now_ms(),
+            abort_reason=abort_reason(victim, first=checkpoint_id, reason=reason),
         )
     return victims
 

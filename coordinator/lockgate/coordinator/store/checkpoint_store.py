@@ -62,6 +62,7 @@ from lockgate.coordinator.store.precommit_rows import (
 from lockgate.coordinator.store.recovery_queries import lingering_transactions, pending_commits
 from lockgate.coordinator.store.rows import (
     checkpoint_states,
+    move_checkpoint,
     parsed_spec,
     read_checkpoint,
     read_checkpoint_summaries,
@@ -551,14 +552,13 @@ def _mark_committed(
     read_pipeline(conn, pipeline_id, for_update=True)
     checkpoint = read_checkpoint(conn, pipeline_id, checkpoint_id)
     transition_checkpoint(checkpoint.state, CheckpointState.COMMITTED)
-    conn.execute(
-        checkpoints.update()
-        .where(
-            checkpoints.c.pipeline_id == pipeline_id,
-            checkpoints.c.checkpoint_id == checkpoint_id,
-            checkpoints.c.state == CheckpointState.COMPLETE.value,
-        )
-        .values(state=CheckpointState.COMMITTED.value, committed_at_ms=db_now_ms())
+    move_checkpoint(
+        conn,
+        pipeline_id,
+        checkpoint_id,
+        was=CheckpointState.COMPLETE,
+        to=CheckpointState.COMMITTED,
+        committed_at_ms=db_now_ms(),
     )
     if keep_history is not None:
         prune_history(conn, pipeline_id, keep=keep_history)
@@ -661,16 +661,14 @@ def _complete_ready(
         if s is CheckpointState.TRIGGERED and c >= checkpoint_id
     }
     for current in checkpoints_to_complete(checkpoint_id, states=states, triggered=triggered):
-        done = conn.execute(
-            checkpoints.update()
-            .where(
-                checkpoints.c.pipeline_id == pipeline_id,
-                checkpoints.c.checkpoint_id == current,
-                checkpoints.c.state == CheckpointState.TRIGGERED.value,
-            )
-            .values(state=CheckpointState.COMPLETE.value, completed_at_ms=db_now_ms())
-        )
-        if done.rowcount != 1:
+        if not move_checkpoint(
+            conn,
+            pipeline_id,
+            current,
+            was=CheckpointState.TRIGGERED,
+            to=CheckpointState.COMPLETE,
+            completed_at_ms=db_now_ms(),
+        ):
             return completed
         completed.append(current)
         ranges = [

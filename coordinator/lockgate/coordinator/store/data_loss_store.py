@@ -26,13 +26,14 @@ from lockgate.coordinator.store.engine import Database, db_now_ms
 from lockgate.coordinator.store.offset_store import write_next_offsets
 from lockgate.coordinator.store.rows import (
     checkpoint_states,
+    move_checkpoint,
     read_checkpoint,
     read_pipeline,
     read_precommit_ranges,
     resolve_data_loss,
     unresolved_data_loss,
 )
-from lockgate.coordinator.store.tables import checkpoint_tasks, checkpoints
+from lockgate.coordinator.store.tables import checkpoint_tasks
 
 
 def _mark_lost(
@@ -44,14 +45,14 @@ def _mark_lost(
     error: str,
 ) -> None:
     now = db_now_ms()
-    conn.execute(
-        checkpoints.update()
-        .where(
-            checkpoints.c.pipeline_id == pipeline_id,
-            checkpoints.c.checkpoint_id == checkpoint_id,
-            checkpoints.c.state == CheckpointState.COMPLETE.value,
-        )
-        .values(state=CheckpointState.DATA_LOST.value, data_loss_error=error, data_lost_at_ms=now)
+    move_checkpoint(
+        conn,
+        pipeline_id,
+        checkpoint_id,
+        was=CheckpointState.COMPLETE,
+        to=CheckpointState.DATA_LOST,
+        data_loss_error=error,
+        data_lost_at_ms=now,
     )
     conn.execute(
         checkpoint_tasks.update()

@@ -325,6 +325,29 @@ def unresolved_data_loss(conn: Connection, pipeline_id: PipelineId) -> Checkpoin
     return None if row is None else read_checkpoint(conn, pipeline_id, CheckpointId(int(row[0])))
 
 
+def move_checkpoint(
+    conn: Connection,
+    pipeline_id: PipelineId,
+    checkpoint_id: CheckpointId,
+    *,
+    was: CheckpointState,
+    to: CheckpointState,
+    **values: Any,
+) -> bool:
+    """Move checkpoint N from state `was` to `to` (writing `values` with it) if it is still
+    in `was`; whether it was. The caller holds the pipeline row's lock."""
+    done = conn.execute(
+        checkpoints.update()
+        .where(
+            checkpoints.c.pipeline_id == pipeline_id,
+            checkpoints.c.checkpoint_id == checkpoint_id,
+            checkpoints.c.state == was.value,
+        )
+        .values(state=to.value, **values)
+    )
+    return bool(done.rowcount == 1)
+
+
 def resolve_data_loss(conn: Connection, pipeline_id: PipelineId) -> None:
     """Mark every unresolved DATA_LOST checkpoint of the pipeline moved past (an offset
     reset or a restart from it); the caller holds the pipeline row's lock."""
