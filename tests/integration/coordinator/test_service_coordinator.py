@@ -917,20 +917,29 @@ def test_checkpoints_commit_and_a_new_leader_finishes_a_commit(
             assert second and all(v == 5 for v in second.values()), second
 
         # 3. The leader dies between COMPLETE and the commit acks; the new leader commits.
+        # From here on every commit call is refused (the log and the switch under the peer's
+        # lock, as its handler reads them). Commits go oldest first, so the checkpoint that
+        # stays COMPLETE is the oldest COMPLETE one: the newest checkpoint at the switch, if
+        # its commit came after it, or a later one.
+        refused_from: dict[str, int] = {}
         for peer in peers:
-            peer.script.commit = "unavailable"
-        after = max(checkpoints(stub, name))
+            with peer.lock:
+                refused_from[peer.executor_id] = len(peer.log.commits)
+                peer.script.commit = "unavailable"
+
+        def refused_commit() -> common_pb2.Checkpoint | None:
+            oldest = first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_COMPLETE)
+            tried = set()
+            for peer in peers:
+                with peer.lock:
+                    refused = peer.log.commits[refused_from[peer.executor_id] :]
+                    tried |= {c.checkpoint_id for c in refused}
+            return oldest if oldest is not None and oldest.checkpoint_id in tried else None
+
         stuck = wait_for(
-            "a COMPLETE checkpoint whose commits are not acked",
-            lambda: first_in_state(stub, name, common_pb2.CHECKPOINT_STATE_COMPLETE, after=after),
-            timeout_s=20,
-        )
-        wait_for(
-            "the leader to try committing it",
-            lambda: any(
-                c.checkpoint_id == stuck.checkpoint_id for p in peers for c in p.log.commits
-            ),
-            timeout_s=20,
+            "the leader to try committing a COMPLETE checkpoint, refused",
+            refused_commit,
+            timeout_s=30,
         )
         leader = cluster.leader()
         old_epoch = leader.cluster_info().leader_epoch.epoch
