@@ -90,6 +90,7 @@ from lockgate.coordinator.herder.membership import ClusterView, Membership, pick
 from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.traces import EXECUTOR_ID, CheckpointTraces
 from lockgate.coordinator.herder.trigger_schedule import TriggerSchedule
+from lockgate.coordinator.store.checkpoint_store import MARKS_PER_TRANSACTION
 from lockgate.coordinator.store.sql_store import SqlStore
 
 _LOG = logging.getLogger(__name__)
@@ -145,9 +146,11 @@ class CheckpointDriver:
         self._keep_history = keep_history
         self.traces = traces or CheckpointTraces()
         self.schedule = TriggerSchedule(store=store, lease=lease)
-        # Pipelines' commit jobs run at once: their COMMITTED marks share one transaction.
+        # Pipelines' commit jobs run at once: their COMMITTED marks share transactions.
         self._committed = GroupCommit(
-            write_batch=self._write_committed, write_one=lambda m: self._write_committed([m])[0]
+            write_batch=self._write_committed,
+            write_one=lambda m: self._write_committed([m])[0],
+            max_batch=MARKS_PER_TRANSACTION,
         )
 
     # ------------------------------------------------------------------ reads
@@ -575,9 +578,6 @@ class CheckpointDriver:
                 now_ms=now_ms,
             )
         ]
-        if not triggerable:
-            return
-        # One transaction for every pipeline due in this pass (one commit, not one each).
         outcomes = self._lease.leader_call(
             lambda f: self._store.checkpoints.trigger_checkpoints(
                 fence=f, pipeline_ids=[p.pipeline_id for p in triggerable]

@@ -80,10 +80,11 @@ class Reports:
                 lambda f: self._store.checkpoints.record_precommit(fence=f, precommit=one)
             ),
         )
-        # Different executors' ReportPrecommits that arrive together share one transaction.
+        # Different executors' ReportPrecommits that arrive together share a transaction
+        # (four batches at most: a transaction short enough not to hold the lease back).
         self._batches: GroupCommit[
             Sequence[Precommit], list[CheckpointRecord | PrecommitRefusal]
-        ] = GroupCommit(write_batch=self._write_batches, write_one=self._write_batch)
+        ] = GroupCommit(write_batch=self._write_batches, write_one=self._write_batch, max_batch=4)
 
     def report_precommit(self, *, precommit: Precommit, leader_epoch: int) -> CheckpointRecord:
         """Record a task's pre-commit of N, answering the trigger of `leader_epoch`;

@@ -85,6 +85,12 @@ from lockgate.coordinator.store.trigger_queries import (
     trigger_snapshot,
 )
 
+#: Pipelines triggered per transaction (`trigger_checkpoints`), and COMMITTED marks written
+#: per transaction (the checkpoint driver's group commit): 200 pipelines' triggers in one
+#: SQLite transaction held the write turn past a 3 s lease, and the leader lost it.
+TRIGGERS_PER_TRANSACTION = 16
+MARKS_PER_TRANSACTION = 16
+
 
 class CheckpointStore:
     """The checkpoint protocol's state (DESIGN.md, two-phase commit)."""
@@ -110,18 +116,21 @@ class CheckpointStore:
     def trigger_checkpoints(
         self, *, fence: Fence, pipeline_ids: Sequence[PipelineId]
     ) -> dict[PipelineId, CheckpointRecord | FailedPrecondition | NotFound]:
-        """`trigger_checkpoint` of each pipeline, all in one transaction: one commit (one
-        fsync on SQLite) for every pipeline a pass of the leader found due, not one each.
-        A pipeline refused (FailedPrecondition, or NotFound when it was deleted meanwhile:
-        nothing is written for it) is answered with its error and the others still
-        trigger. The pipeline rows are locked in id order. Leader-only."""
+        """`trigger_checkpoint` of each pipeline, `TRIGGERS_PER_TRANSACTION` to a
+        transaction: one commit (one fsync on SQLite) for many pipelines a pass of the leader
+        found due, not one each, and no transaction long enough to hold the lease's renewal
+        (a write too) back past the lease. A pipeline refused (FailedPrecondition, or
+        NotFound when it was deleted meanwhile: nothing is written for it) is answered with
+        its error and the others still trigger. Rows are locked in id order. Leader-only."""
         outcomes: dict[PipelineId, CheckpointRecord | FailedPrecondition | NotFound] = {}
-        with self._db.transaction(fence=fence) as conn:
-            for pipeline_id in sorted(set(pipeline_ids)):
-                try:
-                    outcomes[pipeline_id] = _trigger(conn, pipeline_id, fence.leader_epoch)
-                except (FailedPrecondition, NotFound) as refused:
-                    outcomes[pipeline_id] = refused
+        ordered = sorted(set(pipeline_ids))
+        for first in range(0, len(ordered), TRIGGERS_PER_TRANSACTION):
+            with self._db.transaction(fence=fence) as conn:
+                for pipeline_id in ordered[first : first + TRIGGERS_PER_TRANSACTION]:
+                    try:
+                        outcomes[pipeline_id] = _trigger(conn, pipeline_id, fence.leader_epoch)
+                    except (FailedPrecondition, NotFound) as refused:
+                        outcomes[pipeline_id] = refused
         return outcomes
 
     def record_precommit(

@@ -15,6 +15,7 @@ missing. So an answer comes within about 5 s, well inside a client's call deadli
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +45,12 @@ class KafkaTopics:
         # A topic created a moment ago may not be in every broker's metadata yet: look
         # again for this long before calling it missing.
         self._settle_s = settle_s
+        # One admin client per source cluster for the offsets the lag is measured from,
+        # kept: the lag refresh asks every pipeline's cluster every few seconds, and a
+        # client made and dropped per pipeline per refresh (400 a refresh at 200 pipelines)
+        # crashed the leader inside librdkafka's list_offsets at that size.
+        self._offset_clients: dict[tuple[str, KafkaProperties], Any] = {}
+        self._offset_clients_lock = threading.Lock()
 
     def describe(
         self,
@@ -99,6 +106,15 @@ class KafkaTopics:
                 return ClusterTopics(bootstrap_servers=bootstrap_servers, partitions=found)
             time.sleep(0.2)  # metadata refresh interval while a new topic propagates
 
+    def _offset_client(self, bootstrap_servers: str, properties: KafkaProperties) -> Any:
+        """The kept admin client of this cluster and properties, made on first use."""
+        key = (bootstrap_servers, properties)
+        with self._offset_clients_lock:
+            client = self._offset_clients.get(key)
+            if client is None:
+                client = self._offset_clients[key] = _admin_client(bootstrap_servers, properties)
+            return client
+
     def partition_bounds(
         self,
         bootstrap_servers: str,
@@ -117,7 +133,7 @@ class KafkaTopics:
         if not partitions:
             return {}
         try:
-            admin = _admin_client(bootstrap_servers, properties)
+            admin = self._offset_client(bootstrap_servers, properties)
         except _ClientSettingsError as exc:
             _KAFKA_LOG.warning("no offsets from %s: %s", bootstrap_servers, exc)
             return {}
