@@ -5,7 +5,6 @@ COMPLETE commit point, overlap and cascade, transactional id slots, recovery que
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -68,15 +67,8 @@ def running_pipeline(
 
 
 def precommit(
-    store: SqlStore, fence: Fence, checkpoint_id: int, task: TaskId, **report: Any
-) -> CheckpointState:
-    """Pre-commit `task` of checkpoint N (`precommit_of`, with its `report` arguments)."""
-    made = precommit_of(store, checkpoint_id, task, **report)
-    return store.checkpoints.record_precommit(fence=fence, precommit=made).state
-
-
-def precommit_of(
     store: SqlStore,
+    fence: Fence,
     checkpoint_id: int,
     task: TaskId,
     *,
@@ -85,10 +77,12 @@ def precommit_of(
     producer_id: int = 1000,
     pipeline: str = "p",
     write_partitions: int | None = None,
-) -> Precommit:
-    """The report of `task` pre-committing checkpoint N over [start, end) of each of its
-    partitions: one handle on the slot's id, or, with `write_partitions`, one per Spark
-    write partition k on `<slot id>-<k>` as the executor's sink reports them."""
+) -> CheckpointState:
+    """Pre-commit `task` of checkpoint N over [start, end) of each of its partitions.
+
+    One handle on the slot's id, or, with `write_partitions`, one per Spark write
+    partition k on `<slot id>-<k>` as the executor's sink reports them.
+    """
     record = store.checkpoints.get_checkpoint(
         pipeline_id=PipelineId(pipeline), checkpoint_id=C(checkpoint_id)
     )
@@ -96,29 +90,33 @@ def precommit_of(
     task_record = store.pipelines.get_task(task_id=task)
     assert trigger.executor_id is not None
     executor = store.executors.get_executor(executor_id=trigger.executor_id)
-    return Precommit(
-        pipeline_id=PipelineId(pipeline),
-        checkpoint_id=C(checkpoint_id),
-        task_id=task,
-        task_generation=trigger.task_generation,
-        executor_id=trigger.executor_id,
-        executor_generation=executor.generation,
-        offsets=tuple(
-            OffsetRange(tp.topic, tp.partition, start, end) for tp in task_record.partitions
-        ),
-        handles=tuple(
-            TransactionHandle(
-                transactional_id=transactional_id,
-                producer_id=producer_id + int(task.rsplit("/", 1)[1]) + 10 * k,
-                producer_epoch=checkpoint_id,
-            )
-            for k, transactional_id in enumerate(
-                [trigger.transactional_id]
-                if write_partitions is None
-                else [f"{trigger.transactional_id}-{k}" for k in range(write_partitions)]
-            )
+    result = store.checkpoints.record_precommit(
+        fence=fence,
+        precommit=Precommit(
+            pipeline_id=PipelineId(pipeline),
+            checkpoint_id=C(checkpoint_id),
+            task_id=task,
+            task_generation=trigger.task_generation,
+            executor_id=trigger.executor_id,
+            executor_generation=executor.generation,
+            offsets=tuple(
+                OffsetRange(tp.topic, tp.partition, start, end) for tp in task_record.partitions
+            ),
+            handles=tuple(
+                TransactionHandle(
+                    transactional_id=transactional_id,
+                    producer_id=producer_id + int(task.rsplit("/", 1)[1]) + 10 * k,
+                    producer_epoch=checkpoint_id,
+                )
+                for k, transactional_id in enumerate(
+                    [trigger.transactional_id]
+                    if write_partitions is None
+                    else [f"{trigger.transactional_id}-{k}" for k in range(write_partitions)]
+                )
+            ),
         ),
     )
+    return result.state
 
 
 def offsets_table(store: SqlStore) -> dict[tuple[str, int], int]:

@@ -63,7 +63,7 @@ from lockgate.coordinator.domain.checkpoints import (
     commit_order,
     trigger_due,
 )
-from lockgate.coordinator.domain.errors import IllegalTransition, NotFound
+from lockgate.coordinator.domain.errors import FailedPrecondition, IllegalTransition, NotFound
 from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
@@ -71,7 +71,6 @@ from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.domain.transaction_timeout import near_timeout_warnings
-from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder.call_pool import Backoff, CallPool
 from lockgate.coordinator.herder.executors import (
     CheckpointTaskCall,
@@ -90,7 +89,6 @@ from lockgate.coordinator.herder.membership import ClusterView, Membership, pick
 from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.traces import EXECUTOR_ID, CheckpointTraces
 from lockgate.coordinator.herder.trigger_schedule import TriggerSchedule
-from lockgate.coordinator.store.checkpoint_store import MARKS_PER_TRANSACTION
 from lockgate.coordinator.store.sql_store import SqlStore
 
 _LOG = logging.getLogger(__name__)
@@ -146,12 +144,6 @@ class CheckpointDriver:
         self._keep_history = keep_history
         self.traces = traces or CheckpointTraces()
         self.schedule = TriggerSchedule(store=store, lease=lease)
-        # Pipelines' commit jobs run at once: their COMMITTED marks share transactions.
-        self._committed = GroupCommit(
-            write_batch=self._write_committed,
-            write_one=lambda m: self._write_committed([m])[0],
-            max_batch=MARKS_PER_TRANSACTION,
-        )
 
     # ------------------------------------------------------------------ reads
 
@@ -168,15 +160,22 @@ class CheckpointDriver:
             pipeline_id=pipeline_id, limit=limit, before=before, states=states
         )
 
+    def get_checkpoint(
+        self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    ) -> CheckpointRecord:
+        """One checkpoint with each task's part (NotFound naming the pipeline or the
+        checkpoint). Any replica."""
+        self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        return self._store.checkpoints.get_checkpoint(
+            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+        )
+
     def get_checkpoint_with_ranges(
         self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
     ) -> tuple[CheckpointRecord, dict[TaskId, list[OffsetRange]]]:
-        """One checkpoint with each task's part and the source ranges each task
-        pre-committed (NotFound naming the pipeline or the checkpoint). Any replica."""
-        self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
-        record = self._store.checkpoints.get_checkpoint(
-            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
-        )
+        """One checkpoint (as `get_checkpoint`) with the source ranges each task
+        pre-committed. Any replica."""
+        record = self.get_checkpoint(pipeline_id=pipeline_id, checkpoint_id=checkpoint_id)
         ranges = self._store.checkpoints.precommit_ranges(
             pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
         )
@@ -439,18 +438,17 @@ class CheckpointDriver:
         return True
 
     def _mark_committed(self, commit: PendingCommit) -> None:
-        self._outcomes.committed(self._committed.submit((commit.pipeline_id, commit.checkpoint_id)))
-        self.traces.committed(commit.pipeline_id, commit.checkpoint_id)
-        _LOG.info("checkpoint %s of %s COMMITTED", commit.checkpoint_id, commit.pipeline_id)
-
-    def _write_committed(
-        self, marks: Sequence[tuple[PipelineId, CheckpointId]]
-    ) -> list[CheckpointRecord]:
-        return self._lease.leader_call(
-            lambda f: self._store.checkpoints.mark_committed_many(
-                fence=f, marks=marks, keep_history=self._keep_history
+        committed = self._lease.leader_call(
+            lambda f: self._store.checkpoints.mark_committed(
+                fence=f,
+                pipeline_id=commit.pipeline_id,
+                checkpoint_id=commit.checkpoint_id,
+                keep_history=self._keep_history,
             )
         )
+        self._outcomes.committed(committed)
+        self.traces.committed(commit.pipeline_id, commit.checkpoint_id)
+        _LOG.info("checkpoint %s of %s COMMITTED", commit.checkpoint_id, commit.pipeline_id)
 
     def _commit_from_leader(self, commit: PendingCommit, sink: KafkaSink) -> bool:
         """Commit every handle of `commit` from this process (`leader_commits.py`); record
@@ -564,30 +562,30 @@ class CheckpointDriver:
         inputs = self._store.checkpoints.trigger_inputs(
             pipeline_ids=[p.pipeline_id for p in pipelines]
         )
-        triggerable = [
-            pipeline
-            for pipeline in pipelines
-            if not self._calls.busy(("trigger", pipeline.pipeline_id))
-            and not self._calls.busy(("abort", pipeline.pipeline_id))
-            and trigger_due(
+        for pipeline in pipelines:
+            if self._calls.busy(("trigger", pipeline.pipeline_id)) or self._calls.busy(
+                ("abort", pipeline.pipeline_id)
+            ):
+                continue
+            tasks = inputs.tasks.get(pipeline.pipeline_id, [])
+            if not trigger_due(
                 pipeline=pipeline,
-                tasks=inputs.tasks.get(pipeline.pipeline_id, []),
+                tasks=tasks,
                 live_executors=frozenset(alive),
                 recent=inputs.recent.get(pipeline.pipeline_id, []),
                 has_lingering=pipeline.pipeline_id in inputs.lingering,
                 now_ms=now_ms,
-            )
-        ]
-        outcomes = self._lease.leader_call(
-            lambda f: self._store.checkpoints.trigger_checkpoints(
-                fence=f, pipeline_ids=[p.pipeline_id for p in triggerable]
-            ),
-            term=fence,
-        )
-        for pipeline in triggerable:
-            checkpoint = outcomes[pipeline.pipeline_id]
-            if not isinstance(checkpoint, CheckpointRecord):
-                _LOG.debug("not triggering %s: %s", pipeline.pipeline_id, checkpoint)
+            ):
+                continue
+            try:
+                checkpoint = self._lease.leader_call(
+                    lambda f, p=pipeline.pipeline_id: self._store.checkpoints.trigger_checkpoint(  # type: ignore[misc]
+                        fence=f, pipeline_id=p
+                    ),
+                    term=fence,
+                )
+            except FailedPrecondition as exc:
+                _LOG.debug("not triggering %s: %s", pipeline.pipeline_id, exc)
                 continue
             self.schedule.triggered(pipeline, checkpoint)
             self.traces.triggered(
@@ -595,7 +593,6 @@ class CheckpointDriver:
                 checkpoint.checkpoint_id,
                 leader_epoch=int(fence.leader_epoch),
             )
-            tasks = inputs.tasks.get(pipeline.pipeline_id, [])
             self._calls.run(
                 ("trigger", pipeline.pipeline_id),
                 lambda p=pipeline, c=checkpoint, t=tasks: self._traced_trigger(  # type: ignore[misc]

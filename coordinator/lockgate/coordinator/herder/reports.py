@@ -14,8 +14,7 @@ Rules and known races:
   fails is written one by one, so each caller gets its own answer.
 - An executor's own batch (ReportPrecommits) is one transaction in which each report is
   checked on its own: a refused report (stale, forged, too late) is answered with its
-  error and leaves the others recorded. Batches of different executors that arrive
-  together share one transaction the same way (group commit).
+  error and leaves the others recorded.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ from lockgate.coordinator.domain.errors import (
     NotLeader,
     StaleGeneration,
 )
-from lockgate.coordinator.domain.precommits import PrecommitRefusal
 from lockgate.coordinator.domain.states import CheckpointState, TaskState
 from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder.checkpoints import CheckpointDriver
@@ -80,11 +78,6 @@ class Reports:
                 lambda f: self._store.checkpoints.record_precommit(fence=f, precommit=one)
             ),
         )
-        # Different executors' ReportPrecommits that arrive together share a transaction
-        # (four batches at most: a transaction short enough not to hold the lease back).
-        self._batches: GroupCommit[
-            Sequence[Precommit], list[CheckpointRecord | PrecommitRefusal]
-        ] = GroupCommit(write_batch=self._write_batches, write_one=self._write_batch, max_batch=4)
 
     def report_precommit(self, *, precommit: Precommit, leader_epoch: int) -> CheckpointRecord:
         """Record a task's pre-commit of N, answering the trigger of `leader_epoch`;
@@ -126,7 +119,15 @@ class Reports:
                 answers.append(exc)
         checked = [p for p, a in zip(precommits, answers, strict=True) if a is None]
         started_ns = time.time_ns()
-        written = iter(self._batches.submit(checked) if checked else [])
+        written = iter(
+            self._lease.leader_call(
+                lambda f: self._store.checkpoints.record_precommit_batch(
+                    fence=f, precommits=checked
+                )
+            )
+            if checked
+            else []
+        )
         results: list[CheckpointRecord | LockgateError] = []
         for precommit, epoch, answer in zip(precommits, leader_epochs, answers, strict=True):
             if answer is None:
@@ -166,22 +167,6 @@ class Reports:
             self._traces.completed(
                 precommit.pipeline_id, precommit.checkpoint_id, started_ns=started_ns
             )
-
-    def _write_batch(
-        self, precommits: Sequence[Precommit]
-    ) -> list[CheckpointRecord | PrecommitRefusal]:
-        """One executor's batch in one transaction, each report answered on its own."""
-        return self._lease.leader_call(
-            lambda f: self._store.checkpoints.record_precommit_batch(fence=f, precommits=precommits)
-        )
-
-    def _write_batches(
-        self, batches: Sequence[Sequence[Precommit]]
-    ) -> list[list[CheckpointRecord | PrecommitRefusal]]:
-        """Several executors' batches in one transaction: the store checks each report on
-        its own whichever batch it came in, so each batch gets its own answers back."""
-        answers = iter(self._write_batch([p for batch in batches for p in batch]))
-        return [[next(answers) for _ in batch] for batch in batches]
 
     def _write_precommits(self, batch: Sequence[Precommit]) -> list[CheckpointRecord]:
         """Many reports in one transaction, all or nothing; each report's checkpoint as it

@@ -85,12 +85,6 @@ from lockgate.coordinator.store.trigger_queries import (
     trigger_snapshot,
 )
 
-#: Pipelines triggered per transaction (`trigger_checkpoints`), and COMMITTED marks written
-#: per transaction (the checkpoint driver's group commit): 200 pipelines' triggers in one
-#: SQLite transaction held the write turn past a 3 s lease, and the leader lost it.
-TRIGGERS_PER_TRANSACTION = 16
-MARKS_PER_TRANSACTION = 16
-
 
 class CheckpointStore:
     """The checkpoint protocol's state (DESIGN.md, two-phase commit)."""
@@ -108,30 +102,25 @@ class CheckpointStore:
         flight, or a task has no free slot (`domain.checkpoints.plan_trigger`), or it is
         FAILED by an unresolved DATA_LOST checkpoint.
         """
-        outcome = self.trigger_checkpoints(fence=fence, pipeline_ids=[pipeline_id])[pipeline_id]
-        if isinstance(outcome, CheckpointRecord):
-            return outcome
-        raise outcome
-
-    def trigger_checkpoints(
-        self, *, fence: Fence, pipeline_ids: Sequence[PipelineId]
-    ) -> dict[PipelineId, CheckpointRecord | FailedPrecondition | NotFound]:
-        """`trigger_checkpoint` of each pipeline, `TRIGGERS_PER_TRANSACTION` to a
-        transaction: one commit (one fsync on SQLite) for many pipelines a pass of the leader
-        found due, not one each, and no transaction long enough to hold the lease's renewal
-        (a write too) back past the lease. A pipeline refused (FailedPrecondition, or
-        NotFound when it was deleted meanwhile: nothing is written for it) is answered with
-        its error and the others still trigger. Rows are locked in id order. Leader-only."""
-        outcomes: dict[PipelineId, CheckpointRecord | FailedPrecondition | NotFound] = {}
-        ordered = sorted(set(pipeline_ids))
-        for first in range(0, len(ordered), TRIGGERS_PER_TRANSACTION):
-            with self._db.transaction(fence=fence) as conn:
-                for pipeline_id in ordered[first : first + TRIGGERS_PER_TRANSACTION]:
-                    try:
-                        outcomes[pipeline_id] = _trigger(conn, pipeline_id, fence.leader_epoch)
-                    except (FailedPrecondition, NotFound) as refused:
-                        outcomes[pipeline_id] = refused
-        return outcomes
+        with self._db.transaction(fence=fence) as conn:
+            pipeline = read_pipeline(conn, pipeline_id, for_update=True)
+            # The decision to trigger may predate a loss recorded since (another job's
+            # commit): re-checked here, under the pipeline row's lock.
+            lost = unresolved_data_loss(conn, pipeline_id)
+            if lost is not None:
+                raise FailedPrecondition(
+                    f"pipeline {pipeline_id!r} is FAILED: checkpoint {lost.checkpoint_id} lost"
+                    " its data; restart it from that checkpoint or set its offsets",
+                    reason="PIPELINE_FAILED",
+                )
+            plan = plan_trigger(
+                pipeline=pipeline,
+                tasks=read_tasks(conn, pipeline_id),
+                states=checkpoint_states(conn, pipeline_id),
+                slot_use=_slot_use(conn, pipeline_id),
+            )
+            _write_trigger(conn, plan, fence.leader_epoch)
+            return read_checkpoint(conn, pipeline_id, plan.checkpoint_id)
 
     def record_precommit(
         self, *, fence: Fence, precommit: Precommit, complete_if_ready: bool = True
@@ -234,25 +223,21 @@ class CheckpointStore:
 
         IllegalTransition if N is not COMPLETE or COMMITTED.
         """
-        marks = [(pipeline_id, checkpoint_id)]
-        return self.mark_committed_many(fence=fence, marks=marks, keep_history=keep_history)[0]
-
-    def mark_committed_many(
-        self,
-        *,
-        fence: Fence,
-        marks: Sequence[tuple[PipelineId, CheckpointId]],
-        keep_history: int | None = None,
-    ) -> list[CheckpointRecord]:
-        """`mark_committed` of each (pipeline, checkpoint), in one transaction, all or
-        nothing (group commit: `herder/checkpoints.py`); the records in `marks`' order. The
-        pipeline rows are locked in id order. Leader-only."""
         with self._db.transaction(fence=fence) as conn:
-            done = {
-                mark: _mark_committed(conn, mark[0], mark[1], keep_history)
-                for mark in sorted(set(marks))
-            }
-            return [done[mark] for mark in marks]
+            read_pipeline(conn, pipeline_id, for_update=True)
+            checkpoint = read_checkpoint(conn, pipeline_id, checkpoint_id)
+            transition_checkpoint(checkpoint.state, CheckpointState.COMMITTED)
+            move_checkpoint(
+                conn,
+                pipeline_id,
+                checkpoint_id,
+                was=CheckpointState.COMPLETE,
+                to=CheckpointState.COMMITTED,
+                committed_at_ms=db_now_ms(),
+            )
+            if keep_history is not None:
+                prune_history(conn, pipeline_id, keep=keep_history)
+            return read_checkpoint(conn, pipeline_id, checkpoint_id)
 
     def abort_checkpoint(
         self,
@@ -525,53 +510,6 @@ def _timed_out(conn: Connection) -> list[TriggeredCheckpoint]:
     ]
     now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
     return first_timed_out(triggered, now_ms=now)
-
-
-def _trigger(
-    conn: Connection, pipeline_id: PipelineId, leader_epoch: LeaderEpoch
-) -> CheckpointRecord:
-    """Write the pipeline's next checkpoint (`CheckpointStore.trigger_checkpoint`); every
-    refusal is raised before anything is written."""
-    pipeline = read_pipeline(conn, pipeline_id, for_update=True)
-    # The decision to trigger may predate a loss recorded since (another job's commit):
-    # re-checked here, under the pipeline row's lock.
-    lost = unresolved_data_loss(conn, pipeline_id)
-    if lost is not None:
-        raise FailedPrecondition(
-            f"pipeline {pipeline_id!r} is FAILED: checkpoint {lost.checkpoint_id} lost"
-            " its data; restart it from that checkpoint or set its offsets",
-            reason="PIPELINE_FAILED",
-        )
-    plan = plan_trigger(
-        pipeline=pipeline,
-        tasks=read_tasks(conn, pipeline_id),
-        states=checkpoint_states(conn, pipeline_id),
-        slot_use=_slot_use(conn, pipeline_id),
-    )
-    _write_trigger(conn, plan, leader_epoch)
-    return read_checkpoint(conn, pipeline_id, plan.checkpoint_id)
-
-
-def _mark_committed(
-    conn: Connection,
-    pipeline_id: PipelineId,
-    checkpoint_id: CheckpointId,
-    keep_history: int | None,
-) -> CheckpointRecord:
-    read_pipeline(conn, pipeline_id, for_update=True)
-    checkpoint = read_checkpoint(conn, pipeline_id, checkpoint_id)
-    transition_checkpoint(checkpoint.state, CheckpointState.COMMITTED)
-    move_checkpoint(
-        conn,
-        pipeline_id,
-        checkpoint_id,
-        was=CheckpointState.COMPLETE,
-        to=CheckpointState.COMMITTED,
-        committed_at_ms=db_now_ms(),
-    )
-    if keep_history is not None:
-        prune_history(conn, pipeline_id, keep=keep_history)
-    return read_checkpoint(conn, pipeline_id, checkpoint_id)
 
 
 def _slot_use(
