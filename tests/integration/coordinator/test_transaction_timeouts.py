@@ -134,7 +134,9 @@ class HeldPipeline:
         wait_for(
             "every record committed",
             lambda: self.cluster.committed_through(
-                self.name, {(self.source, p): end for p, end in ends.items()}
+                self.name,
+                {(self.source, p): end for p, end in ends.items()},
+                nothing_in_flight=True,
             ),
             timeout_s=120,
             explain=self.cluster.logs_tail,

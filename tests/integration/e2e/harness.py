@@ -349,20 +349,27 @@ class ServiceCluster:
         return {(o.topic, o.partition): int(o.offset) for o in answer.offsets}
 
     def committed_through(
-        self, name: str, ends: Mapping[tuple[str, int], int], *, after_checkpoint: int = 0
+        self,
+        name: str,
+        ends: Mapping[tuple[str, int], int],
+        *,
+        after_checkpoint: int = 0,
+        nothing_in_flight: bool = False,
     ) -> bool:
         """Pipeline ``name`` resumes each (topic, partition) of ``ends`` at or past its end,
         a checkpoint later than ``after_checkpoint`` is COMMITTED and none that moved the
-        offsets still awaits its commit. The offsets are read before the status: the
-        checkpoint that moved them is then at least COMPLETE in the status. (Read the
-        other way round, a checkpoint still TRIGGERED in the status can be COMPLETE by the
-        time the offsets are read, and its commit is not waited for.)"""
+        offsets still awaits its commit (``nothing_in_flight``: no checkpoint at all is in
+        flight). The offsets are read before the status: the checkpoint that moved them is
+        then at least COMPLETE in the status. (Read the other way round, a checkpoint still
+        TRIGGERED in the status can be COMPLETE by the time the offsets are read, and its
+        commit is not waited for.)"""
         offsets = self.offsets(name)
         status = self.pipeline_status(name)
         return (
             all(offsets.get(tp, -1) >= end for tp, end in ends.items())
             and status.last_committed_checkpoint_id > after_checkpoint
             and nothing_awaits_commit(status)
+            and not (nothing_in_flight and status.in_flight_checkpoint_ids)
         )
 
     def checkpoints(self, name: str, page_size: int = 50) -> list[common_pb2.Checkpoint]:
@@ -714,13 +721,11 @@ class CopyRun:
         (``nothing_in_flight``: nor is any checkpoint in flight)."""
         per_partition = collections.Counter(partition for _, _, partition in self.written)
         ends = {(self.source, p): per_partition[p] for p in range(self.partitions)}
-        if not self.cluster.committed_through(
-            self.pipeline, ends, after_checkpoint=after_checkpoint
-        ):
-            return False
-        return not (
-            nothing_in_flight
-            and self.cluster.pipeline_status(self.pipeline).in_flight_checkpoint_ids
+        return self.cluster.committed_through(
+            self.pipeline,
+            ends,
+            after_checkpoint=after_checkpoint,
+            nothing_in_flight=nothing_in_flight,
         )
 
     def wait_copied(
