@@ -522,7 +522,8 @@ def test_offsets_reset_only_when_stopped(open_stores: Callable[..., SqlStore]) -
     assert [(o.topic, o.partition, o.next_offset, o.checkpoint_id) for o in got] == [
         ("in", 0, 5, None)
     ]
-    restored = store.checkpoints.restore_state(task_id=TaskId("resettable/0"))
+    task = TaskId("resettable/0")
+    restored = store.checkpoints.restore_states(task_ids=[task])[task]
     assert restored.start_offsets == {tp: 5}
     assert store.offsets.reset_offsets(fence=fence, pipeline_id=pid, offsets=None) == []
 

@@ -275,7 +275,7 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
         (3, t0): ("lockgate-p-0-g2-0", 1000),
         (3, t1): ("lockgate-p-1-g2-0", 1001),
     }
-    restore = store.checkpoints.restore_state(task_id=t1)
+    restore = store.checkpoints.restore_states(task_ids=[t1])[t1]
     assert restore.start_offsets == {TopicPartition("in", 2): 10, TopicPartition("in", 3): 10}
     assert restore.to_commit == ()
     assert sorted((t.checkpoint_id, t.transactional_id) for t in restore.to_abort) == [
@@ -332,7 +332,7 @@ def test_aborts_name_each_write_partitions_transaction_and_skip_in_flight_checkp
         (t1, "lockgate-p-1-g2-0", None, True),
     ]
     assert sorted(
-        t.transactional_id for t in store.checkpoints.restore_state(task_id=t0).to_abort
+        t.transactional_id for t in store.checkpoints.restore_states(task_ids=[t0])[t0].to_abort
     ) == [
         "lockgate-p-0-g2-0-0",
         "lockgate-p-0-g2-0-1",
@@ -349,7 +349,7 @@ def test_aborts_name_each_write_partitions_transaction_and_skip_in_flight_checkp
     precommit(store, fence, 2, t0, start=0, end=10, write_partitions=1)
     assert [
         (t.checkpoint_id, t.transactional_id)
-        for t in store.checkpoints.restore_state(task_id=t0).to_abort
+        for t in store.checkpoints.restore_states(task_ids=[t0])[t0].to_abort
     ] == [(1, "lockgate-p-0-g2-0-0"), (1, "lockgate-p-0-g2-0-1")]
 
 
@@ -521,7 +521,7 @@ def test_new_leader_recovers_pending_commits_in_order(
         (2, [t0, t1])
     ]
     assert {(t.checkpoint_id, t.task_id) for t in plan.to_abort} == {(3, t0), (3, t1)}
-    restore = third_store.checkpoints.restore_state(task_id=t0)
+    restore = third_store.checkpoints.restore_states(task_ids=[t0])[t0]
     assert restore.start_offsets == {TopicPartition("in", 0): 20, TopicPartition("in", 1): 20}
     assert [c.checkpoint_id for c in restore.to_commit] == [2]
     # A heartbeat reads every task's restore state at once: each gets its own handles only.

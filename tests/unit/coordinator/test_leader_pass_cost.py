@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from lockgate.common.model.ids import (
     CheckpointId,
@@ -335,6 +336,42 @@ def test_a_heartbeat_reads_its_own_executor_only(
     with pytest.raises(NotFound) as expired:
         leader.membership.heartbeat(executor_id=ExecutorId("e1"), generation=generation, reports=[])
     assert expired.value.reason == "SESSION_EXPIRED"
+
+
+def test_a_heartbeats_full_answer_costs_the_same_statements_however_many_pipelines(
+    leader: Herder,
+) -> None:
+    """A full answer reads each pipeline, its offsets and its tasks' restore states in a
+    few statements for the whole assignment, not a handful per pipeline or task."""
+
+    def full_answer_statements() -> tuple[int, int]:
+        e1 = ExecutorId("e1")
+        generation = leader.store.executors.get_executor(executor_id=e1).generation
+        statements: list[str] = []
+
+        def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            statements.append(statement)
+
+        sa.event.listen(leader.store.engine, "before_cursor_execute", count)
+        try:
+            answer = leader.membership.heartbeat(
+                executor_id=e1, generation=generation, reports=[], known_assignment_version=0
+            )
+        finally:
+            sa.event.remove(leader.store.engine, "before_cursor_execute", count)
+        assert not answer.unchanged
+        return len(statements), len(answer.tasks)
+
+    for name in ("a", "b"):
+        leader.pipelines.create(spec=spec(name), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    few, few_tasks = full_answer_statements()
+    for name in ("c", "d", "e", "f", "g", "h"):
+        leader.pipelines.create(spec=spec(name), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    many, many_tasks = full_answer_statements()
+    assert (few_tasks, many_tasks) == (4, 16)
+    assert many == few, f"{few} statements for 2 pipelines, {many} for 8"
 
 
 def test_a_pass_reads_the_fingerprint_and_the_executors_once(

@@ -2,7 +2,8 @@
 
 A thread acquires or renews the `leader_lease` row every `lease_ms / 4` (compare-and-set in
 SQL, expiry from the database's clock), then writes this replica's own `coordinators` row
-(its address, last seen by the database's clock: `domain/replicas.py`), and keeps this
+(its address, last seen by the database's clock: `domain/replicas.py`); both writes go
+before the replica's other waiting writes (`store/write_turn.py`). It keeps this
 replica's view of its role and of the current term's `Fence`. Every leader-only action of
 the herder goes through `require_fence` (may I act?) and `leader_call` (write with the
 fence; a lost term steps down): there is no other leader check.
@@ -94,9 +95,12 @@ class LeaseKeeper:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
+        # Attempts start every `lease_poll_s` whatever one took (a slow one is followed at
+        # once): the time between two renewals is what the lease must outlast.
         while not self._stop.is_set():
+            started = self._monotonic()
             self.attempt()
-            self._stop.wait(self._settings.lease_poll_s)
+            self._stop.wait(max(0.0, started + self._settings.lease_poll_s - self._monotonic()))
 
     def attempt(self) -> None:
         """One acquire-or-renew attempt, then this replica's presence row; announces a new

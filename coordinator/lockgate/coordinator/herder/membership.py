@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from lockgate.common.errors import FencingToken, StaleTokenError
-from lockgate.common.model.ids import ExecutorId, Generation, PipelineId, TaskId
+from lockgate.common.model.ids import ExecutorId, Generation, TaskId
 from lockgate.coordinator.domain.assignment import (
     AssignmentPlan,
     ExecutorLiveness,
@@ -374,17 +374,12 @@ class Membership:
     # ------------------------------------------------------------------ assignment
 
     def _full(self, assigned: Sequence[AssignedTask]) -> tuple[TaskAssignment, ...]:
-        """Each task with its pipeline and restore state (read once per pipeline, and one
-        read for every task's restore state)."""
-        pipelines: dict[PipelineId, PipelineRecord] = {}
-        restored: dict[PipelineId, int] = {}
-        for item in assigned:
-            pipeline_id = item.task.pipeline_id
-            if pipeline_id not in pipelines:
-                pipelines[pipeline_id] = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
-                restored[pipeline_id] = restored_checkpoint(
-                    self._store.offsets.get_offsets(pipeline_id=pipeline_id)
-                )
+        """Each task with its pipeline and restore state: a few queries for the whole
+        assignment, however many tasks and pipelines (tasks or pipelines deleted since
+        `assigned` was read are left out: the next heartbeat's answer says so)."""
+        pipeline_ids = sorted({a.task.pipeline_id for a in assigned})
+        pipelines = self._store.pipelines.get_pipelines(pipeline_ids=pipeline_ids)
+        offsets = self._store.offsets.get_offsets_of(pipeline_ids=pipeline_ids)
         restores = self._store.checkpoints.restore_states(
             task_ids=[a.task.task_id for a in assigned]
         )
@@ -393,9 +388,10 @@ class Membership:
                 task=item.task,
                 pipeline=pipelines[item.task.pipeline_id],
                 restore=restores[item.task.task_id],
-                restored_checkpoint_id=restored[item.task.pipeline_id],
+                restored_checkpoint_id=restored_checkpoint(offsets[item.task.pipeline_id]),
             )
             for item in assigned
+            if item.task.pipeline_id in pipelines and item.task.task_id in restores
         )
 
     def rebalance(self, fence: Fence, view: ClusterView | None = None) -> RebalanceResult:

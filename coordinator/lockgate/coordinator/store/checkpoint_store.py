@@ -68,8 +68,8 @@ from lockgate.coordinator.store.rows import (
     read_checkpoint_summaries,
     read_pipeline,
     read_precommit_ranges,
-    read_task,
     read_tasks,
+    read_tasks_by_id,
     unresolved_data_loss,
 )
 from lockgate.coordinator.store.tables import (
@@ -423,7 +423,7 @@ class CheckpointStore:
         """COMPLETE but not COMMITTED checkpoints with all their handles, oldest first per
         pipeline: what a new leader (re-)commits before anything else."""
         with self._db.read() as conn:
-            return pending_commits(conn, pipeline_id)
+            return pending_commits(conn, None if pipeline_id is None else [pipeline_id])
 
     def list_lingering_transactions(
         self,
@@ -449,36 +449,42 @@ class CheckpointStore:
         if include_in_flight:
             wanted.append(CheckpointState.TRIGGERED)
         with self._db.read() as conn:
-            return lingering_transactions(conn, pipeline_id, wanted)
-
-    def restore_state(self, *, task_id: TaskId) -> RestoreState:
-        """What a (re)assigned task needs before reading (DESIGN.md step 5): the next offset
-        of each of its partitions, its handles of COMPLETE-not-COMMITTED checkpoints
-        (oldest first) to re-commit, and its transactions of ABORTED checkpoints whose
-        abort is not recorded yet (not of TRIGGERED ones: a pre-commit the task's previous
-        process reported may still become COMPLETE)."""
-        return self.restore_states(task_ids=[task_id])[task_id]
+            return lingering_transactions(
+                conn, None if pipeline_id is None else [pipeline_id], wanted
+            )
 
     def restore_states(self, *, task_ids: Sequence[TaskId]) -> dict[TaskId, RestoreState]:
-        """`restore_state` of many tasks (a heartbeat's whole assignment) in one read
-        transaction, with a handful of queries per pipeline however many tasks it has."""
-        result: dict[TaskId, RestoreState] = {}
+        """What each (re)assigned task needs before reading (DESIGN.md step 5): the next
+        offset of each of its partitions, its handles of COMPLETE-not-COMMITTED checkpoints
+        (oldest first) to re-commit, and its transactions of ABORTED checkpoints whose
+        abort is not recorded yet (not of TRIGGERED ones: a pre-commit the task's previous
+        process reported may still become COMPLETE). A heartbeat's whole assignment in one
+        read transaction of five queries, however many tasks and pipelines; tasks that no
+        longer exist are left out."""
         with self._db.read() as conn:
+            found = read_tasks_by_id(conn, task_ids)
             by_pipeline: dict[PipelineId, list[TaskRecord]] = defaultdict(list)
             for task_id in dict.fromkeys(task_ids):
-                task = read_task(conn, task_id)
-                by_pipeline[task.pipeline_id].append(task)
-            for pipeline_id, pipeline_tasks in by_pipeline.items():
-                result.update(
-                    restore_states_of(
-                        pipeline_tasks,
-                        offsets=next_offsets_of(conn, pipeline_id),
-                        pending=pending_commits(conn, pipeline_id),
-                        lingering=lingering_transactions(
-                            conn, pipeline_id, [CheckpointState.ABORTED]
-                        ),
-                    )
+                if task_id in found:
+                    by_pipeline[found[task_id].pipeline_id].append(found[task_id])
+            pipeline_ids = sorted(by_pipeline)
+            offsets = next_offsets_of(conn, pipeline_ids)
+            pending: dict[PipelineId, list[PendingCommit]] = defaultdict(list)
+            for commit in pending_commits(conn, pipeline_ids):
+                pending[commit.pipeline_id].append(commit)
+            lingering: dict[PipelineId, list[LingeringTransaction]] = defaultdict(list)
+            for item in lingering_transactions(conn, pipeline_ids, [CheckpointState.ABORTED]):
+                lingering[item.pipeline_id].append(item)
+        result: dict[TaskId, RestoreState] = {}
+        for pipeline_id, pipeline_tasks in by_pipeline.items():
+            result.update(
+                restore_states_of(
+                    pipeline_tasks,
+                    offsets=offsets.get(pipeline_id, {}),
+                    pending=pending[pipeline_id],
+                    lingering=lingering[pipeline_id],
                 )
+            )
         return result
 
 

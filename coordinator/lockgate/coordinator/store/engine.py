@@ -32,7 +32,6 @@ the pool's pre-ping drops dead connections, so calls succeed again once it is ba
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +49,7 @@ from lockgate.common.model.ids import CoordinatorId, LeaderEpoch
 from lockgate.coordinator.domain.errors import FencedError, InvalidArgument, Unavailable
 from lockgate.coordinator.domain.lease import Fence, LeaseRecord
 from lockgate.coordinator.store.tables import LEASE_ROW_ID, leader_lease
+from lockgate.coordinator.store.write_turn import WriteTurn
 
 DEFAULT_LEASE_MS = 3_000
 """The coordinator's default `--lease-ms`; the session timeouts below are derived from it."""
@@ -220,10 +220,8 @@ class Database:
         self._engine = engine
         self._timeouts = timeouts
         # The threads of one replica take turns at writing here rather than in the
-        # database: SQLite's busy handler retries a refused BEGIN IMMEDIATE only after
-        # sleeping (up to 100 ms a try), and on PostgreSQL the row locks would queue them
-        # anyway. Other replicas still meet this one's writes in the database.
-        self._write_turn = threading.RLock()
+        # database (`write_turn.py`); other replicas still meet this one's writes there.
+        self._write_turn = WriteTurn()
 
     @property
     def engine(self) -> Engine:
@@ -237,12 +235,17 @@ class Database:
             yield conn
 
     @contextlib.contextmanager
-    def transaction(self, *, fence: Fence | None) -> Iterator[Connection]:
+    def transaction(self, *, fence: Fence | None, urgent: bool = False) -> Iterator[Connection]:
         """A write transaction; with a `fence`, conditional on the caller still leading
         (FencedError before anything is written otherwise). None only for the lease's own
         compare-and-set, which is its own condition, and for a replica's own presence row,
-        which every replica writes, leader or not."""
-        with self._write_turn, self._busy_as_unavailable(), self._engine.connect() as conn:
+        which every replica writes, leader or not. `urgent` (the lease's renewal) takes the
+        replica's next turn at writing, before every other waiting write."""
+        with (
+            self._write_turn.held(urgent=urgent),
+            self._busy_as_unavailable(),
+            self._engine.connect() as conn,
+        ):
             conn.execution_options(lockgate_write=True)
             with conn.begin():
                 if fence is not None:

@@ -47,7 +47,7 @@ class LeaseStore:
             sa.func.coalesce(leader_lease.c.holder_incarnation, "") == incarnation,
             leader_lease.c.expires_at_ms > now,
         )
-        with self._db.transaction(fence=None) as conn:
+        with self._db.transaction(fence=None, urgent=True) as conn:
             conn.execute(
                 leader_lease.update()
                 .where(

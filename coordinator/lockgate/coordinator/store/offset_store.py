@@ -7,7 +7,7 @@ Partitions without a row start from the pipeline's `starting_offsets`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -30,14 +30,36 @@ from lockgate.coordinator.store.rows import (
 from lockgate.coordinator.store.tables import source_offsets
 
 
-def next_offsets_of(conn: Connection, pipeline_id: PipelineId) -> dict[TopicPartition, int]:
-    """The pipeline's restore position per partition (partitions without one are absent)."""
+def next_offsets_of(
+    conn: Connection, pipeline_ids: Sequence[PipelineId]
+) -> dict[PipelineId, dict[TopicPartition, int]]:
+    """Each pipeline's restore position per partition (partitions without one are absent,
+    and pipelines with none), in one query."""
     return {
-        TopicPartition(r.topic, int(r.partition)): int(r.next_offset)
-        for r in conn.execute(
-            sa.select(source_offsets).where(source_offsets.c.pipeline_id == pipeline_id)
-        )
+        pipeline_id: {TopicPartition(o.topic, o.partition): o.next_offset for o in offsets}
+        for pipeline_id, offsets in _partition_offsets(conn, pipeline_ids).items()
     }
+
+
+def _partition_offsets(
+    conn: Connection, pipeline_ids: Sequence[PipelineId]
+) -> dict[PipelineId, list[PartitionOffset]]:
+    """The `source_offsets` rows of these pipelines, in (topic, partition) order."""
+    result: dict[PipelineId, list[PartitionOffset]] = {}
+    for r in conn.execute(
+        sa.select(source_offsets)
+        .where(source_offsets.c.pipeline_id.in_(sorted(set(pipeline_ids))))
+        .order_by(source_offsets.c.pipeline_id, source_offsets.c.topic, source_offsets.c.partition)
+    ):
+        result.setdefault(PipelineId(r.pipeline_id), []).append(
+            PartitionOffset(
+                topic=r.topic,
+                partition=int(r.partition),
+                next_offset=int(r.next_offset),
+                checkpoint_id=opt_int(r.checkpoint_id),
+            )
+        )
+    return result
 
 
 def write_next_offsets(
@@ -74,23 +96,20 @@ class OffsetStore:
 
     def get_offsets(self, *, pipeline_id: PipelineId) -> list[PartitionOffset]:
         """Where the pipeline resumes each source partition (from the last COMPLETE
-        checkpoint or a reset); partitions absent start from `starting_offsets`."""
+        checkpoint or a reset); partitions absent start from `starting_offsets`. NotFound
+        if there is no such pipeline."""
         with self._db.read() as conn:
             read_pipeline(conn, pipeline_id)
-            rows = conn.execute(
-                sa.select(source_offsets)
-                .where(source_offsets.c.pipeline_id == pipeline_id)
-                .order_by(source_offsets.c.topic, source_offsets.c.partition)
-            ).all()
-        return [
-            PartitionOffset(
-                topic=r.topic,
-                partition=int(r.partition),
-                next_offset=int(r.next_offset),
-                checkpoint_id=opt_int(r.checkpoint_id),
-            )
-            for r in rows
-        ]
+            return _partition_offsets(conn, [pipeline_id]).get(pipeline_id, [])
+
+    def get_offsets_of(
+        self, *, pipeline_ids: Sequence[PipelineId]
+    ) -> dict[PipelineId, list[PartitionOffset]]:
+        """`get_offsets` of many pipelines in one query (those without any: an empty list;
+        no existence check)."""
+        with self._db.read() as conn:
+            found = _partition_offsets(conn, pipeline_ids)
+        return {p: found.get(p, []) for p in pipeline_ids}
 
     def reset_offsets(
         self,

@@ -310,6 +310,20 @@ class PipelineStore:
         with self._db.read() as conn:
             return read_pipeline(conn, pipeline_id)
 
+    def get_pipelines(
+        self, *, pipeline_ids: Sequence[PipelineId]
+    ) -> dict[PipelineId, PipelineRecord]:
+        """These pipelines, those that exist, in one query."""
+        with self._db.read() as conn:
+            return {
+                PipelineId(r.pipeline_id): pipeline_record(r)
+                for r in conn.execute(
+                    sa.select(pipelines).where(
+                        pipelines.c.pipeline_id.in_(sorted(set(pipeline_ids)))
+                    )
+                )
+            }
+
     def list_pipelines(
         self, *, page_size: int = 100, page_token: str = ""
     ) -> tuple[list[PipelineRecord], str]:

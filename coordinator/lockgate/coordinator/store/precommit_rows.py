@@ -88,7 +88,7 @@ def _start_offsets(
     or a reset), unless an earlier checkpoint still TRIGGERED pre-committed the partition:
     then its end (the leader triggers nothing while one is TRIGGERED, so only the store's
     own callers reach that case)."""
-    starts = next_offsets_of(conn, pipeline_id)
+    starts = next_offsets_of(conn, [pipeline_id]).get(pipeline_id, {})
     earlier = conn.execute(
         sa.select(
             precommit_offsets.c.topic, precommit_offsets.c.partition, precommit_offsets.c.end_offset

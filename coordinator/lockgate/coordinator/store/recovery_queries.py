@@ -27,46 +27,59 @@ from lockgate.coordinator.store.tables import (
 )
 
 
-def pending_commits(conn: Connection, pipeline_id: PipelineId | None) -> list[PendingCommit]:
-    """COMPLETE, not COMMITTED checkpoints (of one pipeline, or all) with their handles,
-    oldest first per pipeline."""
+def pending_commits(
+    conn: Connection, pipeline_ids: Sequence[PipelineId] | None
+) -> list[PendingCommit]:
+    """COMPLETE, not COMMITTED checkpoints (of these pipelines, or all) with their handles,
+    oldest first per pipeline; two queries however many there are."""
     stmt = (
         sa.select(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id)
         .where(checkpoints.c.state == CheckpointState.COMPLETE.value)
         .order_by(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id)
     )
-    if pipeline_id is not None:
-        stmt = stmt.where(checkpoints.c.pipeline_id == pipeline_id)
-    result: list[PendingCommit] = []
-    for pid, cid in conn.execute(stmt).all():
-        hstmt = (
-            sa.select(precommit_handles)
-            .where(
-                precommit_handles.c.pipeline_id == pid,
-                precommit_handles.c.checkpoint_id == cid,
-            )
-            .order_by(precommit_handles.c.task_id, precommit_handles.c.transactional_id)
+    hstmt = (
+        sa.select(precommit_handles)
+        .join(
+            checkpoints,
+            sa.and_(
+                checkpoints.c.pipeline_id == precommit_handles.c.pipeline_id,
+                checkpoints.c.checkpoint_id == precommit_handles.c.checkpoint_id,
+            ),
         )
-        by_task: dict[TaskId, list[TransactionHandle]] = defaultdict(list)
-        for h in conn.execute(hstmt):
-            by_task[TaskId(h.task_id)].append(sink_handle(h))
-        result.append(
-            PendingCommit(
-                pipeline_id=PipelineId(pid),
-                checkpoint_id=CheckpointId(int(cid)),
-                handles=tuple(
-                    TaskHandles(task_id=t, handles=tuple(hs)) for t, hs in sorted(by_task.items())
-                ),
-            )
+        .where(checkpoints.c.state == CheckpointState.COMPLETE.value)
+        .order_by(precommit_handles.c.task_id, precommit_handles.c.transactional_id)
+    )
+    if pipeline_ids is not None:
+        stmt = stmt.where(checkpoints.c.pipeline_id.in_(sorted(set(pipeline_ids))))
+        hstmt = hstmt.where(checkpoints.c.pipeline_id.in_(sorted(set(pipeline_ids))))
+    complete = conn.execute(stmt).all()
+    if not complete:
+        return []
+    handles: dict[tuple[str, int], dict[TaskId, list[TransactionHandle]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for h in conn.execute(hstmt):
+        handles[(h.pipeline_id, int(h.checkpoint_id))][TaskId(h.task_id)].append(sink_handle(h))
+    return [
+        PendingCommit(
+            pipeline_id=PipelineId(pid),
+            checkpoint_id=CheckpointId(int(cid)),
+            handles=tuple(
+                TaskHandles(task_id=t, handles=tuple(hs))
+                for t, hs in sorted(handles[(pid, int(cid))].items())
+            ),
         )
-    return result
+        for pid, cid in complete
+    ]
 
 
 def lingering_transactions(
-    conn: Connection, pipeline_id: PipelineId | None, states: Sequence[CheckpointState]
+    conn: Connection,
+    pipeline_ids: Sequence[PipelineId] | None,
+    states: Sequence[CheckpointState],
 ) -> list[LingeringTransaction]:
     """Transactions of checkpoints in `states` (ABORTED, maybe TRIGGERED) whose abort is
-    not recorded yet, of one pipeline or all (see `LingeringTransaction`)."""
+    not recorded yet, of these pipelines or all (see `LingeringTransaction`)."""
     stmt = (
         sa.select(
             checkpoint_tasks.c.pipeline_id,
@@ -108,8 +121,8 @@ def lingering_transactions(
             precommit_handles.c.transactional_id,
         )
     )
-    if pipeline_id is not None:
-        stmt = stmt.where(checkpoint_tasks.c.pipeline_id == pipeline_id)
+    if pipeline_ids is not None:
+        stmt = stmt.where(checkpoint_tasks.c.pipeline_id.in_(sorted(set(pipeline_ids))))
     return [
         LingeringTransaction(
             pipeline_id=PipelineId(r.pipeline_id),

@@ -24,8 +24,9 @@ class ReplicaStore:
 
     def record_replica(self, *, coordinator_id: CoordinatorId, address: str) -> None:
         """Write this replica's row: its address, last seen now (database clock). Any
-        replica, for itself only."""
-        with self._db.transaction(fence=None) as conn:
+        replica, for itself only. Urgent, as the lease's renewal: the lease keeper writes it
+        between two renewals, so a write queued behind the others would delay the next."""
+        with self._db.transaction(fence=None, urgent=True) as conn:
             upsert(
                 conn,
                 coordinators,
