@@ -12,7 +12,7 @@ import pytest
 from lockgate.common.metrics import Instruments
 from lockgate.common.model.ids import CoordinatorId, PipelineId
 from lockgate.common.model.offsets import TopicPartition
-from lockgate.common.model.pipeline_spec import parse_pipeline_spec
+from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.progress import PartitionBounds
 from lockgate.coordinator.domain.states import TargetState
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
@@ -28,12 +28,14 @@ class CountedTopics(FixedTopics):
     def __init__(self) -> None:
         super().__init__(partitions=2, end_offset=10)
         self.lookups = 0
+        self.asked: list[tuple[str, list[TopicPartition]]] = []
         self.down = False
 
     def partition_bounds(
         self, bootstrap_servers: str, partitions: Sequence[TopicPartition], properties: object = ()
     ) -> dict[TopicPartition, PartitionBounds]:
         self.lookups += 1
+        self.asked.append((bootstrap_servers, list(partitions)))
         if self.down:
             raise ConnectionError("the source cluster does not answer")
         return super().partition_bounds(bootstrap_servers, partitions, properties)
@@ -45,6 +47,16 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def spec(name: str, topic: str, *, source: str = "k:9092") -> PipelineSpec:
+    return parse_pipeline_spec(
+        {
+            "name": name,
+            "source": {"kafka": {"bootstrap_servers": source, "topics": [topic]}},
+            "sink": {"kafka": {"bootstrap_servers": "k:9092", "topic": f"{name}-out"}},
+        }
+    )
 
 
 @pytest.fixture
@@ -64,14 +76,7 @@ def leader(tmp_path: Path, topics: CountedTopics) -> Iterator[Herder]:
         topics=topics,  # type: ignore[arg-type]
     )
     herder.lease_keeper.attempt()
-    spec = parse_pipeline_spec(
-        {
-            "name": "p",
-            "source": {"kafka": {"bootstrap_servers": "k:9092", "topics": ["in"]}},
-            "sink": {"kafka": {"bootstrap_servers": "k:9092", "topic": "out"}},
-        }
-    )
-    herder.pipelines.create(spec=spec, target_state=TargetState.RUNNING)
+    herder.pipelines.create(spec=spec("p", "in"), target_state=TargetState.RUNNING)
     yield herder
     store.close()
 
@@ -119,3 +124,35 @@ def test_status_before_the_first_measurement_asks_kafka(
     before = topics.lookups
     status = leader.progress.status_progress(leader.pipelines.get(PipelineId("p")))
     assert status.total_lag == 20 and topics.lookups == before + 1
+
+
+def test_a_refresh_asks_each_source_cluster_once_for_all_its_pipelines(
+    leader: Herder, topics: CountedTopics
+) -> None:
+    """Pipelines on one cluster share one round of ListOffsets; each gets only its own
+    partitions' lag from it."""
+    leader.pipelines.create(spec=spec("q", "in2"), target_state=TargetState.RUNNING)
+    leader.pipelines.create(
+        spec=spec("r", "in3", source="other:9092"), target_state=TargetState.RUNNING
+    )
+    leader.pipelines.create(spec=spec("s", "in4"), target_state=TargetState.STOPPED)
+    progress = Progress(
+        store=leader.store,
+        topics=topics,  # type: ignore[arg-type]
+        lease=leader.lease_keeper,
+        membership=leader.membership,
+        instruments=Instruments.disabled(),
+    )
+    topics.asked.clear()
+    progress.refresh(leader.require_fence())
+    asked = {
+        servers: sorted((tp.topic, tp.partition) for tp in tps) for servers, tps in topics.asked
+    }
+    assert len(topics.asked) == 2
+    assert asked == {
+        "k:9092": [("in", 0), ("in", 1), ("in2", 0), ("in2", 1)],
+        "other:9092": [("in3", 0), ("in3", 1)],
+    }
+    for name in ("p", "q", "r"):
+        status = progress.status_progress(leader.pipelines.get(PipelineId(name)))
+        assert (status.total_lag, status.lag_known) == (20, True), name

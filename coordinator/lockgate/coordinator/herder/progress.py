@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from lockgate.common.metrics import (
@@ -30,11 +30,13 @@ from lockgate.common.metrics import (
     Instruments,
 )
 from lockgate.common.model.ids import PipelineId
+from lockgate.common.model.kafka_properties import KafkaProperties
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.lease import Fence
-from lockgate.coordinator.domain.pipelines import PipelineRecord
+from lockgate.coordinator.domain.pipelines import PartitionOffset, PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.progress import (
     RATE_WINDOW_CHECKPOINTS,
+    PartitionBounds,
     PartitionLag,
     checkpoint_age_ms,
     records_per_second,
@@ -137,23 +139,14 @@ class Progress:
     def measure(self, pipeline: PipelineRecord) -> PipelineProgress:
         """The pipeline's lag (asking its source cluster now), rate and last commit age.
         Any replica."""
-        tasks = self._store.pipelines.list_tasks(pipeline_id=pipeline.pipeline_id)
-        partitions = sorted(
-            {tp for t in tasks for tp in t.partitions}, key=lambda tp: (tp.topic, tp.partition)
-        )
+        partitions = _partitions(self._store.pipelines.list_tasks(pipeline_id=pipeline.pipeline_id))
+        source = pipeline.spec.source
         bounds = self._topics.partition_bounds(
-            pipeline.spec.source.bootstrap_servers, partitions, pipeline.spec.source.properties
+            source.bootstrap_servers, partitions, source.properties
         )
-        resume = {
-            TopicPartition(o.topic, o.partition): o.next_offset
-            for o in self._store.offsets.get_offsets(pipeline_id=pipeline.pipeline_id)
-        }
-        lags = source_lag(
-            bounds=bounds,
-            resume_offsets=resume,
-            starting_offsets=pipeline.spec.source.starting_offsets,
-        )
-        return self._with_lag(pipeline, lags, lag_known=len(bounds) == len(partitions))
+        offsets = self._store.offsets.get_offsets(pipeline_id=pipeline.pipeline_id)
+        lags, lag_known = _lags(pipeline, partitions, bounds, offsets)
+        return self._with_lag(pipeline, lags, lag_known=lag_known)
 
     def _with_lag(
         self,
@@ -195,29 +188,43 @@ class Progress:
                 self.refresh(fence)
 
     def refresh(self, fence: Fence) -> None:
-        """Measure the lag of every pipeline that is not STOPPED, for the lag gauge.
-        Leader-only; never raises (a pipeline whose cluster does not answer keeps no lag)."""
-        lags: dict[PipelineId, tuple[PartitionLag, ...]] = {}
-        cache: dict[PipelineId, _MeasuredLag] = {}
+        """Measure the lag of every pipeline that is not STOPPED, for the lag gauge and the
+        status calls. Leader-only; never raises (a pipeline whose cluster does not answer
+        keeps its last figure, and status says how old it is). Three reads and one round of
+        ListOffsets per source cluster, however many pipelines."""
+        running = [
+            p for p in all_pipelines(self._store) if p.target_state is not TargetState.STOPPED
+        ]
+        partitions: dict[PipelineId, list[TopicPartition]] = {}
+        for pipeline_id, tasks in _by_pipeline(self._store.pipelines.list_tasks()).items():
+            partitions[pipeline_id] = _partitions(tasks)
+        offsets = self._store.offsets.get_offsets_of(pipeline_ids=[p.pipeline_id for p in running])
+        clusters: dict[tuple[str, KafkaProperties], list[PipelineRecord]] = defaultdict(list)
+        for pipeline in running:
+            source = pipeline.spec.source
+            clusters[(source.bootstrap_servers, source.properties)].append(pipeline)
         with self._lock:
             before = dict(self._cache)
-        for pipeline in all_pipelines(self._store):
-            if pipeline.target_state is TargetState.STOPPED:
-                continue
-            pipeline_id = pipeline.pipeline_id
+        lags: dict[PipelineId, tuple[PartitionLag, ...]] = {}
+        cache: dict[PipelineId, _MeasuredLag] = {}
+        for (bootstrap_servers, properties), members in clusters.items():
+            asked = sorted({tp for p in members for tp in partitions.get(p.pipeline_id, [])})
             measured_at = self._clock()
             try:
-                progress = self.measure(pipeline)
+                bounds = self._topics.partition_bounds(bootstrap_servers, asked, properties)
             except Exception:
-                _LOG.warning("could not measure the lag of %s", pipeline_id, exc_info=True)
-                if pipeline_id in before:
+                _LOG.warning("could not measure the lag on %s", bootstrap_servers, exc_info=True)
+                bounds = {}
+            for pipeline in members:
+                pipeline_id = pipeline.pipeline_id
+                measured, known = _lags(
+                    pipeline, partitions.get(pipeline_id, []), bounds, offsets[pipeline_id]
+                )
+                lags[pipeline_id] = measured
+                if known or pipeline_id not in before:
+                    cache[pipeline_id] = _MeasuredLag(measured, known, measured_at)
+                else:
                     cache[pipeline_id] = before[pipeline_id]  # status says how old it is
-                continue
-            lags[pipeline_id] = progress.lags
-            if progress.lag_known or pipeline_id not in before:
-                cache[pipeline_id] = _MeasuredLag(progress.lags, progress.lag_known, measured_at)
-            else:
-                cache[pipeline_id] = before[pipeline_id]
         with self._lock:
             self._lags = lags
             self._cache = cache
@@ -264,6 +271,37 @@ class Progress:
         if lease is None:
             return []
         return [(float(lease.leader_epoch), {})]
+
+
+def _by_pipeline(tasks: Iterable[TaskRecord]) -> dict[PipelineId, list[TaskRecord]]:
+    grouped: dict[PipelineId, list[TaskRecord]] = defaultdict(list)
+    for task in tasks:
+        grouped[task.pipeline_id].append(task)
+    return grouped
+
+
+def _partitions(tasks: Iterable[TaskRecord]) -> list[TopicPartition]:
+    """The source partitions of a pipeline's tasks, in topic-partition order."""
+    return sorted(
+        {tp for t in tasks for tp in t.partitions}, key=lambda tp: (tp.topic, tp.partition)
+    )
+
+
+def _lags(
+    pipeline: PipelineRecord,
+    partitions: Sequence[TopicPartition],
+    bounds: Mapping[TopicPartition, PartitionBounds],
+    offsets: Sequence[PartitionOffset],
+) -> tuple[tuple[PartitionLag, ...], bool]:
+    """The pipeline's lag per partition from its cluster's `bounds` (which may cover other
+    pipelines' partitions too), and whether every one of its partitions was answered."""
+    mine = {tp: bounds[tp] for tp in partitions if tp in bounds}
+    lags = source_lag(
+        bounds=mine,
+        resume_offsets={TopicPartition(o.topic, o.partition): o.next_offset for o in offsets},
+        starting_offsets=pipeline.spec.source.starting_offsets,
+    )
+    return lags, len(mine) == len(partitions)
 
 
 def _lag_attributes(pipeline_id: PipelineId, lag: PartitionLag) -> Attributes:
