@@ -81,11 +81,9 @@ def leader(tmp_path: Path, topics: CountedTopics) -> Iterator[Herder]:
     store.close()
 
 
-def test_status_on_the_leader_reads_the_measured_lag_and_says_when_it_is_old(
-    leader: Herder, topics: CountedTopics
-) -> None:
-    clock = Clock()
-    progress = Progress(
+def progress_of(leader: Herder, topics: CountedTopics, clock: Clock) -> Progress:
+    """The leader's progress measurement over the counted topics, on `clock`."""
+    return Progress(
         store=leader.store,
         topics=topics,  # type: ignore[arg-type]
         lease=leader.lease_keeper,
@@ -93,6 +91,13 @@ def test_status_on_the_leader_reads_the_measured_lag_and_says_when_it_is_old(
         instruments=Instruments.disabled(),
         clock=clock,
     )
+
+
+def test_status_on_the_leader_reads_the_measured_lag_and_says_when_it_is_old(
+    leader: Herder, topics: CountedTopics
+) -> None:
+    clock = Clock()
+    progress = progress_of(leader, topics, clock)
     pipeline = leader.pipelines.get(PipelineId("p"))
     progress.refresh(leader.require_fence())
     measured = topics.lookups
@@ -136,13 +141,7 @@ def test_a_refresh_asks_each_source_cluster_once_for_all_its_pipelines(
         spec=spec("r", "in3", source="other:9092"), target_state=TargetState.RUNNING
     )
     leader.pipelines.create(spec=spec("s", "in4"), target_state=TargetState.STOPPED)
-    progress = Progress(
-        store=leader.store,
-        topics=topics,  # type: ignore[arg-type]
-        lease=leader.lease_keeper,
-        membership=leader.membership,
-        instruments=Instruments.disabled(),
-    )
+    progress = progress_of(leader, topics, Clock())
     topics.asked.clear()
     progress.refresh(leader.require_fence())
     asked = {

@@ -47,22 +47,26 @@ class WriteTurn:
                 self._depth -= 1
                 if self._depth == 0:
                     self._owner = None
-                    # One waiter at a time: an urgent one if any, else one other.
-                    if self._urgent_waiting:
-                        self._urgent.notify()
-                    else:
-                        self._normal.notify()
+                    self._pass_on()
 
     def _wait_for_turn(self, *, urgent: bool) -> None:
         """With the lock held: wait until the turn is free (and, for a waiter that is not
         urgent, no urgent one is waiting)."""
         if urgent:
             self._urgent_waiting += 1
-            try:
-                while self._owner is not None:
-                    self._urgent.wait()
-            finally:
+        try:
+            while self._owner is not None or (not urgent and self._urgent_waiting):
+                (self._urgent if urgent else self._normal).wait()
+        except BaseException:
+            # Interrupted, perhaps after being woken to take a free turn: wake another.
+            if urgent:
                 self._urgent_waiting -= 1
-            return
-        while self._owner is not None or self._urgent_waiting:
-            self._normal.wait()
+            if self._owner is None:
+                self._pass_on()
+            raise
+        if urgent:
+            self._urgent_waiting -= 1
+
+    def _pass_on(self) -> None:
+        """With the lock held and the turn free: wake one waiter, an urgent one if any."""
+        (self._urgent if self._urgent_waiting else self._normal).notify()
