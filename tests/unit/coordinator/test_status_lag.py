@@ -13,6 +13,7 @@ from lockgate.common.metrics import Instruments
 from lockgate.common.model.ids import CoordinatorId, PipelineId
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
+from lockgate.coordinator.domain.errors import Unavailable
 from lockgate.coordinator.domain.progress import PartitionBounds
 from lockgate.coordinator.domain.states import TargetState
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
@@ -155,3 +156,23 @@ def test_a_refresh_asks_each_source_cluster_once_for_all_its_pipelines(
     for name in ("p", "q", "r"):
         status = progress.status_progress(leader.pipelines.get(PipelineId(name)))
         assert (status.total_lag, status.lag_known) == (20, True), name
+
+
+def test_a_refresh_that_cannot_read_the_state_database_keeps_the_last_figures(
+    leader: Herder, topics: CountedTopics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lag thread outlives a database that is down: the refresh logs, keeps what it
+    measured last, and raises nothing."""
+    clock = Clock()
+    progress = progress_of(leader, topics, clock)
+    progress.refresh(leader.require_fence())
+
+    def down(**_kwargs: object) -> None:
+        raise Unavailable("the state database is down", reason="DATABASE_UNAVAILABLE")
+
+    monkeypatch.setattr(leader.store.offsets, "get_offsets_of", down)
+    clock.now += 3 * LAG_REFRESH_S
+    progress.refresh(leader.require_fence())
+    status = progress.status_progress(leader.pipelines.get(PipelineId("p")))
+    assert (status.total_lag, status.lag_known) == (20, True)
+    assert len(status.warnings) == 1 and "source lag measured 6 s ago" in status.warnings[0]

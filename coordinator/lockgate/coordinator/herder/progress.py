@@ -192,13 +192,22 @@ class Progress:
         status calls. Leader-only; never raises (a pipeline whose cluster does not answer
         keeps its last figure, and status says how old it is). Three reads and one round of
         ListOffsets per source cluster, however many pipelines."""
-        running = [
-            p for p in all_pipelines(self._store) if p.target_state is not TargetState.STOPPED
-        ]
-        partitions: dict[PipelineId, list[TopicPartition]] = {}
-        for pipeline_id, tasks in _by_pipeline(self._store.pipelines.list_tasks()).items():
-            partitions[pipeline_id] = _partitions(tasks)
-        offsets = self._store.offsets.get_offsets_of(pipeline_ids=[p.pipeline_id for p in running])
+        try:
+            running = [
+                p for p in all_pipelines(self._store) if p.target_state is not TargetState.STOPPED
+            ]
+            partitions = {
+                pipeline_id: _partitions(tasks)
+                for pipeline_id, tasks in _by_pipeline(self._store.pipelines.list_tasks()).items()
+            }
+            offsets = self._store.offsets.get_offsets_of(
+                pipeline_ids=[p.pipeline_id for p in running]
+            )
+        except Exception:
+            # The state database is down or busy: the figures stay as they were (status
+            # says how old they are) until the next refresh can read it.
+            _LOG.warning("could not read the pipelines to measure their lag", exc_info=True)
+            return
         clusters: dict[tuple[str, KafkaProperties], list[PipelineRecord]] = defaultdict(list)
         for pipeline in running:
             source = pipeline.spec.source
