@@ -374,6 +374,41 @@ def test_a_heartbeats_full_answer_costs_the_same_statements_however_many_pipelin
     assert many == few, f"{few} statements for 2 pipelines, {many} for 8"
 
 
+def test_a_page_of_checkpoint_history_is_one_query_however_many_checkpoints(
+    leader: Herder,
+) -> None:
+    """ListCheckpoints' page carries no task details, so it reads none: the same statements
+    for 3 checkpoints as for 7 (it read each checkpoint and its tasks, two more a row)."""
+    leader.pipelines.create(spec=spec("fast", interval_ms=1), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    pipeline = PipelineId("fast")
+
+    def history() -> tuple[int, list[Any]]:
+        statements: list[str] = []
+
+        def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            statements.append(statement)
+
+        sa.event.listen(leader.store.engine, "before_cursor_execute", count)
+        try:
+            page = leader.checkpoints.list_checkpoints(pipeline_id=pipeline, limit=100)
+        finally:
+            sa.event.remove(leader.store.engine, "before_cursor_execute", count)
+        return len(statements), page
+
+    for n in range(1, 7):
+        leader.run_pass(leader.require_fence())
+        complete(leader, "fast", n)
+        if n == 2:
+            few, _ = history()
+    many, page = history()
+    # Each pass that committed one triggered the next: 7 is in flight.
+    assert [c.checkpoint_id for c in page] == [7, 6, 5, 4, 3, 2, 1]
+    assert all(c.committed_at_ms is not None for c in page[1:])
+    assert all(c.tasks == () for c in page)
+    assert many == few, f"{few} statements for 3 checkpoints, {many} for 7"
+
+
 def test_a_pass_reads_the_fingerprint_and_the_executors_once(
     leader: Herder, monkeypatch: pytest.MonkeyPatch
 ) -> None:

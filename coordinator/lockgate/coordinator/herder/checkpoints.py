@@ -155,9 +155,10 @@ class CheckpointDriver:
         before: CheckpointId | None = None,
         states: Sequence[CheckpointState] | None = None,
     ) -> list[CheckpointRecord]:
-        """Checkpoint history with timings, newest first. Any replica."""
+        """Checkpoint history with timings, newest first, without the tasks' parts (a
+        page is one query). Any replica."""
         return self._store.checkpoints.list_checkpoints(
-            pipeline_id=pipeline_id, limit=limit, before=before, states=states
+            pipeline_id=pipeline_id, limit=limit, before=before, states=states, with_tasks=False
         )
 
     def get_checkpoint(

@@ -198,9 +198,10 @@ class Pipelines:
             pipeline_id=pipeline_id,
             limit=1,
             states=[CheckpointState.COMPLETE, CheckpointState.COMMITTED],
+            with_tasks=False,
         )
         committed = self._store.checkpoints.list_checkpoints(
-            pipeline_id=pipeline_id, limit=1, states=[CheckpointState.COMMITTED]
+            pipeline_id=pipeline_id, limit=1, states=[CheckpointState.COMMITTED], with_tasks=False
         )
         # Read before the checkpoints in flight (the reads are separate snapshots): a loss
         # shown has then taken its later checkpoints along, so a FAILED pipeline never
@@ -210,6 +211,7 @@ class Pipelines:
             pipeline_id=pipeline_id,
             limit=100,
             states=[CheckpointState.TRIGGERED, CheckpointState.COMPLETE],
+            with_tasks=False,
         )
         last_complete = complete[0].checkpoint_id if complete else CheckpointId(0)
         # Counted before the newest abort is read (the reads are separate snapshots): the

@@ -61,6 +61,7 @@ from lockgate.coordinator.store.precommit_rows import (
 )
 from lockgate.coordinator.store.recovery_queries import lingering_transactions, pending_commits
 from lockgate.coordinator.store.rows import (
+    checkpoint_record,
     checkpoint_states,
     move_checkpoint,
     parsed_spec,
@@ -371,13 +372,15 @@ class CheckpointStore:
         limit: int = 100,
         before: CheckpointId | None = None,
         states: Iterable[CheckpointState] | None = None,
+        with_tasks: bool = True,
     ) -> list[CheckpointRecord]:
         """Checkpoint history of a pipeline, newest first, `limit` at most (older than
-        `before` when given)."""
+        `before` when given); without `with_tasks`, summaries (states and times, no task
+        rows) in one query for the whole page."""
         with self._db.read() as conn:
             read_pipeline(conn, pipeline_id)
             stmt = (
-                sa.select(checkpoints.c.checkpoint_id)
+                sa.select(checkpoints)
                 .where(checkpoints.c.pipeline_id == pipeline_id)
                 .order_by(checkpoints.c.checkpoint_id.desc())
                 .limit(limit)
@@ -386,8 +389,12 @@ class CheckpointStore:
                 stmt = stmt.where(checkpoints.c.checkpoint_id < before)
             if states is not None:
                 stmt = stmt.where(checkpoints.c.state.in_([s.value for s in states]))
-            ids = [CheckpointId(int(r[0])) for r in conn.execute(stmt)]
-            return [read_checkpoint(conn, pipeline_id, c) for c in ids]
+            rows = conn.execute(stmt).all()
+            if not with_tasks:
+                return [checkpoint_record(r) for r in rows]
+            return [
+                read_checkpoint(conn, pipeline_id, CheckpointId(int(r.checkpoint_id))) for r in rows
+            ]
 
     def trigger_snapshot(self) -> dict[PipelineId, list[CheckpointRecord]]:
         """Per pipeline, newest first, its newest and unfinished checkpoints: what the
