@@ -102,17 +102,20 @@ class AnsweringExecutors(ExecutorClient):
         return len(kwargs["handles"])
 
 
+@pytest.mark.parametrize(("keep", "commits", "most"), [(5, 30, 5), (20, 50, 22)])
 def test_history_stays_bounded_as_checkpoints_commit(
-    open_stores: Callable[..., SqlStore],
+    open_stores: Callable[..., SqlStore], keep: int, commits: int, most: int
 ) -> None:
     """Thirty checkpoints commit one after the other on a coordinator that keeps five final
-    ones: the table never holds more than five committed checkpoints (plus the one in flight),
-    and the newest five are the ones kept, with their tasks, ranges and handles."""
+    ones: the table never holds more than five committed checkpoints, and the newest five
+    are the ones kept, with their tasks, ranges and handles. Keeping 20, it holds up to a
+    tenth more before it prunes back to 20 (so it reads the history once per two commits
+    there, once per 100 at the default 1,000)."""
     store = open_stores()
-    leader, fence = leading_herder(store, AnsweringExecutors(), checkpoint_history=5)
+    leader, fence = leading_herder(store, AnsweringExecutors(), checkpoint_history=keep)
     t0, t1 = running_pipeline(store, fence)
     rows: list[int] = []
-    for n in range(1, 31):
+    for n in range(1, commits + 1):
         store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
         precommit(store, fence, n, t0, start=5 * (n - 1), end=5 * n)
         precommit(store, fence, n, t1, start=5 * (n - 1), end=5 * n)
@@ -121,13 +124,15 @@ def test_history_stays_bounded_as_checkpoints_commit(
             rows.append(
                 conn.execute(sa.select(sa.func.count()).select_from(checkpoints)).scalar_one()
             )
-    assert max(rows) <= 5
-    kept = store.checkpoints.list_checkpoints(pipeline_id=PipelineId("p"))
-    assert [c.checkpoint_id for c in kept] == [30, 29, 28, 27, 26]
+    assert max(rows) == most
+    kept = store.checkpoints.list_checkpoints(pipeline_id=PipelineId("p"), limit=100)
+    newest = list(range(commits, commits - keep, -1))
+    assert [c.checkpoint_id for c in kept] == newest
     assert all(c.state is CheckpointState.COMMITTED for c in kept)
     with store.engine.connect() as conn:
         for table in (checkpoint_tasks, precommit_offsets, precommit_handles):
             ids = {r[0] for r in conn.execute(sa.select(table.c.checkpoint_id))}
-            assert ids == {26, 27, 28, 29, 30}, table.name
+            assert ids == set(newest), table.name
     # The pipeline resumes where the newest checkpoint ended, pruning or not.
-    assert {o.next_offset for o in store.offsets.get_offsets(pipeline_id=PipelineId("p"))} == {150}
+    offsets = store.offsets.get_offsets(pipeline_id=PipelineId("p"))
+    assert {o.next_offset for o in offsets} == {5 * commits}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sqlite3
 import threading
 import time
 import uuid
@@ -525,6 +526,25 @@ def test_three_replicas_elect_one_leader_and_followers_redirect(
     assert cluster.leader(among=survivors).coordinator_id == info.leader_epoch.leader_id
 
 
+def stop_outside_a_write(member: ChildProcess, db_url: str) -> None:
+    """SIGSTOP `member` at a moment it holds no write transaction. On SQLite a replica
+    stopped inside a write keeps the file's write lock until it resumes (README, Database
+    timeouts: no server can end its transaction), so no other replica could take the lease
+    meanwhile: take the write lock first (waiting for any write in progress to end), stop
+    it while the lock is ours, then let the lock go. On PostgreSQL the server ends a
+    stopped leader's transaction itself."""
+    if not db_url.startswith("sqlite:///"):
+        os.kill(member.process.pid, signal.SIGSTOP)
+        return
+    probe = sqlite3.connect(db_url.removeprefix("sqlite:///"), timeout=30, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        os.kill(member.process.pid, signal.SIGSTOP)
+        probe.execute("ROLLBACK")
+    finally:
+        probe.close()
+
+
 def test_paused_leader_cannot_write_after_it_wakes(cluster: CoordinatorCluster) -> None:
     """SIGSTOP the leader past its lease, let the new leader register an executor, queue a
     write at the old leader, SIGCONT: the write is refused and SQL shows only the new
@@ -533,7 +553,7 @@ def test_paused_leader_cannot_write_after_it_wakes(cluster: CoordinatorCluster) 
     old = cluster.leader()
     old_epoch = old.cluster_info().leader_epoch.epoch
     survivors = [m for m in members if m is not old]
-    os.kill(old.process.pid, signal.SIGSTOP)
+    stop_outside_a_write(old, cluster.db_url)
     try:
         new = wait_for(
             "a new leader while the old one is stopped",

@@ -25,6 +25,7 @@ from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
     LingeringTransaction,
     PendingCommit,
+    PrecommitCount,
     TaskHandles,
     TaskTrigger,
     TriggeredCheckpoint,
@@ -158,11 +159,14 @@ def test_a_trigger_never_exceeds_the_limit_or_takes_a_live_slot(
 
 def test_completion_walks_on_while_checkpoints_are_ready() -> None:
     states = {C(1): T, C(2): T, C(3): T}
-    triggered = {C(1): record(1, T, 2, 2), C(2): record(2, T, 2, 2), C(3): record(3, T, 2, 1)}
-    assert checkpoints_to_complete(C(1), states=states, triggered=triggered) == [1, 2]
+    counts = {C(1): PrecommitCount(2, 2), C(2): PrecommitCount(2, 2), C(3): PrecommitCount(2, 1)}
+    assert checkpoints_to_complete(C(1), states=states, counts=counts) == [1, 2]
     # N+1 waits for N, even if all of N+1's tasks pre-committed.
-    assert checkpoints_to_complete(C(2), states=states, triggered=triggered) == []
-    assert checkpoints_to_complete(C(3), states={C(3): K}, triggered={}) == []
+    assert checkpoints_to_complete(C(2), states=states, counts=counts) == []
+    assert checkpoints_to_complete(C(3), states={C(3): K}, counts={}) == []
+    # A checkpoint triggered for no task never completes.
+    no_task = {C(1): PrecommitCount(0, 0)}
+    assert checkpoints_to_complete(C(1), states={C(1): T}, counts=no_task) == []
 
 
 @given(st.lists(st.tuples(st.sampled_from([T, K, A]), st.integers(0, 2)), max_size=6))
@@ -170,12 +174,12 @@ def test_completion_is_in_order_and_only_of_fully_precommitted_checkpoints(
     shape: list[tuple[CheckpointState, int]],
 ) -> None:
     states = {C(n + 1): s for n, (s, _) in enumerate(shape)}
-    triggered = {C(n + 1): record(n + 1, s, 2, done) for n, (s, done) in enumerate(shape) if s is T}
+    counts = {C(n + 1): PrecommitCount(2, done) for n, (s, done) in enumerate(shape) if s is T}
     for start in states:
-        done = checkpoints_to_complete(start, states=states, triggered=triggered)
+        done = checkpoints_to_complete(start, states=states, counts=counts)
         assert done == list(range(start, start + len(done)))
         for c in done:
-            assert triggered[c].precommitted == triggered[c].task_ids
+            assert counts[c].precommitted == counts[c].tasks
             assert all(states[e] is not T for e in states if e < start)
 
 

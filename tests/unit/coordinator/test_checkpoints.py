@@ -6,11 +6,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lockgate.common.kafka_transactions import belongs_to_slot
-from lockgate.common.model.ids import CheckpointId, Generation, PipelineId, TaskId
+from lockgate.common.model.ids import CheckpointId, Generation, PipelineId
 from lockgate.common.model.offsets import OffsetRange, TopicPartition, next_offsets
 from lockgate.common.model.pipeline_spec import default_transactional_id_prefix
 from lockgate.coordinator.domain.checkpoints import (
     PendingCommit,
+    PrecommitCount,
     aborts_cascading_from,
     commit_order,
     completion_blocker,
@@ -35,10 +36,9 @@ T, A, K, X = (
 
 
 def test_complete_only_when_every_task_precommitted() -> None:
-    a, b = TaskId("p/0"), TaskId("p/1")
-    assert not is_complete(expected={a, b}, precommitted={a})
-    assert is_complete(expected={a, b}, precommitted={a, b})
-    assert not is_complete(expected=set(), precommitted=set())
+    assert not is_complete(PrecommitCount(tasks=2, precommitted=1))
+    assert is_complete(PrecommitCount(tasks=2, precommitted=2))
+    assert not is_complete(PrecommitCount(tasks=0, precommitted=0))
 
 
 def test_completion_waits_for_earlier_checkpoints() -> None:

@@ -422,3 +422,95 @@ def test_a_pass_reads_the_fingerprint_and_the_executors_once(
         leader.run_pass(leader.require_fence())
     assert len(fingerprints) == 4
     assert len(executors) == 4, "nothing to commit or abort: only the pass reads them"
+
+
+def sqlite_steps(leader: Herder, work: Callable[[], None]) -> int:
+    """SQLite virtual-machine steps (in hundreds) that `work` costs on the leader's
+    connections: what its statements make SQLite do, rows scanned included, however few
+    they return. Deterministic, unlike a timing."""
+    steps = [0]
+    touched: list[Any] = []
+
+    def tick() -> int:
+        steps[0] += 1
+        return 0  # go on
+
+    def watch(conn: Any, *_args: Any) -> None:
+        raw = conn.connection.dbapi_connection
+        if raw not in touched:
+            raw.set_progress_handler(tick, 100)
+            touched.append(raw)
+
+    sa.event.listen(leader.store.engine, "before_cursor_execute", watch)
+    try:
+        work()
+    finally:
+        sa.event.remove(leader.store.engine, "before_cursor_execute", watch)
+        for raw in touched:
+            raw.set_progress_handler(None, 0)
+    return steps[0]
+
+
+def report_all_in_one_batch(leader: Herder, pipeline: str, checkpoint_id: int) -> None:
+    """Every task of the checkpoint pre-commits in one ReportPrecommits batch, as an
+    executor's reports ready together do."""
+    store, fence = leader.store, leader.require_fence()
+    record = store.checkpoints.get_checkpoint(
+        pipeline_id=PipelineId(pipeline), checkpoint_id=CheckpointId(checkpoint_id)
+    )
+    reports = []
+    for trigger in record.tasks:
+        assert trigger.executor_id is not None
+        task = store.pipelines.get_task(task_id=trigger.task_id)
+        start = (checkpoint_id - 1) * 10
+        reports.append(
+            Precommit(
+                pipeline_id=PipelineId(pipeline),
+                checkpoint_id=CheckpointId(checkpoint_id),
+                task_id=trigger.task_id,
+                task_generation=trigger.task_generation,
+                executor_id=trigger.executor_id,
+                executor_generation=store.executors.get_executor(
+                    executor_id=trigger.executor_id
+                ).generation,
+                offsets=tuple(
+                    OffsetRange(tp.topic, tp.partition, start, start + 10)
+                    for tp in task.partitions
+                ),
+                handles=(),
+            )
+        )
+    answers = store.checkpoints.record_precommit_batch(fence=fence, precommits=reports)
+    assert all(getattr(a, "state", None) is CheckpointState.COMPLETE for a in answers), answers
+
+
+def test_a_checkpoints_cost_does_not_grow_with_the_pipelines_history(leader: Herder) -> None:
+    """A pipeline keeps up to `--checkpoint-history` (1,000) final checkpoints with their
+    task rows and ranges. A checkpoint's round (its reports in one batch, then the pass
+    that commits it and triggers the next) makes SQLite do the same work with 60 of them
+    as with 10: the reads that joined a task table by its pipeline walked every row the
+    pipeline ever wrote (the report's start-offset check, the pass's lingering aborts, the
+    history pruning's outstanding aborts): 69 hundred steps at 10 and 193 at 60 before."""
+    leader.pipelines.create(
+        spec=spec("fast", interval_ms=1, tasks_max=4), target_state=TargetState.RUNNING
+    )
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+
+    def round_of(n: int) -> None:
+        report_all_in_one_batch(leader, "fast", n)
+        leader.run_pass(fence)
+        committed = leader.store.checkpoints.get_checkpoint(
+            pipeline_id=PipelineId("fast"), checkpoint_id=CheckpointId(n)
+        )
+        assert committed.state is CheckpointState.COMMITTED
+
+    costs: dict[int, int] = {}
+    for n in range(1, 63):
+        if n in (11, 12, 61, 62):
+            costs[n] = sqlite_steps(leader, lambda n=n: round_of(n))  # type: ignore[misc]
+        else:
+            round_of(n)
+    early, late = costs[11] + costs[12], costs[61] + costs[62]
+    assert late < early * 1.25, f"{early} steps at 10 checkpoints of history, {late} at 60"

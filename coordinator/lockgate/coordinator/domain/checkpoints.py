@@ -189,9 +189,20 @@ class RestoreState:
     """This task's transactions in checkpoints that never became COMPLETE."""
 
 
-def is_complete(*, expected: AbstractSet[TaskId], precommitted: AbstractSet[TaskId]) -> bool:
-    """Whether every task checkpoint N was triggered for has pre-committed it."""
-    return bool(expected) and expected <= precommitted
+@dataclass(frozen=True)
+class PrecommitCount:
+    """Of the tasks checkpoint N was triggered for: how many, and how many of them have
+    pre-committed it (the store counts its `checkpoint_tasks` rows; a report for another
+    task is refused before it is stored, so `precommitted` counts a subset of `tasks`)."""
+
+    tasks: int
+    precommitted: int
+
+
+def is_complete(count: PrecommitCount) -> bool:
+    """Whether every task checkpoint N was triggered for has pre-committed it (a checkpoint
+    triggered for no task never is)."""
+    return count.tasks > 0 and count.precommitted >= count.tasks
 
 
 def completion_blocker(
@@ -325,23 +336,21 @@ def checkpoints_to_complete(
     start: CheckpointId,
     *,
     states: Mapping[CheckpointId, CheckpointState],
-    triggered: Mapping[CheckpointId, CheckpointRecord],
+    counts: Mapping[CheckpointId, PrecommitCount],
 ) -> list[CheckpointId]:
     """Return the checkpoints that become COMPLETE now, from `start` on, in order.
 
-    `states` are the pipeline's checkpoints not yet COMMITTED, `triggered` the TRIGGERED
-    ones with their pre-commits. N completes when every task it was triggered for has
-    pre-committed (`is_complete`) and no earlier one is still TRIGGERED
-    (`completion_blocker`); completing N may unblock N+1 (all its tasks pre-committed
-    earlier), so the walk goes on until one is not ready.
+    `states` are the pipeline's checkpoints not yet COMMITTED, `counts` the TRIGGERED
+    ones' pre-commits. N completes when every task it was triggered for has pre-committed
+    (`is_complete`) and no earlier one is still TRIGGERED (`completion_blocker`);
+    completing N may unblock N+1 (all its tasks pre-committed earlier), so the walk goes
+    on until one is not ready.
     """
     walked = dict(states)
     done: list[CheckpointId] = []
     current = start
-    while walked.get(current) is CheckpointState.TRIGGERED and current in triggered:
-        record = triggered[current]
-        ready = is_complete(expected=record.task_ids, precommitted=record.precommitted)
-        if not ready or completion_blocker(current, walked) is not None:
+    while walked.get(current) is CheckpointState.TRIGGERED and current in counts:
+        if not is_complete(counts[current]) or completion_blocker(current, walked) is not None:
             break
         walked[current] = transition_checkpoint(walked[current], CheckpointState.COMPLETE)
         done.append(current)

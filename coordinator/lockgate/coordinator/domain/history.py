@@ -5,7 +5,8 @@ A checkpoint is *final* once nothing can ever need it again: COMMITTED; ABORTED 
 abort of its transactions acknowledged (until then its handles are still to be aborted);
 DATA_LOST once an operator moved past it (until then it makes the pipeline FAILED). The
 newest `keep` final checkpoints stay (history, `pipeline checkpoints`, the newest abort in
-status); older final ones are deleted with their tasks, ranges and handles. Nothing that is
+status); older final ones are deleted with their tasks, ranges and handles, once a tenth
+more than `keep` have gathered (`history_slack`). Nothing that is
 not final is ever deleted, however old: TRIGGERED, COMPLETE (its handles are the commit
 point), ABORTED with aborts outstanding, unresolved DATA_LOST.
 
@@ -48,6 +49,13 @@ def is_final(entry: HistoryEntry) -> bool:
     return False
 
 
+def history_slack(keep: int) -> int:
+    """How many checkpoints past `keep` a pipeline may hold before its history is pruned
+    (back to `keep` final ones): a tenth of `keep`, so pruning reads the history once per
+    that many commits; none below 10 (a small history is pruned exactly)."""
+    return keep // 10
+
+
 def checkpoints_to_prune(history: Iterable[HistoryEntry], *, keep: int) -> list[CheckpointId]:
     """The final checkpoints older than the newest `keep` final ones, oldest first."""
     if keep < 1:
@@ -60,5 +68,6 @@ __all__ = [
     "DEFAULT_CHECKPOINT_HISTORY",
     "HistoryEntry",
     "checkpoints_to_prune",
+    "history_slack",
     "is_final",
 ]

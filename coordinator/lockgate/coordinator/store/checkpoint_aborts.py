@@ -16,8 +16,13 @@ from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
 from lockgate.coordinator.domain.checkpoints import abort_reason, plan_abort
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.store.engine import db_now_ms
-from lockgate.coordinator.store.rows import checkpoint_states, move_checkpoint, read_checkpoint
-from lockgate.coordinator.store.tables import checkpoint_tasks, checkpoints
+from lockgate.coordinator.store.rows import (
+    checkpoint_states,
+    move_checkpoint,
+    of_checkpoints_in,
+    read_checkpoint,
+)
+from lockgate.coordinator.store.tables import checkpoint_tasks
 
 
 def apply_abort(
@@ -51,11 +56,10 @@ def abort_checkpoints_of_tasks(
     if not task_ids:
         return []
     rows = conn.execute(
-        sa.select(checkpoint_tasks.c.pipeline_id, sa.func.min(checkpoints.c.checkpoint_id))
-        .select_from(checkpoint_tasks.join(checkpoints))  # on its foreign key
+        sa.select(checkpoint_tasks.c.pipeline_id, sa.func.min(checkpoint_tasks.c.checkpoint_id))
         .where(
+            of_checkpoints_in(checkpoint_tasks, [CheckpointState.TRIGGERED]),
             checkpoint_tasks.c.task_id.in_(sorted(task_ids)),
-            checkpoints.c.state == CheckpointState.TRIGGERED.value,
         )
         .group_by(checkpoint_tasks.c.pipeline_id)
     ).all()

@@ -55,6 +55,7 @@ from lockgate.coordinator.store.engine import Database, db_now_ms, upsert
 from lockgate.coordinator.store.history import prune_history
 from lockgate.coordinator.store.offset_store import next_offsets_of, write_next_offsets
 from lockgate.coordinator.store.precommit_rows import (
+    precommit_counts,
     precommit_snapshot,
     store_precommits,
     write_precommits,
@@ -218,15 +219,15 @@ class CheckpointStore:
         checkpoint_id: CheckpointId,
         keep_history: int | None = None,
     ) -> CheckpointRecord:
-        """Mark COMPLETE checkpoint N COMMITTED (every handle acked). Leader-only; idempotent.
-        With `keep_history`, prune the pipeline's final checkpoints beyond the newest that
-        many in the same transaction (`store/history.py`).
+        """Mark COMPLETE checkpoint N COMMITTED (every handle acked) and return it without
+        its tasks. Leader-only; idempotent. With `keep_history`, prune the pipeline's final
+        checkpoints beyond the newest that many in the same transaction (`store/history.py`).
 
         IllegalTransition if N is not COMPLETE or COMMITTED.
         """
         with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
-            checkpoint = read_checkpoint(conn, pipeline_id, checkpoint_id)
+            checkpoint = read_checkpoint(conn, pipeline_id, checkpoint_id, with_tasks=False)
             transition_checkpoint(checkpoint.state, CheckpointState.COMMITTED)
             move_checkpoint(
                 conn,
@@ -238,7 +239,7 @@ class CheckpointStore:
             )
             if keep_history is not None:
                 prune_history(conn, pipeline_id, keep=keep_history)
-            return read_checkpoint(conn, pipeline_id, checkpoint_id)
+            return read_checkpoint(conn, pipeline_id, checkpoint_id, with_tasks=False)
 
     def abort_checkpoint(
         self,
@@ -615,12 +616,11 @@ def _complete_ready(
     Returns the checkpoints it wrote COMPLETE."""
     completed: list[CheckpointId] = []
     states = checkpoint_states(conn, pipeline_id)
-    triggered = {
-        c: read_checkpoint(conn, pipeline_id, c)
-        for c, s in sorted(states.items())
-        if s is CheckpointState.TRIGGERED and c >= checkpoint_id
-    }
-    for current in checkpoints_to_complete(checkpoint_id, states=states, triggered=triggered):
+    triggered = [
+        c for c, s in states.items() if s is CheckpointState.TRIGGERED and c >= checkpoint_id
+    ]
+    counts = precommit_counts(conn, pipeline_id, triggered)
+    for current in checkpoints_to_complete(checkpoint_id, states=states, counts=counts):
         if not move_checkpoint(
             conn,
             pipeline_id,

@@ -9,16 +9,44 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import CheckpointId, PipelineId
-from lockgate.coordinator.domain.history import HistoryEntry, checkpoints_to_prune
+from lockgate.coordinator.domain.history import HistoryEntry, checkpoints_to_prune, history_slack
 from lockgate.coordinator.domain.states import CheckpointState
+from lockgate.coordinator.store.rows import of_checkpoints_in
 from lockgate.coordinator.store.tables import checkpoint_tasks, checkpoints
 
 
 def prune_history(conn: Connection, pipeline_id: PipelineId, *, keep: int) -> int:
-    """Delete the pipeline's final checkpoints older than its newest `keep` final ones;
-    return how many. The caller holds the pipeline row's lock."""
+    """Delete the pipeline's final checkpoints older than its newest `keep` final ones once
+    the pipeline holds more than `keep` plus a tenth of it (`history_slack`); return how
+    many. The caller holds the pipeline row's lock.
+
+    The slack makes the read of the whole history (up to `keep` rows, several ms at the
+    default 1,000) happen once per `keep // 10` commits, not on every commit once the
+    history is full; below it two index reads decide there is nothing to do."""
+    limit = keep + history_slack(keep)
+    # One aggregate each: SQLite reads a min() or a max() alone off the index's end, but
+    # walks the whole range for both in one statement.
+    oldest = conn.execute(
+        sa.select(sa.func.min(checkpoints.c.checkpoint_id)).where(
+            checkpoints.c.pipeline_id == pipeline_id
+        )
+    ).scalar_one()
+    newest = conn.execute(
+        sa.select(sa.func.max(checkpoints.c.checkpoint_id)).where(
+            checkpoints.c.pipeline_id == pipeline_id
+        )
+    ).scalar_one()
+    if oldest is None or int(newest) - int(oldest) + 1 <= limit:
+        return 0  # ids are unique: no more rows than the span
+    total = conn.execute(
+        sa.select(sa.func.count()).where(checkpoints.c.pipeline_id == pipeline_id)
+    ).scalar_one()
+    if total <= limit:
+        return 0
+    # Of the ABORTED checkpoints only (a COMMITTED one's task rows have no abort to ack: a
+    # subquery over every task row the pipeline ever wrote was most of a commit's cost).
     outstanding = sa.select(checkpoint_tasks.c.checkpoint_id).where(
-        checkpoint_tasks.c.pipeline_id == pipeline_id,
+        of_checkpoints_in(checkpoint_tasks, [CheckpointState.ABORTED], [pipeline_id]),
         checkpoint_tasks.c.abort_acked_at_ms.is_(None),
     )
     rows = conn.execute(
@@ -29,8 +57,6 @@ def prune_history(conn: Connection, pipeline_id: PipelineId, *, keep: int) -> in
             checkpoints.c.checkpoint_id.in_(outstanding).label("outstanding"),
         ).where(checkpoints.c.pipeline_id == pipeline_id)
     ).all()
-    if len(rows) <= keep:
-        return 0
     doomed = checkpoints_to_prune(
         (
             HistoryEntry(

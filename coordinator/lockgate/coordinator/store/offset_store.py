@@ -8,6 +8,7 @@ Partitions without a row start from the pipeline's `starting_offsets`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -31,24 +32,37 @@ from lockgate.coordinator.store.tables import source_offsets
 
 
 def next_offsets_of(
-    conn: Connection, pipeline_ids: Sequence[PipelineId]
+    conn: Connection,
+    pipeline_ids: Sequence[PipelineId],
+    *,
+    partitions: AbstractSet[TopicPartition] | None = None,
 ) -> dict[PipelineId, dict[TopicPartition, int]]:
-    """Each pipeline's restore position per partition (partitions without one are absent,
-    and pipelines with none), in one query."""
+    """Each pipeline's restore position per partition (of `partitions` only, if given;
+    partitions without one are absent, and pipelines with none), in one query."""
     return {
         pipeline_id: {TopicPartition(o.topic, o.partition): o.next_offset for o in offsets}
-        for pipeline_id, offsets in _partition_offsets(conn, pipeline_ids).items()
+        for pipeline_id, offsets in _partition_offsets(conn, pipeline_ids, partitions).items()
     }
 
 
 def _partition_offsets(
-    conn: Connection, pipeline_ids: Sequence[PipelineId]
+    conn: Connection,
+    pipeline_ids: Sequence[PipelineId],
+    partitions: AbstractSet[TopicPartition] | None = None,
 ) -> dict[PipelineId, list[PartitionOffset]]:
-    """The `source_offsets` rows of these pipelines, in (topic, partition) order."""
+    """The `source_offsets` rows of these pipelines (of `partitions` only, if given), in
+    (topic, partition) order."""
+    which = [source_offsets.c.pipeline_id.in_(sorted(set(pipeline_ids)))]
+    if partitions is not None:
+        which.append(
+            sa.tuple_(source_offsets.c.topic, source_offsets.c.partition).in_(
+                sorted((tp.topic, tp.partition) for tp in partitions)
+            )
+        )
     result: dict[PipelineId, list[PartitionOffset]] = {}
     for r in conn.execute(
         sa.select(source_offsets)
-        .where(source_offsets.c.pipeline_id.in_(sorted(set(pipeline_ids))))
+        .where(*which)
         .order_by(source_offsets.c.pipeline_id, source_offsets.c.topic, source_offsets.c.partition)
     ):
         result.setdefault(PipelineId(r.pipeline_id), []).append(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import TypedDict
 
 import sqlalchemy as sa
@@ -14,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.common.model.offsets import TopicPartition
-from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit, PrecommitCount
 from lockgate.coordinator.domain.errors import NotFound
 from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.precommits import (
@@ -59,14 +60,32 @@ class PrecommitSnapshot(TypedDict):
 
 
 def precommit_snapshot(conn: Connection, precommits: Sequence[Precommit]) -> PrecommitSnapshot:
-    """What the pre-commit rules read (`domain/precommits.py`), for these reports."""
-    keys = sorted(group_by_checkpoint(precommits))
+    """What the pre-commit rules read (`domain/precommits.py`), for these reports.
+
+    Only what concerns the reporting tasks: each checkpoint with their rows alone, and the
+    resume offsets of their partitions alone (the rules look at no other task's), so a
+    batch costs its own size, not its checkpoints' (a 100-task checkpoint's rows and
+    partitions on every batch were most of a report's cost)."""
+    groups = group_by_checkpoint(precommits)
     pipeline_ids = sorted({p.pipeline_id for p in precommits})
+    tasks = read_tasks_by_id(conn, [p.task_id for p in precommits])
     return PrecommitSnapshot(
-        checkpoints={key: find_checkpoint(conn, *key) for key in keys},
+        checkpoints={
+            key: find_checkpoint(conn, *key, task_ids={p.task_id for p in group})
+            for key, group in sorted(groups.items())
+        },
         executor_generations=executor_generations(conn, (p.executor_id for p in precommits)),
-        tasks=read_tasks_by_id(conn, [p.task_id for p in precommits]),
-        resume_offsets={key: _start_offsets(conn, *key) for key in keys},
+        tasks=tasks,
+        resume_offsets={
+            key: _start_offsets(
+                conn,
+                *key,
+                partitions={
+                    tp for p in group if p.task_id in tasks for tp in tasks[p.task_id].partitions
+                },
+            )
+            for key, group in sorted(groups.items())
+        },
         sink_servers=_sink_servers(conn, pipeline_ids),
     )
 
@@ -81,35 +100,65 @@ def _sink_servers(conn: Connection, pipeline_ids: Sequence[PipelineId]) -> dict[
 
 
 def _start_offsets(
-    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    conn: Connection,
+    pipeline_id: PipelineId,
+    checkpoint_id: CheckpointId,
+    *,
+    partitions: AbstractSet[TopicPartition],
 ) -> dict[TopicPartition, int]:
-    """Where checkpoint N starts each partition that has a known start: where the previous
-    checkpoint ended. That is the pipeline's restore offsets (the last COMPLETE one's ends,
-    or a reset), unless an earlier checkpoint still TRIGGERED pre-committed the partition:
-    then its end (the leader triggers nothing while one is TRIGGERED, so only the store's
-    own callers reach that case)."""
-    starts = next_offsets_of(conn, [pipeline_id]).get(pipeline_id, {})
+    """Where checkpoint N starts each of these partitions that has a known start: where the
+    previous checkpoint ended. That is the pipeline's restore offsets (the last COMPLETE
+    one's ends, or a reset), unless an earlier checkpoint still TRIGGERED pre-committed the
+    partition: then its end (the leader triggers nothing while one is TRIGGERED, so only
+    the store's own callers reach that case)."""
+    if not partitions:
+        return {}
+    starts = next_offsets_of(conn, [pipeline_id], partitions=partitions).get(pipeline_id, {})
+    # The earlier TRIGGERED checkpoints first (none, as a rule), then their ranges: a join
+    # led by the ranges walked every earlier checkpoint's, so a report's cost grew with
+    # the pipeline's history.
+    earlier_triggered = sa.select(checkpoints.c.checkpoint_id).where(
+        checkpoints.c.pipeline_id == pipeline_id,
+        checkpoints.c.checkpoint_id < checkpoint_id,
+        checkpoints.c.state == CheckpointState.TRIGGERED.value,
+    )
     earlier = conn.execute(
         sa.select(
             precommit_offsets.c.topic, precommit_offsets.c.partition, precommit_offsets.c.end_offset
         )
-        .join(
-            checkpoints,
-            sa.and_(
-                checkpoints.c.pipeline_id == precommit_offsets.c.pipeline_id,
-                checkpoints.c.checkpoint_id == precommit_offsets.c.checkpoint_id,
-            ),
-        )
         .where(
             precommit_offsets.c.pipeline_id == pipeline_id,
-            precommit_offsets.c.checkpoint_id < checkpoint_id,
-            checkpoints.c.state == CheckpointState.TRIGGERED.value,
+            precommit_offsets.c.checkpoint_id.in_(earlier_triggered.scalar_subquery()),
         )
         .order_by(precommit_offsets.c.checkpoint_id)
     ).all()
     for topic, partition, end in earlier:
-        starts[TopicPartition(topic, int(partition))] = int(end)
+        if (tp := TopicPartition(topic, int(partition))) in partitions:
+            starts[tp] = int(end)
     return starts
+
+
+def precommit_counts(
+    conn: Connection, pipeline_id: PipelineId, checkpoint_ids: Sequence[CheckpointId]
+) -> dict[CheckpointId, PrecommitCount]:
+    """Of each of these checkpoints, how many tasks it was triggered for and how many have
+    pre-committed it, in one read (no task rows: completion needs only the counts)."""
+    if not checkpoint_ids:
+        return {}
+    rows = conn.execute(
+        sa.select(
+            checkpoint_tasks.c.checkpoint_id,
+            sa.func.count(),
+            sa.func.count(checkpoint_tasks.c.precommitted_at_ms),
+        )
+        .where(
+            checkpoint_tasks.c.pipeline_id == pipeline_id,
+            checkpoint_tasks.c.checkpoint_id.in_(sorted(checkpoint_ids)),
+        )
+        .group_by(checkpoint_tasks.c.checkpoint_id)
+    ).all()
+    counts = {CheckpointId(int(c)): PrecommitCount(int(n), int(done)) for c, n, done in rows}
+    return {c: counts.get(c, PrecommitCount(0, 0)) for c in checkpoint_ids}
 
 
 def write_precommits(conn: Connection, key: CheckpointKey, fresh: Sequence[Precommit]) -> None:
@@ -171,4 +220,10 @@ def write_precommits(conn: Connection, key: CheckpointKey, fresh: Sequence[Preco
     )
 
 
-__all__ = ["PrecommitSnapshot", "precommit_snapshot", "store_precommits", "write_precommits"]
+__all__ = [
+    "PrecommitSnapshot",
+    "precommit_counts",
+    "precommit_snapshot",
+    "store_precommits",
+    "write_precommits",
+]

@@ -18,7 +18,7 @@ from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
 from lockgate.coordinator.domain.checkpoints import LingeringTransaction, PendingCommit, TaskHandles
 from lockgate.coordinator.domain.states import CheckpointState
-from lockgate.coordinator.store.rows import opt_int, sink_handle
+from lockgate.coordinator.store.rows import of_checkpoints_in, opt_int, sink_handle
 from lockgate.coordinator.store.tables import (
     checkpoint_tasks,
     checkpoints,
@@ -39,19 +39,11 @@ def pending_commits(
     )
     hstmt = (
         sa.select(precommit_handles)
-        .join(
-            checkpoints,
-            sa.and_(
-                checkpoints.c.pipeline_id == precommit_handles.c.pipeline_id,
-                checkpoints.c.checkpoint_id == precommit_handles.c.checkpoint_id,
-            ),
-        )
-        .where(checkpoints.c.state == CheckpointState.COMPLETE.value)
+        .where(of_checkpoints_in(precommit_handles, [CheckpointState.COMPLETE], pipeline_ids))
         .order_by(precommit_handles.c.task_id, precommit_handles.c.transactional_id)
     )
     if pipeline_ids is not None:
         stmt = stmt.where(checkpoints.c.pipeline_id.in_(sorted(set(pipeline_ids))))
-        hstmt = hstmt.where(checkpoints.c.pipeline_id.in_(sorted(set(pipeline_ids))))
     complete = conn.execute(stmt).all()
     if not complete:
         return []
@@ -111,7 +103,7 @@ def lingering_transactions(
             )
         )
         .where(
-            checkpoints.c.state.in_([s.value for s in states]),
+            of_checkpoints_in(checkpoint_tasks, states, pipeline_ids),
             checkpoint_tasks.c.abort_acked_at_ms.is_(None),
         )
         .order_by(
@@ -121,8 +113,6 @@ def lingering_transactions(
             precommit_handles.c.transactional_id,
         )
     )
-    if pipeline_ids is not None:
-        stmt = stmt.where(checkpoint_tasks.c.pipeline_id.in_(sorted(set(pipeline_ids))))
     return [
         LingeringTransaction(
             pipeline_id=PipelineId(r.pipeline_id),

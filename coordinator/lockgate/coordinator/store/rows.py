@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import sqlalchemy as sa
@@ -220,10 +221,34 @@ def checkpoint_states(
     return {CheckpointId(int(r[0])): CheckpointState(r[1]) for r in rows}
 
 
+def of_checkpoints_in(
+    table: sa.Table,
+    states: Iterable[CheckpointState],
+    pipeline_ids: Sequence[PipelineId] | None = None,
+) -> sa.ColumnElement[bool]:
+    """A filter on a table keyed by (pipeline_id, checkpoint_id) (`checkpoint_tasks`,
+    `precommit_offsets`, `precommit_handles`): its rows of the checkpoints in these
+    states, of these pipelines (None: of all). The checkpoints lead the read, so it costs
+    the checkpoints in those states, not the table's history: a join filtered on the
+    table's own pipeline_id let SQLite walk every row the pipeline ever wrote."""
+    keys = sa.select(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id).where(
+        checkpoints.c.state.in_(sorted(s.value for s in states))
+    )
+    if pipeline_ids is not None:
+        keys = keys.where(checkpoints.c.pipeline_id.in_(sorted(set(pipeline_ids))))
+    return sa.tuple_(table.c.pipeline_id, table.c.checkpoint_id).in_(keys)
+
+
 def find_checkpoint(
-    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    conn: Connection,
+    pipeline_id: PipelineId,
+    checkpoint_id: CheckpointId,
+    *,
+    task_ids: AbstractSet[TaskId] | None = None,
 ) -> CheckpointRecord | None:
-    """Checkpoint N with its tasks; None if it does not exist."""
+    """Checkpoint N with its tasks (with `task_ids`, only those of them it was triggered
+    for: a partial record, for a check about those tasks alone); None if N does not
+    exist."""
     row = conn.execute(
         sa.select(checkpoints).where(
             checkpoints.c.pipeline_id == pipeline_id,
@@ -232,13 +257,14 @@ def find_checkpoint(
     ).first()
     if row is None:
         return None
+    which = [
+        checkpoint_tasks.c.pipeline_id == pipeline_id,
+        checkpoint_tasks.c.checkpoint_id == checkpoint_id,
+    ]
+    if task_ids is not None:
+        which.append(checkpoint_tasks.c.task_id.in_(sorted(task_ids)))
     task_rows = conn.execute(
-        sa.select(checkpoint_tasks)
-        .where(
-            checkpoint_tasks.c.pipeline_id == pipeline_id,
-            checkpoint_tasks.c.checkpoint_id == checkpoint_id,
-        )
-        .order_by(checkpoint_tasks.c.task_id)
+        sa.select(checkpoint_tasks).where(*which).order_by(checkpoint_tasks.c.task_id)
     ).all()
     return checkpoint_record(row, task_rows)
 
@@ -296,10 +322,19 @@ def read_checkpoint_summaries(
 
 
 def read_checkpoint(
-    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    conn: Connection,
+    pipeline_id: PipelineId,
+    checkpoint_id: CheckpointId,
+    *,
+    with_tasks: bool = True,
 ) -> CheckpointRecord:
-    """Checkpoint N with its tasks; NotFound if it does not exist."""
-    record = find_checkpoint(conn, pipeline_id, checkpoint_id)
+    """Checkpoint N with its tasks (without, its state and times in one statement);
+    NotFound if it does not exist."""
+    if with_tasks:
+        record = find_checkpoint(conn, pipeline_id, checkpoint_id)
+    else:
+        summaries = read_checkpoint_summaries(conn, [(pipeline_id, checkpoint_id)])
+        record = summaries[0] if summaries else None
     if record is None:
         raise NotFound(
             f"pipeline {pipeline_id!r} has no checkpoint {checkpoint_id}",

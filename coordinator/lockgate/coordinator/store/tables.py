@@ -104,6 +104,8 @@ checkpoints = sa.Table(
     sa.Column("data_lost_at_ms", sa.BigInteger, nullable=True),
     sa.Column("data_loss_resolved_at_ms", sa.BigInteger, nullable=True),
     sa.Index("ix_checkpoints_state", "state"),
+    # A pipeline's checkpoints in some states, without walking its history (0007).
+    sa.Index("ix_checkpoints_pipeline_state", "pipeline_id", "state", "checkpoint_id"),
 )
 
 checkpoint_tasks = sa.Table(

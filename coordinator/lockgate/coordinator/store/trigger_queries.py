@@ -17,7 +17,7 @@ from lockgate.common.model.ids import CheckpointId, PipelineId
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord
 from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState
-from lockgate.coordinator.store.rows import checkpoint_record, task_record
+from lockgate.coordinator.store.rows import checkpoint_record, of_checkpoints_in, task_record
 from lockgate.coordinator.store.tables import checkpoint_tasks, checkpoints, pipelines, tasks
 
 #: Checkpoints that are not final, or not final for the trigger decision (an unresolved
@@ -85,11 +85,9 @@ def trigger_inputs(conn: Connection, pipeline_ids: Sequence[PipelineId]) -> Trig
     lingering = conn.execute(
         sa.select(checkpoint_tasks.c.pipeline_id)
         .distinct()
-        .select_from(checkpoint_tasks.join(checkpoints))  # on its foreign key
         .where(
-            checkpoints.c.state == CheckpointState.ABORTED.value,
+            of_checkpoints_in(checkpoint_tasks, [CheckpointState.ABORTED], ids),
             checkpoint_tasks.c.abort_acked_at_ms.is_(None),
-            checkpoint_tasks.c.pipeline_id.in_(ids),
         )
     )
     return TriggerInputs(
