@@ -191,19 +191,20 @@ def test_the_rebalance_plans_only_when_what_it_reads_changed(
     assert passes() == 1
 
 
-def complete(leader: Herder, pipeline: str, checkpoint_id: int) -> None:
-    """Every task of the checkpoint pre-commits (no record read, no transaction), and a
-    pass commits it."""
-    store, fence = leader.store, leader.require_fence()
+def precommits_of(
+    leader: Herder, pipeline: str, checkpoint_id: int, *, start: int, end: int
+) -> list[Precommit]:
+    """Each task's report of the checkpoint: the range [start, end) of each partition."""
+    store = leader.store
     record = store.checkpoints.get_checkpoint(
         pipeline_id=PipelineId(pipeline), checkpoint_id=CheckpointId(checkpoint_id)
     )
+    reports = []
     for trigger in record.tasks:
         assert trigger.executor_id is not None
         task = store.pipelines.get_task(task_id=trigger.task_id)
-        store.checkpoints.record_precommit(
-            fence=fence,
-            precommit=Precommit(
+        reports.append(
+            Precommit(
                 pipeline_id=PipelineId(pipeline),
                 checkpoint_id=CheckpointId(checkpoint_id),
                 task_id=trigger.task_id,
@@ -212,12 +213,23 @@ def complete(leader: Herder, pipeline: str, checkpoint_id: int) -> None:
                 executor_generation=store.executors.get_executor(
                     executor_id=trigger.executor_id
                 ).generation,
-                offsets=tuple(OffsetRange(tp.topic, tp.partition, 0, 0) for tp in task.partitions),
+                offsets=tuple(
+                    OffsetRange(tp.topic, tp.partition, start, end) for tp in task.partitions
+                ),
                 handles=(),
-            ),
+            )
         )
+    return reports
+
+
+def complete(leader: Herder, pipeline: str, checkpoint_id: int) -> None:
+    """Every task of the checkpoint pre-commits (no record read, no transaction), and a
+    pass commits it."""
+    fence = leader.require_fence()
+    for report in precommits_of(leader, pipeline, checkpoint_id, start=0, end=0):
+        leader.store.checkpoints.record_precommit(fence=fence, precommit=report)
     leader.run_pass(fence)
-    state = store.checkpoints.get_checkpoint(
+    state = leader.store.checkpoints.get_checkpoint(
         pipeline_id=PipelineId(pipeline), checkpoint_id=CheckpointId(checkpoint_id)
     ).state
     assert state is CheckpointState.COMMITTED
@@ -454,33 +466,11 @@ def sqlite_steps(leader: Herder, work: Callable[[], None]) -> int:
 def report_all_in_one_batch(leader: Herder, pipeline: str, checkpoint_id: int) -> None:
     """Every task of the checkpoint pre-commits in one ReportPrecommits batch, as an
     executor's reports ready together do."""
-    store, fence = leader.store, leader.require_fence()
-    record = store.checkpoints.get_checkpoint(
-        pipeline_id=PipelineId(pipeline), checkpoint_id=CheckpointId(checkpoint_id)
+    start = (checkpoint_id - 1) * 10
+    reports = precommits_of(leader, pipeline, checkpoint_id, start=start, end=start + 10)
+    answers = leader.store.checkpoints.record_precommit_batch(
+        fence=leader.require_fence(), precommits=reports
     )
-    reports = []
-    for trigger in record.tasks:
-        assert trigger.executor_id is not None
-        task = store.pipelines.get_task(task_id=trigger.task_id)
-        start = (checkpoint_id - 1) * 10
-        reports.append(
-            Precommit(
-                pipeline_id=PipelineId(pipeline),
-                checkpoint_id=CheckpointId(checkpoint_id),
-                task_id=trigger.task_id,
-                task_generation=trigger.task_generation,
-                executor_id=trigger.executor_id,
-                executor_generation=store.executors.get_executor(
-                    executor_id=trigger.executor_id
-                ).generation,
-                offsets=tuple(
-                    OffsetRange(tp.topic, tp.partition, start, start + 10)
-                    for tp in task.partitions
-                ),
-                handles=(),
-            )
-        )
-    answers = store.checkpoints.record_precommit_batch(fence=fence, precommits=reports)
     assert all(getattr(a, "state", None) is CheckpointState.COMPLETE for a in answers), answers
 
 
