@@ -574,15 +574,18 @@ def list_checkpoints(
 def leader_cpu_while_paused(
     stub: coordinator_pb2_grpc.CoordinatorServiceStub, name: str, leader_pid: int
 ) -> float | None:
-    """Pause the pipeline, wait until nothing is in flight, and return the leader's CPU
-    ms per second over :data:`IDLE_WINDOW_S` (None if it did not settle)."""
+    """Pause the pipeline, wait until nothing is in flight and every task reports PAUSED,
+    and return the leader's CPU ms per second over :data:`IDLE_WINDOW_S` (None if it did
+    not settle). Until the tasks report PAUSED the pause itself is still going on (full
+    assignment answers, the tasks' state writes): not the baseline."""
     stub.PausePipeline(coordinator_pb2.PausePipelineRequest(name=name), timeout=30)
 
     def settled() -> bool:
         status = stub.GetPipelineStatus(
             coordinator_pb2.GetPipelineStatusRequest(name=name), timeout=10
         )
-        return not status.in_flight_checkpoint_ids
+        paused = all(t.state == common_pb2.TASK_STATE_PAUSED for t in status.tasks)
+        return paused and not status.in_flight_checkpoint_ids
 
     try:
         poll("the paused pipeline's last checkpoints to finish", settled, timeout_s=30)
