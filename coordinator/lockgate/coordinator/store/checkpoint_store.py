@@ -11,6 +11,7 @@ are written in one transaction: that row is the commit point (DESIGN.md step 3).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -122,7 +123,12 @@ class CheckpointStore:
                 slot_use=_slot_use(conn, pipeline_id),
             )
             _write_trigger(conn, plan, fence.leader_epoch)
-            return read_checkpoint(conn, pipeline_id, plan.checkpoint_id)
+            # Its row as written (the times are the database's), and its tasks from the plan
+            # just written rather than read back.
+            written = read_checkpoint(conn, pipeline_id, plan.checkpoint_id, with_tasks=False)
+            return dataclasses.replace(
+                written, tasks=tuple(sorted(plan.tasks, key=lambda t: t.task_id))
+            )
 
     def record_precommit(
         self, *, fence: Fence, precommit: Precommit, complete_if_ready: bool = True
