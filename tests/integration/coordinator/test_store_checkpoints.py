@@ -149,6 +149,8 @@ def test_complete_is_written_with_offsets_when_the_last_task_precommits(
     pending = store.checkpoints.list_pending_commits()
     assert [(p.checkpoint_id, [h.task_id for h in p.handles]) for p in pending] == [(1, [t0, t1])]
     assert pending[0].handles[0].handles == (TransactionHandle("lockgate-p-0-g2-0", 1000, 1),)
+    # Each task's handles name the executor it pre-committed on: the commit goes there.
+    assert [h.executor_id for h in pending[0].handles] == [E1, E2]
 
     committed = store.checkpoints.mark_committed(
         fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1)
@@ -275,6 +277,9 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
         (3, t0): ("lockgate-p-0-g2-0", 1000),
         (3, t1): ("lockgate-p-1-g2-0", 1001),
     }
+    # The leader's pass asks only which pipelines have aborts to send.
+    assert store.checkpoints.list_lingering_pipelines() == {pid}
+    assert store.checkpoints.list_lingering_pipelines(pipeline_id=PipelineId("other")) == set()
     restore = store.checkpoints.restore_states(task_ids=[t1])[t1]
     assert restore.start_offsets == {TopicPartition("in", 2): 10, TopicPartition("in", 3): 10}
     assert restore.to_commit == ()

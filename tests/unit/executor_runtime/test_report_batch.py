@@ -11,7 +11,7 @@ import pytest
 from lockgate.common.model.ids import Generation, LeaderEpoch
 from lockgate.executor.dataplane.protocol import PrecommitOutput
 from lockgate.executor.runtime.coordinator import CallFailure, CoordinatorCallError
-from lockgate.executor.runtime.report_batch import PrecommitBatcher
+from lockgate.executor.runtime.report_batch import Coming, PrecommitBatcher
 from lockgate.executor.runtime.values import (
     LeaderStamp,
     PrecommitAnswer,
@@ -116,3 +116,63 @@ def test_a_failed_call_fails_each_report_and_a_retry_is_sent_again() -> None:
     assert failed.value.retriable
     assert batcher.submit(report(0), timeout_s=5) == PrecommitAnswer("TRIGGERED")
     assert leader.calls == [[0], [0]]
+
+
+def submit_coming(
+    batcher: PrecommitBatcher, task_index: int, coming: Coming, outcomes: dict[int, object]
+) -> threading.Thread:
+    def run() -> None:
+        outcomes[task_index] = batcher.submit(report(task_index), timeout_s=5, coming=coming)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_report_waits_for_the_reports_announced_as_coming_and_they_go_in_one_call() -> None:
+    leader = HeldLeader()
+    leader.release.set()
+    # A linger far past the test's time: only the announced reports end the wait.
+    batcher = PrecommitBatcher(leader.send, linger_s=60)
+    outcomes: dict[int, object] = {}
+    first, second = batcher.announce(), batcher.announce()
+    # Whichever is queued first finds the other still coming and waits for it.
+    threads = [
+        submit_coming(batcher, 0, first, outcomes),
+        submit_coming(batcher, 1, second, outcomes),
+    ]
+    for thread in threads:
+        thread.join(10)
+    assert not any(t.is_alive() for t in threads)
+
+    assert [sorted(call) for call in leader.calls] == [[0, 1]]
+    assert outcomes == {0: PrecommitAnswer("TRIGGERED"), 1: PrecommitAnswer("TRIGGERED")}
+
+
+def test_a_withdrawn_report_ends_the_wait() -> None:
+    leader = HeldLeader()
+    leader.release.set()
+    batcher = PrecommitBatcher(leader.send, linger_s=60)
+    outcomes: dict[int, object] = {}
+    reported, failing = batcher.announce(), batcher.announce()
+    waiting = submit_coming(batcher, 0, reported, outcomes)
+    wait_for("the report queued", lambda: len(batcher._queue) == 1, timeout_s=5)
+    batcher.withdraw(failing)  # a pre-commit that failed: its report never comes
+    waiting.join(10)
+    assert not waiting.is_alive()
+
+    assert leader.calls == [[0]]
+    assert outcomes == {0: PrecommitAnswer("TRIGGERED")}
+
+
+def test_a_report_waits_for_a_coming_one_no_longer_than_the_linger() -> None:
+    leader = HeldLeader()
+    leader.release.set()
+    batcher = PrecommitBatcher(leader.send, linger_s=0.05)
+    outcomes: dict[int, object] = {}
+    batcher.announce()  # never reports while the other is sent
+    waiting = submit_in_thread(batcher, 0, outcomes)
+    waiting.join(10)
+    assert not waiting.is_alive()
+    assert leader.calls == [[0]]
+    assert outcomes == {0: PrecommitAnswer("TRIGGERED")}

@@ -124,6 +124,8 @@ class TaskHandles:
 
     task_id: TaskId
     handles: tuple[TransactionHandle, ...]
+    executor_id: ExecutorId | None = None
+    """The executor the task pre-committed them on: the commit is sent there first."""
 
 
 @dataclass(frozen=True)

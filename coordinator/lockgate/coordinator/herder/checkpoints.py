@@ -229,10 +229,8 @@ class CheckpointDriver:
         it so they leave the lingering list: one job per pipeline on the call pool, which
         reads its lingering transactions afresh (so it never re-sends an abort a previous
         job acked, which could hit a slot reused since). Leader-only; `wait`: until done."""
-        lingering = self._store.checkpoints.list_lingering_transactions(pipeline_id=only)
-        self._per_pipeline(
-            "abort", (item.pipeline_id for item in lingering), fence, self._abort_pipeline, wait
-        )
+        lingering = self._store.checkpoints.list_lingering_pipelines(pipeline_id=only)
+        self._per_pipeline("abort", lingering, fence, self._abort_pipeline, wait)
 
     def _per_pipeline(
         self,
@@ -377,16 +375,11 @@ class CheckpointDriver:
     def _commit_one(
         self, fence: Fence, commit: PendingCommit, alive: Mapping[ExecutorId, ExecutorRecord]
     ) -> bool:
-        pipeline = self._store.pipelines.get_pipeline(pipeline_id=commit.pipeline_id)
-        checkpoint = self._store.checkpoints.get_checkpoint(
-            pipeline_id=commit.pipeline_id, checkpoint_id=commit.checkpoint_id
-        )
-        sink = pipeline.spec.sink
-        owner = {t.task_id: t.executor_id for t in checkpoint.tasks}
+        sink = self._store.pipelines.get_pipeline(pipeline_id=commit.pipeline_id).spec.sink
         groups: dict[ExecutorId, list[TransactionHandle]] = defaultdict(list)
         records: dict[ExecutorId, ExecutorRecord] = {}
         for task_handles in commit.handles:
-            executor = pick_executor(owner.get(task_handles.task_id), alive)
+            executor = pick_executor(task_handles.executor_id, alive)
             if executor is None:
                 break
             records[executor.executor_id] = executor

@@ -10,7 +10,6 @@ are written in one transaction: that row is the commit point (DESIGN.md step 3).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -42,7 +41,7 @@ from lockgate.coordinator.domain.checkpoints import (
     plan_trigger,
     restore_states_of,
 )
-from lockgate.coordinator.domain.errors import FailedPrecondition, NotFound
+from lockgate.coordinator.domain.errors import FailedPrecondition
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.precommits import (
@@ -61,7 +60,11 @@ from lockgate.coordinator.store.precommit_rows import (
     store_precommits,
     write_precommits,
 )
-from lockgate.coordinator.store.recovery_queries import lingering_transactions, pending_commits
+from lockgate.coordinator.store.recovery_queries import (
+    lingering_pipelines,
+    lingering_transactions,
+    pending_commits,
+)
 from lockgate.coordinator.store.rows import (
     checkpoint_record,
     checkpoint_states,
@@ -162,9 +165,7 @@ class CheckpointStore:
         100-task checkpoint again per batch was a third of the batch's cost)."""
         touched = list(group_by_checkpoint(precommits))
         with self._db.transaction(fence=fence) as conn:
-            for pipeline_id in sorted({p.pipeline_id for p in precommits}):
-                read_pipeline(conn, pipeline_id, for_update=True)
-            store_precommits(conn, precommits)
+            store_precommits(conn, precommits)  # locks the pipelines first
             for pipeline_id, checkpoint_id in sorted(touched):
                 completed = _complete_ready(conn, pipeline_id, checkpoint_id)
                 self._reach_inside_complete(pipeline_id, completed)
@@ -181,10 +182,8 @@ class CheckpointStore:
         Leader-only. Idempotent as `record_precommit`: a retried batch stores nothing new.
         The transaction is all or nothing: a lost lease or a failed write stores none."""
         with self._db.transaction(fence=fence) as conn:
-            for pipeline_id in sorted({p.pipeline_id for p in precommits}):
-                # A deleted pipeline has no checkpoint: the domain refuses its reports.
-                with contextlib.suppress(NotFound):
-                    read_pipeline(conn, pipeline_id, for_update=True)
+            # The snapshot locks the pipelines first; a deleted pipeline has no checkpoint:
+            # the domain refuses its reports.
             accepted, refused = sort_precommits(precommits, **precommit_snapshot(conn, precommits))
             for key, fresh in sorted(accepted.items()):
                 write_precommits(conn, key, fresh)
@@ -466,6 +465,14 @@ class CheckpointStore:
             return lingering_transactions(
                 conn, None if pipeline_id is None else [pipeline_id], wanted
             )
+
+    def list_lingering_pipelines(
+        self, *, pipeline_id: PipelineId | None = None
+    ) -> frozenset[PipelineId]:
+        """The pipelines (this one, or all) `list_lingering_transactions` would name,
+        without reading its entries."""
+        with self._db.read() as conn:
+            return lingering_pipelines(conn, None if pipeline_id is None else [pipeline_id])
 
     def restore_states(self, *, task_ids: Sequence[TaskId]) -> dict[TaskId, RestoreState]:
         """What each (re)assigned task needs before reading (DESIGN.md step 5): the next

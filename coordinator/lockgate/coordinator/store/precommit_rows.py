@@ -67,7 +67,7 @@ def precommit_snapshot(conn: Connection, precommits: Sequence[Precommit]) -> Pre
     batch costs its own size, not its checkpoints' (a 100-task checkpoint's rows and
     partitions on every batch were most of a report's cost)."""
     groups = group_by_checkpoint(precommits)
-    pipeline_ids = sorted({p.pipeline_id for p in precommits})
+    sink_servers = _sink_servers(conn, sorted({p.pipeline_id for p in precommits}))
     tasks = read_tasks_by_id(conn, [p.task_id for p in precommits])
     return PrecommitSnapshot(
         checkpoints={
@@ -86,16 +86,19 @@ def precommit_snapshot(conn: Connection, precommits: Sequence[Precommit]) -> Pre
             )
             for key, group in sorted(groups.items())
         },
-        sink_servers=_sink_servers(conn, pipeline_ids),
+        sink_servers=sink_servers,
     )
 
 
 def _sink_servers(conn: Connection, pipeline_ids: Sequence[PipelineId]) -> dict[PipelineId, str]:
-    """Each existing pipeline's sink cluster (a deleted one has none, nor checkpoints)."""
+    """Each existing pipeline's sink cluster (a deleted one has none, nor checkpoints),
+    read FOR UPDATE: a pipeline's pre-commits and completions are written one transaction
+    at a time (the same read locked the rows and gave the servers: once per batch)."""
     servers: dict[PipelineId, str] = {}
     for pipeline_id in pipeline_ids:
         with contextlib.suppress(NotFound):
-            servers[pipeline_id] = read_pipeline(conn, pipeline_id).spec.sink.bootstrap_servers
+            pipeline = read_pipeline(conn, pipeline_id, for_update=True)
+            servers[pipeline_id] = pipeline.spec.sink.bootstrap_servers
     return servers
 
 

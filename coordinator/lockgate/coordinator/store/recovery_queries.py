@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from lockgate.common.model.handles import TransactionHandle
-from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
+from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId, TaskId
 from lockgate.coordinator.domain.checkpoints import LingeringTransaction, PendingCommit, TaskHandles
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.store.rows import of_checkpoints_in, opt_int, sink_handle
@@ -38,7 +38,15 @@ def pending_commits(
         .order_by(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id)
     )
     hstmt = (
-        sa.select(precommit_handles)
+        sa.select(precommit_handles, checkpoint_tasks.c.executor_id)
+        .join(
+            checkpoint_tasks,
+            sa.and_(
+                checkpoint_tasks.c.pipeline_id == precommit_handles.c.pipeline_id,
+                checkpoint_tasks.c.checkpoint_id == precommit_handles.c.checkpoint_id,
+                checkpoint_tasks.c.task_id == precommit_handles.c.task_id,
+            ),
+        )
         .where(of_checkpoints_in(precommit_handles, [CheckpointState.COMPLETE], pipeline_ids))
         .order_by(precommit_handles.c.task_id, precommit_handles.c.transactional_id)
     )
@@ -50,19 +58,41 @@ def pending_commits(
     handles: dict[tuple[str, int], dict[TaskId, list[TransactionHandle]]] = defaultdict(
         lambda: defaultdict(list)
     )
+    owners: dict[tuple[str, int, TaskId], ExecutorId | None] = {}
     for h in conn.execute(hstmt):
-        handles[(h.pipeline_id, int(h.checkpoint_id))][TaskId(h.task_id)].append(sink_handle(h))
+        task_id = TaskId(h.task_id)
+        handles[(h.pipeline_id, int(h.checkpoint_id))][task_id].append(sink_handle(h))
+        owners[(h.pipeline_id, int(h.checkpoint_id), task_id)] = (
+            ExecutorId(h.executor_id) if h.executor_id else None
+        )
     return [
         PendingCommit(
             pipeline_id=PipelineId(pid),
             checkpoint_id=CheckpointId(int(cid)),
             handles=tuple(
-                TaskHandles(task_id=t, handles=tuple(hs))
+                TaskHandles(task_id=t, handles=tuple(hs), executor_id=owners[(pid, int(cid), t)])
                 for t, hs in sorted(handles[(pid, int(cid))].items())
             ),
         )
         for pid, cid in complete
     ]
+
+
+def lingering_pipelines(
+    conn: Connection, pipeline_ids: Sequence[PipelineId] | None
+) -> frozenset[PipelineId]:
+    """The pipelines (of these, or all) that `lingering_transactions` would name for their
+    ABORTED checkpoints (it gives one entry per task row at least), without reading the
+    entries: the leader's pass asks this on every wake, and the entries only of those."""
+    rows = conn.execute(
+        sa.select(checkpoint_tasks.c.pipeline_id)
+        .distinct()
+        .where(
+            of_checkpoints_in(checkpoint_tasks, [CheckpointState.ABORTED], pipeline_ids),
+            checkpoint_tasks.c.abort_acked_at_ms.is_(None),
+        )
+    )
+    return frozenset(PipelineId(r.pipeline_id) for r in rows)
 
 
 def lingering_transactions(

@@ -17,8 +17,9 @@ from lockgate.common.model.ids import CheckpointId, PipelineId
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord
 from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState
-from lockgate.coordinator.store.rows import checkpoint_record, of_checkpoints_in, task_record
-from lockgate.coordinator.store.tables import checkpoint_tasks, checkpoints, pipelines, tasks
+from lockgate.coordinator.store.recovery_queries import lingering_pipelines
+from lockgate.coordinator.store.rows import checkpoint_record, task_record
+from lockgate.coordinator.store.tables import checkpoints, pipelines, tasks
 
 #: Checkpoints that are not final, or not final for the trigger decision (an unresolved
 #: DATA_LOST one stops its pipeline).
@@ -80,18 +81,8 @@ def trigger_inputs(conn: Connection, pipeline_ids: Sequence[PipelineId]) -> Trig
     for row in rows:
         task = task_record(row)
         by_pipeline[task.pipeline_id].append(task)
-    # The pipelines `list_lingering_transactions` would name (one entry per task row at
-    # least), without reading the entries themselves.
-    lingering = conn.execute(
-        sa.select(checkpoint_tasks.c.pipeline_id)
-        .distinct()
-        .where(
-            of_checkpoints_in(checkpoint_tasks, [CheckpointState.ABORTED], ids),
-            checkpoint_tasks.c.abort_acked_at_ms.is_(None),
-        )
-    )
     return TriggerInputs(
         tasks=dict(by_pipeline),
         recent=trigger_snapshot(conn, ids),
-        lingering=frozenset(PipelineId(r.pipeline_id) for r in lingering),
+        lingering=lingering_pipelines(conn, ids),
     )

@@ -46,6 +46,7 @@ from lockgate.executor.committer import Committer
 from lockgate.executor.dataplane.protocol import DataPlane, PrecommitWork
 from lockgate.executor.fencing import TriggerVerdict, decide_trigger
 from lockgate.executor.runtime.batch_counts import BatchCounts
+from lockgate.executor.runtime.report_batch import Coming
 from lockgate.executor.runtime.reporter import Reporter, ReportOutcome
 from lockgate.executor.runtime.tasks import Task, TaskBoard, TaskPhase, task_error, task_fails_on
 from lockgate.executor.runtime.values import (
@@ -73,6 +74,9 @@ class _Trigger:
     #: The TriggerCheckpoint call's trace context (W3C, from the leader): the batch runs
     #: after the call returned, on the task's thread, and re-attaches it.
     trace_context: otel_context.Context
+    #: Its report, announced when the trigger was accepted: reports of this executor's
+    #: other tasks ready first wait for it, briefly, to go in one call (`report_batch.py`).
+    coming: Coming
 
 
 class CheckpointRunner:
@@ -128,14 +132,22 @@ class CheckpointRunner:
                 results.append(result)
                 if result.verdict is TriggerVerdict.ACCEPTED and task is not None:
                     to_run.append((task, _work(task, requested, checkpoint_id)))
-        for task, work in to_run:
+        # Every report announced before any pre-commit starts (the first may end at once).
+        announced = [(task, work, self._reporter.announce_precommit()) for task, work in to_run]
+        for task, work, coming in announced:
             try:
-                task.queue.submit(
+                queued = task.queue.submit(
                     self._run_precommit,
                     task,
-                    _Trigger(work, leader, received, deadline, trace_context),
+                    _Trigger(work, leader, received, deadline, trace_context, coming),
+                )
+                # Run or dropped with a stopped task's queue: no report is coming any more
+                # (a no-op once it was sent).
+                queued.add_done_callback(
+                    lambda _, c=coming: self._reporter.withdraw_precommit(c)  # type: ignore[misc]
                 )
             except RuntimeError:
+                self._reporter.withdraw_precommit(coming)
                 # The task was stopped between the decision and the submit; the leader
                 # times the checkpoint out.
                 _LOG.info(
@@ -255,7 +267,10 @@ class CheckpointRunner:
             precommit_duration_ms=int((self._clock() - trigger.received) * 1000),
         )
         outcome, answer = self._reporter.report_precommit(
-            report, deadline=trigger.deadline, what=f"ReportPrecommit of {what}"
+            report,
+            deadline=trigger.deadline,
+            what=f"ReportPrecommit of {what}",
+            coming=trigger.coming,
         )
         if outcome is ReportOutcome.ACCEPTED and answer is not None:
             self._board.precommitted(task, work.checkpoint_id)

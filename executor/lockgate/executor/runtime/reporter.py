@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from lockgate.common.metrics import REPORT_RETRIES, Instruments
 from lockgate.executor.runtime.coordinator import CoordinatorCallError, CoordinatorClient
-from lockgate.executor.runtime.report_batch import PrecommitBatcher
+from lockgate.executor.runtime.report_batch import Coming, PrecommitBatcher
 from lockgate.executor.runtime.values import (
     CheckpointFailureReport,
     PrecommitAnswer,
@@ -61,13 +61,22 @@ class Reporter:
         self._stopping = stopping
         self._clock = clock
 
+    def announce_precommit(self) -> Coming:
+        """Announce a triggered pre-commit's report (`PrecommitBatcher.announce`)."""
+        return self._precommits.announce()
+
+    def withdraw_precommit(self, coming: Coming) -> None:
+        """The announced report will not come (`PrecommitBatcher.withdraw`)."""
+        self._precommits.withdraw(coming)
+
     def report_precommit(
-        self, report: PrecommitReport, *, deadline: float, what: str
+        self, report: PrecommitReport, *, deadline: float, what: str, coming: Coming | None = None
     ) -> tuple[ReportOutcome, PrecommitAnswer | None]:
         """Report a pre-commit until answered or ``deadline``; reports of other tasks
-        ready at the same time share its ReportPrecommits call (`report_batch.py`)."""
+        ready at the same time, or announced as `coming`, share its ReportPrecommits call
+        (`report_batch.py`)."""
         return self._send(
-            lambda timeout: self._precommits.submit(report, timeout_s=timeout),
+            lambda timeout: self._precommits.submit(report, timeout_s=timeout, coming=coming),
             deadline=deadline,
             what=what,
             kind="precommit",
