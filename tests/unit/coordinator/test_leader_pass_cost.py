@@ -241,6 +241,28 @@ def triggered(leader: Herder) -> list[tuple[str, int]]:
     return executors.triggered
 
 
+def test_a_pass_says_how_long_the_loop_may_sleep_before_the_next_pipeline_falls_due(
+    leader: Herder,
+) -> None:
+    """The work loop sleeps until the next due time when that comes before its tick (a
+    checkpoint is triggered at its interval, not up to a tick later); a pipeline due but
+    waiting for its checkpoint in flight does not keep it awake."""
+    fence = leader.require_fence()
+    assert leader.run_pass(fence) is None  # nothing will fall due
+    leader.pipelines.create(spec=spec("hourly"), target_state=TargetState.RUNNING)
+    leader.pipelines.create(
+        spec=spec("minutely", interval_ms=60_000), target_state=TargetState.RUNNING
+    )
+    leader.pipelines.create(spec=spec("busy", interval_ms=1), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    leader.run_pass(fence)
+    assert {p for p, _ in triggered(leader)} == {"hourly", "minutely", "busy"}
+    # "busy" is due again but its checkpoint is in flight (its reports wake the loop).
+    next_due_ms = leader.run_pass(fence)
+    assert next_due_ms is not None and 50_000 < next_due_ms <= 60_000
+    assert len(triggered(leader)) == 3
+
+
 def test_a_pass_reads_only_the_pipelines_due(
     leader: Herder, monkeypatch: pytest.MonkeyPatch
 ) -> None:

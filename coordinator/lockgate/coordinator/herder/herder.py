@@ -189,17 +189,23 @@ class Herder:
     # ------------------------------------------------------------------ the work loop
 
     def _run(self) -> None:
+        sleep_s = self.settings.tick_ms / 1000.0
         while not self._stop.is_set():
-            self._wake.wait(self.settings.tick_ms / 1000.0)
+            self._wake.wait(sleep_s)
             self._wake.clear()
+            sleep_s = self.settings.tick_ms / 1000.0
             if self._stop.is_set():
                 return
             fence = self.lease_keeper.current_fence()
             if fence is None:
                 continue
             try:
+                started = time.monotonic()
                 with self._duty_lock:
-                    self.run_pass(fence, wait=False)
+                    next_due_ms = self.run_pass(fence, wait=False)
+                if next_due_ms is not None:  # sooner than the tick: wake for it
+                    passed_s = time.monotonic() - started
+                    sleep_s = max(0.0, min(sleep_s, next_due_ms / 1000.0 - passed_s))
             except (FencedError, NotLeader, LeaderEpochRefused) as exc:
                 # The term ended under us; the lease keeper will see it on its next try.
                 _LOG.warning("leader pass stopped: %s", exc)
@@ -209,10 +215,12 @@ class Herder:
             except Exception:
                 _LOG.exception("leader pass failed; retrying on the next pass")
 
-    def run_pass(self, fence: Fence, *, wait: bool = True) -> None:
+    def run_pass(self, fence: Fence, *, wait: bool = True) -> int | None:
         """One pass of the leader's duties (see module docstring). Leader-only. The calls
         to executors run on the call pool (`call_pool.py`); the work loop does not wait for
-        them (`wait=False`): a pass never waits on an executor."""
+        them (`wait=False`): a pass never waits on an executor. Returns how long after the
+        pass's start the next pipeline falls due (ms; None: none will), the longest the
+        loop may sleep (`TriggerSchedule.next_due_in_ms`)."""
         with self._recover_lock:
             recover = self._recover_term == fence
         if recover:
@@ -235,3 +243,4 @@ class Herder:
         self.checkpoints.commit_pending(fence, wait=wait)
         self.checkpoints.trigger_due(fence, view, wait=wait)
         self.checkpoints.settle_traces()
+        return self.checkpoints.schedule.next_due_in_ms(view.now_ms)

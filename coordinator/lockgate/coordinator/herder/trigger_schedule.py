@@ -14,7 +14,7 @@ Rules:
   not running, a checkpoint in flight, aborts still to send, a job still out) stays due:
   each pass reads it again until it is triggered.
 - Times are the database's clock, as the checkpoints' trigger times; the work loop is its
-  only caller.
+  only caller, and sleeps no longer than until the next due time (`next_due_in_ms`).
 """
 
 from __future__ import annotations
@@ -53,6 +53,14 @@ class TriggerSchedule:
         if self._stale(fence, fingerprint):
             self._seed(fence, fingerprint)
         return [self._pipelines[p] for p, at in sorted(self._due_ms.items()) if at <= now_ms]
+
+    def next_due_in_ms(self, now_ms: int) -> int | None:
+        """How long after `now_ms` (database clock) the next pipeline falls due; None if
+        none will. The work loop sleeps no longer, so a checkpoint is triggered at its
+        interval, not at the loop's next tick. A pipeline due already but not triggered
+        waits for what it waits for (a report, a heartbeat) or for the tick."""
+        later = [at for at in self._due_ms.values() if at > now_ms]
+        return min(later) - now_ms if later else None
 
     def triggered(self, pipeline: PipelineRecord, checkpoint: CheckpointRecord) -> None:
         """`checkpoint` of `pipeline` was triggered: its next is due an interval later."""
