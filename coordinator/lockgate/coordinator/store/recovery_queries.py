@@ -26,6 +26,13 @@ from lockgate.coordinator.store.tables import (
     transactional_ids,
 )
 
+#: A task row of a checkpoint and its handles (one per Spark write partition).
+_TASKS_HANDLES = sa.and_(
+    precommit_handles.c.pipeline_id == checkpoint_tasks.c.pipeline_id,
+    precommit_handles.c.checkpoint_id == checkpoint_tasks.c.checkpoint_id,
+    precommit_handles.c.task_id == checkpoint_tasks.c.task_id,
+)
+
 
 def pending_commits(
     conn: Connection, pipeline_ids: Sequence[PipelineId] | None
@@ -39,14 +46,7 @@ def pending_commits(
     )
     hstmt = (
         sa.select(precommit_handles, checkpoint_tasks.c.executor_id)
-        .join(
-            checkpoint_tasks,
-            sa.and_(
-                checkpoint_tasks.c.pipeline_id == precommit_handles.c.pipeline_id,
-                checkpoint_tasks.c.checkpoint_id == precommit_handles.c.checkpoint_id,
-                checkpoint_tasks.c.task_id == precommit_handles.c.task_id,
-            ),
-        )
+        .join(checkpoint_tasks, _TASKS_HANDLES)
         .where(of_checkpoints_in(precommit_handles, [CheckpointState.COMPLETE], pipeline_ids))
         .order_by(precommit_handles.c.task_id, precommit_handles.c.transactional_id)
     )
@@ -119,14 +119,7 @@ def lingering_transactions(
             # A reported pre-commit has one handle per Spark write partition, each on
             # its own id "<slot id>-<k>": abort exactly those. An unreported one has
             # none; its row keeps the slot's id and no producer id.
-            .outerjoin(
-                precommit_handles,
-                sa.and_(
-                    precommit_handles.c.pipeline_id == checkpoint_tasks.c.pipeline_id,
-                    precommit_handles.c.checkpoint_id == checkpoint_tasks.c.checkpoint_id,
-                    precommit_handles.c.task_id == checkpoint_tasks.c.task_id,
-                ),
-            )
+            .outerjoin(precommit_handles, _TASKS_HANDLES)
             .outerjoin(
                 transactional_ids,
                 transactional_ids.c.transactional_id == checkpoint_tasks.c.transactional_id,
