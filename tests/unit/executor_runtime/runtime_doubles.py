@@ -90,9 +90,13 @@ class FakeCoordinator:
     """A coordinator stub: answers RegisterExecutor and Heartbeat with ``assignments``;
     records reports and deregistrations (on ``timeline``)."""
 
-    def __init__(self, timeline: list[str] | None = None) -> None:
-        self.assignments: list[coordinator_pb2.TaskAssignment] = [assignment(generation=1)]
+    def __init__(self, timeline: list[str] | None = None, *, tasks: int = 1) -> None:
+        self.assignments: list[coordinator_pb2.TaskAssignment] = [
+            assignment(generation=1, task_index=i) for i in range(tasks)
+        ]
         self.precommits: list[int] = []
+        self.report_calls: list[list[int]] = []
+        """The task indexes of each ReportPrecommits call's reports."""
         self.timeline = timeline if timeline is not None else []
 
     def RegisterExecutor(self, request: Any, timeout: float) -> Any:
@@ -120,6 +124,7 @@ class FakeCoordinator:
         )
 
     def ReportPrecommits(self, request: Any, timeout: float) -> Any:
+        self.report_calls.append(sorted(r.task_id.task_index for r in request.reports))
         results = [self.ReportPrecommit(report, timeout) for report in request.reports]
         return coordinator_pb2.ReportPrecommitsResponse(
             results=[
@@ -139,10 +144,11 @@ class FakeCoordinator:
         return coordinator_pb2.DeregisterExecutorResponse()
 
 
-def assignment(*, generation: int) -> coordinator_pb2.TaskAssignment:
-    """Task 0 of pipeline ``p`` at ``generation``, RUNNING."""
+def assignment(*, generation: int, task_index: int = 0) -> coordinator_pb2.TaskAssignment:
+    """Task ``task_index`` (partition in-<task_index>) of pipeline ``p`` at ``generation``,
+    RUNNING."""
     return coordinator_pb2.TaskAssignment(
-        task_id=common_pb2.TaskId(pipeline_name=PIPELINE, task_index=0),
+        task_id=common_pb2.TaskId(pipeline_name=PIPELINE, task_index=task_index),
         task_generation=generation,
         config_version=1,
         pipeline_spec=common_pb2.PipelineSpec(
@@ -154,13 +160,13 @@ def assignment(*, generation: int) -> coordinator_pb2.TaskAssignment:
                 kafka=common_pb2.KafkaSinkSpec(bootstrap_servers="127.0.0.1:1", topic="out")
             ),
         ),
-        source_partitions=[common_pb2.TopicPartition(topic="in", partition=0)],
+        source_partitions=[common_pb2.TopicPartition(topic="in", partition=task_index)],
         target_state=common_pb2.TARGET_STATE_RUNNING,
     )
 
 
-def trigger(runtime: Worker, checkpoint_id: int, generation: int = 1) -> None:
-    """Trigger checkpoint ``checkpoint_id`` on task 0; it must be accepted."""
+def trigger(runtime: Worker, checkpoint_id: int, generation: int = 1, *, tasks: int = 1) -> None:
+    """Trigger checkpoint ``checkpoint_id`` on tasks 0..tasks-1; each must accept it."""
     results = runtime.trigger_checkpoint(
         pipeline_name=PIPELINE,
         checkpoint_id=checkpoint_id,
@@ -168,15 +174,16 @@ def trigger(runtime: Worker, checkpoint_id: int, generation: int = 1) -> None:
         leader_epoch=LEADER,
         tasks=[
             TriggerTask(
-                task=TASK,
+                task=TaskRef(PIPELINE, i),
                 task_generation=Generation(generation),
-                start_offsets={("in", 0): 0},
-                transactional_id_prefix=f"lockgate-{PIPELINE}-0-{checkpoint_id % 3}",
+                start_offsets={("in", i): 0},
+                transactional_id_prefix=f"lockgate-{PIPELINE}-{i}-{checkpoint_id % 3}",
             )
+            for i in range(tasks)
         ],
         timeout_ms=60_000,
     )
-    assert [r.reason for r in results] == [""]
+    assert [r.reason for r in results] == [""] * tasks
 
 
 def start_batch(runtime: Worker, data_plane: BlockingDataPlane, n: int) -> threading.Event:
@@ -188,11 +195,11 @@ def start_batch(runtime: Worker, data_plane: BlockingDataPlane, n: int) -> threa
 
 
 def start_worker(
-    tracer: trace.Tracer | None = None,
+    tracer: trace.Tracer | None = None, *, tasks: int = 1
 ) -> tuple[Worker, FakeCoordinator, BlockingDataPlane]:
-    """A registered runtime whose task 0 of pipeline ``p`` is RUNNING."""
+    """A registered runtime whose tasks 0..tasks-1 of pipeline ``p`` are RUNNING."""
     timeline: list[str] = []
-    coordinator = FakeCoordinator(timeline)
+    coordinator = FakeCoordinator(timeline, tasks=tasks)
     data_plane = BlockingDataPlane(timeline)
     runtime = Worker(
         ExecutorSettings(
@@ -209,7 +216,7 @@ def start_worker(
     runtime.start()
     wait_for(
         "task running",
-        lambda: [v.phase for v in runtime.statuses()] == [TaskPhase.RUNNING],
+        lambda: [v.phase for v in runtime.statuses()] == [TaskPhase.RUNNING] * tasks,
         timeout_s=WAIT_S,
     )
     return runtime, coordinator, data_plane

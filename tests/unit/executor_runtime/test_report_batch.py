@@ -135,7 +135,7 @@ def test_a_report_waits_for_the_reports_announced_as_coming_and_they_go_in_one_c
     # A linger far past the test's time: only the announced reports end the wait.
     batcher = PrecommitBatcher(leader.send, linger_s=60)
     outcomes: dict[int, object] = {}
-    first, second = batcher.announce(), batcher.announce()
+    first, second = batcher.announce(TaskRef("p", 0)), batcher.announce(TaskRef("p", 1))
     # Whichever is queued first finds the other still coming and waits for it.
     threads = [
         submit_coming(batcher, 0, first, outcomes),
@@ -154,7 +154,7 @@ def test_a_withdrawn_report_ends_the_wait() -> None:
     leader.release.set()
     batcher = PrecommitBatcher(leader.send, linger_s=60)
     outcomes: dict[int, object] = {}
-    reported, failing = batcher.announce(), batcher.announce()
+    reported, failing = batcher.announce(TaskRef("p", 0)), batcher.announce(TaskRef("p", 1))
     waiting = submit_coming(batcher, 0, reported, outcomes)
     wait_for("the report queued", lambda: len(batcher._queue) == 1, timeout_s=5)
     batcher.withdraw(failing)  # a pre-commit that failed: its report never comes
@@ -170,9 +170,24 @@ def test_a_report_waits_for_a_coming_one_no_longer_than_the_linger() -> None:
     leader.release.set()
     batcher = PrecommitBatcher(leader.send, linger_s=0.05)
     outcomes: dict[int, object] = {}
-    batcher.announce()  # never reports while the other is sent
+    batcher.announce(TaskRef("p", 1))  # never reports while the other is sent
     waiting = submit_in_thread(batcher, 0, outcomes)
     waiting.join(10)
     assert not waiting.is_alive()
     assert leader.calls == [[0]]
     assert outcomes == {0: PrecommitAnswer("TRIGGERED")}
+
+
+def test_a_report_does_not_wait_for_its_own_tasks_later_report() -> None:
+    """A task's later pre-commit queues behind this report's answer: waiting for it would
+    only ever end at the linger."""
+    leader = HeldLeader()
+    leader.release.set()
+    batcher = PrecommitBatcher(leader.send, linger_s=60)
+    now, later = batcher.announce(TaskRef("p", 0)), batcher.announce(TaskRef("p", 0))
+    outcomes: dict[int, object] = {}
+    waiting = submit_coming(batcher, 0, now, outcomes)
+    waiting.join(10)
+    assert not waiting.is_alive()
+    assert leader.calls == [[0]] and outcomes == {0: PrecommitAnswer("TRIGGERED")}
+    batcher.withdraw(later)

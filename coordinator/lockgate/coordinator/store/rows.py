@@ -91,6 +91,14 @@ def partitions_json(partitions: Iterable[TopicPartition]) -> str:
     return json.dumps([[tp.topic, tp.partition] for tp in sorted(partitions)])
 
 
+@functools.lru_cache(maxsize=65_536)
+def parsed_partitions(text: str) -> tuple[TopicPartition, ...]:
+    """A task's stored partitions (`tasks.partitions_json`), parsed once per distinct text
+    (as `parsed_spec`): heartbeats, triggers and reports read the same task rows over and
+    over, and the parse was a third of a row's cost. The tuple is immutable: shared."""
+    return tuple(TopicPartition(t, int(p)) for t, p in json.loads(text))
+
+
 def task_record(row: Any) -> TaskRecord:
     """A `tasks` row."""
     pipeline_id, index = split_task_id(TaskId(row.task_id))
@@ -98,7 +106,7 @@ def task_record(row: Any) -> TaskRecord:
         task_id=TaskId(row.task_id),
         pipeline_id=pipeline_id,
         task_index=index,
-        partitions=tuple(TopicPartition(t, int(p)) for t, p in json.loads(row.partitions_json)),
+        partitions=parsed_partitions(row.partitions_json),
         executor_id=ExecutorId(row.executor_id) if row.executor_id else None,
         generation=Generation(int(row.generation)),
         state=TaskState(row.state),

@@ -133,7 +133,9 @@ class CheckpointRunner:
                 if result.verdict is TriggerVerdict.ACCEPTED and task is not None:
                     to_run.append((task, _work(task, requested, checkpoint_id)))
         # Every report announced before any pre-commit starts (the first may end at once).
-        announced = [(task, work, self._reporter.announce_precommit()) for task, work in to_run]
+        announced = [
+            (task, work, self._reporter.announce_precommit(task.ref)) for task, work in to_run
+        ]
         for task, work, coming in announced:
             try:
                 queued = task.queue.submit(

@@ -5,13 +5,14 @@ flight is sent with whatever else is queued; reports that become ready while a c
 flight wait for it and go together in the next one (as the leader's group commit does with
 SQL transactions).
 
-A triggered pre-commit announces its report (`announce`). A report that finds no call in
-flight but other reports coming waits for them, up to `linger_s` (as a Kafka producer's
-`linger.ms`), so the executor's tasks of one checkpoint that end together go in one call:
-their checkpoint completes only with the last of them anyway, and the leader writes one
-transaction instead of one for the first report and one for the rest (half of its
-report transactions in the round-trip bench). A lone report, or one whose peers are all
-queued, waits for nothing.
+A triggered pre-commit announces its task's report (`announce`). A report that finds no
+call in flight but reports of other tasks announced waits for them, up to `linger_s` (as a
+Kafka producer's `linger.ms`), so the executor's tasks of one checkpoint that end together
+go in one call: their checkpoint completes only with the last of them anyway, and the
+leader writes one transaction instead of one for the first report and one for the rest
+(half of its report transactions in the round-trip bench). A lone report, or one whose
+peers are all queued, waits for nothing; nor does a report wait for a task that is
+reporting already (its later pre-commit queues behind this report's answer).
 
 Each caller keeps its own retry loop (`Reporter`): a call that fails as a whole (no
 leader, deadline exceeded) fails every report in it, and each caller sends its report
@@ -23,11 +24,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from lockgate.executor.runtime.coordinator import CoordinatorCallError
-from lockgate.executor.runtime.values import PrecommitAnswer, PrecommitReport
+from lockgate.executor.runtime.values import PrecommitAnswer, PrecommitReport, TaskRef
 
 #: Sends reports in one call: an answer or an error per report; raises if the call failed.
 SendPrecommits = Callable[
@@ -44,10 +46,15 @@ class _Pending:
     error: Exception | None = None
 
 
+#: How long a report waits at most for the reports still announced (s).
+LINGER_S = 0.025
+
+
 class Coming:
     """A report announced by a triggered pre-commit (`PrecommitBatcher.announce`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, task: TaskRef) -> None:
+        self.task = task
         self.arrived = False
         """Queued, or never to come: the batcher no longer waits for it."""
 
@@ -60,9 +67,11 @@ class PrecommitBatcher:
         send: SendPrecommits,
         *,
         max_batch: int = 500,
-        linger_s: float = 0.025,
+        linger_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`linger_s`: None for `LINGER_S` as it is when the batcher is made."""
+        linger_s = LINGER_S if linger_s is None else linger_s
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         if linger_s < 0:
@@ -74,14 +83,15 @@ class PrecommitBatcher:
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._sending = False
-        self._coming = 0
+        self._coming: Counter[TaskRef] = Counter()
 
-    def announce(self) -> Coming:
-        """Announce a report (a pre-commit triggered): reports ready meanwhile wait for it,
-        up to `linger_s`, until it is submitted with it or `withdraw`n."""
+    def announce(self, task: TaskRef) -> Coming:
+        """Announce a report of `task` (a pre-commit triggered): reports of other tasks
+        ready meanwhile wait for it, up to `linger_s`, until it is submitted with it or
+        `withdraw`n."""
         with self._cond:
-            self._coming += 1
-        return Coming()
+            self._coming[task] += 1
+        return Coming(task)
 
     def withdraw(self, coming: Coming) -> None:
         """The announced report will not come (the pre-commit failed or was skipped); a
@@ -119,17 +129,24 @@ class PrecommitBatcher:
     def _arrive_locked(self, coming: Coming) -> None:
         if not coming.arrived:
             coming.arrived = True
-            self._coming -= 1
+            self._coming[coming.task] -= 1
+            if not self._coming[coming.task]:
+                del self._coming[coming.task]
             self._cond.notify_all()
 
     def _linger_locked(self) -> None:
-        """Wait while reports are coming, up to `linger_s`, unless a call is full."""
+        """Wait while reports of tasks not reporting now are coming, up to `linger_s`,
+        unless a call is full."""
         until = self._clock() + self._linger_s
-        while self._coming > 0 and len(self._queue) < self._max_batch:
+        while len(self._queue) < self._max_batch and self._awaited_locked():
             left = until - self._clock()
             if left <= 0:
                 return
             self._cond.wait(left)
+
+    def _awaited_locked(self) -> bool:
+        reporting = {p.report.stamp.task for p in self._queue}
+        return any(task not in reporting for task in self._coming)
 
     def _send_batch(self, batch: Sequence[_Pending]) -> None:
         try:
@@ -150,4 +167,4 @@ class PrecommitBatcher:
                 self._cond.notify_all()
 
 
-__all__ = ["Coming", "PrecommitBatcher", "SendPrecommits"]
+__all__ = ["LINGER_S", "Coming", "PrecommitBatcher", "SendPrecommits"]

@@ -23,6 +23,7 @@ from lockgate.executor.runtime.values import (
     PrecommitAnswer,
     PrecommitReport,
     TaskFailureReport,
+    TaskRef,
 )
 
 _LOG = logging.getLogger(__name__)
@@ -61,9 +62,9 @@ class Reporter:
         self._stopping = stopping
         self._clock = clock
 
-    def announce_precommit(self) -> Coming:
+    def announce_precommit(self, task: TaskRef) -> Coming:
         """Announce a triggered pre-commit's report (`PrecommitBatcher.announce`)."""
-        return self._precommits.announce()
+        return self._precommits.announce(task)
 
     def withdraw_precommit(self, coming: Coming) -> None:
         """The announced report will not come (`PrecommitBatcher.withdraw`)."""
