@@ -587,10 +587,11 @@ class CheckpointDriver:
                 checkpoint.checkpoint_id,
                 leader_epoch=int(fence.leader_epoch),
             )
+            starts = inputs.start_offsets.get(pipeline.pipeline_id, {})
             self._calls.run(
                 ("trigger", pipeline.pipeline_id),
-                lambda p=pipeline, c=checkpoint, t=tasks: self._traced_trigger(  # type: ignore[misc]
-                    fence, p, c, t, alive
+                lambda p=pipeline, c=checkpoint, t=tasks, s=starts: self._traced_trigger(  # type: ignore[misc]
+                    fence, p, c, t, s, alive
                 ),
                 wait=wait,
             )
@@ -601,6 +602,7 @@ class CheckpointDriver:
         pipeline: PipelineRecord,
         checkpoint: CheckpointRecord,
         tasks: Iterable[TaskRecord],
+        starts: Mapping[TopicPartition, int],
         alive: Mapping[ExecutorId, ExecutorRecord],
     ) -> None:
         with self.traces.step(
@@ -609,18 +611,18 @@ class CheckpointDriver:
             checkpoint.checkpoint_id,
             leader_epoch=int(fence.leader_epoch),
         ) as span:
-            failure = self._send_trigger(fence, pipeline, checkpoint, tasks, alive)
+            failure = self._send_trigger(fence, pipeline, checkpoint, tasks, starts, alive)
             if failure is not None:
                 span.set_status(Status(StatusCode.ERROR, failure))
 
+    @staticmethod
     def _trigger_calls(
-        self, pipeline: PipelineRecord, checkpoint: CheckpointRecord, tasks: Iterable[TaskRecord]
+        checkpoint: CheckpointRecord,
+        tasks: Iterable[TaskRecord],
+        offsets: Mapping[TopicPartition, int],
     ) -> dict[ExecutorId, list[CheckpointTaskCall]]:
-        """What to ask each executor for checkpoint N: its tasks, where each starts."""
-        offsets = {
-            TopicPartition(o.topic, o.partition): o.next_offset
-            for o in self._store.offsets.get_offsets(pipeline_id=pipeline.pipeline_id)
-        }
+        """What to ask each executor for checkpoint N: its tasks, where each starts
+        (`offsets`: the pipeline's restore positions, read with the trigger decision)."""
         task_by_id = {t.task_id: t for t in tasks}
         calls: dict[ExecutorId, list[CheckpointTaskCall]] = defaultdict(list)
         for trigger in checkpoint.tasks:
@@ -642,12 +644,13 @@ class CheckpointDriver:
         pipeline: PipelineRecord,
         checkpoint: CheckpointRecord,
         tasks: Iterable[TaskRecord],
+        starts: Mapping[TopicPartition, int],
         alive: Mapping[ExecutorId, ExecutorRecord],
     ) -> str | None:
         """Send N's triggers; why they failed (N is then aborted), or None."""
         failure: str | None = None
         for executor_id, task_calls in sorted(
-            self._trigger_calls(pipeline, checkpoint, tasks).items()
+            self._trigger_calls(checkpoint, tasks, starts).items()
         ):
             executor = alive.get(executor_id)
             if executor is None:

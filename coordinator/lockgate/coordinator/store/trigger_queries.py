@@ -1,6 +1,7 @@
 """What the leader's trigger decision reads, for the pipelines its schedule found due
 (`herder/trigger_schedule.py`), in one read transaction whatever their number: their tasks,
-their newest and unfinished checkpoints, and which have aborts still to send (a read per
+their newest and unfinished checkpoints, which have aborts still to send, and where their
+next checkpoints start (a read per
 pipeline cost the leader a round trip per pipeline per pass; a read of every pipeline cost
 it the whole cluster per pass)."""
 
@@ -14,9 +15,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import CheckpointId, PipelineId
+from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord
 from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState
+from lockgate.coordinator.store.offset_store import next_offsets_of
 from lockgate.coordinator.store.recovery_queries import lingering_pipelines
 from lockgate.coordinator.store.rows import checkpoint_record, task_record
 from lockgate.coordinator.store.tables import checkpoints, pipelines, tasks
@@ -36,6 +39,10 @@ class TriggerInputs:
     """Each pipeline's newest and unfinished checkpoints (`trigger_snapshot`)."""
     lingering: frozenset[PipelineId]
     """Those with a transaction of an ABORTED checkpoint whose abort is not acked yet."""
+    start_offsets: dict[PipelineId, dict[TopicPartition, int]]
+    """Where each would start its partitions (those with a restore position): the next
+    checkpoint's start offsets, as none of these is triggered unless no checkpoint of it is
+    in flight (a pre-commit from other offsets is refused at its report)."""
 
 
 def trigger_snapshot(
@@ -70,7 +77,8 @@ def trigger_snapshot(
 
 
 def trigger_inputs(conn: Connection, pipeline_ids: Sequence[PipelineId]) -> TriggerInputs:
-    """The tasks, recent checkpoints and lingering aborts of these pipelines only."""
+    """The tasks, recent checkpoints, lingering aborts and start offsets of these pipelines
+    only."""
     ids = sorted(set(pipeline_ids))
     by_pipeline: dict[PipelineId, list[TaskRecord]] = defaultdict(list)
     rows = conn.execute(
@@ -85,4 +93,5 @@ def trigger_inputs(conn: Connection, pipeline_ids: Sequence[PipelineId]) -> Trig
         tasks=dict(by_pipeline),
         recent=trigger_snapshot(conn, ids),
         lingering=lingering_pipelines(conn, ids),
+        start_offsets=next_offsets_of(conn, ids),
     )
