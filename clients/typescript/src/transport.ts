@@ -135,6 +135,11 @@ export class LeaderFollowingTransport implements Transport {
     this.current = this.seeds[index < 0 ? 0 : (index + 1) % this.seeds.length]!;
   }
 
+  /**
+   * Calls one replica at a time: a redirect is followed at once, UNAVAILABLE (and a stream
+   * reset under the call, `resetUnderCall`) is retried with back-off on the next replica, with
+   * the same request_id, until the deadline; the caller's own abort is never retried.
+   */
   async unary<I extends DescMessage, O extends DescMessage>(
     method: DescMethodUnary<I, O>,
     signal: AbortSignal | undefined,
@@ -154,7 +159,7 @@ export class LeaderFollowingTransport implements Transport {
         return await this.transportFor(address).unary(method, signal, remaining, header, request, contextValues);
       } catch (cause) {
         const error = LockgateError.from(cause);
-        if (error.code !== Code.Unavailable || signal?.aborted) throw error;
+        if (signal?.aborted || !(error.code === Code.Unavailable || resetUnderCall(error))) throw error;
         const leader = error.leaderAddress;
         if (leader !== undefined && leader !== address && redirects < this.policy.maxRedirects) {
           redirects += 1;
@@ -185,4 +190,14 @@ export class LeaderFollowingTransport implements Transport {
   ): Promise<StreamResponse<I, O>> {
     return this.transportFor(this.current).stream(method, signal, timeoutMs, header, input, contextValues);
   }
+}
+
+/**
+ * A call whose HTTP/2 stream was closed with CANCEL without a gRPC status while the caller had
+ * not aborted it: its connection died under it (Node closes a dead session's open streams
+ * with CANCEL), as when the leader is SIGKILLed. Retried as UNAVAILABLE; the request_id makes
+ * the retry of a call the server did process harmless.
+ */
+function resetUnderCall(error: LockgateError): boolean {
+  return error.code === Code.Canceled && !error.responseMetadata.has("grpc-status");
 }

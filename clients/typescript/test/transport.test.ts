@@ -120,6 +120,28 @@ describe("LeaderFollowingTransport", () => {
     assert.equal(attempts.length, 1);
   });
 
+  test("retries a stream reset under the call (CANCEL, no gRPC status), not the caller's own abort", async () => {
+    const { attempts, connect } = scripted((_address, attempt) =>
+      attempt < 2 ? new ConnectError("http/2 stream closed with error code CANCEL (0x8)", Code.Canceled) : undefined,
+    );
+    const client = createClient(CoordinatorService, new LeaderFollowingTransport(["c1:1", "c2:2"], connect, fast));
+    await client.pausePipeline({ name: "p" }, { timeoutMs: 5_000 });
+    assert.deepEqual(
+      attempts.map((a) => a.address),
+      ["c1:1", "c2:2"],
+    );
+    const aborted = new AbortController();
+    aborted.abort();
+    const cancelled = scripted(() => new ConnectError("the caller aborted", Code.Canceled));
+    const own = createClient(CoordinatorService, new LeaderFollowingTransport(["c1:1"], cancelled.connect, fast));
+    await assert.rejects(own.pausePipeline({ name: "p" }, { signal: aborted.signal }), (err: unknown) => {
+      assert.ok(err instanceof LockgateError);
+      assert.equal(err.code, Code.Canceled);
+      return true;
+    });
+    assert.equal(cancelled.attempts.length, 1);
+  });
+
   test("refuses an address without a port", () => {
     assert.throws(() => new LeaderFollowingTransport(["localhost"], scripted(() => undefined).connect), /HOST:PORT/);
   });
