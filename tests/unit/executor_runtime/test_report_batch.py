@@ -72,11 +72,14 @@ class HeldLeader:
 
 
 def submit_in_thread(
-    batcher: PrecommitBatcher, task_index: int, outcomes: dict[int, object]
+    batcher: PrecommitBatcher,
+    task_index: int,
+    outcomes: dict[int, object],
+    coming: Coming | None = None,
 ) -> threading.Thread:
     def run() -> None:
         try:
-            outcomes[task_index] = batcher.submit(report(task_index), timeout_s=5)
+            outcomes[task_index] = batcher.submit(report(task_index), timeout_s=5, coming=coming)
         except CoordinatorCallError as exc:
             outcomes[task_index] = exc
 
@@ -118,17 +121,6 @@ def test_a_failed_call_fails_each_report_and_a_retry_is_sent_again() -> None:
     assert leader.calls == [[0], [0]]
 
 
-def submit_coming(
-    batcher: PrecommitBatcher, task_index: int, coming: Coming, outcomes: dict[int, object]
-) -> threading.Thread:
-    def run() -> None:
-        outcomes[task_index] = batcher.submit(report(task_index), timeout_s=5, coming=coming)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
-
-
 def test_a_report_waits_for_the_reports_announced_as_coming_and_they_go_in_one_call() -> None:
     leader = HeldLeader()
     leader.release.set()
@@ -138,8 +130,8 @@ def test_a_report_waits_for_the_reports_announced_as_coming_and_they_go_in_one_c
     first, second = batcher.announce(TaskRef("p", 0)), batcher.announce(TaskRef("p", 1))
     # Whichever is queued first finds the other still coming and waits for it.
     threads = [
-        submit_coming(batcher, 0, first, outcomes),
-        submit_coming(batcher, 1, second, outcomes),
+        submit_in_thread(batcher, 0, outcomes, first),
+        submit_in_thread(batcher, 1, outcomes, second),
     ]
     for thread in threads:
         thread.join(10)
@@ -155,7 +147,7 @@ def test_a_withdrawn_report_ends_the_wait() -> None:
     batcher = PrecommitBatcher(leader.send, linger_s=60)
     outcomes: dict[int, object] = {}
     reported, failing = batcher.announce(TaskRef("p", 0)), batcher.announce(TaskRef("p", 1))
-    waiting = submit_coming(batcher, 0, reported, outcomes)
+    waiting = submit_in_thread(batcher, 0, outcomes, reported)
     wait_for("the report queued", lambda: len(batcher._queue) == 1, timeout_s=5)
     batcher.withdraw(failing)  # a pre-commit that failed: its report never comes
     waiting.join(10)
@@ -186,7 +178,7 @@ def test_a_report_does_not_wait_for_its_own_tasks_later_report() -> None:
     batcher = PrecommitBatcher(leader.send, linger_s=60)
     now, later = batcher.announce(TaskRef("p", 0)), batcher.announce(TaskRef("p", 0))
     outcomes: dict[int, object] = {}
-    waiting = submit_coming(batcher, 0, now, outcomes)
+    waiting = submit_in_thread(batcher, 0, outcomes, now)
     waiting.join(10)
     assert not waiting.is_alive()
     assert leader.calls == [[0]] and outcomes == {0: PrecommitAnswer("TRIGGERED")}

@@ -68,7 +68,6 @@ class PrecommitBatcher:
         *,
         max_batch: int = 500,
         linger_s: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`linger_s`: None for `LINGER_S` as it is when the batcher is made."""
         linger_s = LINGER_S if linger_s is None else linger_s
@@ -79,7 +78,6 @@ class PrecommitBatcher:
         self._send = send
         self._max_batch = max_batch
         self._linger_s = linger_s
-        self._clock = clock
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._sending = False
@@ -137,9 +135,9 @@ class PrecommitBatcher:
     def _linger_locked(self) -> None:
         """Wait while reports of tasks not reporting now are coming, up to `linger_s`,
         unless a call is full."""
-        until = self._clock() + self._linger_s
+        until = time.monotonic() + self._linger_s
         while len(self._queue) < self._max_batch and self._awaited_locked():
-            left = until - self._clock()
+            left = until - time.monotonic()
             if left <= 0:
                 return
             self._cond.wait(left)
