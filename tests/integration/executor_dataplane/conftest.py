@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql import SparkSession
 
+from lockgate.executor.dataplane.spark.offsets import METADATA_CLIENTS
 from lockgate.executor.dataplane.spark.session import build_spark_session
 
 
@@ -26,6 +27,14 @@ def spark() -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _metadata_clients_closed() -> Iterator[None]:
+    """The offset snapshots' Kafka clients stay open between batches, as in the executor;
+    closed when these tests end, before the broker they talk to stops."""
+    yield
+    METADATA_CLIENTS.close_all()
 
 
 @dataclass(frozen=True)

@@ -138,11 +138,15 @@ class SparkDataPlane:
             _LOG.warning("cancelling the running Spark jobs failed", exc_info=True)
 
     def stop(self, *, timeout_s: float = 10.0) -> None:
-        """Stop the SparkSession, then end its JVM (and with it Spark's Python workers).
+        """Close the Kafka metadata clients, stop the SparkSession, then end its JVM (and with
+        it Spark's Python workers).
 
         The JVM exits when its stdin, a pipe from this process, closes; one still there
         after ``timeout_s`` is killed, so no JVM outlives a stopped executor.
         """
+        from lockgate.executor.dataplane.spark.offsets import METADATA_CLIENTS
+
+        METADATA_CLIENTS.close_all()
         spark, self._spark = self._spark, None
         if spark is None:
             return
