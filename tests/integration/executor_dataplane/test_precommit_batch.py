@@ -275,18 +275,26 @@ def _copied(bootstrap: str, topic: str, count: int, *, stamps: bool) -> list[tup
     ]
 
 
+_STRINGS = {"format": "string", "key_format": "string"}
+
+
 @pytest.mark.parametrize(
-    ("transform", "through_spark", "stamps"),
+    ("transform", "through_spark", "stamps", "formats"),
     [
-        # No transform: every column, the source's timestamps kept.
-        (None, _THROUGH_SPARK, True),
+        # No transform: every column, the source's timestamps kept; bytes in and out, so
+        # each consume call's messages go to the producer as they are.
+        (None, _THROUGH_SPARK, True, {}),
         # Only selecting: the sink gets those columns (no timestamp: the producer stamps).
         (
             "SELECT key, value, headers FROM input",
             "SELECT key, value, headers FROM input WHERE offset >= 0",
             False,
+            {},
         ),
+        # Decoded formats: chained through the source's Arrow batches and the codecs.
+        (None, _THROUGH_SPARK, True, {"source_kafka": _STRINGS, "sink_kafka": _STRINGS}),
     ],
+    ids=["bytes-every-column", "bytes-selected-columns", "strings"],
 )
 def test_a_batch_that_changes_no_record_runs_chained_and_writes_what_spark_writes(
     spark: SparkSession,
@@ -295,6 +303,7 @@ def test_a_batch_that_changes_no_record_runs_chained_and_writes_what_spark_write
     transform: str | None,
     through_spark: str,
     stamps: bool,
+    formats: dict[str, Any],
 ) -> None:
     """No transform, or one that only selects columns, with bad records failing the task:
     the batch runs chained (each Spark task reads and produces, chained.py) with no planning
@@ -307,8 +316,8 @@ def test_a_batch_that_changes_no_record_runs_chained_and_writes_what_spark_write
     _seed(bootstrap, source, 1500)
     produce(bootstrap, source, [(b"h", b"with-headers")] * 20, headers=[("trace", b"t1")])
     extra = {} if transform is None else {"transform": {"sql": transform}}
-    chained_spec = _spec(bootstrap, source, chained_out, **extra)
-    spark_spec = _spec(bootstrap, source, spark_out, transform={"sql": through_spark})
+    chained_spec = _spec(bootstrap, source, chained_out, **extra, **formats)
+    spark_spec = _spec(bootstrap, source, spark_out, transform={"sql": through_spark}, **formats)
     assert chained_columns(chained_spec) is not None and chained_columns(spark_spec) is None
     ranges = _ranges(bootstrap, source)
 

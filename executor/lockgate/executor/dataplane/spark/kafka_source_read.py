@@ -188,7 +188,22 @@ def messages_in_range(
 
 
 def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """Read exactly the committed records with offsets in ``offset_range``, in order.
+    """Read exactly the committed records with offsets in ``offset_range``, in order, as
+    Arrow batches of the source's columns (``read_messages``, decoded by ``BatchBuilder``)."""
+    builder = BatchBuilder(options, offset_range)
+    for data, offsets in read_messages(options, offset_range):
+        builder.extend(data, offsets)
+        if len(builder) >= _ROWS_PER_ARROW_BATCH:
+            yield builder.build()
+    if len(builder):
+        yield builder.build()
+
+
+def read_messages(
+    options: SourceOptions, offset_range: OffsetRange
+) -> Iterator[tuple[list[Message], list[int]]]:
+    """Read exactly the committed records with offsets in ``offset_range``, in order: the
+    data messages of each consume call that had any, and their offsets.
 
     Stops when the consumer's position reaches the range's end. A range may end on
     control records or aborted data that is never delivered, so besides delivered
@@ -223,7 +238,6 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
             f" source.kafka.properties: {redact(str(exc), resolved)}"
         ) from None
     tp = TopicPartition(offset_range.topic, offset_range.partition, offset_range.start_offset)
-    builder = BatchBuilder(options, offset_range)
     where = f"{offset_range.topic}[{offset_range.partition}]"
     position = offset_range.start_offset
     last_progress = time.monotonic()
@@ -239,14 +253,12 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
                 messages, position, offset_range.end_offset, where
             )
             if data:
-                builder.extend(data, offsets)
+                yield data, offsets
             if not messages:
                 # Skipped control records and aborted data move the position only.
                 current = consumer.position([tp])[0].offset
                 if current >= 0:
                     position = max(position, current)
-            if len(builder) >= _ROWS_PER_ARROW_BATCH:
-                yield builder.build()
             if position > before:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > options.stall_timeout_s:
@@ -255,7 +267,5 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
                     f" for {options.stall_timeout_s:.0f}s at offset {position}, range end"
                     f" {offset_range.end_offset}: is the range beyond the last stable offset?"
                 )
-        if len(builder):
-            yield builder.build()
     finally:
         consumer.close()
