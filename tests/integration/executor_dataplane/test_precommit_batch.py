@@ -46,7 +46,12 @@ from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges
 from lockgate.executor.dataplane.spark.transform import apply_transform
 from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
 from tests.fixtures.schema_registry import RegistryProcess
-from tests.integration.executor_dataplane.conftest import produce, read_topic, stable_end_offsets
+from tests.integration.executor_dataplane.conftest import (
+    produce,
+    produce_transaction,
+    read_topic,
+    stable_end_offsets,
+)
 from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.spark
@@ -77,8 +82,12 @@ def _seed(bootstrap: str, topic: str, count: int) -> list[tuple[bytes, bytes]]:
     return records
 
 
-def _ranges(bootstrap: str, topic: str) -> list[OffsetRange]:
-    return snapshot_offset_ranges(bootstrap_servers=bootstrap, topics=[topic], start_offsets={})
+def _ranges(
+    bootstrap: str, topic: str, *, start_offsets: dict[tuple[str, int], int] | None = None
+) -> list[OffsetRange]:
+    return snapshot_offset_ranges(
+        bootstrap_servers=bootstrap, topics=[topic], start_offsets=start_offsets or {}
+    )
 
 
 def _run(
@@ -368,6 +377,43 @@ def test_a_chained_tasks_retry_fences_the_attempt_that_died(
     Committer().commit([retried.message.handle.on(bootstrap)], what="retry", sink_properties={})
     output = _wait_visible(bootstrap, sink, 1, 600)
     assert [(r.key, r.value) for r in output] == records
+
+
+def test_a_chained_task_whose_range_holds_only_aborted_records_reports_no_transaction(
+    kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    """A chained task opens its producer before it reads (``open_early``). When its range
+    holds no record to copy (only an aborted transaction and its marker), the empty
+    transaction is ended there: no handle is reported, so nothing is left for the leader to
+    commit, and the same transactional id copies the next range as usual."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=1, prefix="in"), new_topic(partitions=1, prefix="out")
+    produce_transaction(
+        bootstrap, source, [b"x0", b"x1"], transactional_id=f"{source}-writer", commit=False
+    )
+    [aborted] = _ranges(bootstrap, source)
+    assert aborted.size == 3  # two aborted records and the abort marker
+    produce(bootstrap, source, [(b"k", b"after")], partition=0)
+    [after] = _ranges(bootstrap, source, start_offsets={(source, 0): aborted.end_offset})
+    source_options = SourceOptions.parse(
+        {"bootstrap_servers": bootstrap, "offset_ranges": ranges_to_option([aborted, after])}
+    )
+    sink_options = SinkOptions.parse(
+        {"bootstrap_servers": bootstrap, "topic": sink, "transactional_id_prefix": _prefix()}
+    )
+
+    empty = copy_partition(
+        source_options, sink_options, write_partition=0, ranges=[aborted], attempt=0
+    )
+    copied = copy_partition(
+        source_options, sink_options, write_partition=0, ranges=[after], attempt=0
+    )
+
+    assert (empty.records_read, empty.message.records_written) == (0, 0)
+    assert empty.message.handle is None
+    assert copied.records_read == 1 and copied.message.handle is not None
+    Committer().commit([copied.message.handle.on(bootstrap)], what="next", sink_properties={})
+    assert [(r.key, r.value) for r in _wait_visible(bootstrap, sink, 1, 1)] == [(b"k", b"after")]
 
 
 def test_sql_transform_is_applied_and_headers_kept(

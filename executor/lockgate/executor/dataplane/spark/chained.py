@@ -114,6 +114,8 @@ def copy_partition(
     copy = _copy_messages if raw_source and writer.passes_through else _copy_batches
     read = _Read()
     try:
+        if any(r.size for r in ranges):
+            writer.open_early()
         for offset_range in ranges:
             copy(source, offset_range, writer, columns, read)
         message = writer.precommit(attempt)

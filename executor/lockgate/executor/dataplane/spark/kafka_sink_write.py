@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -81,6 +82,8 @@ class PartitionWriter:
         )
         self._producer: Producer | None = None
         self._txn: Any = None
+        self._opening: threading.Thread | None = None
+        self._open_error: BaseException | None = None
         self._delivery_errors: list[str] = []
         self.records_written = 0
         self.bytes_written = 0
@@ -102,9 +105,40 @@ class PartitionWriter:
             "on_delivery": self._on_delivery,
         }
 
+    def open_early(self) -> None:
+        """Open the exactly_once producer on a thread now: ``init_transactions`` and the
+        handle's statistics report are broker round trips (about 0.1 s) that then overlap
+        the reader's first fetch instead of following it. The first write, or the
+        pre-commit, waits for it and raises what it raised. Nothing to do for at_least_once,
+        whose producer opens with no round trip."""
+        if self._options.delivery is not Delivery.EXACTLY_ONCE or self._producer is not None:
+            return
+
+        def open_producer() -> None:
+            try:
+                self._ensure_producer()
+            except BaseException as exc:  # raised again on the task's thread
+                self._open_error = exc
+
+        self._opening = threading.Thread(target=open_producer, name="open-producer", daemon=True)
+        self._opening.start()
+
+    def _opened(self) -> None:
+        """Wait for ``open_early``'s thread, if any; raise what it raised."""
+        opening, self._opening = self._opening, None
+        if opening is None:
+            return
+        opening.join()
+        error, self._open_error = self._open_error, None
+        if error is not None:
+            raise error
+
     def _ensure_producer(self) -> Producer:
         if self._producer is not None:
             return self._producer
+        if self._opening is not None and threading.current_thread() is not self._opening:
+            self._opened()
+            return self._ensure_producer()
         options = self._options
         if options.delivery is Delivery.EXACTLY_ONCE:
             transactional_id = transactional_id_for(
@@ -293,8 +327,15 @@ class PartitionWriter:
         self.dead_lettered += 1
 
     def precommit(self, attempt: int) -> KafkaSinkCommitMessage:
-        """Flush everything; for exactly_once return the open transaction's handle."""
+        """Flush everything; for exactly_once return the open transaction's handle (None if
+        nothing was produced: a transaction opened early and left empty is aborted, which
+        for an empty one is local, and reported as none)."""
+        self._opened()
         handle: TransactionHandle | None = None
+        if self._txn is not None and not (self.records_written or self.dead_lettered):
+            self._txn.producer.abort_transaction(30)
+            self._txn.release_without_abort()
+            self._txn = self._producer = None
         if self._txn is not None:
             handle = self._txn.precommit()
         elif self._producer is not None:
@@ -318,6 +359,8 @@ class PartitionWriter:
 
     def abandon(self) -> None:
         """Best effort after a failure: abort the open transaction so nothing lingers."""
+        with contextlib.suppress(BaseException):
+            self._opened()
         if self._txn is not None:
             # Best effort only: the retry or the job's abort() fences it anyway.
             with contextlib.suppress(Exception):
