@@ -116,7 +116,7 @@ class PartitionWriter:
 
         def open_producer() -> None:
             try:
-                self._ensure_producer()
+                self._open_producer()
             except BaseException as exc:  # raised again on the task's thread
                 self._open_error = exc
 
@@ -134,11 +134,11 @@ class PartitionWriter:
             raise error
 
     def _ensure_producer(self) -> Producer:
-        if self._producer is not None:
-            return self._producer
-        if self._opening is not None and threading.current_thread() is not self._opening:
-            self._opened()
-            return self._ensure_producer()
+        if self._producer is None:
+            self._opened()  # open_early's thread, if any, may have opened it
+        return self._producer if self._producer is not None else self._open_producer()
+
+    def _open_producer(self) -> Producer:
         options = self._options
         if options.delivery is Delivery.EXACTLY_ONCE:
             transactional_id = transactional_id_for(
