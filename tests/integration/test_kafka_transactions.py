@@ -19,16 +19,20 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from kafka.net.compat import KafkaNetClient
 
+from lockgate.common import kafka_transactions
 from lockgate.common.kafka_transactions import (
     INVALID_PRODUCER_ID_MAPPING,
     INVALID_TXN_STATE,
     PRODUCER_FENCED,
+    RESUME_CLIENTS,
     InvalidTransactionStateError,
     ProducerFencedError,
     TransactionTimeoutError,
     UnknownTransactionError,
     abort_transaction,
+    commit_handles,
     commit_transaction,
     open_transactional_producer,
 )
@@ -335,3 +339,46 @@ def test_released_producers_are_freed_and_their_transactions_survive(
     for handle in handles:
         commit_transaction(bootstrap_servers=bootstrap, handle=handle)
     assert _values(read_visible(bootstrap, topic)) == [f"batch-{i}".encode() for i in range(4)]
+
+
+def _precommitted(bootstrap: str, topic: str, how_many: int) -> list[TransactionHandle]:
+    handles = []
+    for i in range(how_many):
+        wrapped, _ = open_transactional_producer(
+            bootstrap_servers=bootstrap, transactional_id=f"kept-{i}-{uuid.uuid4().hex[:8]}"
+        )
+        wrapped.producer.begin_transaction()
+        wrapped.producer.produce(topic, value=f"kept-{i}".encode())
+        handles.append(wrapped.precommit().on(bootstrap))
+        wrapped.release_without_abort()
+    return handles
+
+
+def test_commits_on_one_cluster_reuse_one_kept_open_client_and_survive_its_connections_closing(
+    kafka_broker: KafkaBroker, new_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit path keeps its network client open between commits (RESUME_CLIENTS):
+    a second commit builds no client; one whose connections dropped under it (the broker
+    closed them, or restarted) is replaced and the commit still lands."""
+    topic = new_topic()
+    bootstrap = kafka_broker.bootstrap_servers
+    built: list[KafkaNetClient] = []
+
+    class CountingClient(KafkaNetClient):  # type: ignore[misc]
+        def __init__(self, **configs: object) -> None:
+            super().__init__(**configs)
+            built.append(self)
+
+    monkeypatch.setattr(kafka_transactions, "KafkaNetClient", CountingClient)
+    RESUME_CLIENTS.close_all()
+    first, second, third = _precommitted(bootstrap, topic, 3)
+
+    assert [e.refused for e in commit_handles([first], timeout_s=30, properties={})] == [None]
+    assert [e.refused for e in commit_handles([second], timeout_s=30, properties={})] == [None]
+    assert len(built) == 1
+
+    for broker in built[0].cluster.brokers():  # the kept client's connections drop
+        built[0].close(broker.node_id)
+    assert [e.refused for e in commit_handles([third], timeout_s=30, properties={})] == [None]
+    assert _values(read_visible(bootstrap, topic)) == [b"kept-0", b"kept-1", b"kept-2"]
+    RESUME_CLIENTS.close_all()

@@ -56,7 +56,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -68,12 +68,14 @@ from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
 from kafka.protocol.producer import EndTxnRequest
 
 from lockgate.common.kafka_config import kafka_python_settings
+from lockgate.common.kept_clients import KeptClients
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import TransactionalId
 
 #: Highest EndTxn version this module sends (see the module docstring for why not 5).
 MAX_END_TXN_VERSION = 4
 _CLIENT_ID = "lockgate-txn-resume"
+_RESUME_IO_TIMEOUT_MS = 10_000
 
 # Kafka protocol error codes (org.apache.kafka.common.protocol.Errors).
 NONE = 0
@@ -336,27 +338,39 @@ def end_txn_request(handle: TransactionHandle, *, committed: bool) -> EndTxnRequ
     )
 
 
-def _resume_client(
-    bootstrap_servers: str, properties: Mapping[str, str], *, timeout_s: float
-) -> KafkaNetClient:
-    """A kafka-python network client of the sink cluster, bootstrapped: it speaks the
-    cluster's ``security.protocol`` (TLS, SASL PLAIN and SCRAM) from ``properties``, the
-    resolved librdkafka properties (mapped by :func:`kafka_python_settings`)."""
+@dataclass
+class _ResumeClient:
+    """A kept-open network client of one sink cluster and the transaction coordinators it
+    found, by transactional id (looked up again when the broker says it moved)."""
+
+    net: KafkaNetClient
+    coordinators: dict[str, Any] = field(default_factory=dict)
+
+
+def _resume_client(bootstrap_servers: str, properties: Mapping[str, str]) -> _ResumeClient:
+    """A kafka-python network client of the sink cluster, not connected yet (the first use
+    bootstraps it): it speaks the cluster's ``security.protocol`` (TLS, SASL PLAIN and
+    SCRAM) from ``properties``, the resolved librdkafka properties (mapped by
+    :func:`kafka_python_settings`)."""
     servers = [a.strip() for a in bootstrap_servers.split(",") if a.strip()]
     if not servers:
         raise ValueError("bootstrap_servers must name at least one host:port")
-    timeout_ms = int(timeout_s * 1000)
-    client = KafkaNetClient(
-        bootstrap_servers=servers,
-        **{"client_id": _CLIENT_ID, **kafka_python_settings(properties)},
-        request_timeout_ms=timeout_ms,
+    return _ResumeClient(
+        KafkaNetClient(
+            bootstrap_servers=servers,
+            **{"client_id": _CLIENT_ID, **kafka_python_settings(properties)},
+            request_timeout_ms=_RESUME_IO_TIMEOUT_MS,
+        )
     )
-    try:
-        client.get_broker_version(timeout_ms=timeout_ms)
-    except BaseException:
-        client.close()
-        raise
-    return client
+
+
+#: The commit path's clients, kept open between commits (``kept_clients.py``): a handle's
+#: commit is then one EndTxn on an open connection, where it was a bootstrap, a
+#: FindCoordinator and a second connection each time (README, issue 13). One user at a
+#: time per client: kafka-python's network client is driven by the thread polling it.
+RESUME_CLIENTS: KeptClients[_ResumeClient] = KeptClients(
+    _resume_client, close=lambda client: client.net.close(), shared=False
+)
 
 
 def _find_coordinator(
@@ -407,47 +421,65 @@ def _end_transaction(
     last = "no attempt made"
     last_code: int | None = None
     backoff_s = 0.05
-    client: KafkaNetClient | None = None
-    try:
-        while True:
-            remaining = max(deadline - time.monotonic(), 0.1)
-            io_timeout = min(remaining, 10.0)
-            try:
-                if client is None:
-                    client = _resume_client(bootstrap_servers, properties, timeout_s=io_timeout)
-                code, coordinator, text = _find_coordinator(
-                    client, handle.transactional_id, timeout_s=io_timeout
-                )
-                if coordinator is None:
-                    end_txn_outcome(code, handle=handle, verb=verb)  # raises if not retriable
-                    last, last_code = f"FindCoordinator: {error_name(code)} {text}".strip(), code
-                else:
-                    outcome, last, last_code = _send_end_txn(
-                        client, coordinator, handle, committed, deadline, verb
-                    )
-                    if outcome is EndTxnOutcome.DONE:
-                        return
-            except KafkaError as exc:
-                # Unreachable, timed out, or a refused login (kafka-python retries that until
-                # the deadline too): the message names the broker, never a credential.
-                where = "no bootstrap server answered: " if client is None else ""
-                last, last_code = f"{where}{type(exc).__name__}: {exc}", None
-                if client is not None:
-                    client.close()
-                    client = None
-            if time.monotonic() >= deadline:
-                raise TransactionTimeoutError(
-                    f"could not {verb} transaction of transactional.id"
-                    f" {handle.transactional_id!r} (producer id {handle.producer_id}, epoch"
-                    f" {handle.producer_epoch}) within {timeout_s:.1f}s; last answer: {last}",
-                    handle=handle,
-                    error_code=last_code,
-                )
-            time.sleep(backoff_s)
-            backoff_s = min(backoff_s * 2, 1.0)
-    finally:
-        if client is not None:
-            client.close()
+    while True:
+        refused: TransactionResumeError | None = None
+        bootstrapped = True
+        try:
+            # Keyed by the resolved properties: the callers hold no others.
+            with RESUME_CLIENTS.using(bootstrap_servers, properties, resolved=properties) as client:
+                bootstrapped = False
+                io_timeout_ms = int(min(max(deadline - time.monotonic(), 0.1), 10.0) * 1000)
+                client.net.get_broker_version(timeout_ms=io_timeout_ms)  # once per client
+                bootstrapped = True
+                try:
+                    done, last, last_code = _end_once(client, handle, committed, deadline, verb)
+                except TransactionResumeError as exc:
+                    # The broker's final answer: the client is fine, keep it.
+                    refused = exc
+            if refused is not None:
+                raise refused
+            if done:
+                return
+        except KafkaError as exc:
+            # Unreachable, timed out, or a refused login (kafka-python retries that until
+            # the deadline too): the message names the broker, never a credential. The pool
+            # dropped the client; the next attempt builds a new one.
+            where = "" if bootstrapped else "no bootstrap server answered: "
+            last, last_code = f"{where}{type(exc).__name__}: {exc}", None
+        if time.monotonic() >= deadline:
+            raise TransactionTimeoutError(
+                f"could not {verb} transaction of transactional.id"
+                f" {handle.transactional_id!r} (producer id {handle.producer_id}, epoch"
+                f" {handle.producer_epoch}) within {timeout_s:.1f}s; last answer: {last}",
+                handle=handle,
+                error_code=last_code,
+            )
+        time.sleep(backoff_s)
+        backoff_s = min(backoff_s * 2, 1.0)
+
+
+def _end_once(
+    client: _ResumeClient, handle: TransactionHandle, committed: bool, deadline: float, verb: str
+) -> tuple[bool, str, int | None]:
+    """One attempt on a kept, bootstrapped client: its coordinator of the id (found if not
+    known yet), then EndTxn; whether it is done, and the last answer."""
+    io_timeout = min(max(deadline - time.monotonic(), 0.1), 10.0)
+    transactional_id = handle.transactional_id
+    coordinator = client.coordinators.get(transactional_id)
+    if coordinator is None:
+        code, coordinator, text = _find_coordinator(
+            client.net, transactional_id, timeout_s=io_timeout
+        )
+        if coordinator is None:
+            end_txn_outcome(code, handle=handle, verb=verb)  # raises if not retriable
+            return False, f"FindCoordinator: {error_name(code)} {text}".strip(), code
+        client.coordinators[transactional_id] = coordinator
+    outcome, last, last_code = _send_end_txn(
+        client.net, coordinator, handle, committed, deadline, verb
+    )
+    if outcome is EndTxnOutcome.FIND_COORDINATOR_AGAIN:
+        client.coordinators.pop(transactional_id, None)
+    return outcome is EndTxnOutcome.DONE, last, last_code
 
 
 def _send_end_txn(
@@ -659,34 +691,30 @@ def open_transactions_of_slot(
     # kafka-python's own network client, not its KafkaAdminClient, which logs its whole
     # configuration (a SASL password included) at DEBUG.
     timeout_ms = int(timeout_s * 1000)
-    try:
-        client = _resume_client(bootstrap_servers, properties or {}, timeout_s=timeout_s)
-    except KafkaError as exc:
-        raise TransactionListError(
-            f"could not reach Kafka at {bootstrap_servers} to list the open transactions of"
-            f" {slot_id!r}: {exc}"
-        ) from exc
+    resolved = properties or {}
     found: set[str] = set()
     try:
-        for broker in client.cluster.brokers():
-            request = ListTransactionsRequest(state_filters=["Ongoing"], producer_id_filters=[])
-            response = client.send_and_receive(broker.node_id, request, timeout_ms=timeout_ms)
-            if response.error_code != NONE:
-                raise TransactionListError(
-                    f"broker {broker.node_id} answered {error_name(response.error_code)}"
-                    f" ({response.error_code}) to ListTransactions"
+        with RESUME_CLIENTS.using(bootstrap_servers, resolved, resolved=resolved) as client:
+            client.net.get_broker_version(timeout_ms=timeout_ms)
+            for broker in client.net.cluster.brokers():
+                request = ListTransactionsRequest(state_filters=["Ongoing"], producer_id_filters=[])
+                response = client.net.send_and_receive(
+                    broker.node_id, request, timeout_ms=timeout_ms
                 )
-            found.update(
-                state.transactional_id
-                for state in response.transaction_states
-                if belongs_to_slot(state.transactional_id, slot_id)
-            )
+                if response.error_code != NONE:
+                    raise TransactionListError(
+                        f"broker {broker.node_id} answered {error_name(response.error_code)}"
+                        f" ({response.error_code}) to ListTransactions"
+                    )
+                found.update(
+                    state.transactional_id
+                    for state in response.transaction_states
+                    if belongs_to_slot(state.transactional_id, slot_id)
+                )
     except KafkaError as exc:
         raise TransactionListError(
             f"listing the open transactions of {slot_id!r} on {bootstrap_servers} failed: {exc}"
         ) from exc
-    finally:
-        client.close()
     return [TransactionalId(t) for t in sorted(found)]
 
 

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from opentelemetry import trace
 
 from lockgate.common.failpoints import Failpoints
+from lockgate.common.kafka_transactions import RESUME_CLIENTS
 from lockgate.common.metrics import Instruments
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.executor.committer import Committer
@@ -155,6 +156,7 @@ class Worker:
             )
         if deregister and registration is not None:
             self._membership.deregister(registration)
+        RESUME_CLIENTS.close_all()  # the commit path's kept-open Kafka clients
         return still_running
 
     @property

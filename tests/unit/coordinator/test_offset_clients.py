@@ -1,6 +1,7 @@
 """The lag's offsets are asked through one kept admin client per source cluster (and set of
 Kafka properties), not a new client per pipeline and refresh (which crashed the leader inside
-librdkafka at 200 pipelines). The client is faked and counted: no sockets."""
+librdkafka at 200 pipelines), kept in the pool every kept Kafka client lives in
+(`kept_clients.KeptClients`). The client is faked and counted: no sockets."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_one_admin_client_per_cluster_and_properties_is_made_and_kept(
             assert bounds == {tp: PartitionBounds(start=0, end=7) for tp in partitions}
     topics.partition_bounds("a:9092", partitions, (("security.protocol", "SSL"),))
     assert made == [
-        ("a:9092", ()),
-        ("b:9092", ()),
-        ("a:9092", (("security.protocol", "SSL"),)),
+        ("a:9092", {}),
+        ("b:9092", {}),
+        ("a:9092", {"security.protocol": "SSL"}),
     ]

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 
 from lockgate.common.failpoints import Failpoints
+from lockgate.common.kafka_transactions import RESUME_CLIENTS
 from lockgate.common.metrics import Instruments
 from lockgate.coordinator.domain.errors import FencedError, NotLeader, Unavailable
 from lockgate.coordinator.domain.lease import Fence
@@ -163,6 +164,7 @@ class Herder:
             self._thread.join(timeout=10)
         self.progress.stop()
         self._calls.close()
+        RESUME_CLIENTS.close_all()  # the leader's own commits' kept-open Kafka clients
         self.lease_keeper.stop()
         if self.lease_keeper.current_fence() is not None:
             try:

@@ -15,13 +15,13 @@ missing. So an answer comes within about 5 s, well inside a client's call deadli
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lockgate.common.kafka_config import SecretReferenceError, redact, resolve_properties
+from lockgate.common.kept_clients import KeptClients
 from lockgate.common.model.kafka_properties import KafkaProperties
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.errors import FailedPrecondition
@@ -46,11 +46,13 @@ class KafkaTopics:
         # again for this long before calling it missing.
         self._settle_s = settle_s
         # One admin client per source cluster for the offsets the lag is measured from,
-        # kept: the lag refresh asks every pipeline's cluster every few seconds, and a
-        # client made and dropped per pipeline per refresh (400 a refresh at 200 pipelines)
-        # crashed the leader inside librdkafka's list_offsets at that size.
-        self._offset_clients: dict[tuple[str, KafkaProperties], Any] = {}
-        self._offset_clients_lock = threading.Lock()
+        # kept (`kept_clients.py`): the lag refresh asks every pipeline's cluster every few
+        # seconds, and a client made and dropped per pipeline per refresh (400 a refresh at
+        # 200 pipelines) crashed the leader inside librdkafka's list_offsets at that size.
+        # librdkafka's clients serve several threads at once.
+        self._offset_clients: KeptClients[Any] = KeptClients(
+            _admin_client, close=lambda admin: None, shared=True
+        )
 
     def describe(
         self,
@@ -79,7 +81,7 @@ class KafkaTopics:
         from confluent_kafka import KafkaException
 
         try:
-            admin = _admin_client(bootstrap_servers, properties)
+            admin = _admin_client(bootstrap_servers, _resolved(properties))
         except _ClientSettingsError as exc:
             return ClusterTopics(
                 bootstrap_servers=bootstrap_servers, partitions={}, unreachable=str(exc)
@@ -106,15 +108,6 @@ class KafkaTopics:
                 return ClusterTopics(bootstrap_servers=bootstrap_servers, partitions=found)
             time.sleep(0.2)  # metadata refresh interval while a new topic propagates
 
-    def _offset_client(self, bootstrap_servers: str, properties: KafkaProperties) -> Any:
-        """The kept admin client of this cluster and properties, made on first use."""
-        key = (bootstrap_servers, properties)
-        with self._offset_clients_lock:
-            client = self._offset_clients.get(key)
-            if client is None:
-                client = self._offset_clients[key] = _admin_client(bootstrap_servers, properties)
-            return client
-
     def partition_bounds(
         self,
         bootstrap_servers: str,
@@ -132,21 +125,24 @@ class KafkaTopics:
 
         if not partitions:
             return {}
+        specs = {"start": OffsetSpec.earliest(), "end": OffsetSpec.latest()}  # type: ignore[no-untyped-call]
         try:
-            admin = self._offset_client(bootstrap_servers, properties)
+            resolved = _resolved(properties)
+            with self._offset_clients.using(
+                bootstrap_servers, dict(properties), resolved=resolved
+            ) as admin:
+                # Both questions at once: an unreachable cluster costs one timeout, not two.
+                asked = {
+                    name: admin.list_offsets(
+                        {KafkaPartition(tp.topic, tp.partition): spec for tp in partitions},
+                        isolation_level=IsolationLevel.READ_COMMITTED,
+                        request_timeout=self._timeout_s,
+                    )
+                    for name, spec in specs.items()
+                }
         except _ClientSettingsError as exc:
             _KAFKA_LOG.warning("no offsets from %s: %s", bootstrap_servers, exc)
             return {}
-        specs = {"start": OffsetSpec.earliest(), "end": OffsetSpec.latest()}  # type: ignore[no-untyped-call]
-        # Both questions at once: an unreachable cluster costs one timeout, not two.
-        asked = {
-            name: admin.list_offsets(
-                {KafkaPartition(tp.topic, tp.partition): spec for tp in partitions},
-                isolation_level=IsolationLevel.READ_COMMITTED,
-                request_timeout=self._timeout_s,
-            )
-            for name, spec in specs.items()
-        }
         answers: dict[str, dict[TopicPartition, int]] = {}
         for name, futures in asked.items():
             found: dict[TopicPartition, int] = {}
@@ -196,16 +192,21 @@ class _ClientSettingsError(Exception):
     does not resolve, a property librdkafka refuses); the message carries no secret."""
 
 
-def _admin_client(bootstrap_servers: str, properties: KafkaProperties) -> Any:
-    """A confluent-kafka AdminClient of one cluster with its side's Kafka properties, their
-    references resolved in this process (the coordinator's environment and files)."""
+def _resolved(properties: KafkaProperties) -> dict[str, str]:
+    """A side's properties with their references resolved in this process (the
+    coordinator's environment and files)."""
+    try:
+        return resolve_properties(properties)
+    except SecretReferenceError as exc:
+        raise _ClientSettingsError(f"cannot resolve a Kafka property here: {exc}") from None
+
+
+def _admin_client(bootstrap_servers: str, resolved: Mapping[str, str]) -> Any:
+    """A confluent-kafka AdminClient of one cluster with its side's resolved Kafka
+    properties."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    try:
-        resolved = resolve_properties(properties)
-    except SecretReferenceError as exc:
-        raise _ClientSettingsError(f"cannot resolve a Kafka property here: {exc}") from None
     config: dict[str, Any] = {
         **resolved,
         "bootstrap.servers": bootstrap_servers,

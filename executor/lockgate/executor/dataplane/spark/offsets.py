@@ -2,21 +2,19 @@
 
 The ranges are the model's (`lockgate.common.model.offsets.OffsetRange`); this module asks
 Kafka for the partitions of a topic and their last stable offsets, through one metadata
-consumer per Kafka cluster kept open across checkpoints (``MetadataClients``).
+consumer per Kafka cluster kept open across checkpoints (``METADATA_CLIENTS``, a
+``lockgate.common.kept_clients.KeptClients``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from lockgate.common.kafka_config import redact, resolve_properties
+from lockgate.common.kafka_config import redact
+from lockgate.common.kept_clients import KeptClients
 from lockgate.common.model.offsets import OffsetRange
 from lockgate.executor.errors import OffsetOutOfRangeError, SourceError
 
@@ -44,104 +42,11 @@ def _consumer(bootstrap_servers: str, resolved: Mapping[str, str]) -> Consumer:
         ) from None
 
 
-@dataclass
-class _Client:
-    resolved: dict[str, str]
-    consumer: Any
-    users: int = 0
-    last_used: float = 0.0
-    retired: bool = False
-
-
-class MetadataClients:
-    """One metadata consumer per Kafka cluster and properties, kept open between uses.
-
-    Every checkpoint of every task asks for its source partitions' end offsets and checks
-    that its topics exist. A consumer built for each question costs a connection, a
-    bootstrap metadata round trip and librdkafka's threads: about 0.1 s per question on
-    the checkpoint's critical path, three per task and checkpoint (README, issue 13). The
-    answers themselves are never cached: each is a fresh request to the broker.
-
-    A client is rebuilt when its properties' references resolve to something else (a
-    rotated secret), dropped after any error in its use (the next use starts afresh), and
-    closed once unused for ``idle_s`` or at ``close_all``; never while a thread uses it.
-    Safe to use from several threads at once: librdkafka serves metadata and offset
-    queries concurrently on one client.
-    """
-
-    def __init__(
-        self,
-        factory: Callable[[str, Mapping[str, str]], Any] = _consumer,
-        *,
-        idle_s: float = 300.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._factory = factory
-        self._idle_s = idle_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._clients: dict[tuple[str, tuple[tuple[str, str], ...]], _Client] = {}
-
-    @contextlib.contextmanager
-    def using(self, bootstrap_servers: str, properties: Mapping[str, str]) -> Iterator[Any]:
-        """The cluster's client for the duration of the block; dropped if the block fails."""
-        resolved = resolve_properties(properties)
-        key = (bootstrap_servers, tuple(sorted(properties.items())))
-        client = self._acquire(key, bootstrap_servers, resolved)
-        failed = False
-        try:
-            yield client.consumer
-        except BaseException:
-            failed = True
-            raise
-        finally:
-            self._release(key, client, failed=failed)
-
-    def _acquire(
-        self, key: tuple[str, tuple[tuple[str, str], ...]], bootstrap: str, resolved: dict[str, str]
-    ) -> _Client:
-        with self._lock:
-            now = self._clock()
-            for stale_key, stale in list(self._clients.items()):
-                if stale.users == 0 and now - stale.last_used > self._idle_s:
-                    self._retire(stale_key, stale)
-            client = self._clients.get(key)
-            if client is not None and client.resolved != resolved:
-                self._retire(key, client)
-                client = None
-            if client is None:
-                client = _Client(resolved, self._factory(bootstrap, resolved))
-                self._clients[key] = client
-            client.users += 1
-            return client
-
-    def _release(
-        self, key: tuple[str, tuple[tuple[str, str], ...]], client: _Client, *, failed: bool
-    ) -> None:
-        with self._lock:
-            client.users -= 1
-            client.last_used = self._clock()
-            if failed and self._clients.get(key) is client:
-                self._retire(key, client)
-            elif client.retired and client.users == 0:
-                client.consumer.close()
-
-    def _retire(self, key: tuple[str, tuple[tuple[str, str], ...]], client: _Client) -> None:
-        # Under the lock. A client still in use is closed by its last user's release.
-        del self._clients[key]
-        client.retired = True
-        if client.users == 0:
-            client.consumer.close()
-
-    def close_all(self) -> None:
-        """Close every client not in use now; those in use close when released."""
-        with self._lock:
-            for key, client in list(self._clients.items()):
-                self._retire(key, client)
-
-
-#: The executor's clients: its data plane closes them when it stops.
-METADATA_CLIENTS = MetadataClients()
+#: The executor's metadata consumers, shared by its threads (librdkafka's clients are
+#: thread-safe): its data plane closes them when it stops.
+METADATA_CLIENTS: KeptClients[Consumer] = KeptClients(
+    _consumer, close=lambda consumer: consumer.close(), shared=True
+)
 
 
 def topic_partitions(

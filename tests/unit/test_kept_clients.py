@@ -1,6 +1,7 @@
-"""The executor's Kafka metadata clients: one per cluster and properties, reused between
-checkpoints, rebuilt when a secret reference resolves to something else, dropped after a
-failure, and closed only when no thread uses them (``offsets.MetadataClients``)."""
+"""Kafka clients kept open between uses (``kept_clients.KeptClients``): one set per cluster
+and properties, reused, rebuilt when a secret reference resolves to something else, dropped
+after a failure, closed only when no thread uses them; shared by threads at once (the
+executor's metadata consumers) or one user at a time (the commit path's network clients)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from lockgate.executor.dataplane.spark.offsets import MetadataClients
+from lockgate.common.kept_clients import KeptClients
 
 
 class FakeConsumer:
@@ -41,8 +42,12 @@ class Clock:
         return self.now
 
 
-def clients(factory: Factory, clock: Clock | None = None) -> MetadataClients:
-    return MetadataClients(factory, idle_s=60.0, clock=clock or Clock())
+def clients(
+    factory: Factory, clock: Clock | None = None, *, shared: bool = True
+) -> KeptClients[FakeConsumer]:
+    return KeptClients(
+        factory, close=FakeConsumer.close, shared=shared, idle_s=60.0, clock=clock or Clock()
+    )
 
 
 def test_one_client_per_cluster_and_properties_is_reused_between_uses() -> None:
@@ -154,3 +159,48 @@ def test_threads_using_one_cluster_at_once_share_one_client() -> None:
         thread.join(timeout=10)
     assert len(seen) == 8 and len(factory.built) == 1
     assert not factory.built[0].closed
+
+
+def test_unshared_clients_serve_one_user_at_a_time_and_are_reused_once_free() -> None:
+    factory = Factory()
+    pool = clients(factory, shared=False)
+    with pool.using("k1:9092", {}) as first, pool.using("k1:9092", {}) as second:
+        assert second is not first
+    with pool.using("k1:9092", {}) as again:
+        assert again in (first, second)
+    assert len(factory.built) == 2 and not any(c.closed for c in factory.built)
+
+
+def test_an_unshared_clients_failure_drops_only_that_client() -> None:
+    factory = Factory()
+    pool = clients(factory, shared=False)
+    with pool.using("k1:9092", {}) as healthy:
+        with pytest.raises(RuntimeError), pool.using("k1:9092", {}) as broken:
+            raise RuntimeError("connection reset")
+        assert broken.closed and not healthy.closed
+    with pool.using("k1:9092", {}) as next_use:
+        assert next_use is healthy
+    assert len(factory.built) == 2
+
+
+def test_a_rotated_secret_retires_every_unshared_client_of_the_old_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    factory = Factory()
+    pool = clients(factory, shared=False)
+    properties = {"sasl.password": "${env:LOCKGATE_TEST_ROTATED}"}
+    monkeypatch.setenv("LOCKGATE_TEST_ROTATED", "old-secret")
+    with pool.using("k1:9092", properties) as a, pool.using("k1:9092", properties) as b:
+        pass
+    monkeypatch.setenv("LOCKGATE_TEST_ROTATED", "new-secret")
+    with pool.using("k1:9092", properties) as after:
+        assert after.resolved == {"sasl.password": "new-secret"}
+    assert a.closed and b.closed and not after.closed
+
+
+def test_already_resolved_properties_are_not_resolved_again() -> None:
+    factory = Factory()
+    pool = clients(factory, shared=False)
+    written = {"sasl.password": "${env:LOCKGATE_TEST_NEVER_SET}"}
+    with pool.using("k1:9092", written, resolved={"sasl.password": "given"}) as client:
+        assert client.resolved == {"sasl.password": "given"}
