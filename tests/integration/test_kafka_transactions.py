@@ -21,12 +21,12 @@ import pytest
 from confluent_kafka import Producer
 from kafka.net.compat import KafkaNetClient
 
-from lockgate.common import kafka_transactions
+from lockgate.common import kafka_resume_clients
+from lockgate.common.kafka_resume_clients import RESUME_CLIENTS
 from lockgate.common.kafka_transactions import (
     INVALID_PRODUCER_ID_MAPPING,
     INVALID_TXN_STATE,
     PRODUCER_FENCED,
-    RESUME_CLIENTS,
     InvalidTransactionStateError,
     ProducerFencedError,
     TransactionTimeoutError,
@@ -369,7 +369,7 @@ def test_commits_on_one_cluster_reuse_one_kept_open_client_and_survive_its_conne
             super().__init__(**configs)
             built.append(self)
 
-    monkeypatch.setattr(kafka_transactions, "KafkaNetClient", CountingClient)
+    monkeypatch.setattr(kafka_resume_clients, "KafkaNetClient", CountingClient)
     RESUME_CLIENTS.close_all()
     first, second, third = _precommitted(bootstrap, topic, 3)
 

@@ -56,7 +56,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -67,15 +67,12 @@ from kafka.protocol.admin.transactions import ListTransactionsRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
 from kafka.protocol.producer import EndTxnRequest
 
-from lockgate.common.kafka_config import kafka_python_settings
-from lockgate.common.kept_clients import KeptClients
+from lockgate.common.kafka_resume_clients import RESUME_CLIENTS, ResumeClient
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import TransactionalId
 
 #: Highest EndTxn version this module sends (see the module docstring for why not 5).
 MAX_END_TXN_VERSION = 4
-_CLIENT_ID = "lockgate-txn-resume"
-_RESUME_IO_TIMEOUT_MS = 10_000
 
 # Kafka protocol error codes (org.apache.kafka.common.protocol.Errors).
 NONE = 0
@@ -338,41 +335,6 @@ def end_txn_request(handle: TransactionHandle, *, committed: bool) -> EndTxnRequ
     )
 
 
-@dataclass
-class _ResumeClient:
-    """A kept-open network client of one sink cluster and the transaction coordinators it
-    found, by transactional id (looked up again when the broker says it moved)."""
-
-    net: KafkaNetClient
-    coordinators: dict[str, Any] = field(default_factory=dict)
-
-
-def _resume_client(bootstrap_servers: str, properties: Mapping[str, str]) -> _ResumeClient:
-    """A kafka-python network client of the sink cluster, not connected yet (the first use
-    bootstraps it): it speaks the cluster's ``security.protocol`` (TLS, SASL PLAIN and
-    SCRAM) from ``properties``, the resolved librdkafka properties (mapped by
-    :func:`kafka_python_settings`)."""
-    servers = [a.strip() for a in bootstrap_servers.split(",") if a.strip()]
-    if not servers:
-        raise ValueError("bootstrap_servers must name at least one host:port")
-    return _ResumeClient(
-        KafkaNetClient(
-            bootstrap_servers=servers,
-            **{"client_id": _CLIENT_ID, **kafka_python_settings(properties)},
-            request_timeout_ms=_RESUME_IO_TIMEOUT_MS,
-        )
-    )
-
-
-#: The commit path's clients, kept open between commits (``kept_clients.py``): a handle's
-#: commit is then one EndTxn on an open connection, where it was a bootstrap, a
-#: FindCoordinator and a second connection each time (README, issue 13). One user at a
-#: time per client: kafka-python's network client is driven by the thread polling it.
-RESUME_CLIENTS: KeptClients[_ResumeClient] = KeptClients(
-    _resume_client, close=lambda client: client.net.close(), shared=False
-)
-
-
 def _find_coordinator(
     client: KafkaNetClient, transactional_id: str, *, timeout_s: float
 ) -> tuple[int, Any, str]:
@@ -459,7 +421,7 @@ def _end_transaction(
 
 
 def _end_once(
-    client: _ResumeClient, handle: TransactionHandle, committed: bool, deadline: float, verb: str
+    client: ResumeClient, handle: TransactionHandle, committed: bool, deadline: float, verb: str
 ) -> tuple[bool, str, int | None]:
     """One attempt on a kept, bootstrapped client: its coordinator of the id (found if not
     known yet), then EndTxn; whether it is done, and the last answer."""

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from opentelemetry import trace
 
 from lockgate.common.failpoints import Failpoints
-from lockgate.common.kafka_transactions import RESUME_CLIENTS
+from lockgate.common.kafka_resume_clients import RESUME_CLIENTS
 from lockgate.common.metrics import Instruments
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.executor.committer import Committer

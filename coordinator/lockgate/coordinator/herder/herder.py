@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 
 from lockgate.common.failpoints import Failpoints
-from lockgate.common.kafka_transactions import RESUME_CLIENTS
+from lockgate.common.kafka_resume_clients import RESUME_CLIENTS
 from lockgate.common.metrics import Instruments
 from lockgate.coordinator.domain.errors import FencedError, NotLeader, Unavailable
 from lockgate.coordinator.domain.lease import Fence
