@@ -32,7 +32,7 @@ class ResumeClient:
     coordinators: dict[str, Any] = field(default_factory=dict)
 
 
-def _resume_client(bootstrap_servers: str, properties: Mapping[str, str]) -> ResumeClient:
+def new_resume_client(bootstrap_servers: str, properties: Mapping[str, str]) -> ResumeClient:
     """A kafka-python network client of the sink cluster, not connected yet (the first use
     bootstraps it): it speaks the cluster's ``security.protocol`` (TLS, SASL PLAIN and
     SCRAM) from ``properties``, the resolved librdkafka properties (mapped by
@@ -54,8 +54,8 @@ def _resume_client(bootstrap_servers: str, properties: Mapping[str, str]) -> Res
 #: FindCoordinator and a second connection each time (README, issue 13). One user at a
 #: time per client: kafka-python's network client is driven by the thread polling it.
 RESUME_CLIENTS: KeptClients[ResumeClient] = KeptClients(
-    _resume_client, close=lambda client: client.net.close(), shared=False
+    new_resume_client, close=lambda client: client.net.close(), shared=False
 )
 
 
-__all__ = ["RESUME_CLIENTS", "ResumeClient"]
+__all__ = ["RESUME_CLIENTS", "ResumeClient", "new_resume_client"]

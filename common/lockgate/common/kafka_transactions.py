@@ -67,7 +67,7 @@ from kafka.protocol.admin.transactions import ListTransactionsRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
 from kafka.protocol.producer import EndTxnRequest
 
-from lockgate.common.kafka_resume_clients import RESUME_CLIENTS, ResumeClient
+from lockgate.common.kafka_resume_clients import RESUME_CLIENTS, ResumeClient, new_resume_client
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import TransactionalId
 
@@ -652,31 +652,39 @@ def open_transactions_of_slot(
     """
     # kafka-python's own network client, not its KafkaAdminClient, which logs its whole
     # configuration (a SASL password included) at DEBUG.
+    # A client of its own, not a kept one: the brokers to ask come from its bootstrap
+    # metadata, which must be today's (a transaction on a broker added since would be missed).
     timeout_ms = int(timeout_s * 1000)
-    resolved = properties or {}
+    client = new_resume_client(bootstrap_servers, properties or {}).net
+    try:
+        client.get_broker_version(timeout_ms=timeout_ms)
+    except KafkaError as exc:
+        client.close()
+        raise TransactionListError(
+            f"could not reach Kafka at {bootstrap_servers} to list the open transactions of"
+            f" {slot_id!r}: {exc}"
+        ) from exc
     found: set[str] = set()
     try:
-        with RESUME_CLIENTS.using(bootstrap_servers, resolved, resolved=resolved) as client:
-            client.net.get_broker_version(timeout_ms=timeout_ms)
-            for broker in client.net.cluster.brokers():
-                request = ListTransactionsRequest(state_filters=["Ongoing"], producer_id_filters=[])
-                response = client.net.send_and_receive(
-                    broker.node_id, request, timeout_ms=timeout_ms
+        for broker in client.cluster.brokers():
+            request = ListTransactionsRequest(state_filters=["Ongoing"], producer_id_filters=[])
+            response = client.send_and_receive(broker.node_id, request, timeout_ms=timeout_ms)
+            if response.error_code != NONE:
+                raise TransactionListError(
+                    f"broker {broker.node_id} answered {error_name(response.error_code)}"
+                    f" ({response.error_code}) to ListTransactions"
                 )
-                if response.error_code != NONE:
-                    raise TransactionListError(
-                        f"broker {broker.node_id} answered {error_name(response.error_code)}"
-                        f" ({response.error_code}) to ListTransactions"
-                    )
-                found.update(
-                    state.transactional_id
-                    for state in response.transaction_states
-                    if belongs_to_slot(state.transactional_id, slot_id)
-                )
+            found.update(
+                state.transactional_id
+                for state in response.transaction_states
+                if belongs_to_slot(state.transactional_id, slot_id)
+            )
     except KafkaError as exc:
         raise TransactionListError(
             f"listing the open transactions of {slot_id!r} on {bootstrap_servers} failed: {exc}"
         ) from exc
+    finally:
+        client.close()
     return [TransactionalId(t) for t in sorted(found)]
 
 
