@@ -7,6 +7,8 @@ tests/integration/test_kafka_transactions.py.
 from __future__ import annotations
 
 import json
+import time
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from kafka.protocol.broker_version_data import BrokerVersionData
 from kafka.protocol.producer import EndTxnRequest
 
+from lockgate.common.kafka_resume_clients import ResumeClient
 from lockgate.common.kafka_transactions import (
     CONCURRENT_TRANSACTIONS,
     COORDINATOR_LOAD_IN_PROGRESS,
@@ -32,6 +35,7 @@ from lockgate.common.kafka_transactions import (
     ProducerFencedError,
     TransactionResumeError,
     UnknownTransactionError,
+    _end_once,
     end_txn_outcome,
     end_txn_request,
     error_name,
@@ -150,3 +154,67 @@ def test_handle_json_is_stable() -> None:
         "producer_id": 42,
         "producer_epoch": 5,
     }
+
+
+class _FakeCluster:
+    def __init__(self) -> None:
+        self.found = 0
+
+    def add_coordinator(self, found: object, *_: object, **__: object) -> str:
+        self.found += 1
+        return f"coordinator-{self.found}"
+
+
+class _FakeNet:
+    """Answers FindCoordinator with a new node each time, and EndTxn with `end_txn_codes`
+    in turn; records where each request went."""
+
+    def __init__(self, end_txn_codes: list[int]) -> None:
+        self.cluster = _FakeCluster()
+        self.codes = list(end_txn_codes)
+        self.sent: list[tuple[str, str]] = []
+
+    def least_loaded_node(self, bootstrap_fallback: bool = False) -> str:
+        return "bootstrap-0"
+
+    def api_version(self, operation: object, max_version: int | None = None) -> int:
+        return 4
+
+    def send_and_receive(self, node: str, request: object, timeout_ms: int = 0) -> object:
+        kind = "EndTxn" if isinstance(request, EndTxnRequest) else "FindCoordinator"
+        self.sent.append((kind, node))
+        if kind == "FindCoordinator":
+            found = SimpleNamespace(error_code=NONE, error_message=None)
+            return SimpleNamespace(coordinators=[found])
+        return SimpleNamespace(error_code=self.codes.pop(0))
+
+
+def _attempt(client: ResumeClient, handle: TransactionHandle) -> bool:
+    done, _last, _code = _end_once(client, handle, True, time.monotonic() + 5, "commit")
+    return done
+
+
+def test_a_kept_client_asks_for_an_ids_coordinator_once_and_again_only_when_it_moved() -> None:
+    """The commit path's kept clients (`kafka_resume_clients`) remember each transactional
+    id's coordinator: the next commit on the id is one EndTxn; NOT_COORDINATOR forgets it,
+    so the retry looks it up again instead of asking the old node forever."""
+    handle = TransactionHandle(
+        transactional_id=TransactionalId("p-t0-s1-0"), producer_id=7, producer_epoch=0
+    )
+    net = _FakeNet([NONE, NONE, NOT_COORDINATOR, NONE])
+    client = ResumeClient(net)  # type: ignore[arg-type]
+
+    assert _attempt(client, handle) and _attempt(client, handle)
+    assert net.sent == [
+        ("FindCoordinator", "bootstrap-0"),
+        ("EndTxn", "coordinator-1"),
+        ("EndTxn", "coordinator-1"),
+    ]
+    net.sent.clear()
+    assert not _attempt(client, handle)  # the coordinator moved: NOT_COORDINATOR
+    assert _attempt(client, handle)
+    assert net.sent == [
+        ("EndTxn", "coordinator-1"),
+        ("FindCoordinator", "bootstrap-0"),
+        ("EndTxn", "coordinator-2"),
+    ]
