@@ -204,3 +204,18 @@ def test_already_resolved_properties_are_not_resolved_again() -> None:
     written = {"sasl.password": "${env:LOCKGATE_TEST_NEVER_SET}"}
     with pool.using("k1:9092", written, resolved={"sasl.password": "given"}) as client:
         assert client.resolved == {"sasl.password": "given"}
+
+
+def test_an_answer_named_in_keep_on_passes_through_and_keeps_the_client() -> None:
+    factory = Factory()
+    pool = clients(factory, shared=False)
+    with (
+        pytest.raises(LookupError),
+        pool.using("k1:9092", {}, keep_on=(LookupError,)) as answered,
+    ):
+        raise LookupError("the broker's final answer: fenced")
+    with pool.using("k1:9092", {}) as next_use:
+        assert next_use is answered and not answered.closed
+    with pytest.raises(RuntimeError), pool.using("k1:9092", {}, keep_on=(LookupError,)) as broken:
+        raise RuntimeError("connection reset")
+    assert broken.closed

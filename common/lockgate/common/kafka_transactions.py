@@ -384,30 +384,27 @@ def _end_transaction(
     last_code: int | None = None
     backoff_s = 0.05
     while True:
-        refused: TransactionResumeError | None = None
-        bootstrapped = True
+        not_bootstrapped = ""
         try:
-            # Keyed by the resolved properties: the callers hold no others.
-            with RESUME_CLIENTS.using(bootstrap_servers, properties, resolved=properties) as client:
-                bootstrapped = False
-                io_timeout_ms = int(min(max(deadline - time.monotonic(), 0.1), 10.0) * 1000)
-                client.net.get_broker_version(timeout_ms=io_timeout_ms)  # once per client
-                bootstrapped = True
-                try:
-                    done, last, last_code = _end_once(client, handle, committed, deadline, verb)
-                except TransactionResumeError as exc:
-                    # The broker's final answer: the client is fine, keep it.
-                    refused = exc
-            if refused is not None:
-                raise refused
+            # Keyed by the resolved properties: the callers hold no others. The broker's
+            # final answers (TransactionResumeError) leave the client fine: it is kept.
+            with RESUME_CLIENTS.using(
+                bootstrap_servers,
+                properties,
+                resolved=properties,
+                keep_on=(TransactionResumeError,),
+            ) as client:
+                not_bootstrapped = "no bootstrap server answered: "
+                client.net.get_broker_version(timeout_ms=int(_io_timeout_s(deadline) * 1000))
+                not_bootstrapped = ""
+                done, last, last_code = _end_once(client, handle, committed, deadline, verb)
             if done:
                 return
         except KafkaError as exc:
             # Unreachable, timed out, or a refused login (kafka-python retries that until
             # the deadline too): the message names the broker, never a credential. The pool
             # dropped the client; the next attempt builds a new one.
-            where = "" if bootstrapped else "no bootstrap server answered: "
-            last, last_code = f"{where}{type(exc).__name__}: {exc}", None
+            last, last_code = f"{not_bootstrapped}{type(exc).__name__}: {exc}", None
         if time.monotonic() >= deadline:
             raise TransactionTimeoutError(
                 f"could not {verb} transaction of transactional.id"
@@ -420,17 +417,21 @@ def _end_transaction(
         backoff_s = min(backoff_s * 2, 1.0)
 
 
+def _io_timeout_s(deadline: float) -> float:
+    """One request's wait: what is left until ``deadline``, at least 0.1 s, at most 10 s."""
+    return min(max(deadline - time.monotonic(), 0.1), 10.0)
+
+
 def _end_once(
     client: ResumeClient, handle: TransactionHandle, committed: bool, deadline: float, verb: str
 ) -> tuple[bool, str, int | None]:
     """One attempt on a kept, bootstrapped client: its coordinator of the id (found if not
     known yet), then EndTxn; whether it is done, and the last answer."""
-    io_timeout = min(max(deadline - time.monotonic(), 0.1), 10.0)
     transactional_id = handle.transactional_id
     coordinator = client.coordinators.get(transactional_id)
     if coordinator is None:
         code, coordinator, text = _find_coordinator(
-            client.net, transactional_id, timeout_s=io_timeout
+            client.net, transactional_id, timeout_s=_io_timeout_s(deadline)
         )
         if coordinator is None:
             end_txn_outcome(code, handle=handle, verb=verb)  # raises if not retriable
@@ -456,7 +457,7 @@ def _send_end_txn(
     deadline passes; returns the outcome and the last answer."""
     backoff_s = 0.05
     while True:
-        timeout_ms = int(min(max(deadline - time.monotonic(), 0.1), 10.0) * 1000)
+        timeout_ms = int(_io_timeout_s(deadline) * 1000)
         request = end_txn_request(handle, committed=committed)
         code = client.send_and_receive(coordinator, request, timeout_ms=timeout_ms).error_code
         outcome = end_txn_outcome(code, handle=handle, verb=verb)

@@ -69,9 +69,11 @@ class KeptClients(Generic[C]):
         properties: Mapping[str, str],
         *,
         resolved: Mapping[str, str] | None = None,
+        keep_on: tuple[type[BaseException], ...] = (),
     ) -> Iterator[C]:
         """A client of the cluster for the duration of the block; dropped if the block
-        fails. ``properties`` as written; ``resolved``: already resolved from them (else
+        fails, unless with one of ``keep_on`` (answers that say nothing against the
+        client). ``properties`` as written; ``resolved``: already resolved from them (else
         resolved here, ``SecretReferenceError`` if one cannot be read)."""
         now_resolved = dict(resolve_properties(properties) if resolved is None else resolved)
         key = (bootstrap_servers, tuple(sorted(properties.items())))
@@ -79,6 +81,8 @@ class KeptClients(Generic[C]):
         failed = False
         try:
             yield kept.client
+        except keep_on:
+            raise
         except BaseException:
             failed = True
             raise
