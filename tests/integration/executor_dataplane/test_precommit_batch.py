@@ -391,7 +391,14 @@ def test_a_chained_task_whose_range_holds_only_aborted_records_reports_no_transa
     produce_transaction(
         bootstrap, source, [b"x0", b"x1"], transactional_id=f"{source}-writer", commit=False
     )
-    [aborted] = _ranges(bootstrap, source)
+
+    def past_the_marker() -> OffsetRange | None:
+        [snapshot] = _ranges(bootstrap, source)
+        return snapshot if snapshot.end_offset > 0 else None
+
+    # The coordinator writes the abort marker after abort_transaction() returns; until then
+    # the open transaction holds the last stable offset, and so the range's end, at 0.
+    aborted = wait_for("the abort marker written", past_the_marker, timeout_s=30)
     assert aborted.size == 3  # two aborted records and the abort marker
     produce(bootstrap, source, [(b"k", b"after")], partition=0)
     [after] = _ranges(bootstrap, source, start_offsets={(source, 0): aborted.end_offset})
