@@ -15,6 +15,7 @@ keep calls in flight.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import sys
@@ -91,6 +92,10 @@ def main() -> int:
             threading.Event().wait(0.02)
         return b"released" if release.exists() else b"timed out"
 
+    def heap(request: bytes, context: grpc.ServicerContext) -> bytes:
+        # Objects out of the collector's reach, and objects its full passes walk.
+        return f"{gc.get_freeze_count()} {len(gc.get_objects())}".encode()
+
     def register(server: grpc.Server) -> None:
         server.add_generic_rpc_handlers(
             [
@@ -101,6 +106,7 @@ def main() -> int:
                         "Fail": grpc.unary_unary_rpc_method_handler(fail),
                         "Boom": grpc.unary_unary_rpc_method_handler(boom),
                         "Hold": grpc.unary_unary_rpc_method_handler(hold),
+                        "Heap": grpc.unary_unary_rpc_method_handler(heap),
                     },
                 )
             ]

@@ -60,6 +60,7 @@ from lockgate.common.errors import (
 from lockgate.common.metrics import RPC_SERVER_DURATION, Instruments
 from lockgate.common.model.limits import can_exceed_limits, check_request_limits
 from lockgate.common.ports import describe_port_holder
+from lockgate.common.process_heap import freeze_startup_heap
 from lockgate.common.security import ServerSecurity
 from lockgate.common.telemetry import Telemetry
 from lockgate.v1 import common_pb2
@@ -526,6 +527,7 @@ class LockgateServer:
         runs there as soon as the signal is seen, before the server stops (the executor
         starts its shutdown bound with it). Returns the signal that ended serving.
         """
+        freeze_startup_heap()  # serving: the start-up is over
         received: list[signal.Signals] = []
         arrived = threading.Event()
 
