@@ -8,7 +8,8 @@ default ``local[2]``; with TLS and tokens as the local cluster, ``--insecure``: 
 temporary home, writes N records (``--value-bytes`` each) to an
 input topic, then copies them several times, each into its own output topic:
 
-(a) a Lockgate pipeline with ``delivery: exactly_once``;
+(a) a Lockgate pipeline with ``delivery: exactly_once`` (``--tasks-max``, default 1: one
+    task, whose batches Spark runs as one task per slot);
 (b) the same pipeline with ``delivery: at_least_once``;
 (c) a plain confluent-kafka consume -> produce loop (no transactions, one process);
 (d) Kafka's ``TransactionalMessageCopier`` (kafka-tools jar), one per input partition,
@@ -418,7 +419,7 @@ def latency_section(
         source=source,
         sink=sink,
         delivery="exactly_once",
-        tasks_max=args.partitions,
+        tasks_max=args.tasks_max,
         directory=home,
         coordinators=services.coordinator,
         security=services.security,
@@ -461,6 +462,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument(
+        "--tasks-max",
+        type=int,
+        default=1,
+        help="tasks_max of Lockgate's pipelines (default 1, the pipeline's own default: one"
+        " task, whose batches Spark spreads over its slots)",
+    )
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--spark-master", default="local[2]")
     parser.add_argument(
@@ -519,8 +527,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="plaintext, no authentication (default: TLS + tokens)",
     )
     args = parser.parse_args(argv)
-    if args.records < 1 or args.partitions < 1 or args.value_bytes < 10:
-        parser.error("--records and --partitions must be >= 1, --value-bytes >= 10")
+    if min(args.records, args.partitions, args.tasks_max) < 1 or args.value_bytes < 10:
+        parser.error("--records, --partitions and --tasks-max must be >= 1, --value-bytes >= 10")
 
     if any("=" not in item for item in args.spark_conf):
         parser.error("--spark-conf takes KEY=VALUE, e.g. spark.driver.memory=768m")
@@ -589,7 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             sink=sink,
                             records=records,
                             delivery=delivery,
-                            tasks_max=args.partitions,
+                            tasks_max=args.tasks_max,
                             executor_pid=services.executor.pid,
                             directory=home,
                             coordinators=services.coordinator,

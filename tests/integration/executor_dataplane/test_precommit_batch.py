@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -43,6 +44,7 @@ from lockgate.executor.dataplane.spark.kafka_source import (
     source_schema,
 )
 from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges
+from lockgate.executor.dataplane.spark.session import task_slots
 from lockgate.executor.dataplane.spark.transform import apply_transform
 from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
 from tests.fixtures.schema_registry import RegistryProcess
@@ -174,6 +176,48 @@ def test_precommit_invisible_until_commit_then_exactly_once_in_key_order(
     for record in output:
         partitions_of_key[record.key].add(record.partition)
     assert all(len(p) == 1 for p in partitions_of_key.values())
+
+
+def test_a_batch_of_more_ranges_than_task_slots_runs_one_task_per_slot_and_copies_once(
+    spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
+) -> None:
+    """Ranges too large to pack (over `pack_offsets_per_partition`) are spread over the
+    session's slots, each whole: 2 write partitions and transactions for 3 ranges."""
+    bootstrap = kafka_broker.bootstrap_servers
+    source, sink = new_topic(partitions=4, prefix="in"), new_topic(partitions=2, prefix="out")
+    records = _seed(bootstrap, source, 800)
+    spec = _spec(bootstrap, source, sink)
+    slots = task_slots(spark)
+    assert slots == 2, "the fixture's session is local[2,2]"
+    ranges = _ranges(bootstrap, source)
+    filled = [r for r in ranges if r.size > 0]
+    # Keys k0..k9 fall on 3 of the 4 partitions (murmur2): 400, 320 and 80 records, more
+    # ranges than slots, none small enough to pack with another.
+    assert len(filled) > slots and all(r.size > 50 for r in filled), filled
+    options = dataclasses.replace(_OPTIONS, pack_offsets_per_partition=50)
+
+    capped = _run(
+        spark,
+        spec,
+        ranges,
+        _prefix(),
+        options=dataclasses.replace(options, max_packed_partitions=slots),
+    )
+
+    assert (capped.records_in, capped.records_out) == (800, 800)
+    assert len(capped.handles) == 2
+    _commit(bootstrap, capped)
+    output = _wait_visible(bootstrap, sink, 2, 800)
+    assert sorted((r.key, r.value) for r in output) == sorted(records)
+    by_key: dict[bytes, list[int]] = defaultdict(list)
+    for record in output:
+        assert record.key is not None and record.value is not None
+        by_key[record.key].append(int(record.value.split(b":")[1]))
+    assert all(seq == sorted(seq) for seq in by_key.values()), "per-key order broken"
+    # Without the cap, one write partition per range.
+    uncapped = _run(spark, spec, ranges, _prefix(), options=options)
+    assert len(uncapped.handles) == len(filled)
+    _abort(bootstrap, uncapped)
 
 
 def test_allow_reordering_splits_a_range_over_producers_and_still_copies_once(

@@ -17,6 +17,7 @@ from lockgate.executor.dataplane.spark.kafka_source import (
     RAW_VALUE_COLUMN,
     SourceOptions,
     pack_ranges,
+    plan_partitions,
     ranges_to_option,
 )
 from lockgate.executor.dataplane.spark.kafka_source_read import BatchBuilder, messages_in_range
@@ -135,6 +136,33 @@ def test_small_ranges_are_packed_whole_and_in_order_and_large_ones_stay_alone() 
     assert pack_ranges([a, empty, b, c, d], 10) == [(a, b), (c,), (d,)]
     assert pack_ranges([a, b, c, d], 0) == [(a,), (b,), (c,), (d,)]
     assert pack_ranges([empty], 10) == []
+
+
+def test_more_packs_than_task_slots_are_spread_over_the_slots_whole_and_in_order() -> None:
+    """Four 50,000-offset ranges on 2 slots ran as two waves of tasks; now as 2 of 2."""
+    big = [OffsetRange("t", p, 0, 50_000) for p in range(4)]
+    assert pack_ranges(big, 10_000, max_packs=2) == [(big[0], big[2]), (big[1], big[3])]
+    # Uneven ranges: the largest first, each to the group with the fewest offsets so far.
+    a, b, c, d, e = (OffsetRange("t", p, 0, n) for p, n in enumerate((30, 50, 20, 25, 10)))
+    empty = OffsetRange("t", 9, 5, 5)
+    groups = pack_ranges([a, empty, b, c, d, e], 10, max_packs=2)
+    assert groups == [(b, c), (a, d, e)], "each group in the ranges' own order"
+    assert sorted(sum(r.size for r in g) for g in groups) == [65, 70]
+    # As many packs as slots, or fewer, stay as they are; 0 slots: no cap.
+    assert pack_ranges(big, 10_000, max_packs=4) == [(r,) for r in big]
+    assert pack_ranges(big, 10_000, max_packs=0) == [(r,) for r in big]
+    assert pack_ranges([a, b], 100, max_packs=1) == [(a, b)]
+    assert pack_ranges(big, 10_000, max_packs=1) == [tuple(big)]
+
+
+def test_the_slots_cap_applies_to_packed_plans_not_to_split_ones() -> None:
+    big = [OffsetRange("t", p, 0, 50_000) for p in range(4)]
+    assert (
+        len(plan_partitions(big, max_offsets_per_split=0, pack_offsets=10, max_partitions=2)) == 2
+    )
+    # A pipeline that allows reordering splits its ranges for more tasks, not fewer.
+    split = plan_partitions(big, max_offsets_per_split=25_000, pack_offsets=10, max_partitions=2)
+    assert len(split) == 8
 
 
 def test_a_packed_partition_reads_its_ranges_one_after_the_other(

@@ -84,6 +84,9 @@ class BatchOptions:
     #: pipeline keeps order (`kafka_source.pack_ranges`): a small batch runs one task, one
     #: consumer and one transaction; 0 keeps one partition per range.
     pack_offsets_per_partition: int = 10_000
+    #: And into at most this many partitions, the session's task slots (`task_slots`): one
+    #: wave of tasks, each with one producer and transaction, not several; 0: no limit.
+    max_packed_partitions: int = 0
     transaction_timeout_ms: int = 600_000
     stall_timeout_s: float = 60.0
     #: Module prefixes a `transform.python` may come from (`--allow-transform-module`).
@@ -344,6 +347,7 @@ def _source_options(
         # Split a range only when the pipeline needs no order.
         "max_offsets_per_split": str(options.max_offsets_per_split if spec.allow_reordering else 0),
         "pack_offsets": str(options.pack_offsets_per_partition),
+        "max_partitions": str(options.max_packed_partitions),
         "stall_timeout_s": str(options.stall_timeout_s),
         "kafka_properties": json.dumps(dict(spec.source.properties)),
     }

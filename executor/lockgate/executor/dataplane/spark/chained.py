@@ -231,6 +231,7 @@ def run_chained(
         source.ranges,
         max_offsets_per_split=source.max_offsets_per_split,
         pack_offsets=source.pack_offsets,
+        max_partitions=source.max_partitions,
     )
     if not packs:
         return []

@@ -77,6 +77,7 @@ class SparkDataPlane:
         """
         from lockgate.executor.dataplane.spark.batch import BatchOptions, run_precommit_batch
         from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges
+        from lockgate.executor.dataplane.spark.session import task_slots
 
         if self._spark is None:
             raise Unavailable("the executor's SparkSession is not started yet; retry")
@@ -103,6 +104,7 @@ class SparkDataPlane:
             offset_ranges=ranges,
             transactional_id_prefix=work.transactional_id_prefix,
             options=BatchOptions(
+                max_packed_partitions=task_slots(self._spark),
                 transaction_timeout_ms=work.transaction_timeout_ms
                 or DEFAULT_TRANSACTION_TIMEOUT_MS,
                 allowed_transform_modules=(

@@ -64,6 +64,8 @@ class SourceOptions:
     stall_timeout_s: float
     #: Pack ranges into partitions of at most this many offsets (``pack_ranges``); 0: don't.
     pack_offsets: int = 0
+    #: And into at most this many (the session's task slots: one wave); 0: no limit.
+    max_partitions: int = 0
     #: `source.kafka.properties` as written (secrets as references), resolved by the reader.
     kafka_properties: tuple[tuple[str, str], ...] = ()
 
@@ -87,6 +89,7 @@ class SourceOptions:
             schema_registry_url=options.get("schema_registry_url", ""),
             max_offsets_per_split=int(options.get("max_offsets_per_split", "0")),
             pack_offsets=int(options.get("pack_offsets", "0")),
+            max_partitions=int(options.get("max_partitions", "0")),
             stall_timeout_s=float(options.get("stall_timeout_s", "60")),
             kafka_properties=tuple(
                 sorted(json.loads(options.get("kafka_properties", "{}")).items())
@@ -132,13 +135,19 @@ class KafkaRangePartition(InputPartition):
         self.offset_ranges = offset_ranges
 
 
-def pack_ranges(ranges: Sequence[OffsetRange], max_offsets: int) -> list[tuple[OffsetRange, ...]]:
+def pack_ranges(
+    ranges: Sequence[OffsetRange], max_offsets: int, *, max_packs: int = 0
+) -> list[tuple[OffsetRange, ...]]:
     """Group consecutive non-empty ranges into input partitions of at most ``max_offsets``
     offsets (a larger range stays alone): a small batch then runs one Spark task, one
     consumer and one producer (one transaction) instead of one per source partition, each
     of which costs connections and round trips whatever its size. Each range stays whole
     and in order, so per-key order holds; ``max_offsets`` 0 keeps one range per partition.
-    """
+
+    More partitions than ``max_packs`` (> 0: the session's task slots) would run in waves,
+    each paying a task's start, a producer and a transaction, and a slot idles while the
+    last wave's longest runs: the ranges are then spread over ``max_packs`` partitions of
+    about equal offsets instead (``_balanced``)."""
     packs: list[tuple[OffsetRange, ...]] = []
     current: list[OffsetRange] = []
     size = 0
@@ -152,11 +161,30 @@ def pack_ranges(ranges: Sequence[OffsetRange], max_offsets: int) -> list[tuple[O
         size += offset_range.size
     if current:
         packs.append(tuple(current))
+    if 0 < max_packs < len(packs):
+        return _balanced([r for r in ranges if r.size > 0], max_packs)
     return packs
 
 
+def _balanced(ranges: Sequence[OffsetRange], count: int) -> list[tuple[OffsetRange, ...]]:
+    """``ranges``, each whole, in ``count`` groups of about equal offsets: the largest range
+    first, each to the group with the fewest offsets so far (ties: the first); each group
+    keeps the ranges' given order. The same ranges always give the same groups."""
+    groups: list[list[int]] = [[] for _ in range(count)]
+    sizes = [0] * count
+    for index in sorted(range(len(ranges)), key=lambda i: (-ranges[i].size, i)):
+        smallest = min(range(count), key=lambda g: (sizes[g], g))
+        groups[smallest].append(index)
+        sizes[smallest] += ranges[index].size
+    return [tuple(ranges[i] for i in sorted(group)) for group in groups if group]
+
+
 def plan_partitions(
-    ranges: Sequence[OffsetRange], *, max_offsets_per_split: int, pack_offsets: int
+    ranges: Sequence[OffsetRange],
+    *,
+    max_offsets_per_split: int,
+    pack_offsets: int,
+    max_partitions: int = 0,
 ) -> list[tuple[OffsetRange, ...]]:
     """The ranges each Spark task of a batch reads, in order: chunks of every non-empty
     range when splitting is allowed (``max_offsets_per_split`` > 0, pipelines that declare
@@ -169,7 +197,7 @@ def plan_partitions(
             if offset_range.size > 0
             for chunk in split_range(offset_range, max_offsets_per_split)
         ]
-    return pack_ranges(ranges, pack_offsets)
+    return pack_ranges(ranges, pack_offsets, max_packs=max_partitions)
 
 
 class KafkaSourceReader(DataSourceReader):
@@ -186,6 +214,7 @@ class KafkaSourceReader(DataSourceReader):
                 self._options.ranges,
                 max_offsets_per_split=self._options.max_offsets_per_split,
                 pack_offsets=self._options.pack_offsets,
+                max_partitions=self._options.max_partitions,
             )
         ]
 

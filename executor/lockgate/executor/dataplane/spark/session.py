@@ -7,11 +7,13 @@ checkpoint does not pay for JVM start, Python worker start and imports (``warm_u
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
+from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
@@ -23,6 +25,8 @@ from lockgate.executor.dataplane.spark.data_plane import (
 )
 from lockgate.executor.dataplane.spark.kafka_sink import KafkaSink
 from lockgate.executor.dataplane.spark.kafka_source import KafkaSource
+
+_LOG = logging.getLogger(__name__)
 
 _DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -83,6 +87,19 @@ def warm_up(spark: SparkSession) -> float:
         _load_chained_task
     ).count()
     return time.monotonic() - started
+
+
+def task_slots(spark: SparkSession) -> int:
+    """How many tasks the session's executors run at once now: ``local[2]``'s 2, or the
+    cores of a cluster's executors registered now (not `spark.default.parallelism`, a
+    setting: 4 here). Asked of the JVM each time; 0 when it cannot say (no cap)."""
+    context = spark.sparkContext._jsc.sc()
+    try:
+        profile = context.resourceProfileManager().defaultResourceProfile()
+        return max(0, int(context.maxNumConcurrentTasks(profile)))
+    except Py4JError:
+        _LOG.warning("Spark did not say how many tasks it runs at once", exc_info=True)
+        return 0
 
 
 def session_settings(conf: Mapping[str, str] | None = None) -> dict[str, str]:
