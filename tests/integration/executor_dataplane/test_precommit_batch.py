@@ -142,6 +142,16 @@ def _wait_visible(bootstrap: str, topic: str, partitions: int, expected: int) ->
     return wait_for(f"{expected} committed records in {topic}", visible, timeout_s=30)
 
 
+def _assert_once_in_key_order(output: list[Any], records: list[tuple[bytes, bytes]]) -> None:
+    """Every seeded record (`_seed`) once, and each key's sequence numbers in order."""
+    assert sorted((r.key, r.value) for r in output) == sorted(records)
+    by_key: dict[bytes, list[int]] = defaultdict(list)
+    for record in output:
+        assert record.key is not None and record.value is not None
+        by_key[record.key].append(int(record.value.split(b":")[1]))
+    assert all(seq == sorted(seq) for seq in by_key.values()), "per-key order broken"
+
+
 def test_precommit_invisible_until_commit_then_exactly_once_in_key_order(
     spark: SparkSession, kafka_broker: Any, new_topic: Callable[..., str]
 ) -> None:
@@ -165,12 +175,7 @@ def test_precommit_invisible_until_commit_then_exactly_once_in_key_order(
     _commit(bootstrap, result)  # idempotent
 
     output = _wait_visible(bootstrap, sink, 3, 2000)
-    assert sorted((r.key, r.value) for r in output) == sorted(records)
-    by_key: dict[bytes, list[int]] = defaultdict(list)
-    for record in output:
-        assert record.key is not None and record.value is not None
-        by_key[record.key].append(int(record.value.split(b":")[1]))
-    assert all(seq == sorted(seq) for seq in by_key.values()), "per-key order broken"
+    _assert_once_in_key_order(output, records)
     # Keys are partitioned with murmur2 like the Java client: one output partition per key.
     partitions_of_key: dict[bytes | None, set[int]] = defaultdict(set)
     for record in output:
@@ -208,12 +213,7 @@ def test_a_batch_of_more_ranges_than_task_slots_runs_one_task_per_slot_and_copie
     assert len(capped.handles) == 2
     _commit(bootstrap, capped)
     output = _wait_visible(bootstrap, sink, 2, 800)
-    assert sorted((r.key, r.value) for r in output) == sorted(records)
-    by_key: dict[bytes, list[int]] = defaultdict(list)
-    for record in output:
-        assert record.key is not None and record.value is not None
-        by_key[record.key].append(int(record.value.split(b":")[1]))
-    assert all(seq == sorted(seq) for seq in by_key.values()), "per-key order broken"
+    _assert_once_in_key_order(output, records)
     # Without the cap, one write partition per range.
     uncapped = _run(spark, spec, ranges, _prefix(), options=options)
     assert len(uncapped.handles) == len(filled)
