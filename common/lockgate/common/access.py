@@ -95,6 +95,7 @@ _ROWS: dict[str, MethodAccess] = {
     _EXECUTOR + "TriggerCheckpoint": _CONTROL,
     _EXECUTOR + "CommitCheckpoint": _CONTROL,
     _EXECUTOR + "AbortCheckpoint": _CONTROL,
+    _EXECUTOR + "NotifyAssignment": _CONTROL,
     _EXECUTOR + "GetExecutorStatus": _CONTROL,
     # schema registry
     **{

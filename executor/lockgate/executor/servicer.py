@@ -253,6 +253,19 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             abort_duration_ms=int((self._clock() - started) * 1000),
         )
 
+    def NotifyAssignment(
+        self, request: executor_pb2.NotifyAssignmentRequest, context: grpc.ServicerContext
+    ) -> executor_pb2.NotifyAssignmentResponse:
+        """The leader changed this executor's assignment: heartbeat now to read it."""
+        rpc = "NotifyAssignment"
+        self._fenced(
+            rpc,
+            request.leader_epoch,
+            lambda: self._check_registration(request.executor_id, request.executor_generation, rpc),
+        )
+        self._runtime.assignment_changed()
+        return executor_pb2.NotifyAssignmentResponse()
+
     def GetExecutorStatus(
         self, request: executor_pb2.GetExecutorStatusRequest, context: grpc.ServicerContext
     ) -> executor_pb2.GetExecutorStatusResponse:

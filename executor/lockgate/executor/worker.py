@@ -77,7 +77,8 @@ class Worker:
         self.fence = fence or LeaderEpochFence()
         failpoints = failpoints or Failpoints()
         self._stopping = threading.Event()
-        self._board = TaskBoard()
+        # A task's state change is heartbeated at once (Membership.nudge).
+        self._board = TaskBoard(on_change=lambda: self._membership.nudge())
         self._data_plane = data_plane
         committer = Committer(failpoints=failpoints, timeout_s=settings.handle_timeout_s)
         reporter = Reporter(
@@ -167,6 +168,10 @@ class Worker:
     def statuses(self) -> list[TaskView]:
         """Observed state of every task, ordered by pipeline name and task index."""
         return self._board.statuses()
+
+    def assignment_changed(self) -> None:
+        """The leader says this executor's assignment changed: heartbeat now to read it."""
+        self._membership.nudge()
 
     # -- assignment ----------------------------------------------------------------------
 

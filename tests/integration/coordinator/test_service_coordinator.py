@@ -83,7 +83,12 @@ class CoordinatorCluster:
         self.members: list[CoordinatorProcess] = []
 
     def start(
-        self, count: int, *, lease_ms: int = LEASE_MS, session_timeout_ms: int = 3000
+        self,
+        count: int,
+        *,
+        lease_ms: int = LEASE_MS,
+        session_timeout_ms: int = 3000,
+        heartbeat_interval_ms: int = 200,
     ) -> list[CoordinatorProcess]:
         """Start `count` replicas and wait until each answers."""
         started: list[CoordinatorProcess] = []
@@ -99,7 +104,7 @@ class CoordinatorCluster:
                     "--session-timeout-ms",
                     str(session_timeout_ms),
                     "--heartbeat-interval-ms",
-                    "200",
+                    str(heartbeat_interval_ms),
                     "--reassign-delay-ms",
                     "500",
                 ],

@@ -27,13 +27,14 @@ from lockgate.common.errors import (
 from lockgate.common.model.ids import CoordinatorId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
-from lockgate.coordinator.domain.assignment import AssignmentPlan, ExecutorLiveness
+from lockgate.coordinator.domain.assignment import ExecutorLiveness
 from lockgate.coordinator.domain.errors import FencedError, StaleGeneration
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import LeaseRole, TargetState, TaskState
 from lockgate.coordinator.domain.tasks import split_partitions
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
+from lockgate.coordinator.herder.membership import RebalanceResult
 from lockgate.coordinator.store import SqlStore, open_store
 from lockgate.coordinator.store.tables import pipelines
 from tests.support.topics import FixedTopics
@@ -403,24 +404,30 @@ def test_rebalance_moves_a_dead_executors_tasks_after_the_delay(
     e1 = members.register_executor(executor_id=ExecutorId("e1"), address="a:1").executor
     e2 = members.register_executor(executor_id=ExecutorId("e2"), address="b:1").executor
     first = members.rebalance(fence)
-    # Balanced between the two (both heartbeated well within the session timeout).
+    # Balanced between the two (both heartbeated well within the session timeout), and
+    # both are to be told (NotifyAssignment); a rebalance that changes nothing tells no one.
     assert sorted(len(ts) for ts in first.plan.assignment.values()) == [2, 2]
+    assert first.told == {e1.executor_id, e2.executor_id}
+    assert members.rebalance(fence).told == frozenset()
     lost = first.plan.assignment[e2.executor_id]
     generations = {t.task_id: t.generation for t in store.pipelines.list_tasks()}
     e2_last_heartbeat = store.executors.get_executor(executor_id=e2.executor_id).last_heartbeat_ms
 
     # e2 stops heartbeating, e1 goes on. e2 keeps its tasks until its session timeout
     # plus the reassignment delay have passed by the database's clock, then they move.
-    def e2_tasks_moved() -> tuple[int, AssignmentPlan] | None:
-        """The database time before the rebalance that moved them, and its plan."""
+    def e2_tasks_moved() -> tuple[int, RebalanceResult] | None:
+        """The database time before the rebalance that moved them, and its result."""
         members.heartbeat(executor_id=e1.executor_id, generation=e1.generation, reports=[])
         before_ms = store.db_now_ms()
-        plan = members.rebalance(fence).plan
-        if plan.assignment.get(e2.executor_id) == lost:
+        result = members.rebalance(fence)
+        if result.plan.assignment.get(e2.executor_id) == lost:
             return None
-        return before_ms, plan
+        return before_ms, result
 
-    before_ms, plan = wait_for("e2's tasks to move to e1", e2_tasks_moved, timeout_s=20)
+    before_ms, moved = wait_for("e2's tasks to move to e1", e2_tasks_moved, timeout_s=20)
+    plan = moved.plan
+    # The gaining executor and the one that lost them (it may be alive after all).
+    assert moved.told == {e1.executor_id, e2.executor_id}
     assert before_ms >= e2_last_heartbeat + session_ms, "moved before the session expired"
     assert plan.assignment[e1.executor_id] == frozenset(tasks)
     assert store.db_now_ms() > e2_last_heartbeat + session_ms + delay_ms

@@ -1,6 +1,7 @@
 """The executor's membership thread holds its last full assignment: a heartbeat presents
 its version, and an answer that says "unchanged" (no tasks in it) hands the held tasks on
-again instead of an empty assignment (which would stop every task)."""
+again instead of an empty assignment (which would stop every task). A task's state change
+is heartbeated at once, not at the interval."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 from lockgate.common.model.ids import Generation, LeaderEpoch
 from lockgate.executor.fencing import LeaderEpochFence
 from lockgate.executor.runtime.membership import Membership
-from lockgate.executor.runtime.tasks import TaskView
+from lockgate.executor.runtime.tasks import TaskBoard, TaskPhase, TaskView
 from lockgate.executor.runtime.values import (
     Assignment,
     ExecutorSettings,
@@ -39,14 +40,16 @@ _TASK = Assignment(
 class _Coordinator:
     """Registers with one task at version 7, then answers heartbeats from a script."""
 
-    def __init__(self, heartbeats: list[MembershipReply]) -> None:
+    def __init__(self, heartbeats: list[MembershipReply], *, interval_ms: int = 1) -> None:
         self.heartbeats = heartbeats
+        self.interval_ms = interval_ms
         self.presented: list[int] = []
+        self.statuses: list[Sequence[TaskView]] = []
 
     def register(self, settings: ExecutorSettings, *, timeout_s: float) -> MembershipReply:
         return MembershipReply(
             leader=_LEADER,
-            heartbeat_interval_ms=1,
+            heartbeat_interval_ms=self.interval_ms,
             session_timeout_ms=60_000,
             assignments=(_TASK,),
             assignment_version=7,
@@ -64,16 +67,17 @@ class _Coordinator:
         known_assignment_version: int,
         timeout_s: float,
     ) -> MembershipReply:
+        self.statuses.append(statuses)
         self.presented.append(known_assignment_version)
         if len(self.presented) <= len(self.heartbeats):
             return self.heartbeats[len(self.presented) - 1]
         return self.heartbeats[-1]
 
 
-def _unchanged(version: int) -> MembershipReply:
+def _unchanged(version: int, *, interval_ms: int = 1) -> MembershipReply:
     return MembershipReply(
         leader=_LEADER,
-        heartbeat_interval_ms=1,
+        heartbeat_interval_ms=interval_ms,
         session_timeout_ms=60_000,
         assignments=(),
         assignment_version=version,
@@ -134,3 +138,36 @@ def test_unchanged_from_a_version_not_held_changes_nothing_and_asks_for_everythi
     received = _run(coordinator, calls=1, heartbeats=3)
     assert received == [(_TASK,)]  # the registration's only: no empty assignment
     assert coordinator.presented[:3] == [7, 0, 0]
+
+
+def test_a_task_state_change_is_heartbeated_at_once_not_at_the_interval() -> None:
+    # A minute between heartbeats: only the nudge brings the second one within the wait.
+    coordinator = _Coordinator([_unchanged(7, interval_ms=60_000)], interval_ms=60_000)
+    membership: Membership
+    board = TaskBoard(on_change=lambda: membership.nudge())
+
+    def assign(assignments: Sequence[Assignment]) -> None:
+        board.apply(assignments)
+
+    stopping = threading.Event()
+    membership = Membership(
+        ExecutorSettings("e1", "127.0.0.1:1", ("127.0.0.1:2",), "none"),
+        client=coordinator,  # type: ignore[arg-type]
+        fence=LeaderEpochFence(),
+        stopping=stopping,
+        statuses=board.statuses,
+        on_assignment=assign,
+        on_session_lost=lambda: None,
+    )
+    membership.start()
+    try:
+        wait_for("the first heartbeat", lambda: len(coordinator.statuses) >= 1, timeout_s=10)
+        assert [v.phase for v in coordinator.statuses[0]] == [TaskPhase.RESTORING]
+        with board.lock:
+            task = board.task_locked(_TASK.task)
+        assert task is not None and board.restored(task)
+        wait_for("the restore's heartbeat", lambda: len(coordinator.statuses) >= 2, timeout_s=10)
+        assert [v.phase for v in coordinator.statuses[1]] == [TaskPhase.RUNNING]
+    finally:
+        stopping.set()
+        membership.stop()

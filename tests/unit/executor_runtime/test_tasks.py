@@ -14,9 +14,10 @@ from lockgate.executor.runtime.tasks import (
     TaskBoard,
     TaskPhase,
     next_phase,
+    task_error,
     task_fails_on,
 )
-from lockgate.executor.runtime.values import Assignment, RestorePlan, TaskRef
+from lockgate.executor.runtime.values import Assignment, RestorePlan, TaskError, TaskRef
 
 
 def test_task_state_machine_allows_only_listed_moves() -> None:
@@ -97,5 +98,30 @@ def test_an_abort_waits_only_for_a_running_batch_of_its_checkpoint() -> None:
         assert board.cancel_and_wait(pipeline_name="p", checkpoint_id=1, timeout_s=0) == [task.ref]
         board.end_batch(task, 1)
         assert board.cancel_and_wait(pipeline_name="p", checkpoint_id=1, timeout_s=0) == []
+    finally:
+        task.queue.shutdown(wait=False)
+
+
+def _error(exc: Exception) -> TaskError:
+    return task_error(
+        exc, checkpoint_id=1, executor_id="e1", executor_generation=1, task_generation=1
+    )
+
+
+def test_the_board_tells_of_each_phase_change_the_leader_must_hear_of() -> None:
+    changes: list[list[TaskPhase]] = []
+    board = TaskBoard(on_change=lambda: changes.append([v.phase for v in board.statuses()]))
+    _, [task] = board.apply([_assignment(0, 1)])
+    try:
+        assert changes == []  # a new task is RESTORING: nothing the leader can act on yet
+        assert board.restored(task)
+        board.apply([_assignment(0, 1)])  # the same assignment again: no change
+        board.apply([_assignment(0, 1, running=False)])
+        assert board.fail(task, _error(TransformError("no column x")))
+        assert changes == [[TaskPhase.RUNNING], [TaskPhase.PAUSED], [TaskPhase.FAILED]]
+        assert not board.restored(task)
+        board.stop(board.take_all()[0], why="test")
+        assert not board.fail(task, _error(SinkError("x")))
+        assert len(changes) == 3  # a refused move tells of nothing
     finally:
         task.queue.shutdown(wait=False)

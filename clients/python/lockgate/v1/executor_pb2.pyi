@@ -368,6 +368,59 @@ class AbortCheckpointResponse(_message.Message):
 Global___AbortCheckpointResponse: _TypeAlias = AbortCheckpointResponse  # noqa: Y015
 
 @_typing.final
+class NotifyAssignmentRequest(_message.Message):
+    """NotifyAssignmentRequest says that the executor's assignment changed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    EXECUTOR_ID_FIELD_NUMBER: _builtins.int
+    EXECUTOR_GENERATION_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """Caller-chosen id (UUID) for logs; a repeat only asks for one more heartbeat."""
+    executor_id: _builtins.str
+    """Executor id the call is meant for."""
+    executor_generation: _builtins.int
+    """Registration of that executor the call is meant for."""
+    @_builtins.property
+    def leader_epoch(self) -> _common_pb2.LeaderEpoch:
+        """The calling leader's epoch; refused if lower than the highest the executor has seen."""
+
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        leader_epoch: _common_pb2.LeaderEpoch | None = ...,
+        executor_id: _builtins.str = ...,
+        executor_generation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor_generation", b"executor_generation", "executor_id", b"executor_id", "leader_epoch", b"leader_epoch", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NotifyAssignmentRequest: _TypeAlias = NotifyAssignmentRequest  # noqa: Y015
+
+@_typing.final
+class NotifyAssignmentResponse(_message.Message):
+    """NotifyAssignmentResponse: the executor's next heartbeat is on its way."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NotifyAssignmentResponse: _TypeAlias = NotifyAssignmentResponse  # noqa: Y015
+
+@_typing.final
 class GetExecutorStatusRequest(_message.Message):
     """GetExecutorStatusRequest asks an executor about itself."""
 

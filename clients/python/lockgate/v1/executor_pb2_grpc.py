@@ -29,7 +29,7 @@ class ExecutorServiceStub:
     """ExecutorService runs the executor's side of the checkpoint protocol (see
     CoordinatorService for the five steps). Tasks are not assigned through this service:
     an executor learns its tasks from CoordinatorService.RegisterExecutor and Heartbeat
-    responses.
+    responses (NotifyAssignment only asks for the next heartbeat now).
 
     Fencing: every request carries the caller's leader_epoch. The executor remembers the
     highest epoch it has seen and refuses a lower one with FAILED_PRECONDITION and a
@@ -69,6 +69,11 @@ class ExecutorServiceStub:
                 request_serializer=lockgate_dot_v1_dot_executor__pb2.AbortCheckpointRequest.SerializeToString,
                 response_deserializer=lockgate_dot_v1_dot_executor__pb2.AbortCheckpointResponse.FromString,
                 _registered_method=True)
+        self.NotifyAssignment = channel.unary_unary(
+                '/lockgate.v1.ExecutorService/NotifyAssignment',
+                request_serializer=lockgate_dot_v1_dot_executor__pb2.NotifyAssignmentRequest.SerializeToString,
+                response_deserializer=lockgate_dot_v1_dot_executor__pb2.NotifyAssignmentResponse.FromString,
+                _registered_method=True)
         self.GetExecutorStatus = channel.unary_unary(
                 '/lockgate.v1.ExecutorService/GetExecutorStatus',
                 request_serializer=lockgate_dot_v1_dot_executor__pb2.GetExecutorStatusRequest.SerializeToString,
@@ -80,7 +85,7 @@ class ExecutorServiceServicer:
     """ExecutorService runs the executor's side of the checkpoint protocol (see
     CoordinatorService for the five steps). Tasks are not assigned through this service:
     an executor learns its tasks from CoordinatorService.RegisterExecutor and Heartbeat
-    responses.
+    responses (NotifyAssignment only asks for the next heartbeat now).
 
     Fencing: every request carries the caller's leader_epoch. The executor remembers the
     highest epoch it has seen and refuses a lower one with FAILED_PRECONDITION and a
@@ -142,6 +147,19 @@ class ExecutorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def NotifyAssignment(self, request, context):
+        """NotifyAssignment tells the executor that the leader changed its assignment (a task
+        moved to or from it, a pipeline of its tasks created, updated, paused, resumed or
+        stopped), so it heartbeats now instead of at its next interval and starts or stops
+        those tasks a round trip after the change. The assignment itself still comes only in
+        the Heartbeat response. A hint: the leader does not retry it, and a lost one costs
+        at most a heartbeat interval. Errors: FAILED_PRECONDITION with a FencingFailure
+        (stale leader epoch or executor generation), UNAVAILABLE (not registered yet).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetExecutorStatus(self, request, context):
         """GetExecutorStatus returns the executor's identity, the highest leader epoch it has
         seen and the tasks it runs. Errors: FAILED_PRECONDITION with a FencingFailure (stale
@@ -169,6 +187,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     request_deserializer=lockgate_dot_v1_dot_executor__pb2.AbortCheckpointRequest.FromString,
                     response_serializer=lockgate_dot_v1_dot_executor__pb2.AbortCheckpointResponse.SerializeToString,
             ),
+            'NotifyAssignment': grpc.unary_unary_rpc_method_handler(
+                    servicer.NotifyAssignment,
+                    request_deserializer=lockgate_dot_v1_dot_executor__pb2.NotifyAssignmentRequest.FromString,
+                    response_serializer=lockgate_dot_v1_dot_executor__pb2.NotifyAssignmentResponse.SerializeToString,
+            ),
             'GetExecutorStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetExecutorStatus,
                     request_deserializer=lockgate_dot_v1_dot_executor__pb2.GetExecutorStatusRequest.FromString,
@@ -186,7 +209,7 @@ class ExecutorService:
     """ExecutorService runs the executor's side of the checkpoint protocol (see
     CoordinatorService for the five steps). Tasks are not assigned through this service:
     an executor learns its tasks from CoordinatorService.RegisterExecutor and Heartbeat
-    responses.
+    responses (NotifyAssignment only asks for the next heartbeat now).
 
     Fencing: every request carries the caller's leader_epoch. The executor remembers the
     highest epoch it has seen and refuses a lower one with FAILED_PRECONDITION and a
@@ -276,6 +299,33 @@ class ExecutorService:
             '/lockgate.v1.ExecutorService/AbortCheckpoint',
             lockgate_dot_v1_dot_executor__pb2.AbortCheckpointRequest.SerializeToString,
             lockgate_dot_v1_dot_executor__pb2.AbortCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NotifyAssignment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lockgate.v1.ExecutorService/NotifyAssignment',
+            lockgate_dot_v1_dot_executor__pb2.NotifyAssignmentRequest.SerializeToString,
+            lockgate_dot_v1_dot_executor__pb2.NotifyAssignmentResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -35,7 +35,7 @@ class ExecutorServiceStub:
     """ExecutorService runs the executor's side of the checkpoint protocol (see
     CoordinatorService for the five steps). Tasks are not assigned through this service:
     an executor learns its tasks from CoordinatorService.RegisterExecutor and Heartbeat
-    responses.
+    responses (NotifyAssignment only asks for the next heartbeat now).
 
     Fencing: every request carries the caller's leader_epoch. The executor remembers the
     highest epoch it has seen and refuses a lower one with FAILED_PRECONDITION and a
@@ -89,6 +89,15 @@ class ExecutorServiceStub:
     generation), UNAVAILABLE (Kafka unreachable, or a batch of the checkpoint still
     running: retry).
     """
+    NotifyAssignment: _grpc.UnaryUnaryMultiCallable[_executor_pb2.NotifyAssignmentRequest, _executor_pb2.NotifyAssignmentResponse]
+    """NotifyAssignment tells the executor that the leader changed its assignment (a task
+    moved to or from it, a pipeline of its tasks created, updated, paused, resumed or
+    stopped), so it heartbeats now instead of at its next interval and starts or stops
+    those tasks a round trip after the change. The assignment itself still comes only in
+    the Heartbeat response. A hint: the leader does not retry it, and a lost one costs
+    at most a heartbeat interval. Errors: FAILED_PRECONDITION with a FencingFailure
+    (stale leader epoch or executor generation), UNAVAILABLE (not registered yet).
+    """
     GetExecutorStatus: _grpc.UnaryUnaryMultiCallable[_executor_pb2.GetExecutorStatusRequest, _executor_pb2.GetExecutorStatusResponse]
     """GetExecutorStatus returns the executor's identity, the highest leader epoch it has
     seen and the tasks it runs. Errors: FAILED_PRECONDITION with a FencingFailure (stale
@@ -100,7 +109,7 @@ class ExecutorServiceAsyncStub(ExecutorServiceStub):
     """ExecutorService runs the executor's side of the checkpoint protocol (see
     CoordinatorService for the five steps). Tasks are not assigned through this service:
     an executor learns its tasks from CoordinatorService.RegisterExecutor and Heartbeat
-    responses.
+    responses (NotifyAssignment only asks for the next heartbeat now).
 
     Fencing: every request carries the caller's leader_epoch. The executor remembers the
     highest epoch it has seen and refuses a lower one with FAILED_PRECONDITION and a
@@ -151,6 +160,15 @@ class ExecutorServiceAsyncStub(ExecutorServiceStub):
     generation), UNAVAILABLE (Kafka unreachable, or a batch of the checkpoint still
     running: retry).
     """
+    NotifyAssignment: _aio.UnaryUnaryMultiCallable[_executor_pb2.NotifyAssignmentRequest, _executor_pb2.NotifyAssignmentResponse]  # type: ignore[assignment]
+    """NotifyAssignment tells the executor that the leader changed its assignment (a task
+    moved to or from it, a pipeline of its tasks created, updated, paused, resumed or
+    stopped), so it heartbeats now instead of at its next interval and starts or stops
+    those tasks a round trip after the change. The assignment itself still comes only in
+    the Heartbeat response. A hint: the leader does not retry it, and a lost one costs
+    at most a heartbeat interval. Errors: FAILED_PRECONDITION with a FencingFailure
+    (stale leader epoch or executor generation), UNAVAILABLE (not registered yet).
+    """
     GetExecutorStatus: _aio.UnaryUnaryMultiCallable[_executor_pb2.GetExecutorStatusRequest, _executor_pb2.GetExecutorStatusResponse]  # type: ignore[assignment]
     """GetExecutorStatus returns the executor's identity, the highest leader epoch it has
     seen and the tasks it runs. Errors: FAILED_PRECONDITION with a FencingFailure (stale
@@ -161,7 +179,7 @@ class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
     """ExecutorService runs the executor's side of the checkpoint protocol (see
     CoordinatorService for the five steps). Tasks are not assigned through this service:
     an executor learns its tasks from CoordinatorService.RegisterExecutor and Heartbeat
-    responses.
+    responses (NotifyAssignment only asks for the next heartbeat now).
 
     Fencing: every request carries the caller's leader_epoch. The executor remembers the
     highest epoch it has seen and refuses a lower one with FAILED_PRECONDITION and a
@@ -227,6 +245,21 @@ class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
         FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
         generation), UNAVAILABLE (Kafka unreachable, or a batch of the checkpoint still
         running: retry).
+        """
+
+    @_abc_1.abstractmethod
+    def NotifyAssignment(
+        self,
+        request: _executor_pb2.NotifyAssignmentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.NotifyAssignmentResponse, _abc.Awaitable[_executor_pb2.NotifyAssignmentResponse]]:
+        """NotifyAssignment tells the executor that the leader changed its assignment (a task
+        moved to or from it, a pipeline of its tasks created, updated, paused, resumed or
+        stopped), so it heartbeats now instead of at its next interval and starts or stops
+        those tasks a round trip after the change. The assignment itself still comes only in
+        the Heartbeat response. A hint: the leader does not retry it, and a lost one costs
+        at most a heartbeat interval. Errors: FAILED_PRECONDITION with a FencingFailure
+        (stale leader epoch or executor generation), UNAVAILABLE (not registered yet).
         """
 
     @_abc_1.abstractmethod

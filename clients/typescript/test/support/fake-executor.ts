@@ -77,6 +77,7 @@ export class FakeExecutor {
         this.aborts.push({ pipelineName: request.pipelineName, checkpointId: request.checkpointId });
         return { handlesAborted: request.handles.length };
       },
+      notifyAssignment: () => ({}),
       getExecutorStatus: () => ({ executorId: this.executorId }),
     };
   }

@@ -244,6 +244,21 @@ class ExecutorClient:
         )
         return int(response.handles_aborted)
 
+    def notify_assignment(self, *, fence: Fence, executor: ExecutorRecord) -> None:
+        """Tell `executor` its assignment changed, so it heartbeats now (a hint:
+        `assignment_notices.py`); leader-only."""
+        request = executor_pb2.NotifyAssignmentRequest(
+            request_id=uuid.uuid4().hex,
+            leader_epoch=leader_epoch_pb(fence),
+            executor_id=str(executor.executor_id),
+            executor_generation=int(executor.generation),
+        )
+        self._call(
+            executor,
+            "NotifyAssignment",
+            lambda stub: stub.NotifyAssignment(request, timeout=self._trigger_timeout_s),
+        )
+
     def _call(
         self,
         executor: ExecutorRecord,

@@ -39,6 +39,7 @@ from lockgate.common.kafka_resume_clients import RESUME_CLIENTS
 from lockgate.common.metrics import Instruments
 from lockgate.coordinator.domain.errors import FencedError, NotLeader, Unavailable
 from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.herder.assignment_notices import AssignmentNotices
 from lockgate.coordinator.herder.call_pool import CallPool
 from lockgate.coordinator.herder.checkpoints import CheckpointDriver
 from lockgate.coordinator.herder.executors import ExecutorClient, LeaderEpochRefused
@@ -126,15 +127,14 @@ class Herder:
             wake=self.wake,
             traces=self.checkpoints.traces,
         )
-        self.pipelines = Pipelines(
+        self.notices = AssignmentNotices(
             store=store,
             lease=self.lease_keeper,
-            topics=topics,
-            checkpoints=self.checkpoints,
-            wake=self.wake,
-            outcomes=outcomes,
-            recovery=settings.recovery_time,
+            membership=self.membership,
+            executors=self._executors,
+            calls=self._calls,
         )
+        self.pipelines = self._pipelines(topics, outcomes)
         self.requests = IdempotentCalls(store=store, lease=self.lease_keeper)
         self.progress = Progress(
             store=store,
@@ -145,6 +145,19 @@ class Herder:
         )
         self._thread = threading.Thread(
             target=self._run, name=f"leader-{settings.coordinator_id}", daemon=True
+        )
+
+    def _pipelines(self, topics: KafkaTopics, outcomes: CheckpointOutcomes) -> Pipelines:
+        """The pipelines' lifecycle, over the parts built before it in `__init__`."""
+        return Pipelines(
+            store=self.store,
+            lease=self.lease_keeper,
+            topics=topics,
+            checkpoints=self.checkpoints,
+            wake=self.wake,
+            notices=self.notices,
+            outcomes=outcomes,
+            recovery=self.settings.recovery_time,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -239,7 +252,7 @@ class Herder:
             with self._recover_lock:
                 self._recover_term = None
         view = self.membership.cluster_view()  # read once for the rebalance and the triggers
-        self.membership.rebalance(fence, view)
+        self.notices.tell(fence, self.membership.rebalance(fence, view).told)
         self.checkpoints.abort_timed_out(fence)
         self.checkpoints.send_aborts(fence, wait=wait)
         self.checkpoints.commit_pending(fence, wait=wait)

@@ -140,6 +140,8 @@ class RebalanceResult:
 
     plan: AssignmentPlan
     changed: tuple[TaskRecord, ...]
+    #: The executors that gained or lost a task (to be told: `assignment_notices.py`).
+    told: frozenset[ExecutorId] = frozenset()
 
 
 class Membership:
@@ -455,7 +457,8 @@ class Membership:
             len(changed),
             ", ".join(f"{t.task_id}->{t.executor_id or '-'}" for t in changed[:10]),
         )
-        return RebalanceResult(plan=plan, changed=tuple(changed))
+        told = frozenset(e for e in new.keys() | old.keys() if new.get(e) != old.get(e))
+        return RebalanceResult(plan=plan, changed=tuple(changed), told=told)
 
 
 def pick_executor(

@@ -20,6 +20,8 @@ Rules written here (the api only converts):
   they abort at once.
 - Deleting a pipeline first aborts its in-flight checkpoints and tries once to commit
   its COMPLETE ones.
+- Every change to a pipeline's tasks, config or target state tells the executors that run
+  (or ran) its tasks, so they heartbeat at once (`assignment_notices.py`).
 - Offsets are reset only on a STOPPED pipeline (the store refuses otherwise), only for
   the pipeline's own source partitions; a reset to a position other than the pipeline's
   `starting_offsets` is resolved from Kafka at once (as `kafka-consumer-groups` does).
@@ -70,6 +72,7 @@ from lockgate.coordinator.store.kafka_topics import KafkaTopics
 from lockgate.coordinator.store.sql_store import SqlStore
 
 if TYPE_CHECKING:
+    from lockgate.coordinator.herder.assignment_notices import AssignmentNotices
     from lockgate.coordinator.herder.checkpoints import CheckpointDriver
 
 
@@ -143,10 +146,12 @@ class Pipelines:
         topics: KafkaTopics,
         checkpoints: CheckpointDriver,
         wake: Callable[[], None],
+        notices: AssignmentNotices,
         outcomes: CheckpointOutcomes | None = None,
         recovery: RecoveryTime,
     ) -> None:
         self._store = store
+        self._notices = notices
         self._recovery = recovery
         self._lease = lease
         self._topics = topics
@@ -329,6 +334,7 @@ class Pipelines:
         self._lease.require_fence()
         check_transaction_timeout(spec, self._recovery)
         before = self._store.pipelines.get_pipeline(pipeline_id=spec.name)
+        owners = self._notices.owners(spec.name)  # a re-split may drop some of their tasks
         resplit = before.spec.source != spec.source or before.spec.tasks_max != spec.tasks_max
         sink_changed = spec.sink != before.spec.sink or spec.errors != before.spec.errors
         partitions = self._check_kafka(spec, source=resplit, sink=sink_changed)
@@ -343,6 +349,7 @@ class Pipelines:
             if exc.reason == "CONFIG_VERSION_MISMATCH":
                 raise Aborted(exc.message, reason=exc.reason) from None
             raise
+        self._notices.tell_owners(spec.name, also=owners)
         self._wake()
         return record
 
@@ -354,11 +361,13 @@ class Pipelines:
         self._lease.require_fence()
         pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
         splits = self._splits_now(pipeline)
+        owners = self._notices.owners(pipeline_id)
         tasks = self._lease.leader_call(
             lambda f: self._store.pipelines.set_pipeline_tasks(
                 fence=f, pipeline_id=pipeline_id, splits=splits
             )
         )
+        self._notices.tell_owners(pipeline_id, also=owners)
         self._wake()
         return tasks
 
@@ -378,9 +387,11 @@ class Pipelines:
         fence = self._lease.require_fence()
         self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
         self._checkpoints.finish_deleted(fence, pipeline_id)
+        owners = self._notices.owners(pipeline_id)
         self._lease.leader_call(
             lambda f: self._store.pipelines.delete_pipeline(fence=f, pipeline_id=pipeline_id)
         )
+        self._notices.tell_owners(pipeline_id, also=owners)
         self._wake()
 
     # ------------------------------------------------------------------ target state
@@ -402,6 +413,7 @@ class Pipelines:
         if target_state is TargetState.STOPPED:
             # Stopped tasks are released: their in-flight pre-commits can never complete.
             self._checkpoints.abort_triggered(pipeline_id, reason="pipeline stopped")
+        self._notices.tell_owners(pipeline_id)
         self._wake()
         return record
 
@@ -448,6 +460,7 @@ class Pipelines:
         )
         self._outcomes.aborted(result.aborted, AbortKind.TASK_RESTARTED)
         restarted = list(result.tasks)
+        self._notices.tell_owners(pipeline_id)
         self._wake()
         return self._store.pipelines.get_pipeline(pipeline_id=pipeline_id), restarted
 
@@ -463,6 +476,7 @@ class Pipelines:
         )
         self._outcomes.aborted(result.aborted, AbortKind.TASK_RESTARTED)
         (task,) = result.tasks
+        self._notices.tell_owners(task.pipeline_id)
         self._wake()
         return task, self._store.pipelines.get_pipeline(pipeline_id=task.pipeline_id)
 

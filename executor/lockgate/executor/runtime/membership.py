@@ -1,11 +1,15 @@
 """This executor's membership of the cluster: register, heartbeat, notice a lost session.
 
 One thread: RegisterExecutor, then Heartbeat every ``heartbeat_interval_ms`` (the leader
-may change both timings in any answer). Every answer carries the leader epoch, which is
-observed by the process's :class:`~lockgate.executor.fencing.LeaderEpochFence` (a stale
-one is ignored), and the assignment, handed to ``on_assignment``. The thread holds the
-last full assignment with its version and presents the version in each heartbeat; an
-answer that says it is unchanged carries no task, and the held one is handed on again.
+may change both timings in any answer), and sooner when nudged (``nudge``: a task's state
+changed, or the leader said the assignment did, NotifyAssignment), no sooner than
+``NUDGE_MIN_GAP_S`` after the previous heartbeat: a new task starts, a restored one is
+triggered, a round trip after the change, not up to an interval later. Every answer carries
+the leader epoch, which is observed by the process's
+:class:`~lockgate.executor.fencing.LeaderEpochFence` (a stale one is ignored), and the
+assignment, handed to ``on_assignment``. The thread holds the last full assignment with its
+version and presents the version in each heartbeat; an answer that says it is unchanged
+carries no task, and the held one is handed on again.
 
 The session is lost when the leader refuses a heartbeat (NOT_FOUND or
 FAILED_PRECONDITION: it expired, or a newer registration of this id exists) or when no
@@ -39,6 +43,10 @@ from lockgate.executor.runtime.values import (
 
 _LOG = logging.getLogger(__name__)
 
+#: A nudged heartbeat goes no sooner than this after the previous one (s): a burst of task
+#: changes (many tasks restoring at once) costs the leader a few heartbeats, not one each.
+NUDGE_MIN_GAP_S = 0.02
+
 
 class Membership:
     """Registration and heartbeats of one executor process."""
@@ -71,6 +79,7 @@ class Membership:
         self._heartbeat_interval_s = settings.heartbeat_interval_ms / 1000
         self._session_timeout_s = settings.session_timeout_ms / 1000
         self._last_heartbeat_ok = clock()
+        self._nudged = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
@@ -84,8 +93,13 @@ class Membership:
         self._thread = threading.Thread(target=self._loop, name="lockgate-membership", daemon=True)
         self._thread.start()
 
+    def nudge(self) -> None:
+        """A task's state changed: heartbeat now, not at the interval (module docstring)."""
+        self._nudged.set()
+
     def stop(self) -> Registration | None:
         """Stop the thread (``stopping`` must be set); return and forget the registration."""
+        self._nudged.set()  # out of its wait for the next heartbeat
         if self._thread is not None:
             self._thread.join(timeout=self.settings.rpc_timeout_s + 1)
         with self._lock:
@@ -112,12 +126,14 @@ class Membership:
     def _loop(self) -> None:
         while not self._stopping.is_set():
             if self.registration is None:
-                delay = 0.0 if self._register() else 1.0
-            else:
-                self._heartbeat()
-                delay = self._heartbeat_interval_s
-            if delay and self._stopping.wait(delay):
+                if not self._register() and self._stopping.wait(1.0):
+                    return
+                continue
+            self._heartbeat()
+            gap = min(NUDGE_MIN_GAP_S, self._heartbeat_interval_s)
+            if self._stopping.wait(gap):
                 return
+            self._nudged.wait(self._heartbeat_interval_s - gap)
 
     def _register(self) -> bool:
         settings = self.settings
@@ -175,6 +191,7 @@ class Membership:
         highest, leader_id = self._fence.highest_seen
         with self._lock:
             held_version, held = self._held
+        self._nudged.clear()  # before the statuses are read: a later change nudges again
         try:
             reply = self._client.heartbeat(
                 executor_id=self.settings.executor_id,

@@ -15,7 +15,7 @@ import datetime
 import enum
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -182,7 +182,11 @@ class TaskBoard:
     (on the same lock) is notified whenever a batch ends.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
+        """``on_change``: called, without ``lock``, after a task's phase changed by
+        :meth:`apply`, :meth:`restored` or :meth:`fail` (the executor heartbeats at once,
+        so the leader learns it within a round trip, not a heartbeat interval)."""
+        self._on_change = on_change
         self.lock = threading.Lock()
         self.batch_ended = threading.Condition(self.lock)
         self._tasks: dict[TaskRef, Task] = {}
@@ -207,6 +211,7 @@ class TaskBoard:
         wanted = {assignment.task: assignment for assignment in assignments}
         to_stop: list[Task] = []
         to_start: list[Task] = []
+        followed = False
         with self.lock:
             for ref, task in list(self._tasks.items()):
                 assignment = wanted.get(ref)
@@ -216,7 +221,9 @@ class TaskBoard:
                 del wanted[ref]
                 if assignment.generation == task.generation:
                     task.target_running = assignment.target_running
+                    phase = task.phase
                     task.follow_target()
+                    followed = followed or task.phase is not phase
                 else:
                     _LOG.warning(
                         "ignoring assignment of %s at generation %d: running generation %d",
@@ -227,6 +234,8 @@ class TaskBoard:
             for ref, assignment in wanted.items():
                 self._tasks[ref] = task = Task.of(assignment)
                 to_start.append(task)
+        if followed:
+            self._on_change()
         return to_stop, to_start
 
     def take_all(self) -> list[Task]:
@@ -264,7 +273,8 @@ class TaskBoard:
                 return False
             task.last_error = error
             task.move(TaskPhase.FAILED)
-            return True
+        self._on_change()
+        return True
 
     def restored(self, task: Task) -> bool:
         """Move a current RESTORING task to its target state; False if it is not one."""
@@ -272,7 +282,8 @@ class TaskBoard:
             if self._tasks.get(task.ref) is not task or task.phase is not TaskPhase.RESTORING:
                 return False
             task.move(TaskPhase.RUNNING if task.target_running else TaskPhase.PAUSED)
-            return True
+        self._on_change()
+        return True
 
     def begin_batch(self, task: Task, checkpoint_id: int) -> bool:
         """Mark N's batch running unless the task stopped or N was cancelled.

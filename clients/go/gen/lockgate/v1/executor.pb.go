@@ -601,6 +601,116 @@ func (x *AbortCheckpointResponse) GetAbortDurationMs() int64 {
 	return 0
 }
 
+// NotifyAssignmentRequest says that the executor's assignment changed.
+type NotifyAssignmentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Caller-chosen id (UUID) for logs; a repeat only asks for one more heartbeat.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The calling leader's epoch; refused if lower than the highest the executor has seen.
+	LeaderEpoch *LeaderEpoch `protobuf:"bytes,2,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	// Executor id the call is meant for.
+	ExecutorId string `protobuf:"bytes,3,opt,name=executor_id,json=executorId,proto3" json:"executor_id,omitempty"`
+	// Registration of that executor the call is meant for.
+	ExecutorGeneration int64 `protobuf:"varint,4,opt,name=executor_generation,json=executorGeneration,proto3" json:"executor_generation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *NotifyAssignmentRequest) Reset() {
+	*x = NotifyAssignmentRequest{}
+	mi := &file_lockgate_v1_executor_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyAssignmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyAssignmentRequest) ProtoMessage() {}
+
+func (x *NotifyAssignmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_executor_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyAssignmentRequest.ProtoReflect.Descriptor instead.
+func (*NotifyAssignmentRequest) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *NotifyAssignmentRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *NotifyAssignmentRequest) GetLeaderEpoch() *LeaderEpoch {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return nil
+}
+
+func (x *NotifyAssignmentRequest) GetExecutorId() string {
+	if x != nil {
+		return x.ExecutorId
+	}
+	return ""
+}
+
+func (x *NotifyAssignmentRequest) GetExecutorGeneration() int64 {
+	if x != nil {
+		return x.ExecutorGeneration
+	}
+	return 0
+}
+
+// NotifyAssignmentResponse: the executor's next heartbeat is on its way.
+type NotifyAssignmentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotifyAssignmentResponse) Reset() {
+	*x = NotifyAssignmentResponse{}
+	mi := &file_lockgate_v1_executor_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotifyAssignmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotifyAssignmentResponse) ProtoMessage() {}
+
+func (x *NotifyAssignmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_executor_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotifyAssignmentResponse.ProtoReflect.Descriptor instead.
+func (*NotifyAssignmentResponse) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{7}
+}
+
 // GetExecutorStatusRequest asks an executor about itself.
 type GetExecutorStatusRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -614,7 +724,7 @@ type GetExecutorStatusRequest struct {
 
 func (x *GetExecutorStatusRequest) Reset() {
 	*x = GetExecutorStatusRequest{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[6]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +736,7 @@ func (x *GetExecutorStatusRequest) String() string {
 func (*GetExecutorStatusRequest) ProtoMessage() {}
 
 func (x *GetExecutorStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[6]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +749,7 @@ func (x *GetExecutorStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExecutorStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetExecutorStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{6}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetExecutorStatusRequest) GetLeaderEpoch() *LeaderEpoch {
@@ -678,7 +788,7 @@ type GetExecutorStatusResponse struct {
 
 func (x *GetExecutorStatusResponse) Reset() {
 	*x = GetExecutorStatusResponse{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[7]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +800,7 @@ func (x *GetExecutorStatusResponse) String() string {
 func (*GetExecutorStatusResponse) ProtoMessage() {}
 
 func (x *GetExecutorStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[7]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +813,7 @@ func (x *GetExecutorStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExecutorStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetExecutorStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{7}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetExecutorStatusResponse) GetExecutorId() string {
@@ -796,7 +906,7 @@ type CheckpointTask struct {
 
 func (x *CheckpointTask) Reset() {
 	*x = CheckpointTask{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[8]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +918,7 @@ func (x *CheckpointTask) String() string {
 func (*CheckpointTask) ProtoMessage() {}
 
 func (x *CheckpointTask) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[8]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +931,7 @@ func (x *CheckpointTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointTask.ProtoReflect.Descriptor instead.
 func (*CheckpointTask) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{8}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CheckpointTask) GetTaskId() *TaskId {
@@ -869,7 +979,7 @@ type TaskTriggerResult struct {
 
 func (x *TaskTriggerResult) Reset() {
 	*x = TaskTriggerResult{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[9]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +991,7 @@ func (x *TaskTriggerResult) String() string {
 func (*TaskTriggerResult) ProtoMessage() {}
 
 func (x *TaskTriggerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[9]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +1004,7 @@ func (x *TaskTriggerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskTriggerResult.ProtoReflect.Descriptor instead.
 func (*TaskTriggerResult) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{9}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TaskTriggerResult) GetTaskId() *TaskId {
@@ -979,7 +1089,15 @@ const file_lockgate_v1_executor_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"n\n" +
 	"\x17AbortCheckpointResponse\x12'\n" +
 	"\x0fhandles_aborted\x18\x01 \x01(\x05R\x0ehandlesAborted\x12*\n" +
-	"\x11abort_duration_ms\x18\x02 \x01(\x03R\x0fabortDurationMs\"W\n" +
+	"\x11abort_duration_ms\x18\x02 \x01(\x03R\x0fabortDurationMs\"\xc7\x01\n" +
+	"\x17NotifyAssignmentRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +
+	"\fleader_epoch\x18\x02 \x01(\v2\x18.lockgate.v1.LeaderEpochR\vleaderEpoch\x12\x1f\n" +
+	"\vexecutor_id\x18\x03 \x01(\tR\n" +
+	"executorId\x12/\n" +
+	"\x13executor_generation\x18\x04 \x01(\x03R\x12executorGeneration\"\x1a\n" +
+	"\x18NotifyAssignmentResponse\"W\n" +
 	"\x18GetExecutorStatusRequest\x12;\n" +
 	"\fleader_epoch\x18\x01 \x01(\v2\x18.lockgate.v1.LeaderEpochR\vleaderEpoch\"\xda\x03\n" +
 	"\x19GetExecutorStatusResponse\x12\x1f\n" +
@@ -1013,11 +1131,12 @@ const file_lockgate_v1_executor_proto_rawDesc = "" +
 	"\x19TRIGGER_OUTCOME_DUPLICATE\x10\x02\x12$\n" +
 	" TRIGGER_OUTCOME_STALE_GENERATION\x10\x03\x12 \n" +
 	"\x1cTRIGGER_OUTCOME_NOT_ASSIGNED\x10\x04\x12\x1d\n" +
-	"\x19TRIGGER_OUTCOME_NOT_READY\x10\x052\x9d\x03\n" +
+	"\x19TRIGGER_OUTCOME_NOT_READY\x10\x052\xfe\x03\n" +
 	"\x0fExecutorService\x12b\n" +
 	"\x11TriggerCheckpoint\x12%.lockgate.v1.TriggerCheckpointRequest\x1a&.lockgate.v1.TriggerCheckpointResponse\x12_\n" +
 	"\x10CommitCheckpoint\x12$.lockgate.v1.CommitCheckpointRequest\x1a%.lockgate.v1.CommitCheckpointResponse\x12\\\n" +
-	"\x0fAbortCheckpoint\x12#.lockgate.v1.AbortCheckpointRequest\x1a$.lockgate.v1.AbortCheckpointResponse\x12g\n" +
+	"\x0fAbortCheckpoint\x12#.lockgate.v1.AbortCheckpointRequest\x1a$.lockgate.v1.AbortCheckpointResponse\x12_\n" +
+	"\x10NotifyAssignment\x12$.lockgate.v1.NotifyAssignmentRequest\x1a%.lockgate.v1.NotifyAssignmentResponse\x12g\n" +
 	"\x11GetExecutorStatus\x12%.lockgate.v1.GetExecutorStatusRequest\x1a&.lockgate.v1.GetExecutorStatusResponse\"\x03\x90\x02\x01B\xb1\x01\n" +
 	"\x0fcom.lockgate.v1B\rExecutorProtoP\x01ZBgithub.com/lockgate/lockgate/clients/go/gen/lockgate/v1;lockgatev1\xa2\x02\x03LXX\xaa\x02\vLockgate.V1\xca\x02\vLockgate\\V1\xe2\x02\x17Lockgate\\V1\\GPBMetadata\xea\x02\fLockgate::V1b\x06proto3"
 
@@ -1034,7 +1153,7 @@ func file_lockgate_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_lockgate_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lockgate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_lockgate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_lockgate_v1_executor_proto_goTypes = []any{
 	(TriggerOutcome)(0),               // 0: lockgate.v1.TriggerOutcome
 	(*TriggerCheckpointRequest)(nil),  // 1: lockgate.v1.TriggerCheckpointRequest
@@ -1043,50 +1162,55 @@ var file_lockgate_v1_executor_proto_goTypes = []any{
 	(*CommitCheckpointResponse)(nil),  // 4: lockgate.v1.CommitCheckpointResponse
 	(*AbortCheckpointRequest)(nil),    // 5: lockgate.v1.AbortCheckpointRequest
 	(*AbortCheckpointResponse)(nil),   // 6: lockgate.v1.AbortCheckpointResponse
-	(*GetExecutorStatusRequest)(nil),  // 7: lockgate.v1.GetExecutorStatusRequest
-	(*GetExecutorStatusResponse)(nil), // 8: lockgate.v1.GetExecutorStatusResponse
-	(*CheckpointTask)(nil),            // 9: lockgate.v1.CheckpointTask
-	(*TaskTriggerResult)(nil),         // 10: lockgate.v1.TaskTriggerResult
-	nil,                               // 11: lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntry
-	nil,                               // 12: lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntry
-	(*LeaderEpoch)(nil),               // 13: lockgate.v1.LeaderEpoch
-	(*SinkHandle)(nil),                // 14: lockgate.v1.SinkHandle
-	(*TaskStatus)(nil),                // 15: lockgate.v1.TaskStatus
-	(*timestamppb.Timestamp)(nil),     // 16: google.protobuf.Timestamp
-	(*TaskId)(nil),                    // 17: lockgate.v1.TaskId
-	(*PartitionOffset)(nil),           // 18: lockgate.v1.PartitionOffset
+	(*NotifyAssignmentRequest)(nil),   // 7: lockgate.v1.NotifyAssignmentRequest
+	(*NotifyAssignmentResponse)(nil),  // 8: lockgate.v1.NotifyAssignmentResponse
+	(*GetExecutorStatusRequest)(nil),  // 9: lockgate.v1.GetExecutorStatusRequest
+	(*GetExecutorStatusResponse)(nil), // 10: lockgate.v1.GetExecutorStatusResponse
+	(*CheckpointTask)(nil),            // 11: lockgate.v1.CheckpointTask
+	(*TaskTriggerResult)(nil),         // 12: lockgate.v1.TaskTriggerResult
+	nil,                               // 13: lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntry
+	nil,                               // 14: lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntry
+	(*LeaderEpoch)(nil),               // 15: lockgate.v1.LeaderEpoch
+	(*SinkHandle)(nil),                // 16: lockgate.v1.SinkHandle
+	(*TaskStatus)(nil),                // 17: lockgate.v1.TaskStatus
+	(*timestamppb.Timestamp)(nil),     // 18: google.protobuf.Timestamp
+	(*TaskId)(nil),                    // 19: lockgate.v1.TaskId
+	(*PartitionOffset)(nil),           // 20: lockgate.v1.PartitionOffset
 }
 var file_lockgate_v1_executor_proto_depIdxs = []int32{
-	13, // 0: lockgate.v1.TriggerCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	9,  // 1: lockgate.v1.TriggerCheckpointRequest.tasks:type_name -> lockgate.v1.CheckpointTask
-	10, // 2: lockgate.v1.TriggerCheckpointResponse.results:type_name -> lockgate.v1.TaskTriggerResult
-	13, // 3: lockgate.v1.CommitCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	14, // 4: lockgate.v1.CommitCheckpointRequest.handles:type_name -> lockgate.v1.SinkHandle
-	11, // 5: lockgate.v1.CommitCheckpointRequest.sink_properties:type_name -> lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntry
-	13, // 6: lockgate.v1.AbortCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	14, // 7: lockgate.v1.AbortCheckpointRequest.handles:type_name -> lockgate.v1.SinkHandle
-	12, // 8: lockgate.v1.AbortCheckpointRequest.sink_properties:type_name -> lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntry
-	13, // 9: lockgate.v1.GetExecutorStatusRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	13, // 10: lockgate.v1.GetExecutorStatusResponse.highest_leader_epoch_seen:type_name -> lockgate.v1.LeaderEpoch
-	15, // 11: lockgate.v1.GetExecutorStatusResponse.tasks:type_name -> lockgate.v1.TaskStatus
-	16, // 12: lockgate.v1.GetExecutorStatusResponse.start_time:type_name -> google.protobuf.Timestamp
-	17, // 13: lockgate.v1.CheckpointTask.task_id:type_name -> lockgate.v1.TaskId
-	18, // 14: lockgate.v1.CheckpointTask.start_offsets:type_name -> lockgate.v1.PartitionOffset
-	17, // 15: lockgate.v1.TaskTriggerResult.task_id:type_name -> lockgate.v1.TaskId
-	0,  // 16: lockgate.v1.TaskTriggerResult.outcome:type_name -> lockgate.v1.TriggerOutcome
-	1,  // 17: lockgate.v1.ExecutorService.TriggerCheckpoint:input_type -> lockgate.v1.TriggerCheckpointRequest
-	3,  // 18: lockgate.v1.ExecutorService.CommitCheckpoint:input_type -> lockgate.v1.CommitCheckpointRequest
-	5,  // 19: lockgate.v1.ExecutorService.AbortCheckpoint:input_type -> lockgate.v1.AbortCheckpointRequest
-	7,  // 20: lockgate.v1.ExecutorService.GetExecutorStatus:input_type -> lockgate.v1.GetExecutorStatusRequest
-	2,  // 21: lockgate.v1.ExecutorService.TriggerCheckpoint:output_type -> lockgate.v1.TriggerCheckpointResponse
-	4,  // 22: lockgate.v1.ExecutorService.CommitCheckpoint:output_type -> lockgate.v1.CommitCheckpointResponse
-	6,  // 23: lockgate.v1.ExecutorService.AbortCheckpoint:output_type -> lockgate.v1.AbortCheckpointResponse
-	8,  // 24: lockgate.v1.ExecutorService.GetExecutorStatus:output_type -> lockgate.v1.GetExecutorStatusResponse
-	21, // [21:25] is the sub-list for method output_type
-	17, // [17:21] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	15, // 0: lockgate.v1.TriggerCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	11, // 1: lockgate.v1.TriggerCheckpointRequest.tasks:type_name -> lockgate.v1.CheckpointTask
+	12, // 2: lockgate.v1.TriggerCheckpointResponse.results:type_name -> lockgate.v1.TaskTriggerResult
+	15, // 3: lockgate.v1.CommitCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	16, // 4: lockgate.v1.CommitCheckpointRequest.handles:type_name -> lockgate.v1.SinkHandle
+	13, // 5: lockgate.v1.CommitCheckpointRequest.sink_properties:type_name -> lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntry
+	15, // 6: lockgate.v1.AbortCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	16, // 7: lockgate.v1.AbortCheckpointRequest.handles:type_name -> lockgate.v1.SinkHandle
+	14, // 8: lockgate.v1.AbortCheckpointRequest.sink_properties:type_name -> lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntry
+	15, // 9: lockgate.v1.NotifyAssignmentRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	15, // 10: lockgate.v1.GetExecutorStatusRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	15, // 11: lockgate.v1.GetExecutorStatusResponse.highest_leader_epoch_seen:type_name -> lockgate.v1.LeaderEpoch
+	17, // 12: lockgate.v1.GetExecutorStatusResponse.tasks:type_name -> lockgate.v1.TaskStatus
+	18, // 13: lockgate.v1.GetExecutorStatusResponse.start_time:type_name -> google.protobuf.Timestamp
+	19, // 14: lockgate.v1.CheckpointTask.task_id:type_name -> lockgate.v1.TaskId
+	20, // 15: lockgate.v1.CheckpointTask.start_offsets:type_name -> lockgate.v1.PartitionOffset
+	19, // 16: lockgate.v1.TaskTriggerResult.task_id:type_name -> lockgate.v1.TaskId
+	0,  // 17: lockgate.v1.TaskTriggerResult.outcome:type_name -> lockgate.v1.TriggerOutcome
+	1,  // 18: lockgate.v1.ExecutorService.TriggerCheckpoint:input_type -> lockgate.v1.TriggerCheckpointRequest
+	3,  // 19: lockgate.v1.ExecutorService.CommitCheckpoint:input_type -> lockgate.v1.CommitCheckpointRequest
+	5,  // 20: lockgate.v1.ExecutorService.AbortCheckpoint:input_type -> lockgate.v1.AbortCheckpointRequest
+	7,  // 21: lockgate.v1.ExecutorService.NotifyAssignment:input_type -> lockgate.v1.NotifyAssignmentRequest
+	9,  // 22: lockgate.v1.ExecutorService.GetExecutorStatus:input_type -> lockgate.v1.GetExecutorStatusRequest
+	2,  // 23: lockgate.v1.ExecutorService.TriggerCheckpoint:output_type -> lockgate.v1.TriggerCheckpointResponse
+	4,  // 24: lockgate.v1.ExecutorService.CommitCheckpoint:output_type -> lockgate.v1.CommitCheckpointResponse
+	6,  // 25: lockgate.v1.ExecutorService.AbortCheckpoint:output_type -> lockgate.v1.AbortCheckpointResponse
+	8,  // 26: lockgate.v1.ExecutorService.NotifyAssignment:output_type -> lockgate.v1.NotifyAssignmentResponse
+	10, // 27: lockgate.v1.ExecutorService.GetExecutorStatus:output_type -> lockgate.v1.GetExecutorStatusResponse
+	23, // [23:28] is the sub-list for method output_type
+	18, // [18:23] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_lockgate_v1_executor_proto_init() }
@@ -1101,7 +1225,7 @@ func file_lockgate_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockgate_v1_executor_proto_rawDesc), len(file_lockgate_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

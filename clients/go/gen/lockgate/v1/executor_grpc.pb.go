@@ -28,6 +28,7 @@ const (
 	ExecutorService_TriggerCheckpoint_FullMethodName = "/lockgate.v1.ExecutorService/TriggerCheckpoint"
 	ExecutorService_CommitCheckpoint_FullMethodName  = "/lockgate.v1.ExecutorService/CommitCheckpoint"
 	ExecutorService_AbortCheckpoint_FullMethodName   = "/lockgate.v1.ExecutorService/AbortCheckpoint"
+	ExecutorService_NotifyAssignment_FullMethodName  = "/lockgate.v1.ExecutorService/NotifyAssignment"
 	ExecutorService_GetExecutorStatus_FullMethodName = "/lockgate.v1.ExecutorService/GetExecutorStatus"
 )
 
@@ -38,7 +39,7 @@ const (
 // ExecutorService runs the executor's side of the checkpoint protocol (see
 // CoordinatorService for the five steps). Tasks are not assigned through this service:
 // an executor learns its tasks from CoordinatorService.RegisterExecutor and Heartbeat
-// responses.
+// responses (NotifyAssignment only asks for the next heartbeat now).
 //
 // Fencing: every request carries the caller's leader_epoch. The executor remembers the
 // highest epoch it has seen and refuses a lower one with FAILED_PRECONDITION and a
@@ -84,6 +85,14 @@ type ExecutorServiceClient interface {
 	// generation), UNAVAILABLE (Kafka unreachable, or a batch of the checkpoint still
 	// running: retry).
 	AbortCheckpoint(ctx context.Context, in *AbortCheckpointRequest, opts ...grpc.CallOption) (*AbortCheckpointResponse, error)
+	// NotifyAssignment tells the executor that the leader changed its assignment (a task
+	// moved to or from it, a pipeline of its tasks created, updated, paused, resumed or
+	// stopped), so it heartbeats now instead of at its next interval and starts or stops
+	// those tasks a round trip after the change. The assignment itself still comes only in
+	// the Heartbeat response. A hint: the leader does not retry it, and a lost one costs
+	// at most a heartbeat interval. Errors: FAILED_PRECONDITION with a FencingFailure
+	// (stale leader epoch or executor generation), UNAVAILABLE (not registered yet).
+	NotifyAssignment(ctx context.Context, in *NotifyAssignmentRequest, opts ...grpc.CallOption) (*NotifyAssignmentResponse, error)
 	// GetExecutorStatus returns the executor's identity, the highest leader epoch it has
 	// seen and the tasks it runs. Errors: FAILED_PRECONDITION with a FencingFailure (stale
 	// leader epoch, when one is given).
@@ -128,6 +137,16 @@ func (c *executorServiceClient) AbortCheckpoint(ctx context.Context, in *AbortCh
 	return out, nil
 }
 
+func (c *executorServiceClient) NotifyAssignment(ctx context.Context, in *NotifyAssignmentRequest, opts ...grpc.CallOption) (*NotifyAssignmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NotifyAssignmentResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_NotifyAssignment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *executorServiceClient) GetExecutorStatus(ctx context.Context, in *GetExecutorStatusRequest, opts ...grpc.CallOption) (*GetExecutorStatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetExecutorStatusResponse)
@@ -145,7 +164,7 @@ func (c *executorServiceClient) GetExecutorStatus(ctx context.Context, in *GetEx
 // ExecutorService runs the executor's side of the checkpoint protocol (see
 // CoordinatorService for the five steps). Tasks are not assigned through this service:
 // an executor learns its tasks from CoordinatorService.RegisterExecutor and Heartbeat
-// responses.
+// responses (NotifyAssignment only asks for the next heartbeat now).
 //
 // Fencing: every request carries the caller's leader_epoch. The executor remembers the
 // highest epoch it has seen and refuses a lower one with FAILED_PRECONDITION and a
@@ -191,6 +210,14 @@ type ExecutorServiceServer interface {
 	// generation), UNAVAILABLE (Kafka unreachable, or a batch of the checkpoint still
 	// running: retry).
 	AbortCheckpoint(context.Context, *AbortCheckpointRequest) (*AbortCheckpointResponse, error)
+	// NotifyAssignment tells the executor that the leader changed its assignment (a task
+	// moved to or from it, a pipeline of its tasks created, updated, paused, resumed or
+	// stopped), so it heartbeats now instead of at its next interval and starts or stops
+	// those tasks a round trip after the change. The assignment itself still comes only in
+	// the Heartbeat response. A hint: the leader does not retry it, and a lost one costs
+	// at most a heartbeat interval. Errors: FAILED_PRECONDITION with a FencingFailure
+	// (stale leader epoch or executor generation), UNAVAILABLE (not registered yet).
+	NotifyAssignment(context.Context, *NotifyAssignmentRequest) (*NotifyAssignmentResponse, error)
 	// GetExecutorStatus returns the executor's identity, the highest leader epoch it has
 	// seen and the tasks it runs. Errors: FAILED_PRECONDITION with a FencingFailure (stale
 	// leader epoch, when one is given).
@@ -213,6 +240,9 @@ func (UnimplementedExecutorServiceServer) CommitCheckpoint(context.Context, *Com
 }
 func (UnimplementedExecutorServiceServer) AbortCheckpoint(context.Context, *AbortCheckpointRequest) (*AbortCheckpointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AbortCheckpoint not implemented")
+}
+func (UnimplementedExecutorServiceServer) NotifyAssignment(context.Context, *NotifyAssignmentRequest) (*NotifyAssignmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NotifyAssignment not implemented")
 }
 func (UnimplementedExecutorServiceServer) GetExecutorStatus(context.Context, *GetExecutorStatusRequest) (*GetExecutorStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetExecutorStatus not implemented")
@@ -292,6 +322,24 @@ func _ExecutorService_AbortCheckpoint_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutorService_NotifyAssignment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NotifyAssignmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).NotifyAssignment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_NotifyAssignment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).NotifyAssignment(ctx, req.(*NotifyAssignmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ExecutorService_GetExecutorStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetExecutorStatusRequest)
 	if err := dec(in); err != nil {
@@ -328,6 +376,10 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AbortCheckpoint",
 			Handler:    _ExecutorService_AbortCheckpoint_Handler,
+		},
+		{
+			MethodName: "NotifyAssignment",
+			Handler:    _ExecutorService_NotifyAssignment_Handler,
 		},
 		{
 			MethodName: "GetExecutorStatus",

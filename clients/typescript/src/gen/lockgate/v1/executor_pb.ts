@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file lockgate/v1/executor.proto.
  */
 export const file_lockgate_v1_executor: GenFile = /*@__PURE__*/
-  fileDesc("Chpsb2NrZ2F0ZS92MS9leGVjdXRvci5wcm90bxILbG9ja2dhdGUudjEilgIKGFRyaWdnZXJDaGVja3BvaW50UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEi4KDGxlYWRlcl9lcG9jaBgCIAEoCzIYLmxvY2tnYXRlLnYxLkxlYWRlckVwb2NoEhMKC2V4ZWN1dG9yX2lkGAMgASgJEhsKE2V4ZWN1dG9yX2dlbmVyYXRpb24YBCABKAMSFQoNcGlwZWxpbmVfbmFtZRgFIAEoCRIVCg1jaGVja3BvaW50X2lkGAYgASgDEhYKDmNvbmZpZ192ZXJzaW9uGAcgASgDEioKBXRhc2tzGAggAygLMhsubG9ja2dhdGUudjEuQ2hlY2twb2ludFRhc2sSEgoKdGltZW91dF9tcxgJIAEoAyJMChlUcmlnZ2VyQ2hlY2twb2ludFJlc3BvbnNlEi8KB3Jlc3VsdHMYASADKAsyHi5sb2NrZ2F0ZS52MS5UYXNrVHJpZ2dlclJlc3VsdCLxAgoXQ29tbWl0Q2hlY2twb2ludFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIuCgxsZWFkZXJfZXBvY2gYAiABKAsyGC5sb2NrZ2F0ZS52MS5MZWFkZXJFcG9jaBITCgtleGVjdXRvcl9pZBgDIAEoCRIbChNleGVjdXRvcl9nZW5lcmF0aW9uGAQgASgDEhUKDXBpcGVsaW5lX25hbWUYBSABKAkSFQoNY2hlY2twb2ludF9pZBgGIAEoAxIoCgdoYW5kbGVzGAcgAygLMhcubG9ja2dhdGUudjEuU2lua0hhbmRsZRJRCg9zaW5rX3Byb3BlcnRpZXMYCCADKAsyOC5sb2NrZ2F0ZS52MS5Db21taXRDaGVja3BvaW50UmVxdWVzdC5TaW5rUHJvcGVydGllc0VudHJ5GjUKE1NpbmtQcm9wZXJ0aWVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJRChhDb21taXRDaGVja3BvaW50UmVzcG9uc2USGQoRaGFuZGxlc19jb21taXR0ZWQYASABKAUSGgoSY29tbWl0X2R1cmF0aW9uX21zGAIgASgDIv8CChZBYm9ydENoZWNrcG9pbnRSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSLgoMbGVhZGVyX2Vwb2NoGAIgASgLMhgubG9ja2dhdGUudjEuTGVhZGVyRXBvY2gSEwoLZXhlY3V0b3JfaWQYAyABKAkSGwoTZXhlY3V0b3JfZ2VuZXJhdGlvbhgEIAEoAxIVCg1waXBlbGluZV9uYW1lGAUgASgJEhUKDWNoZWNrcG9pbnRfaWQYBiABKAMSKAoHaGFuZGxlcxgHIAMoCzIXLmxvY2tnYXRlLnYxLlNpbmtIYW5kbGUSDgoGcmVhc29uGAggASgJElAKD3NpbmtfcHJvcGVydGllcxgJIAMoCzI3LmxvY2tnYXRlLnYxLkFib3J0Q2hlY2twb2ludFJlcXVlc3QuU2lua1Byb3BlcnRpZXNFbnRyeRo1ChNTaW5rUHJvcGVydGllc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiTQoXQWJvcnRDaGVja3BvaW50UmVzcG9uc2USFwoPaGFuZGxlc19hYm9ydGVkGAEgASgFEhkKEWFib3J0X2R1cmF0aW9uX21zGAIgASgDIkoKGEdldEV4ZWN1dG9yU3RhdHVzUmVxdWVzdBIuCgxsZWFkZXJfZXBvY2gYASABKAsyGC5sb2NrZ2F0ZS52MS5MZWFkZXJFcG9jaCLPAgoZR2V0RXhlY3V0b3JTdGF0dXNSZXNwb25zZRITCgtleGVjdXRvcl9pZBgBIAEoCRIbChNleGVjdXRvcl9nZW5lcmF0aW9uGAIgASgDEhIKCnNlc3Npb25faWQYAyABKAkSOwoZaGlnaGVzdF9sZWFkZXJfZXBvY2hfc2VlbhgEIAEoCzIYLmxvY2tnYXRlLnYxLkxlYWRlckVwb2NoEiYKBXRhc2tzGAUgAygLMhcubG9ja2dhdGUudjEuVGFza1N0YXR1cxIUCgxzcGFya19tYXN0ZXIYBiABKAkSLgoKc3RhcnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJdXB0aW1lX21zGAggASgDEg8KB3ZlcnNpb24YCSABKAkSHQoVY29vcmRpbmF0b3JfYWRkcmVzc2VzGAogAygJIqUBCg5DaGVja3BvaW50VGFzaxIkCgd0YXNrX2lkGAEgASgLMhMubG9ja2dhdGUudjEuVGFza0lkEhcKD3Rhc2tfZ2VuZXJhdGlvbhgCIAEoAxIzCg1zdGFydF9vZmZzZXRzGAMgAygLMhwubG9ja2dhdGUudjEuUGFydGl0aW9uT2Zmc2V0Eh8KF3RyYW5zYWN0aW9uYWxfaWRfcHJlZml4GAQgASgJIpgBChFUYXNrVHJpZ2dlclJlc3VsdBIkCgd0YXNrX2lkGAEgASgLMhMubG9ja2dhdGUudjEuVGFza0lkEiwKB291dGNvbWUYAiABKA4yGy5sb2NrZ2F0ZS52MS5UcmlnZ2VyT3V0Y29tZRIfChdjdXJyZW50X3Rhc2tfZ2VuZXJhdGlvbhgDIAEoAxIOCgZyZWFzb24YBCABKAkq1QEKDlRyaWdnZXJPdXRjb21lEh8KG1RSSUdHRVJfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhwKGFRSSUdHRVJfT1VUQ09NRV9BQ0NFUFRFRBABEh0KGVRSSUdHRVJfT1VUQ09NRV9EVVBMSUNBVEUQAhIkCiBUUklHR0VSX09VVENPTUVfU1RBTEVfR0VORVJBVElPThADEiAKHFRSSUdHRVJfT1VUQ09NRV9OT1RfQVNTSUdORUQQBBIdChlUUklHR0VSX09VVENPTUVfTk9UX1JFQURZEAUynQMKD0V4ZWN1dG9yU2VydmljZRJiChFUcmlnZ2VyQ2hlY2twb2ludBIlLmxvY2tnYXRlLnYxLlRyaWdnZXJDaGVja3BvaW50UmVxdWVzdBomLmxvY2tnYXRlLnYxLlRyaWdnZXJDaGVja3BvaW50UmVzcG9uc2USXwoQQ29tbWl0Q2hlY2twb2ludBIkLmxvY2tnYXRlLnYxLkNvbW1pdENoZWNrcG9pbnRSZXF1ZXN0GiUubG9ja2dhdGUudjEuQ29tbWl0Q2hlY2twb2ludFJlc3BvbnNlElwKD0Fib3J0Q2hlY2twb2ludBIjLmxvY2tnYXRlLnYxLkFib3J0Q2hlY2twb2ludFJlcXVlc3QaJC5sb2NrZ2F0ZS52MS5BYm9ydENoZWNrcG9pbnRSZXNwb25zZRJnChFHZXRFeGVjdXRvclN0YXR1cxIlLmxvY2tnYXRlLnYxLkdldEV4ZWN1dG9yU3RhdHVzUmVxdWVzdBomLmxvY2tnYXRlLnYxLkdldEV4ZWN1dG9yU3RhdHVzUmVzcG9uc2UiA5ACAUJeCg9kZXYubG9ja2dhdGUudjFCDUV4ZWN1dG9yUHJvdG9QAVo6Z2l0aHViLmNvbS9sb2NrZ2F0ZS9sb2NrZ2F0ZS9nZW4vZ28vbG9ja2dhdGUvdjE7bG9ja2dhdGV2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_lockgate_v1_common]);
+  fileDesc("Chpsb2NrZ2F0ZS92MS9leGVjdXRvci5wcm90bxILbG9ja2dhdGUudjEilgIKGFRyaWdnZXJDaGVja3BvaW50UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEi4KDGxlYWRlcl9lcG9jaBgCIAEoCzIYLmxvY2tnYXRlLnYxLkxlYWRlckVwb2NoEhMKC2V4ZWN1dG9yX2lkGAMgASgJEhsKE2V4ZWN1dG9yX2dlbmVyYXRpb24YBCABKAMSFQoNcGlwZWxpbmVfbmFtZRgFIAEoCRIVCg1jaGVja3BvaW50X2lkGAYgASgDEhYKDmNvbmZpZ192ZXJzaW9uGAcgASgDEioKBXRhc2tzGAggAygLMhsubG9ja2dhdGUudjEuQ2hlY2twb2ludFRhc2sSEgoKdGltZW91dF9tcxgJIAEoAyJMChlUcmlnZ2VyQ2hlY2twb2ludFJlc3BvbnNlEi8KB3Jlc3VsdHMYASADKAsyHi5sb2NrZ2F0ZS52MS5UYXNrVHJpZ2dlclJlc3VsdCLxAgoXQ29tbWl0Q2hlY2twb2ludFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIuCgxsZWFkZXJfZXBvY2gYAiABKAsyGC5sb2NrZ2F0ZS52MS5MZWFkZXJFcG9jaBITCgtleGVjdXRvcl9pZBgDIAEoCRIbChNleGVjdXRvcl9nZW5lcmF0aW9uGAQgASgDEhUKDXBpcGVsaW5lX25hbWUYBSABKAkSFQoNY2hlY2twb2ludF9pZBgGIAEoAxIoCgdoYW5kbGVzGAcgAygLMhcubG9ja2dhdGUudjEuU2lua0hhbmRsZRJRCg9zaW5rX3Byb3BlcnRpZXMYCCADKAsyOC5sb2NrZ2F0ZS52MS5Db21taXRDaGVja3BvaW50UmVxdWVzdC5TaW5rUHJvcGVydGllc0VudHJ5GjUKE1NpbmtQcm9wZXJ0aWVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJRChhDb21taXRDaGVja3BvaW50UmVzcG9uc2USGQoRaGFuZGxlc19jb21taXR0ZWQYASABKAUSGgoSY29tbWl0X2R1cmF0aW9uX21zGAIgASgDIv8CChZBYm9ydENoZWNrcG9pbnRSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSLgoMbGVhZGVyX2Vwb2NoGAIgASgLMhgubG9ja2dhdGUudjEuTGVhZGVyRXBvY2gSEwoLZXhlY3V0b3JfaWQYAyABKAkSGwoTZXhlY3V0b3JfZ2VuZXJhdGlvbhgEIAEoAxIVCg1waXBlbGluZV9uYW1lGAUgASgJEhUKDWNoZWNrcG9pbnRfaWQYBiABKAMSKAoHaGFuZGxlcxgHIAMoCzIXLmxvY2tnYXRlLnYxLlNpbmtIYW5kbGUSDgoGcmVhc29uGAggASgJElAKD3NpbmtfcHJvcGVydGllcxgJIAMoCzI3LmxvY2tnYXRlLnYxLkFib3J0Q2hlY2twb2ludFJlcXVlc3QuU2lua1Byb3BlcnRpZXNFbnRyeRo1ChNTaW5rUHJvcGVydGllc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiTQoXQWJvcnRDaGVja3BvaW50UmVzcG9uc2USFwoPaGFuZGxlc19hYm9ydGVkGAEgASgFEhkKEWFib3J0X2R1cmF0aW9uX21zGAIgASgDIo8BChdOb3RpZnlBc3NpZ25tZW50UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEi4KDGxlYWRlcl9lcG9jaBgCIAEoCzIYLmxvY2tnYXRlLnYxLkxlYWRlckVwb2NoEhMKC2V4ZWN1dG9yX2lkGAMgASgJEhsKE2V4ZWN1dG9yX2dlbmVyYXRpb24YBCABKAMiGgoYTm90aWZ5QXNzaWdubWVudFJlc3BvbnNlIkoKGEdldEV4ZWN1dG9yU3RhdHVzUmVxdWVzdBIuCgxsZWFkZXJfZXBvY2gYASABKAsyGC5sb2NrZ2F0ZS52MS5MZWFkZXJFcG9jaCLPAgoZR2V0RXhlY3V0b3JTdGF0dXNSZXNwb25zZRITCgtleGVjdXRvcl9pZBgBIAEoCRIbChNleGVjdXRvcl9nZW5lcmF0aW9uGAIgASgDEhIKCnNlc3Npb25faWQYAyABKAkSOwoZaGlnaGVzdF9sZWFkZXJfZXBvY2hfc2VlbhgEIAEoCzIYLmxvY2tnYXRlLnYxLkxlYWRlckVwb2NoEiYKBXRhc2tzGAUgAygLMhcubG9ja2dhdGUudjEuVGFza1N0YXR1cxIUCgxzcGFya19tYXN0ZXIYBiABKAkSLgoKc3RhcnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJdXB0aW1lX21zGAggASgDEg8KB3ZlcnNpb24YCSABKAkSHQoVY29vcmRpbmF0b3JfYWRkcmVzc2VzGAogAygJIqUBCg5DaGVja3BvaW50VGFzaxIkCgd0YXNrX2lkGAEgASgLMhMubG9ja2dhdGUudjEuVGFza0lkEhcKD3Rhc2tfZ2VuZXJhdGlvbhgCIAEoAxIzCg1zdGFydF9vZmZzZXRzGAMgAygLMhwubG9ja2dhdGUudjEuUGFydGl0aW9uT2Zmc2V0Eh8KF3RyYW5zYWN0aW9uYWxfaWRfcHJlZml4GAQgASgJIpgBChFUYXNrVHJpZ2dlclJlc3VsdBIkCgd0YXNrX2lkGAEgASgLMhMubG9ja2dhdGUudjEuVGFza0lkEiwKB291dGNvbWUYAiABKA4yGy5sb2NrZ2F0ZS52MS5UcmlnZ2VyT3V0Y29tZRIfChdjdXJyZW50X3Rhc2tfZ2VuZXJhdGlvbhgDIAEoAxIOCgZyZWFzb24YBCABKAkq1QEKDlRyaWdnZXJPdXRjb21lEh8KG1RSSUdHRVJfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhwKGFRSSUdHRVJfT1VUQ09NRV9BQ0NFUFRFRBABEh0KGVRSSUdHRVJfT1VUQ09NRV9EVVBMSUNBVEUQAhIkCiBUUklHR0VSX09VVENPTUVfU1RBTEVfR0VORVJBVElPThADEiAKHFRSSUdHRVJfT1VUQ09NRV9OT1RfQVNTSUdORUQQBBIdChlUUklHR0VSX09VVENPTUVfTk9UX1JFQURZEAUy/gMKD0V4ZWN1dG9yU2VydmljZRJiChFUcmlnZ2VyQ2hlY2twb2ludBIlLmxvY2tnYXRlLnYxLlRyaWdnZXJDaGVja3BvaW50UmVxdWVzdBomLmxvY2tnYXRlLnYxLlRyaWdnZXJDaGVja3BvaW50UmVzcG9uc2USXwoQQ29tbWl0Q2hlY2twb2ludBIkLmxvY2tnYXRlLnYxLkNvbW1pdENoZWNrcG9pbnRSZXF1ZXN0GiUubG9ja2dhdGUudjEuQ29tbWl0Q2hlY2twb2ludFJlc3BvbnNlElwKD0Fib3J0Q2hlY2twb2ludBIjLmxvY2tnYXRlLnYxLkFib3J0Q2hlY2twb2ludFJlcXVlc3QaJC5sb2NrZ2F0ZS52MS5BYm9ydENoZWNrcG9pbnRSZXNwb25zZRJfChBOb3RpZnlBc3NpZ25tZW50EiQubG9ja2dhdGUudjEuTm90aWZ5QXNzaWdubWVudFJlcXVlc3QaJS5sb2NrZ2F0ZS52MS5Ob3RpZnlBc3NpZ25tZW50UmVzcG9uc2USZwoRR2V0RXhlY3V0b3JTdGF0dXMSJS5sb2NrZ2F0ZS52MS5HZXRFeGVjdXRvclN0YXR1c1JlcXVlc3QaJi5sb2NrZ2F0ZS52MS5HZXRFeGVjdXRvclN0YXR1c1Jlc3BvbnNlIgOQAgFCXgoPZGV2LmxvY2tnYXRlLnYxQg1FeGVjdXRvclByb3RvUAFaOmdpdGh1Yi5jb20vbG9ja2dhdGUvbG9ja2dhdGUvZ2VuL2dvL2xvY2tnYXRlL3YxO2xvY2tnYXRldjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_lockgate_v1_common]);
 
 /**
  * TriggerCheckpointRequest asks for the pre-commit of checkpoint N on some tasks.
@@ -330,6 +330,63 @@ export const AbortCheckpointResponseSchema: GenMessage<AbortCheckpointResponse> 
   messageDesc(file_lockgate_v1_executor, 5);
 
 /**
+ * NotifyAssignmentRequest says that the executor's assignment changed.
+ *
+ * @generated from message lockgate.v1.NotifyAssignmentRequest
+ */
+export type NotifyAssignmentRequest = Message<"lockgate.v1.NotifyAssignmentRequest"> & {
+  /**
+   * Caller-chosen id (UUID) for logs; a repeat only asks for one more heartbeat.
+   *
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+
+  /**
+   * The calling leader's epoch; refused if lower than the highest the executor has seen.
+   *
+   * @generated from field: lockgate.v1.LeaderEpoch leader_epoch = 2;
+   */
+  leaderEpoch?: LeaderEpoch | undefined;
+
+  /**
+   * Executor id the call is meant for.
+   *
+   * @generated from field: string executor_id = 3;
+   */
+  executorId: string;
+
+  /**
+   * Registration of that executor the call is meant for.
+   *
+   * @generated from field: int64 executor_generation = 4;
+   */
+  executorGeneration: bigint;
+};
+
+/**
+ * Describes the message lockgate.v1.NotifyAssignmentRequest.
+ * Use `create(NotifyAssignmentRequestSchema)` to create a new message.
+ */
+export const NotifyAssignmentRequestSchema: GenMessage<NotifyAssignmentRequest> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_executor, 6);
+
+/**
+ * NotifyAssignmentResponse: the executor's next heartbeat is on its way.
+ *
+ * @generated from message lockgate.v1.NotifyAssignmentResponse
+ */
+export type NotifyAssignmentResponse = Message<"lockgate.v1.NotifyAssignmentResponse"> & {
+};
+
+/**
+ * Describes the message lockgate.v1.NotifyAssignmentResponse.
+ * Use `create(NotifyAssignmentResponseSchema)` to create a new message.
+ */
+export const NotifyAssignmentResponseSchema: GenMessage<NotifyAssignmentResponse> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_executor, 7);
+
+/**
  * GetExecutorStatusRequest asks an executor about itself.
  *
  * @generated from message lockgate.v1.GetExecutorStatusRequest
@@ -350,7 +407,7 @@ export type GetExecutorStatusRequest = Message<"lockgate.v1.GetExecutorStatusReq
  * Use `create(GetExecutorStatusRequestSchema)` to create a new message.
  */
 export const GetExecutorStatusRequestSchema: GenMessage<GetExecutorStatusRequest> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 6);
+  messageDesc(file_lockgate_v1_executor, 8);
 
 /**
  * GetExecutorStatusResponse describes the executor and its tasks.
@@ -434,7 +491,7 @@ export type GetExecutorStatusResponse = Message<"lockgate.v1.GetExecutorStatusRe
  * Use `create(GetExecutorStatusResponseSchema)` to create a new message.
  */
 export const GetExecutorStatusResponseSchema: GenMessage<GetExecutorStatusResponse> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 7);
+  messageDesc(file_lockgate_v1_executor, 9);
 
 /**
  * CheckpointTask is one task taking part in checkpoint N.
@@ -479,7 +536,7 @@ export type CheckpointTask = Message<"lockgate.v1.CheckpointTask"> & {
  * Use `create(CheckpointTaskSchema)` to create a new message.
  */
 export const CheckpointTaskSchema: GenMessage<CheckpointTask> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 8);
+  messageDesc(file_lockgate_v1_executor, 10);
 
 /**
  * TaskTriggerResult is the answer for one task of a TriggerCheckpoint.
@@ -521,7 +578,7 @@ export type TaskTriggerResult = Message<"lockgate.v1.TaskTriggerResult"> & {
  * Use `create(TaskTriggerResultSchema)` to create a new message.
  */
 export const TaskTriggerResultSchema: GenMessage<TaskTriggerResult> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 9);
+  messageDesc(file_lockgate_v1_executor, 11);
 
 /**
  * TriggerOutcome says whether a task started its pre-commit.
@@ -583,7 +640,7 @@ export const TriggerOutcomeSchema: GenEnum<TriggerOutcome> = /*@__PURE__*/
  * ExecutorService runs the executor's side of the checkpoint protocol (see
  * CoordinatorService for the five steps). Tasks are not assigned through this service:
  * an executor learns its tasks from CoordinatorService.RegisterExecutor and Heartbeat
- * responses.
+ * responses (NotifyAssignment only asks for the next heartbeat now).
  *
  * Fencing: every request carries the caller's leader_epoch. The executor remembers the
  * highest epoch it has seen and refuses a lower one with FAILED_PRECONDITION and a
@@ -655,6 +712,22 @@ export const ExecutorService: GenService<{
     methodKind: "unary";
     input: typeof AbortCheckpointRequestSchema;
     output: typeof AbortCheckpointResponseSchema;
+  },
+  /**
+   * NotifyAssignment tells the executor that the leader changed its assignment (a task
+   * moved to or from it, a pipeline of its tasks created, updated, paused, resumed or
+   * stopped), so it heartbeats now instead of at its next interval and starts or stops
+   * those tasks a round trip after the change. The assignment itself still comes only in
+   * the Heartbeat response. A hint: the leader does not retry it, and a lost one costs
+   * at most a heartbeat interval. Errors: FAILED_PRECONDITION with a FencingFailure
+   * (stale leader epoch or executor generation), UNAVAILABLE (not registered yet).
+   *
+   * @generated from rpc lockgate.v1.ExecutorService.NotifyAssignment
+   */
+  notifyAssignment: {
+    methodKind: "unary";
+    input: typeof NotifyAssignmentRequestSchema;
+    output: typeof NotifyAssignmentResponseSchema;
   },
   /**
    * GetExecutorStatus returns the executor's identity, the highest leader epoch it has

@@ -55,6 +55,15 @@ public final class ExecutorClient {
   }
 
   /**
+   * NotifyAssignment tells the executor that the leader changed its assignment, so it heartbeats
+   * now instead of at its next interval; the assignment itself still comes in the Heartbeat
+   * response.
+   */
+  public NotifyAssignmentResponse notifyAssignment(NotifyAssignmentRequest request) {
+    return calls.unary(request, ExecutorServiceBlockingStub::notifyAssignment);
+  }
+
+  /**
    * GetExecutorStatus returns the executor's identity, the highest leader epoch it has seen and the
    * tasks it runs.
    */
