@@ -43,6 +43,7 @@ Figures, not pass/fail.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -258,7 +259,7 @@ def run_pipeline(
 ) -> tuple[float, float]:
     """(a)/(b): create the pipeline, wait until its committed offsets reach the input's end.
     Returns (seconds, peak executor RSS in MB)."""
-    began = time.monotonic()
+    began, began_wall = time.monotonic(), time.time()
     name = create_pipeline(
         bootstrap=bootstrap,
         source=source,
@@ -270,6 +271,7 @@ def run_pipeline(
         security=security,
         transform_sql=transform_sql,
     )
+    created_wall = time.time()
     peak = 0.0
     complete_at = 0
 
@@ -283,9 +285,9 @@ def run_pipeline(
                 answer = stub.GetOffsets(
                     coordinator_pb2.GetOffsetsRequest(pipeline_name=name), timeout=5
                 )
-                if sum(int(o.offset) for o in answer.offsets) >= records:
-                    complete_at = int(answer.checkpoint_id)
-                return False
+                if sum(int(o.offset) for o in answer.offsets) < records:
+                    return False
+                complete_at = int(answer.checkpoint_id)  # and its commit, in the same poll
             status = stub.GetPipelineStatus(
                 coordinator_pb2.GetPipelineStatusRequest(name=name), timeout=5
             )
@@ -298,14 +300,21 @@ def run_pipeline(
     )
     seconds = time.monotonic() - began
     stub.StopPipeline(coordinator_pb2.StopPipelineRequest(name=name), timeout=30)
-    print_checkpoints(stub, name, delivery)
+    print_checkpoints(stub, name, delivery, began=(began_wall, created_wall, began_wall + seconds))
     return seconds, peak
 
 
 def print_checkpoints(
-    stub: coordinator_pb2_grpc.CoordinatorServiceStub, name: str, delivery: str
+    stub: coordinator_pb2_grpc.CoordinatorServiceStub,
+    name: str,
+    delivery: str,
+    *,
+    began: tuple[float, float, float] | None = None,
 ) -> None:
-    """Where a Lockgate run's time went: its checkpoints, pre-commit and commit times."""
+    """Where a Lockgate run's time went: its checkpoints, pre-commit and commit times; with
+    ``began`` (wall clock: the run's start, the CLI's return, the run's end), the time before
+    the first trigger, the gaps between a checkpoint's COMPLETE and the next trigger, and
+    after the last commit."""
     history = stub.ListCheckpoints(
         coordinator_pb2.ListCheckpointsRequest(pipeline_name=name, page_size=1000), timeout=30
     ).checkpoints
@@ -320,6 +329,19 @@ def print_checkpoints(
         f" (sum {sum(precommit)}); commit ms p50 {commit[len(commit) // 2]} max {commit[-1]}"
         f" (sum {sum(commit)})"
     )
+    if began is not None:
+        ordered = sorted(committed, key=lambda c: c.checkpoint_id)
+        first = ordered[0].trigger_time.ToMilliseconds() / 1000
+        last = ordered[-1].commit_time.ToMilliseconds() / 1000
+        gaps = [
+            later.trigger_time.ToMilliseconds() - earlier.complete_time.ToMilliseconds()
+            for earlier, later in itertools.pairwise(ordered)
+        ]
+        print(
+            f"    {delivery}: {first - began[0]:.2f}s from pipeline create to the first trigger"
+            f" (the CLI returned after {began[1] - began[0]:.2f}s); COMPLETE to the next trigger"
+            f" ms {sorted(gaps)}; the last commit {began[2] - last:.2f}s before the run saw it"
+        )
 
 
 @dataclass(frozen=True)
