@@ -84,6 +84,10 @@ func TestExecutorService(t *testing.T) {
 		LeaderEpoch: epoch, ExecutorId: id, ExecutorGeneration: stale, PipelineName: "go-none", CheckpointId: 1, Reason: "go test",
 	})
 	expectFencingFailure(t, "AbortCheckpoint", err, want)
+	_, err = executor.NotifyAssignment(callCtx(t), &lockgatev1.NotifyAssignmentRequest{
+		LeaderEpoch: epoch, ExecutorId: id, ExecutorGeneration: stale,
+	})
+	expectFencingFailure(t, "NotifyAssignment", err, want)
 
 	after, err := executor.GetExecutorStatus(callCtx(t), &lockgatev1.GetExecutorStatusRequest{LeaderEpoch: epoch})
 	if err != nil || after.GetExecutorGeneration() != status.GetExecutorGeneration() ||

@@ -63,6 +63,7 @@ export function executorSuite(bed: () => Testbed): void {
       CommitCheckpoint: () => executor.commitCheckpoint({ ...stale(), pipelineName: "ts-none", checkpointId: 1n }),
       AbortCheckpoint: () =>
         executor.abortCheckpoint({ ...stale(), pipelineName: "ts-none", checkpointId: 1n, reason: "ts test" }),
+      NotifyAssignment: () => executor.notifyAssignment(stale()),
     };
     for (const [rpc, call] of Object.entries(calls)) {
       test(`${rpc} with an old leader epoch is refused with a FencingFailure`, async () => {

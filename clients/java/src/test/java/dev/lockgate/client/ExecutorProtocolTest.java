@@ -29,6 +29,7 @@ import dev.lockgate.v1.GetExecutorStatusResponse;
 import dev.lockgate.v1.GetPipelineStatusRequest;
 import dev.lockgate.v1.HeartbeatRequest;
 import dev.lockgate.v1.LeaderEpoch;
+import dev.lockgate.v1.NotifyAssignmentRequest;
 import dev.lockgate.v1.RegisterExecutorRequest;
 import dev.lockgate.v1.RegisterExecutorResponse;
 import dev.lockgate.v1.ReportCheckpointFailureRequest;
@@ -306,7 +307,15 @@ class ExecutorProtocolTest {
                     .setCheckpointId(1)
                     .setReason("a Java test")
                     .build());
-    for (Executable call : new Executable[] {trigger, commit, abort}) {
+    Executable notify =
+        () ->
+            executor.notifyAssignment(
+                NotifyAssignmentRequest.newBuilder()
+                    .setLeaderEpoch(epoch)
+                    .setExecutorId(status.getExecutorId())
+                    .setExecutorGeneration(staleGeneration)
+                    .build());
+    for (Executable call : new Executable[] {trigger, commit, abort, notify}) {
       FencingFailure failure = fencingFailure(assertThrows(LockgateException.class, call));
       assertEquals(FencingToken.FENCING_TOKEN_EXECUTOR_GENERATION, failure.getToken());
       assertEquals(status.getExecutorId(), failure.getSubject());
