@@ -130,6 +130,21 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
             rpc=rpc,
         )
 
+    def _fenced_control(
+        self,
+        rpc: str,
+        request: executor_pb2.TriggerCheckpointRequest
+        | executor_pb2.CommitCheckpointRequest
+        | executor_pb2.AbortCheckpointRequest
+        | executor_pb2.NotifyAssignmentRequest,
+    ) -> None:
+        """Fence a control call: its leader epoch, then the registration it names."""
+        self._fenced(
+            rpc,
+            request.leader_epoch,
+            lambda: self._check_registration(request.executor_id, request.executor_generation, rpc),
+        )
+
     # -- RPCs ----------------------------------------------------------------------------
 
     def TriggerCheckpoint(
@@ -137,11 +152,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     ) -> executor_pb2.TriggerCheckpointResponse:
         """Start the pre-commit of checkpoint N on the listed tasks (step 1)."""
         rpc = "TriggerCheckpoint"
-        self._fenced(
-            rpc,
-            request.leader_epoch,
-            lambda: self._check_registration(request.executor_id, request.executor_generation, rpc),
-        )
+        self._fenced_control(rpc, request)
         pipeline = _required(request.pipeline_name, "pipeline_name", "the pipeline's name")
         if request.checkpoint_id <= 0:
             raise InvalidArgument.for_field("checkpoint_id", "must be >= 1")
@@ -197,11 +208,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
     ) -> tuple[str, tuple[TransactionHandle, ...]]:
         """Fence a commit or abort call, then its pipeline and handles; InvalidArgument
         names a missing pipeline, a checkpoint id below 1 or an unreadable handle."""
-        self._fenced(
-            rpc,
-            request.leader_epoch,
-            lambda: self._check_registration(request.executor_id, request.executor_generation, rpc),
-        )
+        self._fenced_control(rpc, request)
         pipeline = _required(request.pipeline_name, "pipeline_name", "the pipeline's name")
         if request.checkpoint_id <= 0:
             raise InvalidArgument.for_field("checkpoint_id", "must be >= 1")
@@ -257,12 +264,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         self, request: executor_pb2.NotifyAssignmentRequest, context: grpc.ServicerContext
     ) -> executor_pb2.NotifyAssignmentResponse:
         """The leader changed this executor's assignment: heartbeat now to read it."""
-        rpc = "NotifyAssignment"
-        self._fenced(
-            rpc,
-            request.leader_epoch,
-            lambda: self._check_registration(request.executor_id, request.executor_generation, rpc),
-        )
+        self._fenced_control("NotifyAssignment", request)
         self._runtime.assignment_changed()
         return executor_pb2.NotifyAssignmentResponse()
 

@@ -6,7 +6,7 @@ is heartbeated at once, not at the interval."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from lockgate.common.model.ids import Generation, LeaderEpoch
 from lockgate.executor.fencing import LeaderEpochFence
@@ -85,19 +85,34 @@ def _unchanged(version: int, *, interval_ms: int = 1) -> MembershipReply:
     )
 
 
+def _membership(
+    coordinator: _Coordinator,
+    stopping: threading.Event,
+    *,
+    statuses: Callable[[], list[TaskView]],
+    on_assignment: Callable[[Sequence[Assignment]], None],
+) -> Membership:
+    return Membership(
+        ExecutorSettings("e1", "127.0.0.1:1", ("127.0.0.1:2",), "none"),
+        client=coordinator,  # type: ignore[arg-type]
+        fence=LeaderEpochFence(),
+        stopping=stopping,
+        statuses=statuses,
+        on_assignment=on_assignment,
+        on_session_lost=lambda: None,
+    )
+
+
 def _run(
     coordinator: _Coordinator, calls: int, heartbeats: int = 2
 ) -> list[tuple[Assignment, ...]]:
     received: list[tuple[Assignment, ...]] = []
     stopping = threading.Event()
-    membership = Membership(
-        ExecutorSettings("e1", "127.0.0.1:1", ("127.0.0.1:2",), "none"),
-        client=coordinator,  # type: ignore[arg-type]
-        fence=LeaderEpochFence(),
-        stopping=stopping,
+    membership = _membership(
+        coordinator,
+        stopping,
         statuses=list,
         on_assignment=lambda tasks: received.append(tuple(tasks)),
-        on_session_lost=lambda: None,
     )
     membership.start()
     try:
@@ -150,15 +165,7 @@ def test_a_task_state_change_is_heartbeated_at_once_not_at_the_interval() -> Non
         board.apply(assignments)
 
     stopping = threading.Event()
-    membership = Membership(
-        ExecutorSettings("e1", "127.0.0.1:1", ("127.0.0.1:2",), "none"),
-        client=coordinator,  # type: ignore[arg-type]
-        fence=LeaderEpochFence(),
-        stopping=stopping,
-        statuses=board.statuses,
-        on_assignment=assign,
-        on_session_lost=lambda: None,
-    )
+    membership = _membership(coordinator, stopping, statuses=board.statuses, on_assignment=assign)
     membership.start()
     try:
         wait_for("the first heartbeat", lambda: len(coordinator.statuses) >= 1, timeout_s=10)
