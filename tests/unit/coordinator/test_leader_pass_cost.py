@@ -27,7 +27,7 @@ from lockgate.coordinator.domain.states import CheckpointState, TargetState, Tas
 from lockgate.coordinator.herder import CoordinatorSettings, Herder, membership
 from lockgate.coordinator.herder.executors import ExecutorClient, TriggerResult
 from lockgate.coordinator.herder.membership import HeartbeatTaskReport
-from lockgate.coordinator.store import rows
+from lockgate.coordinator.store import rows, trigger_queries
 from lockgate.coordinator.store.tables import executors
 from tests.support.herders import sqlite_leader
 from tests.support.topics import FixedTopics
@@ -288,6 +288,35 @@ def test_a_pass_reads_only_the_pipelines_due(
     assert [("fast", n) for n in (2, 3, 4, 5)] == [t for t in triggered(leader) if t[1] > 1]
     assert {tuple(c[1]["pipeline_ids"]) for c in reads} == {("fast",)}
     assert listed == [] and tasks == [], "no pass read every pipeline or task"
+
+
+def test_a_pipeline_due_while_its_checkpoint_is_in_flight_costs_no_task_or_offset_read(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a short interval a pipeline is due again before its checkpoint ends, and every
+    pass until then (each report, each call's end wakes one) used to read its tasks and
+    start offsets to find it in flight: now its checkpoints are looked at first."""
+    leader.pipelines.create(
+        spec=spec("busy", interval_ms=1), target_state=TargetState.RUNNING
+    )
+    run_tasks(leader)
+    fence = leader.require_fence()
+    task_rows = counting(monkeypatch, trigger_queries, "task_record")
+    offset_reads = counting(monkeypatch, trigger_queries, "next_offsets_of")
+    leader.run_pass(fence)
+    assert triggered(leader) == [("busy", 1)]
+    assert (len(task_rows), len(offset_reads)) == (2, 1), "the trigger reads them"
+
+    task_rows.clear()
+    offset_reads.clear()
+    for _ in range(3):
+        leader.run_pass(fence)  # due, but checkpoint 1 is in flight
+    assert triggered(leader) == [("busy", 1)]
+    assert (task_rows, offset_reads) == ([], [])
+
+    complete(leader, "busy", 1)  # its pass commits 1 and triggers 2
+    assert triggered(leader) == [("busy", 1), ("busy", 2)]
+    assert (len(task_rows), len(offset_reads)) == (2, 1)
 
 
 def test_pipelines_created_updated_resumed_later_and_after_a_failover_are_triggered(

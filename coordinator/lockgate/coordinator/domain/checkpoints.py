@@ -460,23 +460,45 @@ def trigger_due(
 ) -> bool:
     """Whether the leader's trigger loop should start the pipeline's next checkpoint now.
 
-    The pipeline is RUNNING; it has tasks and each is RUNNING on a live executor, as
-    reported by that very executor (a trigger to a task not running yet would only time
-    out); no transaction of an aborted checkpoint of it is still to be aborted (the next
-    checkpoint's producers could otherwise find them open); none of `recent` (its latest
-    checkpoints, newest first) is still TRIGGERED or an unresolved DATA_LOST one (the
-    pipeline is FAILED until an operator moves past it; nothing newer can exist); and
-    `should_trigger` agrees (interval, in-flight limit). `trigger_checkpoint` re-checks
-    what it can inside its transaction.
+    Its checkpoints allow it (`checkpoints_allow_trigger`), and it has tasks and each is
+    RUNNING on a live executor, as reported by that very executor (a trigger to a task not
+    running yet would only time out). `trigger_checkpoint` re-checks what it can inside its
+    transaction.
     """
-    if pipeline.target_state is not TargetState.RUNNING or not tasks or has_lingering:
-        return False
-    if not all(
-        t.executor_id in live_executors
-        and t.state is TaskState.RUNNING
-        and t.state_executor_id == t.executor_id
-        for t in tasks
-    ):
+    return (
+        bool(tasks)
+        and all(
+            t.executor_id in live_executors
+            and t.state is TaskState.RUNNING
+            and t.state_executor_id == t.executor_id
+            for t in tasks
+        )
+        and checkpoints_allow_trigger(
+            pipeline=pipeline,
+            recent=recent,
+            has_lingering=has_lingering,
+            now_ms=now_ms,
+            max_in_flight=max_in_flight,
+        )
+    )
+
+
+def checkpoints_allow_trigger(
+    *,
+    pipeline: PipelineRecord,
+    recent: Sequence[CheckpointRecord],
+    has_lingering: bool,
+    now_ms: int,
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+) -> bool:
+    """What `trigger_due` asks of everything but the tasks, so a pass need not read the
+    tasks of a pipeline its checkpoints hold back. The pipeline is RUNNING; no transaction of
+    an aborted checkpoint of it is still to be aborted (the next checkpoint's producers could
+    otherwise find them open); none of `recent` (its latest checkpoints, newest first) is
+    still TRIGGERED or an unresolved DATA_LOST one (the pipeline is FAILED until an operator
+    moves past it; nothing newer can exist); and `should_trigger` agrees (interval,
+    in-flight limit)."""
+    if pipeline.target_state is not TargetState.RUNNING or has_lingering:
         return False
     if any(c.state is CheckpointState.TRIGGERED or c.blocks_pipeline for c in recent):
         return False

@@ -64,6 +64,7 @@ class AssignmentNotices:
                 ("notify", executor_id),
                 lambda e=executor: self._notify(fence, e),  # type: ignore[misc]
                 wait=False,
+                wake=False,  # a hint: its end leaves the loop nothing to do
             )
 
     def owners(self, pipeline_id: PipelineId) -> set[ExecutorId]:

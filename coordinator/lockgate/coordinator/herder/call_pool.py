@@ -6,6 +6,9 @@ The work loop keys each job by what must stay in order: a pipeline's commits (ch
 N+1's commit waits for N's ack), its aborts, its trigger. A key whose job still runs is
 skipped by the loop and taken again on a later pass (`busy`); a caller that must know the
 outcome (a pipeline being deleted, a test) waits for the key (`run(..., wait=True)`).
+A job that ends wakes the work loop (`on_done`) unless it was started with `wake=False`
+(a trigger or a notice, whose end leaves the loop nothing new to do) and no pass found its
+key busy meanwhile: a pass that skipped a pipeline for its job must look again at its end.
 
 Known limit: with more executors stuck than `workers`, jobs queue behind their calls (each
 ends at its deadline); the default leaves room for a few.
@@ -38,23 +41,30 @@ class CallPool:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="leader-calls")
         self._changed = threading.Condition()
         self._running: set[Hashable] = set()
+        # Keys a caller found busy: their jobs wake the loop when they end, whatever `wake`.
+        self._waited_on: set[Hashable] = set()
 
     def busy(self, key: Hashable) -> bool:
-        """Whether a job of `key` is queued or running."""
+        """Whether a job of `key` is queued or running (its end then wakes the loop)."""
         with self._changed:
-            return key in self._running
+            if key in self._running:
+                self._waited_on.add(key)
+                return True
+            return False
 
-    def run(self, key: Hashable, job: Callable[[], None], *, wait: bool) -> bool:
+    def run(self, key: Hashable, job: Callable[[], None], *, wait: bool, wake: bool = True) -> bool:
         """Run `job` on the pool under `key`. Without `wait`: False (and nothing runs) if
-        a job of `key` is still running. With `wait`: wait for that one first, then for
-        this one to end."""
+        a job of `key` is still running (its end then wakes the loop). With `wait`: wait for
+        that one first, then for this one to end. `wake`: whether this job's end wakes the
+        loop even if no caller found its key busy."""
         with self._changed:
             if wait:
                 self._changed.wait_for(lambda: key not in self._running)
             elif key in self._running:
+                self._waited_on.add(key)
                 return False
             self._running.add(key)
-        self._pool.submit(self._job, key, job)
+        self._pool.submit(self._job, key, job, wake)
         if wait:
             with self._changed:
                 self._changed.wait_for(lambda: key not in self._running)
@@ -72,7 +82,7 @@ class CallPool:
             self._running.clear()
             self._changed.notify_all()
 
-    def _job(self, key: Hashable, job: Callable[[], None]) -> None:
+    def _job(self, key: Hashable, job: Callable[[], None], wake: bool) -> None:
         try:
             job()
         except (FencedError, NotLeader, LeaderEpochRefused) as exc:
@@ -80,11 +90,15 @@ class CallPool:
             _LOG.warning("leader call %s stopped: %s", key, exc)
         except Exception:
             _LOG.exception("leader call %s failed; retrying on a later pass", key)
+            wake = True
         finally:
             with self._changed:
                 self._running.discard(key)
+                wake = wake or key in self._waited_on
+                self._waited_on.discard(key)
                 self._changed.notify_all()
-            self._on_done()
+            if wake:
+                self._on_done()
 
 
 @dataclass

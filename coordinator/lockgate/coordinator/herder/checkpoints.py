@@ -60,6 +60,7 @@ from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
     LingeringTransaction,
     PendingCommit,
+    checkpoints_allow_trigger,
     commit_order,
     trigger_due,
 )
@@ -553,14 +554,21 @@ class CheckpointDriver:
         if not pipelines:
             return
         alive = {e.executor_id: e for e in executors if self._membership.is_alive(e, now_ms)}
+        free = {
+            p.pipeline_id: p
+            for p in pipelines
+            if not self._calls.busy(("trigger", p.pipeline_id))
+            and not self._calls.busy(("abort", p.pipeline_id))
+        }
+        if not free:
+            return
         inputs = self._store.checkpoints.trigger_inputs(
-            pipeline_ids=[p.pipeline_id for p in pipelines]
+            pipeline_ids=list(free),
+            allowed=lambda p, recent, lingering: checkpoints_allow_trigger(
+                pipeline=free[p], recent=recent, has_lingering=lingering, now_ms=now_ms
+            ),
         )
-        for pipeline in pipelines:
-            if self._calls.busy(("trigger", pipeline.pipeline_id)) or self._calls.busy(
-                ("abort", pipeline.pipeline_id)
-            ):
-                continue
+        for pipeline in free.values():
             tasks = inputs.tasks.get(pipeline.pipeline_id, [])
             if not trigger_due(
                 pipeline=pipeline,
@@ -594,6 +602,7 @@ class CheckpointDriver:
                     fence, p, c, t, s, alive
                 ),
                 wait=wait,
+                wake=False,  # accepted, it leaves a pass nothing to do; refused, it wakes one
             )
 
     def _traced_trigger(
@@ -691,4 +700,5 @@ class CheckpointDriver:
                 self.abort_checkpoint(
                     pipeline.pipeline_id, checkpoint.checkpoint_id, f"trigger failed: {failure}"
                 )
+            self._wake()  # a pass sends the aborts and triggers again
         return failure

@@ -86,6 +86,7 @@ from lockgate.coordinator.store.tables import (
     transactional_ids,
 )
 from lockgate.coordinator.store.trigger_queries import (
+    AllowedByCheckpoints,
     TriggerInputs,
     trigger_inputs,
     trigger_snapshot,
@@ -408,10 +409,13 @@ class CheckpointStore:
         with self._db.read() as conn:
             return trigger_snapshot(conn)
 
-    def trigger_inputs(self, *, pipeline_ids: Sequence[PipelineId]) -> TriggerInputs:
-        """What the trigger decision reads of these pipelines only, as one snapshot."""
+    def trigger_inputs(
+        self, *, pipeline_ids: Sequence[PipelineId], allowed: AllowedByCheckpoints | None = None
+    ) -> TriggerInputs:
+        """What the trigger decision reads of these pipelines only, as one snapshot; the
+        tasks and start offsets of those `allowed` lets through only (`trigger_queries`)."""
         with self._db.read() as conn:
-            return trigger_inputs(conn, pipeline_ids)
+            return trigger_inputs(conn, pipeline_ids, allowed)
 
     def count_checkpoints(
         self,

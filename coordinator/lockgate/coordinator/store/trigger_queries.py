@@ -8,7 +8,7 @@ it the whole cluster per pass)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -34,13 +34,13 @@ class TriggerInputs:
     """What `domain.checkpoints.trigger_due` reads of some pipelines, as one snapshot."""
 
     tasks: dict[PipelineId, list[TaskRecord]]
-    """Each pipeline's tasks, by index."""
+    """Each pipeline's tasks, by index (only those the read's `allowed` let through)."""
     recent: dict[PipelineId, list[CheckpointRecord]]
     """Each pipeline's newest and unfinished checkpoints (`trigger_snapshot`)."""
     lingering: frozenset[PipelineId]
     """Those with a transaction of an ABORTED checkpoint whose abort is not acked yet."""
     start_offsets: dict[PipelineId, dict[TopicPartition, int]]
-    """Where each would start its partitions (those with a restore position): the next
+    """Where each let through would start its partitions (those with a restore position): the next
     checkpoint's start offsets, as none of these is triggered unless no checkpoint of it is
     in flight (a pre-commit from other offsets is refused at its report)."""
 
@@ -76,22 +76,38 @@ def trigger_snapshot(
     return dict(result)
 
 
-def trigger_inputs(conn: Connection, pipeline_ids: Sequence[PipelineId]) -> TriggerInputs:
-    """The tasks, recent checkpoints, lingering aborts and start offsets of these pipelines
-    only."""
+#: Whether a pipeline may be triggered as far as its recent checkpoints and lingering
+#: aborts say (`domain.checkpoints.checkpoints_allow_trigger`).
+AllowedByCheckpoints = Callable[[PipelineId, Sequence[CheckpointRecord], bool], bool]
+
+
+def trigger_inputs(
+    conn: Connection,
+    pipeline_ids: Sequence[PipelineId],
+    allowed: AllowedByCheckpoints | None = None,
+) -> TriggerInputs:
+    """The recent checkpoints and lingering aborts of these pipelines only, and the tasks
+    and start offsets of those `allowed` lets through (None: all). A pipeline due while its
+    checkpoint is in flight, the usual case at short intervals, costs a pass two small reads
+    instead of a row per task and per partition."""
     ids = sorted(set(pipeline_ids))
+    recent = trigger_snapshot(conn, ids)
+    lingering = lingering_pipelines(conn, ids)
+    if allowed is not None:
+        ids = [p for p in ids if allowed(p, recent.get(p, []), p in lingering)]
     by_pipeline: dict[PipelineId, list[TaskRecord]] = defaultdict(list)
-    rows = conn.execute(
-        sa.select(tasks)
-        .where(tasks.c.pipeline_id.in_(ids))
-        .order_by(tasks.c.pipeline_id, tasks.c.task_index)
-    )
-    for row in rows:
-        task = task_record(row)
-        by_pipeline[task.pipeline_id].append(task)
+    if ids:
+        rows = conn.execute(
+            sa.select(tasks)
+            .where(tasks.c.pipeline_id.in_(ids))
+            .order_by(tasks.c.pipeline_id, tasks.c.task_index)
+        )
+        for row in rows:
+            task = task_record(row)
+            by_pipeline[task.pipeline_id].append(task)
     return TriggerInputs(
         tasks=dict(by_pipeline),
-        recent=trigger_snapshot(conn, ids),
-        lingering=lingering_pipelines(conn, ids),
-        start_offsets=next_offsets_of(conn, ids),
+        recent=recent,
+        lingering=lingering,
+        start_offsets=next_offsets_of(conn, ids) if ids else {},
     )
