@@ -47,7 +47,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from eos.memory import descendants
+from eos.proctree import descendants
 from eos_throughput import produce_input  # bench/ is the script's own directory
 from pyspark.sql import SparkSession
 

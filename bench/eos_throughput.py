@@ -36,7 +36,10 @@ warm-up pipeline, without which whichever of (a) and (b) runs first is about a t
 record, start-up included; (a)-(f) must each have copied every record, checked by a
 ``read_committed`` consumer. Then, unless ``--no-latency``, the latency run: an exactly_once
 pipeline fed at half of (a)'s records/s for ``--latency-seconds``, each record timed from
-produce to visible to ``read_committed`` (p50, p99 against 2 x the checkpoint interval).
+produce to visible to ``read_committed`` (p50, p99 against 2 x the checkpoint interval), and
+unless ``--no-streams`` the same run through (e) Kafka Streams at the same rate; each prints
+the cores that the load generator and reader (this process), the broker and the copy used
+while records were produced, so a miss says whether the copy or the machine ran short.
 Figures, not pass/fail.
 """
 
@@ -58,9 +61,16 @@ from pathlib import Path
 import grpc
 import yaml
 from confluent_kafka import Consumer, KafkaError, Producer
-from eos.contenders import ContenderSetup, check_output, jvm_contenders, spark_cores
+from eos.contenders import (
+    ContenderMissingError,
+    ContenderSetup,
+    check_output,
+    jvm_contenders,
+    spark_cores,
+    streams_latency,
+)
 from eos.latency import LatencyRun, LatencySetup, run_latency
-from eos.memory import tree_rss_mb
+from eos.proctree import tree_rss_mb
 from eos.report import Figure, print_figures, print_latency
 
 from lockgate.common.grpc_client import open_channel
@@ -349,6 +359,7 @@ class Services:
     """One coordinator and one executor of a run, and the executor's /metrics if on."""
 
     coordinator: str
+    coordinator_pid: int
     executor: RunningProcess
     executor_metrics: str | None
     security: ClientSecurity | None = None
@@ -372,7 +383,7 @@ def start_services(
     coordinator_port, executor_port = free_port(), free_port()
     executor_metrics = free_port() if metrics else None
     coordinator = f"127.0.0.1:{coordinator_port}"
-    start(
+    coordinator_process = start(
         coordinator_spec(
             coordinator_id="c1",
             port=coordinator_port,
@@ -401,6 +412,7 @@ def start_services(
     )
     return Services(
         coordinator,
+        coordinator_process.pid,
         executor,
         None if executor_metrics is None else f"127.0.0.1:{executor_metrics}",
         None if pki is None else pki.as_admin(),
@@ -430,9 +442,12 @@ def latency_section(
     seconds: float,
     args: argparse.Namespace,
     home: Path,
+    watched: dict[str, int],
 ) -> LatencyRun:
     """An exactly_once pipeline on fresh topics; once it has committed a checkpoint, records
-    produced at ``rate`` for ``seconds``, each timed from produce to ``read_committed``."""
+    produced at ``rate`` for ``seconds``, each timed from produce to ``read_committed``;
+    ``watched``: the process trees whose CPU the run measures, the executor's and the
+    coordinator's added."""
     source, sink = (f"bench-latency-{side}-{uuid.uuid4().hex[:6]}" for side in ("in", "out"))
     for topic in (source, sink):
         create_topic(bootstrap, topic, partitions=args.partitions)
@@ -472,11 +487,55 @@ def latency_section(
                 value_bytes=args.value_bytes,
                 rate=rate,
                 seconds=seconds,
+                watched={
+                    **watched,
+                    "executor (Spark JVM, Python workers)": services.executor.pid,
+                    "coordinator": services.coordinator_pid,
+                },
             )
         )
         stub.StopPipeline(coordinator_pb2.StopPipelineRequest(name=name), timeout=30)
         print_checkpoints(stub, name, "latency run, exactly_once")
     return measured
+
+
+def latency_runs(
+    services: Services,
+    contenders: ContenderSetup,
+    *,
+    args: argparse.Namespace,
+    rate: float,
+    broker_pid: int,
+) -> dict[str, LatencyRun]:
+    """Lockgate's latency run and, unless ``--no-streams``, (e) Kafka Streams' at the same
+    rate on the same machine, each with the cores of the broker and of what copies."""
+    watched = {"broker": broker_pid}
+    runs = {
+        "(a) lockgate exactly_once": latency_section(
+            services,
+            bootstrap=contenders.bootstrap,
+            rate=rate,
+            seconds=args.latency_seconds,
+            args=args,
+            home=contenders.home,
+            watched=watched,
+        )
+    }
+    if args.streams:
+        try:
+            streams = streams_latency(
+                contenders,
+                rate=rate,
+                seconds=args.latency_seconds,
+                value_bytes=args.value_bytes,
+                watched=watched,
+            )
+        except ContenderMissingError as missing:
+            print(f"    latency, (e): skipped, {missing}")
+            streams = None
+        if streams is not None:
+            runs["(e) Kafka Streams exactly_once_v2"] = streams
+    return runs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -569,7 +628,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = KafkaBrokerConfig(
                 home=home / "kafka", port=free_port(), controller_port=free_port()
             )
-            start(broker_spec(config), config.home)
+            broker = start(broker_spec(config), config.home)
             bootstrap = config.bootstrap_servers
             services = start_services(
                 start,
@@ -652,15 +711,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             runs = {"a": "exactly_once", "b": "at_least_once"}
             lockgate_runs(services, {key: runs[key] for key in args.order}, "")
-            latency = None
+            contenders = ContenderSetup(
+                bootstrap=bootstrap,
+                source=source,
+                sink="bench-out",
+                records=args.records,
+                partitions=args.partitions,
+                cores=spark_cores(args.spark_master),
+                checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS,
+                home=home,
+            )
+            latencies: dict[str, LatencyRun] = {}
             if args.latency:
-                latency = latency_section(
+                latencies = latency_runs(
                     services,
-                    bootstrap=bootstrap,
-                    rate=figures["a"].records_per_s / 2,
-                    seconds=args.latency_seconds,
+                    contenders,
                     args=args,
-                    home=home,
+                    rate=figures["a"].records_per_s / 2,
+                    broker_pid=broker.pid,
                 )
             if args.metrics_overhead:
                 # Metrics are per process: the same services again, with /metrics served.
@@ -696,16 +764,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.value_bytes,
             )
             check_output(bootstrap, sink, args.records, figures["d"].name)
-            contenders = ContenderSetup(
-                bootstrap=bootstrap,
-                source=source,
-                sink="bench-out",
-                records=args.records,
-                partitions=args.partitions,
-                cores=spark_cores(args.spark_master),
-                checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS,
-                home=home,
-            )
             figures.update(
                 jvm_contenders(
                     contenders, value_bytes=args.value_bytes, streams=args.streams, flink=args.flink
@@ -716,8 +774,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stop_process(home=where, name=process.name)
 
     print_figures(figures)
-    if latency is not None:
-        print_latency(latency, checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS)
+    for label, run in latencies.items():
+        print_latency(run, label=label, checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS)
     return 0
 
 

@@ -19,7 +19,8 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from eos.memory import tree_rss_mb
+from eos.latency import LatencyRun, LatencySetup, run_latency, wait_until_copying
+from eos.proctree import tree_rss_mb
 from eos.report import Figure
 from eos.visibility import CommittedReader
 from lockgate.localcluster.kafka import create_topic, read_visible
@@ -97,9 +98,10 @@ def java_command(module: str, main: str, args: list[str], *, heap: str) -> list[
     return [java, f"-Xmx{heap}", *opens, "-cp", classpath(module), main, *args]
 
 
-def run_streams(setup: ContenderSetup) -> ContenderRun:
-    """(e): the Kafka Streams copy topology, exactly_once_v2, ``cores`` stream threads and
-    ``commit.interval.ms`` = Lockgate's checkpoint interval; SIGTERMed once all is visible."""
+def _streams_argv(setup: ContenderSetup) -> list[str]:
+    """The Kafka Streams copy topology from ``setup.source`` to ``setup.sink``:
+    exactly_once_v2, ``cores`` stream threads, ``commit.interval.ms`` = Lockgate's checkpoint
+    interval, a fresh application id and state directory."""
     state_dir = setup.home / f"streams-state-{uuid.uuid4().hex[:6]}"
     args = [
         setup.bootstrap,
@@ -110,7 +112,50 @@ def run_streams(setup: ContenderSetup) -> ContenderRun:
         str(setup.checkpoint_interval_ms),
         str(state_dir),
     ]
-    return _timed(setup, "streams", java_command("streams", STREAMS_MAIN, args, heap=setup.heap))
+    return java_command("streams", STREAMS_MAIN, args, heap=setup.heap)
+
+
+def run_streams(setup: ContenderSetup) -> ContenderRun:
+    """(e): the Kafka Streams copy (`_streams_argv`); SIGTERMed once all is visible."""
+    return _timed(setup, "streams", _streams_argv(setup))
+
+
+def streams_latency(
+    setup: ContenderSetup, *, rate: float, seconds: float, value_bytes: int, watched: dict[str, int]
+) -> LatencyRun | None:
+    """(e) under Lockgate's latency run: the Streams copy on fresh topics, running and
+    committed once (`wait_until_copying`) before records are produced at ``rate`` for
+    ``seconds`` and each timed to ``read_committed``; ``watched``: process trees whose CPU the
+    run measures, the JVM's added. None (and why, printed) if it never started copying."""
+    source, sink = (
+        f"bench-latency-streams-{side}-{uuid.uuid4().hex[:6]}" for side in ("in", "out")
+    )
+    for topic in (source, sink):
+        create_topic(setup.bootstrap, topic, partitions=setup.partitions)
+    setup = replace(setup, source=source, sink=sink)
+    log = setup.home / f"streams-latency-{uuid.uuid4().hex[:6]}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(_streams_argv(setup), stdout=out, stderr=subprocess.STDOUT)
+        try:
+            if not wait_until_copying(
+                setup.bootstrap, source, sink, partitions=setup.partitions, timeout_s=120
+            ):
+                print(f"    latency, (e): Kafka Streams copied nothing in 120 s; see {log}")
+                return None
+            return run_latency(
+                LatencySetup(
+                    bootstrap=setup.bootstrap,
+                    source=source,
+                    sink=sink,
+                    partitions=setup.partitions,
+                    value_bytes=value_bytes,
+                    rate=rate,
+                    seconds=seconds,
+                    watched={**watched, "Kafka Streams JVM": proc.pid},
+                )
+            )
+        finally:
+            _stop(proc)
 
 
 def run_flink(setup: ContenderSetup) -> ContenderRun:

@@ -62,14 +62,18 @@ def print_figures(figures: dict[str, Figure]) -> None:
         )
 
 
-def print_latency(run: LatencyRun, *, checkpoint_interval_ms: int) -> None:
-    """The latency run's figures against the p99 <= 2 x checkpoint interval target."""
+def print_latency(run: LatencyRun, *, label: str, checkpoint_interval_ms: int) -> None:
+    """A latency run's figures against the p99 <= 2 x checkpoint interval target, and the
+    cores each watched process used meanwhile."""
     target = 2 * checkpoint_interval_ms
     verdict = "within" if run.p99_ms <= target and not run.missing else "over"
     print(
-        f"\nlatency (exactly_once, produce -> visible to read_committed): {run.records:,} records"
+        f"\nlatency ({label}, produce -> visible to read_committed): {run.records:,} records"
         f" at {run.achieved_rate:,.0f}/s (asked {run.target_rate:,.0f}/s, half of (a)):"
         f" p50 {run.p50_ms:,.0f} ms, p99 {run.p99_ms:,.0f} ms, max {run.max_ms:,.0f} ms;"
         f" {verdict} the p99 <= {target} ms target (2 x the checkpoint interval)"
         + (f"; {run.missing} NOT VISIBLE" if run.missing else "")
     )
+    if run.cores:
+        used = ", ".join(f"{name} {cores:.2f}" for name, cores in run.cores.items())
+        print(f"    cores used while producing: {used}; {sum(run.cores.values()):.2f} in all")

@@ -30,6 +30,8 @@ class CommittedReader:
         self._seen = bytearray(records)
         self.distinct = 0
         self.duplicates = 0
+        self.skipped = 0
+        """Records read that are not input records (markers, sentinels)."""
         self.first_seen_at: float | None = None
         """``time.monotonic()`` when the first record became visible."""
 
@@ -51,7 +53,8 @@ class CommittedReader:
                 raise RuntimeError(str(error))
             value = message.value() or b""
             if not value[:10].isdigit():
-                continue  # not an input record: a sentinel of read_visible, say
+                self.skipped += 1  # not an input record: a marker or read_visible's sentinel
+                continue
             sequence = int(value[:10])
             if self._seen[sequence]:
                 self.duplicates += 1
