@@ -3,6 +3,13 @@
 Imported only inside the Spark task that writes (``KafkaSinkWriter.write``) or a job's
 ``abort``, so Spark's Python planner and commit workers, which unpickle ``kafka_sink.py``,
 load neither pyarrow nor librdkafka (about 60 MB of resident memory each, README issue 13).
+
+An exactly_once write partition opens its own transactional producer each checkpoint (its
+transaction outlives the batch, committed by its handle from another process). An
+at_least_once one borrows a producer this Spark Python worker keeps between batches
+(``AT_LEAST_ONCE_PRODUCERS``): a new idempotent producer waits for its producer id, and
+librdkafka asks for it before any broker connection is up and retries 500 ms later, so a
+producer per batch cost every batch about half a second at its flush (README, issue 13).
 """
 
 from __future__ import annotations
@@ -10,7 +17,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -19,6 +27,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.kafka_transactions import open_transactional_producer
+from lockgate.common.kept_clients import KeptClients
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.pipeline_spec import Delivery, ErrorTolerance, RecordFormat
 from lockgate.executor.dataplane.spark.formats import DecodeFailure, RecordCodec, codec_for
@@ -69,6 +78,64 @@ def column_bytes(batch: pa.RecordBatch, name: str) -> int:
     return int(total or 0)
 
 
+#: What every sink producer is built with, before the pipeline's batching settings and its
+#: `sink.kafka.properties` (which may override them).
+_PRODUCER_BASE: dict[str, Any] = {
+    # murmur2 on the key bytes, as the Java client's default partitioner.
+    "partitioner": "murmur2_random",
+    "batch.num.messages": 10_000,
+    "queue.buffering.max.messages": 500_000,
+    "delivery.report.only.error": True,
+}
+
+
+@dataclass
+class KeptProducer:
+    """An at_least_once producer kept between batches, and the delivery errors of the batch
+    that borrows it (cleared at each borrowing)."""
+
+    producer: Producer
+    delivery_errors: list[str] = field(default_factory=list)
+
+
+def _kept_producer(bootstrap_servers: str, settings: Mapping[str, str]) -> KeptProducer:
+    """An idempotent producer with ``settings``: the batching settings and the resolved
+    `sink.kafka.properties`."""
+    errors: list[str] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "enable.idempotence": True,
+            "acks": "all",
+            **_PRODUCER_BASE,
+            **settings,
+            "on_delivery": lambda error, msg: _note_delivery(errors, error, msg),
+        }
+    )
+    return KeptProducer(producer, errors)
+
+
+def _note_delivery(errors: list[str], error: KafkaError | None, msg: Message) -> None:
+    if error is not None and len(errors) < 5:
+        errors.append(f"{msg.topic()}: {error.str()}")
+
+
+def _close_kept(kept: KeptProducer) -> None:
+    """Drop what it still holds (a failed batch's records, read again by its retry), then
+    close it."""
+    with contextlib.suppress(Exception):
+        kept.producer.purge()
+        kept.producer.close()
+
+
+#: This worker's at_least_once producers, one per sink cluster and settings in use at a time
+#: (`kept_clients`: rebuilt when a secret resolves to something else, dropped after a failed
+#: batch, closed after 5 minutes unused).
+AT_LEAST_ONCE_PRODUCERS: KeptClients[KeptProducer] = KeptClients(
+    _kept_producer, close=_close_kept, shared=False
+)
+
+
 class PartitionWriter:
     """Writes one Spark partition's rows through one producer."""
 
@@ -82,6 +149,8 @@ class PartitionWriter:
         )
         self._producer: Producer | None = None
         self._txn: Any = None
+        # The borrowing of an at_least_once producer (`AT_LEAST_ONCE_PRODUCERS`), if any.
+        self._borrowed: contextlib.AbstractContextManager[KeptProducer] | None = None
         self._opening: threading.Thread | None = None
         self._open_error: BaseException | None = None
         self._delivery_errors: list[str] = []
@@ -94,12 +163,9 @@ class PartitionWriter:
             self._delivery_errors.append(f"{msg.topic()}: {error.str()}")
 
     def _producer_config(self) -> dict[str, Any]:
+        """The exactly_once producer's settings (its transactional ones aside)."""
         return {
-            # murmur2 on the key bytes, as the Java client's default partitioner.
-            "partitioner": "murmur2_random",
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 500_000,
-            "delivery.report.only.error": True,
+            **_PRODUCER_BASE,
             **self._options.batching.producer_config(),
             **self._options.resolved_properties(),
             "on_delivery": self._on_delivery,
@@ -159,15 +225,30 @@ class PartitionWriter:
             self._txn = txn
             self._producer = txn.producer
         else:
-            self._producer = Producer(
-                {
-                    "bootstrap.servers": options.bootstrap_servers,
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    **self._producer_config(),
-                }
+            batching = {k: str(v) for k, v in options.batching.producer_config().items()}
+            borrowed = AT_LEAST_ONCE_PRODUCERS.using(
+                options.bootstrap_servers,
+                {**batching, **options.kafka_properties},
+                resolved={**batching, **options.resolved_properties()},
             )
+            kept = borrowed.__enter__()
+            self._borrowed = borrowed
+            kept.delivery_errors.clear()
+            self._delivery_errors = kept.delivery_errors
+            self._producer = kept.producer
         return self._producer
+
+    def _give_back(self, *, failed: bool) -> None:
+        """End the borrowing of the at_least_once producer, if any: after a failure the
+        pool drops it (and what it still holds)."""
+        borrowed, self._borrowed = self._borrowed, None
+        if borrowed is None:
+            return
+        if failed:
+            error = SinkError("the batch failed")
+            borrowed.__exit__(SinkError, error, None)
+        else:
+            borrowed.__exit__(None, None, None)
 
     def _produce(
         self,
@@ -346,6 +427,7 @@ class PartitionWriter:
             raise SinkError("records could not be delivered: " + "; ".join(self._delivery_errors))
         if self._txn is not None:
             self._txn.release_without_abort()
+        self._give_back(failed=False)
         self._txn = None
         self._producer = None
         return KafkaSinkCommitMessage(
@@ -365,6 +447,7 @@ class PartitionWriter:
             # Best effort only: the retry or the job's abort() fences it anyway.
             with contextlib.suppress(Exception):
                 self._txn.producer.abort_transaction(10)
+        self._give_back(failed=True)
         self._txn = None
         self._producer = None
 
