@@ -6,8 +6,8 @@ Starts its own Kafka broker and, in this process, the executor's SparkSession
 (``--spark-master``, default ``local[2]``, built and warmed up as the executor builds it),
 then runs the executor's half of a checkpoint ``--repeats`` times for each batch size of
 ``--sizes`` (records over ``--partitions`` partitions, 100 B values, ``bytes`` format, no
-transform), on a warm session, exactly as ``SparkDataPlane.run_precommit`` does, and
-splits each into:
+transform, ``--delivery`` exactly_once or at_least_once), on a warm session, exactly as
+``SparkDataPlane.run_precommit`` does, and splits each into:
 
 - ``snapshot``: the end offsets of the source partitions (``snapshot_offset_ranges``);
 - ``topics``: the source and sink topics' existence (``_check_topics_exist``);
@@ -163,7 +163,8 @@ def one_checkpoint(
         figures["post-job"] = wall_ended - last
     started = time.monotonic()
     handles = [h.on(spec.sink.bootstrap_servers) for h in result.handles]
-    Committer().commit(handles, what=f"checkpoint {checkpoint}", sink_properties={})
+    if handles:
+        Committer().commit(handles, what=f"checkpoint {checkpoint}", sink_properties={})
     figures["commit"] = (time.monotonic() - started) * 1000
     figures["read"] = read_only_ms(spark, spec.source.bootstrap_servers, ranges)
     return figures, ranges
@@ -243,6 +244,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--spark-master", default="local[2]")
+    parser.add_argument(
+        "--delivery",
+        choices=("exactly_once", "at_least_once"),
+        default="exactly_once",
+        help="the pipeline's delivery (at_least_once: no transaction, no handle to commit)",
+    )
     parser.add_argument("--source-records", type=int, default=200_000)
     parser.add_argument("--profile", action="store_true", help="cProfile the source's read")
     args = parser.parse_args(argv)
@@ -264,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "name": "bench",
                     "source": {"kafka": {"bootstrap_servers": bootstrap, "topics": [source]}},
                     "sink": {"kafka": {"bootstrap_servers": bootstrap, "topic": sink}},
+                    "delivery": args.delivery,
                 }
             )
             if args.repeats > 0:

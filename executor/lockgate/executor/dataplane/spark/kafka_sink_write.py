@@ -220,6 +220,7 @@ class PartitionWriter:
                 transactional_id=transactional_id,
                 transaction_timeout_ms=options.transaction_timeout_ms,
                 config=self._producer_config(),
+                connect_via_topic=options.topic,
             )
             txn.producer.begin_transaction()
             self._txn = txn
