@@ -8,11 +8,11 @@ import uuid
 import pytest
 
 from lockgate.common.kafka_config import resolve_properties
+from lockgate.common.kafka_slot_transactions import open_transactions_of_slot
 from lockgate.common.kafka_transactions import (
     TransactionTimeoutError,
     abort_transaction,
     commit_transaction,
-    open_transactions_of_slot,
 )
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import TransactionalId

@@ -28,13 +28,13 @@ from lockgate.common.errors import (
 )
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.kafka_config import SecretReferenceError, resolve_properties
+from lockgate.common.kafka_slot_transactions import open_transactions_of_slot
 from lockgate.common.kafka_transactions import (
     TransactionNotAnswered,
     TransactionResumeError,
     abort_handles,
     commit_handles,
     open_transactional_producer,
-    open_transactions_of_slot,
 )
 from lockgate.common.model.handles import TransactionHandle
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockgate.common.kafka_transactions import belongs_to_slot
+from lockgate.common.kafka_slot_transactions import belongs_to_slot
 from lockgate.common.model.ids import CheckpointId, Generation, PipelineId
 from lockgate.common.model.offsets import OffsetRange, TopicPartition, next_offsets
 from lockgate.common.model.pipeline_spec import default_transactional_id_prefix

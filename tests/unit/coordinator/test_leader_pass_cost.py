@@ -296,9 +296,7 @@ def test_a_pipeline_due_while_its_checkpoint_is_in_flight_costs_no_task_or_offse
     """At a short interval a pipeline is due again before its checkpoint ends, and every
     pass until then (each report, each call's end wakes one) used to read its tasks and
     start offsets to find it in flight: now its checkpoints are looked at first."""
-    leader.pipelines.create(
-        spec=spec("busy", interval_ms=1), target_state=TargetState.RUNNING
-    )
+    leader.pipelines.create(spec=spec("busy", interval_ms=1), target_state=TargetState.RUNNING)
     run_tasks(leader)
     fence = leader.require_fence()
     task_rows = counting(monkeypatch, trigger_queries, "task_record")

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from lockgate.common.kafka_transactions import belongs_to_slot
+from lockgate.common.kafka_slot_transactions import belongs_to_slot
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit, TaskTrigger

@@ -37,7 +37,7 @@ bounds the checkpoints in flight per task by the pool size).
 - ABORTED: the transaction must die anyway; `init_transactions` by the next user is
   exactly how it gets aborted (and fences a zombie still writing on it). In a new
   generation the id differs: the new task owner aborts the old id's open transactions
-  itself, by listing them (`kafka_transactions.open_transactions_of_slot`). The pipeline
+  itself, by listing them (`kafka_slot_transactions.open_transactions_of_slot`). The pipeline
   triggers nothing while an abort of it is unanswered (`trigger_due`, `has_lingering`),
   and an executor refuses to fence a slot for N once a later checkpoint claimed it
   (executor `committer.SlotClaims`): an abort call the leader gave up on may still run

@@ -74,11 +74,11 @@ from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.domain.transaction_timeout import near_timeout_warnings
 from lockgate.coordinator.herder.call_pool import Backoff, CallPool
 from lockgate.coordinator.herder.executors import (
-    CheckpointTaskCall,
     ExecutorCallFailed,
     ExecutorClient,
     ExecutorRegistrationStale,
     LeaderEpochRefused,
+    trigger_calls,
 )
 from lockgate.coordinator.herder.leader_commits import (
     CommitNotAcked,
@@ -624,29 +624,6 @@ class CheckpointDriver:
             if failure is not None:
                 span.set_status(Status(StatusCode.ERROR, failure))
 
-    @staticmethod
-    def _trigger_calls(
-        checkpoint: CheckpointRecord,
-        tasks: Iterable[TaskRecord],
-        offsets: Mapping[TopicPartition, int],
-    ) -> dict[ExecutorId, list[CheckpointTaskCall]]:
-        """What to ask each executor for checkpoint N: its tasks, where each starts
-        (`offsets`: the pipeline's restore positions, read with the trigger decision)."""
-        task_by_id = {t.task_id: t for t in tasks}
-        calls: dict[ExecutorId, list[CheckpointTaskCall]] = defaultdict(list)
-        for trigger in checkpoint.tasks:
-            task = task_by_id[trigger.task_id]
-            assert trigger.executor_id is not None, "trigger_checkpoint refuses unassigned tasks"
-            calls[trigger.executor_id].append(
-                CheckpointTaskCall(
-                    task_index=task.task_index,
-                    task_generation=int(trigger.task_generation),
-                    start_offsets={tp: offsets[tp] for tp in task.partitions if tp in offsets},
-                    transactional_id_prefix=trigger.transactional_id,
-                )
-            )
-        return calls
-
     def _send_trigger(
         self,
         fence: Fence,
@@ -658,9 +635,7 @@ class CheckpointDriver:
     ) -> str | None:
         """Send N's triggers; why they failed (N is then aborted), or None."""
         failure: str | None = None
-        for executor_id, task_calls in sorted(
-            self._trigger_calls(checkpoint, tasks, starts).items()
-        ):
+        for executor_id, task_calls in sorted(trigger_calls(checkpoint, tasks, starts).items()):
             executor = alive.get(executor_id)
             if executor is None:
                 failure = f"executor {executor_id} is not alive"

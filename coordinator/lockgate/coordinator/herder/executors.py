@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,13 +29,15 @@ import grpc
 
 from lockgate.common.grpc_client import error_details, open_channel
 from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.ids import ExecutorId
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.pipeline_spec import KafkaSink
 from lockgate.common.model.proto import handle_to_proto
 from lockgate.common.security import ClientSecurity
-from lockgate.coordinator.domain.checkpoints import LingeringTransaction
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord, LingeringTransaction
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
+from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.v1 import common_pb2, executor_pb2, executor_pb2_grpc
 
 _R = TypeVar("_R")
@@ -74,6 +77,29 @@ class CheckpointTaskCall:
     task_generation: int
     start_offsets: dict[TopicPartition, int]
     transactional_id_prefix: str
+
+
+def trigger_calls(
+    checkpoint: CheckpointRecord,
+    tasks: Iterable[TaskRecord],
+    offsets: Mapping[TopicPartition, int],
+) -> dict[ExecutorId, list[CheckpointTaskCall]]:
+    """What to ask each executor for checkpoint N: its tasks, where each starts
+    (`offsets`: the pipeline's restore positions, read with the trigger decision)."""
+    task_by_id = {t.task_id: t for t in tasks}
+    calls: dict[ExecutorId, list[CheckpointTaskCall]] = defaultdict(list)
+    for trigger in checkpoint.tasks:
+        task = task_by_id[trigger.task_id]
+        assert trigger.executor_id is not None, "trigger_checkpoint refuses unassigned tasks"
+        calls[trigger.executor_id].append(
+            CheckpointTaskCall(
+                task_index=task.task_index,
+                task_generation=int(trigger.task_generation),
+                start_offsets={tp: offsets[tp] for tp in task.partitions if tp in offsets},
+                transactional_id_prefix=trigger.transactional_id,
+            )
+        )
+    return calls
 
 
 @dataclass(frozen=True)
