@@ -18,7 +18,7 @@ import contextlib
 import itertools
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -95,7 +95,7 @@ class KeptProducer:
     that borrows it (cleared at each borrowing)."""
 
     producer: Producer
-    delivery_errors: list[str] = field(default_factory=list)
+    delivery_errors: list[str]
 
 
 def _kept_producer(bootstrap_servers: str, settings: Mapping[str, str]) -> KeptProducer:
@@ -116,6 +116,7 @@ def _kept_producer(bootstrap_servers: str, settings: Mapping[str, str]) -> KeptP
 
 
 def _note_delivery(errors: list[str], error: KafkaError | None, msg: Message) -> None:
+    """Keep the first five delivery errors of a batch, naming each record's topic."""
     if error is not None and len(errors) < 5:
         errors.append(f"{msg.topic()}: {error.str()}")
 
@@ -159,8 +160,7 @@ class PartitionWriter:
         self.dead_lettered = 0
 
     def _on_delivery(self, error: KafkaError | None, msg: Message) -> None:
-        if error is not None and len(self._delivery_errors) < 5:
-            self._delivery_errors.append(f"{msg.topic()}: {error.str()}")
+        _note_delivery(self._delivery_errors, error, msg)
 
     def _producer_config(self) -> dict[str, Any]:
         """The exactly_once producer's settings (its transactional ones aside)."""
