@@ -8,10 +8,12 @@ test (or a cancellation) releases it. Nothing here opens a socket.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace
 
+from lockgate.common.metrics import Instruments
 from lockgate.common.model.ids import Generation, LeaderEpoch
 from lockgate.common.model.offsets import OffsetRange
 from lockgate.executor.coordinator_client import GrpcCoordinatorClient
@@ -43,6 +45,8 @@ class BlockingDataPlane:
         self.release: dict[int, threading.Event] = {}
         self.ran: list[int] = []
         self.honour_cancel = True
+        self.records_written = 0
+        """How many records each batch says it wrote."""
         self.cancelled = threading.Event()
         self.timeline = timeline if timeline is not None else []
         self._lock = threading.Lock()
@@ -71,6 +75,7 @@ class BlockingDataPlane:
         return PrecommitOutput(
             ranges=tuple(OffsetRange("in", p, 0, 0) for _, p in work.source_partitions),
             handles=(),
+            records_written=self.records_written,
         )
 
     def cancel_running(self) -> None:
@@ -97,6 +102,10 @@ class FakeCoordinator:
         self.precommits: list[int] = []
         self.report_calls: list[list[int]] = []
         """The task indexes of each ReportPrecommits call's reports."""
+        self.answer_state = common_pb2.CHECKPOINT_STATE_TRIGGERED
+        """The checkpoint state each report is answered with."""
+        self.before_answer: Callable[[int], object] = lambda checkpoint_id: None
+        """Runs with a report's checkpoint id before it is answered."""
         self.timeline = timeline if timeline is not None else []
 
     def RegisterExecutor(self, request: Any, timeout: float) -> Any:
@@ -119,9 +128,8 @@ class FakeCoordinator:
 
     def ReportPrecommit(self, request: Any, timeout: float) -> Any:
         self.precommits.append(int(request.checkpoint_id))
-        return coordinator_pb2.ReportPrecommitResponse(
-            checkpoint_state=common_pb2.CHECKPOINT_STATE_TRIGGERED
-        )
+        self.before_answer(int(request.checkpoint_id))
+        return coordinator_pb2.ReportPrecommitResponse(checkpoint_state=self.answer_state)
 
     def ReportPrecommits(self, request: Any, timeout: float) -> Any:
         self.report_calls.append(sorted(r.task_id.task_index for r in request.reports))
@@ -195,7 +203,7 @@ def start_batch(runtime: Worker, data_plane: BlockingDataPlane, n: int) -> threa
 
 
 def start_worker(
-    tracer: trace.Tracer | None = None, *, tasks: int = 1
+    tracer: trace.Tracer | None = None, *, tasks: int = 1, instruments: Instruments | None = None
 ) -> tuple[Worker, FakeCoordinator, BlockingDataPlane]:
     """A registered runtime whose tasks 0..tasks-1 of pipeline ``p`` are RUNNING."""
     timeline: list[str] = []
@@ -212,6 +220,7 @@ def start_worker(
         coordinator=GrpcCoordinatorClient(coordinator),  # type: ignore[arg-type]
         data_plane=data_plane,
         tracer=tracer,
+        instruments=instruments,
     )
     runtime.start()
     wait_for(

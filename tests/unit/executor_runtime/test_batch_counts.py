@@ -10,13 +10,25 @@ from lockgate.common.metrics import Instruments
 from lockgate.executor.dataplane.protocol import PrecommitOutput
 from lockgate.executor.runtime.batch_counts import MAX_PENDING, BatchCounts
 from lockgate.executor.runtime.values import TaskRef
+from lockgate.v1 import common_pb2
+from tests.support.waits import wait_for
+from tests.unit.executor_runtime.runtime_doubles import (
+    PIPELINE,
+    WAIT_S,
+    start_batch,
+    start_worker,
+    stop_worker,
+)
+
+
+def _instruments() -> tuple[Instruments, InMemoryMetricReader]:
+    reader = InMemoryMetricReader()
+    return Instruments(MeterProvider(metric_readers=[reader]).get_meter("t")), reader
 
 
 def _counts() -> tuple[BatchCounts, InMemoryMetricReader]:
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    counts = BatchCounts(Instruments(provider.get_meter("t")), wall_clock=lambda: 100.0)
-    return counts, reader
+    instruments, reader = _instruments()
+    return BatchCounts(instruments, wall_clock=lambda: 100.0), reader
 
 
 def _values(
@@ -55,7 +67,8 @@ WRITTEN = ("lockgate.task.records.written", (("pipeline", "p"), ("task", "0")))
 
 def test_counted_when_committed_not_before() -> None:
     counts, reader = _counts()
-    counts.precommitted(TaskRef("p", 0), 1, _output(10), 0.2)
+    counts.held(TaskRef("p", 0), 1, _output(10))
+    counts.precommitted(TaskRef("p", 0), 0.2)
     assert WRITTEN not in _values(reader)
     counts.committed("p", 1)
     values = _values(reader)
@@ -70,7 +83,7 @@ def test_counted_when_committed_not_before() -> None:
 
 def test_a_repeated_commit_counts_once() -> None:
     counts, reader = _counts()
-    counts.precommitted(TaskRef("p", 0), 1, _output(10), 0.2)
+    counts.held(TaskRef("p", 0), 1, _output(10))
     counts.committed("p", 1)
     counts.committed("p", 1)
     assert _values(reader)[WRITTEN] == 10
@@ -78,10 +91,10 @@ def test_a_repeated_commit_counts_once() -> None:
 
 def test_an_aborted_checkpoint_is_never_counted() -> None:
     counts, reader = _counts()
-    counts.precommitted(TaskRef("p", 0), 1, _output(10), 0.2)
+    counts.held(TaskRef("p", 0), 1, _output(10))
     counts.aborted("p", 1)
     counts.committed("p", 1)
-    counts.precommitted(TaskRef("p", 0), 2, _output(7), 0.2)
+    counts.held(TaskRef("p", 0), 2, _output(7))
     counts.committed("p", 2)
     assert _values(reader)[WRITTEN] == 7
 
@@ -89,8 +102,40 @@ def test_an_aborted_checkpoint_is_never_counted() -> None:
 def test_pending_batches_are_bounded() -> None:
     counts, reader = _counts()
     for checkpoint in range(MAX_PENDING + 1):
-        counts.precommitted(TaskRef("p", 0), checkpoint, _output(1), 0.1)
+        counts.held(TaskRef("p", 0), checkpoint, _output(1))
     counts.committed("p", 0)  # the oldest was dropped
     assert WRITTEN not in _values(reader)
     counts.committed("p", MAX_PENDING)
     assert _values(reader)[WRITTEN] == 1
+
+
+def test_a_dropped_batch_is_never_counted_and_its_checkpoints_other_tasks_still_are() -> None:
+    counts, reader = _counts()
+    counts.held(TaskRef("p", 0), 1, _output(10))
+    counts.held(TaskRef("p", 1), 1, _output(4))
+    counts.dropped(TaskRef("p", 0), 1)
+    counts.committed("p", 1)
+    values = _values(reader)
+    assert WRITTEN not in values
+    assert values[("lockgate.task.records.written", (("pipeline", "p"), ("task", "1")))] == 4
+
+
+def test_a_commit_that_reaches_the_executor_before_its_reports_answer_is_counted() -> None:
+    # The leader commits as soon as a report makes N COMPLETE, so its CommitCheckpoint can
+    # reach the executor before the ReportPrecommits answer does: here it always does.
+    instruments, reader = _instruments()
+    runtime, coordinator, data_plane = start_worker(instruments=instruments)
+    try:
+        data_plane.records_written = 10
+        coordinator.answer_state = common_pb2.CHECKPOINT_STATE_COMPLETE
+        coordinator.before_answer = lambda checkpoint_id: runtime.commit_handles(
+            pipeline_name=PIPELINE, checkpoint_id=checkpoint_id, handles=(), sink_properties={}
+        )
+        start_batch(runtime, data_plane, 1).set()
+        wait_for(
+            "the committed batch's 10 records counted",
+            lambda: _values(reader).get(WRITTEN) == 10,
+            timeout_s=WAIT_S,
+        )
+    finally:
+        stop_worker(runtime, data_plane)

@@ -1,11 +1,13 @@
 """The executor's per-batch metrics: records read, written and dead-lettered, pre-commit
 duration and end-to-end visibility latency (``lockgate.common.metrics``).
 
-A pre-commit's counts are held until its checkpoint's commit is acked here, then added, so
-the records-written counter matches what read_committed readers see: an aborted
-checkpoint's batch is never counted (its records are read and written again by a later
-one). Visibility latency is measured at that moment from the batch's oldest record
-timestamp, so it is the worst record's latency of each batch.
+A pre-commit's counts are held from just before its report until its checkpoint's commit
+is acked here, then added, so the records-written counter matches what read_committed
+readers see: an aborted checkpoint's batch is never counted (its records are read and
+written again by a later one). They are held before the report goes because the leader
+commits as soon as a report makes the checkpoint COMPLETE: its commit can reach this
+executor before the report's answer does. Visibility latency is measured at the commit from
+the batch's oldest record timestamp, so it is the worst record's latency of each batch.
 
 Known gaps, by design: counts of a checkpoint committed by another executor (the task's
 executor died after its pre-commit) or after this process restarted are not added here;
@@ -60,13 +62,8 @@ class BatchCounts:
         self._lock = threading.Lock()
         self._pending: OrderedDict[tuple[str, int], list[_BatchCount]] = OrderedDict()
 
-    def precommitted(
-        self, task: TaskRef, checkpoint_id: int, output: PrecommitOutput, duration_s: float
-    ) -> None:
-        """A batch the leader accepted: record its duration, hold its counts."""
-        self._instruments.record(
-            PRECOMMIT_DURATION, duration_s, _attributes(task.pipeline_name, task.task_index)
-        )
+    def held(self, task: TaskRef, checkpoint_id: int, output: PrecommitOutput) -> None:
+        """A batch about to be reported: hold its counts until N commits or aborts."""
         count = _BatchCount(
             task_index=task.task_index,
             records_read=output.records_read,
@@ -80,6 +77,23 @@ class BatchCounts:
             self._pending.setdefault((task.pipeline_name, checkpoint_id), []).append(count)
             while len(self._pending) > MAX_PENDING:
                 self._pending.popitem(last=False)
+
+    def precommitted(self, task: TaskRef, duration_s: float) -> None:
+        """A batch the leader accepted into a live checkpoint: record its duration."""
+        self._instruments.record(
+            PRECOMMIT_DURATION, duration_s, _attributes(task.pipeline_name, task.task_index)
+        )
+
+    def dropped(self, task: TaskRef, checkpoint_id: int) -> None:
+        """A held batch that will never count: its report was refused, or the leader
+        answered that N is aborted."""
+        key = (task.pipeline_name, checkpoint_id)
+        with self._lock:
+            kept = [b for b in self._pending.get(key, []) if b.task_index != task.task_index]
+            if kept:
+                self._pending[key] = kept
+            else:
+                self._pending.pop(key, None)
 
     def committed(self, pipeline_name: str, checkpoint_id: int) -> None:
         """The checkpoint's commit was acked: add its batches' counts (once)."""

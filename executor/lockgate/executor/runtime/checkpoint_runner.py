@@ -268,18 +268,20 @@ class CheckpointRunner:
             output=output,
             precommit_duration_ms=int((self._clock() - trigger.received) * 1000),
         )
+        # Held before the report goes: N's commit can arrive before the answer does.
+        self._progress.held(task.ref, work.checkpoint_id, output)
         outcome, answer = self._reporter.report_precommit(
             report,
             deadline=trigger.deadline,
             what=f"ReportPrecommit of {what}",
             coming=trigger.coming,
         )
+        if outcome is ReportOutcome.REFUSED or (answer is not None and answer.aborted):
+            self._progress.dropped(task.ref, work.checkpoint_id)
         if outcome is ReportOutcome.ACCEPTED and answer is not None:
             self._board.precommitted(task, work.checkpoint_id)
             if not answer.aborted:
-                self._progress.precommitted(
-                    task.ref, work.checkpoint_id, output, report.precommit_duration_ms / 1000
-                )
+                self._progress.precommitted(task.ref, report.precommit_duration_ms / 1000)
             _LOG.info(
                 "%s pre-committed in %d ms: %d records read, %d written, %d handles; leader"
                 " says %s",
