@@ -208,6 +208,8 @@ class PeerScript:
     """`report` the pre-commit, `fail` it (ReportCheckpointFailure), or stay `silent`."""
     commit: str = "ack"
     """`ack` commits, or answer them `unavailable` (not acked: the leader must retry)."""
+    trigger: str = "answer"
+    """`answer` triggers at once, or `hold` each unanswered until `release_triggers` is set."""
 
 
 @dataclass
@@ -235,6 +237,8 @@ class ScriptedExecutor(executor_pb2_grpc.ExecutorServiceServicer):
         self.generation = 0
         self.highest_epoch = 0
         self.assignments: dict[tuple[str, int], coordinator_pb2.TaskAssignment] = {}
+        self.release_triggers = threading.Event()
+        """Ends every trigger the `hold` script holds (set by `stop` too)."""
         self._stop = threading.Event()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         executor_pb2_grpc.add_ExecutorServiceServicer_to_server(self, self._server)
@@ -255,6 +259,7 @@ class ScriptedExecutor(executor_pb2_grpc.ExecutorServiceServicer):
         if self._stop.is_set():
             return
         self._stop.set()
+        self.release_triggers.set()
         self._heartbeats.join(timeout=5)
         self._server.stop(0).wait()
         self._channel.close()
@@ -360,6 +365,9 @@ class ScriptedExecutor(executor_pb2_grpc.ExecutorServiceServicer):
         with self.lock:
             self.log.triggers.append(request)
             mode = self.script.precommit
+            hold = self.script.trigger == "hold"
+        if hold:
+            self.release_triggers.wait()
         threading.Thread(target=self._precommit, args=(request, mode), daemon=True).start()
         return executor_pb2.TriggerCheckpointResponse(
             results=[
@@ -987,6 +995,39 @@ def test_checkpoints_commit_and_a_new_leader_finishes_a_commit(
         print(
             f"\ncheckpoint {stuck.checkpoint_id} COMPLETE under epoch {old_epoch}, committed by "
             f"epoch {acks[0].leader_epoch.epoch} ({acks[0].leader_epoch.leader_id})"
+        )
+
+
+def test_a_checkpoints_executors_are_triggered_at_once(
+    cluster: CoordinatorCluster,
+    kafka_broker: KafkaBroker,
+    new_topic: Callable[..., str],
+) -> None:
+    """The leader asks all of a checkpoint's executors at once, not one after the other:
+    while e1 holds its trigger unanswered, e2 already has the same checkpoint's (sent one at
+    a time, e2's would wait for e1's answer, and after e1's deadline never come)."""
+    with checkpoint_setup(cluster, kafka_broker, new_topic, replicas=1) as setup:
+        e1, e2 = setup.peers
+        wait_committed(setup, "a first committed checkpoint", timeout_s=30)
+        with e1.lock:
+            e1.script.trigger = "hold"
+            seen = len(e1.log.triggers)
+        held = wait_for(
+            "e1 to hold a trigger",
+            lambda: e1.log.triggers[seen].checkpoint_id if len(e1.log.triggers) > seen else None,
+            timeout_s=20,
+        )
+        wait_for(
+            f"e2 to receive checkpoint {held}'s trigger while e1 holds its own",
+            lambda: any(t.checkpoint_id == held for t in list(e2.log.triggers)),
+            timeout_s=20,
+        )
+        assert not e1.release_triggers.is_set()
+        with e1.lock:
+            e1.script.trigger = "answer"
+        e1.release_triggers.set()
+        wait_committed(
+            setup, "a checkpoint committed after e1 answers again", after=held, timeout_s=30
         )
 
 

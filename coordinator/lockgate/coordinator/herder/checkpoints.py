@@ -633,36 +633,37 @@ class CheckpointDriver:
         starts: Mapping[TopicPartition, int],
         alive: Mapping[ExecutorId, ExecutorRecord],
     ) -> str | None:
-        """Send N's triggers; why they failed (N is then aborted), or None."""
-        failure: str | None = None
-        for executor_id, task_calls in sorted(trigger_calls(checkpoint, tasks, starts).items()):
-            executor = alive.get(executor_id)
-            if executor is None:
-                failure = f"executor {executor_id} is not alive"
-                break
+        """Send N's triggers to all its executors at once (one that is slow to answer
+        delays no other's); why they failed (N is then aborted), or None."""
+        calls = sorted(trigger_calls(checkpoint, tasks, starts).items())
+        failure = next((f"executor {e} is not alive" for e, _ in calls if e not in alive), None)
+        answers = [
+            self._executors.send_trigger(
+                fence=fence,
+                executor=alive[executor_id],
+                pipeline_name=pipeline.pipeline_id,
+                checkpoint_id=checkpoint.checkpoint_id,
+                config_version=pipeline.config_version,
+                tasks=task_calls,
+                timeout_ms=pipeline.spec.checkpoint.timeout_ms,
+            )
+            for executor_id, task_calls in (calls if failure is None else [])
+        ]
+        for answer in answers:
             try:
-                results = self._executors.trigger_checkpoint(
-                    fence=fence,
-                    executor=executor,
-                    pipeline_name=pipeline.pipeline_id,
-                    checkpoint_id=checkpoint.checkpoint_id,
-                    config_version=pipeline.config_version,
-                    tasks=task_calls,
-                    timeout_ms=pipeline.spec.checkpoint.timeout_ms,
-                )
+                results = answer()
             except LeaderEpochRefused:
                 raise
             except (ExecutorRegistrationStale, ExecutorCallFailed) as exc:
-                failure = str(exc)
-                break
+                failure = failure or str(exc)
+                continue
             refused = [r for r in results if not r.accepted]
-            if refused:
+            if refused and failure is None:
                 failure = "; ".join(
                     f"task {pipeline.pipeline_id}/{r.task_index} refused the trigger: "
                     f"{r.outcome} {r.reason}".strip()
                     for r in refused
                 )
-                break
         if failure is not None:
             _LOG.warning(
                 "checkpoint %s of %s aborted at trigger: %s",

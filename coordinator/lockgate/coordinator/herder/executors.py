@@ -131,6 +131,11 @@ def _addressed(fence: Fence, executor: ExecutorRecord, pipeline_name: str) -> di
     }
 
 
+_TRIGGER_ACCEPTED = frozenset(
+    {executor_pb2.TRIGGER_OUTCOME_ACCEPTED, executor_pb2.TRIGGER_OUTCOME_DUPLICATE}
+)
+
+
 class ExecutorClient:
     """Channels to the executors, one per address, reused across calls. Thread-safe."""
 
@@ -165,7 +170,7 @@ class ExecutorClient:
         for channel in channels:
             channel.close()
 
-    def trigger_checkpoint(
+    def send_trigger(
         self,
         *,
         fence: Fence,
@@ -175,10 +180,12 @@ class ExecutorClient:
         config_version: int,
         tasks: Sequence[CheckpointTaskCall],
         timeout_ms: int,
-    ) -> list[TriggerResult]:
+    ) -> Callable[[], list[TriggerResult]]:
         """Ask `executor` to pre-commit checkpoint N on `tasks` (step 1); leader-only.
 
-        Returns at once with each task's outcome; results arrive through ReportPrecommit.
+        Sends without waiting, so a checkpoint's executors are asked at once; the returned
+        call waits for the answer: each task's outcome (results arrive through
+        ReportPrecommits), or the classified failure raised.
         """
         request = executor_pb2.TriggerCheckpointRequest(
             **_addressed(fence, executor, pipeline_name),
@@ -198,24 +205,25 @@ class ExecutorClient:
                 for t in tasks
             ],
         )
-        response = self._call(
+        sent = self._call(
             executor,
             "TriggerCheckpoint",
-            lambda stub: stub.TriggerCheckpoint(request, timeout=self._trigger_timeout_s),
+            lambda stub: stub.TriggerCheckpoint.future(request, timeout=self._trigger_timeout_s),
         )
-        accepted = {
-            executor_pb2.TRIGGER_OUTCOME_ACCEPTED,
-            executor_pb2.TRIGGER_OUTCOME_DUPLICATE,
-        }
-        return [
-            TriggerResult(
-                task_index=r.task_id.task_index,
-                accepted=r.outcome in accepted,
-                outcome=executor_pb2.TriggerOutcome.Name(r.outcome),
-                reason=r.reason,
-            )
-            for r in response.results
-        ]
+
+        def answer() -> list[TriggerResult]:
+            response = self._call(executor, "TriggerCheckpoint", lambda _: sent.result())
+            return [
+                TriggerResult(
+                    task_index=r.task_id.task_index,
+                    accepted=r.outcome in _TRIGGER_ACCEPTED,
+                    outcome=executor_pb2.TriggerOutcome.Name(r.outcome),
+                    reason=r.reason,
+                )
+                for r in response.results
+            ]
+
+        return answer
 
     def commit_checkpoint(
         self,
