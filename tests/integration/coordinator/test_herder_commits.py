@@ -38,8 +38,13 @@ from tests.support.waits import wait_for
 class UnreachableExecutors(ExecutorClient):
     """Every commit call fails as an executor that does not answer would."""
 
-    def commit_checkpoint(self, **_: Any) -> int:
-        raise ExecutorCallFailed("CommitCheckpoint: unreachable", code=grpc.StatusCode.UNAVAILABLE)
+    def send_commit(self, **_: Any) -> Callable[[], int]:
+        def unreachable() -> int:
+            raise ExecutorCallFailed(
+                "CommitCheckpoint: unreachable", code=grpc.StatusCode.UNAVAILABLE
+            )
+
+        return unreachable
 
 
 def leading_herder(
@@ -98,8 +103,8 @@ def test_a_commit_still_failing_past_half_the_transaction_timeout_is_logged(
 class AnsweringExecutors(ExecutorClient):
     """Every commit call is acknowledged, as a live executor's would be."""
 
-    def commit_checkpoint(self, **kwargs: Any) -> int:
-        return len(kwargs["handles"])
+    def send_commit(self, **kwargs: Any) -> Callable[[], int]:
+        return lambda: len(kwargs["handles"])
 
 
 @pytest.mark.parametrize(("keep", "commits", "most"), [(5, 30, 5), (20, 50, 22)])

@@ -207,9 +207,10 @@ class PeerScript:
     precommit: str = "report"
     """`report` the pre-commit, `fail` it (ReportCheckpointFailure), or stay `silent`."""
     commit: str = "ack"
-    """`ack` commits, or answer them `unavailable` (not acked: the leader must retry)."""
+    """`ack` commits, answer them `unavailable` (not acked: the leader must retry), or
+    `hold` each unanswered until `release_held` is set, then ack it."""
     trigger: str = "answer"
-    """`answer` triggers at once, or `hold` each unanswered until `release_triggers` is set."""
+    """`answer` triggers at once, or `hold` each unanswered until `release_held` is set."""
 
 
 @dataclass
@@ -237,8 +238,8 @@ class ScriptedExecutor(executor_pb2_grpc.ExecutorServiceServicer):
         self.generation = 0
         self.highest_epoch = 0
         self.assignments: dict[tuple[str, int], coordinator_pb2.TaskAssignment] = {}
-        self.release_triggers = threading.Event()
-        """Ends every trigger the `hold` script holds (set by `stop` too)."""
+        self.release_held = threading.Event()
+        """Ends every call a `hold` script holds (set by `stop` too)."""
         self._stop = threading.Event()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         executor_pb2_grpc.add_ExecutorServiceServicer_to_server(self, self._server)
@@ -259,7 +260,7 @@ class ScriptedExecutor(executor_pb2_grpc.ExecutorServiceServicer):
         if self._stop.is_set():
             return
         self._stop.set()
-        self.release_triggers.set()
+        self.release_held.set()
         self._heartbeats.join(timeout=5)
         self._server.stop(0).wait()
         self._channel.close()
@@ -367,7 +368,7 @@ class ScriptedExecutor(executor_pb2_grpc.ExecutorServiceServicer):
             mode = self.script.precommit
             hold = self.script.trigger == "hold"
         if hold:
-            self.release_triggers.wait()
+            self.release_held.wait()
         threading.Thread(target=self._precommit, args=(request, mode), daemon=True).start()
         return executor_pb2.TriggerCheckpointResponse(
             results=[
@@ -459,9 +460,13 @@ class ScriptedExecutor(executor_pb2_grpc.ExecutorServiceServicer):
         with self.lock:
             self.log.commits.append(request)
             mode = self.script.commit
-            if mode == "ack":
+        if mode == "hold":
+            self.release_held.wait()
+            mode = "ack"
+        if mode == "ack":
+            with self.lock:
                 self.log.acked_commits.append(request)
-        if mode != "ack":
+        else:
             context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: Kafka unreachable")
         return executor_pb2.CommitCheckpointResponse(handles_committed=len(request.handles))
 
@@ -998,34 +1003,43 @@ def test_checkpoints_commit_and_a_new_leader_finishes_a_commit(
         )
 
 
-def test_a_checkpoints_executors_are_triggered_at_once(
+@pytest.mark.parametrize("call", ["trigger", "commit"])
+def test_a_checkpoints_executors_are_called_at_once(
     cluster: CoordinatorCluster,
     kafka_broker: KafkaBroker,
     new_topic: Callable[..., str],
+    call: str,
 ) -> None:
-    """The leader asks all of a checkpoint's executors at once, not one after the other:
-    while e1 holds its trigger unanswered, e2 already has the same checkpoint's (sent one at
-    a time, e2's would wait for e1's answer, and after e1's deadline never come)."""
+    """The leader sends a checkpoint's triggers, and its commits, to all its executors at
+    once, not one after the other: while e1 holds its call unanswered, e2 already has the
+    same checkpoint's (sent one at a time, e2's would wait for e1's answer, and after e1's
+    deadline never come)."""
     with checkpoint_setup(cluster, kafka_broker, new_topic, replicas=1) as setup:
         e1, e2 = setup.peers
+
+        def calls(peer: ScriptedExecutor) -> list[int]:
+            with peer.lock:
+                log = peer.log.triggers if call == "trigger" else peer.log.commits
+                return [c.checkpoint_id for c in log]
+
         wait_committed(setup, "a first committed checkpoint", timeout_s=30)
         with e1.lock:
-            e1.script.trigger = "hold"
-            seen = len(e1.log.triggers)
+            setattr(e1.script, call, "hold")
+            seen = len(e1.log.triggers if call == "trigger" else e1.log.commits)
         held = wait_for(
-            "e1 to hold a trigger",
-            lambda: e1.log.triggers[seen].checkpoint_id if len(e1.log.triggers) > seen else None,
+            f"e1 to hold a {call}",
+            lambda: calls(e1)[seen] if len(calls(e1)) > seen else None,
             timeout_s=20,
         )
         wait_for(
-            f"e2 to receive checkpoint {held}'s trigger while e1 holds its own",
-            lambda: any(t.checkpoint_id == held for t in list(e2.log.triggers)),
+            f"e2 to receive checkpoint {held}'s {call} while e1 holds its own",
+            lambda: held in calls(e2),
             timeout_s=20,
         )
-        assert not e1.release_triggers.is_set()
+        assert not e1.release_held.is_set()
         with e1.lock:
-            e1.script.trigger = "answer"
-        e1.release_triggers.set()
+            e1.script.trigger, e1.script.commit = "answer", "ack"
+        e1.release_held.set()
         wait_committed(
             setup, "a checkpoint committed after e1 answers again", after=held, timeout_s=30
         )

@@ -403,32 +403,36 @@ class CheckpointDriver:
             commit.checkpoint_id,
             leader_epoch=int(fence.leader_epoch),
         ) as span:
-            for executor_id, handles in sorted(groups.items()):
+            # All of N's executors at once: one slow to answer delays no other's commit.
+            answers = [
+                self._executors.send_commit(
+                    fence=fence,
+                    executor=records[executor_id],
+                    pipeline_name=commit.pipeline_id,
+                    checkpoint_id=commit.checkpoint_id,
+                    handles=handles,
+                    sink=sink,
+                )
+                for executor_id, handles in sorted(groups.items())
+            ]
+            failures: list[ExecutorCallFailed] = []
+            for answer in answers:
                 try:
-                    self._executors.commit_checkpoint(
-                        fence=fence,
-                        executor=records[executor_id],
-                        pipeline_name=commit.pipeline_id,
-                        checkpoint_id=commit.checkpoint_id,
-                        handles=handles,
-                        sink=sink,
-                    )
+                    answer()
                 except LeaderEpochRefused:
                     raise
                 except ExecutorCallFailed as exc:
                     span.set_status(Status(StatusCode.ERROR, str(exc)))
-                    if exc.code == grpc.StatusCode.DATA_LOSS:
-                        # The executor stopped at a handle the broker aborted: find out,
-                        # handle by handle, which tasks' output is lost, and commit the others.
-                        _LOG.error(
-                            "checkpoint %s of %s: %s",
-                            commit.checkpoint_id,
-                            commit.pipeline_id,
-                            exc,
-                        )
-                        return self._commit_from_leader(commit, sink)
-                    _LOG.warning("commit not acked yet, will retry: %s", exc)
-                    return False
+                    failures.append(exc)
+        lost = [f for f in failures if f.code == grpc.StatusCode.DATA_LOSS]
+        if lost:
+            # An executor stopped at a handle the broker aborted: find out, handle by
+            # handle, which tasks' output is lost, and commit the others.
+            _LOG.error("checkpoint %s of %s: %s", commit.checkpoint_id, commit.pipeline_id, lost[0])
+            return self._commit_from_leader(commit, sink)
+        if failures:
+            _LOG.warning("commit not acked yet, will retry: %s", failures[0])
+            return False
         self._mark_committed(commit)
         return True
 

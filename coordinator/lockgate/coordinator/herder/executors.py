@@ -205,14 +205,14 @@ class ExecutorClient:
                 for t in tasks
             ],
         )
-        sent = self._call(
+        sent = self._send(
             executor,
             "TriggerCheckpoint",
             lambda stub: stub.TriggerCheckpoint.future(request, timeout=self._trigger_timeout_s),
         )
 
         def answer() -> list[TriggerResult]:
-            response = self._call(executor, "TriggerCheckpoint", lambda _: sent.result())
+            response = sent()
             return [
                 TriggerResult(
                     task_index=r.task_id.task_index,
@@ -225,7 +225,7 @@ class ExecutorClient:
 
         return answer
 
-    def commit_checkpoint(
+    def send_commit(
         self,
         *,
         fence: Fence,
@@ -234,22 +234,23 @@ class ExecutorClient:
         checkpoint_id: int,
         handles: Sequence[TransactionHandle],
         sink: KafkaSink,
-    ) -> int:
+    ) -> Callable[[], int]:
         """Commit handles of COMPLETE checkpoint N (step 4) on the pipeline's sink cluster
-        (its servers and Kafka properties); leader-only. Returns the count the executor
-        acked; any exception means "not acked, retry"."""
+        (its servers and Kafka properties); leader-only. Sends without waiting, so a
+        checkpoint's executors are asked at once; the returned call waits for the answer:
+        the count the executor acked, or an exception, which means "not acked, retry"."""
         request = executor_pb2.CommitCheckpointRequest(
             **_addressed(fence, executor, pipeline_name),
             checkpoint_id=checkpoint_id,
             handles=[handle_to_proto(h.on(sink.bootstrap_servers)) for h in handles],
             sink_properties=dict(sink.properties),
         )
-        response = self._call(
+        sent = self._send(
             executor,
             "CommitCheckpoint",
-            lambda stub: stub.CommitCheckpoint(request, timeout=self._commit_timeout_s),
+            lambda stub: stub.CommitCheckpoint.future(request, timeout=self._commit_timeout_s),
         )
-        return int(response.handles_committed)
+        return lambda: int(sent().handles_committed)
 
     def abort_checkpoint(
         self,
@@ -303,6 +304,26 @@ class ExecutorClient:
             return invoke(self._stub(executor.address))
         except grpc.RpcError as err:
             raise _classify(err, executor=executor, rpc=rpc) from None
+
+    def _send(
+        self,
+        executor: ExecutorRecord,
+        rpc: str,
+        start: Callable[[executor_pb2_grpc.ExecutorServiceStub], grpc.Future[Any]],
+    ) -> Callable[[], Any]:
+        """Start a call without waiting (`start`: the stub method's ``future``); the
+        returned call waits for its answer and raises its failure, classified as `_call`'s
+        (one at the start too: sending never raises)."""
+        try:
+            sent = start(self._stub(executor.address))
+        except grpc.RpcError as err:
+            failure = _classify(err, executor=executor, rpc=rpc)
+
+            def failed() -> Any:
+                raise failure
+
+            return failed
+        return lambda: self._call(executor, rpc, lambda _: sent.result())
 
 
 def _classify(err: grpc.RpcError, *, executor: ExecutorRecord, rpc: str) -> ExecutorCallFailed:
