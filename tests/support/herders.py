@@ -19,12 +19,18 @@ def sqlite_leader(
     db_path: Path, *, executor_client: ExecutorClient | None = None
 ) -> Iterator[Herder]:
     """Replica "c1" over the SQLite file `db_path`, its lease taken by hand; the executors
-    are `executor_client` (None: the real gRPC client, for tests that call no executor)."""
+    are `executor_client` (None: the real gRPC client, for tests that call no executor).
+    No executor heartbeats unless a test does, so sessions last 5 minutes: with the default
+    10 s, a test of many passes on a loaded machine saw its executor lapse and its tasks
+    never triggered again."""
     store = open_store(f"sqlite:///{db_path}")
     herder = Herder(
         store=store,
         settings=CoordinatorSettings(
-            coordinator_id=CoordinatorId("c1"), advertise="127.0.0.1:7071", lease_ms=60_000
+            coordinator_id=CoordinatorId("c1"),
+            advertise="127.0.0.1:7071",
+            lease_ms=60_000,
+            session_timeout_ms=300_000,
         ),
         topics=FixedTopics(),  # type: ignore[arg-type]
         executor_client=executor_client,
