@@ -31,6 +31,7 @@ from lockgate.coordinator.store import rows, trigger_queries
 from lockgate.coordinator.store.tables import executors
 from tests.support.herders import sqlite_leader
 from tests.support.topics import FixedTopics
+from tests.support.waits import wait_for
 
 
 class AcceptingExecutors(ExecutorClient):
@@ -554,3 +555,43 @@ def test_a_checkpoints_cost_does_not_grow_with_the_pipelines_history(leader: Her
             round_of(n)
     early, late = costs[11] + costs[12], costs[61] + costs[62]
     assert late < early * 1.25, f"{early} steps at 10 checkpoints of history, {late} at 60"
+
+
+def test_an_abort_no_executor_can_take_does_not_wake_the_loop_until_one_does(
+    leader: Herder,
+) -> None:
+    """With no executor alive, a lingering abort's job fails and backs off. Its end must not
+    wake the work loop: woken, the loop ran a pass, the pass started the job again, the job
+    found its retry not due and ended at once, waking the loop again (a leader whose
+    executors had all gone spun at half a core). The loop's tick retries it. Once an
+    executor acks the abort, the job's end wakes the loop: the pipeline may trigger again."""
+    leader.pipelines.create(spec=spec("p"), target_state=TargetState.RUNNING)
+    generation = run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    assert triggered(leader) == [("p", 1)]
+    leader.checkpoints.abort_checkpoint(PipelineId("p"), CheckpointId(1), "a test abort")
+    assert leader.store.checkpoints.list_lingering_pipelines() == {PipelineId("p")}
+    with leader.store.engine.begin() as conn:  # e1 silent past its session
+        conn.execute(
+            executors.update()
+            .where(executors.c.executor_id == "e1")
+            .values(last_heartbeat_ms=leader.store.db_now_ms() - 600_000)
+        )
+    leader._wake.clear()
+    for _ in range(3):
+        leader.checkpoints.send_aborts(fence, wait=True)
+    assert not leader._wake.is_set(), "an abort that could not be sent woke the loop"
+    assert leader.store.checkpoints.list_lingering_pipelines() == {PipelineId("p")}
+
+    again = leader.membership.register_executor(executor_id=ExecutorId("e1"), address="e:1")
+    assert again.executor.generation > generation, "e1 registered again, alive"
+    wait_for(
+        "the abort acked once its retry is due",
+        lambda: (
+            leader.checkpoints.send_aborts(fence, wait=True)
+            or not leader.store.checkpoints.list_lingering_pipelines()
+        ),
+        timeout_s=10,
+    )
+    assert leader._wake.is_set(), "an acked abort did not wake the loop"

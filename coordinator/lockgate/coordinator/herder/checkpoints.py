@@ -242,12 +242,16 @@ class CheckpointDriver:
         wait: bool,
     ) -> None:
         """One `job` per pipeline on the call pool, keyed by `kind` and pipeline (a job of
-        that key still running is not started again)."""
+        that key still running is not started again). A job's end wakes the loop only if
+        the job says so (`self._wake` when a commit or abort was acked): one whose retry was
+        not due, or failed and backs off, woke a pass that started it again at once, a spin
+        while no executor could take it; the loop's tick retries it."""
         for pipeline_id in sorted(set(pipeline_ids)):
             self._calls.run(
                 (kind, pipeline_id),
                 lambda p=pipeline_id: job(fence, p),  # type: ignore[misc]
                 wait=wait,
+                wake=False,
             )
 
     def _abort_pipeline(self, fence: Fence, pipeline_id: PipelineId) -> None:
@@ -259,12 +263,13 @@ class CheckpointDriver:
         for item in lingering:
             by_checkpoint[item.checkpoint_id].append(item)
         for checkpoint_id, items in sorted(by_checkpoint.items()):
-            self._backoff.attempt(
+            if self._backoff.attempt(
                 ("abort", pipeline_id, checkpoint_id),
                 lambda c=checkpoint_id, i=items: self._abort_one(  # type: ignore[misc]
                     fence, pipeline_id, c, i, alive
                 ),
-            )
+            ):
+                self._wake()  # acked: the pipeline may trigger again
 
     def _abort_one(
         self,
@@ -358,6 +363,7 @@ class CheckpointDriver:
                 self._instruments.add(COMMIT_RETRIES, 1, {"pipeline": commit.pipeline_id})
                 self._warn_near_timeout(commit)
                 return
+            self._wake()  # COMMITTED: the pipeline may trigger again
 
     def _warn_near_timeout(self, commit: PendingCommit) -> None:
         """Log what status warns: a COMPLETE checkpoint still uncommitted past half of the
