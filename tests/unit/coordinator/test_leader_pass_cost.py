@@ -4,6 +4,7 @@ counts what a pass parses or reads, so a pass that goes back to reading everythi
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import (
     CheckpointId,
     CoordinatorId,
@@ -595,3 +597,46 @@ def test_an_abort_no_executor_can_take_does_not_wake_the_loop_until_one_does(
         timeout_s=10,
     )
     assert leader._wake.is_set(), "an acked abort did not wake the loop"
+
+
+def test_a_pending_commits_handles_are_read_once_by_its_pipelines_commit_job(
+    leader: Herder,
+) -> None:
+    """The pass asks only which pipelines have a COMPLETE checkpoint; each pipeline's
+    commit job reads its own handles. The pass read every pending handle of the cluster,
+    only to learn which pipelines to start a job for, on every wake while a commit was in
+    flight, and the job then read its own again."""
+    leader.pipelines.create(spec=spec("p", tasks_max=4), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    record = leader.store.checkpoints.get_checkpoint(
+        pipeline_id=PipelineId("p"), checkpoint_id=CheckpointId(1)
+    )
+    ids = {t.task_id: t.transactional_id for t in record.tasks}
+    reports = [
+        dataclasses.replace(
+            r,
+            handles=(TransactionHandle(f"{ids[r.task_id]}-0", 7, 0, "127.0.0.1:9092"),),
+        )
+        for r in precommits_of(leader, "p", 1, start=0, end=0)
+    ]
+    answers = leader.store.checkpoints.record_precommit_batch(fence=fence, precommits=reports)
+    assert all(getattr(a, "state", None) is CheckpointState.COMPLETE for a in answers), answers
+
+    handle_reads: list[str] = []
+
+    def watch(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "precommit_handles" in statement:
+            handle_reads.append(statement)
+
+    sa.event.listen(leader.store.engine, "before_cursor_execute", watch)
+    try:
+        leader.run_pass(fence)
+    finally:
+        sa.event.remove(leader.store.engine, "before_cursor_execute", watch)
+    committed = leader.store.checkpoints.get_checkpoint(
+        pipeline_id=PipelineId("p"), checkpoint_id=CheckpointId(1)
+    )
+    assert committed.state is CheckpointState.COMMITTED
+    assert len(handle_reads) == 1, handle_reads

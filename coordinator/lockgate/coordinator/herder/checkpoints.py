@@ -340,10 +340,8 @@ class CheckpointDriver:
         each is acked; then mark it COMMITTED (DESIGN.md step 4): one job per pipeline on
         the call pool, so a pipeline whose executor does not answer holds up no other.
         Leader-only; `wait`: until done."""
-        pending = self._store.checkpoints.list_pending_commits(pipeline_id=only)
-        self._per_pipeline(
-            "commit", (c.pipeline_id for c in pending), fence, self._commit_pipeline, wait
-        )
+        pending = self._store.checkpoints.list_pending_commit_pipelines(pipeline_id=only)
+        self._per_pipeline("commit", pending, fence, self._commit_pipeline, wait)
 
     def _commit_pipeline(self, fence: Fence, pipeline_id: PipelineId) -> None:
         """The pipeline's pending commits, read afresh, in creation order: N+1 waits for

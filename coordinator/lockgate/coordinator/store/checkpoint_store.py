@@ -51,7 +51,7 @@ from lockgate.coordinator.domain.precommits import (
 )
 from lockgate.coordinator.domain.states import CheckpointState, transition_checkpoint
 from lockgate.coordinator.store.checkpoint_aborts import apply_abort
-from lockgate.coordinator.store.engine import Database, db_now_ms, upsert
+from lockgate.coordinator.store.engine import Database, db_now_ms, read_now_ms, upsert
 from lockgate.coordinator.store.history import prune_history
 from lockgate.coordinator.store.offset_store import next_offsets_of, write_next_offsets
 from lockgate.coordinator.store.precommit_rows import (
@@ -63,6 +63,7 @@ from lockgate.coordinator.store.precommit_rows import (
 from lockgate.coordinator.store.recovery_queries import (
     lingering_pipelines,
     lingering_transactions,
+    pending_commit_pipelines,
     pending_commits,
 )
 from lockgate.coordinator.store.rows import (
@@ -442,6 +443,14 @@ class CheckpointStore:
         with self._db.read() as conn:
             return pending_commits(conn, None if pipeline_id is None else [pipeline_id])
 
+    def list_pending_commit_pipelines(
+        self, *, pipeline_id: PipelineId | None = None
+    ) -> frozenset[PipelineId]:
+        """The pipelines (this one, or all) `list_pending_commits` would name, without
+        reading their handles."""
+        with self._db.read() as conn:
+            return pending_commit_pipelines(conn, None if pipeline_id is None else [pipeline_id])
+
     def list_lingering_transactions(
         self,
         *,
@@ -516,18 +525,48 @@ class CheckpointStore:
 # ---------------------------------------------------------------------- snapshot reads
 
 
+# Statements that run on every pass, report, trigger or commit, built once with bound
+# parameters (as `rows`' keyed reads: building one cost about twice executing it).
+_TRIGGERED_WITH_SPECS = (
+    sa.select(
+        checkpoints.c.pipeline_id,
+        checkpoints.c.checkpoint_id,
+        checkpoints.c.triggered_at_ms,
+        pipelines.c.spec_json,
+    )
+    .join(pipelines, pipelines.c.pipeline_id == checkpoints.c.pipeline_id)
+    .where(checkpoints.c.state == CheckpointState.TRIGGERED.value)
+)
+_SLOT_USE = (
+    sa.select(transactional_ids.c.task_index, transactional_ids.c.slot, checkpoints.c.state)
+    .select_from(
+        transactional_ids.outerjoin(
+            checkpoints,
+            sa.and_(
+                checkpoints.c.pipeline_id == transactional_ids.c.pipeline_id,
+                checkpoints.c.checkpoint_id == transactional_ids.c.checkpoint_id,
+            ),
+        )
+    )
+    .where(transactional_ids.c.pipeline_id == sa.bindparam("pipeline_id"))
+)
+_NEXT_CHECKPOINT_ID = (
+    pipelines.update()
+    .where(pipelines.c.pipeline_id == sa.bindparam("the_pipeline_id"))
+    .values(next_checkpoint_id=pipelines.c.next_checkpoint_id + 1)
+)
+_NEW_CHECKPOINT = checkpoints.insert().values(
+    state=CheckpointState.TRIGGERED.value, triggered_at_ms=db_now_ms()
+)
+_PRECOMMITTED_RANGES = sa.select(precommit_offsets).where(
+    precommit_offsets.c.pipeline_id == sa.bindparam("pipeline_id"),
+    precommit_offsets.c.checkpoint_id == sa.bindparam("checkpoint_id"),
+)
+
+
 def _timed_out(conn: Connection) -> list[TriggeredCheckpoint]:
     """The earliest timed-out TRIGGERED checkpoint of each pipeline (`first_timed_out`)."""
-    rows = conn.execute(
-        sa.select(
-            checkpoints.c.pipeline_id,
-            checkpoints.c.checkpoint_id,
-            checkpoints.c.triggered_at_ms,
-            pipelines.c.spec_json,
-        )
-        .join(pipelines, pipelines.c.pipeline_id == checkpoints.c.pipeline_id)
-        .where(checkpoints.c.state == CheckpointState.TRIGGERED.value)
-    ).all()
+    rows = conn.execute(_TRIGGERED_WITH_SPECS).all()
     if not rows:
         return []
     triggered = [
@@ -539,7 +578,7 @@ def _timed_out(conn: Connection) -> list[TriggeredCheckpoint]:
         )
         for r in rows
     ]
-    now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
+    now = read_now_ms(conn)
     return first_timed_out(triggered, now_ms=now)
 
 
@@ -547,23 +586,7 @@ def _slot_use(
     conn: Connection, pipeline_id: PipelineId
 ) -> dict[int, dict[int, CheckpointState | None]]:
     """task index -> slot -> state of the checkpoint that last used the slot."""
-    rows = conn.execute(
-        sa.select(
-            transactional_ids.c.task_index,
-            transactional_ids.c.slot,
-            checkpoints.c.state,
-        )
-        .select_from(
-            transactional_ids.outerjoin(
-                checkpoints,
-                sa.and_(
-                    checkpoints.c.pipeline_id == transactional_ids.c.pipeline_id,
-                    checkpoints.c.checkpoint_id == transactional_ids.c.checkpoint_id,
-                ),
-            )
-        )
-        .where(transactional_ids.c.pipeline_id == pipeline_id)
-    ).all()
+    rows = conn.execute(_SLOT_USE, {"pipeline_id": pipeline_id}).all()
     result: dict[int, dict[int, CheckpointState | None]] = defaultdict(dict)
     for index, slot, state in rows:
         result[int(index)][int(slot)] = CheckpointState(state) if state else None
@@ -575,19 +598,10 @@ def _slot_use(
 
 def _write_trigger(conn: Connection, plan: TriggerPlan, leader_epoch: LeaderEpoch) -> None:
     pipeline_id, checkpoint_id = plan.pipeline_id, plan.checkpoint_id
+    conn.execute(_NEXT_CHECKPOINT_ID, {"the_pipeline_id": pipeline_id})
     conn.execute(
-        pipelines.update()
-        .where(pipelines.c.pipeline_id == pipeline_id)
-        .values(next_checkpoint_id=pipelines.c.next_checkpoint_id + 1)
-    )
-    conn.execute(
-        checkpoints.insert().values(
-            pipeline_id=pipeline_id,
-            checkpoint_id=checkpoint_id,
-            state=CheckpointState.TRIGGERED.value,
-            leader_epoch=leader_epoch,
-            triggered_at_ms=db_now_ms(),
-        )
+        _NEW_CHECKPOINT,
+        {"pipeline_id": pipeline_id, "checkpoint_id": checkpoint_id, "leader_epoch": leader_epoch},
     )
     conn.execute(
         checkpoint_tasks.insert(),
@@ -651,10 +665,7 @@ def _complete_ready(
         ranges = [
             OffsetRange(r.topic, int(r.partition), int(r.start_offset), int(r.end_offset))
             for r in conn.execute(
-                sa.select(precommit_offsets).where(
-                    precommit_offsets.c.pipeline_id == pipeline_id,
-                    precommit_offsets.c.checkpoint_id == current,
-                )
+                _PRECOMMITTED_RANGES, {"pipeline_id": pipeline_id, "checkpoint_id": current}
             )
         ]
         write_next_offsets(conn, pipeline_id, next_offsets(ranges), checkpoint_id=current)

@@ -32,6 +32,7 @@ the pool's pre-ping drops dead connections, so calls succeed again once it is ba
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -141,6 +142,14 @@ class db_now_ms(FunctionElement[int]):
 
     type = sa.BigInteger()
     inherit_cache = True
+
+
+_DB_NOW = sa.select(db_now_ms())
+
+
+def read_now_ms(conn: Connection) -> int:
+    """The database's clock now (`db_now_ms`), read on `conn`."""
+    return int(conn.execute(_DB_NOW).scalar_one())
 
 
 @compiles(db_now_ms, "sqlite")
@@ -289,7 +298,7 @@ class Database:
     def db_now_ms(self) -> int:
         """The database's clock, in milliseconds since the Unix epoch."""
         with self.read() as conn:
-            return int(conn.execute(sa.select(db_now_ms())).scalar_one())
+            return read_now_ms(conn)
 
     def close(self) -> None:
         """Release the connection pool."""
@@ -301,17 +310,30 @@ def _first_line(error: BaseException | None) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+# Every fenced write checks the lease first, and the lease keeper reads it on every renewal:
+# both statements built once (building one cost about twice executing it).
+_FENCE = (
+    sa.select(leader_lease.c.leader_epoch)
+    .where(
+        leader_lease.c.id == LEASE_ROW_ID,
+        leader_lease.c.holder == sa.bindparam("holder"),
+        leader_lease.c.leader_epoch == sa.bindparam("leader_epoch"),
+        leader_lease.c.expires_at_ms > db_now_ms(),
+    )
+    .with_for_update(read=True)
+)
+_LEASE_ROW = sa.select(
+    leader_lease.c.holder,
+    leader_lease.c.holder_incarnation,
+    leader_lease.c.holder_address,
+    leader_lease.c.leader_epoch,
+    leader_lease.c.expires_at_ms,
+    db_now_ms().label("db_now"),
+).where(leader_lease.c.id == LEASE_ROW_ID)
+
+
 def _check_fence(conn: Connection, fence: Fence) -> None:
-    row = conn.execute(
-        sa.select(leader_lease.c.leader_epoch)
-        .where(
-            leader_lease.c.id == LEASE_ROW_ID,
-            leader_lease.c.holder == fence.holder,
-            leader_lease.c.leader_epoch == fence.leader_epoch,
-            leader_lease.c.expires_at_ms > db_now_ms(),
-        )
-        .with_for_update(read=True)
-    ).first()
+    row = conn.execute(_FENCE, {"holder": fence.holder, "leader_epoch": fence.leader_epoch}).first()
     if row is not None:
         return
     current = lease_row(conn)
@@ -325,16 +347,7 @@ def _check_fence(conn: Connection, fence: Fence) -> None:
 
 def lease_row(conn: Connection) -> LeaseRecord:
     """The lease row with the database's clock at reading time."""
-    row = conn.execute(
-        sa.select(
-            leader_lease.c.holder,
-            leader_lease.c.holder_incarnation,
-            leader_lease.c.holder_address,
-            leader_lease.c.leader_epoch,
-            leader_lease.c.expires_at_ms,
-            db_now_ms().label("db_now"),
-        ).where(leader_lease.c.id == LEASE_ROW_ID)
-    ).one()
+    row = conn.execute(_LEASE_ROW).one()
     return LeaseRecord(
         holder=CoordinatorId(row.holder) if row.holder is not None else None,
         holder_incarnation=row.holder_incarnation or "",
@@ -357,14 +370,21 @@ def upsert(
     the `stamp` column is set from the database's clock."""
     if not rows:
         return
-    columns = [c for c in rows[0] if c not in key]
-    insert = (
-        pg_dialect.insert(table)
-        if conn.dialect.name == "postgresql"
-        else sqlite_dialect.insert(table)
+    statement = _upsert_statement(
+        conn.dialect.name, table, tuple(c for c in rows[0] if c not in key), tuple(key), stamp
     )
-    stmt = insert.values({stamp: db_now_ms()}).on_conflict_do_update(
+    conn.execute(statement, [dict(r) for r in rows])
+
+
+@functools.lru_cache(maxsize=64)
+def _upsert_statement(
+    dialect: str, table: sa.Table, columns: tuple[str, ...], key: tuple[str, ...], stamp: str
+) -> sa.Executable:
+    """`upsert`'s statement, built once per shape: a trigger and a COMPLETE each upsert
+    every task's row, and building the statement anew (its ON CONFLICT clause included)
+    cost the leader more than the rows did (issue 14)."""
+    insert = pg_dialect.insert(table) if dialect == "postgresql" else sqlite_dialect.insert(table)
+    return insert.values({stamp: db_now_ms()}).on_conflict_do_update(
         index_elements=list(key),
         set_={**{c: insert.excluded[c] for c in columns}, stamp: db_now_ms()},
     )
-    conn.execute(stmt, [dict(r) for r in rows])

@@ -14,6 +14,13 @@ from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.store.rows import of_checkpoints_in
 from lockgate.coordinator.store.tables import checkpoint_tasks, checkpoints
 
+_OLDEST = sa.select(sa.func.min(checkpoints.c.checkpoint_id)).where(
+    checkpoints.c.pipeline_id == sa.bindparam("pipeline_id")
+)
+_NEWEST = sa.select(sa.func.max(checkpoints.c.checkpoint_id)).where(
+    checkpoints.c.pipeline_id == sa.bindparam("pipeline_id")
+)
+
 
 def prune_history(conn: Connection, pipeline_id: PipelineId, *, keep: int) -> int:
     """Delete the pipeline's final checkpoints older than its newest `keep` final ones once
@@ -26,16 +33,9 @@ def prune_history(conn: Connection, pipeline_id: PipelineId, *, keep: int) -> in
     limit = keep + history_slack(keep)
     # One aggregate each: SQLite reads a min() or a max() alone off the index's end, but
     # walks the whole range for both in one statement.
-    oldest = conn.execute(
-        sa.select(sa.func.min(checkpoints.c.checkpoint_id)).where(
-            checkpoints.c.pipeline_id == pipeline_id
-        )
-    ).scalar_one()
-    newest = conn.execute(
-        sa.select(sa.func.max(checkpoints.c.checkpoint_id)).where(
-            checkpoints.c.pipeline_id == pipeline_id
-        )
-    ).scalar_one()
+    # Both built once (every commit reads them), as `rows`' keyed reads.
+    oldest = conn.execute(_OLDEST, {"pipeline_id": pipeline_id}).scalar_one()
+    newest = conn.execute(_NEWEST, {"pipeline_id": pipeline_id}).scalar_one()
     if oldest is None or int(newest) - int(oldest) + 1 <= limit:
         return 0  # ids are unique: no more rows than the span
     total = conn.execute(

@@ -9,12 +9,21 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from lockgate.common.model.ids import ExecutorId, Generation
-from lockgate.coordinator.domain.errors import InvalidArgument
+from lockgate.coordinator.domain.errors import InvalidArgument, NotFound
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord, check_generation
-from lockgate.coordinator.store.engine import Database, db_now_ms
+from lockgate.coordinator.store.engine import Database, db_now_ms, read_now_ms
 from lockgate.coordinator.store.rows import executor_record, read_executor
 from lockgate.coordinator.store.tables import executors
+
+#: Every executor, by id: what each pass of the leader reads (built once, as `rows`' reads).
+_ALL_EXECUTORS = sa.select(executors).order_by(executors.c.executor_id)
+#: And what each heartbeat writes.
+_HEARTBEAT = (
+    executors.update()
+    .where(executors.c.executor_id == sa.bindparam("the_executor_id"))
+    .values(last_heartbeat_ms=db_now_ms())
+)
 
 
 class MembershipStore:
@@ -67,11 +76,7 @@ class MembershipStore:
             check_generation(
                 what=f"executor {executor_id}", reported=generation, current=current.generation
             )
-            conn.execute(
-                executors.update()
-                .where(executors.c.executor_id == executor_id)
-                .values(last_heartbeat_ms=db_now_ms())
-            )
+            conn.execute(_HEARTBEAT, {"the_executor_id": executor_id})
             return read_executor(conn, executor_id)
 
     def deregister_executor(
@@ -97,15 +102,14 @@ class MembershipStore:
         """One executor (None if not registered) and the database's clock at reading time:
         a heartbeat's session check, one row whatever the number of executors."""
         with self._db.read() as conn:
-            row = conn.execute(
-                sa.select(executors).where(executors.c.executor_id == executor_id)
-            ).first()
-            now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
-            return (None if row is None else executor_record(row)), now
+            try:
+                record: ExecutorRecord | None = read_executor(conn, executor_id)
+            except NotFound:
+                record = None
+            return record, read_now_ms(conn)
 
     def list_executors(self) -> tuple[list[ExecutorRecord], int]:
         """Every registered executor (id order) and the database's clock at reading time."""
         with self._db.read() as conn:
-            rows = conn.execute(sa.select(executors).order_by(executors.c.executor_id)).all()
-            now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
-            return [executor_record(r) for r in rows], now
+            rows = conn.execute(_ALL_EXECUTORS).all()
+            return [executor_record(r) for r in rows], read_now_ms(conn)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -29,6 +30,18 @@ from lockgate.coordinator.store.rows import (
     resolve_data_loss,
 )
 from lockgate.coordinator.store.tables import source_offsets
+
+# Read on every trigger and report: built once, as `rows`' keyed reads.
+_OFFSETS = (
+    sa.select(source_offsets)
+    .where(source_offsets.c.pipeline_id.in_(sa.bindparam("pipeline_ids", expanding=True)))
+    .order_by(source_offsets.c.pipeline_id, source_offsets.c.topic, source_offsets.c.partition)
+)
+_OFFSETS_OF_PARTITIONS = _OFFSETS.where(
+    sa.tuple_(source_offsets.c.topic, source_offsets.c.partition).in_(
+        sa.bindparam("partitions", expanding=True)
+    )
+)
 
 
 def next_offsets_of(
@@ -52,19 +65,11 @@ def _partition_offsets(
 ) -> dict[PipelineId, list[PartitionOffset]]:
     """The `source_offsets` rows of these pipelines (of `partitions` only, if given), in
     (topic, partition) order."""
-    which = [source_offsets.c.pipeline_id.in_(sorted(set(pipeline_ids)))]
+    values: dict[str, Any] = {"pipeline_ids": sorted(set(pipeline_ids))}
     if partitions is not None:
-        which.append(
-            sa.tuple_(source_offsets.c.topic, source_offsets.c.partition).in_(
-                sorted((tp.topic, tp.partition) for tp in partitions)
-            )
-        )
+        values["partitions"] = sorted((tp.topic, tp.partition) for tp in partitions)
     result: dict[PipelineId, list[PartitionOffset]] = {}
-    for r in conn.execute(
-        sa.select(source_offsets)
-        .where(*which)
-        .order_by(source_offsets.c.pipeline_id, source_offsets.c.topic, source_offsets.c.partition)
-    ):
+    for r in conn.execute(_OFFSETS if partitions is None else _OFFSETS_OF_PARTITIONS, values):
         result.setdefault(PipelineId(r.pipeline_id), []).append(
             PartitionOffset(
                 topic=r.topic,

@@ -169,6 +169,16 @@ _TASKS_FINGERPRINT = sa.select(
 ).select_from(tasks)
 
 
+#: An executor's tasks, with their pipelines' versions and target states: every heartbeat
+#: reads it (built once, as `rows`' keyed reads: building it cost about twice executing it).
+_ASSIGNED = (
+    sa.select(tasks, pipelines.c.config_version, pipelines.c.target_state)
+    .join(pipelines, pipelines.c.pipeline_id == tasks.c.pipeline_id)
+    .where(tasks.c.executor_id == sa.bindparam("executor_id"))
+    .order_by(tasks.c.pipeline_id, tasks.c.task_index)
+)
+
+
 class PipelineStore:
     """Pipelines, their tasks and the assignment of tasks to executors."""
 
@@ -374,12 +384,6 @@ class PipelineStore:
         """The tasks assigned to one executor, each with its pipeline's config version and
         target state, in (pipeline, index) order: one indexed read of that executor's rows,
         whatever the size of the cluster (a heartbeat's read)."""
-        stmt = (
-            sa.select(tasks, pipelines.c.config_version, pipelines.c.target_state)
-            .join(pipelines, pipelines.c.pipeline_id == tasks.c.pipeline_id)
-            .where(tasks.c.executor_id == executor_id)
-            .order_by(tasks.c.pipeline_id, tasks.c.task_index)
-        )
         with self._db.read() as conn:
             return [
                 AssignedTask(
@@ -387,7 +391,7 @@ class PipelineStore:
                     config_version=int(r.config_version),
                     target_state=TargetState(r.target_state),
                 )
-                for r in conn.execute(stmt)
+                for r in conn.execute(_ASSIGNED, {"executor_id": executor_id})
             ]
 
     def get_task(self, *, task_id: TaskId) -> TaskRecord:

@@ -40,6 +40,60 @@ from lockgate.coordinator.store.tables import (
     transactional_ids,
 )
 
+# Every report batch runs these: built once with bound parameters, as `rows`' keyed reads
+# (building a statement cost about twice executing it).
+_EARLIER_TRIGGERED_RANGES = (
+    sa.select(
+        precommit_offsets.c.topic, precommit_offsets.c.partition, precommit_offsets.c.end_offset
+    )
+    .where(
+        precommit_offsets.c.pipeline_id == sa.bindparam("pipeline_id"),
+        precommit_offsets.c.checkpoint_id.in_(
+            # The earlier TRIGGERED checkpoints first (none, as a rule), then their ranges:
+            # a join led by the ranges walked every earlier checkpoint's, so a report's cost
+            # grew with the pipeline's history.
+            sa.select(checkpoints.c.checkpoint_id)
+            .where(
+                checkpoints.c.pipeline_id == sa.bindparam("pipeline_id"),
+                checkpoints.c.checkpoint_id < sa.bindparam("checkpoint_id"),
+                checkpoints.c.state == CheckpointState.TRIGGERED.value,
+            )
+            .scalar_subquery()
+        ),
+    )
+    .order_by(precommit_offsets.c.checkpoint_id)
+)
+_PRECOMMIT_COUNTS = (
+    sa.select(
+        checkpoint_tasks.c.checkpoint_id,
+        sa.func.count(),
+        sa.func.count(checkpoint_tasks.c.precommitted_at_ms),
+    )
+    .where(
+        checkpoint_tasks.c.pipeline_id == sa.bindparam("pipeline_id"),
+        checkpoint_tasks.c.checkpoint_id.in_(sa.bindparam("checkpoint_ids", expanding=True)),
+    )
+    .group_by(checkpoint_tasks.c.checkpoint_id)
+)
+_MARK_PRECOMMITTED = (
+    checkpoint_tasks.update()
+    .where(
+        checkpoint_tasks.c.pipeline_id == sa.bindparam("the_pipeline_id"),
+        checkpoint_tasks.c.checkpoint_id == sa.bindparam("the_checkpoint_id"),
+        checkpoint_tasks.c.task_id.in_(sa.bindparam("task_ids", expanding=True)),
+    )
+    .values(precommitted_at_ms=db_now_ms())
+)
+_PRODUCER_IDS = (
+    transactional_ids.update()
+    .where(transactional_ids.c.transactional_id == sa.bindparam("txid"))
+    .values(
+        producer_id=sa.bindparam("pid"),
+        producer_epoch=sa.bindparam("pepoch"),
+        updated_at_ms=db_now_ms(),
+    )
+)
+
 
 def store_precommits(conn: Connection, precommits: Sequence[Precommit]) -> None:
     """Check and store pre-commits with a handful of statements per checkpoint, however
@@ -117,23 +171,8 @@ def _start_offsets(
     if not partitions:
         return {}
     starts = next_offsets_of(conn, [pipeline_id], partitions=partitions).get(pipeline_id, {})
-    # The earlier TRIGGERED checkpoints first (none, as a rule), then their ranges: a join
-    # led by the ranges walked every earlier checkpoint's, so a report's cost grew with
-    # the pipeline's history.
-    earlier_triggered = sa.select(checkpoints.c.checkpoint_id).where(
-        checkpoints.c.pipeline_id == pipeline_id,
-        checkpoints.c.checkpoint_id < checkpoint_id,
-        checkpoints.c.state == CheckpointState.TRIGGERED.value,
-    )
     earlier = conn.execute(
-        sa.select(
-            precommit_offsets.c.topic, precommit_offsets.c.partition, precommit_offsets.c.end_offset
-        )
-        .where(
-            precommit_offsets.c.pipeline_id == pipeline_id,
-            precommit_offsets.c.checkpoint_id.in_(earlier_triggered.scalar_subquery()),
-        )
-        .order_by(precommit_offsets.c.checkpoint_id)
+        _EARLIER_TRIGGERED_RANGES, {"pipeline_id": pipeline_id, "checkpoint_id": checkpoint_id}
     ).all()
     for topic, partition, end in earlier:
         if (tp := TopicPartition(topic, int(partition))) in partitions:
@@ -149,16 +188,7 @@ def precommit_counts(
     if not checkpoint_ids:
         return {}
     rows = conn.execute(
-        sa.select(
-            checkpoint_tasks.c.checkpoint_id,
-            sa.func.count(),
-            sa.func.count(checkpoint_tasks.c.precommitted_at_ms),
-        )
-        .where(
-            checkpoint_tasks.c.pipeline_id == pipeline_id,
-            checkpoint_tasks.c.checkpoint_id.in_(sorted(checkpoint_ids)),
-        )
-        .group_by(checkpoint_tasks.c.checkpoint_id)
+        _PRECOMMIT_COUNTS, {"pipeline_id": pipeline_id, "checkpoint_ids": sorted(checkpoint_ids)}
     ).all()
     counts = {CheckpointId(int(c)): PrecommitCount(int(n), int(done)) for c, n, done in rows}
     return {c: counts.get(c, PrecommitCount(0, 0)) for c in checkpoint_ids}
@@ -196,13 +226,7 @@ def write_precommits(conn: Connection, key: CheckpointKey, fresh: Sequence[Preco
     if handle_rows:
         conn.execute(precommit_handles.insert(), handle_rows)
         conn.execute(
-            transactional_ids.update()
-            .where(transactional_ids.c.transactional_id == sa.bindparam("txid"))
-            .values(
-                producer_id=sa.bindparam("pid"),
-                producer_epoch=sa.bindparam("pepoch"),
-                updated_at_ms=db_now_ms(),
-            ),
+            _PRODUCER_IDS,
             [
                 {
                     "txid": h["transactional_id"],
@@ -213,13 +237,12 @@ def write_precommits(conn: Connection, key: CheckpointKey, fresh: Sequence[Preco
             ],
         )
     conn.execute(
-        checkpoint_tasks.update()
-        .where(
-            checkpoint_tasks.c.pipeline_id == pipeline_id,
-            checkpoint_tasks.c.checkpoint_id == checkpoint_id,
-            checkpoint_tasks.c.task_id.in_(sorted({p.task_id for p in fresh})),
-        )
-        .values(precommitted_at_ms=db_now_ms())
+        _MARK_PRECOMMITTED,
+        {
+            "the_pipeline_id": pipeline_id,
+            "the_checkpoint_id": checkpoint_id,
+            "task_ids": sorted({p.task_id for p in fresh}),
+        },
     )
 
 

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from lockgate.common.model.ids import PipelineId
 from lockgate.coordinator.domain.progress import CommittedCheckpoint
 from lockgate.coordinator.domain.states import CheckpointState
-from lockgate.coordinator.store.engine import Database, db_now_ms
+from lockgate.coordinator.store.engine import Database, read_now_ms
 from lockgate.coordinator.store.tables import checkpoints, precommit_offsets
 
 
@@ -51,7 +51,7 @@ class ProgressStore:
                 .order_by(checkpoints.c.checkpoint_id.desc())
                 .limit(limit)
             ).all()
-            now = int(conn.execute(sa.select(db_now_ms())).scalar_one())
+            now = read_now_ms(conn)
         return [
             CommittedCheckpoint(
                 triggered_at_ms=int(r.triggered_at_ms),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -78,13 +79,49 @@ def pending_commits(
     ]
 
 
+# What the leader's pass asks on every wake, of every pipeline: built once (as `rows`' keyed
+# reads: building a statement cost about twice executing it).
+_PENDING_COMMIT_PIPELINES = (
+    sa.select(checkpoints.c.pipeline_id)
+    .distinct()
+    .where(checkpoints.c.state == CheckpointState.COMPLETE.value)
+)
+_PENDING_COMMIT_PIPELINES_OF = _PENDING_COMMIT_PIPELINES.where(
+    checkpoints.c.pipeline_id.in_(sa.bindparam("pipeline_ids", expanding=True))
+)
+
+
+def pending_commit_pipelines(
+    conn: Connection, pipeline_ids: Sequence[PipelineId] | None
+) -> frozenset[PipelineId]:
+    """The pipelines (of these, or all) that `pending_commits` would name, without reading
+    their handles: the leader's pass asks this on every wake, and each pipeline's commit
+    job reads its own handles (the pass read every pending handle of the cluster, only to
+    learn which pipelines to start a job for)."""
+    if pipeline_ids is None:
+        rows = conn.execute(_PENDING_COMMIT_PIPELINES)
+    else:
+        rows = conn.execute(
+            _PENDING_COMMIT_PIPELINES_OF, {"pipeline_ids": sorted(set(pipeline_ids))}
+        )
+    return frozenset(PipelineId(r.pipeline_id) for r in rows)
+
+
 def lingering_pipelines(
     conn: Connection, pipeline_ids: Sequence[PipelineId] | None
 ) -> frozenset[PipelineId]:
     """The pipelines (of these, or all) that `lingering_transactions` would name for their
     ABORTED checkpoints (it gives one entry per task row at least), without reading the
     entries: the leader's pass asks this on every wake, and the entries only of those."""
-    rows = conn.execute(
+    if pipeline_ids is None:
+        rows = conn.execute(_LINGERING_PIPELINES)
+    else:
+        rows = conn.execute(_lingering_pipelines_of(pipeline_ids))
+    return frozenset(PipelineId(r.pipeline_id) for r in rows)
+
+
+def _lingering_pipelines_of(pipeline_ids: Sequence[PipelineId] | None) -> sa.Select[Any]:
+    return (
         sa.select(checkpoint_tasks.c.pipeline_id)
         .distinct()
         .where(
@@ -92,7 +129,9 @@ def lingering_pipelines(
             checkpoint_tasks.c.abort_acked_at_ms.is_(None),
         )
     )
-    return frozenset(PipelineId(r.pipeline_id) for r in rows)
+
+
+_LINGERING_PIPELINES = _lingering_pipelines_of(None)
 
 
 def lingering_transactions(

@@ -46,6 +46,55 @@ from lockgate.coordinator.store.tables import (
     tasks,
 )
 
+# The keyed reads below are built once, with bound parameters, and executed with their
+# values: building a statement (its clauses, their coercions, its cache key) cost SQLAlchemy
+# about twice what executing the built one does, and these run on every report, trigger and
+# commit (issue 14: `bench/coordinator.py`'s round trip is the leader's CPU).
+_EXECUTOR = sa.select(executors).where(executors.c.executor_id == sa.bindparam("executor_id"))
+_EXECUTOR_GENERATIONS = sa.select(executors.c.executor_id, executors.c.generation).where(
+    executors.c.executor_id.in_(sa.bindparam("executor_ids", expanding=True))
+)
+_PIPELINE = sa.select(pipelines).where(pipelines.c.pipeline_id == sa.bindparam("pipeline_id"))
+_TASKS = sa.select(tasks).order_by(tasks.c.pipeline_id, tasks.c.task_index)
+_TASKS_OF = _TASKS.where(tasks.c.pipeline_id == sa.bindparam("pipeline_id"))
+_TASKS_BY_ID = sa.select(tasks).where(tasks.c.task_id.in_(sa.bindparam("task_ids", expanding=True)))
+_TASK = sa.select(tasks).where(tasks.c.task_id == sa.bindparam("task_id"))
+_NOT_COMMITTED_STATES = sa.select(checkpoints.c.checkpoint_id, checkpoints.c.state).where(
+    checkpoints.c.pipeline_id == sa.bindparam("pipeline_id"),
+    checkpoints.c.state.in_(
+        [
+            CheckpointState.TRIGGERED.value,
+            CheckpointState.COMPLETE.value,
+            CheckpointState.ABORTED.value,
+        ]
+    ),
+)
+_CHECKPOINT = sa.select(checkpoints).where(
+    checkpoints.c.pipeline_id == sa.bindparam("pipeline_id"),
+    checkpoints.c.checkpoint_id == sa.bindparam("checkpoint_id"),
+)
+_CHECKPOINT_TASKS = (
+    sa.select(checkpoint_tasks)
+    .where(
+        checkpoint_tasks.c.pipeline_id == sa.bindparam("pipeline_id"),
+        checkpoint_tasks.c.checkpoint_id == sa.bindparam("checkpoint_id"),
+    )
+    .order_by(checkpoint_tasks.c.task_id)
+)
+_SOME_CHECKPOINT_TASKS = _CHECKPOINT_TASKS.where(
+    checkpoint_tasks.c.task_id.in_(sa.bindparam("task_ids", expanding=True))
+)
+_UNRESOLVED_DATA_LOSS = (
+    sa.select(checkpoints.c.checkpoint_id)
+    .where(
+        checkpoints.c.pipeline_id == sa.bindparam("pipeline_id"),
+        checkpoints.c.state == CheckpointState.DATA_LOST.value,
+        checkpoints.c.data_loss_resolved_at_ms.is_(None),
+    )
+    .order_by(checkpoints.c.checkpoint_id)
+    .limit(1)
+)
+
 
 def opt_int(value: Any) -> int | None:
     """An optional integer column."""
@@ -134,10 +183,8 @@ def read_executor(
     conn: Connection, executor_id: ExecutorId, *, for_update: bool = False
 ) -> ExecutorRecord:
     """One executor; NotFound if it is not registered."""
-    stmt = sa.select(executors).where(executors.c.executor_id == executor_id)
-    if for_update:
-        stmt = stmt.with_for_update()
-    row = conn.execute(stmt).first()
+    stmt = _EXECUTOR.with_for_update() if for_update else _EXECUTOR
+    row = conn.execute(stmt, {"executor_id": executor_id}).first()
     if row is None:
         raise NotFound(
             f"executor {executor_id!r} is not registered; register it first",
@@ -153,11 +200,7 @@ def executor_generations(
     """The current generation of each of these executors that is registered."""
     return {
         ExecutorId(r.executor_id): Generation(int(r.generation))
-        for r in conn.execute(
-            sa.select(executors.c.executor_id, executors.c.generation).where(
-                executors.c.executor_id.in_(sorted(set(executor_ids)))
-            )
-        )
+        for r in conn.execute(_EXECUTOR_GENERATIONS, {"executor_ids": sorted(set(executor_ids))})
     }
 
 
@@ -165,10 +208,8 @@ def read_pipeline(
     conn: Connection, pipeline_id: PipelineId, *, for_update: bool = False
 ) -> PipelineRecord:
     """One pipeline; NotFound if there is none by that name."""
-    stmt = sa.select(pipelines).where(pipelines.c.pipeline_id == pipeline_id)
-    if for_update:
-        stmt = stmt.with_for_update()
-    row = conn.execute(stmt).first()
+    stmt = _PIPELINE.with_for_update() if for_update else _PIPELINE
+    row = conn.execute(stmt, {"pipeline_id": pipeline_id}).first()
     if row is None:
         raise NotFound(
             f"no pipeline named {pipeline_id!r}; list pipelines to see the names",
@@ -180,26 +221,26 @@ def read_pipeline(
 
 def read_tasks(conn: Connection, pipeline_id: PipelineId | None) -> list[TaskRecord]:
     """Tasks of one pipeline (None: of all), in (pipeline, index) order."""
-    stmt = sa.select(tasks).order_by(tasks.c.pipeline_id, tasks.c.task_index)
-    if pipeline_id is not None:
-        stmt = stmt.where(tasks.c.pipeline_id == pipeline_id)
-    return [task_record(r) for r in conn.execute(stmt)]
+    rows = (
+        conn.execute(_TASKS)
+        if pipeline_id is None
+        else conn.execute(_TASKS_OF, {"pipeline_id": pipeline_id})
+    )
+    return [task_record(r) for r in rows]
 
 
 def read_tasks_by_id(conn: Connection, task_ids: Sequence[TaskId]) -> dict[TaskId, TaskRecord]:
     """These tasks, those that exist."""
     return {
         TaskId(r.task_id): task_record(r)
-        for r in conn.execute(sa.select(tasks).where(tasks.c.task_id.in_(sorted(set(task_ids)))))
+        for r in conn.execute(_TASKS_BY_ID, {"task_ids": sorted(set(task_ids))})
     }
 
 
 def read_task(conn: Connection, task: TaskId, *, for_update: bool = False) -> TaskRecord:
     """One task; NotFound if it does not exist."""
-    stmt = sa.select(tasks).where(tasks.c.task_id == task)
-    if for_update:
-        stmt = stmt.with_for_update()
-    row = conn.execute(stmt).first()
+    stmt = _TASK.with_for_update() if for_update else _TASK
+    row = conn.execute(stmt, {"task_id": task}).first()
     if row is None:
         raise NotFound(
             f"no task {task!r}; the pipeline may have been deleted or re-split",
@@ -214,18 +255,7 @@ def checkpoint_states(
 ) -> dict[CheckpointId, CheckpointState]:
     """The state of each checkpoint of the pipeline that is not COMMITTED (the snapshot
     the checkpoint decisions take: in flight, aborted, completion order)."""
-    rows = conn.execute(
-        sa.select(checkpoints.c.checkpoint_id, checkpoints.c.state).where(
-            checkpoints.c.pipeline_id == pipeline_id,
-            checkpoints.c.state.in_(
-                [
-                    CheckpointState.TRIGGERED.value,
-                    CheckpointState.COMPLETE.value,
-                    CheckpointState.ABORTED.value,
-                ]
-            ),
-        )
-    ).all()
+    rows = conn.execute(_NOT_COMMITTED_STATES, {"pipeline_id": pipeline_id}).all()
     return {CheckpointId(int(r[0])): CheckpointState(r[1]) for r in rows}
 
 
@@ -257,23 +287,16 @@ def find_checkpoint(
     """Checkpoint N with its tasks (with `task_ids`, only those of them it was triggered
     for: a partial record, for a check about those tasks alone); None if N does not
     exist."""
-    row = conn.execute(
-        sa.select(checkpoints).where(
-            checkpoints.c.pipeline_id == pipeline_id,
-            checkpoints.c.checkpoint_id == checkpoint_id,
-        )
-    ).first()
+    key = {"pipeline_id": pipeline_id, "checkpoint_id": checkpoint_id}
+    row = conn.execute(_CHECKPOINT, key).first()
     if row is None:
         return None
-    which = [
-        checkpoint_tasks.c.pipeline_id == pipeline_id,
-        checkpoint_tasks.c.checkpoint_id == checkpoint_id,
-    ]
-    if task_ids is not None:
-        which.append(checkpoint_tasks.c.task_id.in_(sorted(task_ids)))
-    task_rows = conn.execute(
-        sa.select(checkpoint_tasks).where(*which).order_by(checkpoint_tasks.c.task_id)
-    ).all()
+    if task_ids is None:
+        task_rows = conn.execute(_CHECKPOINT_TASKS, key).all()
+    else:
+        task_rows = conn.execute(
+            _SOME_CHECKPOINT_TASKS, {**key, "task_ids": sorted(task_ids)}
+        ).all()
     return checkpoint_record(row, task_rows)
 
 
@@ -316,6 +339,10 @@ def read_checkpoint_summaries(
     """These checkpoints (those that exist) without their tasks, in one read."""
     if not keys:
         return []
+    if len(keys) == 1:  # the usual case: one report's, one commit's checkpoint
+        pipeline_id, checkpoint_id = keys[0]
+        one = {"pipeline_id": pipeline_id, "checkpoint_id": checkpoint_id}
+        return [checkpoint_record(r) for r in conn.execute(_CHECKPOINT, one)]
     rows = conn.execute(
         sa.select(checkpoints).where(
             sa.or_(
@@ -355,16 +382,7 @@ def read_checkpoint(
 def unresolved_data_loss(conn: Connection, pipeline_id: PipelineId) -> CheckpointRecord | None:
     """The pipeline's oldest DATA_LOST checkpoint not moved past yet: while there is one,
     the pipeline is FAILED and no checkpoint may start."""
-    row = conn.execute(
-        sa.select(checkpoints.c.checkpoint_id)
-        .where(
-            checkpoints.c.pipeline_id == pipeline_id,
-            checkpoints.c.state == CheckpointState.DATA_LOST.value,
-            checkpoints.c.data_loss_resolved_at_ms.is_(None),
-        )
-        .order_by(checkpoints.c.checkpoint_id)
-        .limit(1)
-    ).first()
+    row = conn.execute(_UNRESOLVED_DATA_LOSS, {"pipeline_id": pipeline_id}).first()
     return None if row is None else read_checkpoint(conn, pipeline_id, CheckpointId(int(row[0])))
 
 

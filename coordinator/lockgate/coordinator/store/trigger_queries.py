@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -27,6 +28,26 @@ from lockgate.coordinator.store.tables import checkpoints, pipelines, tasks
 #: Checkpoints that are not final, or not final for the trigger decision (an unresolved
 #: DATA_LOST one stops its pipeline).
 _OPEN_STATES = (CheckpointState.TRIGGERED, CheckpointState.COMPLETE, CheckpointState.DATA_LOST)
+
+
+# Read on every pass that finds a pipeline due: built once with bound parameters, as `rows`'
+# keyed reads (building a statement cost about twice executing it).
+_IN_PIPELINES: sa.BindParameter[Any] = sa.bindparam("pipeline_ids", expanding=True)
+_NEWEST = sa.select(checkpoints).join(
+    pipelines,
+    sa.and_(
+        pipelines.c.pipeline_id == checkpoints.c.pipeline_id,
+        checkpoints.c.checkpoint_id == pipelines.c.next_checkpoint_id - 1,
+    ),
+)
+_UNFINISHED = sa.select(checkpoints).where(checkpoints.c.state.in_([s.value for s in _OPEN_STATES]))
+_NEWEST_OF = _NEWEST.where(checkpoints.c.pipeline_id.in_(_IN_PIPELINES))
+_UNFINISHED_OF = _UNFINISHED.where(checkpoints.c.pipeline_id.in_(_IN_PIPELINES))
+_TASKS_OF = (
+    sa.select(tasks)
+    .where(tasks.c.pipeline_id.in_(_IN_PIPELINES))
+    .order_by(tasks.c.pipeline_id, tasks.c.task_index)
+)
 
 
 @dataclass(frozen=True)
@@ -52,22 +73,14 @@ def trigger_snapshot(
     their tasks (`trigger_due` reads states and times only): its newest checkpoint and
     every one in `_OPEN_STATES`. Every checkpoint in flight counts against the in-flight
     limit, however old."""
-    newest = sa.select(checkpoints).join(
-        pipelines,
-        sa.and_(
-            pipelines.c.pipeline_id == checkpoints.c.pipeline_id,
-            checkpoints.c.checkpoint_id == pipelines.c.next_checkpoint_id - 1,
-        ),
-    )
-    unfinished = sa.select(checkpoints).where(
-        checkpoints.c.state.in_([s.value for s in _OPEN_STATES])
-    )
-    if pipeline_ids is not None:
-        newest = newest.where(checkpoints.c.pipeline_id.in_(sorted(set(pipeline_ids))))
-        unfinished = unfinished.where(checkpoints.c.pipeline_id.in_(sorted(set(pipeline_ids))))
+    if pipeline_ids is None:
+        statements, values = (_NEWEST, _UNFINISHED), {}
+    else:
+        statements = (_NEWEST_OF, _UNFINISHED_OF)
+        values = {"pipeline_ids": sorted(set(pipeline_ids))}
     found: dict[tuple[PipelineId, CheckpointId], CheckpointRecord] = {}
-    for stmt in (newest, unfinished):
-        for row in conn.execute(stmt):
+    for stmt in statements:
+        for row in conn.execute(stmt, values):
             record = checkpoint_record(row)
             found[(record.pipeline_id, record.checkpoint_id)] = record
     result: dict[PipelineId, list[CheckpointRecord]] = defaultdict(list)
@@ -97,11 +110,7 @@ def trigger_inputs(
         ids = [p for p in ids if allowed(p, recent.get(p, []), p in lingering)]
     by_pipeline: dict[PipelineId, list[TaskRecord]] = defaultdict(list)
     if ids:
-        rows = conn.execute(
-            sa.select(tasks)
-            .where(tasks.c.pipeline_id.in_(ids))
-            .order_by(tasks.c.pipeline_id, tasks.c.task_index)
-        )
+        rows = conn.execute(_TASKS_OF, {"pipeline_ids": ids})
         for row in rows:
             task = task_record(row)
             by_pipeline[task.pipeline_id].append(task)
