@@ -22,7 +22,9 @@ transform, ``--delivery`` exactly_once or at_least_once), on a warm session, exa
   Python worker, and the result file;
 - ``commit``: ending the batch's transactions (``Committer.commit``, FindCoordinator +
   EndTxn per handle), what the leader asks for after COMPLETE;
-- ``forks``: the Python processes Spark started during the batch.
+- ``forks``: the Python processes Spark started during the batch;
+- ``writers``: the batch's write partitions (each one producer, and for exactly_once one
+  transaction): at most one per task slot, as the executor packs the source's ranges.
 
 Then, unless ``--source-records 0``, the source's per-record cost alone: ``read_range`` (what
 one Spark read task runs) over ``--source-records`` (200,000) records of one partition, in
@@ -55,7 +57,7 @@ from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId
 from lockgate.common.model.offsets import OffsetRange
 from lockgate.common.model.pipeline_spec import PipelineSpec, RecordFormat, parse_pipeline_spec
 from lockgate.executor.committer import Committer
-from lockgate.executor.dataplane.spark.batch import run_precommit_batch
+from lockgate.executor.dataplane.spark.batch import BatchOptions, run_precommit_batch
 from lockgate.executor.dataplane.spark.kafka_source import (
     KafkaSource,
     SourceOptions,
@@ -64,7 +66,7 @@ from lockgate.executor.dataplane.spark.kafka_source import (
 )
 from lockgate.executor.dataplane.spark.kafka_source_read import read_range
 from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges, topic_partitions
-from lockgate.executor.dataplane.spark.session import build_spark_session
+from lockgate.executor.dataplane.spark.session import build_spark_session, task_slots
 from lockgate.localcluster.kafka import KafkaBrokerConfig, broker_spec, create_topic
 from lockgate.localcluster.ports import free_port
 from lockgate.localcluster.process import start_process, stop_process
@@ -80,6 +82,7 @@ COLUMNS = (
     "read",
     "commit",
     "forks",
+    "writers",
 )
 
 
@@ -148,9 +151,12 @@ def one_checkpoint(
         checkpoint_id=CheckpointId(checkpoint),
         offset_ranges=ranges,
         transactional_id_prefix=f"bench-{uuid.uuid4().hex[:8]}",
+        # As the executor's data plane packs them: at most one write partition per task slot.
+        options=BatchOptions(max_packed_partitions=task_slots(spark)),
     )
     wall_ended = time.time() * 1000
     figures["forks"] = float(len(descendants(jvm_pid) - before))
+    figures["writers"] = float(result.write_partitions)
     phases = dict(result.phase_seconds)
     figures["topics"] = phases.get("topics", 0.0) * 1000
     figures["plan"] = phases.get("plan", 0.0) * 1000
