@@ -380,9 +380,9 @@ def upsert(
 def _upsert_statement(
     dialect: str, table: sa.Table, columns: tuple[str, ...], key: tuple[str, ...], stamp: str
 ) -> sa.Executable:
-    """`upsert`'s statement, built once per shape: a trigger and a COMPLETE each upsert
-    every task's row, and building the statement anew (its ON CONFLICT clause included)
-    cost the leader more than the rows did (issue 14)."""
+    """`upsert`'s statement, built once per table and column set: a trigger and a
+    COMPLETE each upsert a row per task, and building a statement (its ON CONFLICT clause
+    included) costs about twice executing it (README, issue 14)."""
     insert = pg_dialect.insert(table) if dialect == "postgresql" else sqlite_dialect.insert(table)
     return insert.values({stamp: db_now_ms()}).on_conflict_do_update(
         index_elements=list(key),
