@@ -9,7 +9,7 @@ from confluent_kafka import Producer
 
 from lockgate.common.grpc_client import open_channel
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
-from tests.fixtures.kafka import KafkaBroker
+from tests.fixtures.kafka import KafkaBroker, stable_end_offsets
 from tests.integration.coordinator.test_service_coordinator import (
     CoordinatorCluster,
     pipeline_spec,
@@ -28,6 +28,15 @@ def _produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
         for i in range(count):
             producer.produce(topic, value=f"r{i}".encode(), partition=partition)
     producer.commit_transaction(10)
+    # commit_transaction() returns once the coordinator has decided, before the commit
+    # marker (one offset each) is written to the partitions: a record produced meanwhile
+    # lands before it, and the marker after.
+    ends = [count + 1 for _, count in sorted(counts.items())]
+    wait_for(
+        "the committed transaction's markers",
+        lambda: stable_end_offsets(bootstrap, topic, len(counts), committed=False) == ends,
+        timeout_s=30,
+    )
 
 
 def _reset_when_kafka_answers(

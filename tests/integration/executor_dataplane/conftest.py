@@ -93,26 +93,6 @@ def produce_transaction(
         producer.abort_transaction(30)
 
 
-def stable_end_offsets(
-    bootstrap_servers: str, topic: str, partitions: int, *, committed: bool = True
-) -> list[int]:
-    """The end of each partition: last stable offset (read_committed) or log end offset."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": "lockgate-test",
-            "isolation.level": "read_committed" if committed else "read_uncommitted",
-        }
-    )
-    try:
-        return [
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
-            for p in range(partitions)
-        ]
-    finally:
-        consumer.close()
-
-
 def read_topic(
     bootstrap_servers: str,
     topic: str,

@@ -47,12 +47,12 @@ from lockgate.executor.dataplane.spark.offsets import snapshot_offset_ranges
 from lockgate.executor.dataplane.spark.session import task_slots
 from lockgate.executor.dataplane.spark.transform import apply_transform
 from lockgate.executor.errors import RecordError, SinkError, SourceError, TransformError
+from tests.fixtures.kafka import stable_end_offsets
 from tests.fixtures.schema_registry import RegistryProcess
 from tests.integration.executor_dataplane.conftest import (
     produce,
     produce_transaction,
     read_topic,
-    stable_end_offsets,
 )
 from tests.support.waits import wait_for
 
