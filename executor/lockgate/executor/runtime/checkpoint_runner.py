@@ -282,7 +282,7 @@ class CheckpointRunner:
             self._board.precommitted(task, work.checkpoint_id)
             if not answer.aborted:
                 self._progress.precommitted(task.ref, report.precommit_duration_ms / 1000)
-            _LOG.info(
+            _LOG.debug(  # per task and checkpoint: the commit's line is the INFO one
                 "%s pre-committed in %d ms: %d records read, %d written, %d handles; leader"
                 " says %s",
                 what,
