@@ -149,24 +149,50 @@ def parsed_partitions(text: str) -> tuple[TopicPartition, ...]:
 
 
 def task_record(row: Any) -> TaskRecord:
-    """A `tasks` row."""
-    pipeline_id, index = split_task_id(TaskId(row.task_id))
+    """A `tasks` row: every statement that reads one selects `tasks` first, its columns in
+    table order (`sa.select(tasks, ...)`); columns after those are not the task's.
+
+    Mapped once per distinct row (as `parsed_partitions`): triggers, reports and
+    heartbeats read the same unchanged rows over and over, and building the record (a
+    frozen dataclass, an enum, the id split) cost 12 us a row against 0.3 us to find it."""
+    return _task_from_values(tuple(row[:_TASK_COLUMNS]))
+
+
+_TASK_COLUMNS = len(tasks.c)
+
+
+@functools.lru_cache(maxsize=32_768)
+def _task_from_values(values: tuple[Any, ...]) -> TaskRecord:
+    (
+        task_id,
+        _pipeline_id,
+        _task_index,
+        partitions,
+        executor_id,
+        generation,
+        state,
+        state_executor_id,
+        state_executor_generation,
+        last_error,
+        updated_at_ms,
+    ) = values
+    pipeline_id, index = split_task_id(TaskId(task_id))
     return TaskRecord(
-        task_id=TaskId(row.task_id),
+        task_id=TaskId(task_id),
         pipeline_id=pipeline_id,
         task_index=index,
-        partitions=parsed_partitions(row.partitions_json),
-        executor_id=ExecutorId(row.executor_id) if row.executor_id else None,
-        generation=Generation(int(row.generation)),
-        state=TaskState(row.state),
-        state_executor_id=ExecutorId(row.state_executor_id) if row.state_executor_id else None,
+        partitions=parsed_partitions(partitions),
+        executor_id=ExecutorId(executor_id) if executor_id else None,
+        generation=Generation(int(generation)),
+        state=TaskState(state),
+        state_executor_id=ExecutorId(state_executor_id) if state_executor_id else None,
         state_executor_generation=(
-            Generation(int(row.state_executor_generation))
-            if row.state_executor_generation is not None
+            Generation(int(state_executor_generation))
+            if state_executor_generation is not None
             else None
         ),
-        last_error=row.last_error,
-        updated_at_ms=int(row.updated_at_ms),
+        last_error=last_error,
+        updated_at_ms=int(updated_at_ms),
     )
 
 
