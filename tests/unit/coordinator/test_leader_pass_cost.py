@@ -477,16 +477,17 @@ def test_a_page_of_checkpoint_history_is_one_query_however_many_checkpoints(
 def test_a_pass_reads_the_fingerprint_and_the_executors_once(
     leader: Herder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The rebalance and the triggers share the pass's view of the cluster."""
+    """The rebalance and the triggers share the pass's view of the cluster, read in one
+    transaction."""
     for name in ("a", "b"):
         leader.pipelines.create(spec=spec(name, interval_ms=1), target_state=TargetState.RUNNING)
     run_tasks(leader)
-    fingerprints = counting(monkeypatch, leader.store.pipelines, "fingerprint")
+    views = counting(monkeypatch, leader.store, "read_cluster")
     executors = counting(monkeypatch, leader.store.executors, "list_executors")
     for _ in range(4):
         leader.run_pass(leader.require_fence())
-    assert len(fingerprints) == 4
-    assert len(executors) == 4, "nothing to commit or abort: only the pass reads them"
+    assert len(views) == 4
+    assert executors == [], "nothing to commit or abort: only the pass's view reads them"
 
 
 def sqlite_steps(leader: Herder, work: Callable[[], None]) -> int:

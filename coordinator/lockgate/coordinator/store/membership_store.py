@@ -7,6 +7,7 @@ generation are refused (`domain/membership.py`).
 from __future__ import annotations
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import ExecutorId, Generation
 from lockgate.coordinator.domain.errors import InvalidArgument, NotFound
@@ -111,5 +112,9 @@ class MembershipStore:
     def list_executors(self) -> tuple[list[ExecutorRecord], int]:
         """Every registered executor (id order) and the database's clock at reading time."""
         with self._db.read() as conn:
-            rows = conn.execute(_ALL_EXECUTORS).all()
-            return [executor_record(r) for r in rows], read_now_ms(conn)
+            return read_executors(conn), read_now_ms(conn)
+
+
+def read_executors(conn: Connection) -> list[ExecutorRecord]:
+    """Every registered executor, in id order."""
+    return [executor_record(r) for r in conn.execute(_ALL_EXECUTORS)]

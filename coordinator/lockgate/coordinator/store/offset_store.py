@@ -32,16 +32,21 @@ from lockgate.coordinator.store.rows import (
 from lockgate.coordinator.store.tables import source_offsets
 
 # Read on every trigger and report: built once, as `rows`' keyed reads.
-_OFFSETS = (
-    sa.select(source_offsets)
-    .where(source_offsets.c.pipeline_id.in_(sa.bindparam("pipeline_ids", expanding=True)))
-    .order_by(source_offsets.c.pipeline_id, source_offsets.c.topic, source_offsets.c.partition)
+_OF_PIPELINES = source_offsets.c.pipeline_id.in_(sa.bindparam("pipeline_ids", expanding=True))
+_OF_PARTITIONS = sa.tuple_(source_offsets.c.topic, source_offsets.c.partition).in_(
+    sa.bindparam("partitions", expanding=True)
 )
-_OFFSETS_OF_PARTITIONS = _OFFSETS.where(
-    sa.tuple_(source_offsets.c.topic, source_offsets.c.partition).in_(
-        sa.bindparam("partitions", expanding=True)
-    )
-)
+_IN_ORDER = (source_offsets.c.pipeline_id, source_offsets.c.topic, source_offsets.c.partition)
+_OFFSETS = sa.select(source_offsets).where(_OF_PIPELINES).order_by(*_IN_ORDER)
+# What a trigger and a report need: the positions alone, mapped straight to a dict.
+_POSITIONS = sa.select(
+    source_offsets.c.pipeline_id,
+    source_offsets.c.topic,
+    source_offsets.c.partition,
+    source_offsets.c.next_offset,
+).where(_OF_PIPELINES)
+_NEXT_OFFSETS = _POSITIONS.order_by(*_IN_ORDER)
+_NEXT_OFFSETS_OF_PARTITIONS = _POSITIONS.where(_OF_PARTITIONS).order_by(*_IN_ORDER)
 
 
 def next_offsets_of(
@@ -52,24 +57,24 @@ def next_offsets_of(
 ) -> dict[PipelineId, dict[TopicPartition, int]]:
     """Each pipeline's restore position per partition (of `partitions` only, if given;
     partitions without one are absent, and pipelines with none), in one query."""
-    return {
-        pipeline_id: {TopicPartition(o.topic, o.partition): o.next_offset for o in offsets}
-        for pipeline_id, offsets in _partition_offsets(conn, pipeline_ids, partitions).items()
-    }
+    values: dict[str, Any] = {"pipeline_ids": sorted(set(pipeline_ids))}
+    stmt = _NEXT_OFFSETS
+    if partitions is not None:
+        values["partitions"] = sorted((tp.topic, tp.partition) for tp in partitions)
+        stmt = _NEXT_OFFSETS_OF_PARTITIONS
+    result: dict[PipelineId, dict[TopicPartition, int]] = {}
+    for pipeline_id, topic, partition, next_offset in conn.execute(stmt, values):
+        positions = result.setdefault(PipelineId(pipeline_id), {})
+        positions[TopicPartition(topic, int(partition))] = int(next_offset)
+    return result
 
 
 def _partition_offsets(
-    conn: Connection,
-    pipeline_ids: Sequence[PipelineId],
-    partitions: AbstractSet[TopicPartition] | None = None,
+    conn: Connection, pipeline_ids: Sequence[PipelineId]
 ) -> dict[PipelineId, list[PartitionOffset]]:
-    """The `source_offsets` rows of these pipelines (of `partitions` only, if given), in
-    (topic, partition) order."""
-    values: dict[str, Any] = {"pipeline_ids": sorted(set(pipeline_ids))}
-    if partitions is not None:
-        values["partitions"] = sorted((tp.topic, tp.partition) for tp in partitions)
+    """The `source_offsets` rows of these pipelines, in (topic, partition) order."""
     result: dict[PipelineId, list[PartitionOffset]] = {}
-    for r in conn.execute(_OFFSETS if partitions is None else _OFFSETS_OF_PARTITIONS, values):
+    for r in conn.execute(_OFFSETS, {"pipeline_ids": sorted(set(pipeline_ids))}):
         result.setdefault(PipelineId(r.pipeline_id), []).append(
             PartitionOffset(
                 topic=r.topic,

@@ -169,6 +169,15 @@ _TASKS_FINGERPRINT = sa.select(
 ).select_from(tasks)
 
 
+def read_fingerprint(conn: Connection) -> PipelinesFingerprint:
+    """What changes whenever the pipeline set, a config version, a target state or a
+    task's assignment or generation does (`PipelinesFingerprint`): an aggregate read
+    per table, no row mapped (read on every pass of the leader)."""
+    p = conn.execute(_PIPELINES_FINGERPRINT).one()
+    t = conn.execute(_TASKS_FINGERPRINT).one()
+    return PipelinesFingerprint(pipelines=tuple(int(v) for v in p), tasks=tuple(int(v) for v in t))
+
+
 #: An executor's tasks, with their pipelines' versions and target states: every heartbeat
 #: reads it (built once, as `rows`' keyed reads: building it cost about twice executing it).
 _ASSIGNED = (
@@ -363,17 +372,6 @@ class PipelineStore:
             read_pipeline(conn, pipeline_id, for_update=True)
             write_task_split(conn, pipeline_id, splits)
             return read_tasks(conn, pipeline_id)
-
-    def fingerprint(self) -> PipelinesFingerprint:
-        """What changes whenever the pipeline set, a config version, a target state or a
-        task's assignment or generation does (`PipelinesFingerprint`): an aggregate read
-        per table, no row mapped (read on every pass of the leader)."""
-        with self._db.read() as conn:
-            p = conn.execute(_PIPELINES_FINGERPRINT).one()
-            t = conn.execute(_TASKS_FINGERPRINT).one()
-        return PipelinesFingerprint(
-            pipelines=tuple(int(v) for v in p), tasks=tuple(int(v) for v in t)
-        )
 
     def list_tasks(self, *, pipeline_id: PipelineId | None = None) -> list[TaskRecord]:
         """Tasks of one pipeline, or of all, in (pipeline, index) order."""

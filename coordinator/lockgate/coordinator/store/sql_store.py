@@ -18,6 +18,8 @@ from __future__ import annotations
 from sqlalchemy.engine import Engine
 
 from lockgate.common.failpoints import Failpoints
+from lockgate.coordinator.domain.membership import ExecutorRecord
+from lockgate.coordinator.domain.pipelines import PipelinesFingerprint
 from lockgate.coordinator.store import migrate
 from lockgate.coordinator.store.checkpoint_store import CheckpointStore
 from lockgate.coordinator.store.data_loss_store import DataLossStore
@@ -26,11 +28,12 @@ from lockgate.coordinator.store.engine import (
     Database,
     SessionTimeouts,
     create_engine,
+    read_now_ms,
 )
 from lockgate.coordinator.store.lease_store import LeaseStore
-from lockgate.coordinator.store.membership_store import MembershipStore
+from lockgate.coordinator.store.membership_store import MembershipStore, read_executors
 from lockgate.coordinator.store.offset_store import OffsetStore
-from lockgate.coordinator.store.pipeline_store import PipelineStore
+from lockgate.coordinator.store.pipeline_store import PipelineStore, read_fingerprint
 from lockgate.coordinator.store.progress_store import ProgressStore
 from lockgate.coordinator.store.replica_store import ReplicaStore
 from lockgate.coordinator.store.request_store import RequestStore
@@ -92,6 +95,13 @@ class SqlStore:
     def close(self) -> None:
         """Release the connection pool."""
         self.database.close()
+
+    def read_cluster(self) -> tuple[PipelinesFingerprint, list[ExecutorRecord], int]:
+        """What each pass of the leader reads first, in one read transaction: the pipelines'
+        fingerprint (`PipelinesFingerprint`), then every executor (id order) and the
+        database's clock."""
+        with self.database.read() as conn:
+            return read_fingerprint(conn), read_executors(conn), read_now_ms(conn)
 
     def db_now_ms(self) -> int:
         """The database's clock, in milliseconds since the Unix epoch."""
