@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+from lockgate.client import coordinator_cli
 from lockgate.client.cli import app
 
 VALID = (
@@ -54,9 +56,13 @@ def test_a_number_written_as_zero_is_refused_not_read_as_the_default(tmp_path: P
     assert "cannot reach" not in output
 
 
-def test_a_number_left_out_still_takes_its_default(tmp_path: Path) -> None:
+def test_a_number_left_out_still_takes_its_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Valid: the CLI goes on to call the coordinator, which is not there; the channel tries
+    # again until the call's deadline, so a short one (not the CLI's 15 s) keeps this fast.
+    monkeypatch.setattr(coordinator_cli, "TIMEOUT_S", 1.0)
     code, output = create(tmp_path, VALID + "checkpoint: {timeout_ms: 5000}\n")
-    # Valid: the CLI goes on to call the coordinator, which is not there.
     assert code == 1 and "cannot reach a coordinator" in output, output
 
 
