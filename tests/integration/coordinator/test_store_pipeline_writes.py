@@ -140,15 +140,15 @@ def test_every_write_the_leaders_pass_plans_from_changes_the_fingerprint(
 ) -> None:
     """The rebalance and the trigger schedule plan again only when the fingerprint changes
     (issue 14): each write they depend on changes it, a trigger or a task's state does not."""
-    last = [store.read_cluster()[0]]
+    last = [store.read_cluster().fingerprint]
 
     def changed(what: str) -> None:
-        now = store.read_cluster()[0]
+        now = store.read_cluster().fingerprint
         assert now != last[-1], f"{what} left the fingerprint as it was"
         last.append(now)
 
     def unchanged(what: str) -> None:
-        assert store.read_cluster()[0] == last[-1], f"{what} changed the fingerprint"
+        assert store.read_cluster().fingerprint == last[-1], f"{what} changed the fingerprint"
 
     leader.pipelines.create(spec=spec("p", tasks_max=2), target_state=TargetState.RUNNING)
     changed("a create")

@@ -490,6 +490,35 @@ def test_a_pass_reads_the_fingerprint_and_the_executors_once(
     assert executors == [], "nothing to commit or abort: only the pass's view reads them"
 
 
+def test_a_pass_with_nothing_due_is_one_read_transaction(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a checkpoint timed out, which pipelines have transactions to abort and which
+    have checkpoints to commit come with the pass's view: a pass with nothing to do reads
+    once (it read four times: the view, the timeouts, the lingering, the pending commits),
+    and one with a COMPLETE checkpoint commits it after one more read."""
+    for name in ("a", "b"):
+        leader.pipelines.create(spec=spec(name), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)  # triggers checkpoint 1 of each (first due at once)
+    reads = counting(monkeypatch, leader.store.database, "read")
+    for _ in range(4):
+        leader.run_pass(fence)
+    assert len(reads) == 4, f"{len(reads)} read transactions in 4 passes with nothing due"
+    for report in precommits_of(leader, "a", 1, start=0, end=0):
+        leader.store.checkpoints.record_precommit(fence=fence, precommit=report)
+    reads.clear()
+    leader.run_pass(fence)
+    # The view, and the commit job's one read: its pending commits, the executors and the
+    # pipeline (it read them in three).
+    assert len(reads) == 2, reads
+    committed = leader.store.checkpoints.get_checkpoint(
+        pipeline_id=PipelineId("a"), checkpoint_id=CheckpointId(1)
+    )
+    assert committed.state is CheckpointState.COMMITTED
+
+
 def sqlite_steps(leader: Herder, work: Callable[[], None]) -> int:
     """SQLite virtual-machine steps (in hundreds) that `work` costs on the leader's
     connections: what its statements make SQLite do, rows scanned included, however few

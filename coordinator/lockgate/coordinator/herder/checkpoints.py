@@ -214,23 +214,36 @@ class CheckpointDriver:
             )
         )
 
-    def abort_timed_out(self, fence: Fence) -> None:
-        """Abort checkpoints older than their pipeline's timeout. Leader-only."""
+    def abort_timed_out(self, fence: Fence) -> bool:
+        """Abort checkpoints older than their pipeline's timeout; whether it aborted any.
+        Leader-only."""
         aborted = self._lease.leader_call(
             lambda f: self._store.checkpoints.abort_timed_out(fence=f)
         )
         self._outcomes.aborted(aborted, AbortKind.TIMEOUT)
         for pipeline_id, checkpoint_id in aborted:
             _LOG.warning("checkpoint %s of %s timed out: aborted", checkpoint_id, pipeline_id)
+        return bool(aborted)
 
     def send_aborts(
-        self, fence: Fence, *, only: PipelineId | None = None, wait: bool = True
+        self,
+        fence: Fence,
+        *,
+        only: PipelineId | None = None,
+        wait: bool = True,
+        known: frozenset[PipelineId] | None = None,
     ) -> None:
         """Abort the transactions of checkpoints that never became COMPLETE, then record
         it so they leave the lingering list: one job per pipeline on the call pool, which
         reads its lingering transactions afresh (so it never re-sends an abort a previous
-        job acked, which could hit a slot reused since). Leader-only; `wait`: until done."""
-        lingering = self._store.checkpoints.list_lingering_pipelines(pipeline_id=only)
+        job acked, which could hit a slot reused since). Leader-only; `wait`: until done;
+        `known`: the pipelines with lingering transactions, as the pass's view read them
+        (None: read them now)."""
+        lingering = (
+            known
+            if known is not None
+            else self._store.checkpoints.list_lingering_pipelines(pipeline_id=only)
+        )
         self._per_pipeline("abort", lingering, fence, self._abort_pipeline, wait)
 
     def _per_pipeline(
@@ -334,26 +347,41 @@ class CheckpointDriver:
     # ------------------------------------------------------------------ commits
 
     def commit_pending(
-        self, fence: Fence, *, only: PipelineId | None = None, wait: bool = True
+        self,
+        fence: Fence,
+        *,
+        only: PipelineId | None = None,
+        wait: bool = True,
+        known: frozenset[PipelineId] | None = None,
     ) -> None:
         """Commit every COMPLETE-not-COMMITTED checkpoint, oldest first per pipeline, until
         each is acked; then mark it COMMITTED (DESIGN.md step 4): one job per pipeline on
         the call pool, so a pipeline whose executor does not answer holds up no other.
-        Leader-only; `wait`: until done."""
-        pending = self._store.checkpoints.list_pending_commit_pipelines(pipeline_id=only)
+        Leader-only; `wait`: until done; `known`: the pipelines with checkpoints to commit,
+        as the pass's view read them (None: read them now)."""
+        pending = (
+            known
+            if known is not None
+            else self._store.checkpoints.list_pending_commit_pipelines(pipeline_id=only)
+        )
         self._per_pipeline("commit", pending, fence, self._commit_pipeline, wait)
 
     def _commit_pipeline(self, fence: Fence, pipeline_id: PipelineId) -> None:
         """The pipeline's pending commits, read afresh, in creation order: N+1 waits for
         N's ack."""
-        pending = self._store.checkpoints.list_pending_commits(pipeline_id=pipeline_id)
-        if not pending:
+        inputs = self._store.read_commit_inputs(pipeline_id)  # one read for all of it
+        if inputs is None:
             return
-        alive = self._membership.alive_executors()
-        for commit in pending:
+        alive = {
+            e.executor_id: e
+            for e in inputs.executors
+            if self._membership.is_alive(e, inputs.now_ms)
+        }
+        sink = inputs.pipeline.spec.sink
+        for commit in inputs.pending:
             done = self._backoff.attempt(
                 ("commit", commit.pipeline_id, commit.checkpoint_id),
-                lambda c=commit: self._commit_one(fence, c, alive),  # type: ignore[misc]
+                lambda c=commit: self._commit_one(fence, c, alive, sink),  # type: ignore[misc]
             )
             if done is None:
                 return
@@ -378,9 +406,12 @@ class CheckpointDriver:
             _LOG.warning("pipeline %s: %s", commit.pipeline_id, warning)
 
     def _commit_one(
-        self, fence: Fence, commit: PendingCommit, alive: Mapping[ExecutorId, ExecutorRecord]
+        self,
+        fence: Fence,
+        commit: PendingCommit,
+        alive: Mapping[ExecutorId, ExecutorRecord],
+        sink: KafkaSink,
     ) -> bool:
-        sink = self._store.pipelines.get_pipeline(pipeline_id=commit.pipeline_id).spec.sink
         groups: dict[ExecutorId, list[TransactionHandle]] = defaultdict(list)
         records: dict[ExecutorId, ExecutorRecord] = {}
         for task_handles in commit.handles:

@@ -251,11 +251,12 @@ class Herder:
             )
             with self._recover_lock:
                 self._recover_term = None
-        view = self.membership.cluster_view()  # read once for the rebalance and the triggers
+        view = self.membership.cluster_view()  # read once for every step of the pass
         self.notices.tell(fence, self.membership.rebalance(fence, view).told)
-        self.checkpoints.abort_timed_out(fence)
-        self.checkpoints.send_aborts(fence, wait=wait)
-        self.checkpoints.commit_pending(fence, wait=wait)
+        # A checkpoint aborted now has transactions the view's read predates: read again.
+        aborted = view.timed_out and self.checkpoints.abort_timed_out(fence)
+        self.checkpoints.send_aborts(fence, wait=wait, known=None if aborted else view.lingering)
+        self.checkpoints.commit_pending(fence, wait=wait, known=view.pending_commits)
         self.checkpoints.trigger_due(fence, view, wait=wait)
         self.checkpoints.settle_traces()
         return self.checkpoints.schedule.next_due_in_ms(view.now_ms)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from lockgate.common.errors import FencingToken, StaleTokenError
-from lockgate.common.model.ids import ExecutorId, Generation, TaskId
+from lockgate.common.model.ids import ExecutorId, Generation, PipelineId, TaskId
 from lockgate.coordinator.domain.assignment import (
     AssignmentPlan,
     ExecutorLiveness,
@@ -116,13 +116,18 @@ class ExecutorView:
 
 @dataclass(frozen=True)
 class ClusterView:
-    """What a pass of the work loop reads once for all its steps: the pipelines'
-    fingerprint, read first (a change after it shows in the next pass's), then the
-    executors with the database's clock."""
+    """What a pass of the work loop reads once for all its steps (`SqlStore.read_cluster`):
+    the pipelines' fingerprint, read first (a change after it shows in the next pass's),
+    the executors with the database's clock, and the pass's other duties: a timed-out
+    checkpoint to abort, the pipelines with transactions to abort (`lingering`) and those
+    with checkpoints to commit (`pending_commits`)."""
 
     fingerprint: PipelinesFingerprint
     executors: tuple[ExecutorRecord, ...]
     now_ms: int
+    timed_out: bool
+    lingering: frozenset[PipelineId]
+    pending_commits: frozenset[PipelineId]
 
 
 @dataclass(frozen=True)
@@ -195,10 +200,17 @@ class Membership:
         return {e.executor_id: e for e in executors if self.is_alive(e, now_ms)}
 
     def cluster_view(self) -> ClusterView:
-        """The pass's view (`ClusterView`): one read transaction of four small statements
+        """The pass's view (`ClusterView`): one read transaction of a few small statements
         however large the cluster."""
-        fingerprint, executors, now_ms = self._store.read_cluster()
-        return ClusterView(fingerprint=fingerprint, executors=tuple(executors), now_ms=now_ms)
+        read = self._store.read_cluster()
+        return ClusterView(
+            fingerprint=read.fingerprint,
+            executors=tuple(read.executors),
+            now_ms=read.now_ms,
+            timed_out=read.timed_out,
+            lingering=read.lingering,
+            pending_commits=read.pending_commits,
+        )
 
     def list_executors(self) -> list[ExecutorView]:
         """Every registered executor, its liveness by the database's clock, its tasks.

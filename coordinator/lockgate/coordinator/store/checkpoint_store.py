@@ -307,15 +307,16 @@ class CheckpointStore:
         """Abort every TRIGGERED checkpoint older than its pipeline's `checkpoint.timeout_ms`
         (database clock), with the later ones it takes along. Leader-only.
 
-        Looks in a read first: the work loop asks on every pass, and a write transaction
-        each time (the replica's write turn, SQLite's write lock) held up the pre-commit
-        reports for nothing. Re-checked inside the fenced transaction."""
+        Looks in a read first: a write transaction each time (the replica's write turn,
+        SQLite's write lock) held up the pre-commit reports for nothing; the work loop's
+        pass looks in its own first read (`SqlStore.read_cluster`) and calls this only when
+        that found one. Re-checked inside the fenced transaction."""
         with self._db.read() as conn:
-            if not _timed_out(conn):
+            if not timed_out_checkpoints(conn):
                 return []
         aborted: list[tuple[PipelineId, CheckpointId]] = []
         with self._db.transaction(fence=fence) as conn:
-            for late in _timed_out(conn):
+            for late in timed_out_checkpoints(conn):
                 read_pipeline(conn, late.pipeline_id, for_update=True)
                 reason = timeout_reason(
                     read_checkpoint(conn, late.pipeline_id, late.checkpoint_id),
@@ -564,8 +565,11 @@ _PRECOMMITTED_RANGES = sa.select(precommit_offsets).where(
 )
 
 
-def _timed_out(conn: Connection) -> list[TriggeredCheckpoint]:
-    """The earliest timed-out TRIGGERED checkpoint of each pipeline (`first_timed_out`)."""
+def timed_out_checkpoints(
+    conn: Connection, *, now_ms: int | None = None
+) -> list[TriggeredCheckpoint]:
+    """The earliest timed-out TRIGGERED checkpoint of each pipeline (`first_timed_out`) by
+    the database's clock, or by `now_ms` when the caller read it in the same transaction."""
     rows = conn.execute(_TRIGGERED_WITH_SPECS).all()
     if not rows:
         return []
@@ -578,8 +582,7 @@ def _timed_out(conn: Connection) -> list[TriggeredCheckpoint]:
         )
         for r in rows
     ]
-    now = read_now_ms(conn)
-    return first_timed_out(triggered, now_ms=now)
+    return first_timed_out(triggered, now_ms=read_now_ms(conn) if now_ms is None else now_ms)
 
 
 def _slot_use(

@@ -15,13 +15,17 @@ take the leader's `Fence` and write nothing (FencedError) once it no longer lead
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy.engine import Engine
 
 from lockgate.common.failpoints import Failpoints
+from lockgate.common.model.ids import PipelineId
+from lockgate.coordinator.domain.checkpoints import PendingCommit
 from lockgate.coordinator.domain.membership import ExecutorRecord
-from lockgate.coordinator.domain.pipelines import PipelinesFingerprint
+from lockgate.coordinator.domain.pipelines import PipelineRecord, PipelinesFingerprint
 from lockgate.coordinator.store import migrate
-from lockgate.coordinator.store.checkpoint_store import CheckpointStore
+from lockgate.coordinator.store.checkpoint_store import CheckpointStore, timed_out_checkpoints
 from lockgate.coordinator.store.data_loss_store import DataLossStore
 from lockgate.coordinator.store.engine import (
     DEFAULT_LEASE_MS,
@@ -35,8 +39,14 @@ from lockgate.coordinator.store.membership_store import MembershipStore, read_ex
 from lockgate.coordinator.store.offset_store import OffsetStore
 from lockgate.coordinator.store.pipeline_store import PipelineStore, read_fingerprint
 from lockgate.coordinator.store.progress_store import ProgressStore
+from lockgate.coordinator.store.recovery_queries import (
+    lingering_pipelines,
+    pending_commit_pipelines,
+    pending_commits,
+)
 from lockgate.coordinator.store.replica_store import ReplicaStore
 from lockgate.coordinator.store.request_store import RequestStore
+from lockgate.coordinator.store.rows import read_pipeline
 
 
 def open_store(
@@ -63,6 +73,35 @@ def open_store(
     return SqlStore(
         engine=create_engine(url, timeouts=timeouts), timeouts=timeouts, failpoints=failpoints
     )
+
+
+@dataclass(frozen=True)
+class ClusterRead:
+    """What each pass of the leader reads first, in one read transaction: the pipelines'
+    fingerprint (read first: a change after it shows in the next pass's read), every
+    executor (id order), the database's clock, and what the pass has to do beyond its
+    triggers: whether a TRIGGERED checkpoint is past its timeout, which pipelines have
+    transactions of ABORTED checkpoints to abort, and which have COMPLETE checkpoints to
+    commit. One read instead of four: the loop makes several passes per checkpoint."""
+
+    fingerprint: PipelinesFingerprint
+    executors: list[ExecutorRecord]
+    now_ms: int
+    timed_out: bool
+    lingering: frozenset[PipelineId]
+    pending_commits: frozenset[PipelineId]
+
+
+@dataclass(frozen=True)
+class CommitInputs:
+    """What a pipeline's commit job reads, in one read transaction: its COMPLETE, not
+    COMMITTED checkpoints with their handles (oldest first), every executor with the
+    database's clock (to pick the live ones to call), and the pipeline (its sink)."""
+
+    pending: list[PendingCommit]
+    executors: list[ExecutorRecord]
+    now_ms: int
+    pipeline: PipelineRecord
 
 
 class SqlStore:
@@ -96,12 +135,36 @@ class SqlStore:
         """Release the connection pool."""
         self.database.close()
 
-    def read_cluster(self) -> tuple[PipelinesFingerprint, list[ExecutorRecord], int]:
-        """What each pass of the leader reads first, in one read transaction: the pipelines'
-        fingerprint (`PipelinesFingerprint`), then every executor (id order) and the
-        database's clock."""
+    def read_cluster(self) -> ClusterRead:
+        """What each pass of the leader reads first (`ClusterRead`), in one read
+        transaction."""
         with self.database.read() as conn:
-            return read_fingerprint(conn), read_executors(conn), read_now_ms(conn)
+            fingerprint = read_fingerprint(conn)
+            executors = read_executors(conn)
+            now_ms = read_now_ms(conn)
+            return ClusterRead(
+                fingerprint=fingerprint,
+                executors=executors,
+                now_ms=now_ms,
+                timed_out=bool(timed_out_checkpoints(conn, now_ms=now_ms)),
+                lingering=lingering_pipelines(conn, None),
+                pending_commits=pending_commit_pipelines(conn, None),
+            )
+
+    def read_commit_inputs(self, pipeline_id: PipelineId) -> CommitInputs | None:
+        """What the commit job of `pipeline_id` reads (`CommitInputs`), in one read
+        transaction; None when it has nothing to commit. NotFound if the pipeline is gone
+        while a checkpoint of it is pending."""
+        with self.database.read() as conn:
+            pending = pending_commits(conn, [pipeline_id])
+            if not pending:
+                return None
+            return CommitInputs(
+                pending=pending,
+                executors=read_executors(conn),
+                now_ms=read_now_ms(conn),
+                pipeline=read_pipeline(conn, pipeline_id),
+            )
 
     def db_now_ms(self) -> int:
         """The database's clock, in milliseconds since the Unix epoch."""
