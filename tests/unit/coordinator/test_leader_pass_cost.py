@@ -456,7 +456,7 @@ def test_a_page_of_checkpoint_history_is_one_query_however_many_checkpoints(
 
         sa.event.listen(leader.store.engine, "before_cursor_execute", count)
         try:
-            page = leader.checkpoints.list_checkpoints(pipeline_id=pipeline, limit=100)
+            page = leader.pipelines.list_checkpoints(pipeline_id=pipeline, limit=100)
         finally:
             sa.event.remove(leader.store.engine, "before_cursor_execute", count)
         return len(statements), page

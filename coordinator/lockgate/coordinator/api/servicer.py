@@ -517,7 +517,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
                 if state is None:
                     raise InvalidArgument.for_field(f"states[{i}]", "is not a checkpoint state")
                 states.append(state)
-        records = self.herder.checkpoints.list_checkpoints(
+        records = self.herder.pipelines.list_checkpoints(
             pipeline_id=PipelineId(name),
             limit=size + 1,
             before=CheckpointId(before) if before is not None else None,
@@ -534,7 +534,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     ) -> coordinator_pb2.GetCheckpointResponse:
         """Any replica: one checkpoint with each task's part."""
         name = require(request.pipeline_name, "pipeline_name", "the pipeline's name")
-        record, ranges = self.herder.checkpoints.get_checkpoint_with_ranges(
+        record, ranges = self.herder.pipelines.get_checkpoint_with_ranges(
             pipeline_id=PipelineId(name), checkpoint_id=CheckpointId(request.checkpoint_id)
         )
         return coordinator_pb2.GetCheckpointResponse(

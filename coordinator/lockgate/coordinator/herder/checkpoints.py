@@ -53,8 +53,8 @@ from opentelemetry.trace import Status, StatusCode
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.metrics import COMMIT_RETRIES, Instruments
 from lockgate.common.model.handles import TransactionHandle
-from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId, TaskId
-from lockgate.common.model.offsets import OffsetRange, TopicPartition
+from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId
+from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.pipeline_spec import KafkaSink
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
@@ -145,43 +145,6 @@ class CheckpointDriver:
         self._keep_history = keep_history
         self.traces = traces or CheckpointTraces()
         self.schedule = TriggerSchedule(store=store, lease=lease)
-
-    # ------------------------------------------------------------------ reads
-
-    def list_checkpoints(
-        self,
-        *,
-        pipeline_id: PipelineId,
-        limit: int,
-        before: CheckpointId | None = None,
-        states: Sequence[CheckpointState] | None = None,
-    ) -> list[CheckpointRecord]:
-        """Checkpoint history with timings, newest first, without the tasks' parts (a
-        page is one query). Any replica."""
-        return self._store.checkpoints.list_checkpoints(
-            pipeline_id=pipeline_id, limit=limit, before=before, states=states, with_tasks=False
-        )
-
-    def get_checkpoint(
-        self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
-    ) -> CheckpointRecord:
-        """One checkpoint with each task's part (NotFound naming the pipeline or the
-        checkpoint). Any replica."""
-        self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
-        return self._store.checkpoints.get_checkpoint(
-            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
-        )
-
-    def get_checkpoint_with_ranges(
-        self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
-    ) -> tuple[CheckpointRecord, dict[TaskId, list[OffsetRange]]]:
-        """One checkpoint (as `get_checkpoint`) with the source ranges each task
-        pre-committed. Any replica."""
-        record = self.get_checkpoint(pipeline_id=pipeline_id, checkpoint_id=checkpoint_id)
-        ranges = self._store.checkpoints.precommit_ranges(
-            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
-        )
-        return record, ranges
 
     # ------------------------------------------------------------------ aborts
 

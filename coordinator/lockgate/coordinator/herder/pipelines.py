@@ -1,5 +1,6 @@
 """Pipeline lifecycle (Kafka Connect's herder side of connector configs): create, update,
-delete, target state, restart, offsets, and the reads of pipelines, tasks and status.
+delete, target state, restart, offsets, and the reads of pipelines, tasks, status and
+checkpoint history.
 
 Rules written here (the api only converts):
 - A pipeline is split into tasks over its source topics' partitions, read from Kafka.
@@ -267,6 +268,41 @@ class Pipelines:
             offsets=tuple(offsets),
             restored_checkpoint_id=restored_checkpoint(offsets),
         )
+
+    def list_checkpoints(
+        self,
+        *,
+        pipeline_id: PipelineId,
+        limit: int,
+        before: CheckpointId | None = None,
+        states: Sequence[CheckpointState] | None = None,
+    ) -> list[CheckpointRecord]:
+        """Checkpoint history with timings, newest first, without the tasks' parts (a
+        page is one query). Any replica."""
+        return self._store.checkpoints.list_checkpoints(
+            pipeline_id=pipeline_id, limit=limit, before=before, states=states, with_tasks=False
+        )
+
+    def get_checkpoint(
+        self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    ) -> CheckpointRecord:
+        """One checkpoint with each task's part (NotFound naming the pipeline or the
+        checkpoint). Any replica."""
+        self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
+        return self._store.checkpoints.get_checkpoint(
+            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+        )
+
+    def get_checkpoint_with_ranges(
+        self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+    ) -> tuple[CheckpointRecord, dict[TaskId, list[OffsetRange]]]:
+        """One checkpoint (as `get_checkpoint`) with the source ranges each task
+        pre-committed. Any replica."""
+        record = self.get_checkpoint(pipeline_id=pipeline_id, checkpoint_id=checkpoint_id)
+        ranges = self._store.checkpoints.precommit_ranges(
+            pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
+        )
+        return record, ranges
 
     def topic_violations(self, spec: PipelineSpec) -> list[FieldViolation]:
         """Every topic of the spec that does not exist in Kafka and every Kafka cluster
