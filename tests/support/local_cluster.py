@@ -3,11 +3,14 @@ runs) as the tests run it: on free ports and a home of the test's own, never the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,3 +90,15 @@ def run_cluster(
         env=env,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def traversable_home(prefix: str) -> Iterator[Path]:
+    """A cluster home PostgreSQL's unprivileged user can enter when the tests run as root
+    (pytest's tmp_path is private to root), removed afterwards."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    home.chmod(0o755)
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

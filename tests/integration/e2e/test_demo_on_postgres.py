@@ -10,10 +10,8 @@ than ``make demo`` (20,000 records, not 200,000), the same steps.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,17 +20,14 @@ import pytest
 
 from lockgate.localcluster.databases import COORDINATOR_DATABASE
 from lockgate.localcluster.ports import free_port
+from tests.support.local_cluster import traversable_home
 
 
 @pytest.fixture
 def postgres_home() -> Iterator[Path]:
     """A cluster home PostgreSQL's unprivileged user can enter when the tests run as root."""
-    home = Path(tempfile.mkdtemp(prefix="lockgate-demo-pg-"))
-    home.chmod(0o755)
-    try:
+    with traversable_home("lockgate-demo-pg-") as home:
         yield home
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
 
 
 #: Tries of ``cluster up`` on new ports. A free port is only probably free (``free_port``):

@@ -9,10 +9,6 @@ or the repository's .lockgate/.
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,7 +18,7 @@ from lockgate.localcluster.cluster import SCHEMA_REGISTRY
 from lockgate.localcluster.databases import COORDINATOR_DATABASE, POSTGRES, REGISTRY_DATABASE
 from lockgate.localcluster.ports import free_port
 from lockgate.localcluster.process import is_alive, port_holder, read_pid_file
-from tests.support.local_cluster import SCHEMA, ClusterPorts, run_cluster
+from tests.support.local_cluster import SCHEMA, ClusterPorts, run_cluster, traversable_home
 from tests.support.metrics import scrape, series_value
 from tests.support.processes import descendants, pid_alive
 from tests.support.waits import wait_for
@@ -82,18 +78,6 @@ def test_cluster_up_with_services_status_down_leaves_nothing_running(tmp_path: P
         run_cluster(home, ports, "down", services=services)
 
 
-@contextlib.contextmanager
-def _traversable_home() -> Iterator[Path]:
-    """A cluster home PostgreSQL's unprivileged user can enter when the tests run as root
-    (pytest's tmp_path is private to root), removed afterwards."""
-    home = Path(tempfile.mkdtemp(prefix="lockgate-home-"))
-    home.chmod(0o755)
-    try:
-        yield home
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-
-
 def _sql(port: int, database: str, query: str) -> list[tuple[object, ...]]:
     with psycopg.connect(f"host=127.0.0.1 port={port} user=postgres dbname={database}") as conn:
         return list(conn.execute(query).fetchall())
@@ -122,7 +106,7 @@ def test_cluster_on_postgres_elects_a_leader_there_and_keeps_the_registry_there(
     }
     names = ["kafka", POSTGRES, SCHEMA_REGISTRY, "coordinator-c1", "coordinator-c2"]
     names.append("coordinator-c3")
-    with _traversable_home() as home:
+    with traversable_home("lockgate-home-") as home:
         try:
             up = run_cluster(home, ports, "up", services=services)
             assert up.returncode == 0, up.stdout + up.stderr
