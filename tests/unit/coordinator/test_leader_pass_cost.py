@@ -629,6 +629,34 @@ def test_an_abort_no_executor_can_take_does_not_wake_the_loop_until_one_does(
     assert leader._wake.is_set(), "an acked abort did not wake the loop"
 
 
+def test_the_pass_that_moves_a_task_sends_the_aborts_of_the_checkpoint_it_aborted(
+    leader: Herder,
+) -> None:
+    """Moving a task aborts its pipeline's in-flight checkpoint, after the pass's view was
+    read: the same pass reads the lingering transactions again and sends their aborts, as
+    it did when it always read them afresh, rather than leaving them to the next pass."""
+    leader.pipelines.create(spec=spec("p"), target_state=TargetState.RUNNING)
+    run_tasks(leader, "e1")
+    run_tasks(leader, "e2")
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    assert set(triggered(leader)) == {("p", 1)}, "one call to each executor"
+    with leader.store.engine.begin() as conn:  # e1 silent past its session and the delay
+        conn.execute(
+            executors.update()
+            .where(executors.c.executor_id == "e1")
+            .values(last_heartbeat_ms=leader.store.db_now_ms() - 600_000)
+        )
+    leader.run_pass(fence)
+    record = leader.store.checkpoints.get_checkpoint(
+        pipeline_id=PipelineId("p"), checkpoint_id=CheckpointId(1)
+    )
+    assert record.state is CheckpointState.ABORTED
+    assert leader.store.checkpoints.list_lingering_pipelines() == set(), (
+        "the pass that aborted checkpoint 1 did not send its aborts"
+    )
+
+
 def test_a_pending_commits_handles_are_read_once_by_its_pipelines_commit_job(
     leader: Herder,
 ) -> None:

@@ -252,10 +252,13 @@ class Herder:
             with self._recover_lock:
                 self._recover_term = None
         view = self.membership.cluster_view()  # read once for every step of the pass
-        self.notices.tell(fence, self.membership.rebalance(fence, view).told)
-        # A checkpoint aborted now has transactions the view's read predates: read again.
+        rebalance = self.membership.rebalance(fence, view)
+        self.notices.tell(fence, rebalance.told)
         aborted = view.timed_out and self.checkpoints.abort_timed_out(fence)
-        self.checkpoints.send_aborts(fence, wait=wait, known=None if aborted else view.lingering)
+        # A checkpoint aborted now (timed out, or its task moved) has transactions the
+        # view's read predates: read them again.
+        fresh = aborted or bool(rebalance.changed)
+        self.checkpoints.send_aborts(fence, wait=wait, known=None if fresh else view.lingering)
         self.checkpoints.commit_pending(fence, wait=wait, known=view.pending_commits)
         self.checkpoints.trigger_due(fence, view, wait=wait)
         self.checkpoints.settle_traces()
