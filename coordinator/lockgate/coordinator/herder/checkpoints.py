@@ -86,11 +86,11 @@ from lockgate.coordinator.herder.leader_commits import (
     commit_from_leader,
 )
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
-from lockgate.coordinator.herder.membership import ClusterView, Membership, pick_executor
+from lockgate.coordinator.herder.membership import Membership, pick_executor
 from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.traces import EXECUTOR_ID, CheckpointTraces
 from lockgate.coordinator.herder.trigger_schedule import TriggerSchedule
-from lockgate.coordinator.store.sql_store import SqlStore
+from lockgate.coordinator.store.sql_store import ClusterView, SqlStore
 
 _LOG = logging.getLogger(__name__)
 
@@ -335,11 +335,7 @@ class CheckpointDriver:
         inputs = self._store.read_commit_inputs(pipeline_id)  # one read for all of it
         if inputs is None:
             return
-        alive = {
-            e.executor_id: e
-            for e in inputs.executors
-            if self._membership.is_alive(e, inputs.now_ms)
-        }
+        alive = self._membership.alive_among(inputs.executors, inputs.now_ms)
         sink = inputs.pipeline.spec.sink
         for commit in inputs.pending:
             done = self._backoff.attempt(
@@ -555,7 +551,7 @@ class CheckpointDriver:
         pipelines = self.schedule.due(fence, view.fingerprint, now_ms)
         if not pipelines:
             return
-        alive = {e.executor_id: e for e in executors if self._membership.is_alive(e, now_ms)}
+        alive = self._membership.alive_among(executors, now_ms)
         free = {
             p.pipeline_id: p
             for p in pipelines

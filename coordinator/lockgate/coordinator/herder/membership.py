@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from lockgate.common.errors import FencingToken, StaleTokenError
-from lockgate.common.model.ids import ExecutorId, Generation, PipelineId, TaskId
+from lockgate.common.model.ids import ExecutorId, Generation, TaskId
 from lockgate.coordinator.domain.assignment import (
     AssignmentPlan,
     ExecutorLiveness,
@@ -59,7 +59,7 @@ from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.pipelines import all_pipelines, restored_checkpoint
 from lockgate.coordinator.herder.settings import CoordinatorSettings
-from lockgate.coordinator.store.sql_store import SqlStore
+from lockgate.coordinator.store.sql_store import ClusterView, SqlStore
 
 _LOG = logging.getLogger(__name__)
 
@@ -112,22 +112,6 @@ class ExecutorView:
     liveness: ExecutorLiveness
     tasks: tuple[TaskId, ...]
     """Its tasks, by pipeline and index."""
-
-
-@dataclass(frozen=True)
-class ClusterView:
-    """What a pass of the work loop reads once for all its steps (`SqlStore.read_cluster`):
-    the pipelines' fingerprint, read first (a change after it shows in the next pass's),
-    the executors with the database's clock, and the pass's other duties: a timed-out
-    checkpoint to abort, the pipelines with transactions to abort (`lingering`) and those
-    with checkpoints to commit (`pending_commits`)."""
-
-    fingerprint: PipelinesFingerprint
-    executors: tuple[ExecutorRecord, ...]
-    now_ms: int
-    timed_out: bool
-    lingering: frozenset[PipelineId]
-    pending_commits: frozenset[PipelineId]
 
 
 @dataclass(frozen=True)
@@ -197,20 +181,19 @@ class Membership:
     def alive_executors(self) -> dict[ExecutorId, ExecutorRecord]:
         """Every executor alive now, by id."""
         executors, now_ms = self._store.executors.list_executors()
+        return self.alive_among(executors, now_ms)
+
+    def alive_among(
+        self, executors: Iterable[ExecutorRecord], now_ms: int
+    ) -> dict[ExecutorId, ExecutorRecord]:
+        """Those of `executors` alive at `now_ms` (the database's clock, read with them),
+        by id."""
         return {e.executor_id: e for e in executors if self.is_alive(e, now_ms)}
 
     def cluster_view(self) -> ClusterView:
         """The pass's view (`ClusterView`): one read transaction of a few small statements
         however large the cluster."""
-        read = self._store.read_cluster()
-        return ClusterView(
-            fingerprint=read.fingerprint,
-            executors=tuple(read.executors),
-            now_ms=read.now_ms,
-            timed_out=read.timed_out,
-            lingering=read.lingering,
-            pending_commits=read.pending_commits,
-        )
+        return self._store.read_cluster()
 
     def list_executors(self) -> list[ExecutorView]:
         """Every registered executor, its liveness by the database's clock, its tasks.

@@ -76,16 +76,17 @@ def open_store(
 
 
 @dataclass(frozen=True)
-class ClusterRead:
-    """What each pass of the leader reads first, in one read transaction: the pipelines'
-    fingerprint (read first: a change after it shows in the next pass's read), every
-    executor (id order), the database's clock, and what the pass has to do beyond its
-    triggers: whether a TRIGGERED checkpoint is past its timeout, which pipelines have
-    transactions of ABORTED checkpoints to abort, and which have COMPLETE checkpoints to
-    commit. One read instead of four: the loop makes several passes per checkpoint."""
+class ClusterView:
+    """What each pass of the leader reads first, in one read transaction, for all its
+    steps: the pipelines' fingerprint (read first: a change after it shows in the next
+    pass's read), every executor (id order), the database's clock, and what the pass has to
+    do beyond its triggers: whether a TRIGGERED checkpoint is past its timeout, which
+    pipelines have transactions of ABORTED checkpoints to abort (`lingering`), and which
+    have COMPLETE checkpoints to commit (`pending_commits`). One read instead of four: the
+    loop makes several passes per checkpoint."""
 
     fingerprint: PipelinesFingerprint
-    executors: list[ExecutorRecord]
+    executors: tuple[ExecutorRecord, ...]
     now_ms: int
     timed_out: bool
     lingering: frozenset[PipelineId]
@@ -135,16 +136,16 @@ class SqlStore:
         """Release the connection pool."""
         self.database.close()
 
-    def read_cluster(self) -> ClusterRead:
-        """What each pass of the leader reads first (`ClusterRead`), in one read
+    def read_cluster(self) -> ClusterView:
+        """What each pass of the leader reads first (`ClusterView`), in one read
         transaction."""
         with self.database.read() as conn:
             fingerprint = read_fingerprint(conn)
             executors = read_executors(conn)
             now_ms = read_now_ms(conn)
-            return ClusterRead(
+            return ClusterView(
                 fingerprint=fingerprint,
-                executors=executors,
+                executors=tuple(executors),
                 now_ms=now_ms,
                 timed_out=bool(timed_out_checkpoints(conn, now_ms=now_ms)),
                 lingering=lingering_pipelines(conn, None),
