@@ -11,22 +11,24 @@ import pytest
 import sqlalchemy as sa
 
 from lockgate.common.model.handles import TransactionHandle
-from lockgate.common.model.ids import Generation, PipelineId
+from lockgate.common.model.ids import Generation, PipelineId, TaskId
 from lockgate.common.model.offsets import OffsetRange
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit
 from lockgate.coordinator.domain.errors import FencedError, InvalidArgument, StaleGeneration
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.store import SqlStore
-from lockgate.coordinator.store.tables import precommit_handles, precommit_offsets
+from lockgate.coordinator.store.tables import precommit_handles, precommit_offsets, source_offsets
 from tests.integration.coordinator.test_store import (
     lead,
     open_stores,  # noqa: F401 - fixture
+    pipeline_with_tasks,
     store_url,  # noqa: F401 - fixture
     wait_for_expiry,
 )
 from tests.integration.coordinator.test_store_checkpoints import (
     E1,
+    E2,
     C,
     offsets_table,
     running_pipeline,
@@ -130,3 +132,94 @@ def test_a_fenced_batch_records_nothing(open_stores: Callable[..., SqlStore]) ->
     assert (record.state, record.precommitted) == (CheckpointState.TRIGGERED, frozenset())
     assert rows(new_store) == (0, 0)
     assert offsets_table(new_store) == {}
+
+
+def reports_of(
+    store: SqlStore, pipeline: str, checkpoint_id: int, *, start: int, end: int
+) -> dict[TaskId, Precommit]:
+    """Each task's genuine report of the checkpoint: [start, end) of each of its partitions."""
+    record = store.checkpoints.get_checkpoint(
+        pipeline_id=PipelineId(pipeline), checkpoint_id=C(checkpoint_id)
+    )
+    reports = {}
+    for t in record.tasks:
+        assert t.executor_id is not None
+        reports[t.task_id] = Precommit(
+            pipeline_id=PipelineId(pipeline),
+            checkpoint_id=C(checkpoint_id),
+            task_id=t.task_id,
+            task_generation=t.task_generation,
+            executor_id=t.executor_id,
+            executor_generation=store.executors.get_executor(executor_id=t.executor_id).generation,
+            offsets=tuple(
+                OffsetRange(tp.topic, tp.partition, start, end)
+                for tp in store.pipelines.get_task(task_id=t.task_id).partitions
+            ),
+            handles=(TransactionHandle(t.transactional_id, 7, 0),),
+        )
+    return reports
+
+
+def restore_points(store: SqlStore) -> dict[tuple[str, str, int], tuple[int, int | None]]:
+    """Each pipeline's restore offset per partition, with the checkpoint it came from."""
+    with store.engine.connect() as conn:
+        return {
+            (r.pipeline_id, r.topic, r.partition): (r.next_offset, r.checkpoint_id)
+            for r in conn.execute(sa.select(source_offsets))
+        }
+
+
+def test_a_batch_mixing_pipelines_and_checkpoints_completes_each_as_it_alone_would(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """An executor's batch at scale holds several pipelines' reports, and may hold two
+    checkpoints of one pipeline; the store checks, writes and completes them in bulk
+    (issue 14). Each checkpoint still completes only when all its tasks have
+    pre-committed and no earlier one of its pipeline is TRIGGERED; a checkpoint's start
+    is the end of the earlier one still TRIGGERED; and each pipeline resumes from its
+    latest COMPLETE checkpoint's ends, not another pipeline's or an older one's."""
+    store = open_stores()
+    fence = lead(store)
+    p_tasks = pipeline_with_tasks(store, fence, "p")
+    q_tasks = pipeline_with_tasks(store, fence, "q")
+    store.executors.register_executor(fence=fence, executor_id=E1, address="e1:1")
+    store.executors.register_executor(fence=fence, executor_id=E2, address="e2:1")
+    store.pipelines.apply_assignment(
+        fence=fence, assignment={E1: {p_tasks[0], q_tasks[0]}, E2: {p_tasks[1], q_tasks[1]}}
+    )
+    for pipeline in ("p", "p", "q"):  # p: 1 and 2 in flight; q: 1
+        store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId(pipeline))
+    p1 = reports_of(store, "p", 1, start=0, end=3)
+    p2 = reports_of(store, "p", 2, start=3, end=8)
+    q1 = reports_of(store, "q", 1, start=0, end=4)
+
+    [after] = store.checkpoints.record_precommit_batch(fence=fence, precommits=[p1[p_tasks[0]]])
+    assert states([after]) == [CheckpointState.TRIGGERED]
+
+    # p:2 (task 0's start is its p:1 end, p:1 being TRIGGERED), task 0's from the wrong
+    # start; and q:1 in full.
+    wrong = dataclasses.replace(
+        p2[p_tasks[0]],
+        offsets=tuple(dataclasses.replace(r, start_offset=0) for r in p2[p_tasks[0]].offsets),
+    )
+    first = store.checkpoints.record_precommit_batch(
+        fence=fence, precommits=[wrong, p2[p_tasks[1]], *q1.values()]
+    )
+    assert states(first) == [
+        InvalidArgument,
+        CheckpointState.TRIGGERED,
+        CheckpointState.COMPLETE,
+        CheckpointState.COMPLETE,
+    ]
+    q_ends = {("q", "in", n): (4, 1) for n in range(4)}
+    assert restore_points(store) == q_ends
+
+    # The rest of p:1 completes it, and p:2's last report in the same batch completes p:2.
+    second = store.checkpoints.record_precommit_batch(
+        fence=fence, precommits=[p1[p_tasks[1]], p2[p_tasks[0]]]
+    )
+    assert states(second) == [CheckpointState.COMPLETE] * 2
+    for n in (1, 2):
+        record = store.checkpoints.get_checkpoint(pipeline_id=PipelineId("p"), checkpoint_id=C(n))
+        assert record.state is CheckpointState.COMPLETE
+    assert restore_points(store) == {**q_ends, **{("p", "in", n): (8, 2) for n in range(4)}}

@@ -403,6 +403,21 @@ def test_a_heartbeat_reads_its_own_executor_only(
     assert expired.value.reason == "SESSION_EXPIRED"
 
 
+def statements_of(leader: Herder, work: Callable[[], object]) -> list[str]:
+    """The SQL statements `work` sends on the leader's connections."""
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    sa.event.listen(leader.store.engine, "before_cursor_execute", record)
+    try:
+        work()
+    finally:
+        sa.event.remove(leader.store.engine, "before_cursor_execute", record)
+    return statements
+
+
 def test_a_heartbeats_full_answer_costs_the_same_statements_however_many_pipelines(
     leader: Herder,
 ) -> None:
@@ -412,20 +427,17 @@ def test_a_heartbeats_full_answer_costs_the_same_statements_however_many_pipelin
     def full_answer_statements() -> tuple[int, int]:
         e1 = ExecutorId("e1")
         generation = leader.store.executors.get_executor(executor_id=e1).generation
-        statements: list[str] = []
-
-        def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-            statements.append(statement)
-
-        sa.event.listen(leader.store.engine, "before_cursor_execute", count)
-        try:
-            answer = leader.membership.heartbeat(
-                executor_id=e1, generation=generation, reports=[], known_assignment_version=0
-            )
-        finally:
-            sa.event.remove(leader.store.engine, "before_cursor_execute", count)
-        assert not answer.unchanged
-        return len(statements), len(answer.tasks)
+        answers: list[Any] = []
+        statements = statements_of(
+            leader,
+            lambda: answers.append(
+                leader.membership.heartbeat(
+                    executor_id=e1, generation=generation, reports=[], known_assignment_version=0
+                )
+            ),
+        )
+        assert not answers[0].unchanged
+        return len(statements), len(answers[0].tasks)
 
     for name in ("a", "b"):
         leader.pipelines.create(spec=spec(name), target_state=TargetState.RUNNING)
@@ -698,3 +710,39 @@ def test_a_pending_commits_handles_are_read_once_by_its_pipelines_commit_job(
     )
     assert committed.state is CheckpointState.COMMITTED
     assert len(handle_reads) == 1, handle_reads
+
+
+def test_a_report_batch_costs_the_same_statements_however_many_pipelines_it_mixes(
+    leader: Herder,
+) -> None:
+    """At scale an executor's ReportPrecommits batch holds many pipelines' reports (one
+    executor runs tasks of hundreds). The batch reads each pipeline's lock and sink, its
+    checkpoint, tasks and start offsets, writes the pre-commits, and completes the
+    checkpoints they make ready, each step for the whole batch at once: a batch of 8
+    pipelines' reports sends the statements one of 2 does (17; before, 66 against 24:
+    seven more per pipeline). Each report is still checked on its own, and every
+    checkpoint completes."""
+
+    def batch_statements(names: list[str]) -> int:
+        reports = [r for n in names for r in precommits_of(leader, n, 1, start=0, end=5)]
+        answers: list[Any] = []
+        statements = statements_of(
+            leader,
+            lambda: answers.extend(
+                leader.store.checkpoints.record_precommit_batch(
+                    fence=leader.require_fence(), precommits=reports
+                )
+            ),
+        )
+        assert len(answers) == len(reports) == 2 * len(names)
+        assert {a.state for a in answers} == {CheckpointState.COMPLETE}, answers
+        return len(statements)
+
+    few = ["a", "b"]
+    many = ["c", "d", "e", "f", "g", "h", "i", "j"]
+    for name in few + many:
+        leader.pipelines.create(spec=spec(name, interval_ms=1), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    leader.run_pass(leader.require_fence())
+    assert {n for n, c in triggered(leader) if c == 1} == set(few + many)
+    assert batch_statements(many) == batch_statements(few)

@@ -25,7 +25,7 @@ from lockgate.common.model.ids import (
     TaskId,
     split_task_id,
 )
-from lockgate.common.model.offsets import OffsetRange, next_offsets
+from lockgate.common.model.offsets import OffsetRange
 from lockgate.coordinator.domain.aborts import timeout_reason
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
@@ -36,7 +36,6 @@ from lockgate.coordinator.domain.checkpoints import (
     TriggeredCheckpoint,
     TriggerPlan,
     check_handles_abortable,
-    checkpoints_to_complete,
     first_timed_out,
     plan_trigger,
     restore_states_of,
@@ -53,9 +52,9 @@ from lockgate.coordinator.domain.states import CheckpointState, transition_check
 from lockgate.coordinator.store.checkpoint_aborts import apply_abort
 from lockgate.coordinator.store.engine import Database, db_now_ms, read_now_ms, upsert
 from lockgate.coordinator.store.history import prune_history
-from lockgate.coordinator.store.offset_store import next_offsets_of, write_next_offsets
+from lockgate.coordinator.store.offset_store import next_offsets_of
 from lockgate.coordinator.store.precommit_rows import (
-    precommit_counts,
+    complete_ready,
     precommit_snapshot,
     store_precommits,
     write_precommits,
@@ -83,7 +82,6 @@ from lockgate.coordinator.store.tables import (
     checkpoint_tasks,
     checkpoints,
     pipelines,
-    precommit_offsets,
     transactional_ids,
 )
 from lockgate.coordinator.store.trigger_queries import (
@@ -152,8 +150,8 @@ class CheckpointStore:
             read_pipeline(conn, precommit.pipeline_id, for_update=True)
             store_precommits(conn, [precommit])
             if complete_if_ready:
-                completed = _complete_ready(conn, precommit.pipeline_id, precommit.checkpoint_id)
-                self._reach_inside_complete(precommit.pipeline_id, completed)
+                key = (precommit.pipeline_id, precommit.checkpoint_id)
+                self._reach_inside_complete(complete_ready(conn, [key]))
             return read_checkpoint(conn, precommit.pipeline_id, precommit.checkpoint_id)
 
     def record_precommits(
@@ -168,9 +166,7 @@ class CheckpointStore:
         touched = list(group_by_checkpoint(precommits))
         with self._db.transaction(fence=fence) as conn:
             store_precommits(conn, precommits)  # locks the pipelines first
-            for pipeline_id, checkpoint_id in sorted(touched):
-                completed = _complete_ready(conn, pipeline_id, checkpoint_id)
-                self._reach_inside_complete(pipeline_id, completed)
+            self._reach_inside_complete(complete_ready(conn, touched))
             return read_checkpoint_summaries(conn, touched)
 
     def record_precommit_batch(
@@ -187,8 +183,7 @@ class CheckpointStore:
             # The snapshot locks the pipelines first; a deleted pipeline has no checkpoint:
             # the domain refuses its reports.
             accepted, refused = sort_precommits(precommits, **precommit_snapshot(conn, precommits))
-            for key, fresh in sorted(accepted.items()):
-                write_precommits(conn, key, fresh)
+            write_precommits(conn, accepted)
             touched = sorted(
                 {
                     (p.pipeline_id, p.checkpoint_id)
@@ -196,9 +191,7 @@ class CheckpointStore:
                     if i not in refused
                 }
             )
-            for pipeline_id, checkpoint_id in touched:
-                completed = _complete_ready(conn, pipeline_id, checkpoint_id)
-                self._reach_inside_complete(pipeline_id, completed)
+            self._reach_inside_complete(complete_ready(conn, touched))
             states = {
                 (r.pipeline_id, r.checkpoint_id): r
                 for r in read_checkpoint_summaries(conn, touched)
@@ -208,11 +201,9 @@ class CheckpointStore:
             for i, p in enumerate(precommits)
         ]
 
-    def _reach_inside_complete(
-        self, pipeline_id: PipelineId, completed: Sequence[CheckpointId]
-    ) -> None:
+    def _reach_inside_complete(self, completed: Sequence[tuple[PipelineId, CheckpointId]]) -> None:
         """The `inside_complete_transaction` failpoint: COMPLETE is written, not committed."""
-        for checkpoint_id in completed:
+        for pipeline_id, checkpoint_id in completed:
             self._failpoints.reach(
                 Failpoint.INSIDE_COMPLETE_TRANSACTION,
                 detail=f"checkpoint {checkpoint_id} of pipeline {pipeline_id}",
@@ -559,10 +550,6 @@ _NEXT_CHECKPOINT_ID = (
 _NEW_CHECKPOINT = checkpoints.insert().values(
     state=CheckpointState.TRIGGERED.value, triggered_at_ms=db_now_ms()
 )
-_PRECOMMITTED_RANGES = sa.select(precommit_offsets).where(
-    precommit_offsets.c.pipeline_id == sa.bindparam("pipeline_id"),
-    precommit_offsets.c.checkpoint_id == sa.bindparam("checkpoint_id"),
-)
 
 
 def timed_out_checkpoints(
@@ -640,36 +627,3 @@ def _write_trigger(conn: Connection, plan: TriggerPlan, leader_epoch: LeaderEpoc
         # one before (`transactional_ids.py`, the bound on distinct ids).
         key=["pipeline_id", "task_index", "slot"],
     )
-
-
-def _complete_ready(
-    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
-) -> list[CheckpointId]:
-    """Write COMPLETE, with the pipeline's restore offsets, for each checkpoint from N on
-    that `checkpoints_to_complete` says is ready: the commit point (DESIGN.md step 3).
-    Returns the checkpoints it wrote COMPLETE."""
-    completed: list[CheckpointId] = []
-    states = checkpoint_states(conn, pipeline_id)
-    triggered = [
-        c for c, s in states.items() if s is CheckpointState.TRIGGERED and c >= checkpoint_id
-    ]
-    counts = precommit_counts(conn, pipeline_id, triggered)
-    for current in checkpoints_to_complete(checkpoint_id, states=states, counts=counts):
-        if not move_checkpoint(
-            conn,
-            pipeline_id,
-            current,
-            was=CheckpointState.TRIGGERED,
-            to=CheckpointState.COMPLETE,
-            completed_at_ms=db_now_ms(),
-        ):
-            return completed
-        completed.append(current)
-        ranges = [
-            OffsetRange(r.topic, int(r.partition), int(r.start_offset), int(r.end_offset))
-            for r in conn.execute(
-                _PRECOMMITTED_RANGES, {"pipeline_id": pipeline_id, "checkpoint_id": current}
-            )
-        ]
-        write_next_offsets(conn, pipeline_id, next_offsets(ranges), checkpoint_id=current)
-    return completed

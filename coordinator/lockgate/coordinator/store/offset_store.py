@@ -95,6 +95,17 @@ def write_next_offsets(
 ) -> None:
     """Set where the pipeline resumes these partitions: from the COMPLETE checkpoint that
     read up to them (in its commit-point transaction), or None for an offset reset."""
+    write_restore_points(
+        conn, {(pipeline_id, tp): (offset, checkpoint_id) for tp, offset in offsets.items()}
+    )
+
+
+def write_restore_points(
+    conn: Connection,
+    points: Mapping[tuple[PipelineId, TopicPartition], tuple[int, CheckpointId | None]],
+) -> None:
+    """Set where each pipeline resumes each partition, and from which checkpoint (None: a
+    reset), across pipelines in one statement (the COMPLETE of a report batch's many)."""
     upsert(
         conn,
         source_offsets,
@@ -106,7 +117,7 @@ def write_next_offsets(
                 "next_offset": offset,
                 "checkpoint_id": checkpoint_id,
             }
-            for tp, offset in sorted(offsets.items())
+            for (pipeline_id, tp), (offset, checkpoint_id) in sorted(points.items())
         ],
         key=("pipeline_id", "topic", "partition"),
     )

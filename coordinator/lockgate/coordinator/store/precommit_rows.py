@@ -1,22 +1,28 @@
 """Pre-commit records: checking a batch of reports against what their checkpoints asked,
-and writing the accepted ones (tables `precommit_offsets`, `precommit_handles`, the
-producer ids of `transactional_ids`, `checkpoint_tasks.precommitted_at_ms`). Called inside
-`CheckpointStore`'s fenced transactions, which write COMPLETE after them."""
+writing the accepted ones (tables `precommit_offsets`, `precommit_handles`, the producer
+ids of `transactional_ids`, `checkpoint_tasks.precommitted_at_ms`), and writing COMPLETE
+for the checkpoints they make ready. Called inside `CheckpointStore`'s fenced
+transactions. Each step is a few statements for the whole batch, however many pipelines
+it mixes (issue 14: at scale an executor's batch holds many pipelines' reports)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from lockgate.common.errors import Aborted
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.common.model.offsets import TopicPartition
-from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit, PrecommitCount
-from lockgate.coordinator.domain.errors import NotFound
+from lockgate.coordinator.domain.checkpoints import (
+    CheckpointRecord,
+    Precommit,
+    PrecommitCount,
+    checkpoints_to_complete,
+)
 from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.precommits import (
     CheckpointKey,
@@ -25,16 +31,19 @@ from lockgate.coordinator.domain.precommits import (
 )
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.store.engine import db_now_ms
-from lockgate.coordinator.store.offset_store import next_offsets_of
+from lockgate.coordinator.store.offset_store import next_offsets_of, write_restore_points
 from lockgate.coordinator.store.rows import (
+    checkpoint_states_of,
     executor_generations,
-    find_checkpoint,
-    read_pipeline,
+    find_checkpoints_of_tasks,
+    of_checkpoint_keys,
+    parsed_spec,
     read_tasks_by_id,
 )
 from lockgate.coordinator.store.tables import (
     checkpoint_tasks,
     checkpoints,
+    pipelines,
     precommit_handles,
     precommit_offsets,
     transactional_ids,
@@ -42,45 +51,25 @@ from lockgate.coordinator.store.tables import (
 
 # Every report batch runs these: built once with bound parameters, as `rows`' keyed reads
 # (building a statement cost about twice executing it).
-_EARLIER_TRIGGERED_RANGES = (
-    sa.select(
-        precommit_offsets.c.topic, precommit_offsets.c.partition, precommit_offsets.c.end_offset
-    )
-    .where(
-        precommit_offsets.c.pipeline_id == sa.bindparam("pipeline_id"),
-        precommit_offsets.c.checkpoint_id.in_(
-            # The earlier TRIGGERED checkpoints first (none, as a rule), then their ranges:
-            # a join led by the ranges walked every earlier checkpoint's, so a report's cost
-            # grew with the pipeline's history.
-            sa.select(checkpoints.c.checkpoint_id)
-            .where(
-                checkpoints.c.pipeline_id == sa.bindparam("pipeline_id"),
-                checkpoints.c.checkpoint_id < sa.bindparam("checkpoint_id"),
-                checkpoints.c.state == CheckpointState.TRIGGERED.value,
-            )
-            .scalar_subquery()
-        ),
-    )
-    .order_by(precommit_offsets.c.checkpoint_id)
+_SPECS_FOR_UPDATE = (
+    sa.select(pipelines.c.pipeline_id, pipelines.c.spec_json)
+    .where(pipelines.c.pipeline_id.in_(sa.bindparam("pipeline_ids", expanding=True)))
+    .order_by(pipelines.c.pipeline_id)
+    .with_for_update()
 )
-_PRECOMMIT_COUNTS = (
-    sa.select(
-        checkpoint_tasks.c.checkpoint_id,
-        sa.func.count(),
-        sa.func.count(checkpoint_tasks.c.precommitted_at_ms),
-    )
-    .where(
-        checkpoint_tasks.c.pipeline_id == sa.bindparam("pipeline_id"),
-        checkpoint_tasks.c.checkpoint_id.in_(sa.bindparam("checkpoint_ids", expanding=True)),
-    )
-    .group_by(checkpoint_tasks.c.checkpoint_id)
+_RANGE_COLUMNS = (
+    precommit_offsets.c.pipeline_id,
+    precommit_offsets.c.checkpoint_id,
+    precommit_offsets.c.topic,
+    precommit_offsets.c.partition,
+    precommit_offsets.c.end_offset,
 )
 _MARK_PRECOMMITTED = (
     checkpoint_tasks.update()
     .where(
         checkpoint_tasks.c.pipeline_id == sa.bindparam("the_pipeline_id"),
         checkpoint_tasks.c.checkpoint_id == sa.bindparam("the_checkpoint_id"),
-        checkpoint_tasks.c.task_id.in_(sa.bindparam("task_ids", expanding=True)),
+        checkpoint_tasks.c.task_id == sa.bindparam("the_task_id"),
     )
     .values(precommitted_at_ms=db_now_ms())
 )
@@ -96,11 +85,9 @@ _PRODUCER_IDS = (
 
 
 def store_precommits(conn: Connection, precommits: Sequence[Precommit]) -> None:
-    """Check and store pre-commits with a handful of statements per checkpoint, however
-    many tasks report (a 100-task checkpoint is one round of bulk writes)."""
-    accepted = accept_precommits(precommits, **precommit_snapshot(conn, precommits))
-    for key, fresh in accepted.items():
-        write_precommits(conn, key, fresh)
+    """Check and store pre-commits with a handful of statements, however many tasks and
+    checkpoints report (a 100-task checkpoint is one round of bulk writes)."""
+    write_precommits(conn, accept_precommits(precommits, **precommit_snapshot(conn, precommits)))
 
 
 class PrecommitSnapshot(TypedDict):
@@ -119,108 +106,203 @@ def precommit_snapshot(conn: Connection, precommits: Sequence[Precommit]) -> Pre
     Only what concerns the reporting tasks: each checkpoint with their rows alone, and the
     resume offsets of their partitions alone (the rules look at no other task's), so a
     batch costs its own size, not its checkpoints' (a 100-task checkpoint's rows and
-    partitions on every batch were most of a report's cost)."""
+    partitions on every batch were most of a report's cost). And in the same few
+    statements however many pipelines the batch mixes (at scale, an executor's batch holds
+    many pipelines' reports; a handful of reads per pipeline was the leader's largest
+    cost in a report, issue 14)."""
     groups = group_by_checkpoint(precommits)
     sink_servers = _sink_servers(conn, sorted({p.pipeline_id for p in precommits}))
     tasks = read_tasks_by_id(conn, [p.task_id for p in precommits])
     return PrecommitSnapshot(
-        checkpoints={
-            key: find_checkpoint(conn, *key, task_ids={p.task_id for p in group})
-            for key, group in sorted(groups.items())
-        },
+        checkpoints=find_checkpoints_of_tasks(
+            conn, {key: {p.task_id for p in group} for key, group in groups.items()}
+        ),
         executor_generations=executor_generations(conn, (p.executor_id for p in precommits)),
         tasks=tasks,
-        resume_offsets={
-            key: _start_offsets(
-                conn,
-                *key,
-                partitions={
-                    tp for p in group if p.task_id in tasks for tp in tasks[p.task_id].partitions
-                },
-            )
-            for key, group in sorted(groups.items())
-        },
+        resume_offsets=_start_offsets(
+            conn,
+            {
+                key: {tp for p in group if p.task_id in tasks for tp in tasks[p.task_id].partitions}
+                for key, group in groups.items()
+            },
+        ),
         sink_servers=sink_servers,
     )
 
 
 def _sink_servers(conn: Connection, pipeline_ids: Sequence[PipelineId]) -> dict[PipelineId, str]:
     """Each existing pipeline's sink cluster (a deleted one has none, nor checkpoints),
-    read FOR UPDATE: a pipeline's pre-commits and completions are written one transaction
-    at a time (the same read locked the rows and gave the servers: once per batch)."""
-    servers: dict[PipelineId, str] = {}
-    for pipeline_id in pipeline_ids:
-        with contextlib.suppress(NotFound):
-            pipeline = read_pipeline(conn, pipeline_id, for_update=True)
-            servers[pipeline_id] = pipeline.spec.sink.bootstrap_servers
-    return servers
+    read FOR UPDATE in name order, as every writer locks pipelines: a pipeline's
+    pre-commits and completions are written one transaction at a time (the same read
+    locked the rows and gave the servers: once per batch)."""
+    rows = conn.execute(_SPECS_FOR_UPDATE, {"pipeline_ids": sorted(set(pipeline_ids))})
+    return {
+        PipelineId(r.pipeline_id): parsed_spec(r.spec_json).sink.bootstrap_servers for r in rows
+    }
 
 
 def _start_offsets(
-    conn: Connection,
-    pipeline_id: PipelineId,
-    checkpoint_id: CheckpointId,
-    *,
-    partitions: AbstractSet[TopicPartition],
-) -> dict[TopicPartition, int]:
-    """Where checkpoint N starts each of these partitions that has a known start: where the
-    previous checkpoint ended. That is the pipeline's restore offsets (the last COMPLETE
-    one's ends, or a reset), unless an earlier checkpoint still TRIGGERED pre-committed the
-    partition: then its end (the leader triggers nothing while one is TRIGGERED, so only
-    the store's own callers reach that case)."""
-    if not partitions:
-        return {}
-    starts = next_offsets_of(conn, [pipeline_id], partitions=partitions).get(pipeline_id, {})
-    earlier = conn.execute(
-        _EARLIER_TRIGGERED_RANGES, {"pipeline_id": pipeline_id, "checkpoint_id": checkpoint_id}
+    conn: Connection, partitions: Mapping[CheckpointKey, AbstractSet[TopicPartition]]
+) -> dict[CheckpointKey, dict[TopicPartition, int]]:
+    """Where each checkpoint N starts each of its partitions here that has a known start:
+    where the previous checkpoint ended. That is the pipeline's restore offsets (the last
+    COMPLETE one's ends, or a reset), unless an earlier checkpoint still TRIGGERED
+    pre-committed the partition: then its end (the leader triggers nothing while one is
+    TRIGGERED, so only the store's own callers reach that case). Two statements for the
+    whole batch as a rule, three when an earlier checkpoint is still TRIGGERED."""
+    wanted = {key: tps for key, tps in partitions.items() if tps}
+    if not wanted:
+        return {key: {} for key in partitions}
+    pipeline_ids = sorted({pipeline_id for pipeline_id, _ in wanted})
+    restore = next_offsets_of(conn, pipeline_ids, partitions=set().union(*wanted.values()))
+    starts = {
+        key: {tp: n for tp, n in restore.get(key[0], {}).items() if tp in tps}
+        for key, tps in wanted.items()
+    }
+    newest: dict[PipelineId, CheckpointId] = {}  # each pipeline's latest reported checkpoint
+    for pipeline_id, checkpoint_id in wanted:
+        newest[pipeline_id] = max(newest.get(pipeline_id, checkpoint_id), checkpoint_id)
+    # The earlier TRIGGERED checkpoints (none, as a rule), then their ranges: a join led by
+    # the ranges walked every earlier checkpoint's, so a report's cost grew with history.
+    earlier = sorted(
+        (pipeline_id, c)
+        for pipeline_id, states in checkpoint_states_of(conn, pipeline_ids).items()
+        for c, state in states.items()
+        if state is CheckpointState.TRIGGERED and c < newest[pipeline_id]
+    )
+    if earlier:
+        ranges = conn.execute(
+            sa.select(*_RANGE_COLUMNS)
+            .where(of_checkpoint_keys(precommit_offsets, earlier))
+            .order_by(precommit_offsets.c.checkpoint_id)
+        )
+        for pipeline_id, checkpoint_id, topic, partition, end in ranges:
+            tp = TopicPartition(topic, int(partition))
+            for (p, n), tps in wanted.items():
+                if p == pipeline_id and int(checkpoint_id) < n and tp in tps:
+                    starts[(p, n)][tp] = int(end)
+    return {key: starts.get(key, {}) for key in partitions}
+
+
+def complete_ready(conn: Connection, keys: Sequence[CheckpointKey]) -> list[CheckpointKey]:
+    """Write COMPLETE, with the pipeline's restore offsets, for each checkpoint from each
+    of these on that `checkpoints_to_complete` says is ready: the commit point (DESIGN.md
+    step 3). Returns the checkpoints it wrote COMPLETE, in order. The caller holds the
+    pipelines' locks. A handful of statements however many pipelines the keys span (a
+    report batch at scale mixes many)."""
+    states = checkpoint_states_of(conn, [pipeline_id for pipeline_id, _ in keys])
+    first: dict[PipelineId, CheckpointId] = {}
+    for pipeline_id, checkpoint_id in sorted(keys, reverse=True):
+        first[pipeline_id] = checkpoint_id
+    counts = _precommit_counts(
+        conn,
+        [
+            (pipeline_id, c)
+            for pipeline_id, start in sorted(first.items())
+            for c, state in sorted(states.get(pipeline_id, {}).items())
+            if state is CheckpointState.TRIGGERED and c >= start
+        ],
+    )
+    ready: list[CheckpointKey] = []
+    for pipeline_id, checkpoint_id in sorted(keys):
+        walked = states.get(pipeline_id, {})
+        for done in checkpoints_to_complete(
+            checkpoint_id, states=walked, counts=counts.get(pipeline_id, {})
+        ):
+            walked[done] = CheckpointState.COMPLETE
+            ready.append((pipeline_id, done))
+    if not ready:
+        return []
+    _write_complete(conn, ready)
+    return ready
+
+
+def _write_complete(conn: Connection, ready: Sequence[CheckpointKey]) -> None:
+    """Move these TRIGGERED checkpoints to COMPLETE and set their pipelines' restore
+    offsets to where they end (a later checkpoint's end over an earlier one's)."""
+    moved = conn.execute(
+        checkpoints.update()
+        .where(of_checkpoint_keys(checkpoints, ready))
+        .where(checkpoints.c.state == CheckpointState.TRIGGERED.value)
+        .values(state=CheckpointState.COMPLETE.value, completed_at_ms=db_now_ms())
+        .returning(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id)
     ).all()
-    for topic, partition, end in earlier:
-        if (tp := TopicPartition(topic, int(partition))) in partitions:
-            starts[tp] = int(end)
-    return starts
+    if len(moved) != len(ready):
+        # Unreachable under the pipelines' locks, which the states were read under: the
+        # whole transaction is undone, and the reporter retries.
+        raise Aborted(f"checkpoints {sorted(ready)} changed state while being completed; retry")
+    ends: dict[tuple[PipelineId, TopicPartition], tuple[int, CheckpointId | None]] = {}
+    ranges = conn.execute(
+        sa.select(*_RANGE_COLUMNS)
+        .where(of_checkpoint_keys(precommit_offsets, ready))
+        .order_by(precommit_offsets.c.checkpoint_id)
+    )
+    for pipeline_id, checkpoint_id, topic, partition, end in ranges:
+        key = (PipelineId(pipeline_id), TopicPartition(topic, int(partition)))
+        ends[key] = (int(end), CheckpointId(int(checkpoint_id)))
+    write_restore_points(conn, ends)
 
 
-def precommit_counts(
-    conn: Connection, pipeline_id: PipelineId, checkpoint_ids: Sequence[CheckpointId]
-) -> dict[CheckpointId, PrecommitCount]:
+def _precommit_counts(
+    conn: Connection, keys: Sequence[CheckpointKey]
+) -> dict[PipelineId, dict[CheckpointId, PrecommitCount]]:
     """Of each of these checkpoints, how many tasks it was triggered for and how many have
     pre-committed it, in one read (no task rows: completion needs only the counts)."""
-    if not checkpoint_ids:
-        return {}
+    counts: dict[PipelineId, dict[CheckpointId, PrecommitCount]] = {}
+    for pipeline_id, checkpoint_id in keys:
+        counts.setdefault(pipeline_id, {})[checkpoint_id] = PrecommitCount(0, 0)
+    if not keys:
+        return counts
     rows = conn.execute(
-        _PRECOMMIT_COUNTS, {"pipeline_id": pipeline_id, "checkpoint_ids": sorted(checkpoint_ids)}
-    ).all()
-    counts = {CheckpointId(int(c)): PrecommitCount(int(n), int(done)) for c, n, done in rows}
-    return {c: counts.get(c, PrecommitCount(0, 0)) for c in checkpoint_ids}
+        sa.select(
+            checkpoint_tasks.c.pipeline_id,
+            checkpoint_tasks.c.checkpoint_id,
+            sa.func.count(),
+            sa.func.count(checkpoint_tasks.c.precommitted_at_ms),
+        )
+        .where(of_checkpoint_keys(checkpoint_tasks, keys))
+        .group_by(checkpoint_tasks.c.pipeline_id, checkpoint_tasks.c.checkpoint_id)
+    )
+    for pipeline_id, checkpoint_id, n, done in rows:
+        counts[PipelineId(pipeline_id)][CheckpointId(int(checkpoint_id))] = PrecommitCount(
+            int(n), int(done)
+        )
+    return counts
 
 
-def write_precommits(conn: Connection, key: CheckpointKey, fresh: Sequence[Precommit]) -> None:
-    pipeline_id, checkpoint_id = key
-    where = {"pipeline_id": pipeline_id, "checkpoint_id": checkpoint_id}
+def write_precommits(
+    conn: Connection, accepted: Mapping[CheckpointKey, Sequence[Precommit]]
+) -> None:
+    """Store these accepted pre-commits: one bulk write per table for the whole batch."""
+    fresh = [(key, p) for key, group in sorted(accepted.items()) for p in group]
+    if not fresh:
+        return
     offset_rows = [
         {
-            **where,
+            "pipeline_id": pipeline_id,
+            "checkpoint_id": checkpoint_id,
             "topic": r.topic,
             "partition": r.partition,
             "task_id": p.task_id,
             "start_offset": r.start_offset,
             "end_offset": r.end_offset,
         }
-        for p in fresh
+        for (pipeline_id, checkpoint_id), p in fresh
         for r in p.offsets
     ]
     if offset_rows:
         conn.execute(precommit_offsets.insert(), offset_rows)
     handle_rows = [
         {
-            **where,
+            "pipeline_id": pipeline_id,
+            "checkpoint_id": checkpoint_id,
             "task_id": p.task_id,
             "transactional_id": h.transactional_id,
             "kind": "kafka",  # the column leaves room for other sinks; v1 has Kafka only
             "producer_id": h.producer_id,
             "producer_epoch": h.producer_epoch,
         }
-        for p in fresh
+        for (pipeline_id, checkpoint_id), p in fresh
         for h in p.handles
     ]
     if handle_rows:
@@ -238,17 +320,22 @@ def write_precommits(conn: Connection, key: CheckpointKey, fresh: Sequence[Preco
         )
     conn.execute(
         _MARK_PRECOMMITTED,
-        {
-            "the_pipeline_id": pipeline_id,
-            "the_checkpoint_id": checkpoint_id,
-            "task_ids": sorted({p.task_id for p in fresh}),
-        },
+        [
+            {
+                "the_pipeline_id": pipeline_id,
+                "the_checkpoint_id": checkpoint_id,
+                "the_task_id": task_id,
+            }
+            for (pipeline_id, checkpoint_id), task_id in sorted(
+                {(key, p.task_id) for key, p in fresh}
+            )
+        ],
     )
 
 
 __all__ = [
     "PrecommitSnapshot",
-    "precommit_counts",
+    "complete_ready",
     "precommit_snapshot",
     "store_precommits",
     "write_precommits",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -59,8 +59,10 @@ _TASKS = sa.select(tasks).order_by(tasks.c.pipeline_id, tasks.c.task_index)
 _TASKS_OF = _TASKS.where(tasks.c.pipeline_id == sa.bindparam("pipeline_id"))
 _TASKS_BY_ID = sa.select(tasks).where(tasks.c.task_id.in_(sa.bindparam("task_ids", expanding=True)))
 _TASK = sa.select(tasks).where(tasks.c.task_id == sa.bindparam("task_id"))
-_NOT_COMMITTED_STATES = sa.select(checkpoints.c.checkpoint_id, checkpoints.c.state).where(
-    checkpoints.c.pipeline_id == sa.bindparam("pipeline_id"),
+_NOT_COMMITTED_STATES = sa.select(
+    checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id, checkpoints.c.state
+).where(
+    checkpoints.c.pipeline_id.in_(sa.bindparam("pipeline_ids", expanding=True)),
     checkpoints.c.state.in_(
         [
             CheckpointState.TRIGGERED.value,
@@ -80,9 +82,6 @@ _CHECKPOINT_TASKS = (
         checkpoint_tasks.c.checkpoint_id == sa.bindparam("checkpoint_id"),
     )
     .order_by(checkpoint_tasks.c.task_id)
-)
-_SOME_CHECKPOINT_TASKS = _CHECKPOINT_TASKS.where(
-    checkpoint_tasks.c.task_id.in_(sa.bindparam("task_ids", expanding=True))
 )
 _UNRESOLVED_DATA_LOSS = (
     sa.select(checkpoints.c.checkpoint_id)
@@ -281,8 +280,21 @@ def checkpoint_states(
 ) -> dict[CheckpointId, CheckpointState]:
     """The state of each checkpoint of the pipeline that is not COMMITTED (the snapshot
     the checkpoint decisions take: in flight, aborted, completion order)."""
-    rows = conn.execute(_NOT_COMMITTED_STATES, {"pipeline_id": pipeline_id}).all()
-    return {CheckpointId(int(r[0])): CheckpointState(r[1]) for r in rows}
+    return checkpoint_states_of(conn, [pipeline_id]).get(pipeline_id, {})
+
+
+def checkpoint_states_of(
+    conn: Connection, pipeline_ids: Sequence[PipelineId]
+) -> dict[PipelineId, dict[CheckpointId, CheckpointState]]:
+    """`checkpoint_states` of each of these pipelines (one with none is absent), in one
+    read from the (pipeline, state, checkpoint) index."""
+    states: dict[PipelineId, dict[CheckpointId, CheckpointState]] = {}
+    rows = conn.execute(_NOT_COMMITTED_STATES, {"pipeline_ids": sorted(set(pipeline_ids))})
+    for pipeline_id, checkpoint_id, state in rows:
+        states.setdefault(PipelineId(pipeline_id), {})[CheckpointId(int(checkpoint_id))] = (
+            CheckpointState(state)
+        )
+    return states
 
 
 def of_checkpoints_in(
@@ -304,26 +316,57 @@ def of_checkpoints_in(
 
 
 def find_checkpoint(
-    conn: Connection,
-    pipeline_id: PipelineId,
-    checkpoint_id: CheckpointId,
-    *,
-    task_ids: AbstractSet[TaskId] | None = None,
+    conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
 ) -> CheckpointRecord | None:
-    """Checkpoint N with its tasks (with `task_ids`, only those of them it was triggered
-    for: a partial record, for a check about those tasks alone); None if N does not
-    exist."""
+    """Checkpoint N with its tasks; None if N does not exist."""
     key = {"pipeline_id": pipeline_id, "checkpoint_id": checkpoint_id}
     row = conn.execute(_CHECKPOINT, key).first()
     if row is None:
         return None
-    if task_ids is None:
-        task_rows = conn.execute(_CHECKPOINT_TASKS, key).all()
-    else:
-        task_rows = conn.execute(
-            _SOME_CHECKPOINT_TASKS, {**key, "task_ids": sorted(task_ids)}
-        ).all()
-    return checkpoint_record(row, task_rows)
+    return checkpoint_record(row, conn.execute(_CHECKPOINT_TASKS, key).all())
+
+
+def find_checkpoints_of_tasks(
+    conn: Connection, task_ids: Mapping[tuple[PipelineId, CheckpointId], AbstractSet[TaskId]]
+) -> dict[tuple[PipelineId, CheckpointId], CheckpointRecord | None]:
+    """Each of these checkpoints with only these of its tasks (a partial record, for a
+    check about those tasks alone; None for one that does not exist), in two statements
+    however many checkpoints: a report batch mixes many pipelines' (issue 14), and one
+    read per checkpoint was most of a batch's cost. Each checkpoint is its own
+    primary-key lookup (an OR of them: SQLite scanned the table for a row-value IN)."""
+    keys = sorted(task_ids)
+    if not keys:
+        return {}
+    found = {
+        (PipelineId(r.pipeline_id), CheckpointId(int(r.checkpoint_id))): r
+        for r in conn.execute(sa.select(checkpoints).where(of_checkpoint_keys(checkpoints, keys)))
+    }
+    task_rows: dict[tuple[PipelineId, CheckpointId], list[Any]] = {key: [] for key in found}
+    if found:
+        of_tasks = sa.or_(
+            *(
+                sa.and_(
+                    checkpoint_tasks.c.pipeline_id == p,
+                    checkpoint_tasks.c.checkpoint_id == c,
+                    checkpoint_tasks.c.task_id.in_(sorted(task_ids[(p, c)])),
+                )
+                for p, c in sorted(found)
+            )
+        )
+        stmt = sa.select(checkpoint_tasks).where(of_tasks).order_by(checkpoint_tasks.c.task_id)
+        for t in conn.execute(stmt):
+            task_rows[(PipelineId(t.pipeline_id), CheckpointId(int(t.checkpoint_id)))].append(t)
+    return {
+        key: checkpoint_record(found[key], task_rows[key]) if key in found else None for key in keys
+    }
+
+
+def of_checkpoint_keys(
+    table: sa.Table, keys: Sequence[tuple[PipelineId, CheckpointId]]
+) -> sa.ColumnElement[bool]:
+    """A filter on a table keyed by (pipeline_id, checkpoint_id): its rows of these
+    checkpoints, each an index lookup."""
+    return sa.or_(*(sa.and_(table.c.pipeline_id == p, table.c.checkpoint_id == c) for p, c in keys))
 
 
 def checkpoint_record(row: Any, task_rows: Sequence[Any] = ()) -> CheckpointRecord:
@@ -369,16 +412,7 @@ def read_checkpoint_summaries(
         pipeline_id, checkpoint_id = keys[0]
         one = {"pipeline_id": pipeline_id, "checkpoint_id": checkpoint_id}
         return [checkpoint_record(r) for r in conn.execute(_CHECKPOINT, one)]
-    rows = conn.execute(
-        sa.select(checkpoints).where(
-            sa.or_(
-                *(
-                    sa.and_(checkpoints.c.pipeline_id == p, checkpoints.c.checkpoint_id == c)
-                    for p, c in keys
-                )
-            )
-        )
-    )
+    rows = conn.execute(sa.select(checkpoints).where(of_checkpoint_keys(checkpoints, keys)))
     return [checkpoint_record(r) for r in rows]
 
 
