@@ -31,12 +31,12 @@ from lockgate.coordinator.domain.precommits import (
 )
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.store.engine import db_now_ms
+from lockgate.coordinator.store.keyed import execute_keyed
 from lockgate.coordinator.store.offset_store import next_offsets_of, write_restore_points
 from lockgate.coordinator.store.rows import (
     checkpoint_states_of,
     executor_generations,
     find_checkpoints_of_tasks,
-    of_checkpoint_keys,
     parsed_spec,
     read_tasks_by_id,
 )
@@ -170,17 +170,12 @@ def _start_offsets(
         for c, state in states.items()
         if state is CheckpointState.TRIGGERED and c < newest[pipeline_id]
     )
-    if earlier:
-        ranges = conn.execute(
-            sa.select(*_RANGE_COLUMNS)
-            .where(of_checkpoint_keys(precommit_offsets, earlier))
-            .order_by(precommit_offsets.c.checkpoint_id)
-        )
-        for pipeline_id, checkpoint_id, topic, partition, end in ranges:
-            tp = TopicPartition(topic, int(partition))
-            for (p, n), tps in wanted.items():
-                if p == pipeline_id and int(checkpoint_id) < n and tp in tps:
-                    starts[(p, n)][tp] = int(end)
+    ranges = execute_keyed(conn, _ranges_where, precommit_offsets, earlier) if earlier else []
+    for pipeline_id, checkpoint_id, topic, partition, end in ranges:  # oldest first
+        tp = TopicPartition(topic, int(partition))
+        for (p, n), tps in wanted.items():
+            if p == pipeline_id and int(checkpoint_id) < n and tp in tps:
+                starts[(p, n)][tp] = int(end)
     return {key: starts.get(key, {}) for key in partitions}
 
 
@@ -220,27 +215,47 @@ def complete_ready(conn: Connection, keys: Sequence[CheckpointKey]) -> list[Chec
 def _write_complete(conn: Connection, ready: Sequence[CheckpointKey]) -> None:
     """Move these TRIGGERED checkpoints to COMPLETE and set their pipelines' restore
     offsets to where they end (a later checkpoint's end over an earlier one's)."""
-    moved = conn.execute(
-        checkpoints.update()
-        .where(of_checkpoint_keys(checkpoints, ready))
-        .where(checkpoints.c.state == CheckpointState.TRIGGERED.value)
-        .values(state=CheckpointState.COMPLETE.value, completed_at_ms=db_now_ms())
-        .returning(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id)
-    ).all()
+    moved = execute_keyed(conn, _complete_where, checkpoints, ready)
     if len(moved) != len(ready):
         # Unreachable under the pipelines' locks, which the states were read under: the
         # whole transaction is undone, and the reporter retries.
         raise Aborted(f"checkpoints {sorted(ready)} changed state while being completed; retry")
     ends: dict[tuple[PipelineId, TopicPartition], tuple[int, CheckpointId | None]] = {}
-    ranges = conn.execute(
-        sa.select(*_RANGE_COLUMNS)
-        .where(of_checkpoint_keys(precommit_offsets, ready))
-        .order_by(precommit_offsets.c.checkpoint_id)
-    )
-    for pipeline_id, checkpoint_id, topic, partition, end in ranges:
+    for pipeline_id, checkpoint_id, topic, partition, end in execute_keyed(
+        conn, _ranges_where, precommit_offsets, ready
+    ):  # oldest first
         key = (PipelineId(pipeline_id), TopicPartition(topic, int(partition)))
         ends[key] = (int(end), CheckpointId(int(checkpoint_id)))
     write_restore_points(conn, ends)
+
+
+def _ranges_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
+    """The pre-committed ranges of the checkpoints, oldest first (`keyed.py`)."""
+    return sa.select(*_RANGE_COLUMNS).where(keys).order_by(*_RANGE_COLUMNS[:2])
+
+
+def _complete_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
+    """Move the checkpoints still TRIGGERED to COMPLETE; returns those it moved."""
+    return (
+        checkpoints.update()
+        .where(keys, checkpoints.c.state == CheckpointState.TRIGGERED.value)
+        .values(state=CheckpointState.COMPLETE.value, completed_at_ms=db_now_ms())
+        .returning(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id)
+    )
+
+
+def _counts_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
+    """Per checkpoint, its task rows and those pre-committed."""
+    return (
+        sa.select(
+            checkpoint_tasks.c.pipeline_id,
+            checkpoint_tasks.c.checkpoint_id,
+            sa.func.count(),
+            sa.func.count(checkpoint_tasks.c.precommitted_at_ms),
+        )
+        .where(keys)
+        .group_by(checkpoint_tasks.c.pipeline_id, checkpoint_tasks.c.checkpoint_id)
+    )
 
 
 def _precommit_counts(
@@ -253,17 +268,9 @@ def _precommit_counts(
         counts.setdefault(pipeline_id, {})[checkpoint_id] = PrecommitCount(0, 0)
     if not keys:
         return counts
-    rows = conn.execute(
-        sa.select(
-            checkpoint_tasks.c.pipeline_id,
-            checkpoint_tasks.c.checkpoint_id,
-            sa.func.count(),
-            sa.func.count(checkpoint_tasks.c.precommitted_at_ms),
-        )
-        .where(of_checkpoint_keys(checkpoint_tasks, keys))
-        .group_by(checkpoint_tasks.c.pipeline_id, checkpoint_tasks.c.checkpoint_id)
-    )
-    for pipeline_id, checkpoint_id, n, done in rows:
+    for pipeline_id, checkpoint_id, n, done in execute_keyed(
+        conn, _counts_where, checkpoint_tasks, keys
+    ):
         counts[PipelineId(pipeline_id)][CheckpointId(int(checkpoint_id))] = PrecommitCount(
             int(n), int(done)
         )

@@ -37,6 +37,7 @@ from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
 from lockgate.coordinator.store.engine import db_now_ms
+from lockgate.coordinator.store.keyed import execute_keyed
 from lockgate.coordinator.store.tables import (
     checkpoint_tasks,
     checkpoints,
@@ -331,42 +332,29 @@ def find_checkpoints_of_tasks(
 ) -> dict[tuple[PipelineId, CheckpointId], CheckpointRecord | None]:
     """Each of these checkpoints with only these of its tasks (a partial record, for a
     check about those tasks alone; None for one that does not exist), in two statements
-    however many checkpoints: a report batch mixes many pipelines' (issue 14), and one
-    read per checkpoint was most of a batch's cost. Each checkpoint is its own
-    primary-key lookup (an OR of them: SQLite scanned the table for a row-value IN)."""
+    however many checkpoints (`keyed.py`): a report batch mixes many pipelines' (issue
+    14), and one read per checkpoint was most of a batch's cost."""
     keys = sorted(task_ids)
-    if not keys:
-        return {}
     found = {
         (PipelineId(r.pipeline_id), CheckpointId(int(r.checkpoint_id))): r
-        for r in conn.execute(sa.select(checkpoints).where(of_checkpoint_keys(checkpoints, keys)))
+        for r in execute_keyed(conn, _checkpoints_where, checkpoints, keys)
     }
     task_rows: dict[tuple[PipelineId, CheckpointId], list[Any]] = {key: [] for key in found}
-    if found:
-        of_tasks = sa.or_(
-            *(
-                sa.and_(
-                    checkpoint_tasks.c.pipeline_id == p,
-                    checkpoint_tasks.c.checkpoint_id == c,
-                    checkpoint_tasks.c.task_id.in_(sorted(task_ids[(p, c)])),
-                )
-                for p, c in sorted(found)
-            )
-        )
-        stmt = sa.select(checkpoint_tasks).where(of_tasks).order_by(checkpoint_tasks.c.task_id)
-        for t in conn.execute(stmt):
-            task_rows[(PipelineId(t.pipeline_id), CheckpointId(int(t.checkpoint_id)))].append(t)
+    for t in execute_keyed(
+        conn, _checkpoint_tasks_where, checkpoint_tasks, sorted(found), task_ids=task_ids
+    ):
+        task_rows[(PipelineId(t.pipeline_id), CheckpointId(int(t.checkpoint_id)))].append(t)
     return {
         key: checkpoint_record(found[key], task_rows[key]) if key in found else None for key in keys
     }
 
 
-def of_checkpoint_keys(
-    table: sa.Table, keys: Sequence[tuple[PipelineId, CheckpointId]]
-) -> sa.ColumnElement[bool]:
-    """A filter on a table keyed by (pipeline_id, checkpoint_id): its rows of these
-    checkpoints, each an index lookup."""
-    return sa.or_(*(sa.and_(table.c.pipeline_id == p, table.c.checkpoint_id == c) for p, c in keys))
+def _checkpoints_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
+    return sa.select(checkpoints).where(keys)
+
+
+def _checkpoint_tasks_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
+    return sa.select(checkpoint_tasks).where(keys).order_by(checkpoint_tasks.c.task_id)
 
 
 def checkpoint_record(row: Any, task_rows: Sequence[Any] = ()) -> CheckpointRecord:
@@ -412,8 +400,9 @@ def read_checkpoint_summaries(
         pipeline_id, checkpoint_id = keys[0]
         one = {"pipeline_id": pipeline_id, "checkpoint_id": checkpoint_id}
         return [checkpoint_record(r) for r in conn.execute(_CHECKPOINT, one)]
-    rows = conn.execute(sa.select(checkpoints).where(of_checkpoint_keys(checkpoints, keys)))
-    return [checkpoint_record(r) for r in rows]
+    return [
+        checkpoint_record(r) for r in execute_keyed(conn, _checkpoints_where, checkpoints, keys)
+    ]
 
 
 def read_checkpoint(
