@@ -41,18 +41,15 @@ def execute_keyed(
 ) -> list[AnyRow]:
     """The rows `build` returns over `table`'s rows of these checkpoints (with `task_ids`,
     only those tasks' rows of each: a table keyed by task too), run a chunk at a time."""
-    keys = sorted(set(keys))
+    named: list[tuple[Any, ...]] = sorted(set(keys))
+    if task_ids is not None:
+        named = [(*key, task) for key in named for task in sorted(task_ids[key])]
     rows: list[AnyRow] = []
-    for start in range(0, len(keys), CHUNK):
-        chunk = keys[start : start + CHUNK]
+    for start in range(0, len(named), CHUNK):
+        chunk = named[start : start + CHUNK]
         size = 1 << (len(chunk) - 1).bit_length()
         padded = chunk + [chunk[-1]] * (size - len(chunk))
-        values: dict[str, Any] = {}
-        for i, (pipeline_id, checkpoint_id) in enumerate(padded):
-            values[f"key_pipeline_{i}"] = pipeline_id
-            values[f"key_checkpoint_{i}"] = checkpoint_id
-            if task_ids is not None:
-                values[f"key_tasks_{i}"] = sorted(task_ids[(pipeline_id, checkpoint_id)])
+        values = {f"key_{i}_{j}": v for i, key in enumerate(padded) for j, v in enumerate(key)}
         rows.extend(conn.execute(_statement(build, table, size, task_ids is not None), values))
     return rows
 
@@ -64,16 +61,15 @@ def _statement(build: Build, table: sa.Table, size: int, by_task: bool) -> sa.Ex
 
 def _keys_filter(table: sa.Table, size: int, by_task: bool) -> sa.ColumnElement[bool]:
     """`size` keys' rows, each an index lookup: (pipeline_id, checkpoint_id[, task_id])."""
-    terms = []
-    for i in range(size):
-        term = [
-            table.c.pipeline_id == sa.bindparam(f"key_pipeline_{i}"),
-            table.c.checkpoint_id == sa.bindparam(f"key_checkpoint_{i}"),
-        ]
-        if by_task:
-            term.append(table.c.task_id.in_(sa.bindparam(f"key_tasks_{i}", expanding=True)))
-        terms.append(sa.and_(*term))
-    return sa.or_(*terms)
+    columns = [table.c.pipeline_id, table.c.checkpoint_id]
+    if by_task:
+        columns.append(table.c.task_id)
+    return sa.or_(
+        *(
+            sa.and_(*(c == sa.bindparam(f"key_{i}_{j}") for j, c in enumerate(columns)))
+            for i in range(size)
+        )
+    )
 
 
 __all__ = ["CHUNK", "Build", "execute_keyed"]
