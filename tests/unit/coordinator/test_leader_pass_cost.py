@@ -4,6 +4,7 @@ counts what a pass parses or reads, so a pass that goes back to reading everythi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
@@ -403,6 +404,17 @@ def test_a_heartbeat_reads_its_own_executor_only(
     assert expired.value.reason == "SESSION_EXPIRED"
 
 
+@contextlib.contextmanager
+def on_each_statement(leader: Herder, listener: Callable[..., None]) -> Iterator[None]:
+    """Call `listener` before each statement sent on the leader's connections, in the block
+    (SQLAlchemy's `before_cursor_execute`: connection, cursor, statement, ...)."""
+    sa.event.listen(leader.store.engine, "before_cursor_execute", listener)
+    try:
+        yield
+    finally:
+        sa.event.remove(leader.store.engine, "before_cursor_execute", listener)
+
+
 def statements_of(leader: Herder, work: Callable[[], object]) -> list[str]:
     """The SQL statements `work` sends on the leader's connections."""
     statements: list[str] = []
@@ -410,11 +422,8 @@ def statements_of(leader: Herder, work: Callable[[], object]) -> list[str]:
     def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         statements.append(statement)
 
-    sa.event.listen(leader.store.engine, "before_cursor_execute", record)
-    try:
+    with on_each_statement(leader, record):
         work()
-    finally:
-        sa.event.remove(leader.store.engine, "before_cursor_execute", record)
     return statements
 
 
@@ -548,11 +557,10 @@ def sqlite_steps(leader: Herder, work: Callable[[], None]) -> int:
             raw.set_progress_handler(tick, 100)
             touched.append(raw)
 
-    sa.event.listen(leader.store.engine, "before_cursor_execute", watch)
     try:
-        work()
+        with on_each_statement(leader, watch):
+            work()
     finally:
-        sa.event.remove(leader.store.engine, "before_cursor_execute", watch)
         for raw in touched:
             raw.set_progress_handler(None, 0)
     return steps[0]
