@@ -4,6 +4,7 @@ COMPLETE commit point, overlap and cascade, transactional id slots, recovery que
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -20,6 +21,7 @@ from lockgate.coordinator.domain.errors import (
     FencedError,
     IllegalTransition,
     InvalidArgument,
+    NotFound,
     StaleGeneration,
 )
 from lockgate.coordinator.domain.lease import Fence
@@ -157,7 +159,27 @@ def test_complete_is_written_with_offsets_when_the_last_task_precommits(
     )
     assert committed.state is CheckpointState.COMMITTED
     assert committed.committed_at_ms is not None
+    assert committed == dataclasses.replace(
+        store.checkpoints.get_checkpoint(pipeline_id=PipelineId("p"), checkpoint_id=C(1)),
+        tasks=(),
+        precommitted=frozenset(),
+    )
     assert store.checkpoints.list_pending_commits() == []
+    # A retried commit (the leader lost the answer) is answered the same, changing nothing;
+    # a checkpoint not COMPLETE or absent is refused.
+    again = store.checkpoints.mark_committed(
+        fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1)
+    )
+    assert again == committed
+    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
+    with pytest.raises(IllegalTransition):
+        store.checkpoints.mark_committed(
+            fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(2)
+        )
+    with pytest.raises(NotFound):
+        store.checkpoints.mark_committed(
+            fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(9)
+        )
     with pytest.raises(IllegalTransition):
         store.checkpoints.abort_checkpoint(
             fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1), reason="late"

@@ -68,7 +68,6 @@ from lockgate.coordinator.store.recovery_queries import (
 from lockgate.coordinator.store.rows import (
     checkpoint_record,
     checkpoint_states,
-    move_checkpoint,
     parsed_spec,
     read_checkpoint,
     read_checkpoint_summaries,
@@ -225,19 +224,19 @@ class CheckpointStore:
         """
         with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, pipeline_id, for_update=True)
-            checkpoint = read_checkpoint(conn, pipeline_id, checkpoint_id, with_tasks=False)
-            transition_checkpoint(checkpoint.state, CheckpointState.COMMITTED)
-            move_checkpoint(
-                conn,
-                pipeline_id,
-                checkpoint_id,
-                was=CheckpointState.COMPLETE,
-                to=CheckpointState.COMMITTED,
-                committed_at_ms=db_now_ms(),
-            )
+            # The move returns the row as written (the database's time), so the usual case
+            # is one statement; the row is read only when N was not COMPLETE.
+            moved = conn.execute(
+                _MARK_COMMITTED,
+                {"the_pipeline_id": pipeline_id, "the_checkpoint_id": checkpoint_id},
+            ).first()
+            if moved is None:
+                checkpoint = read_checkpoint(conn, pipeline_id, checkpoint_id, with_tasks=False)
+                transition_checkpoint(checkpoint.state, CheckpointState.COMMITTED)
+                return checkpoint  # already COMMITTED: a retried commit
             if keep_history is not None:
                 prune_history(conn, pipeline_id, keep=keep_history)
-            return read_checkpoint(conn, pipeline_id, checkpoint_id, with_tasks=False)
+            return checkpoint_record(moved)
 
     def abort_checkpoint(
         self,
@@ -549,6 +548,18 @@ _NEXT_CHECKPOINT_ID = (
 )
 _NEW_CHECKPOINT = checkpoints.insert().values(
     state=CheckpointState.TRIGGERED.value, triggered_at_ms=db_now_ms()
+)
+
+
+_MARK_COMMITTED = (
+    checkpoints.update()
+    .where(
+        checkpoints.c.pipeline_id == sa.bindparam("the_pipeline_id"),
+        checkpoints.c.checkpoint_id == sa.bindparam("the_checkpoint_id"),
+        checkpoints.c.state == CheckpointState.COMPLETE.value,
+    )
+    .values(state=CheckpointState.COMMITTED.value, committed_at_ms=db_now_ms())
+    .returning(*checkpoints.c)
 )
 
 
