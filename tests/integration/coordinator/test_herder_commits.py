@@ -29,6 +29,7 @@ from lockgate.coordinator.store.tables import (
 from tests.integration.coordinator.test_store import (
     open_stores,  # noqa: F401 - fixture
     store_url,  # noqa: F401 - fixture
+    trigger,
 )
 from tests.integration.coordinator.test_store_checkpoints import precommit, running_pipeline
 from tests.support.topics import FixedTopics
@@ -76,7 +77,7 @@ def test_a_commit_still_failing_past_half_the_transaction_timeout_is_logged(
     store = open_stores()
     leader, fence = leading_herder(store, UnreachableExecutors())
     t0, t1 = running_pipeline(store, fence)
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
+    trigger(store, fence=fence, pipeline_id=PipelineId("p"))
     precommit(store, fence, 1, t0, start=0, end=5)
     assert precommit(store, fence, 1, t1, start=0, end=5) is CheckpointState.COMPLETE
 
@@ -121,7 +122,7 @@ def test_history_stays_bounded_as_checkpoints_commit(
     t0, t1 = running_pipeline(store, fence)
     rows: list[int] = []
     for n in range(1, commits + 1):
-        store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
+        trigger(store, fence=fence, pipeline_id=PipelineId("p"))
         precommit(store, fence, n, t0, start=5 * (n - 1), end=5 * n)
         precommit(store, fence, n, t1, start=5 * (n - 1), end=5 * n)
         leader.checkpoints.commit_pending(fence)

@@ -28,6 +28,7 @@ from lockgate.common.model.ids import CoordinatorId, ExecutorId, Generation, Pip
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.assignment import ExecutorLiveness
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord
 from lockgate.coordinator.domain.errors import FencedError, StaleGeneration
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import LeaseRole, TargetState, TaskState
@@ -100,6 +101,15 @@ def herder(
         topics=FixedTopics(),  # type: ignore[arg-type]
         **({} if monotonic is None else {"monotonic": monotonic}),
     )
+
+
+def trigger(store: SqlStore, *, fence: Fence, pipeline_id: PipelineId) -> CheckpointRecord:
+    """One pipeline's next checkpoint (`trigger_checkpoints` of one), raising its refusal."""
+    answer = store.checkpoints.trigger_checkpoints(fence=fence, pipeline_ids=[pipeline_id])
+    triggered = answer[pipeline_id]
+    if isinstance(triggered, Exception):
+        raise triggered
+    return triggered
 
 
 def spec(name: str, *, tasks_max: int = 2, timeout_ms: int = 60_000) -> PipelineSpec:

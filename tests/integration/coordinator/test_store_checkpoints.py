@@ -16,7 +16,7 @@ from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
 from lockgate.common.model.offsets import OffsetRange, TopicPartition
 from lockgate.common.model.pipeline_spec import parse_pipeline_spec
-from lockgate.coordinator.domain.checkpoints import Precommit
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit
 from lockgate.coordinator.domain.errors import (
     FencedError,
     IllegalTransition,
@@ -42,6 +42,7 @@ from tests.integration.coordinator.test_store import (
     open_stores,  # noqa: F401 - fixture
     spec,
     store_url,  # noqa: F401 - fixture
+    trigger,
     wait_for_expiry,
 )
 from tests.support.waits import wait_for
@@ -133,7 +134,7 @@ def test_complete_is_written_with_offsets_when_the_last_task_precommits(
     store = open_stores()
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
-    n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
+    n1 = trigger(store, fence=fence, pipeline_id=PipelineId("p"))
     assert (n1.checkpoint_id, n1.state, n1.leader_epoch) == (1, CheckpointState.TRIGGERED, 1)
     assert sorted(t.transactional_id for t in n1.tasks) == [
         "lockgate-p-0-g2-0",
@@ -171,7 +172,7 @@ def test_complete_is_written_with_offsets_when_the_last_task_precommits(
         fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1)
     )
     assert again == committed
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
+    trigger(store, fence=fence, pipeline_id=PipelineId("p"))
     with pytest.raises(IllegalTransition):
         store.checkpoints.mark_committed(
             fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(2)
@@ -186,11 +187,48 @@ def test_complete_is_written_with_offsets_when_the_last_task_precommits(
         )
 
 
+def test_triggers_of_many_pipelines_share_a_transaction_and_a_refused_one_is_answered_alone(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """The pass triggers every pipeline due in one transaction: each triggered one gets
+    its checkpoint; one that may not start (two in flight already, or deleted) gets its
+    refusal, and nothing of it is written."""
+    store = open_stores()
+    fence = lead(store)
+    p0, p1 = running_pipeline(store, fence)
+    store.pipelines.create_pipeline(fence=fence, spec=spec("q", tasks_max=2))
+    splits = split_partitions([TopicPartition("in", n) for n in range(4)], 2)
+    q0, q1 = store.pipelines.set_pipeline_tasks(
+        fence=fence, pipeline_id=PipelineId("q"), splits=splits
+    )
+    store.pipelines.apply_assignment(
+        fence=fence, assignment={E1: {p0, q0.task_id}, E2: {p1, q1.task_id}}
+    )
+    for _ in range(2):
+        trigger(store, fence=fence, pipeline_id=PipelineId("p"))  # two in flight: the limit
+
+    answers = store.checkpoints.trigger_checkpoints(
+        fence=fence, pipeline_ids=[PipelineId("q"), PipelineId("p"), PipelineId("gone")]
+    )
+
+    assert isinstance(answers[PipelineId("p")], FailedPrecondition)
+    assert isinstance(answers[PipelineId("gone")], NotFound)
+    first = answers[PipelineId("q")]
+    assert isinstance(first, CheckpointRecord)
+    assert (first.checkpoint_id, first.state, len(first.tasks)) == (
+        1,
+        CheckpointState.TRIGGERED,
+        2,
+    )
+    listed = store.checkpoints.list_checkpoints(pipeline_id=PipelineId("p"))
+    assert sorted(c.checkpoint_id for c in listed) == [1, 2]
+
+
 def test_fenced_leader_cannot_write_complete(open_stores: Callable[..., SqlStore]) -> None:
     old_store, new_store = open_stores(), open_stores()
     old = lead(old_store, "c1", lease_ms=3_000)
     t0, t1 = running_pipeline(old_store, old)
-    old_store.checkpoints.trigger_checkpoint(fence=old, pipeline_id=PipelineId("p"))
+    trigger(old_store, fence=old, pipeline_id=PipelineId("p"))
     precommit(old_store, old, 1, t0, start=0, end=10)
     wait_for_expiry(new_store)
     lead(new_store, "c2")
@@ -212,8 +250,8 @@ def test_stale_task_generation_precommit_is_refused(open_stores: Callable[..., S
     store = open_stores()
     fence = lead(store)
     t0, _t1 = running_pipeline(store, fence)
-    n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
-    trigger = next(t for t in n1.tasks if t.task_id == t0)
+    n1 = trigger(store, fence=fence, pipeline_id=PipelineId("p"))
+    task_trigger = next(t for t in n1.tasks if t.task_id == t0)
     with pytest.raises(StaleGeneration):
         store.checkpoints.record_precommit(
             fence=fence,
@@ -221,7 +259,7 @@ def test_stale_task_generation_precommit_is_refused(open_stores: Callable[..., S
                 pipeline_id=PipelineId("p"),
                 checkpoint_id=C(1),
                 task_id=t0,
-                task_generation=Generation(trigger.task_generation - 1),
+                task_generation=Generation(task_trigger.task_generation - 1),
                 executor_id=E1,
                 executor_generation=Generation(1),
                 offsets=(),
@@ -235,7 +273,7 @@ def test_stale_task_generation_precommit_is_refused(open_stores: Callable[..., S
                 pipeline_id=PipelineId("p"),
                 checkpoint_id=C(1),
                 task_id=t0,
-                task_generation=trigger.task_generation,
+                task_generation=task_trigger.task_generation,
                 executor_id=E1,
                 executor_generation=Generation(1),
                 offsets=(),
@@ -249,19 +287,19 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     pid = PipelineId("p")
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    trigger(store, fence=fence, pipeline_id=pid)
     precommit(store, fence, 1, t0, start=0, end=10)
     precommit(store, fence, 1, t1, start=0, end=10)  # N=1 COMPLETE, commit pending
-    n2 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    n2 = trigger(store, fence=fence, pipeline_id=pid)
     # N=1's ids may still need committing: N=2 writes with the next slot.
     assert sorted(t.transactional_id for t in n2.tasks) == [
         "lockgate-p-0-g2-1",
         "lockgate-p-1-g2-1",
     ]
     with pytest.raises(FailedPrecondition, match="in flight"):
-        store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+        trigger(store, fence=fence, pipeline_id=pid)
     store.checkpoints.mark_committed(fence=fence, pipeline_id=pid, checkpoint_id=C(1))
-    n3 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    n3 = trigger(store, fence=fence, pipeline_id=pid)
     assert sorted(t.transactional_id for t in n3.tasks) == [
         "lockgate-p-0-g2-0",
         "lockgate-p-1-g2-0",
@@ -322,7 +360,7 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
         (t.checkpoint_id, t.task_id) for t in store.checkpoints.list_lingering_transactions()
     }
     # Aborted slots are free again.
-    n4 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    n4 = trigger(store, fence=fence, pipeline_id=pid)
     assert n4.checkpoint_id == 4
     assert sorted(t.slot for t in n4.tasks) == [0, 0]
     # N=3's slot 0 now belongs to N=4: its lingering entries say not to re-initialise.
@@ -346,7 +384,7 @@ def test_aborts_name_each_write_partitions_transaction_and_skip_in_flight_checkp
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     pid = PipelineId("p")
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    trigger(store, fence=fence, pipeline_id=pid)
     precommit(store, fence, 1, t0, start=0, end=10, write_partitions=2)
     store.checkpoints.abort_checkpoint(fence=fence, pipeline_id=pid, checkpoint_id=C(1), reason="x")
     lingering = sorted(
@@ -366,7 +404,7 @@ def test_aborts_name_each_write_partitions_transaction_and_skip_in_flight_checkp
     ]
 
     # N=2 reuses the aborted slot 0: N=1's unreported entry must not be sent any more.
-    n2 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    n2 = trigger(store, fence=fence, pipeline_id=pid)
     assert sorted(t.slot for t in n2.tasks) == [0, 0]
     assert {
         t.transactional_id: t.must_be_sent
@@ -385,8 +423,8 @@ def test_out_of_order_precommits_complete_in_order(open_stores: Callable[..., Sq
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     pid = PipelineId("p")
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    trigger(store, fence=fence, pipeline_id=pid)
+    trigger(store, fence=fence, pipeline_id=pid)
     precommit(store, fence, 2, t0, start=10, end=20)
     assert precommit(store, fence, 2, t1, start=10, end=20) is CheckpointState.TRIGGERED
     precommit(store, fence, 1, t0, start=0, end=10)
@@ -409,7 +447,7 @@ def test_moving_a_task_aborts_its_in_flight_checkpoint(
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     pid = PipelineId("p")
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    trigger(store, fence=fence, pipeline_id=pid)
     precommit(store, fence, 1, t0, start=0, end=5)
     changed = store.pipelines.apply_assignment(fence=fence, assignment={E1: {t0, t1}})
     assert [t.task_id for t in changed.tasks] == [t1]
@@ -433,7 +471,7 @@ def test_a_moved_task_writes_on_ids_no_zombie_of_it_can_open(
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     pid = PipelineId("p")
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    trigger(store, fence=fence, pipeline_id=pid)
     before = store.pipelines.get_task(task_id=t1).generation
     store.pipelines.apply_assignment(fence=fence, assignment={E1: {t0, t1}})
     after = store.pipelines.get_task(task_id=t1).generation
@@ -441,7 +479,7 @@ def test_a_moved_task_writes_on_ids_no_zombie_of_it_can_open(
     assert store.checkpoints.get_checkpoint(pipeline_id=pid, checkpoint_id=C(1)).state is (
         CheckpointState.ABORTED
     )
-    n2 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    n2 = trigger(store, fence=fence, pipeline_id=pid)
     assert {t.task_id: (t.slot, t.transactional_id) for t in n2.tasks} == {
         t0: (0, f"lockgate-p-0-g{before}-0"),
         t1: (0, f"lockgate-p-1-g{after}-0"),
@@ -470,7 +508,7 @@ def test_ids_stored_before_generations_are_still_aborted_and_replaced(
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     pid = PipelineId("p")
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    trigger(store, fence=fence, pipeline_id=pid)
     precommit(store, fence, 1, t0, start=0, end=10)
     store.checkpoints.abort_checkpoint(fence=fence, pipeline_id=pid, checkpoint_id=C(1), reason="x")
     with store.engine.begin() as conn:  # as the previous release wrote them
@@ -482,7 +520,7 @@ def test_ids_stored_before_generations_are_still_aborted_and_replaced(
                     .where(table.c.transactional_id == new)
                     .values(transactional_id=old)
                 )
-    n2 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    n2 = trigger(store, fence=fence, pipeline_id=pid)
     assert sorted(t.transactional_id for t in n2.tasks) == [
         "lockgate-p-0-g2-0",
         "lockgate-p-1-g2-0",
@@ -502,7 +540,7 @@ def test_timed_out_checkpoint_aborts(open_stores: Callable[..., SqlStore]) -> No
     fence = lead(store)
     t0, _ = running_pipeline(store, fence, timeout_ms=1_500)
     pid = PipelineId("p")
-    n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    n1 = trigger(store, fence=fence, pipeline_id=pid)
     precommit(store, fence, 1, t0, start=0, end=5)
     assert store.checkpoints.abort_timed_out(fence=fence) == []
     wait_for("the timeout", lambda: store.db_now_ms() - n1.triggered_at_ms > 1_500, timeout_s=10)
@@ -523,7 +561,7 @@ def test_new_leader_recovers_pending_commits_in_order(
     t0, t1 = running_pipeline(old_store, old)
     pid = PipelineId("p")
     for n in (1, 2):
-        old_store.checkpoints.trigger_checkpoint(fence=old, pipeline_id=pid)
+        trigger(old_store, fence=old, pipeline_id=pid)
         precommit(old_store, old, n, t0, start=(n - 1) * 10, end=n * 10)
         precommit(old_store, old, n, t1, start=(n - 1) * 10, end=n * 10)
     # N=1 and N=2 COMPLETE but never committed; the leader dies.
@@ -533,7 +571,7 @@ def test_new_leader_recovers_pending_commits_in_order(
     fence = second.require_fence()
     # Room for one more in-flight checkpoint once 1 is committed.
     new_store.checkpoints.mark_committed(fence=fence, pipeline_id=pid, checkpoint_id=C(1))
-    n3 = new_store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    n3 = trigger(new_store, fence=fence, pipeline_id=pid)
     assert (n3.checkpoint_id, n3.leader_epoch) == (3, 2)
     precommit(new_store, fence, 3, t0, start=20, end=25)
 
@@ -569,7 +607,7 @@ def test_batched_precommits_are_all_or_nothing(
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     pid = PipelineId("p")
-    n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    n1 = trigger(store, fence=fence, pipeline_id=pid)
     good = {
         t.task_id: Precommit(
             pipeline_id=pid,
@@ -618,12 +656,12 @@ def test_abort_triggered_leaves_a_checkpoint_that_became_complete(
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     pid = PipelineId("p")
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    trigger(store, fence=fence, pipeline_id=pid)
     listed = store.checkpoints.list_checkpoints(pipeline_id=pid, states=[CheckpointState.TRIGGERED])
     assert [c.checkpoint_id for c in listed] == [1]
     precommit(store, fence, 1, t0, start=0, end=10)
     assert precommit(store, fence, 1, t1, start=0, end=10) is CheckpointState.COMPLETE
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=pid)
+    trigger(store, fence=fence, pipeline_id=pid)
 
     aborted = store.checkpoints.abort_triggered(fence=fence, pipeline_id=pid, reason="stopped")
 
@@ -647,7 +685,7 @@ def test_triggers_allot_ids_under_the_pipelines_transactional_id_prefix(
     )
     store.executors.register_executor(fence=fence, executor_id=E1, address="e1:1")
     store.pipelines.apply_assignment(fence=fence, assignment={E1: {t.task_id for t in tasks}})
-    n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("q"))
+    n1 = trigger(store, fence=fence, pipeline_id=PipelineId("q"))
     assert sorted(t.transactional_id for t in n1.tasks) == ["team-a.q-0-g2-0", "team-a.q-1-g2-0"]
 
 
@@ -668,7 +706,7 @@ def test_a_leader_dying_inside_the_complete_transaction_leaves_n_triggered(
     store = open_stores(failpoints=Failpoints(armed, exit_process=die))
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId("p"))
+    trigger(store, fence=fence, pipeline_id=PipelineId("p"))
     # The first pre-commit completes nothing: the failpoint is not reached.
     assert precommit(store, fence, 1, t0, start=0, end=10) is CheckpointState.TRIGGERED
     with pytest.raises(_DiedInside, match="checkpoint 1 of pipeline p"):
@@ -694,12 +732,12 @@ def test_the_trigger_snapshot_has_each_pipelines_newest_and_unfinished_checkpoin
     store.pipelines.create_pipeline(fence=fence, spec=spec("idle", tasks_max=2))
     p = PipelineId("p")
     for n in (1, 2, 3):
-        store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=p)
+        trigger(store, fence=fence, pipeline_id=p)
         precommit(store, fence, n, t0, start=10 * (n - 1), end=10 * n)
         precommit(store, fence, n, t1, start=10 * (n - 1), end=10 * n)
         if n != 1:
             store.checkpoints.mark_committed(fence=fence, pipeline_id=p, checkpoint_id=C(n))
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=p)
+    trigger(store, fence=fence, pipeline_id=p)
     store.checkpoints.abort_checkpoint(fence=fence, pipeline_id=p, checkpoint_id=C(4), reason="x")
 
     snapshot = store.checkpoints.trigger_snapshot()

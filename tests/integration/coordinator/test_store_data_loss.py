@@ -18,6 +18,7 @@ from tests.integration.coordinator.test_store import (
     lead,
     open_stores,  # noqa: F401 - fixture
     store_url,  # noqa: F401 - fixture
+    trigger,
 )
 from tests.integration.coordinator.test_store_checkpoints import (
     C,
@@ -34,7 +35,7 @@ def two_in_flight(store: SqlStore, *, second_complete: bool = True) -> tuple[Fen
     fence = lead(store)
     t0, t1 = running_pipeline(store, fence)
     for n, (start, end) in ((1, (0, 10)), (2, (10, 15))):
-        store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=P)
+        trigger(store, fence=fence, pipeline_id=P)
         if n == 2 and not second_complete:
             break
         precommit(store, fence, n, t0, start=start, end=end)
@@ -103,7 +104,7 @@ def test_restart_from_the_lost_checkpoint_moves_past_it_and_nothing_else_does(
     )
     # A trigger decided before the loss was recorded finds the pipeline FAILED.
     with pytest.raises(FailedPrecondition, match="is FAILED: checkpoint 1 lost") as refused:
-        store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=P)
+        trigger(store, fence=fence, pipeline_id=P)
     assert refused.value.reason == "PIPELINE_FAILED"
     with pytest.raises(FailedPrecondition, match="--from-checkpoint 1"):
         store.data_loss.move_past(fence=fence, pipeline_id=P, checkpoint_id=C(2))
@@ -112,7 +113,7 @@ def test_restart_from_the_lost_checkpoint_moves_past_it_and_nothing_else_does(
     with pytest.raises(FailedPrecondition, match="no DATA_LOST checkpoint"):
         store.data_loss.move_past(fence=fence, pipeline_id=P, checkpoint_id=C(1))
     # The pipeline triggers again, from the rewound offsets.
-    n3 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=P)
+    n3 = trigger(store, fence=fence, pipeline_id=P)
     assert n3.checkpoint_id == 3
 
 

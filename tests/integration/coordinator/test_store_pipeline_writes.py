@@ -25,7 +25,7 @@ from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
 from lockgate.coordinator.store import SqlStore, open_store, pipeline_store
-from tests.integration.coordinator.test_store import spec
+from tests.integration.coordinator.test_store import spec, trigger
 from tests.integration.coordinator.test_store_checkpoints import precommit, running_pipeline
 from tests.support.topics import FixedTopics
 
@@ -113,7 +113,7 @@ def test_a_restart_past_a_loss_cut_short_can_be_retried(
 ) -> None:
     fence = _fence(leader)
     t0, t1 = running_pipeline(store, fence)
-    store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=P)
+    trigger(store, fence=fence, pipeline_id=P)
     precommit(store, fence, 1, t0, start=0, end=10)
     assert precommit(store, fence, 1, t1, start=0, end=10) is CheckpointState.COMPLETE
     store.data_loss.record_data_loss(
@@ -166,7 +166,7 @@ def test_every_write_the_leaders_pass_plans_from_changes_the_fingerprint(
         state=TaskState.RUNNING,
     )
     unchanged("a task's state report")
-    store.checkpoints.trigger_checkpoint(fence=_fence(leader), pipeline_id=P)
+    trigger(store, fence=_fence(leader), pipeline_id=P)
     unchanged("a trigger")
     leader.checkpoints.abort_triggered(P, reason="test")
     leader.pipelines.set_target_state(P, TargetState.PAUSED)

@@ -24,6 +24,7 @@ from tests.integration.coordinator.test_store import (
     open_stores,  # noqa: F401 - fixture
     pipeline_with_tasks,
     store_url,  # noqa: F401 - fixture
+    trigger,
     wait_for_expiry,
 )
 from tests.integration.coordinator.test_store_checkpoints import (
@@ -40,7 +41,7 @@ PID = PipelineId("p")
 def genuine_reports(store: SqlStore, fence: Fence) -> list[Precommit]:
     """Checkpoint 1 triggered on both tasks, and the report each trigger asks for."""
     t0, _ = running_pipeline(store, fence)
-    n1 = store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PID)
+    n1 = trigger(store, fence=fence, pipeline_id=PID)
     return [
         Precommit(
             pipeline_id=PID,
@@ -188,7 +189,7 @@ def test_a_batch_mixing_pipelines_and_checkpoints_completes_each_as_it_alone_wou
         fence=fence, assignment={E1: {p_tasks[0], q_tasks[0]}, E2: {p_tasks[1], q_tasks[1]}}
     )
     for pipeline in ("p", "p", "q"):  # p: 1 and 2 in flight; q: 1
-        store.checkpoints.trigger_checkpoint(fence=fence, pipeline_id=PipelineId(pipeline))
+        trigger(store, fence=fence, pipeline_id=PipelineId(pipeline))
     p1 = reports_of(store, "p", 1, start=0, end=3)
     p2 = reports_of(store, "p", 2, start=3, end=8)
     q1 = reports_of(store, "q", 1, start=0, end=4)

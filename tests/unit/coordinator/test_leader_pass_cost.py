@@ -754,3 +754,18 @@ def test_a_report_batch_costs_the_same_statements_however_many_pipelines_it_mixe
     leader.run_pass(leader.require_fence())
     assert {n for n, c in triggered(leader) if c == 1} == set(few + many)
     assert batch_statements(many) == batch_statements(few)
+
+
+def test_a_pass_triggers_every_due_pipeline_in_one_write_transaction(leader: Herder) -> None:
+    """At scale a pass finds many pipelines due at once; their triggers share one write
+    transaction (one fence check, one fsync), not one each. Each is still triggered with
+    its own checkpoint and its own executor calls."""
+    names = [f"p{n}" for n in range(8)]
+    for name in names:
+        leader.pipelines.create(spec=spec(name, interval_ms=1), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    assert triggered(leader) == []
+    statements = statements_of(leader, lambda: leader.run_pass(leader.require_fence()))
+    assert sorted(triggered(leader)) == [(n, 1) for n in names]
+    writes = [s for s in statements if s.startswith("BEGIN IMMEDIATE")]
+    assert len(writes) == 1, f"{len(writes)} write transactions for 8 triggers"

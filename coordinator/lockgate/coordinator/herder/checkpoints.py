@@ -566,26 +566,31 @@ class CheckpointDriver:
                 pipeline=free[p], recent=recent, has_lingering=lingering, now_ms=now_ms
             ),
         )
-        for pipeline in free.values():
-            tasks = inputs.tasks.get(pipeline.pipeline_id, [])
-            if not trigger_due(
+        ready = [
+            pipeline
+            for pipeline in free.values()
+            if trigger_due(
                 pipeline=pipeline,
-                tasks=tasks,
+                tasks=inputs.tasks.get(pipeline.pipeline_id, []),
                 live_executors=frozenset(alive),
                 recent=inputs.recent.get(pipeline.pipeline_id, []),
                 has_lingering=pipeline.pipeline_id in inputs.lingering,
                 now_ms=now_ms,
-            ):
-                continue
-            try:
-                checkpoint = self._lease.leader_call(
-                    lambda f, p=pipeline.pipeline_id: self._store.checkpoints.trigger_checkpoint(  # type: ignore[misc]
-                        fence=f, pipeline_id=p
-                    ),
-                    term=fence,
-                )
-            except FailedPrecondition as exc:
-                _LOG.debug("not triggering %s: %s", pipeline.pipeline_id, exc)
+            )
+        ]
+        if not ready:
+            return
+        # Every due pipeline's trigger in one transaction, then the executors' calls.
+        triggered = self._lease.leader_call(
+            lambda f: self._store.checkpoints.trigger_checkpoints(
+                fence=f, pipeline_ids=[p.pipeline_id for p in ready]
+            ),
+            term=fence,
+        )
+        for pipeline in ready:
+            checkpoint = triggered[pipeline.pipeline_id]
+            if isinstance(checkpoint, FailedPrecondition | NotFound):
+                _LOG.debug("not triggering %s: %s", pipeline.pipeline_id, checkpoint)
                 continue
             self.schedule.triggered(pipeline, checkpoint)
             self.traces.triggered(
@@ -593,6 +598,7 @@ class CheckpointDriver:
                 checkpoint.checkpoint_id,
                 leader_epoch=int(fence.leader_epoch),
             )
+            tasks = inputs.tasks.get(pipeline.pipeline_id, [])
             starts = inputs.start_offsets.get(pipeline.pipeline_id, {})
             self._calls.run(
                 ("trigger", pipeline.pipeline_id),

@@ -40,7 +40,7 @@ from lockgate.coordinator.domain.checkpoints import (
     plan_trigger,
     restore_states_of,
 )
-from lockgate.coordinator.domain.errors import FailedPrecondition
+from lockgate.coordinator.domain.errors import FailedPrecondition, NotFound
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.precommits import (
@@ -98,39 +98,29 @@ class CheckpointStore:
         self._db = database
         self._failpoints = failpoints or Failpoints()
 
-    def trigger_checkpoint(self, *, fence: Fence, pipeline_id: PipelineId) -> CheckpointRecord:
-        """Start the pipeline's next checkpoint N over all its tasks. Leader-only.
+    def trigger_checkpoints(
+        self, *, fence: Fence, pipeline_ids: Sequence[PipelineId]
+    ) -> dict[PipelineId, CheckpointRecord | FailedPrecondition | NotFound]:
+        """Start the next checkpoint N of each of these pipelines over all its tasks, in
+        ONE transaction: one fence check and one fsync for every pipeline a pass finds due
+        (issue 14). Leader-only. Pipelines are locked in name order.
 
-        Allocates each task a transactional id slot (see `transactional_ids.py`). Raises
-        FailedPrecondition, writing nothing, when the pipeline is not RUNNING, has no tasks,
-        has a task without an executor, already has `DEFAULT_MAX_IN_FLIGHT` checkpoints in
-        flight, or a task has no free slot (`domain.checkpoints.plan_trigger`), or it is
-        FAILED by an unresolved DATA_LOST checkpoint.
+        Allocates each task a transactional id slot (see `transactional_ids.py`). A
+        pipeline that may not start one is answered with its refusal, and nothing of it is
+        written; the others are triggered. FailedPrecondition when the pipeline is not
+        RUNNING, has no tasks, has a task without an executor, already has
+        `DEFAULT_MAX_IN_FLIGHT` checkpoints in flight, or a task has no free slot
+        (`domain.checkpoints.plan_trigger`), or it is FAILED by an unresolved DATA_LOST
+        checkpoint; NotFound when it was deleted.
         """
+        triggered: dict[PipelineId, CheckpointRecord | FailedPrecondition | NotFound] = {}
         with self._db.transaction(fence=fence) as conn:
-            pipeline = read_pipeline(conn, pipeline_id, for_update=True)
-            # The decision to trigger may predate a loss recorded since (another job's
-            # commit): re-checked here, under the pipeline row's lock.
-            lost = unresolved_data_loss(conn, pipeline_id)
-            if lost is not None:
-                raise FailedPrecondition(
-                    f"pipeline {pipeline_id!r} is FAILED: checkpoint {lost.checkpoint_id} lost"
-                    " its data; restart it from that checkpoint or set its offsets",
-                    reason="PIPELINE_FAILED",
-                )
-            plan = plan_trigger(
-                pipeline=pipeline,
-                tasks=read_tasks(conn, pipeline_id),
-                states=checkpoint_states(conn, pipeline_id),
-                slot_use=_slot_use(conn, pipeline_id),
-            )
-            _write_trigger(conn, plan, fence.leader_epoch)
-            # Its row as written (the times are the database's), and its tasks from the plan
-            # just written rather than read back.
-            written = read_checkpoint(conn, pipeline_id, plan.checkpoint_id, with_tasks=False)
-            return dataclasses.replace(
-                written, tasks=tuple(sorted(plan.tasks, key=lambda t: t.task_id))
-            )
+            for pipeline_id in sorted(set(pipeline_ids)):
+                try:
+                    triggered[pipeline_id] = _trigger(conn, pipeline_id, fence.leader_epoch)
+                except (FailedPrecondition, NotFound) as refused:  # nothing of it written
+                    triggered[pipeline_id] = refused
+        return triggered
 
     def record_precommit(
         self, *, fence: Fence, precommit: Precommit, complete_if_ready: bool = True
@@ -549,6 +539,34 @@ _NEXT_CHECKPOINT_ID = (
 _NEW_CHECKPOINT = checkpoints.insert().values(
     state=CheckpointState.TRIGGERED.value, triggered_at_ms=db_now_ms()
 )
+
+
+def _trigger(
+    conn: Connection, pipeline_id: PipelineId, leader_epoch: LeaderEpoch
+) -> CheckpointRecord:
+    """`trigger_checkpoints` of one pipeline, inside its transaction; raises its refusal
+    before writing anything."""
+    pipeline = read_pipeline(conn, pipeline_id, for_update=True)
+    # The decision to trigger may predate a loss recorded since (another job's commit):
+    # re-checked here, under the pipeline row's lock.
+    lost = unresolved_data_loss(conn, pipeline_id)
+    if lost is not None:
+        raise FailedPrecondition(
+            f"pipeline {pipeline_id!r} is FAILED: checkpoint {lost.checkpoint_id} lost"
+            " its data; restart it from that checkpoint or set its offsets",
+            reason="PIPELINE_FAILED",
+        )
+    plan = plan_trigger(
+        pipeline=pipeline,
+        tasks=read_tasks(conn, pipeline_id),
+        states=checkpoint_states(conn, pipeline_id),
+        slot_use=_slot_use(conn, pipeline_id),
+    )
+    _write_trigger(conn, plan, leader_epoch)
+    # Its row as written (the times are the database's), and its tasks from the plan just
+    # written rather than read back.
+    written = read_checkpoint(conn, pipeline_id, plan.checkpoint_id, with_tasks=False)
+    return dataclasses.replace(written, tasks=tuple(sorted(plan.tasks, key=lambda t: t.task_id)))
 
 
 _MARK_COMMITTED = (
