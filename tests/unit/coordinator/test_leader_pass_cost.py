@@ -28,6 +28,7 @@ from lockgate.coordinator.domain.checkpoints import Precommit
 from lockgate.coordinator.domain.errors import NotFound
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
 from lockgate.coordinator.herder import CoordinatorSettings, Herder, membership
+from lockgate.coordinator.herder import checkpoints as checkpoint_driver
 from lockgate.coordinator.herder.executors import ExecutorClient, TriggerResult
 from lockgate.coordinator.herder.membership import HeartbeatTaskReport
 from lockgate.coordinator.store import rows, trigger_queries
@@ -756,10 +757,14 @@ def test_a_report_batch_costs_the_same_statements_however_many_pipelines_it_mixe
     assert batch_statements(many) == batch_statements(few)
 
 
-def test_a_pass_triggers_every_due_pipeline_in_one_write_transaction(leader: Herder) -> None:
-    """At scale a pass finds many pipelines due at once; their triggers share one write
-    transaction (one fence check, one fsync), not one each. Each is still triggered with
-    its own checkpoint and its own executor calls."""
+@pytest.mark.parametrize(("per_transaction", "transactions"), [(64, 1), (3, 3)])
+def test_a_pass_triggers_the_due_pipelines_a_chunk_per_write_transaction(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch, per_transaction: int, transactions: int
+) -> None:
+    """At scale a pass finds many pipelines due at once; their triggers share a write
+    transaction (one fence check, one fsync) per `TRIGGERS_PER_TRANSACTION`, not one each.
+    Each is still triggered with its own checkpoint and its own executor calls."""
+    monkeypatch.setattr(checkpoint_driver, "TRIGGERS_PER_TRANSACTION", per_transaction)
     names = [f"p{n}" for n in range(8)]
     for name in names:
         leader.pipelines.create(spec=spec(name, interval_ms=1), target_state=TargetState.RUNNING)
@@ -768,4 +773,4 @@ def test_a_pass_triggers_every_due_pipeline_in_one_write_transaction(leader: Her
     statements = statements_of(leader, lambda: leader.run_pass(leader.require_fence()))
     assert sorted(triggered(leader)) == [(n, 1) for n in names]
     writes = [s for s in statements if s.startswith("BEGIN IMMEDIATE")]
-    assert len(writes) == 1, f"{len(writes)} write transactions for 8 triggers"
+    assert len(writes) == transactions, f"{len(writes)} write transactions for 8 triggers"
