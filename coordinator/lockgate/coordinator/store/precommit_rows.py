@@ -186,9 +186,9 @@ def complete_ready(conn: Connection, keys: Sequence[CheckpointKey]) -> list[Chec
     pipelines' locks. A handful of statements however many pipelines the keys span (a
     report batch at scale mixes many)."""
     states = checkpoint_states_of(conn, [pipeline_id for pipeline_id, _ in keys])
-    first: dict[PipelineId, CheckpointId] = {}
-    for pipeline_id, checkpoint_id in sorted(keys, reverse=True):
-        first[pipeline_id] = checkpoint_id
+    first: dict[PipelineId, CheckpointId] = {}  # each pipeline's earliest reported checkpoint
+    for pipeline_id, checkpoint_id in keys:
+        first[pipeline_id] = min(first.get(pipeline_id, checkpoint_id), checkpoint_id)
     counts = _precommit_counts(
         conn,
         [

@@ -35,6 +35,7 @@ from lockgate.coordinator.domain.checkpoints import CheckpointRecord, TaskTrigge
 from lockgate.coordinator.domain.errors import NotFound
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.precommits import CheckpointKey
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
 from lockgate.coordinator.store.engine import db_now_ms
 from lockgate.coordinator.store.keyed import execute_keyed
@@ -328,8 +329,8 @@ def find_checkpoint(
 
 
 def find_checkpoints_of_tasks(
-    conn: Connection, task_ids: Mapping[tuple[PipelineId, CheckpointId], AbstractSet[TaskId]]
-) -> dict[tuple[PipelineId, CheckpointId], CheckpointRecord | None]:
+    conn: Connection, task_ids: Mapping[CheckpointKey, AbstractSet[TaskId]]
+) -> dict[CheckpointKey, CheckpointRecord | None]:
     """Each of these checkpoints with only these of its tasks (a partial record, for a
     check about those tasks alone; None for one that does not exist), in two statements
     however many checkpoints (`keyed.py`): a report batch mixes many pipelines' (issue
@@ -339,7 +340,7 @@ def find_checkpoints_of_tasks(
         (PipelineId(r.pipeline_id), CheckpointId(int(r.checkpoint_id))): r
         for r in execute_keyed(conn, _checkpoints_where, checkpoints, keys)
     }
-    task_rows: dict[tuple[PipelineId, CheckpointId], list[Any]] = {key: [] for key in found}
+    task_rows: dict[CheckpointKey, list[Any]] = {key: [] for key in found}
     for t in execute_keyed(
         conn, _checkpoint_tasks_where, checkpoint_tasks, sorted(found), task_ids=task_ids
     ):
@@ -391,7 +392,7 @@ def checkpoint_record(row: Any, task_rows: Sequence[Any] = ()) -> CheckpointReco
 
 
 def read_checkpoint_summaries(
-    conn: Connection, keys: Sequence[tuple[PipelineId, CheckpointId]]
+    conn: Connection, keys: Sequence[CheckpointKey]
 ) -> list[CheckpointRecord]:
     """These checkpoints (those that exist) without their tasks, in one read."""
     if not keys:
