@@ -17,7 +17,7 @@ from lockgate.coordinator.domain.errors import Unavailable
 from lockgate.coordinator.domain.progress import PartitionBounds
 from lockgate.coordinator.domain.states import TargetState
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
-from lockgate.coordinator.herder.progress import LAG_REFRESH_S, Progress
+from lockgate.coordinator.herder.progress import LAG_REFRESH_S, LAG_REFRESH_SHARE, Progress
 from lockgate.coordinator.store import open_store
 from tests.support.topics import FixedTopics
 
@@ -176,3 +176,33 @@ def test_a_refresh_that_cannot_read_the_state_database_keeps_the_last_figures(
     status = progress.status_progress(leader.pipelines.get(PipelineId("p")))
     assert (status.total_lag, status.lag_known) == (20, True)
     assert len(status.warnings) == 1 and "source lag measured 6 s ago" in status.warnings[0]
+
+
+def test_a_slow_refresh_runs_less_often_so_measuring_stays_a_small_share_of_the_leader(
+    leader: Herder, topics: CountedTopics
+) -> None:
+    """At scale one refresh reads every pipeline, task and position: one that takes long
+    waits longer for the next, so refreshing takes at most `LAG_REFRESH_SHARE` of the
+    time, and status calls judge a figure old by that longer wait."""
+    clock = Clock()
+    progress = progress_of(leader, topics, clock)
+    pipeline = leader.pipelines.get(PipelineId("p"))
+    progress.refresh(leader.require_fence())
+    assert progress.refresh_every_s == LAG_REFRESH_S, "a quick refresh keeps the interval"
+
+    slow_s = 3 * LAG_REFRESH_SHARE * LAG_REFRESH_S
+    answer = topics.partition_bounds
+
+    def slow_answer(*args: object) -> dict[TopicPartition, PartitionBounds]:
+        clock.now += slow_s  # this refresh takes slow_s
+        return answer(*args)  # type: ignore[arg-type]
+
+    topics.partition_bounds = slow_answer  # type: ignore[method-assign]
+    progress.refresh(leader.require_fence())
+    assert progress.refresh_every_s == pytest.approx(slow_s / LAG_REFRESH_SHARE)
+    assert progress.refresh_every_s == pytest.approx(3 * LAG_REFRESH_S)
+    # Older than two quick refreshes, younger than two slow ones: not old yet.
+    clock.now += 2 * LAG_REFRESH_S + 1
+    assert progress.status_progress(pipeline).warnings == ()
+    clock.now += 4 * LAG_REFRESH_S
+    assert len(progress.status_progress(pipeline).warnings) == 1

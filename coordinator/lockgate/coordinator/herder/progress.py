@@ -5,7 +5,10 @@ leader's gauges (`lockgate.source.lag`, `lockgate.tasks`, `lockgate.executor.ses
 The arithmetic is `domain/progress.py`; the Kafka offsets come from
 `store/kafka_topics.py` and the positions from SQL. The leader measures every pipeline every
 `LAG_REFRESH_S` seconds on a thread of its own (a slow or unreachable Kafka cluster must not
-hold up the work loop's triggers and commits); the lag gauge and the leader's status calls
+hold up the work loop's triggers and commits). A refresh reads every pipeline, task and
+position, so at scale it costs the leader in proportion to the cluster: it then runs less
+often, so that it takes at most `LAG_REFRESH_SHARE` of the time (`refresh_interval_s`;
+issue 14, the leader under one core at 10,000 tasks). The lag gauge and the leader's status calls
 show that measurement, so neither waits for Kafka (a status call warns when the figure is
 old: Kafka has not answered since). A follower's status call measures its pipeline now;
 followers report no lag, task or session gauge (the leader does), so summing over
@@ -51,9 +54,18 @@ from lockgate.coordinator.store.sql_store import SqlStore
 
 #: Seconds between two lag measurements of the leader (each asks Kafka for every pipeline).
 LAG_REFRESH_S = 2.0
+#: At most this share of the time goes to measuring: a refresh that took longer than
+#: `LAG_REFRESH_SHARE * LAG_REFRESH_S` waits longer than `LAG_REFRESH_S` for the next one.
+LAG_REFRESH_SHARE = 0.05
 #: A status call warns that the lag is old past this many refreshes without a new figure.
 _STALE_AFTER_REFRESHES = 2
 _LOG = logging.getLogger(__name__)
+
+
+def refresh_interval_s(took_s: float) -> float:
+    """How long after a refresh that took `took_s` the next one starts: `LAG_REFRESH_S`,
+    or longer, so that refreshing takes at most `LAG_REFRESH_SHARE` of the time."""
+    return max(LAG_REFRESH_S, took_s / LAG_REFRESH_SHARE)
 
 
 @dataclass(frozen=True)
@@ -107,6 +119,8 @@ class Progress:
         """The last refresh's lags, for the gauge: a pipeline Kafka did not answer for has none."""
         self._cache: dict[PipelineId, _MeasuredLag] = {}
         """The newest complete lag measured of each pipeline, for status calls."""
+        self.refresh_every_s = LAG_REFRESH_S
+        """The wait before the next refresh (`refresh_interval_s` of the last one)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="source-lag", daemon=True)
         instruments.observe(SOURCE_LAG, self._lag_reading)
@@ -116,7 +130,7 @@ class Progress:
 
     def status_progress(self, pipeline: PipelineRecord) -> PipelineProgress:
         """The pipeline's progress for a status call: on the leader, the lag it measured
-        last (every `LAG_REFRESH_S`; a status call never waits for Kafka), with a warning
+        last (every `refresh_every_s`; a status call never waits for Kafka), with a warning
         once that figure is older than two refreshes (Kafka has not answered since); on a
         follower, or before the leader measured it, `measure` asks Kafka now."""
         with self._lock:
@@ -124,7 +138,7 @@ class Progress:
         if cached is None or not self._leading():
             return self.measure(pipeline)
         age_s = self._clock() - cached.measured_at
-        stale = age_s > _STALE_AFTER_REFRESHES * LAG_REFRESH_S
+        stale = age_s > _STALE_AFTER_REFRESHES * self.refresh_every_s
         return self._with_lag(
             pipeline,
             cached.lags,
@@ -172,7 +186,7 @@ class Progress:
         )
 
     def start(self) -> None:
-        """Start measuring every `LAG_REFRESH_S` seconds while this replica leads."""
+        """Start measuring every `refresh_every_s` seconds while this replica leads."""
         self._thread.start()
 
     def stop(self) -> None:
@@ -182,7 +196,7 @@ class Progress:
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        while not self._stop.wait(LAG_REFRESH_S):
+        while not self._stop.wait(self.refresh_every_s):
             fence = self._lease.current_fence()
             if fence is not None:
                 self.refresh(fence)
@@ -191,7 +205,15 @@ class Progress:
         """Measure the lag of every pipeline that is not STOPPED, for the lag gauge and the
         status calls. Leader-only; never raises (a pipeline whose cluster does not answer
         keeps its last figure, and status says how old it is). Three reads and one round of
-        ListOffsets per source cluster, however many pipelines."""
+        ListOffsets per source cluster, however many pipelines; sets `refresh_every_s` from
+        how long it took."""
+        began = self._clock()
+        try:
+            self._refresh(fence)
+        finally:
+            self.refresh_every_s = refresh_interval_s(self._clock() - began)
+
+    def _refresh(self, fence: Fence) -> None:
         try:
             running = [
                 p for p in all_pipelines(self._store) if p.target_state is not TargetState.STOPPED
@@ -321,4 +343,10 @@ def _lag_attributes(pipeline_id: PipelineId, lag: PartitionLag) -> Attributes:
     }
 
 
-__all__ = ["LAG_REFRESH_S", "PipelineProgress", "Progress"]
+__all__ = [
+    "LAG_REFRESH_S",
+    "LAG_REFRESH_SHARE",
+    "PipelineProgress",
+    "Progress",
+    "refresh_interval_s",
+]
