@@ -24,7 +24,14 @@ from lockgate.common.errors import (
     NotFound,
     NotLeader,
 )
-from lockgate.common.model.ids import CoordinatorId, ExecutorId, Generation, PipelineId, TaskId
+from lockgate.common.model.ids import (
+    CheckpointId,
+    CoordinatorId,
+    ExecutorId,
+    Generation,
+    PipelineId,
+    TaskId,
+)
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.assignment import ExecutorLiveness
@@ -110,6 +117,16 @@ def trigger(store: SqlStore, *, fence: Fence, pipeline_id: PipelineId) -> Checkp
     if isinstance(triggered, Exception):
         raise triggered
     return triggered
+
+
+def commit(
+    store: SqlStore, *, fence: Fence, pipeline_id: PipelineId, checkpoint_id: CheckpointId
+) -> CheckpointRecord:
+    """Mark one checkpoint COMMITTED (`mark_committed` of one), raising its refusal."""
+    (committed,) = store.checkpoints.mark_committed(
+        fence=fence, keys=[(pipeline_id, checkpoint_id)]
+    )
+    return committed
 
 
 def spec(name: str, *, tasks_max: int = 2, timeout_ms: int = 60_000) -> PipelineSpec:

@@ -37,6 +37,7 @@ from lockgate.coordinator.store.tables import (
     transactional_ids,
 )
 from tests.integration.coordinator.test_store import (
+    commit,
     herder,
     lead,
     open_stores,  # noqa: F401 - fixture
@@ -155,9 +156,7 @@ def test_complete_is_written_with_offsets_when_the_last_task_precommits(
     # Each task's handles name the executor it pre-committed on: the commit goes there.
     assert [h.executor_id for h in pending[0].handles] == [E1, E2]
 
-    committed = store.checkpoints.mark_committed(
-        fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1)
-    )
+    committed = commit(store, fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1))
     assert committed.state is CheckpointState.COMMITTED
     assert committed.committed_at_ms is not None
     assert committed == dataclasses.replace(
@@ -168,19 +167,13 @@ def test_complete_is_written_with_offsets_when_the_last_task_precommits(
     assert store.checkpoints.list_pending_commits() == []
     # A retried commit (the leader lost the answer) is answered the same, changing nothing;
     # a checkpoint not COMPLETE or absent is refused.
-    again = store.checkpoints.mark_committed(
-        fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1)
-    )
+    again = commit(store, fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1))
     assert again == committed
     trigger(store, fence=fence, pipeline_id=PipelineId("p"))
     with pytest.raises(IllegalTransition):
-        store.checkpoints.mark_committed(
-            fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(2)
-        )
+        commit(store, fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(2))
     with pytest.raises(NotFound):
-        store.checkpoints.mark_committed(
-            fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(9)
-        )
+        commit(store, fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(9))
     with pytest.raises(IllegalTransition):
         store.checkpoints.abort_checkpoint(
             fence=fence, pipeline_id=PipelineId("p"), checkpoint_id=C(1), reason="late"
@@ -222,6 +215,59 @@ def test_triggers_of_many_pipelines_share_a_transaction_and_a_refused_one_is_ans
     )
     listed = store.checkpoints.list_checkpoints(pipeline_id=PipelineId("p"))
     assert sorted(c.checkpoint_id for c in listed) == [1, 2]
+
+
+def test_commits_of_many_pipelines_are_marked_together_and_one_refused_undoes_them_all(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """What the leader's group commit writes: COMPLETE checkpoints of several pipelines
+    marked COMMITTED in one transaction, answered in the order asked, a retried one
+    answered as before. One that may not be marked refuses the whole batch, and nothing
+    of it is written (the leader then marks each alone)."""
+    store = open_stores()
+    fence = lead(store)
+    p, q = PipelineId("p"), PipelineId("q")
+    t0, t1 = running_pipeline(store, fence)
+    store.pipelines.create_pipeline(fence=fence, spec=spec("q", tasks_max=2))
+    splits = split_partitions([TopicPartition("in", n) for n in range(4)], 2)
+    q0, q1 = store.pipelines.set_pipeline_tasks(fence=fence, pipeline_id=q, splits=splits)
+    store.pipelines.apply_assignment(
+        fence=fence, assignment={E1: {t0, q0.task_id}, E2: {t1, q1.task_id}}
+    )
+    for name, tasks in (("p", (t0, t1)), ("q", (q0.task_id, q1.task_id))):
+        trigger(store, fence=fence, pipeline_id=PipelineId(name))
+        for task in tasks:
+            precommit(store, fence, 1, task, start=0, end=10, pipeline=name)
+    trigger(store, fence=fence, pipeline_id=p)  # p's 2: TRIGGERED, not to be marked
+
+    def states() -> dict[tuple[str, int], CheckpointState]:
+        return {
+            (c.pipeline_id, c.checkpoint_id): c.state
+            for name in (p, q)
+            for c in store.checkpoints.list_checkpoints(pipeline_id=name)
+        }
+
+    before = states()
+    with pytest.raises(IllegalTransition):
+        store.checkpoints.mark_committed(fence=fence, keys=[(q, C(1)), (p, C(1)), (p, C(2))])
+    with pytest.raises(NotFound):
+        store.checkpoints.mark_committed(fence=fence, keys=[(q, C(1)), (p, C(9))])
+    assert states() == before, "a refused batch wrote nothing"
+
+    marked = store.checkpoints.mark_committed(fence=fence, keys=[(q, C(1)), (p, C(1))])
+    assert [(c.pipeline_id, c.checkpoint_id, c.state) for c in marked] == [
+        (q, 1, CheckpointState.COMMITTED),
+        (p, 1, CheckpointState.COMMITTED),
+    ]
+    for task in (t0, t1):
+        precommit(store, fence, 2, task, start=10, end=20)
+    again = store.checkpoints.mark_committed(fence=fence, keys=[(p, C(2)), (q, C(1))])
+    assert again[1] == marked[0], "a retried commit is answered as before"
+    assert states() == {
+        (p, 1): CheckpointState.COMMITTED,
+        (p, 2): CheckpointState.COMMITTED,
+        (q, 1): CheckpointState.COMMITTED,
+    }
 
 
 def test_fenced_leader_cannot_write_complete(open_stores: Callable[..., SqlStore]) -> None:
@@ -298,7 +344,7 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
     ]
     with pytest.raises(FailedPrecondition, match="in flight"):
         trigger(store, fence=fence, pipeline_id=pid)
-    store.checkpoints.mark_committed(fence=fence, pipeline_id=pid, checkpoint_id=C(1))
+    commit(store, fence=fence, pipeline_id=pid, checkpoint_id=C(1))
     n3 = trigger(store, fence=fence, pipeline_id=pid)
     assert sorted(t.transactional_id for t in n3.tasks) == [
         "lockgate-p-0-g2-0",
@@ -570,7 +616,7 @@ def test_new_leader_recovers_pending_commits_in_order(
     second.lease_keeper.campaign()
     fence = second.require_fence()
     # Room for one more in-flight checkpoint once 1 is committed.
-    new_store.checkpoints.mark_committed(fence=fence, pipeline_id=pid, checkpoint_id=C(1))
+    commit(new_store, fence=fence, pipeline_id=pid, checkpoint_id=C(1))
     n3 = trigger(new_store, fence=fence, pipeline_id=pid)
     assert (n3.checkpoint_id, n3.leader_epoch) == (3, 2)
     precommit(new_store, fence, 3, t0, start=20, end=25)
@@ -594,9 +640,7 @@ def test_new_leader_recovers_pending_commits_in_order(
     assert both[t0] == restore
     assert [[h.task_id for h in c.handles] for c in both[t1].to_commit] == [[t1]]
     assert {(t.checkpoint_id, t.task_id) for t in both[t1].to_abort} == {(3, t1)}
-    third_store.checkpoints.mark_committed(
-        fence=third.require_fence(), pipeline_id=pid, checkpoint_id=C(2)
-    )
+    commit(third_store, fence=third.require_fence(), pipeline_id=pid, checkpoint_id=C(2))
     assert third_store.checkpoints.list_pending_commits() == []
 
 
@@ -736,7 +780,7 @@ def test_the_trigger_snapshot_has_each_pipelines_newest_and_unfinished_checkpoin
         precommit(store, fence, n, t0, start=10 * (n - 1), end=10 * n)
         precommit(store, fence, n, t1, start=10 * (n - 1), end=10 * n)
         if n != 1:
-            store.checkpoints.mark_committed(fence=fence, pipeline_id=p, checkpoint_id=C(n))
+            commit(store, fence=fence, pipeline_id=p, checkpoint_id=C(n))
     trigger(store, fence=fence, pipeline_id=p)
     store.checkpoints.abort_checkpoint(fence=fence, pipeline_id=p, checkpoint_id=C(4), reason="x")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spe
 from lockgate.coordinator.domain.checkpoints import Precommit
 from lockgate.coordinator.domain.errors import NotFound
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
+from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder import CoordinatorSettings, Herder, membership
 from lockgate.coordinator.herder import checkpoints as checkpoint_driver
 from lockgate.coordinator.herder.executors import ExecutorClient, TriggerResult
@@ -309,7 +311,9 @@ def test_a_pipeline_due_while_its_checkpoint_is_in_flight_costs_no_task_or_offse
     offset_reads = counting(monkeypatch, trigger_queries, "next_offsets_of")
     leader.run_pass(fence)
     assert triggered(leader) == [("busy", 1)]
-    assert (len(task_rows), len(offset_reads)) == (2, 1), "the trigger reads them"
+    # The decision reads the 2 tasks and the offsets; the trigger's write transaction reads
+    # the tasks again, under the pipeline's lock.
+    assert (len(task_rows), len(offset_reads)) == (4, 1), "the trigger reads them"
 
     task_rows.clear()
     offset_reads.clear()
@@ -320,7 +324,7 @@ def test_a_pipeline_due_while_its_checkpoint_is_in_flight_costs_no_task_or_offse
 
     complete(leader, "busy", 1)  # its pass commits 1 and triggers 2
     assert triggered(leader) == [("busy", 1), ("busy", 2)]
-    assert (len(task_rows), len(offset_reads)) == (2, 1)
+    assert (len(task_rows), len(offset_reads)) == (4, 1)
 
 
 def test_pipelines_created_updated_resumed_later_and_after_a_failover_are_triggered(
@@ -762,9 +766,9 @@ def test_a_pass_triggers_the_due_pipelines_a_chunk_per_write_transaction(
     leader: Herder, monkeypatch: pytest.MonkeyPatch, per_transaction: int, transactions: int
 ) -> None:
     """At scale a pass finds many pipelines due at once; their triggers share a write
-    transaction (one fence check, one fsync) per `TRIGGERS_PER_TRANSACTION`, not one each.
+    transaction (one fence check, one fsync) per `PIPELINES_PER_TRANSACTION`, not one each.
     Each is still triggered with its own checkpoint and its own executor calls."""
-    monkeypatch.setattr(checkpoint_driver, "TRIGGERS_PER_TRANSACTION", per_transaction)
+    monkeypatch.setattr(checkpoint_driver, "PIPELINES_PER_TRANSACTION", per_transaction)
     names = [f"p{n}" for n in range(8)]
     for name in names:
         leader.pipelines.create(spec=spec(name, interval_ms=1), target_state=TargetState.RUNNING)
@@ -774,3 +778,86 @@ def test_a_pass_triggers_the_due_pipelines_a_chunk_per_write_transaction(
     assert sorted(triggered(leader)) == [(n, 1) for n in names]
     writes = [s for s in statements if s.startswith("BEGIN IMMEDIATE")]
     assert len(writes) == transactions, f"{len(writes)} write transactions for 8 triggers"
+
+
+def test_commits_acked_together_share_a_write_transaction(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At scale many pipelines' commits are acked at once; marking them COMMITTED shares a
+    write transaction (group commit: one fence check, one fsync) instead of one each. The
+    8 pipelines' commit calls are answered together, and the first mark's write is held
+    until every commit job has asked for its mark: the other 7 share the next write."""
+    names = [f"p{n}" for n in range(8)]
+    for name in names:
+        leader.pipelines.create(spec=spec(name), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    assert sorted(triggered(leader)) == [(n, 1) for n in names]
+    reports = [r for n in names for r in precommits_of(leader, n, 1, start=0, end=5)]
+    leader.store.checkpoints.record_precommit_batch(fence=fence, precommits=reports)
+
+    all_acked = threading.Barrier(len(names))
+    monkeypatch.setattr(
+        leader._executors,
+        "send_commit",
+        lambda **kwargs: lambda: (all_acked.wait(timeout=30), len(kwargs["handles"]))[1],
+    )
+    asked = counting(monkeypatch, GroupCommit, "submit")
+    real_mark = leader.store.checkpoints.mark_committed
+    marks: list[list[tuple[str, int]]] = []
+
+    def mark(**kwargs: Any) -> Any:
+        if not marks:  # the first write waits for every job's request
+            wait_for("every commit job to ask for its mark", lambda: len(asked) == 8, timeout_s=30)
+        marks.append(list(kwargs["keys"]))
+        return real_mark(**kwargs)
+
+    monkeypatch.setattr(leader.store.checkpoints, "mark_committed", mark)
+    leader.run_pass(fence, wait=False)  # the loop's way: the commit jobs run at once
+
+    def committed() -> bool:
+        states = {
+            leader.store.checkpoints.get_checkpoint(
+                pipeline_id=PipelineId(n), checkpoint_id=CheckpointId(1)
+            ).state
+            for n in names
+        }
+        return states == {CheckpointState.COMMITTED}
+
+    wait_for("every checkpoint to be COMMITTED", committed, timeout_s=30)
+    assert sorted(key for batch in marks for key in batch) == [(n, 1) for n in names]
+    assert len(marks[0]) == 1 and len(marks) < len(names), f"marks written as {marks}"
+
+
+def test_triggering_many_pipelines_costs_the_statements_triggering_two_does(
+    leader: Herder,
+) -> None:
+    """A pass at scale finds tens of pipelines due at once. Their triggers read the
+    pipelines' locks, data losses, tasks, checkpoint states and slots, write the
+    checkpoints, their tasks and ids, and read the rows back, each step for all of them at
+    once: 8 pipelines cost the statements 2 do. Each still gets its own checkpoint."""
+
+    def trigger_statements(names: list[str]) -> int:
+        ids = [PipelineId(n) for n in names]
+        answers: dict[PipelineId, Any] = {}
+        statements = statements_of(
+            leader,
+            lambda: answers.update(
+                leader.store.checkpoints.trigger_checkpoints(
+                    fence=leader.require_fence(), pipeline_ids=ids
+                )
+            ),
+        )
+        assert {p: (a.checkpoint_id, len(a.tasks)) for p, a in answers.items()} == {
+            p: (1, 2) for p in ids
+        }, answers
+        return len(statements)
+
+    few = ["a", "b"]
+    many = ["c", "d", "e", "f", "g", "h", "i", "j"]
+    for name in few + many:
+        leader.pipelines.create(spec=spec(name), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    assert triggered(leader) == []
+    assert trigger_statements(many) == trigger_statements(few)

@@ -48,7 +48,7 @@ from lockgate.coordinator.domain.transactional_ids import (
 DEFAULT_MAX_IN_FLIGHT = MAX_CONCURRENT_CHECKPOINTS
 """Checkpoints of one pipeline that may be TRIGGERED or COMPLETE at once (N commits while
 N+1 pre-commits): the spec's `checkpoint.max_concurrent`, the one value it accepts. The
-store's `trigger_checkpoint` enforces it through `plan_trigger`."""
+store's `trigger_checkpoints` enforces it through `plan_trigger`."""
 
 assert 1 <= DEFAULT_MAX_IN_FLIGHT <= TRANSACTIONAL_ID_SLOTS, "a task needs a slot per checkpoint"
 

@@ -69,9 +69,11 @@ from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.precommits import CheckpointKey
 from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.domain.transaction_timeout import near_timeout_warnings
+from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder.call_pool import Backoff, CallPool
 from lockgate.coordinator.herder.executors import (
     ExecutorCallFailed,
@@ -93,9 +95,10 @@ from lockgate.coordinator.herder.trigger_schedule import TriggerSchedule
 from lockgate.coordinator.store.sql_store import ClusterView, SqlStore
 
 _LOG = logging.getLogger(__name__)
-#: Pipelines triggered per write transaction: one fsync for many, and short enough that the
-#: lease's renewal, which waits for the replica's current write, never waits long.
-TRIGGERS_PER_TRANSACTION = 64
+#: Pipelines triggered, or checkpoints marked COMMITTED, per write transaction: one fsync
+#: for many, and short enough that the lease's renewal, which waits for the replica's
+#: current write, never waits long.
+PIPELINES_PER_TRANSACTION = 64
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,11 @@ class CheckpointDriver:
         self._keep_history = keep_history
         self.traces = traces or CheckpointTraces()
         self.schedule = TriggerSchedule(store=store, lease=lease)
+        self._marks: GroupCommit[CheckpointKey, CheckpointRecord] = GroupCommit(
+            write_batch=self._write_marks,
+            write_one=lambda key: self._write_marks([key])[0],
+            max_batch=PIPELINES_PER_TRANSACTION,
+        )
 
     # ------------------------------------------------------------------ aborts
 
@@ -434,17 +442,19 @@ class CheckpointDriver:
         return True
 
     def _mark_committed(self, commit: PendingCommit) -> None:
-        committed = self._lease.leader_call(
-            lambda f: self._store.checkpoints.mark_committed(
-                fence=f,
-                pipeline_id=commit.pipeline_id,
-                checkpoint_id=commit.checkpoint_id,
-                keep_history=self._keep_history,
-            )
-        )
+        """Mark `commit` COMMITTED; commits of other pipelines marked at the same time
+        share its write transaction (`GroupCommit`)."""
+        committed = self._marks.submit((commit.pipeline_id, commit.checkpoint_id))
         self._outcomes.committed(committed)
         self.traces.committed(commit.pipeline_id, commit.checkpoint_id)
         _LOG.info("checkpoint %s of %s COMMITTED", commit.checkpoint_id, commit.pipeline_id)
+
+    def _write_marks(self, keys: Sequence[CheckpointKey]) -> list[CheckpointRecord]:
+        return self._lease.leader_call(
+            lambda f: self._store.checkpoints.mark_committed(
+                fence=f, keys=keys, keep_history=self._keep_history
+            )
+        )
 
     def _commit_from_leader(self, commit: PendingCommit, sink: KafkaSink) -> bool:
         """Commit every handle of `commit` from this process (`leader_commits.py`); record
@@ -585,8 +595,8 @@ class CheckpointDriver:
             return
         # The due pipelines' triggers in a few transactions, then the executors' calls.
         triggered: dict[PipelineId, CheckpointRecord | FailedPrecondition | NotFound] = {}
-        for start in range(0, len(ready), TRIGGERS_PER_TRANSACTION):
-            chunk = [p.pipeline_id for p in ready[start : start + TRIGGERS_PER_TRANSACTION]]
+        for start in range(0, len(ready), PIPELINES_PER_TRANSACTION):
+            chunk = [p.pipeline_id for p in ready[start : start + PIPELINES_PER_TRANSACTION]]
             triggered |= self._lease.leader_call(
                 lambda f, c=chunk: self._store.checkpoints.trigger_checkpoints(  # type: ignore[misc]
                     fence=f, pipeline_ids=c

@@ -10,7 +10,6 @@ are written in one transaction: that row is the commit point (DESIGN.md step 3).
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -20,10 +19,8 @@ from sqlalchemy.engine import Connection
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.model.ids import (
     CheckpointId,
-    LeaderEpoch,
     PipelineId,
     TaskId,
-    split_task_id,
 )
 from lockgate.common.model.offsets import OffsetRange
 from lockgate.coordinator.domain.aborts import timeout_reason
@@ -34,24 +31,23 @@ from lockgate.coordinator.domain.checkpoints import (
     Precommit,
     RestoreState,
     TriggeredCheckpoint,
-    TriggerPlan,
     check_handles_abortable,
     first_timed_out,
-    plan_trigger,
     restore_states_of,
 )
-from lockgate.coordinator.domain.errors import FailedPrecondition, NotFound
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.precommits import (
+    CheckpointKey,
     PrecommitRefusal,
     group_by_checkpoint,
     sort_precommits,
 )
 from lockgate.coordinator.domain.states import CheckpointState, transition_checkpoint
 from lockgate.coordinator.store.checkpoint_aborts import apply_abort
-from lockgate.coordinator.store.engine import Database, db_now_ms, read_now_ms, upsert
+from lockgate.coordinator.store.engine import Database, db_now_ms, read_now_ms
 from lockgate.coordinator.store.history import prune_history
+from lockgate.coordinator.store.keyed import execute_keyed
 from lockgate.coordinator.store.offset_store import next_offsets_of
 from lockgate.coordinator.store.precommit_rows import (
     complete_ready,
@@ -67,21 +63,18 @@ from lockgate.coordinator.store.recovery_queries import (
 )
 from lockgate.coordinator.store.rows import (
     checkpoint_record,
-    checkpoint_states,
+    lock_pipelines,
     parsed_spec,
     read_checkpoint,
     read_checkpoint_summaries,
     read_pipeline,
     read_precommit_ranges,
-    read_tasks,
     read_tasks_by_id,
-    unresolved_data_loss,
 )
 from lockgate.coordinator.store.tables import (
     checkpoint_tasks,
     checkpoints,
     pipelines,
-    transactional_ids,
 )
 from lockgate.coordinator.store.trigger_queries import (
     AllowedByCheckpoints,
@@ -89,6 +82,7 @@ from lockgate.coordinator.store.trigger_queries import (
     trigger_inputs,
     trigger_snapshot,
 )
+from lockgate.coordinator.store.trigger_rows import Triggered, trigger_pipelines
 
 
 class CheckpointStore:
@@ -100,7 +94,7 @@ class CheckpointStore:
 
     def trigger_checkpoints(
         self, *, fence: Fence, pipeline_ids: Sequence[PipelineId]
-    ) -> dict[PipelineId, CheckpointRecord | FailedPrecondition | NotFound]:
+    ) -> dict[PipelineId, Triggered]:
         """Start the next checkpoint N of each of these pipelines over all its tasks, in
         ONE transaction: one fence check and one fsync for every pipeline a pass finds due
         (issue 14). Leader-only. Pipelines are locked in name order.
@@ -111,16 +105,11 @@ class CheckpointStore:
         RUNNING, has no tasks, has a task without an executor, already has
         `DEFAULT_MAX_IN_FLIGHT` checkpoints in flight, or a task has no free slot
         (`domain.checkpoints.plan_trigger`), or it is FAILED by an unresolved DATA_LOST
-        checkpoint; NotFound when it was deleted.
+        checkpoint; NotFound when it was deleted. A few statements for all of them
+        (`trigger_rows.py`).
         """
-        triggered: dict[PipelineId, CheckpointRecord | FailedPrecondition | NotFound] = {}
         with self._db.transaction(fence=fence) as conn:
-            for pipeline_id in sorted(set(pipeline_ids)):
-                try:
-                    triggered[pipeline_id] = _trigger(conn, pipeline_id, fence.leader_epoch)
-                except (FailedPrecondition, NotFound) as refused:  # nothing of it written
-                    triggered[pipeline_id] = refused
-        return triggered
+            return trigger_pipelines(conn, pipeline_ids, fence.leader_epoch)
 
     def record_precommit(
         self, *, fence: Fence, precommit: Precommit, complete_if_ready: bool = True
@@ -202,31 +191,36 @@ class CheckpointStore:
         self,
         *,
         fence: Fence,
-        pipeline_id: PipelineId,
-        checkpoint_id: CheckpointId,
+        keys: Sequence[CheckpointKey],
         keep_history: int | None = None,
-    ) -> CheckpointRecord:
-        """Mark COMPLETE checkpoint N COMMITTED (every handle acked) and return it without
-        its tasks. Leader-only; idempotent. With `keep_history`, prune the pipeline's final
-        checkpoints beyond the newest that many in the same transaction (`store/history.py`).
+    ) -> list[CheckpointRecord]:
+        """Mark these COMPLETE checkpoints COMMITTED (every handle acked) and return them
+        without their tasks, in the order of `keys`. Leader-only; idempotent. With
+        `keep_history`, prune each pipeline's final checkpoints beyond the newest that many
+        in the same transaction (`store/history.py`).
 
-        IllegalTransition if N is not COMPLETE or COMMITTED.
-        """
+        Checkpoints of any pipelines, in ONE transaction (issue 14: at scale many
+        pipelines' commits are acked at once; one fence check and one fsync for them all).
+        All or nothing: IllegalTransition if one is not COMPLETE or COMMITTED, NotFound if
+        one does not exist, and nothing is written (`GroupCommit` then marks each alone,
+        for its own answer). Pipelines are locked in name order.
+
+        The move returns the rows as written (the database's time), so the usual case is
+        one statement for the batch; a checkpoint is read alone only when it was not
+        COMPLETE (a retried commit, or a refusal)."""
         with self._db.transaction(fence=fence) as conn:
-            read_pipeline(conn, pipeline_id, for_update=True)
-            # The move returns the row as written (the database's time), so the usual case
-            # is one statement; the row is read only when N was not COMPLETE.
-            moved = conn.execute(
-                _MARK_COMMITTED,
-                {"the_pipeline_id": pipeline_id, "the_checkpoint_id": checkpoint_id},
-            ).first()
-            if moved is None:
-                checkpoint = read_checkpoint(conn, pipeline_id, checkpoint_id, with_tasks=False)
+            lock_pipelines(conn, (pipeline_id for pipeline_id, _ in keys))
+            rows = execute_keyed(conn, _commit_where, checkpoints, keys)
+            marked = {(c.pipeline_id, c.checkpoint_id): c for c in map(checkpoint_record, rows)}
+            moved = sorted({pipeline_id for pipeline_id, _ in marked})
+            for key in sorted(set(keys) - marked.keys()):
+                checkpoint = read_checkpoint(conn, *key, with_tasks=False)
                 transition_checkpoint(checkpoint.state, CheckpointState.COMMITTED)
-                return checkpoint  # already COMMITTED: a retried commit
+                marked[key] = checkpoint  # already COMMITTED: a retried commit
             if keep_history is not None:
-                prune_history(conn, pipeline_id, keep=keep_history)
-            return checkpoint_record(moved)
+                for pipeline_id in moved:
+                    prune_history(conn, pipeline_id, keep=keep_history)
+            return [marked[key] for key in keys]
 
     def abort_checkpoint(
         self,
@@ -518,67 +512,17 @@ _TRIGGERED_WITH_SPECS = (
     .join(pipelines, pipelines.c.pipeline_id == checkpoints.c.pipeline_id)
     .where(checkpoints.c.state == CheckpointState.TRIGGERED.value)
 )
-_SLOT_USE = (
-    sa.select(transactional_ids.c.task_index, transactional_ids.c.slot, checkpoints.c.state)
-    .select_from(
-        transactional_ids.outerjoin(
-            checkpoints,
-            sa.and_(
-                checkpoints.c.pipeline_id == transactional_ids.c.pipeline_id,
-                checkpoints.c.checkpoint_id == transactional_ids.c.checkpoint_id,
-            ),
-        )
+
+
+def _commit_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
+    """Move the checkpoints still COMPLETE to COMMITTED; returns the rows it moved, as
+    written (`keyed.py`)."""
+    return (
+        checkpoints.update()
+        .where(keys, checkpoints.c.state == CheckpointState.COMPLETE.value)
+        .values(state=CheckpointState.COMMITTED.value, committed_at_ms=db_now_ms())
+        .returning(*checkpoints.c)
     )
-    .where(transactional_ids.c.pipeline_id == sa.bindparam("pipeline_id"))
-)
-_NEXT_CHECKPOINT_ID = (
-    pipelines.update()
-    .where(pipelines.c.pipeline_id == sa.bindparam("the_pipeline_id"))
-    .values(next_checkpoint_id=pipelines.c.next_checkpoint_id + 1)
-)
-_NEW_CHECKPOINT = checkpoints.insert().values(
-    state=CheckpointState.TRIGGERED.value, triggered_at_ms=db_now_ms()
-)
-
-
-def _trigger(
-    conn: Connection, pipeline_id: PipelineId, leader_epoch: LeaderEpoch
-) -> CheckpointRecord:
-    """`trigger_checkpoints` of one pipeline, inside its transaction; raises its refusal
-    before writing anything."""
-    pipeline = read_pipeline(conn, pipeline_id, for_update=True)
-    # The decision to trigger may predate a loss recorded since (another job's commit):
-    # re-checked here, under the pipeline row's lock.
-    lost = unresolved_data_loss(conn, pipeline_id)
-    if lost is not None:
-        raise FailedPrecondition(
-            f"pipeline {pipeline_id!r} is FAILED: checkpoint {lost.checkpoint_id} lost"
-            " its data; restart it from that checkpoint or set its offsets",
-            reason="PIPELINE_FAILED",
-        )
-    plan = plan_trigger(
-        pipeline=pipeline,
-        tasks=read_tasks(conn, pipeline_id),
-        states=checkpoint_states(conn, pipeline_id),
-        slot_use=_slot_use(conn, pipeline_id),
-    )
-    _write_trigger(conn, plan, leader_epoch)
-    # Its row as written (the times are the database's), and its tasks from the plan just
-    # written rather than read back.
-    written = read_checkpoint(conn, pipeline_id, plan.checkpoint_id, with_tasks=False)
-    return dataclasses.replace(written, tasks=tuple(sorted(plan.tasks, key=lambda t: t.task_id)))
-
-
-_MARK_COMMITTED = (
-    checkpoints.update()
-    .where(
-        checkpoints.c.pipeline_id == sa.bindparam("the_pipeline_id"),
-        checkpoints.c.checkpoint_id == sa.bindparam("the_checkpoint_id"),
-        checkpoints.c.state == CheckpointState.COMPLETE.value,
-    )
-    .values(state=CheckpointState.COMMITTED.value, committed_at_ms=db_now_ms())
-    .returning(*checkpoints.c)
-)
 
 
 def timed_out_checkpoints(
@@ -599,60 +543,3 @@ def timed_out_checkpoints(
         for r in rows
     ]
     return first_timed_out(triggered, now_ms=read_now_ms(conn) if now_ms is None else now_ms)
-
-
-def _slot_use(
-    conn: Connection, pipeline_id: PipelineId
-) -> dict[int, dict[int, CheckpointState | None]]:
-    """task index -> slot -> state of the checkpoint that last used the slot."""
-    rows = conn.execute(_SLOT_USE, {"pipeline_id": pipeline_id}).all()
-    result: dict[int, dict[int, CheckpointState | None]] = defaultdict(dict)
-    for index, slot, state in rows:
-        result[int(index)][int(slot)] = CheckpointState(state) if state else None
-    return result
-
-
-# ---------------------------------------------------------------------- applying plans
-
-
-def _write_trigger(conn: Connection, plan: TriggerPlan, leader_epoch: LeaderEpoch) -> None:
-    pipeline_id, checkpoint_id = plan.pipeline_id, plan.checkpoint_id
-    conn.execute(_NEXT_CHECKPOINT_ID, {"the_pipeline_id": pipeline_id})
-    conn.execute(
-        _NEW_CHECKPOINT,
-        {"pipeline_id": pipeline_id, "checkpoint_id": checkpoint_id, "leader_epoch": leader_epoch},
-    )
-    conn.execute(
-        checkpoint_tasks.insert(),
-        [
-            {
-                "pipeline_id": pipeline_id,
-                "checkpoint_id": checkpoint_id,
-                "task_id": t.task_id,
-                "task_generation": t.task_generation,
-                "executor_id": t.executor_id,
-                "slot": t.slot,
-                "transactional_id": t.transactional_id,
-            }
-            for t in plan.tasks
-        ],
-    )
-    upsert(
-        conn,
-        transactional_ids,
-        [
-            {
-                "transactional_id": t.transactional_id,
-                "pipeline_id": pipeline_id,
-                "task_index": split_task_id(t.task_id)[1],
-                "slot": t.slot,
-                "checkpoint_id": checkpoint_id,
-                "producer_id": None,
-                "producer_epoch": None,
-            }
-            for t in plan.tasks
-        ],
-        # One row per (task, slot): the slot's latest id, whichever generation wrote the
-        # one before (`transactional_ids.py`, the bound on distinct ids).
-        key=["pipeline_id", "task_index", "slot"],
-    )

@@ -37,13 +37,12 @@ from lockgate.coordinator.store.rows import (
     checkpoint_states_of,
     executor_generations,
     find_checkpoints_of_tasks,
-    parsed_spec,
+    lock_pipelines,
     read_tasks_by_id,
 )
 from lockgate.coordinator.store.tables import (
     checkpoint_tasks,
     checkpoints,
-    pipelines,
     precommit_handles,
     precommit_offsets,
     transactional_ids,
@@ -51,12 +50,6 @@ from lockgate.coordinator.store.tables import (
 
 # Every report batch runs these: built once with bound parameters, as `rows`' keyed reads
 # (building a statement cost about twice executing it).
-_SPECS_FOR_UPDATE = (
-    sa.select(pipelines.c.pipeline_id, pipelines.c.spec_json)
-    .where(pipelines.c.pipeline_id.in_(sa.bindparam("pipeline_ids", expanding=True)))
-    .order_by(pipelines.c.pipeline_id)
-    .with_for_update()
-)
 _RANGE_COLUMNS = (
     precommit_offsets.c.pipeline_id,
     precommit_offsets.c.checkpoint_id,
@@ -135,9 +128,9 @@ def _sink_servers(conn: Connection, pipeline_ids: Sequence[PipelineId]) -> dict[
     read FOR UPDATE in name order, as every writer locks pipelines: a pipeline's
     pre-commits and completions are written one transaction at a time (the same read
     locked the rows and gave the servers: once per batch)."""
-    rows = conn.execute(_SPECS_FOR_UPDATE, {"pipeline_ids": sorted(set(pipeline_ids))})
     return {
-        PipelineId(r.pipeline_id): parsed_spec(r.spec_json).sink.bootstrap_servers for r in rows
+        pipeline_id: pipeline.spec.sink.bootstrap_servers
+        for pipeline_id, pipeline in lock_pipelines(conn, pipeline_ids).items()
     }
 
 

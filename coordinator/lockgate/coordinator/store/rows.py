@@ -57,6 +57,12 @@ _EXECUTOR_GENERATIONS = sa.select(executors.c.executor_id, executors.c.generatio
     executors.c.executor_id.in_(sa.bindparam("executor_ids", expanding=True))
 )
 _PIPELINE = sa.select(pipelines).where(pipelines.c.pipeline_id == sa.bindparam("pipeline_id"))
+_PIPELINES_FOR_UPDATE = (
+    sa.select(pipelines)
+    .where(pipelines.c.pipeline_id.in_(sa.bindparam("pipeline_ids", expanding=True)))
+    .order_by(pipelines.c.pipeline_id)
+    .with_for_update()
+)
 _TASKS = sa.select(tasks).order_by(tasks.c.pipeline_id, tasks.c.task_index)
 _TASKS_OF = _TASKS.where(tasks.c.pipeline_id == sa.bindparam("pipeline_id"))
 _TASKS_BY_ID = sa.select(tasks).where(tasks.c.task_id.in_(sa.bindparam("task_ids", expanding=True)))
@@ -85,15 +91,14 @@ _CHECKPOINT_TASKS = (
     )
     .order_by(checkpoint_tasks.c.task_id)
 )
-_UNRESOLVED_DATA_LOSS = (
-    sa.select(checkpoints.c.checkpoint_id)
+_UNRESOLVED_DATA_LOSSES = (
+    sa.select(checkpoints.c.pipeline_id, sa.func.min(checkpoints.c.checkpoint_id))
     .where(
-        checkpoints.c.pipeline_id == sa.bindparam("pipeline_id"),
+        checkpoints.c.pipeline_id.in_(sa.bindparam("pipeline_ids", expanding=True)),
         checkpoints.c.state == CheckpointState.DATA_LOST.value,
         checkpoints.c.data_loss_resolved_at_ms.is_(None),
     )
-    .order_by(checkpoints.c.checkpoint_id)
-    .limit(1)
+    .group_by(checkpoints.c.pipeline_id)
 )
 
 
@@ -238,12 +243,27 @@ def read_pipeline(
     stmt = _PIPELINE.with_for_update() if for_update else _PIPELINE
     row = conn.execute(stmt, {"pipeline_id": pipeline_id}).first()
     if row is None:
-        raise NotFound(
-            f"no pipeline named {pipeline_id!r}; list pipelines to see the names",
-            resource_type="pipeline",
-            resource_name=pipeline_id,
-        )
+        raise pipeline_not_found(pipeline_id)
     return pipeline_record(row)
+
+
+def pipeline_not_found(pipeline_id: PipelineId) -> NotFound:
+    """The refusal of a call naming a pipeline that does not exist."""
+    return NotFound(
+        f"no pipeline named {pipeline_id!r}; list pipelines to see the names",
+        resource_type="pipeline",
+        resource_name=pipeline_id,
+    )
+
+
+def lock_pipelines(
+    conn: Connection, pipeline_ids: Iterable[PipelineId]
+) -> dict[PipelineId, PipelineRecord]:
+    """Lock these pipelines' rows FOR UPDATE in name order, as every writer of many
+    pipelines locks them (two such writers never wait on each other in a cycle), and
+    return those that exist (a deleted one is absent). One statement."""
+    rows = conn.execute(_PIPELINES_FOR_UPDATE, {"pipeline_ids": sorted(set(pipeline_ids))})
+    return {PipelineId(r.pipeline_id): pipeline_record(r) for r in rows}
 
 
 def read_tasks(conn: Connection, pipeline_id: PipelineId | None) -> list[TaskRecord]:
@@ -432,8 +452,18 @@ def read_checkpoint(
 def unresolved_data_loss(conn: Connection, pipeline_id: PipelineId) -> CheckpointRecord | None:
     """The pipeline's oldest DATA_LOST checkpoint not moved past yet: while there is one,
     the pipeline is FAILED and no checkpoint may start."""
-    row = conn.execute(_UNRESOLVED_DATA_LOSS, {"pipeline_id": pipeline_id}).first()
-    return None if row is None else read_checkpoint(conn, pipeline_id, CheckpointId(int(row[0])))
+    lost = unresolved_data_losses(conn, [pipeline_id]).get(pipeline_id)
+    return None if lost is None else read_checkpoint(conn, pipeline_id, lost)
+
+
+def unresolved_data_losses(
+    conn: Connection, pipeline_ids: Sequence[PipelineId]
+) -> dict[PipelineId, CheckpointId]:
+    """`unresolved_data_loss` of each of these pipelines that has one, by id, in one read."""
+    if not pipeline_ids:
+        return {}
+    rows = conn.execute(_UNRESOLVED_DATA_LOSSES, {"pipeline_ids": sorted(set(pipeline_ids))})
+    return {PipelineId(p): CheckpointId(int(c)) for p, c in rows}
 
 
 def move_checkpoint(

@@ -94,6 +94,18 @@ def trigger_snapshot(
 AllowedByCheckpoints = Callable[[PipelineId, Sequence[CheckpointRecord], bool], bool]
 
 
+def tasks_of(
+    conn: Connection, pipeline_ids: Sequence[PipelineId]
+) -> dict[PipelineId, list[TaskRecord]]:
+    """Each of these pipelines' tasks, by index (a pipeline without any is absent)."""
+    by_pipeline: dict[PipelineId, list[TaskRecord]] = defaultdict(list)
+    if pipeline_ids:
+        for row in conn.execute(_TASKS_OF, {"pipeline_ids": sorted(set(pipeline_ids))}):
+            task = task_record(row)
+            by_pipeline[task.pipeline_id].append(task)
+    return dict(by_pipeline)
+
+
 def trigger_inputs(
     conn: Connection,
     pipeline_ids: Sequence[PipelineId],
@@ -108,14 +120,8 @@ def trigger_inputs(
     lingering = lingering_pipelines(conn, ids)
     if allowed is not None:
         ids = [p for p in ids if allowed(p, recent.get(p, []), p in lingering)]
-    by_pipeline: dict[PipelineId, list[TaskRecord]] = defaultdict(list)
-    if ids:
-        rows = conn.execute(_TASKS_OF, {"pipeline_ids": ids})
-        for row in rows:
-            task = task_record(row)
-            by_pipeline[task.pipeline_id].append(task)
     return TriggerInputs(
-        tasks=dict(by_pipeline),
+        tasks=tasks_of(conn, ids),
         recent=recent,
         lingering=lingering,
         start_offsets=next_offsets_of(conn, ids) if ids else {},
