@@ -35,32 +35,47 @@ _TASKS_HANDLES = sa.and_(
 )
 
 
-def pending_commits(
-    conn: Connection, pipeline_ids: Sequence[PipelineId] | None
-) -> list[PendingCommit]:
-    """COMPLETE, not COMMITTED checkpoints (of these pipelines, or all) with their handles,
-    oldest first per pipeline; two queries however many there are."""
-    stmt = (
-        sa.select(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id)
-        .where(checkpoints.c.state == CheckpointState.COMPLETE.value)
-        .order_by(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id)
-    )
-    hstmt = (
+# Read by every commit job (its pipeline's pending commits): built once, with the
+# pipelines as an expanding bound parameter (building them cost more than running them).
+_IN_PIPELINES: sa.BindParameter[Any] = sa.bindparam("pipeline_ids", expanding=True)
+_COMPLETE = (
+    sa.select(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id)
+    .where(checkpoints.c.state == CheckpointState.COMPLETE.value)
+    .order_by(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id)
+)
+_COMPLETE_OF = _COMPLETE.where(checkpoints.c.pipeline_id.in_(_IN_PIPELINES))
+
+
+def _complete_handles(pipeline_ids: sa.BindParameter[Any] | None) -> sa.Select[Any]:
+    return (
         sa.select(precommit_handles, checkpoint_tasks.c.executor_id)
         .join(checkpoint_tasks, _TASKS_HANDLES)
         .where(of_checkpoints_in(precommit_handles, [CheckpointState.COMPLETE], pipeline_ids))
         .order_by(precommit_handles.c.task_id, precommit_handles.c.transactional_id)
     )
+
+
+_COMPLETE_HANDLES = _complete_handles(None)
+_COMPLETE_HANDLES_OF = _complete_handles(_IN_PIPELINES)
+
+
+def pending_commits(
+    conn: Connection, pipeline_ids: Sequence[PipelineId] | None
+) -> list[PendingCommit]:
+    """COMPLETE, not COMMITTED checkpoints (of these pipelines, or all) with their handles,
+    oldest first per pipeline; two queries however many there are."""
+    stmt, hstmt, values = _COMPLETE, _COMPLETE_HANDLES, {}
     if pipeline_ids is not None:
-        stmt = stmt.where(checkpoints.c.pipeline_id.in_(sorted(set(pipeline_ids))))
-    complete = conn.execute(stmt).all()
+        stmt, hstmt = _COMPLETE_OF, _COMPLETE_HANDLES_OF
+        values = {"pipeline_ids": sorted(set(pipeline_ids))}
+    complete = conn.execute(stmt, values).all()
     if not complete:
         return []
     handles: dict[tuple[str, int], dict[TaskId, list[TransactionHandle]]] = defaultdict(
         lambda: defaultdict(list)
     )
     owners: dict[tuple[str, int, TaskId], ExecutorId | None] = {}
-    for h in conn.execute(hstmt):
+    for h in conn.execute(hstmt, values):
         task_id = TaskId(h.task_id)
         handles[(h.pipeline_id, int(h.checkpoint_id))][task_id].append(sink_handle(h))
         owners[(h.pipeline_id, int(h.checkpoint_id), task_id)] = (

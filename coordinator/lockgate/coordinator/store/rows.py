@@ -322,17 +322,20 @@ def checkpoint_states_of(
 def of_checkpoints_in(
     table: sa.Table,
     states: Iterable[CheckpointState],
-    pipeline_ids: Sequence[PipelineId] | None = None,
+    pipeline_ids: Sequence[PipelineId] | sa.BindParameter[Any] | None = None,
 ) -> sa.ColumnElement[bool]:
     """A filter on a table keyed by (pipeline_id, checkpoint_id) (`checkpoint_tasks`,
     `precommit_offsets`, `precommit_handles`): its rows of the checkpoints in these
-    states, of these pipelines (None: of all). The checkpoints lead the read, so it costs
-    the checkpoints in those states, not the table's history: a join filtered on the
+    states, of these pipelines (None: of all; an expanding bound parameter: of those bound
+    at each execution, for a statement built once). The checkpoints lead the read, so it
+    costs the checkpoints in those states, not the table's history: a join filtered on the
     table's own pipeline_id let SQLite walk every row the pipeline ever wrote."""
     keys = sa.select(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id).where(
         checkpoints.c.state.in_(sorted(s.value for s in states))
     )
-    if pipeline_ids is not None:
+    if isinstance(pipeline_ids, sa.BindParameter):
+        keys = keys.where(checkpoints.c.pipeline_id.in_(pipeline_ids))
+    elif pipeline_ids is not None:
         keys = keys.where(checkpoints.c.pipeline_id.in_(sorted(set(pipeline_ids))))
     return sa.tuple_(table.c.pipeline_id, table.c.checkpoint_id).in_(keys)
 
