@@ -81,6 +81,17 @@ def pid_alive(pid: int) -> bool:
     return fields[0] != "Z"
 
 
+def pid_stopped(pid: int) -> bool:
+    """True once every thread of ``pid`` is stopped (SIGSTOP): ``kill`` returns before
+    the threads have stopped, and one still running can take a lock meanwhile."""
+    try:
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
+        states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in threads]
+    except OSError:
+        return False
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
 @dataclass
 class ChildProcess:
     """A service process started by :func:`start_child`."""

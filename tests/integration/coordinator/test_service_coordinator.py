@@ -41,7 +41,7 @@ from lockgate.v1 import (
     executor_pb2_grpc,
 )
 from tests.fixtures.kafka import KafkaBroker
-from tests.support.processes import ChildProcess, start_child
+from tests.support.processes import ChildProcess, pid_stopped, start_child
 from tests.support.waits import wait_for
 
 LEASE_MS = 1_000
@@ -558,6 +558,9 @@ def stop_outside_a_write(member: ChildProcess, db_url: str) -> None:
     try:
         probe.execute("BEGIN IMMEDIATE")
         os.kill(member.process.pid, signal.SIGSTOP)
+        # A thread still running after kill returns (a lease renewal waiting on our lock)
+        # would take the lock the moment we let it go, and keep it while stopped.
+        wait_for("the replica to stop", lambda: pid_stopped(member.process.pid), timeout_s=10)
         probe.execute("ROLLBACK")
     finally:
         probe.close()
