@@ -14,6 +14,14 @@ one. Hypothesis runs without its per-example deadline (a timing check, which bel
 from __future__ import annotations
 
 import os
+
+# Before anything imports gRPC. The data-plane tests start Spark's JVM (fork, then exec) from a
+# process whose gRPC threads run (the fixtures' and tests' clients); gRPC's fork handlers,
+# meant for children that go on using gRPC, broke that child now and then: "Java gateway
+# process exited before sending its port number" after an epoll EBADF, failing every test of
+# the package. The executor switches them off for the same reason (`executor/__main__.py`).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import socket
 from collections.abc import Iterator
 from pathlib import Path
