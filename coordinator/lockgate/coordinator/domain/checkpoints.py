@@ -462,7 +462,7 @@ def trigger_due(
 
     Its checkpoints allow it (`checkpoints_allow_trigger`), and it has tasks and each is
     RUNNING on a live executor, as reported by that very executor (a trigger to a task not
-    running yet would only time out). `trigger_checkpoint` re-checks what it can inside its
+    running yet would only time out). `trigger_checkpoints` re-checks what it can inside its
     transaction.
     """
     return (

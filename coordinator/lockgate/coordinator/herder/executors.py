@@ -90,7 +90,7 @@ def trigger_calls(
     calls: dict[ExecutorId, list[CheckpointTaskCall]] = defaultdict(list)
     for trigger in checkpoint.tasks:
         task = task_by_id[trigger.task_id]
-        assert trigger.executor_id is not None, "trigger_checkpoint refuses unassigned tasks"
+        assert trigger.executor_id is not None, "trigger_checkpoints refuses unassigned tasks"
         calls[trigger.executor_id].append(
             CheckpointTaskCall(
                 task_index=task.task_index,
