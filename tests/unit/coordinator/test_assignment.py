@@ -15,6 +15,7 @@ from lockgate.coordinator.domain.assignment import (
     assign,
     counted_heartbeat_ms,
     executor_liveness,
+    liveness_changes_at_ms,
     moved_tasks,
     plan_assignment,
 )
@@ -110,6 +111,24 @@ def test_liveness_boundaries() -> None:
     assert state(10_001) is ExecutorLiveness.DEAD_IN_GRACE
     assert state(13_000) is ExecutorLiveness.DEAD_IN_GRACE
     assert state(13_001) is ExecutorLiveness.DEAD
+
+
+@given(st.integers(0, 20_000))
+def test_liveness_changes_at_the_first_moment_it_differs_and_never_once_dead(
+    silent_ms: int,
+) -> None:
+    """The leader's loop sleeps until an executor's session expires or its grace ends:
+    the pass then sees the new state, not a millisecond later or sooner."""
+    timing = {"session_timeout_ms": 10_000, "reassign_delay_ms": 3_000}
+    now_ms = 1_000 + silent_ms
+    before = executor_liveness(last_heartbeat_ms=1_000, now_ms=now_ms, **timing)
+    at_ms = liveness_changes_at_ms(last_heartbeat_ms=1_000, now_ms=now_ms, **timing)
+    if before is ExecutorLiveness.DEAD:
+        assert at_ms is None
+        return
+    assert at_ms is not None and at_ms > now_ms
+    assert executor_liveness(last_heartbeat_ms=1_000, now_ms=at_ms - 1, **timing) is before
+    assert executor_liveness(last_heartbeat_ms=1_000, now_ms=at_ms, **timing) is not before
 
 
 def test_dead_executor_keeps_tasks_until_the_delay_passes() -> None:

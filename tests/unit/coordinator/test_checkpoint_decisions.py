@@ -33,6 +33,7 @@ from lockgate.coordinator.domain.checkpoints import (
     check_handles_abortable,
     checkpoints_to_complete,
     first_timed_out,
+    next_timeout_at_ms,
     plan_abort,
     plan_trigger,
     restore_states_of,
@@ -202,6 +203,28 @@ def test_only_the_first_timed_out_checkpoint_of_each_pipeline_is_named() -> None
         now_ms=1000,
     )
     assert [(c.pipeline_id, c.checkpoint_id) for c in late] == [("a", 2), ("b", 1)]
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 5_000), st.integers(1, 3_000)), max_size=6),
+    st.integers(0, 10_000),
+)
+def test_the_next_timeout_is_the_first_moment_a_checkpoint_not_yet_late_is_late(
+    started: list[tuple[int, int]], now_ms: int
+) -> None:
+    """The leader's loop sleeps until then: not a millisecond late, and never for one
+    already timed out (which the pass aborts; a past time would spin the loop)."""
+    triggered = [
+        TriggeredCheckpoint(P, C(n), at, timeout) for n, (at, timeout) in enumerate(started)
+    ]
+    at_ms = next_timeout_at_ms(triggered, now_ms=now_ms)
+    not_late = [c for c in triggered if not first_timed_out([c], now_ms=now_ms)]
+    if not not_late:
+        assert at_ms is None
+        return
+    assert at_ms is not None and at_ms > now_ms
+    assert any(first_timed_out([c], now_ms=at_ms) for c in not_late), "late by then"
+    assert not any(first_timed_out([c], now_ms=at_ms - 1) for c in not_late), "not sooner"
 
 
 def test_handles_are_recorded_aborted_only_for_aborted_checkpoints() -> None:

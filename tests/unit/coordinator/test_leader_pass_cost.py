@@ -271,6 +271,41 @@ def test_a_pass_says_how_long_the_loop_may_sleep_before_the_next_pipeline_falls_
     assert len(triggered(leader)) == 3
 
 
+def test_a_pass_says_the_loop_may_sleep_until_a_timeout_or_a_session_falls_due_not_a_tick(
+    leader: Herder,
+) -> None:
+    """The loop's tick is a 1 s safety net, not what acts on time: the pass names when the
+    first thing falls due by time alone, a session's expiry with nothing in flight, a
+    checkpoint's timeout once one is."""
+    fence = leader.require_fence()
+    leader.membership.register_executor(executor_id=ExecutorId("e1"), address="e:1")
+    session_ms = leader.settings.session_timeout_ms
+    next_ms = leader.run_pass(fence)
+    assert next_ms is not None and session_ms - 30_000 < next_ms <= session_ms + 1
+    hourly = spec("hourly")
+    leader.pipelines.create(spec=hourly, target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    leader.run_pass(fence)
+    assert triggered(leader) == [("hourly", 1)]
+    timeout_ms = hourly.checkpoint.timeout_ms
+    assert timeout_ms < session_ms, "the test needs the timeout to come first"
+    next_ms = leader.run_pass(fence)  # checkpoint 1 in flight: its timeout comes first
+    assert next_ms is not None and timeout_ms - 30_000 < next_ms <= timeout_ms + 1
+
+
+def test_a_retry_asked_for_ends_the_loops_sleep_when_it_is_due(leader: Herder) -> None:
+    """A call that failed asks for a pass at its retry (`pass_by`), though the loop sleeps
+    for up to a tick and the pass that started the call could not know of it."""
+    started = time.monotonic()
+    leader.pass_by(started + 0.05)
+    leader._sleep(60.0)
+    assert 0.05 <= time.monotonic() - started < 30, "slept past the retry it was asked for"
+    started = time.monotonic()
+    threading.Timer(0.05, leader.wake).start()
+    leader._sleep(60.0)  # the retry was consumed by the pass it ended: only a wake ends it
+    assert time.monotonic() - started < 30, "a wake did not end the sleep"
+
+
 def test_a_pass_reads_only_the_pipelines_due(
     leader: Herder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -620,7 +655,8 @@ def test_an_abort_no_executor_can_take_does_not_wake_the_loop_until_one_does(
     """With no executor alive, a lingering abort's job fails and backs off. Its end must not
     wake the work loop: woken, the loop ran a pass, the pass started the job again, the job
     found its retry not due and ended at once, waking the loop again (a leader whose
-    executors had all gone spun at half a core). The loop's tick retries it. Once an
+    executors had all gone spun at half a core). It asks for a pass when its retry falls
+    due instead (the loop's tick is a 1 s safety net, too late for a 0.1 s retry). Once an
     executor acks the abort, the job's end wakes the loop: the pipeline may trigger again."""
     leader.pipelines.create(spec=spec("p"), target_state=TargetState.RUNNING)
     generation = run_tasks(leader)
@@ -635,10 +671,16 @@ def test_an_abort_no_executor_can_take_does_not_wake_the_loop_until_one_does(
             .where(executors.c.executor_id == "e1")
             .values(last_heartbeat_ms=leader.store.db_now_ms() - 600_000)
         )
-    leader._wake.clear()
-    for _ in range(3):
+    leader._woken = False
+    asked = time.monotonic()
+    leader.checkpoints.send_aborts(fence, wait=True)
+    retry_at = leader._pass_at
+    assert retry_at is not None, "an abort that could not be sent asked for no retry"
+    assert asked < retry_at <= time.monotonic() + 0.1, "the first retry is 0.1 s after"
+    for _ in range(2):
         leader.checkpoints.send_aborts(fence, wait=True)
-    assert not leader._wake.is_set(), "an abort that could not be sent woke the loop"
+    assert not leader._woken, "an abort that could not be sent woke the loop"
+    assert leader._pass_at == retry_at, "a retry not due yet was tried"
     assert leader.store.checkpoints.list_lingering_pipelines() == {PipelineId("p")}
 
     again = leader.membership.register_executor(executor_id=ExecutorId("e1"), address="e:1")
@@ -651,7 +693,7 @@ def test_an_abort_no_executor_can_take_does_not_wake_the_loop_until_one_does(
         ),
         timeout_s=10,
     )
-    assert leader._wake.is_set(), "an acked abort did not wake the loop"
+    assert leader._woken, "an acked abort did not wake the loop"
 
 
 def test_the_pass_that_moves_a_task_sends_the_aborts_of_the_checkpoint_it_aborted(

@@ -113,6 +113,28 @@ def executor_liveness(
     return ExecutorLiveness.DEAD
 
 
+def liveness_changes_at_ms(
+    *,
+    last_heartbeat_ms: int,
+    now_ms: int,
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+    reassign_delay_ms: int = DEFAULT_REASSIGN_DELAY_MS,
+) -> int | None:
+    """The database time at which `executor_liveness` next changes without a heartbeat:
+    an ALIVE session expires, a grace period ends; None once DEAD."""
+    state = executor_liveness(
+        last_heartbeat_ms=last_heartbeat_ms,
+        now_ms=now_ms,
+        session_timeout_ms=session_timeout_ms,
+        reassign_delay_ms=reassign_delay_ms,
+    )
+    if state is ExecutorLiveness.ALIVE:
+        return last_heartbeat_ms + session_timeout_ms + 1
+    if state is ExecutorLiveness.DEAD_IN_GRACE:
+        return last_heartbeat_ms + session_timeout_ms + reassign_delay_ms + 1
+    return None
+
+
 @dataclass(frozen=True)
 class LeaderGap:
     """A stretch of database time during which no leader recorded heartbeats: a failover,
@@ -177,21 +199,20 @@ def plan_assignment(
     held: dict[ExecutorId, frozenset[TaskId]] = {}
     recheck: int | None = None
     for executor, heartbeat in last_heartbeats_ms.items():
-        state = executor_liveness(
-            last_heartbeat_ms=heartbeat,
-            now_ms=now_ms,
-            session_timeout_ms=session_timeout_ms,
-            reassign_delay_ms=reassign_delay_ms,
-        )
+        timing = {
+            "last_heartbeat_ms": heartbeat,
+            "now_ms": now_ms,
+            "session_timeout_ms": session_timeout_ms,
+            "reassign_delay_ms": reassign_delay_ms,
+        }
+        state = executor_liveness(**timing)
         if state is ExecutorLiveness.ALIVE:
             alive.append(executor)
-            expires = heartbeat + session_timeout_ms + 1
         elif state is ExecutorLiveness.DEAD_IN_GRACE:
             held[executor] = frozenset(set(current.get(executor, ())) & tasks)
-            expires = heartbeat + session_timeout_ms + reassign_delay_ms + 1
-        else:
-            continue
-        recheck = expires if recheck is None else min(recheck, expires)
+        expires = liveness_changes_at_ms(**timing)
+        if expires is not None:
+            recheck = expires if recheck is None else min(recheck, expires)
     held_tasks = {t for ts in held.values() for t in ts}
     balanced = assign(current, alive, tasks - held_tasks)
     new_assignment = {**balanced, **held}

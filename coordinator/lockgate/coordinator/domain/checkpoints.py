@@ -406,6 +406,20 @@ def first_timed_out(
     return list(first.values())
 
 
+def next_timeout_at_ms(triggered: Iterable[TriggeredCheckpoint], *, now_ms: int) -> int | None:
+    """The database time at which the first of these not yet timed out at `now_ms` times
+    out (`is_timed_out` turns true); None if none is left to. The leader's loop sleeps no
+    longer than that."""
+    later = [
+        c.triggered_at_ms + c.timeout_ms + 1
+        for c in triggered
+        if not is_timed_out(
+            triggered_at_ms=c.triggered_at_ms, now_ms=now_ms, timeout_ms=c.timeout_ms
+        )
+    ]
+    return min(later, default=None)
+
+
 def check_handles_abortable(checkpoint: CheckpointRecord) -> None:
     """Refuse to record aborted transactions of a checkpoint that is not ABORTED."""
     if checkpoint.state is not CheckpointState.ABORTED:

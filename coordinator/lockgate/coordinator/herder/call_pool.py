@@ -36,8 +36,17 @@ _MAX_BACKOFF_S = 2.0
 class CallPool:
     """Jobs that call executors, at most one per key at a time. Thread-safe."""
 
-    def __init__(self, *, on_done: Callable[[], None], workers: int = DEFAULT_CALL_WORKERS) -> None:
+    def __init__(
+        self,
+        *,
+        on_done: Callable[[], None],
+        on_retry: Callable[[float], None] = lambda at_s: None,
+        workers: int = DEFAULT_CALL_WORKERS,
+    ) -> None:
+        """`on_retry`: told the `time.monotonic` time of each retry `backoff` schedules."""
         self._on_done = on_done
+        self.backoff = Backoff(on_retry=on_retry)
+        """The retry schedule of the jobs' calls (`CheckpointDriver`'s commits and aborts)."""
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="leader-calls")
         self._changed = threading.Condition()
         self._running: set[Hashable] = set()
@@ -114,11 +123,22 @@ class Backoff:
         with self.lock:
             return time.monotonic() >= self.next_at.get(key, 0.0)
 
+    on_retry: Callable[[float], None] = lambda at_s: None
+    """Told when each retry falls due: the work loop runs a pass then."""
+
     def failed(self, key: object) -> None:
         with self.lock:
             delay = min(_MAX_BACKOFF_S, self.delay.get(key, 0.05) * 2)
             self.delay[key] = delay
-            self.next_at[key] = time.monotonic() + delay
+            at_s = self.next_at[key] = time.monotonic() + delay
+        self.on_retry(at_s)
+
+    def next_in_s(self) -> float | None:
+        """How long until the first retry still to come is due (s); None if none is."""
+        with self.lock:
+            now = time.monotonic()
+            later = [at for at in self.next_at.values() if at > now]
+        return min(later) - now if later else None
 
     def succeeded(self, key: object) -> None:
         with self.lock:

@@ -74,7 +74,7 @@ from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.domain.transaction_timeout import near_timeout_warnings
 from lockgate.coordinator.group_commit import GroupCommit
-from lockgate.coordinator.herder.call_pool import Backoff, CallPool
+from lockgate.coordinator.herder.call_pool import CallPool
 from lockgate.coordinator.herder.executors import (
     ExecutorCallFailed,
     ExecutorClient,
@@ -146,7 +146,7 @@ class CheckpointDriver:
         # One leader duty at a time: the work loop's pass, or a servicer thread finishing a
         # deleted pipeline's checkpoints (they share the retry schedule).
         self._duty_lock = duty_lock
-        self._backoff = Backoff()
+        self._backoff = calls.backoff
         # Final checkpoints kept per pipeline; pruned as each one becomes final.
         self._keep_history = keep_history
         self.traces = traces or CheckpointTraces()
@@ -232,7 +232,7 @@ class CheckpointDriver:
         that key still running is not started again). A job's end wakes the loop only if
         the job says so (`self._wake` when a commit or abort was acked): one whose retry was
         not due, or failed and backs off, woke a pass that started it again at once, a spin
-        while no executor could take it; the loop's tick retries it."""
+        while no executor could take it; a pass when its retry is due retries it."""
         for pipeline_id in sorted(set(pipeline_ids)):
             self._calls.run(
                 (kind, pipeline_id),

@@ -16,7 +16,12 @@ Two threads per replica do the work:
   ones, `trigger_schedule.py`), and end the trace of each checkpoint decided since
   (`traces.py`). A pass's cost follows what changed and what is due, not the cluster.
   Its calls to executors (trigger, commit, abort) run on the call pool (`call_pool.py`),
-  never in the pass.
+  never in the pass. The loop runs a pass when woken (a report COMPLETE, a commit acked,
+  an executor or pipeline changed, a retry failed) and when the first thing to fall due
+  by time alone does (`next_pass_in_ms`: a trigger, a checkpoint's timeout, a session's
+  expiry or grace, a retry), and at least every `tick_ms` (1 s) as a safety net: a
+  blind 100 ms tick was most of the passes of a checkpoint in the round-trip bench,
+  and all of an idle leader's.
 A third thread measures the pipelines' lag every few seconds for the lag gauge
 (`progress.py`), on the leader only.
 
@@ -53,9 +58,12 @@ from lockgate.coordinator.herder.requests import IdempotentCalls
 from lockgate.coordinator.herder.settings import CoordinatorSettings
 from lockgate.coordinator.herder.traces import CheckpointTraces
 from lockgate.coordinator.store.kafka_topics import KafkaTopics
-from lockgate.coordinator.store.sql_store import SqlStore
+from lockgate.coordinator.store.sql_store import ClusterView, SqlStore
 
 _LOG = logging.getLogger(__name__)
+
+RETRY_PASS_S = 0.1
+"""How soon the loop tries again after a pass that failed (the database busy or down)."""
 
 
 class Herder:
@@ -66,6 +74,11 @@ class Herder:
     leader-only (NotLeader on a follower: UNAVAILABLE with the leader's address, as the
     lease row says now).
     """
+
+    _woken = False
+    """Whether a pass was asked for now (`wake`) since the last one started."""
+    _pass_at: float | None = None
+    """The `time.monotonic` time a pass was asked for by (`pass_by`), if any."""
 
     def __init__(
         self,
@@ -85,8 +98,9 @@ class Herder:
         self.store = store
         self.settings = settings
         self._executors = executor_client or ExecutorClient()
-        self._calls = CallPool(on_done=self.wake)  # a stuck executor holds up no pass
-        self._wake = threading.Event()
+        # A stuck executor holds up no pass; a failed call asks for a pass at its retry.
+        self._calls = CallPool(on_done=self.wake, on_retry=self.pass_by)
+        self._loop = threading.Condition()  # guards the two below (`wake`, `pass_by`)
         self._stop = threading.Event()
         self._recover_term: Fence | None = None
         self._recover_lock = threading.Lock()
@@ -172,7 +186,7 @@ class Herder:
         """Stop both threads and, if leading, give the lease up so a follower takes over
         without waiting for it to expire."""
         self._stop.set()
-        self._wake.set()
+        self.wake()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         self.progress.stop()
@@ -190,7 +204,30 @@ class Herder:
 
     def wake(self) -> None:
         """Run a pass of the work loop now (a report arrived, an executor joined)."""
-        self._wake.set()
+        with self._loop:
+            self._woken = True
+            self._loop.notify_all()
+
+    def pass_by(self, at_s: float) -> None:
+        """Run a pass of the work loop no later than `at_s` (`time.monotonic`): a call's
+        retry falls due then. It does not wake the loop before: woken at once, a pass
+        found the retry not due, and a leader whose executors had all gone spun."""
+        with self._loop:
+            if self._pass_at is None or at_s < self._pass_at:
+                self._pass_at = at_s
+                self._loop.notify_all()
+
+    def _sleep(self, sleep_s: float) -> None:
+        """Until woken, `sleep_s` passed, or a pass asked for by `pass_by` is due."""
+        until = time.monotonic() + sleep_s
+        with self._loop:
+            while not self._woken and not self._stop.is_set():
+                left = min(until, self._pass_at or until) - time.monotonic()
+                if left <= 0:
+                    break
+                self._loop.wait(left)
+            self._woken = False
+            self._pass_at = None
 
     def require_fence(self) -> Fence:
         """The current term's fence; NotLeader naming the leader on a follower."""
@@ -199,28 +236,29 @@ class Herder:
     def _became_leader(self, fence: Fence) -> None:
         with self._recover_lock:
             self._recover_term = fence
-        self._wake.set()
+        self.wake()
 
     # ------------------------------------------------------------------ the work loop
 
     def _run(self) -> None:
         sleep_s = self.settings.tick_ms / 1000.0
         while not self._stop.is_set():
-            self._wake.wait(sleep_s)
-            self._wake.clear()
-            sleep_s = self.settings.tick_ms / 1000.0
+            self._sleep(sleep_s)
+            sleep_s = RETRY_PASS_S  # a pass that fails is tried again soon
             if self._stop.is_set():
                 return
             fence = self.lease_keeper.current_fence()
             if fence is None:
+                sleep_s = self.settings.tick_ms / 1000.0
                 continue
             try:
                 started = time.monotonic()
                 with self._duty_lock:
-                    next_due_ms = self.run_pass(fence, wait=False)
-                if next_due_ms is not None:  # sooner than the tick: wake for it
+                    next_pass_ms = self.run_pass(fence, wait=False)
+                sleep_s = self.settings.tick_ms / 1000.0
+                if next_pass_ms is not None:  # sooner than the tick: wake for it
                     passed_s = time.monotonic() - started
-                    sleep_s = max(0.0, min(sleep_s, next_due_ms / 1000.0 - passed_s))
+                    sleep_s = max(0.0, min(sleep_s, next_pass_ms / 1000.0 - passed_s))
             except (FencedError, NotLeader, LeaderEpochRefused) as exc:
                 # The term ended under us; the lease keeper will see it on its next try.
                 _LOG.warning("leader pass stopped: %s", exc)
@@ -234,8 +272,8 @@ class Herder:
         """One pass of the leader's duties (see module docstring). Leader-only. The calls
         to executors run on the call pool (`call_pool.py`); the work loop does not wait for
         them (`wait=False`): a pass never waits on an executor. Returns how long after the
-        pass's start the next pipeline falls due (ms; None: none will), the longest the
-        loop may sleep (`TriggerSchedule.next_due_in_ms`)."""
+        pass's start the next pass is due (ms; None: nothing falls due by time alone), the
+        longest the loop may sleep (`next_pass_in_ms`)."""
         with self._recover_lock:
             recover = self._recover_term == fence
         if recover:
@@ -262,4 +300,23 @@ class Herder:
         self.checkpoints.commit_pending(fence, wait=wait, known=view.pending_commits)
         self.checkpoints.trigger_due(fence, view, wait=wait)
         self.checkpoints.settle_traces()
-        return self.checkpoints.schedule.next_due_in_ms(view.now_ms)
+        return self.next_pass_in_ms(view)
+
+    def next_pass_in_ms(self, view: ClusterView) -> int | None:
+        """How long after `view`'s read the first thing a pass acts on falls due by time
+        alone (ms; None: nothing will): a pipeline's next trigger, a TRIGGERED
+        checkpoint's timeout, an executor's session expiring or its grace ending, or a
+        commit or abort's retry. Everything else that gives a pass work wakes the loop."""
+        retry_s = self._calls.backoff.next_in_s()
+        due = [
+            self.checkpoints.schedule.next_due_in_ms(view.now_ms),
+            None if retry_s is None else int(retry_s * 1000) + 1,
+            *(
+                None if at is None else at - view.now_ms
+                for at in (
+                    view.next_timeout_at_ms,
+                    self.membership.next_liveness_change_at_ms(view),
+                )
+            ),
+        ]
+        return min((d for d in due if d is not None), default=None)

@@ -33,6 +33,7 @@ from lockgate.coordinator.domain.assignment import (
     ExecutorLiveness,
     counted_heartbeat_ms,
     executor_liveness,
+    liveness_changes_at_ms,
     plan_assignment,
 )
 from lockgate.coordinator.domain.checkpoints import RestoreState
@@ -172,6 +173,27 @@ class Membership:
             now_ms=now_ms,
             session_timeout_ms=self._settings.session_timeout_ms,
             reassign_delay_ms=self._settings.reassign_delay_ms,
+        )
+
+    def next_liveness_change_at_ms(self, view: ClusterView) -> int | None:
+        """The database time at which the first executor's liveness changes if it sends no
+        heartbeat (its session expires, its grace period ends): the pass that sees it moves
+        its tasks or stops picking it, so the loop sleeps no longer. None: all are DEAD."""
+        return min(
+            (
+                at
+                for e in view.executors
+                if (
+                    at := liveness_changes_at_ms(
+                        last_heartbeat_ms=self._counted_heartbeat_ms(e),
+                        now_ms=view.now_ms,
+                        session_timeout_ms=self._settings.session_timeout_ms,
+                        reassign_delay_ms=self._settings.reassign_delay_ms,
+                    )
+                )
+                is not None
+            ),
+            default=None,
         )
 
     def is_alive(self, executor: ExecutorRecord, now_ms: int) -> bool:

@@ -13,7 +13,7 @@ from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
 from lockgate.coordinator.domain.transaction_timeout import RecoveryTime
 
 DEFAULT_HEARTBEAT_INTERVAL_MS = 1_000
-DEFAULT_TICK_MS = 100
+DEFAULT_TICK_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,8 @@ class CoordinatorSettings:
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
     reassign_delay_ms: int = DEFAULT_REASSIGN_DELAY_MS
     tick_ms: int = DEFAULT_TICK_MS
-    """Longest sleep of the work loop between passes (it also wakes on reports)."""
+    """Longest sleep of the work loop between passes, a safety net: it wakes sooner on
+    reports and changes, and when something falls due (`Herder.next_pass_in_ms`)."""
     checkpoint_history: int = DEFAULT_CHECKPOINT_HISTORY
     """Final checkpoints kept per pipeline (`domain/history.py`)."""
 

@@ -525,21 +525,21 @@ def _commit_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
     )
 
 
-def timed_out_checkpoints(
-    conn: Connection, *, now_ms: int | None = None
-) -> list[TriggeredCheckpoint]:
-    """The earliest timed-out TRIGGERED checkpoint of each pipeline (`first_timed_out`) by
-    the database's clock, or by `now_ms` when the caller read it in the same transaction."""
-    rows = conn.execute(_TRIGGERED_WITH_SPECS).all()
-    if not rows:
-        return []
-    triggered = [
+def triggered_checkpoints(conn: Connection) -> list[TriggeredCheckpoint]:
+    """Every TRIGGERED checkpoint with its pipeline's timeout."""
+    return [
         TriggeredCheckpoint(
             pipeline_id=PipelineId(r.pipeline_id),
             checkpoint_id=CheckpointId(int(r.checkpoint_id)),
             triggered_at_ms=int(r.triggered_at_ms),
             timeout_ms=parsed_spec(r.spec_json).checkpoint.timeout_ms,
         )
-        for r in rows
+        for r in conn.execute(_TRIGGERED_WITH_SPECS)
     ]
-    return first_timed_out(triggered, now_ms=read_now_ms(conn) if now_ms is None else now_ms)
+
+
+def timed_out_checkpoints(conn: Connection) -> list[TriggeredCheckpoint]:
+    """The earliest timed-out TRIGGERED checkpoint of each pipeline (`first_timed_out`) by
+    the database's clock."""
+    triggered = triggered_checkpoints(conn)
+    return first_timed_out(triggered, now_ms=read_now_ms(conn)) if triggered else []

@@ -32,15 +32,12 @@ the pool's pre-ping drops dead connections, so calls succeed again once it is ba
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -355,36 +352,4 @@ def lease_row(conn: Connection) -> LeaseRecord:
         leader_epoch=LeaderEpoch(int(row.leader_epoch)),
         expires_at_ms=int(row.expires_at_ms),
         db_now_ms=int(row.db_now),
-    )
-
-
-def upsert(
-    conn: Connection,
-    table: sa.Table,
-    rows: Sequence[Mapping[str, Any]],
-    *,
-    key: Sequence[str],
-    stamp: str = "updated_at_ms",
-) -> None:
-    """Insert `rows`, or update those whose `key` exists, in one executemany statement;
-    the `stamp` column is set from the database's clock."""
-    if not rows:
-        return
-    statement = _upsert_statement(
-        conn.dialect.name, table, tuple(c for c in rows[0] if c not in key), tuple(key), stamp
-    )
-    conn.execute(statement, [dict(r) for r in rows])
-
-
-@functools.lru_cache(maxsize=64)
-def _upsert_statement(
-    dialect: str, table: sa.Table, columns: tuple[str, ...], key: tuple[str, ...], stamp: str
-) -> sa.Executable:
-    """`upsert`'s statement, built once per table and column set: a trigger and a
-    COMPLETE each upsert a row per task, and building a statement (its ON CONFLICT clause
-    included) costs about twice executing it (README, issue 14)."""
-    insert = pg_dialect.insert(table) if dialect == "postgresql" else sqlite_dialect.insert(table)
-    return insert.values({stamp: db_now_ms()}).on_conflict_do_update(
-        index_elements=list(key),
-        set_={**{c: insert.excluded[c] for c in columns}, stamp: db_now_ms()},
     )

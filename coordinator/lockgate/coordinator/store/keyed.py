@@ -9,6 +9,11 @@ keys, and a call binds its keys, padding the last chunk by repeating its last ke
 repeated OR term selects nothing twice). Sizes are powers of two up to `CHUNK`, so a
 handful of statements serve every batch, and no OR is deeper than SQLite's expression
 depth limit.
+
+On PostgreSQL the keys are one array parameter per key column instead, a row-value IN
+over their `unnest` (`bulk.py`): one statement for any number of keys, and three
+parameters bound where a 100-task report's task rows bound 300 one at a time (1.7 ms of
+the leader's CPU a read, most of it psycopg binding them).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from sqlalchemy.engine import Connection, Row
 
 from lockgate.common.model.ids import TaskId
 from lockgate.coordinator.domain.precommits import CheckpointKey
+from lockgate.coordinator.store.bulk import array_params, unnested
 
 AnyRow = Row[*tuple[Any, ...]]
 # A statement over the rows the filter selects (module-level functions: cached by identity).
@@ -44,6 +50,10 @@ def execute_keyed(
     named: list[tuple[Any, ...]] = sorted(set(keys))
     if task_ids is not None:
         named = [(*key, task) for key in named for task in sorted(task_ids[key])]
+    if conn.dialect.name == "postgresql":
+        columns = _KEY_COLUMNS[: 3 if task_ids is not None else 2]
+        statement = _unnested_statement(build, table, task_ids is not None)
+        return list(conn.execute(statement, array_params(columns, named))) if named else []
     rows: list[AnyRow] = []
     for start in range(0, len(named), CHUNK):
         chunk = named[start : start + CHUNK]
@@ -52,6 +62,18 @@ def execute_keyed(
         values = {f"key_{i}_{j}": v for i, key in enumerate(padded) for j, v in enumerate(key)}
         rows.extend(conn.execute(_statement(build, table, size, task_ids is not None), values))
     return rows
+
+
+_KEY_COLUMNS = ("pipeline_id", "checkpoint_id", "task_id")
+
+
+@functools.lru_cache(maxsize=256)
+def _unnested_statement(build: Build, table: sa.Table, by_task: bool) -> sa.Executable:
+    columns = _KEY_COLUMNS[: 3 if by_task else 2]
+    keys = unnested(table, columns)
+    return build(
+        sa.tuple_(*(table.c[c] for c in columns)).in_(sa.select(*(keys[c] for c in columns)))
+    )
 
 
 @functools.lru_cache(maxsize=256)

@@ -22,7 +22,8 @@ from lockgate.coordinator.domain.pipelines import (
     check_offsets_resettable,
     check_reset_offsets,
 )
-from lockgate.coordinator.store.engine import Database, upsert
+from lockgate.coordinator.store.bulk import upsert
+from lockgate.coordinator.store.engine import Database
 from lockgate.coordinator.store.rows import (
     checkpoint_states,
     opt_int,

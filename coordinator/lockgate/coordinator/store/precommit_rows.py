@@ -30,6 +30,7 @@ from lockgate.coordinator.domain.precommits import (
     group_by_checkpoint,
 )
 from lockgate.coordinator.domain.states import CheckpointState
+from lockgate.coordinator.store.bulk import insert_rows, update_rows
 from lockgate.coordinator.store.engine import db_now_ms
 from lockgate.coordinator.store.keyed import execute_keyed
 from lockgate.coordinator.store.offset_store import next_offsets_of, write_restore_points
@@ -56,24 +57,6 @@ _RANGE_COLUMNS = (
     precommit_offsets.c.topic,
     precommit_offsets.c.partition,
     precommit_offsets.c.end_offset,
-)
-_MARK_PRECOMMITTED = (
-    checkpoint_tasks.update()
-    .where(
-        checkpoint_tasks.c.pipeline_id == sa.bindparam("the_pipeline_id"),
-        checkpoint_tasks.c.checkpoint_id == sa.bindparam("the_checkpoint_id"),
-        checkpoint_tasks.c.task_id == sa.bindparam("the_task_id"),
-    )
-    .values(precommitted_at_ms=db_now_ms())
-)
-_PRODUCER_IDS = (
-    transactional_ids.update()
-    .where(transactional_ids.c.transactional_id == sa.bindparam("txid"))
-    .values(
-        producer_id=sa.bindparam("pid"),
-        producer_epoch=sa.bindparam("pepoch"),
-        updated_at_ms=db_now_ms(),
-    )
 )
 
 
@@ -290,8 +273,7 @@ def write_precommits(
         for (pipeline_id, checkpoint_id), p in fresh
         for r in p.offsets
     ]
-    if offset_rows:
-        conn.execute(precommit_offsets.insert(), offset_rows)
+    insert_rows(conn, precommit_offsets, offset_rows)
     handle_rows = [
         {
             "pipeline_id": pipeline_id,
@@ -305,31 +287,32 @@ def write_precommits(
         for (pipeline_id, checkpoint_id), p in fresh
         for h in p.handles
     ]
-    if handle_rows:
-        conn.execute(precommit_handles.insert(), handle_rows)
-        conn.execute(
-            _PRODUCER_IDS,
-            [
-                {
-                    "txid": h["transactional_id"],
-                    "pid": h["producer_id"],
-                    "pepoch": h["producer_epoch"],
-                }
-                for h in handle_rows
-            ],
-        )
-    conn.execute(
-        _MARK_PRECOMMITTED,
+    insert_rows(conn, precommit_handles, handle_rows)
+    update_rows(
+        conn,
+        transactional_ids,
         [
             {
-                "the_pipeline_id": pipeline_id,
-                "the_checkpoint_id": checkpoint_id,
-                "the_task_id": task_id,
+                "transactional_id": h["transactional_id"],
+                "producer_id": h["producer_id"],
+                "producer_epoch": h["producer_epoch"],
             }
+            for h in handle_rows
+        ],
+        key=["transactional_id"],
+        stamp="updated_at_ms",
+    )
+    update_rows(
+        conn,
+        checkpoint_tasks,
+        [
+            {"pipeline_id": pipeline_id, "checkpoint_id": checkpoint_id, "task_id": task_id}
             for (pipeline_id, checkpoint_id), task_id in sorted(
                 {(key, p.task_id) for key, p in fresh}
             )
         ],
+        key=["pipeline_id", "checkpoint_id", "task_id"],
+        stamp="precommitted_at_ms",
     )
 
 

@@ -12,7 +12,8 @@ import sqlalchemy as sa
 from lockgate.common.model.ids import CoordinatorId
 from lockgate.coordinator.domain.lease import LeaseRecord
 from lockgate.coordinator.domain.replicas import ReplicaRecord
-from lockgate.coordinator.store.engine import Database, lease_row, upsert
+from lockgate.coordinator.store.bulk import upsert
+from lockgate.coordinator.store.engine import Database, lease_row
 from lockgate.coordinator.store.tables import coordinators
 
 

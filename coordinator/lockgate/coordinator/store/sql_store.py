@@ -21,11 +21,15 @@ from sqlalchemy.engine import Engine
 
 from lockgate.common.failpoints import Failpoints
 from lockgate.common.model.ids import PipelineId
-from lockgate.coordinator.domain.checkpoints import PendingCommit
+from lockgate.coordinator.domain.checkpoints import (
+    PendingCommit,
+    first_timed_out,
+    next_timeout_at_ms,
+)
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, PipelinesFingerprint
 from lockgate.coordinator.store import migrate
-from lockgate.coordinator.store.checkpoint_store import CheckpointStore, timed_out_checkpoints
+from lockgate.coordinator.store.checkpoint_store import CheckpointStore, triggered_checkpoints
 from lockgate.coordinator.store.data_loss_store import DataLossStore
 from lockgate.coordinator.store.engine import (
     DEFAULT_LEASE_MS,
@@ -80,7 +84,8 @@ class ClusterView:
     """What each pass of the leader reads first, in one read transaction, for all its
     steps: the pipelines' fingerprint (read first: a change after it shows in the next
     pass's read), every executor (id order), the database's clock, and what the pass has to
-    do beyond its triggers: whether a TRIGGERED checkpoint is past its timeout, which
+    do beyond its triggers: whether a TRIGGERED checkpoint is past its timeout (and when
+    the next one will be, by the database's clock: the loop sleeps no longer), which
     pipelines have transactions of ABORTED checkpoints to abort (`lingering`), and which
     have COMPLETE checkpoints to commit (`pending_commits`). One read instead of four: the
     loop makes several passes per checkpoint."""
@@ -89,6 +94,7 @@ class ClusterView:
     executors: tuple[ExecutorRecord, ...]
     now_ms: int
     timed_out: bool
+    next_timeout_at_ms: int | None
     lingering: frozenset[PipelineId]
     pending_commits: frozenset[PipelineId]
 
@@ -143,11 +149,13 @@ class SqlStore:
             fingerprint = read_fingerprint(conn)
             executors = read_executors(conn)
             now_ms = read_now_ms(conn)
+            triggered = triggered_checkpoints(conn)
             return ClusterView(
                 fingerprint=fingerprint,
                 executors=tuple(executors),
                 now_ms=now_ms,
-                timed_out=bool(timed_out_checkpoints(conn, now_ms=now_ms)),
+                timed_out=bool(first_timed_out(triggered, now_ms=now_ms)),
+                next_timeout_at_ms=next_timeout_at_ms(triggered, now_ms=now_ms),
                 lingering=lingering_pipelines(conn, None),
                 pending_commits=pending_commit_pipelines(conn, None),
             )

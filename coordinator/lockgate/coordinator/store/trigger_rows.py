@@ -23,7 +23,8 @@ from lockgate.common.model.ids import LeaderEpoch, PipelineId, split_task_id
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, TriggerPlan, plan_trigger
 from lockgate.coordinator.domain.errors import FailedPrecondition, NotFound
 from lockgate.coordinator.domain.states import CheckpointState
-from lockgate.coordinator.store.engine import db_now_ms, upsert
+from lockgate.coordinator.store.bulk import insert_rows, upsert
+from lockgate.coordinator.store.engine import db_now_ms
 from lockgate.coordinator.store.rows import (
     checkpoint_states_of,
     lock_pipelines,
@@ -159,8 +160,9 @@ def _write_triggers(
             for p in plans
         ],
     )
-    conn.execute(
-        checkpoint_tasks.insert(),
+    insert_rows(
+        conn,
+        checkpoint_tasks,
         [
             {
                 "pipeline_id": p.pipeline_id,

@@ -1,0 +1,126 @@
+# ruff: noqa: F811 - the fixtures imported from test_store are redefined as test parameters
+"""The store's many-row statements (`store/bulk.py`, `store/keyed.py`) on SQLite and
+PostgreSQL alike: one array parameter per column on PostgreSQL, an executemany on SQLite,
+the same rows written and read either way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlalchemy as sa
+
+from lockgate.coordinator.store import SqlStore
+from lockgate.coordinator.store.bulk import insert_rows, update_rows, upsert
+from lockgate.coordinator.store.keyed import execute_keyed
+from lockgate.coordinator.store.tables import coordinators
+from tests.integration.coordinator.test_store import (
+    open_stores,  # noqa: F401 - fixture
+    store_url,  # noqa: F401 - fixture
+)
+
+# A table of the test's own, keyed as the checkpoints' rows are, with none of their
+# foreign keys: each helper's rows, NULLs and keys alone.
+ROWS = sa.Table(
+    "bulk_test_rows",
+    sa.MetaData(),
+    sa.Column("pipeline_id", sa.String(63), primary_key=True),
+    sa.Column("checkpoint_id", sa.BigInteger, primary_key=True),
+    sa.Column("task_id", sa.String(127), primary_key=True),
+    sa.Column("start_offset", sa.BigInteger, nullable=True),
+    sa.Column("end_offset", sa.BigInteger, nullable=False),
+)
+
+
+def row(pipeline_id: str, checkpoint_id: int, task: int) -> dict[str, object]:
+    end = (checkpoint_id + 1) * 1_000 + task
+    return {
+        "pipeline_id": pipeline_id,
+        "checkpoint_id": checkpoint_id,
+        "task_id": f"{pipeline_id}-{task}",
+        "start_offset": None if task % 7 == 0 else end - 10,  # NULLs among a column's values
+        "end_offset": end,
+    }
+
+
+def test_many_rows_are_inserted_and_read_back_by_key(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    store = open_stores()
+    ROWS.create(store.engine)
+    rows = [row(p, c, t) for p in ("p", "q") for c in range(3) for t in range(70)]
+    with store.engine.begin() as conn:
+        insert_rows(conn, ROWS, rows)
+        insert_rows(conn, ROWS, [])  # nothing to write: no statement
+    with store.engine.begin() as conn:
+        stored = [dict(r) for r in conn.execute(sa.select(ROWS)).mappings()]
+    assert sorted(stored, key=_key) == sorted(rows, key=_key)
+
+    def read(
+        keys: list[tuple[str, int]], tasks: dict[tuple[str, int], set[str]] | None
+    ) -> list[tuple[str, ...]]:
+        with store.engine.begin() as conn:
+            found = execute_keyed(conn, _all_of, ROWS, keys, task_ids=tasks)  # type: ignore[arg-type]
+        return sorted(_key(dict(r._mapping)) for r in found)
+
+    keys = [("p", 0), ("p", 2), ("q", 1), ("q", 9), ("r", 0)]  # two name no row
+    assert read(keys, None) == sorted(
+        _key(r) for r in rows if (r["pipeline_id"], r["checkpoint_id"]) in keys
+    )
+    tasks = {k: {f"{k[0]}-{t}" for t in range(0, 80, 3)} for k in keys}
+    assert read(keys, tasks) == sorted(
+        _key(r)
+        for r in rows
+        if (r["pipeline_id"], r["checkpoint_id"]) in keys
+        and r["task_id"] in tasks[(str(r["pipeline_id"]), int(r["checkpoint_id"]))]  # type: ignore[call-overload]
+    )
+    assert read([], None) == []
+
+
+def test_an_upsert_or_update_naming_a_key_twice_writes_the_last_as_an_executemany_would(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """PostgreSQL refuses an upsert that meets a key twice in one statement, and an update
+    from rows naming a key twice picks one of them at random: the last row wins on both."""
+    store = open_stores()
+    with store.engine.begin() as conn:
+        upsert(
+            conn,
+            coordinators,
+            [
+                {"coordinator_id": "c1", "address": "first:1"},
+                {"coordinator_id": "c2", "address": "other:1"},
+                {"coordinator_id": "c1", "address": "last:1"},
+            ],
+            key=["coordinator_id"],
+            stamp="last_seen_ms",
+        )
+    assert _addresses(store) == {"c1": "last:1", "c2": "other:1"}
+    with store.engine.begin() as conn:
+        update_rows(
+            conn,
+            coordinators,
+            [
+                {"coordinator_id": "c2", "address": "first:2"},
+                {"coordinator_id": "c9", "address": "nobody:9"},  # no such row: nothing
+                {"coordinator_id": "c2", "address": "last:2"},
+            ],
+            key=["coordinator_id"],
+            stamp="last_seen_ms",
+        )
+    assert _addresses(store) == {"c1": "last:1", "c2": "last:2"}
+
+
+def _all_of(keys: sa.ColumnElement[bool]) -> sa.Executable:
+    return sa.select(ROWS).where(keys)
+
+
+def _key(row: dict[str, object]) -> tuple[str, ...]:
+    return tuple(str(v) for v in row.values())
+
+
+def _addresses(store: SqlStore) -> dict[str, str]:
+    with store.engine.begin() as conn:
+        return {
+            r.coordinator_id: r.address
+            for r in conn.execute(sa.select(coordinators.c.coordinator_id, coordinators.c.address))
+        }
