@@ -5,13 +5,16 @@ root linked to the recovery for a checkpoint another leader triggered, a bounded
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider, StatusCode
 
-from lockgate.common.model.ids import CheckpointId, PipelineId
+from lockgate.common.model.ids import CheckpointId, LeaderEpoch, PipelineId
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord
+from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.herder.traces import CheckpointTraces
 
 P = PipelineId("orders")
@@ -91,6 +94,61 @@ def test_settle_leaves_undecided_checkpoints_open() -> None:
     traces.triggered(P, CheckpointId(1), leader_epoch=1)
     traces.settle({})
     assert traces.open_checkpoints() == [(P, CheckpointId(1))]
+
+
+def test_the_open_checkpoints_are_settled_from_one_read_of_their_states() -> None:
+    """The leader's pass reads every open checkpoint's state at once, without its tasks:
+    the decided ones end, a missing one (its pipeline deleted) ends ABORTED, the rest stay
+    open."""
+    traces, exporter = _traces()
+    for n in (1, 2, 3, 4):
+        traces.triggered(P, CheckpointId(n), leader_epoch=1)
+    sql = {
+        1: CheckpointState.COMMITTED,
+        2: CheckpointState.TRIGGERED,
+        3: CheckpointState.ABORTED,
+        # 4: gone with its pipeline
+    }
+    reads: list[list[tuple[PipelineId, CheckpointId]]] = []
+
+    def read(keys: Sequence[tuple[PipelineId, CheckpointId]]) -> list[CheckpointRecord]:
+        reads.append(list(keys))
+        return [
+            CheckpointRecord(
+                pipeline_id=p,
+                checkpoint_id=c,
+                state=sql[int(c)],
+                leader_epoch=LeaderEpoch(1),
+                tasks=(),
+                precommitted=frozenset(),
+                triggered_at_ms=0,
+                completed_at_ms=None,
+                committed_at_ms=None,
+                aborted_at_ms=None,
+                abort_reason="a test abort" if sql[int(c)] is CheckpointState.ABORTED else None,
+            )
+            for p, c in keys
+            if int(c) in sql
+        ]
+
+    traces.settle_decided(read)
+    assert reads == [[(P, CheckpointId(n)) for n in (1, 2, 3, 4)]], "one read of them all"
+    assert traces.open_checkpoints() == [(P, CheckpointId(2))]
+    ended = {
+        r.attributes["lockgate.checkpoint.id"]: (
+            r.attributes["lockgate.checkpoint.state"],
+            r.attributes.get("lockgate.abort_reason"),
+        )
+        for r in _named(exporter, "lockgate.checkpoint")
+        if r.attributes is not None
+    }
+    assert ended == {
+        1: ("COMMITTED", None),
+        3: ("ABORTED", "a test abort"),
+        4: ("ABORTED", "pipeline deleted"),
+    }
+    traces.settle_decided(read)
+    assert reads[-1] == [(P, CheckpointId(2))], "the next pass reads the one still open"
 
 
 def test_a_checkpoint_of_an_earlier_leader_starts_a_new_trace_linked_to_the_recovery() -> None:

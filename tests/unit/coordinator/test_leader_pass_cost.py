@@ -293,6 +293,27 @@ def test_a_pass_says_the_loop_may_sleep_until_a_timeout_or_a_session_falls_due_n
     assert next_ms is not None and timeout_ms - 30_000 < next_ms <= timeout_ms + 1
 
 
+def test_a_pipeline_whose_checkpoint_is_in_flight_keeps_the_loop_asleep_past_its_due_time(
+    leader: Herder,
+) -> None:
+    """Its TRIGGERED checkpoint holds it back, and the checkpoint's end wakes the loop: a
+    pass at its due time found it in flight and did nothing (once a checkpoint, whenever
+    checkpoints take longer than the interval). Its due time counts again once it ends."""
+    fence = leader.require_fence()
+    fast = spec("fast", interval_ms=500)
+    leader.pipelines.create(spec=fast, target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    timeout_ms = fast.checkpoint.timeout_ms
+    next_ms = leader.run_pass(fence)  # triggers checkpoint 1 (after its view was read)
+    assert triggered(leader) == [("fast", 1)]
+    assert next_ms is None or next_ms > 500, "woken for the pipeline it just triggered"
+    next_ms = leader.run_pass(fence)  # checkpoint 1 in flight, as the view now says
+    assert next_ms is not None and timeout_ms - 30_000 < next_ms <= timeout_ms + 1
+    leader.checkpoints.abort_checkpoint(PipelineId("fast"), CheckpointId(1), "a test abort")
+    next_ms = leader.run_pass(fence)  # sends the abort; its ack wakes the loop
+    assert next_ms is not None and next_ms <= 500, "its interval counts again once it ended"
+
+
 def test_a_retry_asked_for_ends_the_loops_sleep_when_it_is_due(leader: Herder) -> None:
     """A call that failed asks for a pass at its retry (`pass_by`), though the loop sleeps
     for up to a tick and the pass that started the call could not know of it."""
@@ -564,9 +585,12 @@ def test_a_pass_with_nothing_due_is_one_read_transaction(
     fence = leader.require_fence()
     leader.run_pass(fence)  # triggers checkpoint 1 of each (first due at once)
     reads = counting(monkeypatch, leader.store.database, "read")
-    for _ in range(4):
-        leader.run_pass(fence)
+    sent = statements_of(leader, lambda: [leader.run_pass(fence) for _ in range(4)])
     assert len(reads) == 4, f"{len(reads)} read transactions in 4 passes with nothing due"
+    # Its statements: the fingerprint (both tables in one), the executors, the clock, the
+    # TRIGGERED checkpoints, and which pipelines have commits or aborts to send (one).
+    queries = [q for q in sent if q.lstrip().upper().startswith("SELECT")]
+    assert len(queries) == 4 * 5, queries[:5]
     for report in precommits_of(leader, "a", 1, start=0, end=0):
         leader.store.checkpoints.record_precommit(fence=fence, precommit=report)
     reads.clear()

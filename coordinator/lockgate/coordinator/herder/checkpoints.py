@@ -71,7 +71,6 @@ from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.coordinator.domain.precommits import CheckpointKey
 from lockgate.coordinator.domain.progress import AbortKind
-from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.domain.transaction_timeout import near_timeout_warnings
 from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder.call_pool import CallPool
@@ -516,18 +515,7 @@ class CheckpointDriver:
     def settle_traces(self) -> None:
         """End the trace of every checkpoint decided for good since the last pass, with
         the state and abort reason SQL holds (every abort path, one place)."""
-        finals: dict[tuple[PipelineId, CheckpointId], tuple[str, str | None]] = {}
-        for pipeline_id, checkpoint_id in self.traces.open_checkpoints():
-            try:
-                record = self._store.checkpoints.get_checkpoint(
-                    pipeline_id=pipeline_id, checkpoint_id=checkpoint_id
-                )
-            except NotFound:
-                finals[(pipeline_id, checkpoint_id)] = ("ABORTED", "pipeline deleted")
-                continue
-            if record.state in (CheckpointState.COMMITTED, CheckpointState.ABORTED):
-                finals[(pipeline_id, checkpoint_id)] = (record.state.name, record.abort_reason)
-        self.traces.settle(finals)
+        self.traces.settle_decided(self._store.checkpoints.get_summaries)
 
     # ------------------------------------------------------------------ recovery
 

@@ -304,12 +304,13 @@ class Herder:
 
     def next_pass_in_ms(self, view: ClusterView) -> int | None:
         """How long after `view`'s read the first thing a pass acts on falls due by time
-        alone (ms; None: nothing will): a pipeline's next trigger, a TRIGGERED
+        alone (ms; None: nothing will): a pipeline's next trigger (not while a checkpoint
+        of it is TRIGGERED, which holds it back and whose end wakes the loop), a TRIGGERED
         checkpoint's timeout, an executor's session expiring or its grace ending, or a
         commit or abort's retry. Everything else that gives a pass work wakes the loop."""
         retry_s = self._calls.backoff.next_in_s()
         due = [
-            self.checkpoints.schedule.next_due_in_ms(view.now_ms),
+            self.checkpoints.schedule.next_due_in_ms(view.now_ms, waiting=view.in_flight),
             None if retry_s is None else int(retry_s * 1000) + 1,
             *(
                 None if at is None else at - view.now_ms

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -34,6 +34,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from lockgate.common.model.ids import CheckpointId, PipelineId
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord
+from lockgate.coordinator.domain.states import CheckpointState
 
 #: Attribute names, one place (the README's table lists them with their meaning).
 PIPELINE = "lockgate.pipeline"
@@ -184,6 +186,21 @@ class CheckpointTraces:
                 self.committed(pipeline_id, checkpoint_id)
             elif state == "ABORTED":
                 self.aborted(pipeline_id, checkpoint_id, reason=reason or "aborted")
+
+    def settle_decided(self, read: Callable[[Sequence[_Key]], Iterable[CheckpointRecord]]) -> None:
+        """`settle` every open checkpoint that `read` (their states in SQL, without their
+        tasks, in one read) finds COMMITTED or ABORTED, or does not find (its pipeline was
+        deleted). A read with tasks per open checkpoint was one read transaction per
+        pipeline with a checkpoint in flight, on every pass of the leader."""
+        opened = self.open_checkpoints()
+        found = {(c.pipeline_id, c.checkpoint_id): c for c in read(opened)} if opened else {}
+        finals: dict[_Key, tuple[str, str | None]] = {}
+        for key in opened:
+            if (record := found.get(key)) is None:
+                finals[key] = ("ABORTED", "pipeline deleted")
+            elif record.state in (CheckpointState.COMMITTED, CheckpointState.ABORTED):
+                finals[key] = (record.state.name, record.abort_reason)
+        self.settle(finals)
 
     def close(self) -> None:
         """End every open root (the replica stops leading or exits: `__main__` calls it on

@@ -19,6 +19,8 @@ Rules:
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 from lockgate.common.model.ids import PipelineId
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord
 from lockgate.coordinator.domain.lease import Fence
@@ -43,6 +45,8 @@ class TriggerSchedule:
         self._seeded: tuple[Fence, tuple[int, ...], float] | None = None
         self._pipelines: dict[PipelineId, PipelineRecord] = {}
         self._due_ms: dict[PipelineId, int] = {}
+        # Pipelines triggered since the pass began: in flight, though its view predates it.
+        self._just_triggered: set[PipelineId] = set()
 
     def due(
         self, fence: Fence, fingerprint: PipelinesFingerprint, now_ms: int
@@ -50,20 +54,31 @@ class TriggerSchedule:
         """The RUNNING pipelines due at `now_ms` (database clock), in name order; seeds the
         schedule first if its term or the pipelines changed (`fingerprint`, read before
         `now_ms`), or it is old."""
+        self._just_triggered.clear()
         if self._stale(fence, fingerprint):
             self._seed(fence, fingerprint)
         return [self._pipelines[p] for p, at in sorted(self._due_ms.items()) if at <= now_ms]
 
-    def next_due_in_ms(self, now_ms: int) -> int | None:
+    def next_due_in_ms(
+        self, now_ms: int, waiting: AbstractSet[PipelineId] = frozenset()
+    ) -> int | None:
         """How long after `now_ms` (database clock) the next pipeline falls due; None if
         none will. The work loop sleeps no longer, so a checkpoint is triggered at its
         interval, not at the loop's next tick. A pipeline due already but not triggered
-        waits for what it waits for (a report, a heartbeat) or for the tick."""
-        later = [at for at in self._due_ms.values() if at > now_ms]
+        waits for what it waits for (a report, a heartbeat) or for the tick; so does one
+        `waiting` for its checkpoint in flight, or triggered by this pass, whatever its due
+        time (the checkpoint's end wakes the loop: a pass at its due time found it in
+        flight, once a checkpoint when checkpoints take longer than the interval)."""
+        later = [
+            at
+            for p, at in self._due_ms.items()
+            if at > now_ms and p not in waiting and p not in self._just_triggered
+        ]
         return min(later) - now_ms if later else None
 
     def triggered(self, pipeline: PipelineRecord, checkpoint: CheckpointRecord) -> None:
         """`checkpoint` of `pipeline` was triggered: its next is due an interval later."""
+        self._just_triggered.add(pipeline.pipeline_id)
         if pipeline.pipeline_id in self._due_ms:
             self._due_ms[pipeline.pipeline_id] = (
                 checkpoint.triggered_at_ms + pipeline.spec.checkpoint.interval_ms

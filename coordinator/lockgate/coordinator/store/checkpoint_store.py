@@ -336,6 +336,12 @@ class CheckpointStore:
         with self._db.read() as conn:
             return read_checkpoint(conn, pipeline_id, checkpoint_id)
 
+    def get_summaries(self, keys: Sequence[CheckpointKey]) -> list[CheckpointRecord]:
+        """These checkpoints (those that exist), their states and times without their
+        tasks, in one read."""
+        with self._db.read() as conn:
+            return read_checkpoint_summaries(conn, keys)
+
     def precommit_ranges(
         self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId
     ) -> dict[TaskId, list[OffsetRange]]:

@@ -167,15 +167,19 @@ _TASKS_FINGERPRINT = sa.select(
     sa.func.coalesce(sa.func.sum(tasks.c.generation), 0),
     sa.func.count(tasks.c.executor_id),
 ).select_from(tasks)
+_PIPELINES_COLUMNS = len(_PIPELINES_FINGERPRINT.selected_columns)
+# Both in one statement, each table's aggregates a one-row subquery (read on every pass).
+_FINGERPRINT = sa.select(*_PIPELINES_FINGERPRINT.subquery().c, *_TASKS_FINGERPRINT.subquery().c)
 
 
 def read_fingerprint(conn: Connection) -> PipelinesFingerprint:
     """What changes whenever the pipeline set, a config version, a target state or a
     task's assignment or generation does (`PipelinesFingerprint`): an aggregate read
-    per table, no row mapped (read on every pass of the leader)."""
-    p = conn.execute(_PIPELINES_FINGERPRINT).one()
-    t = conn.execute(_TASKS_FINGERPRINT).one()
-    return PipelinesFingerprint(pipelines=tuple(int(v) for v in p), tasks=tuple(int(v) for v in t))
+    per table in one statement, no row mapped (read on every pass of the leader)."""
+    values = tuple(int(v) for v in conn.execute(_FINGERPRINT).one())
+    return PipelinesFingerprint(
+        pipelines=values[:_PIPELINES_COLUMNS], tasks=values[_PIPELINES_COLUMNS:]
+    )
 
 
 #: An executor's tasks, with their pipelines' versions and target states: every heartbeat

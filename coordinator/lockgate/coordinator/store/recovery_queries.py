@@ -147,6 +147,23 @@ def _lingering_pipelines_of(pipeline_ids: Sequence[PipelineId] | None) -> sa.Sel
 
 
 _LINGERING_PIPELINES = _lingering_pipelines_of(None)
+# Both of the pass's questions in one statement: which pipelines have commits to send, and
+# which aborts (a statement each was two of the seven of every pass).
+_PASS_DUTIES = sa.union_all(
+    sa.select(
+        sa.literal("commit").label("duty"), _PENDING_COMMIT_PIPELINES.subquery().c.pipeline_id
+    ),
+    sa.select(sa.literal("abort").label("duty"), _LINGERING_PIPELINES.subquery().c.pipeline_id),
+)
+
+
+def pass_duties(conn: Connection) -> tuple[frozenset[PipelineId], frozenset[PipelineId]]:
+    """Every pipeline that `pending_commit_pipelines` names, and every one that
+    `lingering_pipelines` does, in one read."""
+    duties: dict[str, set[PipelineId]] = {"commit": set(), "abort": set()}
+    for duty, pipeline_id in conn.execute(_PASS_DUTIES):
+        duties[duty].add(PipelineId(pipeline_id))
+    return frozenset(duties["commit"]), frozenset(duties["abort"])
 
 
 def lingering_transactions(

@@ -43,11 +43,7 @@ from lockgate.coordinator.store.membership_store import MembershipStore, read_ex
 from lockgate.coordinator.store.offset_store import OffsetStore
 from lockgate.coordinator.store.pipeline_store import PipelineStore, read_fingerprint
 from lockgate.coordinator.store.progress_store import ProgressStore
-from lockgate.coordinator.store.recovery_queries import (
-    lingering_pipelines,
-    pending_commit_pipelines,
-    pending_commits,
-)
+from lockgate.coordinator.store.recovery_queries import pass_duties, pending_commits
 from lockgate.coordinator.store.replica_store import ReplicaStore
 from lockgate.coordinator.store.request_store import RequestStore
 from lockgate.coordinator.store.rows import read_pipeline
@@ -95,6 +91,8 @@ class ClusterView:
     now_ms: int
     timed_out: bool
     next_timeout_at_ms: int | None
+    in_flight: frozenset[PipelineId]
+    """Pipelines with a TRIGGERED checkpoint (none triggers again until it ends)."""
     lingering: frozenset[PipelineId]
     pending_commits: frozenset[PipelineId]
 
@@ -150,14 +148,16 @@ class SqlStore:
             executors = read_executors(conn)
             now_ms = read_now_ms(conn)
             triggered = triggered_checkpoints(conn)
+            pending_commits, lingering = pass_duties(conn)
             return ClusterView(
                 fingerprint=fingerprint,
                 executors=tuple(executors),
                 now_ms=now_ms,
                 timed_out=bool(first_timed_out(triggered, now_ms=now_ms)),
                 next_timeout_at_ms=next_timeout_at_ms(triggered, now_ms=now_ms),
-                lingering=lingering_pipelines(conn, None),
-                pending_commits=pending_commit_pipelines(conn, None),
+                in_flight=frozenset(c.pipeline_id for c in triggered),
+                lingering=lingering,
+                pending_commits=pending_commits,
             )
 
     def read_commit_inputs(self, pipeline_id: PipelineId) -> CommitInputs | None:
