@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from lockgate.common.telemetry import (
     CONSOLE_PATH_ENV,
     ExporterKind,
     TelemetryConfigError,
+    records_spans,
     setup_telemetry,
     telemetry_config_from_env,
 )
@@ -177,3 +181,29 @@ def test_span_records_exception(tmp_path: Path) -> None:
     (span,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert span["status"]["status_code"] == "ERROR"
     assert span["events"][0]["name"] == "exception"
+
+
+def test_records_spans_tells_a_tracer_that_records_from_one_that_cannot() -> None:
+    assert not records_spans(trace.NoOpTracerProvider().get_tracer("off"))
+    assert records_spans(SdkTracerProvider().get_tracer("on"))
+
+
+def test_the_global_proxy_records_spans_once_a_tracer_provider_is_set() -> None:
+    """In a process of its own: a tracer provider can be set once per process."""
+    check = textwrap.dedent(
+        """
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from lockgate.common.telemetry import records_spans
+        proxy = trace.get_tracer("lockgate.test")
+        assert isinstance(proxy, trace.ProxyTracer), type(proxy)
+        assert not records_spans(proxy)
+        trace.set_tracer_provider(TracerProvider())
+        assert records_spans(proxy)
+        print("checked")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "checked", done.stderr

@@ -30,7 +30,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from opentelemetry import context as otel_context
@@ -42,6 +42,7 @@ from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.metrics import Instruments
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.pipeline_spec import PipelineSpec
+from lockgate.common.telemetry import records_spans
 from lockgate.executor.committer import Committer
 from lockgate.executor.dataplane.protocol import DataPlane, PrecommitWork
 from lockgate.executor.fencing import TriggerVerdict, decide_trigger
@@ -216,16 +217,7 @@ class CheckpointRunner:
 
     def _run_precommit(self, task: Task, trigger: _Trigger) -> None:
         try:
-            with self._tracer.start_as_current_span(
-                "lockgate.executor.precommit",
-                context=trigger.trace_context,
-                attributes={
-                    "lockgate.pipeline": task.ref.pipeline_name,
-                    "lockgate.task.id": str(task.ref),
-                    "lockgate.checkpoint.id": trigger.work.checkpoint_id,
-                    "lockgate.executor.id": self._settings.executor_id,
-                },
-            ):
+            with self._precommit_span(task, trigger):
                 self._precommit_and_report(task, trigger)
         except Exception:
             _LOG.exception(
@@ -233,6 +225,24 @@ class CheckpointRunner:
             )
         finally:
             self._board.end_batch(task, trigger.work.checkpoint_id)
+
+    def _precommit_span(
+        self, task: Task, trigger: _Trigger
+    ) -> AbstractContextManager[trace.Span | None]:
+        """The task's pre-commit of N as `lockgate.executor.precommit`, in N's trace; none
+        with traces off (made and ended for nothing, once per task and checkpoint)."""
+        if not records_spans(self._tracer):
+            return nullcontext()
+        return self._tracer.start_as_current_span(
+            "lockgate.executor.precommit",
+            context=trigger.trace_context,
+            attributes={
+                "lockgate.pipeline": task.ref.pipeline_name,
+                "lockgate.task.id": str(task.ref),
+                "lockgate.checkpoint.id": trigger.work.checkpoint_id,
+                "lockgate.executor.id": self._settings.executor_id,
+            },
+        )
 
     def _precommit_and_report(self, task: Task, trigger: _Trigger) -> None:
         work = trigger.work
