@@ -6,7 +6,8 @@ from `unnest` over one array parameter per column: psycopg binds a parameter at 
 Python, so a VALUES list or an executemany of 100 rows bound 300-700 parameters one by
 one, and cost 4-5 ms of the leader's CPU a table, against about 1 ms for the arrays (and
 0.5 ms for an update), measured with psycopg 3.3 (README, issue 14). On SQLite, whose
-driver loops over an executemany in C, each is an executemany of one statement.
+driver loops over an executemany in C, each is an executemany of one statement, its rows
+handed to the driver as tuples (`_positional`).
 
 Each statement is built once per table and column set (building one, an ON CONFLICT
 clause included, cost about twice executing it). Every row of a call names the same
@@ -24,7 +25,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from lockgate.coordinator.store.engine import db_now_ms
 
@@ -82,8 +84,36 @@ def _last_per_key(rows: Rows, key: Sequence[str]) -> Rows:
 def _run(conn: Connection, statement: sa.Executable, columns: Sequence[str], rows: Rows) -> None:
     if conn.dialect.name == "postgresql":
         conn.execute(statement, array_params(columns, [tuple(r[c] for c in columns) for r in rows]))
-    else:
+        return
+    positional = _positional(statement, conn.dialect)
+    if positional is None:
         conn.execute(statement, [{_param(c): r[c] for c in columns} for r in rows])
+        return
+    sql, order = positional
+    conn.exec_driver_sql(sql, [tuple(r[c] for c in order) for r in rows])
+
+
+@functools.lru_cache(maxsize=64)
+def _positional(statement: sa.Executable, dialect: Dialect) -> tuple[str, tuple[str, ...]] | None:
+    """An executemany's SQL as the driver takes it, and the column of each of its
+    positional parameters, in order; None if a parameter needs converting on its way to
+    the driver, or the driver's parameters are named (then SQLAlchemy binds them).
+    SQLAlchemy binds every row of an executemany in Python (`construct_params`), which
+    was about 8% of the leader's CPU in the round-trip bench on SQLite; the driver loops
+    over tuples in C."""
+    if not isinstance(statement, sa.ClauseElement):
+        return None
+    compiled = statement.compile(dialect=dialect)
+    if not isinstance(compiled, SQLCompiler):
+        return None
+    names = compiled.positiontup
+    if not names or any(
+        not name.startswith(_PREFIX)
+        or bind.type.dialect_impl(dialect).bind_processor(dialect) is not None
+        for name, bind in ((n, compiled.binds[n]) for n in names)
+    ):
+        return None
+    return compiled.string, tuple(name.removeprefix(_PREFIX) for name in names)
 
 
 def array_params(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[str, list[Any]]:
@@ -92,9 +122,12 @@ def array_params(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> dict[
     return {_param(c): [r[i] for r in rows] for i, c in enumerate(columns)}
 
 
+_PREFIX = "bulk_"
+
+
 def _param(column: str) -> str:
     # Not a column's own name: SQLAlchemy reserves those for the SET clause's values.
-    return f"bulk_{column}"
+    return f"{_PREFIX}{column}"
 
 
 def _source(dialect: str, table: sa.Table, columns: Sequence[str]) -> dict[str, Any]:
