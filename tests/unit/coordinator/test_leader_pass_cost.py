@@ -791,6 +791,36 @@ def test_a_pending_commits_handles_are_read_once_by_its_pipelines_commit_job(
     assert len(handle_reads) == 1, handle_reads
 
 
+def test_the_report_that_completes_a_checkpoint_starts_its_commit_without_a_pass(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit goes out from the report's own call, on the call pool: waiting for the
+    pass the report woke put the pass's reads before every commit (a sixth of the round
+    trip). No pass runs here, and the checkpoint is COMMITTED all the same."""
+    leader.pipelines.create(spec=spec("p", tasks_max=4), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    passes = counting(monkeypatch, leader, "run_pass")
+    reports = precommits_of(leader, "p", 1, start=0, end=3)
+    answers = leader.reports.report_precommits(
+        precommits=reports, leader_epochs=[int(fence.leader_epoch)] * len(reports)
+    )
+    assert {getattr(a, "state", None) for a in answers} == {CheckpointState.COMPLETE}, answers
+
+    def state() -> CheckpointState:
+        return leader.store.checkpoints.get_checkpoint(
+            pipeline_id=PipelineId("p"), checkpoint_id=CheckpointId(1)
+        ).state
+
+    wait_for(
+        "checkpoint 1 to be COMMITTED",
+        lambda: state() is CheckpointState.COMMITTED,
+        timeout_s=30,
+    )
+    assert passes == []
+
+
 def test_a_report_batch_costs_the_same_statements_however_many_pipelines_it_mixes(
     leader: Herder,
 ) -> None:

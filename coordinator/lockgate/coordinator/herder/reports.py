@@ -23,6 +23,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from opentelemetry.trace import Status, StatusCode
 
@@ -99,7 +100,7 @@ class Reports:
         if isinstance(answer, LockgateError):
             raise answer
         if _is_complete(answer):
-            self._wake()
+            self._commit_now([answer])
         return answer
 
     def report_precommits(
@@ -138,9 +139,22 @@ class Reports:
                     answer, _reporter_of(precommit), checkpoint_id=precommit.checkpoint_id
                 )
             results.append(answer)
-        if any(_is_complete(r) for r in results):
-            self._wake()
+        self._commit_now(results)
         return results
+
+    def _commit_now(self, answers: Sequence[CheckpointRecord | LockgateError]) -> None:
+        """Start committing the checkpoints these reports made COMPLETE at once, on the
+        call pool (a pipeline whose commit job still runs gets this one from the pass its
+        end wakes), and wake the loop: the pipeline may trigger again. Starting the commit
+        from the pass the wake-up runs put that pass's reads before every commit: about a
+        sixth of the round trip (README, issue 14)."""
+        completed = frozenset(a.pipeline_id for a in answers if _is_complete(a))
+        if not completed:
+            return
+        fence = self._lease.current_fence()
+        if fence is not None:
+            self._checkpoints.commit_pending(fence, wait=False, known=completed)
+        self._wake()
 
     def _trace_report(
         self,
@@ -323,5 +337,5 @@ def _reporter_of(precommit: Precommit) -> TaskReport:
     )
 
 
-def _is_complete(answer: CheckpointRecord | LockgateError) -> bool:
+def _is_complete(answer: CheckpointRecord | LockgateError) -> TypeGuard[CheckpointRecord]:
     return isinstance(answer, CheckpointRecord) and answer.state is CheckpointState.COMPLETE
