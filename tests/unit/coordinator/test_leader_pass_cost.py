@@ -795,8 +795,8 @@ def test_the_report_that_completes_a_checkpoint_starts_its_commit_without_a_pass
     leader: Herder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The commit goes out from the report's own call, on the call pool: waiting for the
-    pass the report woke put the pass's reads before every commit (a sixth of the round
-    trip). No pass runs here, and the checkpoint is COMMITTED all the same."""
+    pass the report woke put the pass's reads before every commit. No pass runs here, and
+    the checkpoint is COMMITTED all the same."""
     leader.pipelines.create(spec=spec("p", tasks_max=4), target_state=TargetState.RUNNING)
     run_tasks(leader)
     fence = leader.require_fence()

@@ -146,8 +146,9 @@ class Reports:
         """Start committing the checkpoints these reports made COMPLETE at once, on the
         call pool (a pipeline whose commit job still runs gets this one from the pass its
         end wakes), and wake the loop: the pipeline may trigger again. Starting the commit
-        from the pass the wake-up runs put that pass's reads before every commit: about a
-        sixth of the round trip (README, issue 14)."""
+        from the pass the wake-up runs put that pass's reads before every commit (COMPLETE
+        to COMMITTED p99 30-34 ms, now 21-26 ms, in the SQLite round trip: README, issue
+        14)."""
         completed = frozenset(a.pipeline_id for a in answers if _is_complete(a))
         if not completed:
             return
