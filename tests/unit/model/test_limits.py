@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from google.protobuf import struct_pb2
+from google.protobuf import field_mask_pb2, struct_pb2
+from google.protobuf.descriptor import FieldDescriptor
 
 from lockgate.common.errors import InvalidArgument
+from lockgate.common.model import limits
 from lockgate.common.model.limits import (
     MAX_REPEATED_ITEMS,
     MAX_STRING_CHARS,
@@ -116,3 +118,61 @@ def test_only_requests_of_numbers_alone_can_never_exceed_a_bound() -> None:
     assert can_exceed_limits(schema_registry_pb2.RegisterSchemaRequest)  # strings
     assert can_exceed_limits(coordinator_pb2.CreatePipelineRequest)  # a message
     assert can_exceed_limits(struct_pb2.ListValue)  # a repeated field
+
+
+def _reports(count: int, *, topic: str = "orders") -> coordinator_pb2.ReportPrecommitsRequest:
+    return coordinator_pb2.ReportPrecommitsRequest(
+        request_id="r",
+        executor_id="e1",
+        reports=[
+            coordinator_pb2.ReportPrecommitRequest(
+                checkpoint_id=5,
+                task_id=common_pb2.TaskId(pipeline_name="orders", task_index=i),
+                source_ranges=[common_pb2.OffsetRange(topic=topic, partition=i, end_offset=9)],
+            )
+            for i in range(count)
+        ],
+    )
+
+
+def test_a_request_no_longer_than_its_smallest_bound_is_not_walked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its every string, list and map is shorter than its encoding: nothing can be over.
+    small, large = _reports(20), _reports(200)
+    assert small.ByteSize() <= MAX_STRING_CHARS < large.ByteSize()
+    request_violations(large)  # the fields' rules worked out once
+    looked_at: list[str] = []
+    rule = limits._rule
+
+    def counted(field: FieldDescriptor) -> limits._Rule:
+        looked_at.append(field.full_name)
+        return rule(field)
+
+    monkeypatch.setattr(limits, "_rule", counted)
+    assert request_violations(small) == []
+    assert looked_at == []
+    assert request_violations(large) == []
+    assert "lockgate.v1.ReportPrecommitsRequest.reports" in looked_at
+
+
+def test_measuring_before_walking_finds_every_violation_a_full_walk_finds() -> None:
+    multibyte = "é" * (MAX_STRING_CHARS // 2 + 1)  # within the bound in bytes' halves
+    over = "é" * (MAX_STRING_CHARS + 1)
+    one_over = coordinator_pb2.UpdatePipelineRequest(
+        update_mask=field_mask_pb2.FieldMask(paths=["a"] * 101)
+    )
+    for request in (
+        _reports(3, topic=over),
+        _reports(3, topic=multibyte),
+        _reports(300, topic=over),
+        one_over,
+        coordinator_pb2.UpdatePipelineRequest(
+            update_mask=field_mask_pb2.FieldMask(paths=["a"] * 100)
+        ),
+    ):
+        assert request_violations(request) == limits._walk(request, sized=0)
+    assert [v.field for v in request_violations(one_over)] == ["update_mask.paths"]
+    assert [v.field for v in request_violations(_reports(3, topic=over))] == [
+        f"reports[{i}].source_ranges[0].topic" for i in range(3)
+    ]

@@ -15,9 +15,10 @@ it costs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from lockgate.common.errors import FieldViolation, InvalidArgument
@@ -96,40 +97,105 @@ def can_exceed_limits(message_type: type[Message]) -> bool:
 
 def request_violations(message: Message) -> list[FieldViolation]:
     """Every field of `message` over its bound, by field path (empty when within bounds)."""
-    found: list[FieldViolation] = []
-    _walk(message, "", found)
-    return found
+    return _walk(message, _SIZED_LEVELS)
 
 
 def _too_long(path: str, length: int, limit: int, unit: str) -> FieldViolation:
     return FieldViolation(path, f"has {length} {unit}, more than the limit of {limit}")
 
 
-def _walk(message: Message, prefix: str, found: list[FieldViolation]) -> None:
+def _under(prefix: str, found: list[FieldViolation]) -> list[FieldViolation]:
+    """A nested message's violations, their paths under the field that holds it."""
+    return [FieldViolation(f"{prefix}{v.field}", v.description) for v in found]
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """What to check of one field, worked out once per field."""
+
+    kind: int  # _NUMBER, _TEXT, _MESSAGE or _MAP
+    repeated: bool
+    limit: int
+
+
+_NUMBER, _TEXT, _MESSAGE, _MAP = range(4)
+_RULES: dict[FieldDescriptor, _Rule] = {}
+
+
+def _rule(field: FieldDescriptor) -> _Rule:
+    rule = _RULES.get(field)
+    if rule is None:
+        entry = field.message_type
+        if entry is not None and entry.GetOptions().map_entry:
+            kind = _MAP
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            kind = _MESSAGE
+        elif field.type in _TEXT_TYPES:
+            kind = _TEXT
+        else:
+            kind = _NUMBER
+        rule = _RULES.setdefault(field, _Rule(kind, field.is_repeated, field_limit(field)))
+    return rule
+
+
+_UNBOUNDED = 1 << 62
+_SMALLEST: dict[Descriptor, int] = {}
+
+
+def _smallest_bound(message_type: Descriptor) -> int:
+    """The smallest bound of any field a message of this type can hold, however deep.
+
+    A message whose encoding is no longer than it breaks no bound: a string has no more
+    characters than its UTF-8 bytes, and a repeated field's or a map's every item takes a
+    byte at least. So a request that small is not walked at all (nearly every request:
+    a 50-report ReportPrecommits of about 3.5 kB took 1 ms to walk, its size 20 us)."""
+    found = _SMALLEST.get(message_type)
+    if found is None:
+        _SMALLEST[message_type] = MAX_STRING_CHARS  # a recursive type meets itself here
+        bounds = [MAX_STRING_CHARS]
+        for field in message_type.fields:
+            rule = _rule(field)
+            if rule.repeated or rule.kind == _TEXT:
+                bounds.append(rule.limit)
+            if field.message_type is not None:
+                bounds.append(_smallest_bound(field.message_type))
+        found = _SMALLEST[message_type] = min(bounds)
+    return found
+
+
+#: How many levels of a request are measured (`ByteSize`) before they are walked: each
+#: level measures its bytes again, so a deeply nested message costs a few times its size.
+_SIZED_LEVELS = 3
+
+
+def _walk(message: Message, sized: int) -> list[FieldViolation]:
+    if sized and message.ByteSize() <= _smallest_bound(cast(Descriptor, message.DESCRIPTOR)):
+        return []
+    sized = max(sized - 1, 0)
+    found: list[FieldViolation] = []
     for field, value in message.ListFields():
-        path = f"{prefix}{field.name}"
-        is_message = field.type == FieldDescriptor.TYPE_MESSAGE
-        if field.is_repeated:
-            limit = field_limit(field)
-            if len(value) > limit:
-                found.append(_too_long(path, len(value), limit, "items"))
-                continue
-            entry = field.message_type
-            if entry is not None and entry.GetOptions().map_entry:
-                _walk_map(value, path, found)
-                continue
-            items: Any = value
-            for i, item in enumerate(items):
-                if is_message:
-                    _walk(item, f"{path}[{i}].", found)
-                elif field.type in _TEXT_TYPES and len(item) > MAX_STRING_CHARS:
+        rule = _rule(field)
+        if not rule.repeated:
+            if rule.kind == _MESSAGE:
+                if nested := _walk(value, sized):
+                    found += _under(f"{field.name}.", nested)
+            elif rule.kind == _TEXT and len(value) > rule.limit:
+                found.append(_too_long(field.name, len(value), rule.limit, "characters"))
+        elif len(value) > rule.limit:
+            found.append(_too_long(field.name, len(value), rule.limit, "items"))
+        elif rule.kind == _MAP:
+            _walk_map(value, field.name, found)
+        elif rule.kind == _MESSAGE:
+            for i, item in enumerate(value):
+                if nested := _walk(item, sized):
+                    found += _under(f"{field.name}[{i}].", nested)
+        elif rule.kind == _TEXT:
+            for i, item in enumerate(value):
+                if len(item) > MAX_STRING_CHARS:
                     found.append(
-                        _too_long(f"{path}[{i}]", len(item), MAX_STRING_CHARS, "characters")
+                        _too_long(f"{field.name}[{i}]", len(item), MAX_STRING_CHARS, "characters")
                     )
-        elif is_message:
-            _walk(value, f"{path}.", found)
-        elif field.type in _TEXT_TYPES and len(value) > field_limit(field):
-            found.append(_too_long(path, len(value), field_limit(field), "characters"))
+    return found
 
 
 def _walk_map(entries: Any, path: str, found: list[FieldViolation]) -> None:
@@ -140,7 +206,7 @@ def _walk_map(entries: Any, path: str, found: list[FieldViolation]) -> None:
             found.append(_too_long(f"{where} (key)", len(key), MAX_STRING_CHARS, "characters"))
         value = entries[key]
         if isinstance(value, Message):
-            _walk(value, f"{where}.", found)
+            found += _under(f"{where}.", _walk(value, 0))
         elif isinstance(value, str | bytes) and len(value) > MAX_STRING_CHARS:
             found.append(_too_long(where, len(value), MAX_STRING_CHARS, "characters"))
 
