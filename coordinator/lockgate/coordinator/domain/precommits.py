@@ -80,32 +80,65 @@ def accept_precommits(
     """
     accepted: dict[CheckpointKey, tuple[Precommit, ...]] = {}
     for key, group in sorted(group_by_checkpoint(precommits).items()):
-        checkpoint = checkpoints.get(key)
-        if checkpoint is None:
-            pipeline_id, checkpoint_id = key
-            raise NotFound(
-                f"pipeline {pipeline_id!r} has no checkpoint {checkpoint_id}",
-                resource_type="checkpoint",
-                resource_name=f"{pipeline_id}/{checkpoint_id}",
-            )
+        checkpoint = _existing(checkpoints, key)
         triggers = {t.task_id: t for t in checkpoint.tasks}
         fresh: dict[TaskId, Precommit] = {}
         for p in group:
-            trigger = _check_reporter(p, checkpoint, triggers, executor_generations, tasks)
-            if p.task_id in checkpoint.precommitted or p.task_id in fresh:
-                continue  # a retried report
-            _check_still_triggered(checkpoint)
-            check_precommit_content(
+            if _is_new(
                 p,
-                allotted=trigger.transactional_id,
-                partitions=tasks[p.task_id].partitions,
+                checkpoint,
+                triggers,
+                fresh,
+                executor_generations=executor_generations,
+                tasks=tasks,
                 resume_offsets=resume_offsets.get(key, {}),
-                sink_servers=sink_servers.get(p.pipeline_id, ""),
-            )
-            fresh[p.task_id] = p
+                sink_servers=sink_servers,
+            ):
+                fresh[p.task_id] = p
         if fresh:
             accepted[key] = tuple(fresh.values())
     return accepted
+
+
+def _existing(
+    checkpoints: Mapping[CheckpointKey, CheckpointRecord | None], key: CheckpointKey
+) -> CheckpointRecord:
+    checkpoint = checkpoints.get(key)
+    if checkpoint is None:
+        pipeline_id, checkpoint_id = key
+        raise NotFound(
+            f"pipeline {pipeline_id!r} has no checkpoint {checkpoint_id}",
+            resource_type="checkpoint",
+            resource_name=f"{pipeline_id}/{checkpoint_id}",
+        )
+    return checkpoint
+
+
+def _is_new(
+    p: Precommit,
+    checkpoint: CheckpointRecord,
+    triggers: Mapping[TaskId, TaskTrigger],
+    fresh: Mapping[TaskId, Precommit],
+    *,
+    executor_generations: Mapping[ExecutorId, Generation],
+    tasks: Mapping[TaskId, TaskRecord],
+    resume_offsets: Mapping[TopicPartition, int],
+    sink_servers: Mapping[PipelineId, str],
+) -> bool:
+    """Check one report of checkpoint N (`triggers`: N's, by task); False for a retried
+    one (N's record or `fresh` has the task's pre-commit already): nothing to store."""
+    trigger = _check_reporter(p, checkpoint, triggers, executor_generations, tasks)
+    if p.task_id in checkpoint.precommitted or p.task_id in fresh:
+        return False
+    _check_still_triggered(checkpoint)
+    check_precommit_content(
+        p,
+        allotted=trigger.transactional_id,
+        partitions=tasks[p.task_id].partitions,
+        resume_offsets=resume_offsets,
+        sink_servers=sink_servers.get(p.pipeline_id, ""),
+    )
+    return True
 
 
 def sort_precommits(
@@ -124,22 +157,28 @@ def sort_precommits(
     report repeated within the batch is stored once."""
     accepted: dict[CheckpointKey, dict[TaskId, Precommit]] = defaultdict(dict)
     refused: dict[int, PrecommitRefusal] = {}
+    triggers: dict[CheckpointKey, dict[TaskId, TaskTrigger]] = {}  # once per checkpoint
     for index, p in enumerate(precommits):
+        key = (p.pipeline_id, p.checkpoint_id)
         try:
-            fresh = accept_precommits(
-                [p],
-                checkpoints=checkpoints,
+            checkpoint = _existing(checkpoints, key)
+            if key not in triggers:
+                triggers[key] = {t.task_id: t for t in checkpoint.tasks}
+            new = _is_new(
+                p,
+                checkpoint,
+                triggers[key],
+                {},  # each report on its own: a repeat within the batch is checked too
                 executor_generations=executor_generations,
                 tasks=tasks,
-                resume_offsets=resume_offsets,
+                resume_offsets=resume_offsets.get(key, {}),
                 sink_servers=sink_servers,
             )
         except (NotFound, FailedPrecondition, InvalidArgument) as exc:
             refused[index] = exc
             continue
-        for key, new in fresh.items():
-            for q in new:
-                accepted[key].setdefault(q.task_id, q)
+        if new:
+            accepted[key].setdefault(p.task_id, p)
     return {key: tuple(by_task.values()) for key, by_task in accepted.items()}, refused
 
 
