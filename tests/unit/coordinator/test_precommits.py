@@ -45,7 +45,7 @@ from lockgate.coordinator.domain.pipelines import (
     restarts_for_new_config,
     tasks_to_restart,
 )
-from lockgate.coordinator.domain.precommits import accept_precommits
+from lockgate.coordinator.domain.precommits import PrecommitSnapshot, accept_precommits
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
 from lockgate.coordinator.domain.tasks import split_partitions
 
@@ -118,11 +118,13 @@ def accept(
 ) -> dict[tuple[PipelineId, CheckpointId], tuple[Precommit, ...]]:
     return accept_precommits(
         reports,
-        checkpoints={KEY: checkpoint() if record is None else record},
-        executor_generations={E1: Generation(3)} if generations is None else generations,
-        tasks={T0: task(T0), T1: task(T1)} if tasks is None else tasks,
-        resume_offsets={KEY: RESUME},
-        sink_servers={P: SINK},
+        PrecommitSnapshot(
+            checkpoints={KEY: checkpoint() if record is None else record},
+            executor_generations={E1: Generation(3)} if generations is None else generations,
+            tasks={T0: task(T0), T1: task(T1)} if tasks is None else tasks,
+            resume_offsets={KEY: RESUME},
+            sink_servers={P: SINK},
+        ),
     )
 
 
@@ -157,11 +159,13 @@ def test_reports_of_unknown_checkpoints_and_tasks_are_not_found() -> None:
     with pytest.raises(NotFound, match="no checkpoint 1"):
         accept_precommits(
             [report()],
-            checkpoints={KEY: None},
-            executor_generations={},
-            tasks={},
-            resume_offsets={},
-            sink_servers={},
+            PrecommitSnapshot(
+                checkpoints={KEY: None},
+                executor_generations={},
+                tasks={},
+                resume_offsets={},
+                sink_servers={},
+            ),
         )
     with pytest.raises(NotFound, match="not part of checkpoint"):
         accept(report(TaskId("p/7")))
@@ -216,11 +220,13 @@ def test_a_partition_without_a_stored_offset_may_start_anywhere() -> None:
     forged = report(offsets=(OffsetRange("in", 0, 42, 50),))
     assert accept_precommits(
         [forged],
-        checkpoints={KEY: checkpoint()},
-        executor_generations={E1: Generation(3)},
-        tasks={T0: fresh},
-        resume_offsets={},
-        sink_servers={P: SINK},
+        PrecommitSnapshot(
+            checkpoints={KEY: checkpoint()},
+            executor_generations={E1: Generation(3)},
+            tasks={T0: fresh},
+            resume_offsets={},
+            sink_servers={P: SINK},
+        ),
     ) == {KEY: (forged,)}
 
 

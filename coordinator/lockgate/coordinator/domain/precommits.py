@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from lockgate.common.kafka_slot_transactions import belongs_to_slot
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
@@ -58,42 +59,38 @@ def group_by_checkpoint(precommits: Sequence[Precommit]) -> dict[CheckpointKey, 
     return dict(groups)
 
 
-def accept_precommits(
-    precommits: Sequence[Precommit],
-    *,
-    checkpoints: Mapping[CheckpointKey, CheckpointRecord | None],
-    executor_generations: Mapping[ExecutorId, Generation],
-    tasks: Mapping[TaskId, TaskRecord],
-    resume_offsets: Mapping[CheckpointKey, Mapping[TopicPartition, int]],
-    sink_servers: Mapping[PipelineId, str],
-) -> dict[CheckpointKey, tuple[Precommit, ...]]:
-    """Check every report; return the new ones to store, per checkpoint (all or nothing).
+@dataclass(frozen=True)
+class PrecommitSnapshot:
+    """What the rules read about a batch of reports (the store reads it inside its fenced
+    transaction): `checkpoints` each reported checkpoint (None: it does not exist), with
+    the reporting tasks' rows at least; `executor_generations` the current generation of
+    each registered executor named; `tasks` each reported task; `resume_offsets` where each
+    reported checkpoint starts each partition that has a known start (where the previous
+    checkpoint ended; partitions of a pipeline without a complete checkpoint yet start
+    where `starting_offsets` resolves, and are absent); `sink_servers` each pipeline's
+    sink cluster."""
 
-    `checkpoints` holds each reported checkpoint (None: it does not exist),
-    `executor_generations` the current generation of each registered executor named,
-    `tasks` each reported task, `resume_offsets` where each reported checkpoint starts each
-    partition that has a known start (where the previous checkpoint ended; partitions of a
-    pipeline without a complete checkpoint yet start where `starting_offsets` resolves, and
-    are absent), `sink_servers` each pipeline's sink cluster.
-    Raises NotFound, StaleGeneration, FailedPrecondition or InvalidArgument for the first
-    refused report (checkpoints in order); retried reports are left out.
-    """
+    checkpoints: Mapping[CheckpointKey, CheckpointRecord | None]
+    executor_generations: Mapping[ExecutorId, Generation]
+    tasks: Mapping[TaskId, TaskRecord]
+    resume_offsets: Mapping[CheckpointKey, Mapping[TopicPartition, int]]
+    sink_servers: Mapping[PipelineId, str]
+
+
+def accept_precommits(
+    precommits: Sequence[Precommit], snapshot: PrecommitSnapshot
+) -> dict[CheckpointKey, tuple[Precommit, ...]]:
+    """Check every report against `snapshot`; return the new ones to store, per
+    checkpoint (all or nothing). Raises NotFound, StaleGeneration, FailedPrecondition or
+    InvalidArgument for the first refused report (checkpoints in order); retried reports
+    are left out."""
     accepted: dict[CheckpointKey, tuple[Precommit, ...]] = {}
     for key, group in sorted(group_by_checkpoint(precommits).items()):
-        checkpoint = _existing(checkpoints, key)
+        checkpoint = _existing(snapshot.checkpoints, key)
         triggers = {t.task_id: t for t in checkpoint.tasks}
         fresh: dict[TaskId, Precommit] = {}
         for p in group:
-            if _is_new(
-                p,
-                checkpoint,
-                triggers,
-                fresh,
-                executor_generations=executor_generations,
-                tasks=tasks,
-                resume_offsets=resume_offsets.get(key, {}),
-                sink_servers=sink_servers,
-            ):
+            if _is_new(p, checkpoint, triggers, fresh, snapshot):
                 fresh[p.task_id] = p
         if fresh:
             accepted[key] = tuple(fresh.values())
@@ -119,78 +116,12 @@ def _is_new(
     checkpoint: CheckpointRecord,
     triggers: Mapping[TaskId, TaskTrigger],
     fresh: Mapping[TaskId, Precommit],
-    *,
-    executor_generations: Mapping[ExecutorId, Generation],
-    tasks: Mapping[TaskId, TaskRecord],
-    resume_offsets: Mapping[TopicPartition, int],
-    sink_servers: Mapping[PipelineId, str],
+    snapshot: PrecommitSnapshot,
 ) -> bool:
-    """Check one report of checkpoint N (`triggers`: N's, by task); False for a retried
-    one (N's record or `fresh` has the task's pre-commit already): nothing to store."""
-    trigger = _check_reporter(p, checkpoint, triggers, executor_generations, tasks)
-    if p.task_id in checkpoint.precommitted or p.task_id in fresh:
-        return False
-    _check_still_triggered(checkpoint)
-    check_precommit_content(
-        p,
-        allotted=trigger.transactional_id,
-        partitions=tasks[p.task_id].partitions,
-        resume_offsets=resume_offsets,
-        sink_servers=sink_servers.get(p.pipeline_id, ""),
-    )
-    return True
-
-
-def sort_precommits(
-    precommits: Sequence[Precommit],
-    *,
-    checkpoints: Mapping[CheckpointKey, CheckpointRecord | None],
-    executor_generations: Mapping[ExecutorId, Generation],
-    tasks: Mapping[TaskId, TaskRecord],
-    resume_offsets: Mapping[CheckpointKey, Mapping[TopicPartition, int]],
-    sink_servers: Mapping[PipelineId, str],
-) -> tuple[dict[CheckpointKey, tuple[Precommit, ...]], dict[int, PrecommitRefusal]]:
-    """Check each report on its own, by `accept_precommits`' rules and against the same
-    snapshot (its arguments): the new reports to store, per checkpoint, and the error of
-    each refused report by its index. One refused report leaves the others accepted (an
-    executor's batch mixes tasks and checkpoints; each report gets its own answer). A
-    report repeated within the batch is stored once."""
-    accepted: dict[CheckpointKey, dict[TaskId, Precommit]] = defaultdict(dict)
-    refused: dict[int, PrecommitRefusal] = {}
-    triggers: dict[CheckpointKey, dict[TaskId, TaskTrigger]] = {}  # once per checkpoint
-    for index, p in enumerate(precommits):
-        key = (p.pipeline_id, p.checkpoint_id)
-        try:
-            checkpoint = _existing(checkpoints, key)
-            if key not in triggers:
-                triggers[key] = {t.task_id: t for t in checkpoint.tasks}
-            new = _is_new(
-                p,
-                checkpoint,
-                triggers[key],
-                {},  # each report on its own: a repeat within the batch is checked too
-                executor_generations=executor_generations,
-                tasks=tasks,
-                resume_offsets=resume_offsets.get(key, {}),
-                sink_servers=sink_servers,
-            )
-        except (NotFound, FailedPrecondition, InvalidArgument) as exc:
-            refused[index] = exc
-            continue
-        if new:
-            accepted[key].setdefault(p.task_id, p)
-    return {key: tuple(by_task.values()) for key, by_task in accepted.items()}, refused
-
-
-def _check_reporter(
-    p: Precommit,
-    checkpoint: CheckpointRecord,
-    triggers: Mapping[TaskId, TaskTrigger],
-    executor_generations: Mapping[ExecutorId, Generation],
-    tasks: Mapping[TaskId, TaskRecord],
-) -> TaskTrigger:
-    """Check who reports: the task is in N, its executor's session and its assignment are
-    current. Returns what N asked of the task."""
+    """Check one report of checkpoint N (`triggers`: N's, by task): who reports (the task
+    is in N, its executor's session and its assignment are current), then what. False for
+    a retried one (N's record or `fresh` has the task's pre-commit already): nothing to
+    store."""
     trigger = triggers.get(p.task_id)
     if trigger is None:
         raise NotFound(
@@ -202,14 +133,14 @@ def _check_reporter(
     check_executor_session(
         p.executor_id,
         reported=p.executor_generation,
-        current=executor_generations.get(p.executor_id),
+        current=snapshot.executor_generations.get(p.executor_id),
     )
     check_generation(
         what=f"task {p.task_id} in checkpoint {checkpoint.checkpoint_id}",
         reported=p.task_generation,
         current=trigger.task_generation,
     )
-    task = tasks.get(p.task_id)
+    task = snapshot.tasks.get(p.task_id)
     if task is None:
         raise NotFound(
             f"no task {p.task_id!r}; the pipeline may have been deleted or re-split",
@@ -219,7 +150,44 @@ def _check_reporter(
     # The task must still be that executor's, in that generation: a zombie whose task
     # moved since the trigger is refused, not merely told N aborted.
     check_task_owner(task, p.executor_id, p.task_generation)
-    return trigger
+    if p.task_id in checkpoint.precommitted or p.task_id in fresh:
+        return False
+    _check_still_triggered(checkpoint)
+    check_precommit_content(
+        p,
+        allotted=trigger.transactional_id,
+        partitions=task.partitions,
+        resume_offsets=snapshot.resume_offsets.get((p.pipeline_id, p.checkpoint_id), {}),
+        sink_servers=snapshot.sink_servers.get(p.pipeline_id, ""),
+    )
+    return True
+
+
+def sort_precommits(
+    precommits: Sequence[Precommit], snapshot: PrecommitSnapshot
+) -> tuple[dict[CheckpointKey, tuple[Precommit, ...]], dict[int, PrecommitRefusal]]:
+    """Check each report on its own, by `accept_precommits`' rules and against the same
+    snapshot: the new reports to store, per checkpoint, and the error of
+    each refused report by its index. One refused report leaves the others accepted (an
+    executor's batch mixes tasks and checkpoints; each report gets its own answer). A
+    report repeated within the batch is stored once."""
+    accepted: dict[CheckpointKey, dict[TaskId, Precommit]] = defaultdict(dict)
+    refused: dict[int, PrecommitRefusal] = {}
+    triggers: dict[CheckpointKey, dict[TaskId, TaskTrigger]] = {}  # once per checkpoint
+    for index, p in enumerate(precommits):
+        key = (p.pipeline_id, p.checkpoint_id)
+        try:
+            checkpoint = _existing(snapshot.checkpoints, key)
+            if key not in triggers:
+                triggers[key] = {t.task_id: t for t in checkpoint.tasks}
+            # Each report on its own (no `fresh`): a repeat within the batch is checked too.
+            new = _is_new(p, checkpoint, triggers[key], {}, snapshot)
+        except (NotFound, FailedPrecondition, InvalidArgument) as exc:
+            refused[index] = exc
+            continue
+        if new:
+            accepted[key].setdefault(p.task_id, p)
+    return {key: tuple(by_task.values()) for key, by_task in accepted.items()}, refused
 
 
 def _check_still_triggered(checkpoint: CheckpointRecord) -> None:

@@ -160,7 +160,7 @@ class CheckpointStore:
         with self._db.transaction(fence=fence) as conn:
             # The snapshot locks the pipelines first; a deleted pipeline has no checkpoint:
             # the domain refuses its reports.
-            accepted, refused = sort_precommits(precommits, **precommit_snapshot(conn, precommits))
+            accepted, refused = sort_precommits(precommits, precommit_snapshot(conn, precommits))
             write_precommits(conn, accepted)
             touched = sorted(
                 {

@@ -9,23 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import TypedDict
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from lockgate.common.errors import Aborted
-from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
+from lockgate.common.model.ids import CheckpointId, PipelineId
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.checkpoints import (
-    CheckpointRecord,
     Precommit,
     PrecommitCount,
     checkpoints_to_complete,
 )
-from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.precommits import (
     CheckpointKey,
+    PrecommitSnapshot,
     accept_precommits,
     group_by_checkpoint,
 )
@@ -63,17 +61,7 @@ _RANGE_COLUMNS = (
 def store_precommits(conn: Connection, precommits: Sequence[Precommit]) -> None:
     """Check and store pre-commits with a handful of statements, however many tasks and
     checkpoints report (a 100-task checkpoint is one round of bulk writes)."""
-    write_precommits(conn, accept_precommits(precommits, **precommit_snapshot(conn, precommits)))
-
-
-class PrecommitSnapshot(TypedDict):
-    """What the pre-commit rules read, as `accept_precommits` takes it."""
-
-    checkpoints: dict[CheckpointKey, CheckpointRecord | None]
-    executor_generations: dict[ExecutorId, Generation]
-    tasks: dict[TaskId, TaskRecord]
-    resume_offsets: dict[CheckpointKey, dict[TopicPartition, int]]
-    sink_servers: dict[PipelineId, str]
+    write_precommits(conn, accept_precommits(precommits, precommit_snapshot(conn, precommits)))
 
 
 def precommit_snapshot(conn: Connection, precommits: Sequence[Precommit]) -> PrecommitSnapshot:
@@ -317,7 +305,6 @@ def write_precommits(
 
 
 __all__ = [
-    "PrecommitSnapshot",
     "complete_ready",
     "precommit_snapshot",
     "store_precommits",
