@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
-from google.protobuf import field_mask_pb2, struct_pb2
+from google.protobuf import (
+    descriptor_pb2,
+    descriptor_pool,
+    field_mask_pb2,
+    message_factory,
+    struct_pb2,
+)
 from google.protobuf.descriptor import FieldDescriptor
 
 from lockgate.common.errors import InvalidArgument
@@ -176,3 +183,50 @@ def test_measuring_before_walking_finds_every_violation_a_full_walk_finds() -> N
     assert [v.field for v in request_violations(_reports(3, topic=over))] == [
         f"reports[{i}].source_ranges[0].topic" for i in range(3)
     ]
+
+
+def _cycle_types() -> tuple[Any, Any]:
+    """`Outer { repeated Inner inner }` and `Inner { Outer outer; FieldMask mask }`: a
+    recursive pair, one of them with a field of a small bound (100 paths)."""
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(field_mask_pb2.DESCRIPTOR.serialized_pb)
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="cycle_test.proto",
+        package="cycle_test",
+        syntax="proto3",
+        dependency=["google/protobuf/field_mask.proto"],
+    )
+    message = descriptor_pb2.FieldDescriptorProto
+    proto.message_type.add(name="Outer").field.add(
+        name="inner",
+        number=1,
+        type=message.TYPE_MESSAGE,
+        label=message.LABEL_REPEATED,
+        type_name=".cycle_test.Inner",
+    )
+    inner = proto.message_type.add(name="Inner")
+    inner.field.add(
+        name="outer", number=1, type=message.TYPE_MESSAGE, type_name=".cycle_test.Outer"
+    )
+    inner.field.add(
+        name="mask", number=2, type=message.TYPE_MESSAGE, type_name=".google.protobuf.FieldMask"
+    )
+    pool.Add(proto)
+    return (
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("cycle_test.Outer")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("cycle_test.Inner")),
+    )
+
+
+def test_a_recursive_type_is_measured_against_the_smallest_bound_it_can_reach() -> None:
+    outer_type, inner_type = _cycle_types()
+    # Inner's bound worked out first, meeting Outer on the way: Outer's is not Inner's
+    # half-done view of it.
+    assert request_violations(inner_type()) == []
+    outer = outer_type()
+    outer.inner.add().outer.inner.add().mask.paths.extend(["a"] * 101)
+    assert outer.ByteSize() < MAX_STRING_CHARS
+    assert [v.field for v in request_violations(outer)] == ["inner[0].outer.inner[0].mask.paths"]
+    inner = inner_type()
+    inner.outer.inner.add().mask.paths.extend(["a"] * 101)
+    assert [v.field for v in request_violations(inner)] == ["outer.inner[0].mask.paths"]
