@@ -218,6 +218,8 @@ class PeerLog:
     """Every call the peer received, in order."""
 
     triggers: list[executor_pb2.TriggerCheckpointRequest] = field(default_factory=list)
+    silenced: list[executor_pb2.TriggerCheckpointRequest] = field(default_factory=list)
+    """The triggers a `silent` script left unreported, in order."""
     commits: list[executor_pb2.CommitCheckpointRequest] = field(default_factory=list)
     acked_commits: list[executor_pb2.CommitCheckpointRequest] = field(default_factory=list)
     aborts: list[executor_pb2.AbortCheckpointRequest] = field(default_factory=list)
@@ -366,6 +368,8 @@ class ScriptedExecutor(executor_pb2_grpc.ExecutorServiceServicer):
         with self.lock:
             self.log.triggers.append(request)
             mode = self.script.precommit
+            if mode == "silent":
+                self.log.silenced.append(request)
             hold = self.script.trigger == "hold"
         if hold:
             self.release_held.wait()

@@ -101,17 +101,13 @@ def triggered(
             )
             with peer.lock:
                 peer.script.precommit = "silent"
-            after = max(checkpoints(stub, name))
 
             def silent_trigger() -> executor_pb2.TriggerCheckpointRequest | None:
+                # The first trigger the peer received silent. Not "the first trigger after the
+                # newest checkpoint": that checkpoint may itself be the silenced one, and no
+                # later one comes while it waits out its 60 s timeout.
                 with peer.lock:
-                    later = [t for t in peer.log.triggers if t.checkpoint_id > after]
-                    # The peer may have reported a checkpoint triggered just before it went
-                    # silent: take one nobody reported.
-                    unreported = [
-                        t for t in later if (name, t.checkpoint_id, 0) not in peer.log.reported
-                    ]
-                return unreported[0] if unreported else None
+                    return next((t for t in peer.log.silenced if t.pipeline_name == name), None)
 
             trigger = wait_for("a trigger left unreported", silent_trigger, timeout_s=30)
             yield stub, name, peer, trigger
