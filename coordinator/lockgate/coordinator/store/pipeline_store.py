@@ -168,8 +168,13 @@ _TASKS_FINGERPRINT = sa.select(
     sa.func.count(tasks.c.executor_id),
 ).select_from(tasks)
 _PIPELINES_COLUMNS = len(_PIPELINES_FINGERPRINT.selected_columns)
-# Both in one statement, each table's aggregates a one-row subquery (read on every pass).
-_FINGERPRINT = sa.select(*_PIPELINES_FINGERPRINT.subquery().c, *_TASKS_FINGERPRINT.subquery().c)
+# Both in one statement, each table's aggregates a one-row subquery (read on every pass),
+# joined on true: the product of two one-row results is one row.
+_PIPELINES_AGGREGATES = _PIPELINES_FINGERPRINT.subquery()
+_TASKS_AGGREGATES = _TASKS_FINGERPRINT.subquery()
+_FINGERPRINT = sa.select(*_PIPELINES_AGGREGATES.c, *_TASKS_AGGREGATES.c).select_from(
+    _PIPELINES_AGGREGATES.join(_TASKS_AGGREGATES, sa.true())
+)
 
 
 def read_fingerprint(conn: Connection) -> PipelinesFingerprint:
