@@ -52,6 +52,7 @@ from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.membership import Membership
 from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.pipelines import Pipelines
+from lockgate.coordinator.herder.planner_statistics import PlannerStatistics
 from lockgate.coordinator.herder.progress import Progress
 from lockgate.coordinator.herder.reports import Reports
 from lockgate.coordinator.herder.requests import IdempotentCalls
@@ -157,6 +158,7 @@ class Herder:
             membership=self.membership,
             instruments=instruments,
         )
+        self.statistics = PlannerStatistics(store=store, lease=self.lease_keeper)
         self._thread = threading.Thread(
             target=self._run, name=f"leader-{settings.coordinator_id}", daemon=True
         )
@@ -177,10 +179,12 @@ class Herder:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """Start the lease keeper, the work loop and the lag measurement."""
+        """Start the lease keeper, the work loop, the lag measurement and the planner
+        statistics' upkeep."""
         self.lease_keeper.start()
         self._thread.start()
         self.progress.start()
+        self.statistics.start()
 
     def stop(self) -> None:
         """Stop both threads and, if leading, give the lease up so a follower takes over
@@ -190,6 +194,7 @@ class Herder:
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         self.progress.stop()
+        self.statistics.stop()
         self._calls.close()
         RESUME_CLIENTS.close_all()  # the leader's own commits' kept-open Kafka clients
         self.lease_keeper.stop()

@@ -47,6 +47,7 @@ from lockgate.coordinator.store.recovery_queries import pass_duties, pending_com
 from lockgate.coordinator.store.replica_store import ReplicaStore
 from lockgate.coordinator.store.request_store import RequestStore
 from lockgate.coordinator.store.rows import read_pipeline
+from lockgate.coordinator.store.statistics import refresh_statistics
 
 
 def open_store(
@@ -139,6 +140,11 @@ class SqlStore:
     def close(self) -> None:
         """Release the connection pool."""
         self.database.close()
+
+    def refresh_statistics(self) -> list[str]:
+        """Analyze the tables that changed enough since their last analysis, on PostgreSQL
+        (`statistics.py`); the names of those analyzed."""
+        return refresh_statistics(self.database.engine)
 
     def read_cluster(self) -> ClusterView:
         """What each pass of the leader reads first (`ClusterView`), in one read
