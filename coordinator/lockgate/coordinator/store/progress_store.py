@@ -25,31 +25,40 @@ class ProgressStore:
     ) -> tuple[list[CommittedCheckpoint], int]:
         """The newest `limit` COMMITTED checkpoints of the pipeline with the source offsets
         each consumed, and the database's clock now (ms)."""
-        size = precommit_offsets.c.end_offset - precommit_offsets.c.start_offset
-        consumed = (
-            sa.select(precommit_offsets.c.checkpoint_id, sa.func.sum(size).label("records"))
-            .where(precommit_offsets.c.pipeline_id == pipeline_id)
-            .group_by(precommit_offsets.c.checkpoint_id)
+        # The newest checkpoints first, then the offsets of those alone: summing every
+        # checkpoint's offsets before picking the newest read the pipeline's whole history
+        # of `precommit_offsets` on every refresh (a tenth of a second at 30,000 rows).
+        newest = (
+            sa.select(
+                checkpoints.c.checkpoint_id,
+                checkpoints.c.triggered_at_ms,
+                checkpoints.c.committed_at_ms,
+            )
+            .where(
+                checkpoints.c.pipeline_id == pipeline_id,
+                checkpoints.c.state == CheckpointState.COMMITTED.value,
+            )
+            .order_by(checkpoints.c.checkpoint_id.desc())
+            .limit(limit)
             .subquery()
+        )
+        size = precommit_offsets.c.end_offset - precommit_offsets.c.start_offset
+        of_newest = sa.and_(
+            precommit_offsets.c.pipeline_id == pipeline_id,
+            precommit_offsets.c.checkpoint_id == newest.c.checkpoint_id,
         )
         with self._db.read() as conn:
             rows = conn.execute(
                 sa.select(
-                    checkpoints.c.triggered_at_ms,
-                    checkpoints.c.committed_at_ms,
-                    sa.func.coalesce(consumed.c.records, 0).label("records"),
+                    newest.c.triggered_at_ms,
+                    newest.c.committed_at_ms,
+                    sa.func.coalesce(sa.func.sum(size), 0).label("records"),
                 )
-                .select_from(
-                    checkpoints.outerjoin(
-                        consumed, consumed.c.checkpoint_id == checkpoints.c.checkpoint_id
-                    )
+                .select_from(newest.outerjoin(precommit_offsets, of_newest))
+                .group_by(
+                    newest.c.checkpoint_id, newest.c.triggered_at_ms, newest.c.committed_at_ms
                 )
-                .where(
-                    checkpoints.c.pipeline_id == pipeline_id,
-                    checkpoints.c.state == CheckpointState.COMMITTED.value,
-                )
-                .order_by(checkpoints.c.checkpoint_id.desc())
-                .limit(limit)
+                .order_by(newest.c.checkpoint_id.desc())
             ).all()
             now = read_now_ms(conn)
         return [
