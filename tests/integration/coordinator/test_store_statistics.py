@@ -48,27 +48,27 @@ def write_requests(store: SqlStore, count: int, *, first: int = 0) -> None:
         conn.execute(sa.text("SELECT pg_stat_force_next_flush()"))
 
 
+def _scalar(store: SqlStore, query: str, table: str) -> float:
+    with store.engine.connect() as conn:
+        return float(conn.execute(sa.text(query), {"t": table}).scalar_one())
+
+
 def planned_rows(store: SqlStore, table: str) -> float:
     """The row count the planner's statistics give `table` (-1: never analyzed)."""
-    with store.engine.connect() as conn:
-        return float(
-            conn.execute(
-                sa.text("SELECT reltuples FROM pg_class WHERE oid = CAST(:t AS regclass)"),
-                {"t": table},
-            ).scalar_one()
-        )
+    return _scalar(store, "SELECT reltuples FROM pg_class WHERE oid = CAST(:t AS regclass)", table)
 
 
 def manual_analyses(store: SqlStore, table: str) -> int:
     """How many times `table` was analyzed by an ANALYZE command (autovacuum's own analyses
     are counted apart, in `autoanalyze_count`)."""
-    with store.engine.connect() as conn:
-        return int(
-            conn.execute(
-                sa.text("SELECT analyze_count FROM pg_stat_user_tables WHERE relname = :t"),
-                {"t": table},
-            ).scalar_one()
-        )
+    query = "SELECT analyze_count FROM pg_stat_user_tables WHERE relname = :t"
+    return int(_scalar(store, query, table))
+
+
+def changed_rows(store: SqlStore, table: str) -> int:
+    """The rows of `table` changed since its last analysis, as the statistics count them."""
+    query = "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relname = :t"
+    return int(_scalar(store, query, table))
 
 
 def seen_stale(store: SqlStore) -> list[str]:
@@ -90,10 +90,10 @@ def test_a_table_changed_by_autovacuums_rule_is_analyzed_and_no_other(store: Sql
     # Analyzed: nothing changed since. Then one change short of 50 + a tenth of 1,000.
     assert store.refresh_statistics() == []
     write_requests(store, 149, first=1_000)
-    wait_for(f"{name}'s 149 rows counted", lambda: _changed(store, name) == 149, timeout_s=15)
+    wait_for(f"{name}'s 149 rows counted", lambda: changed_rows(store, name) == 149, timeout_s=15)
     assert store.refresh_statistics() == []
     write_requests(store, 1, first=1_149)
-    wait_for(f"{name}'s 150th row counted", lambda: _changed(store, name) == 150, timeout_s=15)
+    wait_for(f"{name}'s 150th row counted", lambda: changed_rows(store, name) == 150, timeout_s=15)
     assert store.refresh_statistics() == [name]
     assert planned_rows(store, name) == 1_150
 
@@ -101,7 +101,7 @@ def test_a_table_changed_by_autovacuums_rule_is_analyzed_and_no_other(store: Sql
 def test_few_changes_leave_the_statistics_as_they_are(store: SqlStore) -> None:
     name = idempotent_requests.name
     write_requests(store, 49)
-    wait_for(f"{name}'s 49 rows counted", lambda: _changed(store, name) == 49, timeout_s=15)
+    wait_for(f"{name}'s 49 rows counted", lambda: changed_rows(store, name) == 49, timeout_s=15)
     assert store.refresh_statistics() == []
     assert manual_analyses(store, name) == 0
 
@@ -128,13 +128,3 @@ def test_a_leading_coordinator_analyzes_a_grown_table_without_autovacuum(
         assert planned_rows(store, idempotent_requests.name) == 500
     finally:
         herder.stop()
-
-
-def _changed(store: SqlStore, table: str) -> int:
-    with store.engine.connect() as conn:
-        return int(
-            conn.execute(
-                sa.text("SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relname = :t"),
-                {"t": table},
-            ).scalar_one()
-        )
