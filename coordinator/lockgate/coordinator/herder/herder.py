@@ -94,8 +94,7 @@ class Herder:
         traces: CheckpointTraces | None = None,
     ) -> None:
         instruments = instruments or Instruments.disabled()
-        outcomes = CheckpointOutcomes(instruments)
-        topics = topics or KafkaTopics()
+        outcomes, topics = CheckpointOutcomes(instruments), topics or KafkaTopics()
         self.store = store
         self.settings = settings
         self._executors = executor_client or ExecutorClient()
