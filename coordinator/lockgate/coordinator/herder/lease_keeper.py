@@ -294,3 +294,39 @@ class LeaseKeeper:
             with contextlib.suppress(FencedError):
                 self._store.lease.release_lease(fence=self._fence)
         self._become(None, self._monotonic())
+
+
+class WhileLeading:
+    """A thread of the leader's own: `work(fence)` every `every_s()` seconds (asked anew
+    each time) while this replica leads, and nothing while it follows. `work` keeps its
+    own errors: one that escapes ends the thread."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        lease: LeaseKeeper,
+        work: Callable[[Fence], None],
+        every_s: Callable[[], float],
+    ) -> None:
+        self._lease = lease
+        self._work = work
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (a `work` under way ends first)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s()):
+            fence = self._lease.current_fence()
+            if fence is not None:
+                self._work(fence)

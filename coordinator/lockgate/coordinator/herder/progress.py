@@ -46,7 +46,7 @@ from lockgate.coordinator.domain.progress import (
     source_lag,
 )
 from lockgate.coordinator.domain.states import TargetState
-from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
+from lockgate.coordinator.herder.lease_keeper import LeaseKeeper, WhileLeading
 from lockgate.coordinator.herder.membership import Membership
 from lockgate.coordinator.herder.pipelines import all_pipelines
 from lockgate.coordinator.store.kafka_topics import KafkaTopics
@@ -121,8 +121,9 @@ class Progress:
         """The newest complete lag measured of each pipeline, for status calls."""
         self.refresh_every_s = LAG_REFRESH_S
         """The wait before the next refresh (`refresh_interval_s` of the last one)."""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="source-lag", daemon=True)
+        self._thread = WhileLeading(
+            name="source-lag", lease=lease, work=self.refresh, every_s=lambda: self.refresh_every_s
+        )
         instruments.observe(SOURCE_LAG, self._lag_reading)
         instruments.observe(TASKS, self._task_reading)
         instruments.observe(EXECUTOR_SESSIONS, self._session_reading)
@@ -191,15 +192,7 @@ class Progress:
 
     def stop(self) -> None:
         """Stop the measuring thread (a measurement under way ends first)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.refresh_every_s):
-            fence = self._lease.current_fence()
-            if fence is not None:
-                self.refresh(fence)
+        self._thread.stop()
 
     def refresh(self, fence: Fence) -> None:
         """Measure the lag of every pipeline that is not STOPPED, for the lag gauge and the
