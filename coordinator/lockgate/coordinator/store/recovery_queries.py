@@ -131,11 +131,13 @@ def lingering_pipelines(
     if pipeline_ids is None:
         rows = conn.execute(_LINGERING_PIPELINES)
     else:
-        rows = conn.execute(_lingering_pipelines_of(pipeline_ids))
+        rows = conn.execute(_LINGERING_PIPELINES_OF, {"pipeline_ids": sorted(set(pipeline_ids))})
     return frozenset(PipelineId(r.pipeline_id) for r in rows)
 
 
-def _lingering_pipelines_of(pipeline_ids: Sequence[PipelineId] | None) -> sa.Select[Any]:
+def _lingering_pipelines_of(
+    pipeline_ids: Sequence[PipelineId] | sa.BindParameter[Any] | None,
+) -> sa.Select[Any]:
     return (
         sa.select(checkpoint_tasks.c.pipeline_id)
         .distinct()
@@ -147,6 +149,9 @@ def _lingering_pipelines_of(pipeline_ids: Sequence[PipelineId] | None) -> sa.Sel
 
 
 _LINGERING_PIPELINES = _lingering_pipelines_of(None)
+# The trigger's read of its due pipelines, on every pass that finds one due: built per call,
+# it cost twice as much as the trigger's other read of its checkpoints, running included.
+_LINGERING_PIPELINES_OF = _lingering_pipelines_of(sa.bindparam("pipeline_ids", expanding=True))
 # Both of the pass's questions in one statement: which pipelines have commits to send, and
 # which aborts (a statement each was two of the seven of every pass).
 _PASS_DUTIES = sa.union_all(
