@@ -186,7 +186,7 @@ class Herder:
         self.statistics.start()
 
     def stop(self) -> None:
-        """Stop both threads and, if leading, give the lease up so a follower takes over
+        """Stop its threads and, if leading, give the lease up so a follower takes over
         without waiting for it to expire."""
         self._stop.set()
         self.wake()
