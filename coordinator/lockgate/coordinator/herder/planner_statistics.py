@@ -11,8 +11,8 @@ from lockgate.coordinator.store.sql_store import SqlStore
 
 _LOG = logging.getLogger(__name__)
 
-#: Seconds between two looks at the tables' change counters. PostgreSQL publishes a
-#: session's counts within about a second of its commit.
+#: Seconds between two looks at the tables' change counters (PostgreSQL publishes a
+#: session's counts at most once a second, and an idle one's within some seconds).
 STATISTICS_CHECK_S = 5.0
 
 
