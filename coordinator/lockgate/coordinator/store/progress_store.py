@@ -27,7 +27,7 @@ class ProgressStore:
         each consumed, and the database's clock now (ms)."""
         # The newest checkpoints first, then the offsets of those alone: summing every
         # checkpoint's offsets before picking the newest read the pipeline's whole history
-        # of `precommit_offsets` on every refresh (a tenth of a second at 30,000 rows).
+        # of `precommit_offsets` on every refresh (19 ms at 30,000 rows on PostgreSQL).
         newest = (
             sa.select(
                 checkpoints.c.checkpoint_id,
