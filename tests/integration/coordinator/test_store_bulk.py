@@ -148,6 +148,50 @@ def test_sqlite_gets_its_rows_as_tuples_unless_a_column_converts_its_values(
         assert as_text == [False, False]
 
 
+def test_values_of_every_column_type_and_awkward_text_are_written_as_they_are(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """The arrays' values round-trip whatever their text holds (quotes, backslashes, array
+    syntax, the word NULL, non-ASCII), whatever the size of their integers, and a column
+    all of whose values are NULL. On PostgreSQL the lists go in binary array format."""
+    store = open_stores()
+    kinds = sa.Table(
+        "bulk_test_kinds",
+        sa.MetaData(),
+        sa.Column("name", sa.String(63), primary_key=True),
+        sa.Column("small", sa.Integer, nullable=False),
+        sa.Column("big", sa.BigInteger, nullable=True),
+        sa.Column("note", sa.Text, nullable=True),
+        sa.Column("blob", sa.LargeBinary, nullable=True),
+        sa.Column("never", sa.BigInteger, nullable=True),
+    )
+    kinds.create(store.engine)
+    texts = ['a "quoted", {braced}', "back\\slash", "NULL", "", "naïve — ✓", "tab\tline\n"]
+    rows = [
+        {
+            "name": f"{i}:{text}",
+            "small": i - 3,
+            "big": None if i == 2 else (-1) ** i * 2**62 // (i + 1),
+            "note": None if i == 4 else text,
+            "blob": None if i == 1 else bytes(range(i * 40, i * 40 + 40)),
+            "never": None,
+        }
+        for i, text in enumerate(texts)
+    ]
+    with store.engine.begin() as conn:
+        insert_rows(conn, kinds, rows)
+    with store.engine.begin() as conn:
+        stored = sorted((dict(r) for r in conn.execute(sa.select(kinds)).mappings()), key=str)
+    assert stored == sorted(rows, key=str)
+    if store.engine.dialect.name == "postgresql":
+        from psycopg.adapt import PyFormat
+        from psycopg.types.array import ListBinaryDumper
+
+        with store.engine.connect() as conn:
+            adapters = conn.connection.dbapi_connection.adapters  # type: ignore[union-attr]
+            assert adapters.get_dumper(list, PyFormat.AUTO) is ListBinaryDumper
+
+
 def _all_of(keys: sa.ColumnElement[bool]) -> sa.Executable:
     return sa.select(ROWS).where(keys)
 
