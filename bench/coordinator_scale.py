@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -73,6 +74,7 @@ class ScaleResult:
     size: ScaleSize
     lags_ms: list[float]
     leader_cores: float
+    executor_cores: float
     committed: int
     aborted: int
     window_s: float
@@ -188,12 +190,21 @@ def run_scale(
                 )
             time.sleep(1.0)  # polling interval of the setup
         setup_s = time.monotonic() - began
+        print(
+            f"scale: every pipeline committed once after {setup_s:.0f} s; measuring "
+            f"{size.duration_s:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         start_wall_ms = time.time() * 1000
+        executor_pids = [e.pid for e in processes.executors]
         cpu_before = _cpu_seconds(leader.process.pid)
+        executors_before = sum(map(_cpu_seconds, executor_pids))
         window_began = time.monotonic()
         time.sleep(size.duration_s)  # the measured window
         window_s = time.monotonic() - window_began
         cpu_after = _cpu_seconds(leader.process.pid)
+        executors_after = sum(map(_cpu_seconds, executor_pids))
         end_wall_ms = time.time() * 1000
         lags: list[float] = []
         committed = aborted = 0
@@ -218,6 +229,7 @@ def run_scale(
         size=size,
         lags_ms=lags,
         leader_cores=(cpu_after - cpu_before) / window_s,
+        executor_cores=(executors_after - executors_before) / window_s,
         committed=committed,
         aborted=aborted,
         window_s=window_s,
@@ -247,7 +259,7 @@ def print_scale(result: ScaleResult) -> None:
     print(
         f"          leader CPU {result.leader_cores:.2f} cores  target < "
         f"{LEADER_CORES_TARGET:.0f} core  ratio {result.leader_cores / LEADER_CORES_TARGET:.2f} "
-        f"({cpu_verdict})"
+        f"({cpu_verdict}); the {size.executors} executors {result.executor_cores:.2f} cores"
     )
     wanted = size.pipelines * result.window_s * 1000 / size.interval_ms
     print(
