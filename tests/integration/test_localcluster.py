@@ -22,6 +22,7 @@ import grpc
 import httpx
 import pytest
 
+from lockgate.common.ports import describe_port_holder
 from lockgate.localcluster.cluster import (
     SCHEMA_REGISTRY,
     ClusterSettings,
@@ -238,6 +239,30 @@ def test_port_holder_and_check_ports_free() -> None:
         assert info.value.port == port
         assert str(port) in str(info.value) and "demo" in str(info.value)
     assert port_holder(port) is None
+
+
+def test_a_listener_on_another_address_of_the_port_is_not_named_as_its_holder() -> None:
+    # The kernel hands the same port number to listeners on different addresses: a JVM on the
+    # machine's own address does not keep anything from binding loopback's, and naming it as
+    # the holder sent an operator (and a test) to the wrong process.
+    mine = f"pid {os.getpid()} "
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
+        other.bind(("127.0.0.2", 0))
+        other.listen()
+        port = int(other.getsockname()[1])
+        assert port_holder(port) is None
+        assert describe_port_holder(port, "127.0.0.1") is None
+        for host in ("127.0.0.2", "0.0.0.0", None):
+            holder = describe_port_holder(port, host)
+            assert holder is not None and holder.startswith(mine), host
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as loopback:
+            loopback.bind(("127.0.0.1", port))
+            loopback.listen()
+            assert (port_holder(port) or "").startswith(mine)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as wildcard:
+        wildcard.bind(("0.0.0.0", 0))
+        wildcard.listen()
+        assert (port_holder(wildcard.getsockname()[1]) or "").startswith(mine)
 
 
 _STUBBORN = textwrap.dedent(

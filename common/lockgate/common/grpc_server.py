@@ -593,8 +593,8 @@ def _bind(server: grpc.Server, listen: str, service_name: str, security: ServerS
             else server.add_insecure_port(listen)
         )
     except RuntimeError:
-        _, requested_port = _parse_listen(listen)
-        holder = describe_port_holder(requested_port) if requested_port else None
+        requested_host, requested_port = _parse_listen(listen)
+        holder = describe_port_holder(requested_port, requested_host) if requested_port else None
         raise ServerBindError(
             f"{service_name} cannot listen on {listen}: "
             + (

@@ -56,7 +56,8 @@ def tcp_socket(listen: Listen) -> socket.socket:
 
 
 def taken_message(listen: Listen, exc: OSError, port: int) -> str:
-    holder = describe_port_holder(port) if exc.errno == errno.EADDRINUSE and port else None
+    taken = exc.errno == errno.EADDRINUSE and port
+    holder = describe_port_holder(port, listen.host) if taken else None
     reason = f"port {port} is in use by {holder}" if holder else (exc.strerror or str(exc))
     return (
         f"{SERVICE_NAME} cannot listen on {listen.flag} {listen.text}: {reason}; stop what"

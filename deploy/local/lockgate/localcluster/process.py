@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from lockgate.common.ports import describe_port_holder
+from lockgate.localcluster.ports import LOOPBACK
+
 #: Environment variable that moves the cluster's data, logs and pid files.
 LOCKGATE_HOME_ENV = "LOCKGATE_HOME"
 
@@ -204,51 +207,10 @@ def has_exited(record: PidRecord) -> bool:
     return int(fields[19]) != record.start_time or threads <= 1
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return "?"
-    text = raw.replace(b"\0", b" ").decode(errors="replace").strip()
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
-def _listening_inodes(port: int) -> set[str]:
-    """Socket inodes listening on TCP ``port`` (IPv4 and IPv6), from /proc/net/tcp*."""
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            cols = line.split()
-            local, state, inode = cols[1], cols[3], cols[9]
-            # State 0A is LISTEN.
-            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
-                inodes.add(inode)
-    return inodes
-
-
 def port_holder(port: int) -> str | None:
-    """Describe the process listening on TCP ``port`` (``pid N (cmdline)``), None if free."""
-    inodes = _listening_inodes(port)
-    if not inodes:
-        return None
-    targets = {f"socket:[{inode}]" for inode in inodes}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            for fd in (proc / "fd").iterdir():
-                with contextlib.suppress(OSError):
-                    if os.readlink(fd) in targets:
-                        pid = int(proc.name)
-                        return f"pid {pid} ({_cmdline(pid)})"
-        except OSError:
-            continue
-    # Listening, but owned by a process we may not inspect (another user, another netns).
-    return "a process this user cannot inspect"
+    """Describe the process listening on loopback's TCP ``port`` (``pid N (cmdline)``), where
+    every local process listens; None if free."""
+    return describe_port_holder(port, LOOPBACK)
 
 
 def check_ports_free(ports: tuple[int, ...], *, wanted_by: str) -> None:
