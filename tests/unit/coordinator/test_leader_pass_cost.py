@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -821,6 +822,13 @@ def test_the_report_that_completes_a_checkpoint_starts_its_commit_without_a_pass
     assert passes == []
 
 
+#: The read of pipelines' checkpoint states (`rows.checkpoint_states_of`).
+_READS_CHECKPOINT_STATES = re.compile(
+    r"SELECT checkpoints\.pipeline_id, checkpoints\.checkpoint_id, checkpoints\.state\s+FROM"
+    r" checkpoints\s+WHERE checkpoints\.pipeline_id IN"
+)
+
+
 def test_a_report_batch_costs_the_same_statements_however_many_pipelines_it_mixes(
     leader: Herder,
 ) -> None:
@@ -828,9 +836,10 @@ def test_a_report_batch_costs_the_same_statements_however_many_pipelines_it_mixe
     executor runs tasks of hundreds). The batch reads each pipeline's lock and sink, its
     checkpoint, tasks and start offsets, writes the pre-commits, and completes the
     checkpoints they make ready, each step for the whole batch at once: a batch of 8
-    pipelines' reports sends the statements one of 2 does (17; before, 66 against 24:
-    seven more per pipeline). Each report is still checked on its own, and every
-    checkpoint completes."""
+    pipelines' reports sends the statements one of 2 does (16; before, 66 against 24:
+    seven more per pipeline). The pipelines' checkpoint states are read once, under their
+    locks, for the start offsets and the completion both (they were read twice). Each
+    report is still checked on its own, and every checkpoint completes."""
 
     def batch_statements(names: list[str]) -> int:
         reports = [r for n in names for r in precommits_of(leader, n, 1, start=0, end=5)]
@@ -845,6 +854,8 @@ def test_a_report_batch_costs_the_same_statements_however_many_pipelines_it_mixe
         )
         assert len(answers) == len(reports) == 2 * len(names)
         assert {a.state for a in answers} == {CheckpointState.COMPLETE}, answers
+        state_reads = [s for s in statements if _READS_CHECKPOINT_STATES.match(s)]
+        assert len(state_reads) == 1, state_reads
         return len(statements)
 
     few = ["a", "b"]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lockgate.common.kafka_slot_transactions import belongs_to_slot
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
@@ -68,13 +68,18 @@ class PrecommitSnapshot:
     reported checkpoint starts each partition that has a known start (where the previous
     checkpoint ended; partitions of a pipeline without a complete checkpoint yet start
     where `starting_offsets` resolves, and are absent); `sink_servers` each pipeline's
-    sink cluster."""
+    sink cluster; `checkpoint_states` the state of each reporting pipeline's checkpoints
+    not COMMITTED (the rules do not read it: completing what the reports make ready walks
+    it, in the same transaction, so the store reads it once a batch)."""
 
     checkpoints: Mapping[CheckpointKey, CheckpointRecord | None]
     executor_generations: Mapping[ExecutorId, Generation]
     tasks: Mapping[TaskId, TaskRecord]
     resume_offsets: Mapping[CheckpointKey, Mapping[TopicPartition, int]]
     sink_servers: Mapping[PipelineId, str]
+    checkpoint_states: Mapping[PipelineId, Mapping[CheckpointId, CheckpointState]] = field(
+        default_factory=dict
+    )
 
 
 def accept_precommits(

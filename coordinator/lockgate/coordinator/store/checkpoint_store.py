@@ -126,10 +126,10 @@ class CheckpointStore:
         """
         with self._db.transaction(fence=fence) as conn:
             read_pipeline(conn, precommit.pipeline_id, for_update=True)
-            store_precommits(conn, [precommit])
+            read = store_precommits(conn, [precommit])
             if complete_if_ready:
                 key = (precommit.pipeline_id, precommit.checkpoint_id)
-                self._reach_inside_complete(complete_ready(conn, [key]))
+                self._reach_inside_complete(complete_ready(conn, [key], read.checkpoint_states))
             return read_checkpoint(conn, precommit.pipeline_id, precommit.checkpoint_id)
 
     def record_precommits(
@@ -143,8 +143,8 @@ class CheckpointStore:
         100-task checkpoint again per batch was a third of the batch's cost)."""
         touched = list(group_by_checkpoint(precommits))
         with self._db.transaction(fence=fence) as conn:
-            store_precommits(conn, precommits)  # locks the pipelines first
-            self._reach_inside_complete(complete_ready(conn, touched))
+            read = store_precommits(conn, precommits)  # locks the pipelines first
+            self._reach_inside_complete(complete_ready(conn, touched, read.checkpoint_states))
             return read_checkpoint_summaries(conn, touched)
 
     def record_precommit_batch(
@@ -160,7 +160,8 @@ class CheckpointStore:
         with self._db.transaction(fence=fence) as conn:
             # The snapshot locks the pipelines first; a deleted pipeline has no checkpoint:
             # the domain refuses its reports.
-            accepted, refused = sort_precommits(precommits, precommit_snapshot(conn, precommits))
+            read = precommit_snapshot(conn, precommits)
+            accepted, refused = sort_precommits(precommits, read)
             write_precommits(conn, accepted)
             touched = sorted(
                 {
@@ -169,7 +170,7 @@ class CheckpointStore:
                     if i not in refused
                 }
             )
-            self._reach_inside_complete(complete_ready(conn, touched))
+            self._reach_inside_complete(complete_ready(conn, touched, read.checkpoint_states))
             states = {
                 (r.pipeline_id, r.checkpoint_id): r
                 for r in read_checkpoint_summaries(conn, touched)

@@ -58,10 +58,13 @@ _RANGE_COLUMNS = (
 )
 
 
-def store_precommits(conn: Connection, precommits: Sequence[Precommit]) -> None:
+def store_precommits(conn: Connection, precommits: Sequence[Precommit]) -> PrecommitSnapshot:
     """Check and store pre-commits with a handful of statements, however many tasks and
-    checkpoints report (a 100-task checkpoint is one round of bulk writes)."""
-    write_precommits(conn, accept_precommits(precommits, precommit_snapshot(conn, precommits)))
+    checkpoints report (a 100-task checkpoint is one round of bulk writes). Returns what it
+    read, for `complete_ready`."""
+    snapshot = precommit_snapshot(conn, precommits)
+    write_precommits(conn, accept_precommits(precommits, snapshot))
+    return snapshot
 
 
 def precommit_snapshot(conn: Connection, precommits: Sequence[Precommit]) -> PrecommitSnapshot:
@@ -75,8 +78,11 @@ def precommit_snapshot(conn: Connection, precommits: Sequence[Precommit]) -> Pre
     many pipelines' reports; a handful of reads per pipeline was the leader's largest
     cost in a report, issue 14)."""
     groups = group_by_checkpoint(precommits)
-    sink_servers = _sink_servers(conn, sorted({p.pipeline_id for p in precommits}))
+    pipeline_ids = sorted({p.pipeline_id for p in precommits})
+    sink_servers = _sink_servers(conn, pipeline_ids)
     tasks = read_tasks_by_id(conn, [p.task_id for p in precommits])
+    # Read once, under the locks: the start offsets and then the completion walk them.
+    states = checkpoint_states_of(conn, pipeline_ids)
     return PrecommitSnapshot(
         checkpoints=find_checkpoints_of_tasks(
             conn, {key: {p.task_id for p in group} for key, group in groups.items()}
@@ -89,8 +95,10 @@ def precommit_snapshot(conn: Connection, precommits: Sequence[Precommit]) -> Pre
                 key: {tp for p in group if p.task_id in tasks for tp in tasks[p.task_id].partitions}
                 for key, group in groups.items()
             },
+            states,
         ),
         sink_servers=sink_servers,
+        checkpoint_states=states,
     )
 
 
@@ -106,14 +114,17 @@ def _sink_servers(conn: Connection, pipeline_ids: Sequence[PipelineId]) -> dict[
 
 
 def _start_offsets(
-    conn: Connection, partitions: Mapping[CheckpointKey, AbstractSet[TopicPartition]]
+    conn: Connection,
+    partitions: Mapping[CheckpointKey, AbstractSet[TopicPartition]],
+    states: Mapping[PipelineId, Mapping[CheckpointId, CheckpointState]],
 ) -> dict[CheckpointKey, dict[TopicPartition, int]]:
     """Where each checkpoint N starts each of its partitions here that has a known start:
     where the previous checkpoint ended. That is the pipeline's restore offsets (the last
     COMPLETE one's ends, or a reset), unless an earlier checkpoint still TRIGGERED
     pre-committed the partition: then its end (the leader triggers nothing while one is
-    TRIGGERED, so only the store's own callers reach that case). Two statements for the
-    whole batch as a rule, three when an earlier checkpoint is still TRIGGERED."""
+    TRIGGERED, so only the store's own callers reach that case). `states`: the pipelines'
+    checkpoint states, read under their locks. One statement for the whole batch as a
+    rule, two when an earlier checkpoint is still TRIGGERED."""
     wanted = {key: tps for key, tps in partitions.items() if tps}
     if not wanted:
         return {key: {} for key in partitions}
@@ -130,8 +141,8 @@ def _start_offsets(
     # the ranges walked every earlier checkpoint's, so a report's cost grew with history.
     earlier = sorted(
         (pipeline_id, c)
-        for pipeline_id, states in checkpoint_states_of(conn, pipeline_ids).items()
-        for c, state in states.items()
+        for pipeline_id in pipeline_ids
+        for c, state in states.get(pipeline_id, {}).items()
         if state is CheckpointState.TRIGGERED and c < newest[pipeline_id]
     )
     ranges = execute_keyed(conn, _ranges_where, precommit_offsets, earlier) if earlier else []
@@ -143,13 +154,19 @@ def _start_offsets(
     return {key: starts.get(key, {}) for key in partitions}
 
 
-def complete_ready(conn: Connection, keys: Sequence[CheckpointKey]) -> list[CheckpointKey]:
+def complete_ready(
+    conn: Connection,
+    keys: Sequence[CheckpointKey],
+    read: Mapping[PipelineId, Mapping[CheckpointId, CheckpointState]],
+) -> list[CheckpointKey]:
     """Write COMPLETE, with the pipeline's restore offsets, for each checkpoint from each
     of these on that `checkpoints_to_complete` says is ready: the commit point (DESIGN.md
     step 3). Returns the checkpoints it wrote COMPLETE, in order. The caller holds the
-    pipelines' locks. A handful of statements however many pipelines the keys span (a
-    report batch at scale mixes many)."""
-    states = checkpoint_states_of(conn, [pipeline_id for pipeline_id, _ in keys])
+    pipelines' locks, and `read` is their checkpoints' states as it read them under those
+    locks (`PrecommitSnapshot.checkpoint_states`: storing pre-commits changes no state). A
+    handful of statements however many pipelines the keys span (a report batch at scale
+    mixes many)."""
+    states = {pipeline_id: dict(read.get(pipeline_id, {})) for pipeline_id, _ in keys}
     first: dict[PipelineId, CheckpointId] = {}  # each pipeline's earliest reported checkpoint
     for pipeline_id, checkpoint_id in keys:
         first[pipeline_id] = min(first.get(pipeline_id, checkpoint_id), checkpoint_id)
