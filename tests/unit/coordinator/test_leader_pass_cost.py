@@ -827,6 +827,15 @@ _READS_CHECKPOINT_STATES = re.compile(
     r"SELECT checkpoints\.pipeline_id, checkpoints\.checkpoint_id, checkpoints\.state\s+FROM"
     r" checkpoints\s+WHERE checkpoints\.pipeline_id IN"
 )
+#: A read of whole `checkpoints` rows (`rows.find_checkpoints_of_tasks`, the summaries).
+_READS_CHECKPOINT_ROWS = re.compile(
+    r"SELECT checkpoints\.pipeline_id, checkpoints\.checkpoint_id, checkpoints\.state,"
+    r" checkpoints\.leader_epoch,"
+)
+
+
+def _key(checkpoint: Any) -> tuple[str, int]:
+    return (checkpoint.pipeline_id, checkpoint.checkpoint_id)
 
 
 def test_a_report_batch_costs_the_same_statements_however_many_pipelines_it_mixes(
@@ -836,10 +845,11 @@ def test_a_report_batch_costs_the_same_statements_however_many_pipelines_it_mixe
     executor runs tasks of hundreds). The batch reads each pipeline's lock and sink, its
     checkpoint, tasks and start offsets, writes the pre-commits, and completes the
     checkpoints they make ready, each step for the whole batch at once: a batch of 8
-    pipelines' reports sends the statements one of 2 does (16; before, 66 against 24:
+    pipelines' reports sends the statements one of 2 does (15; before, 66 against 24:
     seven more per pipeline). The pipelines' checkpoint states are read once, under their
-    locks, for the start offsets and the completion both (they were read twice). Each
-    report is still checked on its own, and every checkpoint completes."""
+    locks, for the start offsets and the completion both (they were read twice), and the
+    answers are what the batch read and wrote, not a read of the rows again. Each report
+    is still checked on its own, and every checkpoint completes, as its answer says."""
 
     def batch_statements(names: list[str]) -> int:
         reports = [r for n in names for r in precommits_of(leader, n, 1, start=0, end=5)]
@@ -856,6 +866,14 @@ def test_a_report_batch_costs_the_same_statements_however_many_pipelines_it_mixe
         assert {a.state for a in answers} == {CheckpointState.COMPLETE}, answers
         state_reads = [s for s in statements if _READS_CHECKPOINT_STATES.match(s)]
         assert len(state_reads) == 1, state_reads
+        row_reads = [s for s in statements if _READS_CHECKPOINT_ROWS.match(s)]
+        assert len(row_reads) == 1, row_reads
+        keys = sorted({(a.pipeline_id, a.checkpoint_id) for a in answers})
+        stored = leader.store.checkpoints.get_summaries(keys)
+        assert sorted(answers, key=_key) == sorted(
+            [s for s in stored for _ in range(2)], key=_key
+        ), "each answer is its checkpoint as stored, completion time included"
+        assert all(a.completed_at_ms is not None and not a.tasks for a in answers), answers
         return len(statements)
 
     few = ["a", "b"]

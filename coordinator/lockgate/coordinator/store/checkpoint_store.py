@@ -53,6 +53,7 @@ from lockgate.coordinator.store.precommit_rows import (
     complete_ready,
     precommit_snapshot,
     store_precommits,
+    summaries_after,
     write_precommits,
 )
 from lockgate.coordinator.store.recovery_queries import (
@@ -144,8 +145,9 @@ class CheckpointStore:
         touched = list(group_by_checkpoint(precommits))
         with self._db.transaction(fence=fence) as conn:
             read = store_precommits(conn, precommits)  # locks the pipelines first
-            self._reach_inside_complete(complete_ready(conn, touched, read.checkpoint_states))
-            return read_checkpoint_summaries(conn, touched)
+            completed = complete_ready(conn, touched, read.checkpoint_states)
+            self._reach_inside_complete(completed)
+            return summaries_after(read, touched, completed)
 
     def record_precommit_batch(
         self, *, fence: Fence, precommits: Sequence[Precommit]
@@ -170,17 +172,18 @@ class CheckpointStore:
                     if i not in refused
                 }
             )
-            self._reach_inside_complete(complete_ready(conn, touched, read.checkpoint_states))
+            completed = complete_ready(conn, touched, read.checkpoint_states)
+            self._reach_inside_complete(completed)
             states = {
                 (r.pipeline_id, r.checkpoint_id): r
-                for r in read_checkpoint_summaries(conn, touched)
+                for r in summaries_after(read, touched, completed)
             }
         return [
             refused[i] if i in refused else states[(p.pipeline_id, p.checkpoint_id)]
             for i, p in enumerate(precommits)
         ]
 
-    def _reach_inside_complete(self, completed: Sequence[tuple[PipelineId, CheckpointId]]) -> None:
+    def _reach_inside_complete(self, completed: Iterable[CheckpointKey]) -> None:
         """The `inside_complete_transaction` failpoint: COMPLETE is written, not committed."""
         for pipeline_id, checkpoint_id in completed:
             self._failpoints.reach(

@@ -7,6 +7,7 @@ it mixes (issue 14: at scale an executor's batch holds many pipelines' reports).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
@@ -17,6 +18,7 @@ from lockgate.common.errors import Aborted
 from lockgate.common.model.ids import CheckpointId, PipelineId
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.coordinator.domain.checkpoints import (
+    CheckpointRecord,
     Precommit,
     PrecommitCount,
     checkpoints_to_complete,
@@ -158,10 +160,11 @@ def complete_ready(
     conn: Connection,
     keys: Sequence[CheckpointKey],
     read: Mapping[PipelineId, Mapping[CheckpointId, CheckpointState]],
-) -> list[CheckpointKey]:
+) -> dict[CheckpointKey, int]:
     """Write COMPLETE, with the pipeline's restore offsets, for each checkpoint from each
     of these on that `checkpoints_to_complete` says is ready: the commit point (DESIGN.md
-    step 3). Returns the checkpoints it wrote COMPLETE, in order. The caller holds the
+    step 3). Returns the checkpoints it wrote COMPLETE, in order, each with the time it
+    became COMPLETE (the database's clock, in ms). The caller holds the
     pipelines' locks, and `read` is their checkpoints' states as it read them under those
     locks (`PrecommitSnapshot.checkpoint_states`: storing pre-commits changes no state). A
     handful of statements however many pipelines the keys span (a report batch at scale
@@ -188,15 +191,45 @@ def complete_ready(
             walked[done] = CheckpointState.COMPLETE
             ready.append((pipeline_id, done))
     if not ready:
-        return []
-    _write_complete(conn, ready)
-    return ready
+        return {}
+    return _write_complete(conn, ready)
 
 
-def _write_complete(conn: Connection, ready: Sequence[CheckpointKey]) -> None:
+def summaries_after(
+    snapshot: PrecommitSnapshot,
+    keys: Sequence[CheckpointKey],
+    completed: Mapping[CheckpointKey, int],
+) -> list[CheckpointRecord]:
+    """These checkpoints (those the snapshot found) without their tasks, as they are after
+    the batch: as read, the ones `complete_ready` wrote COMPLETE with their state and time.
+    Nothing else of a checkpoint's row changes in a report batch's transaction, so the batch
+    answers its reporters without reading the rows again."""
+    summaries = []
+    for key in keys:
+        record = snapshot.checkpoints.get(key)
+        if record is None:
+            continue
+        summary = dataclasses.replace(
+            record, tasks=(), precommitted=frozenset(), lost_tasks=frozenset()
+        )
+        if key in completed:
+            summary = dataclasses.replace(
+                summary, state=CheckpointState.COMPLETE, completed_at_ms=completed[key]
+            )
+        summaries.append(summary)
+    return summaries
+
+
+def _write_complete(conn: Connection, ready: Sequence[CheckpointKey]) -> dict[CheckpointKey, int]:
     """Move these TRIGGERED checkpoints to COMPLETE and set their pipelines' restore
-    offsets to where they end (a later checkpoint's end over an earlier one's)."""
-    moved = execute_keyed(conn, _complete_where, checkpoints, ready)
+    offsets to where they end (a later checkpoint's end over an earlier one's); when each
+    became COMPLETE, in `ready`'s order."""
+    moved = {
+        (PipelineId(pipeline_id), CheckpointId(int(checkpoint_id))): int(completed_at_ms)
+        for pipeline_id, checkpoint_id, completed_at_ms in execute_keyed(
+            conn, _complete_where, checkpoints, ready
+        )
+    }
     if len(moved) != len(ready):
         # Unreachable under the pipelines' locks, which the states were read under: the
         # whole transaction is undone, and the reporter retries.
@@ -208,6 +241,7 @@ def _write_complete(conn: Connection, ready: Sequence[CheckpointKey]) -> None:
         key = (PipelineId(pipeline_id), TopicPartition(topic, int(partition)))
         ends[key] = (int(end), CheckpointId(int(checkpoint_id)))
     write_restore_points(conn, ends)
+    return {key: moved[key] for key in ready}
 
 
 def _ranges_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
@@ -221,7 +255,9 @@ def _complete_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
         checkpoints.update()
         .where(keys, checkpoints.c.state == CheckpointState.TRIGGERED.value)
         .values(state=CheckpointState.COMPLETE.value, completed_at_ms=db_now_ms())
-        .returning(checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id)
+        .returning(
+            checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id, checkpoints.c.completed_at_ms
+        )
     )
 
 
@@ -325,5 +361,6 @@ __all__ = [
     "complete_ready",
     "precommit_snapshot",
     "store_precommits",
+    "summaries_after",
     "write_precommits",
 ]
