@@ -124,6 +124,7 @@ def accept(
             tasks={T0: task(T0), T1: task(T1)} if tasks is None else tasks,
             resume_offsets={KEY: RESUME},
             sink_servers={P: SINK},
+            checkpoint_states={},  # the rules do not read it
         ),
     )
 
@@ -165,6 +166,7 @@ def test_reports_of_unknown_checkpoints_and_tasks_are_not_found() -> None:
                 tasks={},
                 resume_offsets={},
                 sink_servers={},
+                checkpoint_states={},  # the rules do not read it
             ),
         )
     with pytest.raises(NotFound, match="not part of checkpoint"):
@@ -226,6 +228,7 @@ def test_a_partition_without_a_stored_offset_may_start_anywhere() -> None:
             tasks={T0: fresh},
             resume_offsets={},
             sink_servers={P: SINK},
+            checkpoint_states={},  # the rules do not read it
         ),
     ) == {KEY: (forged,)}
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from lockgate.common.kafka_slot_transactions import belongs_to_slot
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId, TaskId
@@ -77,9 +77,7 @@ class PrecommitSnapshot:
     tasks: Mapping[TaskId, TaskRecord]
     resume_offsets: Mapping[CheckpointKey, Mapping[TopicPartition, int]]
     sink_servers: Mapping[PipelineId, str]
-    checkpoint_states: Mapping[PipelineId, Mapping[CheckpointId, CheckpointState]] = field(
-        default_factory=dict
-    )
+    checkpoint_states: Mapping[PipelineId, Mapping[CheckpointId, CheckpointState]]
 
 
 def accept_precommits(
