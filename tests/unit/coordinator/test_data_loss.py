@@ -96,3 +96,18 @@ def test_an_unresolved_loss_fails_the_pipeline_and_stops_its_triggers() -> None:
     }
     assert not trigger_due(recent=[lost(7)], **due)  # type: ignore[arg-type]
     assert trigger_due(recent=[lost(7, resolved=True)], **due)  # type: ignore[arg-type]
+
+
+def test_a_summary_keeps_the_loss_and_drops_only_what_derives_from_the_tasks() -> None:
+    record = dataclasses.replace(lost(7), precommitted=frozenset({T1, T2}))
+    summary = record.summary()
+    assert (summary.tasks, summary.precommitted, summary.lost_tasks) == (
+        (),
+        frozenset(),
+        frozenset(),
+    )
+    task_derived = {"tasks", "precommitted", "lost_tasks"}
+    for field in dataclasses.fields(CheckpointRecord):
+        if field.name not in task_derived:
+            assert getattr(summary, field.name) == getattr(record, field.name), field.name
+    assert summary.blocks_pipeline

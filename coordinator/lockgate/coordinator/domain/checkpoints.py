@@ -117,6 +117,11 @@ class CheckpointRecord:
         """TRIGGERED or COMPLETE: holds transactional ids and counts against the limit."""
         return self.state in (CheckpointState.TRIGGERED, CheckpointState.COMPLETE)
 
+    def summary(self) -> CheckpointRecord:
+        """This checkpoint without its tasks (and so without what derives from them): what
+        the decisions that read only states and times get."""
+        return replace(self, tasks=(), precommitted=frozenset(), lost_tasks=frozenset())
+
 
 @dataclass(frozen=True)
 class TaskHandles:

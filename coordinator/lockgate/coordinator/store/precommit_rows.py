@@ -209,9 +209,7 @@ def summaries_after(
         record = snapshot.checkpoints.get(key)
         if record is None:
             continue
-        summary = dataclasses.replace(
-            record, tasks=(), precommitted=frozenset(), lost_tasks=frozenset()
-        )
+        summary = record.summary()
         if key in completed:
             summary = dataclasses.replace(
                 summary, state=CheckpointState.COMPLETE, completed_at_ms=completed[key]
