@@ -16,10 +16,11 @@ from tests.support.topics import FixedTopics
 
 @contextmanager
 def sqlite_leader(
-    db_path: Path, *, executor_client: ExecutorClient | None = None
+    db_path: Path, *, executor_client: ExecutorClient | None = None, partitions: int = 2
 ) -> Iterator[Herder]:
     """Replica "c1" over the SQLite file `db_path`, its lease taken by hand; the executors
-    are `executor_client` (None: the real gRPC client, for tests that call no executor).
+    are `executor_client` (None: the real gRPC client, for tests that call no executor);
+    every topic has `partitions` partitions.
     No executor heartbeats unless a test does, so sessions last 5 minutes: with the default
     10 s, a test of many passes on a loaded machine saw its executor lapse and its tasks
     never triggered again."""
@@ -32,7 +33,7 @@ def sqlite_leader(
             lease_ms=60_000,
             session_timeout_ms=300_000,
         ),
-        topics=FixedTopics(),  # type: ignore[arg-type]
+        topics=FixedTopics(partitions=partitions),  # type: ignore[arg-type]
         executor_client=executor_client,
     )
     try:

@@ -400,7 +400,7 @@ def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore])
     }
     assert reused == set()  # N=2 and N=3 still hold the latest use of their slots
     store.checkpoints.mark_handles_aborted(
-        fence=fence, pipeline_id=pid, checkpoint_id=C(2), task_id=t1
+        fence=fence, pipeline_id=pid, checkpoint_id=C(2), task_ids=[t1]
     )
     assert (2, t1) not in {
         (t.checkpoint_id, t.task_id) for t in store.checkpoints.list_lingering_transactions()

@@ -32,7 +32,11 @@ from lockgate.coordinator.domain.states import CheckpointState, TargetState, Tas
 from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder import CoordinatorSettings, Herder, membership
 from lockgate.coordinator.herder import checkpoints as checkpoint_driver
-from lockgate.coordinator.herder.executors import ExecutorClient, TriggerResult
+from lockgate.coordinator.herder.executors import (
+    ExecutorCallFailed,
+    ExecutorClient,
+    TriggerResult,
+)
 from lockgate.coordinator.herder.membership import HeartbeatTaskReport
 from lockgate.coordinator.store import rows, trigger_queries
 from lockgate.coordinator.store.tables import executors
@@ -986,3 +990,57 @@ def test_triggering_many_pipelines_costs_the_statements_triggering_two_does(
     run_tasks(leader)
     assert triggered(leader) == []
     assert trigger_statements(many) == trigger_statements(few)
+
+
+class RefusingAborts(AcceptingExecutors):
+    """As `AcceptingExecutors`, but the executors in `refusing` fail every abort."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusing: set[str] = set()
+
+    def abort_checkpoint(self, **kwargs: Any) -> int:
+        if kwargs["executor"].executor_id in self.refusing:
+            raise ExecutorCallFailed(f"{kwargs['executor'].executor_id} is not answering")
+        return super().abort_checkpoint(**kwargs)
+
+
+def test_an_aborts_acks_are_recorded_in_one_write_and_only_the_acked_tasks_leave(
+    tmp_path: Path,
+) -> None:
+    """An aborted checkpoint's tasks on two executors: the executor that acks has its
+    tasks leave the lingering list, all in one UPDATE (it was one write transaction per
+    task); the other's stay until it acks too. Nothing unacked is ever marked."""
+    client = RefusingAborts()
+    with sqlite_leader(tmp_path / "state.db", executor_client=client, partitions=4) as leader:
+        leader.pipelines.create(spec=spec("p", tasks_max=4), target_state=TargetState.RUNNING)
+        leader.membership.register_executor(executor_id=ExecutorId("e2"), address="e:2")
+        run_tasks(leader, "e1")
+        run_tasks(leader, "e2")
+        fence = leader.require_fence()
+        leader.run_pass(fence)
+        assert triggered(leader) == [("p", 1)] * 2  # one call per executor
+        owners = {
+            t.task_id: t.executor_id
+            for t in leader.store.checkpoints.get_checkpoint(
+                pipeline_id=PipelineId("p"), checkpoint_id=CheckpointId(1)
+            ).tasks
+        }
+        assert sorted(owners.values()) == ["e1", "e1", "e2", "e2"]
+        leader.checkpoints.abort_checkpoint(PipelineId("p"), CheckpointId(1), "a test abort")
+
+        def lingering() -> set[str]:
+            return {t.task_id for t in leader.store.checkpoints.list_lingering_transactions()}
+
+        client.refusing = {"e2"}
+        sent = statements_of(leader, lambda: leader.checkpoints.send_aborts(fence, wait=True))
+        marks = [s for s in sent if re.search(r"UPDATE checkpoint_tasks SET abort_acked_at_ms", s)]
+        assert len(marks) == 1, marks
+        assert lingering() == {t for t, e in owners.items() if e == "e2"}
+
+        client.refusing = set()
+        wait_for(
+            "e2's abort acked once its retry is due",
+            lambda: leader.checkpoints.send_aborts(fence, wait=True) or not lingering(),
+            timeout_s=10,
+        )

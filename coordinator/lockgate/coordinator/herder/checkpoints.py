@@ -53,7 +53,7 @@ from opentelemetry.trace import Status, StatusCode
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.metrics import COMMIT_RETRIES, Instruments
 from lockgate.common.model.handles import TransactionHandle
-from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId
+from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId, TaskId
 from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.pipeline_spec import KafkaSink
 from lockgate.coordinator.domain.checkpoints import (
@@ -228,10 +228,9 @@ class CheckpointDriver:
         wait: bool,
     ) -> None:
         """One `job` per pipeline on the call pool, keyed by `kind` and pipeline (a job of
-        that key still running is not started again). A job's end wakes the loop only if
-        the job says so (`self._wake` when a commit or abort was acked): one whose retry was
-        not due, or failed and backs off, woke a pass that started it again at once, a spin
-        while no executor could take it; a pass when its retry is due retries it."""
+        that key still running is not started again). A job's end wakes the loop only on an
+        ack (`self._wake`): a retry not due yet, or backing off, would spin the loop while no
+        executor can take it; the pass when it is due retries it."""
         for pipeline_id in sorted(set(pipeline_ids)):
             self._calls.run(
                 (kind, pipeline_id),
@@ -274,47 +273,60 @@ class CheckpointDriver:
             return True  # deleted meanwhile
         owner = {t.task_id: t.executor_id for t in checkpoint.tasks}
         groups: dict[ExecutorId, list[LingeringTransaction]] = defaultdict(list)
-        records: dict[ExecutorId, ExecutorRecord] = {}
         for item in items:
             executor = pick_executor(owner.get(item.task_id), alive)
             if executor is None:
                 return False
-            records[executor.executor_id] = executor
             groups[executor.executor_id].append(item)
-        for executor_id, group in sorted(groups.items()):
-            with self.traces.step(
-                "lockgate.checkpoint.abort_transactions",
-                pipeline_id,
-                checkpoint_id,
-                leader_epoch=int(fence.leader_epoch),
-                attributes={EXECUTOR_ID: executor_id},
-            ) as span:
-                try:
-                    self._executors.abort_checkpoint(
-                        fence=fence,
-                        executor=records[executor_id],
-                        pipeline_name=pipeline_id,
-                        checkpoint_id=checkpoint_id,
-                        transactions=[i for i in group if i.must_be_sent],
-                        sink=pipeline.spec.sink,
-                        reason=checkpoint.abort_reason or "aborted",
-                    )
-                except LeaderEpochRefused:
-                    raise
-                except ExecutorCallFailed as exc:
-                    _LOG.warning("abort not acked yet, will retry: %s", exc)
-                    span.set_status(Status(StatusCode.ERROR, str(exc)))
-                    return False
-            for item in group:
-                self._lease.leader_call(
-                    lambda f, task=item.task_id: self._store.checkpoints.mark_handles_aborted(  # type: ignore[misc]
-                        fence=f,
-                        pipeline_id=pipeline_id,
-                        checkpoint_id=checkpoint_id,
-                        task_id=task,
-                        keep_history=self._keep_history,
-                    )
+        acked: set[TaskId] = set()
+        for executor_id, group in sorted(groups.items()):  # pick_executor picks from `alive`
+            if not self._abort_on(fence, alive[executor_id], pipeline, checkpoint, group):
+                break
+            acked.update(item.task_id for item in group)
+        if acked:  # what was acked leaves the lingering list, in one write
+            self._lease.leader_call(
+                lambda f: self._store.checkpoints.mark_handles_aborted(
+                    fence=f,
+                    pipeline_id=pipeline_id,
+                    checkpoint_id=checkpoint_id,
+                    task_ids=acked,
+                    keep_history=self._keep_history,
                 )
+            )
+        return len(acked) == len({item.task_id for item in items})
+
+    def _abort_on(
+        self,
+        fence: Fence,
+        executor: ExecutorRecord,
+        pipeline: PipelineRecord,
+        checkpoint: CheckpointRecord,
+        group: Sequence[LingeringTransaction],
+    ) -> bool:
+        """Have `executor` abort these transactions of `checkpoint`; False if not acked."""
+        with self.traces.step(
+            "lockgate.checkpoint.abort_transactions",
+            pipeline.pipeline_id,
+            checkpoint.checkpoint_id,
+            leader_epoch=int(fence.leader_epoch),
+            attributes={EXECUTOR_ID: executor.executor_id},
+        ) as span:
+            try:
+                self._executors.abort_checkpoint(
+                    fence=fence,
+                    executor=executor,
+                    pipeline_name=pipeline.pipeline_id,
+                    checkpoint_id=checkpoint.checkpoint_id,
+                    transactions=[i for i in group if i.must_be_sent],
+                    sink=pipeline.spec.sink,
+                    reason=checkpoint.abort_reason or "aborted",
+                )
+            except LeaderEpochRefused:
+                raise
+            except ExecutorCallFailed as exc:
+                _LOG.warning("abort not acked yet, will retry: %s", exc)
+                span.set_status(Status(StatusCode.ERROR, str(exc)))
+                return False
         return True
 
     # ------------------------------------------------------------------ commits

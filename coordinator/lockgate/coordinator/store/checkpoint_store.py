@@ -11,7 +11,7 @@ are written in one transaction: that row is the commit point (DESIGN.md step 3).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -310,12 +310,12 @@ class CheckpointStore:
         fence: Fence,
         pipeline_id: PipelineId,
         checkpoint_id: CheckpointId,
-        task_id: TaskId,
+        task_ids: Collection[TaskId],
         keep_history: int | None = None,
     ) -> None:
-        """Record that a task's transactions of ABORTED checkpoint N were aborted, so they
-        leave the lingering list. Leader-only. Idempotent. `keep_history` as for
-        `mark_committed` (N may have just become final)."""
+        """Record that these tasks' transactions of ABORTED checkpoint N were aborted, so
+        they leave the lingering list: one write for all of them. Leader-only. Idempotent.
+        `keep_history` as for `mark_committed` (N may have just become final)."""
         with self._db.transaction(fence=fence) as conn:
             if keep_history is not None:  # the pipeline row first, as every write here
                 read_pipeline(conn, pipeline_id, for_update=True)
@@ -325,7 +325,7 @@ class CheckpointStore:
                 .where(
                     checkpoint_tasks.c.pipeline_id == pipeline_id,
                     checkpoint_tasks.c.checkpoint_id == checkpoint_id,
-                    checkpoint_tasks.c.task_id == task_id,
+                    checkpoint_tasks.c.task_id.in_(sorted(task_ids)),
                     checkpoint_tasks.c.abort_acked_at_ms.is_(None),
                 )
                 .values(abort_acked_at_ms=db_now_ms())
