@@ -28,20 +28,9 @@ from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 
 from lockgate.common.errors import (
     LEADER_METADATA_KEY,
-    AlreadyExists,
-    FailedPrecondition,
-    FencingToken,
     FieldViolation,
-    Internal,
-    InvalidArgument,
-    LockgateError,
-    NotFound,
-    NotLeader,
     PreconditionViolation,
-    StaleTokenError,
-    Unavailable,
 )
-from lockgate.common.grpc_server import STATUS_CODES
 from lockgate.common.security import ClientSecurity
 from lockgate.common.telemetry import Telemetry
 from lockgate.v1 import common_pb2
@@ -82,64 +71,6 @@ class ErrorDetails:
     resource_name: str | None = None
     retry_after_seconds: float | None = None
     leader_address: str | None = None
-
-    def to_error(self) -> LockgateError:
-        """The domain error this status was made from (client code can ``raise`` it)."""
-        if self.code == grpc.StatusCode.INVALID_ARGUMENT:
-            return InvalidArgument(
-                self.message,
-                violations=self.field_violations,
-                reason=self.reason,
-                metadata=self.metadata,
-            )
-        if self.reason == StaleTokenError.default_reason:
-            try:
-                return StaleTokenError(
-                    token=FencingToken(self.metadata["token"]),
-                    subject=self.metadata.get("subject", ""),
-                    presented=int(self.metadata["presented"]),
-                    current=int(self.metadata["current"]),
-                    message=self.message,
-                )
-            except (KeyError, ValueError):
-                pass
-        if self.code == grpc.StatusCode.FAILED_PRECONDITION:
-            return FailedPrecondition(
-                self.message,
-                violations=self.precondition_violations,
-                reason=self.reason,
-                metadata=self.metadata,
-            )
-        if self.code == grpc.StatusCode.UNAVAILABLE:
-            if self.reason == NotLeader.default_reason:
-                return NotLeader(leader_address=self.leader_address, message=self.message)
-            return Unavailable(
-                self.message,
-                leader_address=self.leader_address,
-                retry_after_seconds=self.retry_after_seconds,
-                reason=self.reason,
-                metadata=self.metadata,
-            )
-        if self.code == grpc.StatusCode.NOT_FOUND:
-            return NotFound(
-                self.message,
-                resource_type=self.resource_type or "",
-                resource_name=self.resource_name or "",
-                reason=self.reason,
-                metadata=self.metadata,
-            )
-        if self.code == grpc.StatusCode.ALREADY_EXISTS:
-            return AlreadyExists(
-                self.message,
-                resource_type=self.resource_type or "",
-                resource_name=self.resource_name or "",
-                reason=self.reason,
-                metadata=self.metadata,
-            )
-        for cls, code in STATUS_CODES.items():
-            if code == self.code:
-                return cls(self.message, reason=self.reason, metadata=self.metadata)
-        return Internal(self.message, reason=self.reason, metadata=self.metadata)
 
 
 def _trailing_metadata(err: grpc.RpcError) -> tuple[tuple[str, str | bytes], ...]:

@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 
 from lockgate.common.kafka_slot_transactions import belongs_to_slot
 from lockgate.common.model.ids import CheckpointId, Generation, PipelineId
-from lockgate.common.model.offsets import OffsetRange, TopicPartition, next_offsets
 from lockgate.common.model.pipeline_spec import default_transactional_id_prefix
 from lockgate.coordinator.domain.checkpoints import (
     PendingCommit,
@@ -71,11 +70,6 @@ def test_commit_order_is_creation_order() -> None:
     p = PipelineId("p")
     pending = [PendingCommit(p, C(5), ()), PendingCommit(p, C(2), ())]
     assert [c.checkpoint_id for c in commit_order(pending)] == [C(2), C(5)]
-
-
-def test_next_offsets_take_the_highest_end() -> None:
-    got = next_offsets([OffsetRange("t", 0, 0, 10), OffsetRange("t", 0, 10, 15)])
-    assert got == {TopicPartition("t", 0): 15}
 
 
 def test_transactional_id_format_is_unchanged_under_the_default_prefix() -> None:

@@ -8,7 +8,6 @@ a `read_committed` reader never sees, so a range of 10 offsets may hold fewer re
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -70,12 +69,3 @@ def split_range(offset_range: OffsetRange, max_offsets: int) -> list[OffsetRange
         )
         for start in range(offset_range.start_offset, offset_range.end_offset, max_offsets)
     ]
-
-
-def next_offsets(ranges: Iterable[OffsetRange]) -> dict[TopicPartition, int]:
-    """Where each partition resumes after these ranges: the highest end offset seen."""
-    result: dict[TopicPartition, int] = {}
-    for r in ranges:
-        tp = r.topic_partition
-        result[tp] = max(result.get(tp, r.end_offset), r.end_offset)
-    return result

@@ -18,7 +18,7 @@ from lockgate.common.errors import InvalidArgument
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import PipelineId, TaskId, TransactionalId, split_task_id, task_id
 from lockgate.common.model.kafka_properties import parse_kafka_properties
-from lockgate.common.model.offsets import OffsetRange, TopicPartition
+from lockgate.common.model.offsets import OffsetRange
 from lockgate.common.model.pipeline_spec import (
     MAX_CONCURRENT_CHECKPOINTS,
     Delivery,
@@ -57,11 +57,6 @@ def task_id_from_proto(task: common_pb2.TaskId, field_path: str) -> TaskId:
             f"{field_path}.task_index", f"must be >= 0, got {task.task_index}"
         )
     return task_id(PipelineId(task.pipeline_name), task.task_index)
-
-
-def topic_partition_to_proto(tp: TopicPartition) -> common_pb2.TopicPartition:
-    """A TopicPartition message."""
-    return common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
 
 
 def offset_range_to_proto(r: OffsetRange) -> common_pb2.OffsetRange:

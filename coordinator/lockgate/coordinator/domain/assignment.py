@@ -77,15 +77,6 @@ def assign(
     return {e: frozenset(ts) for e, ts in result.items()}
 
 
-def moved_tasks(
-    before: Mapping[ExecutorId, AbstractSet[TaskId]],
-    after: Mapping[ExecutorId, AbstractSet[TaskId]],
-) -> set[TaskId]:
-    """Return the tasks that were on some executor before and are elsewhere (or nowhere) now."""
-    owner_after = {t: e for e, ts in after.items() for t in ts}
-    return {t for e, ts in before.items() for t in ts if owner_after.get(t) != e}
-
-
 class ExecutorLiveness(enum.StrEnum):
     """An executor as the leader sees it from its heartbeats."""
 

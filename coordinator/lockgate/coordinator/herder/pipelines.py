@@ -389,24 +389,6 @@ class Pipelines:
         self._wake()
         return record
 
-    def replan(self, pipeline_id: PipelineId) -> list[TaskRecord]:
-        """Split a pipeline's tasks again from its spec and the topics' partitions now.
-
-        Leader-only.
-        """
-        self._lease.require_fence()
-        pipeline = self._store.pipelines.get_pipeline(pipeline_id=pipeline_id)
-        splits = self._splits_now(pipeline)
-        owners = self._notices.owners(pipeline_id)
-        tasks = self._lease.leader_call(
-            lambda f: self._store.pipelines.set_pipeline_tasks(
-                fence=f, pipeline_id=pipeline_id, splits=splits
-            )
-        )
-        self._notices.tell_owners(pipeline_id, also=owners)
-        self._wake()
-        return tasks
-
     def _splits_now(self, pipeline: PipelineRecord) -> list[TaskSplit]:
         """The stored pipeline's split over its source partitions as Kafka has them now;
         FailedPrecondition if its Kafka refuses (the stored spec is not this request's

@@ -10,7 +10,6 @@ aborts the TRIGGERED checkpoints it is in, in the same transaction.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
@@ -405,14 +404,6 @@ class PipelineStore:
         """One task; NotFound if it does not exist."""
         with self._db.read() as conn:
             return read_task(conn, task_id)
-
-    def current_assignment(self) -> dict[ExecutorId, frozenset[TaskId]]:
-        """Which tasks each executor holds now (executors with none are absent)."""
-        result: dict[ExecutorId, set[TaskId]] = defaultdict(set)
-        for task in self.list_tasks():
-            if task.executor_id is not None:
-                result[task.executor_id].add(task.task_id)
-        return {e: frozenset(ts) for e, ts in result.items()}
 
     def apply_assignment(
         self,
