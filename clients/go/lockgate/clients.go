@@ -48,9 +48,10 @@ func DialSchemaRegistry(ctx context.Context, addrs []string, opts ...Option) (*S
 // Close closes the client's connections.
 func (r *SchemaRegistry) Close() error { return r.Conn.Close() }
 
-// Executor is an ExecutorService client of one executor. Its control RPCs (Trigger, Commit,
-// AbortCheckpoint) are the coordinator leader's: any other caller is refused with a
-// FencingFailure unless it presents the current leader epoch and executor generation.
+// Executor is an ExecutorService client of one executor. Its control RPCs (TriggerCheckpoint,
+// TriggerCheckpoints, CommitCheckpoint, AbortCheckpoint) are the coordinator leader's: any
+// other caller is refused with a FencingFailure unless it presents the current leader epoch
+// and executor generation.
 type Executor struct {
 	lockgatev1.ExecutorServiceClient
 	// Conn is the connection the calls go through (retrying UNAVAILABLE, as while the

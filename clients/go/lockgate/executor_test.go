@@ -76,6 +76,14 @@ func TestExecutorService(t *testing.T) {
 		Tasks: []*lockgatev1.CheckpointTask{{TaskId: &lockgatev1.TaskId{PipelineName: "go-none"}, TaskGeneration: 1}}, TimeoutMs: 1000,
 	})
 	expectFencingFailure(t, "TriggerCheckpoint", err, want)
+	_, err = executor.TriggerCheckpoints(callCtx(t), &lockgatev1.TriggerCheckpointsRequest{
+		LeaderEpoch: epoch, ExecutorId: id, ExecutorGeneration: stale,
+		Triggers: []*lockgatev1.TriggerCheckpointRequest{{
+			PipelineName: "go-none", CheckpointId: 1, ConfigVersion: 1, TimeoutMs: 1000,
+			Tasks: []*lockgatev1.CheckpointTask{{TaskId: &lockgatev1.TaskId{PipelineName: "go-none"}, TaskGeneration: 1, TransactionalIdPrefix: "go-none"}},
+		}},
+	})
+	expectFencingFailure(t, "TriggerCheckpoints", err, want)
 	_, err = executor.CommitCheckpoint(callCtx(t), &lockgatev1.CommitCheckpointRequest{
 		LeaderEpoch: epoch, ExecutorId: id, ExecutorGeneration: stale, PipelineName: "go-none", CheckpointId: 1,
 	})

@@ -93,6 +93,7 @@ _ROWS: dict[str, MethodAccess] = {
     _COORDINATOR + "GetCheckpoint": _READ,
     # executor control: the leader only (every call carries its epoch)
     _EXECUTOR + "TriggerCheckpoint": _CONTROL,
+    _EXECUTOR + "TriggerCheckpoints": _CONTROL,
     _EXECUTOR + "CommitCheckpoint": _CONTROL,
     _EXECUTOR + "AbortCheckpoint": _CONTROL,
     _EXECUTOR + "NotifyAssignment": _CONTROL,

@@ -20,6 +20,8 @@ from typing import TypeVar
 
 import grpc
 from google.protobuf import timestamp_pb2
+from opentelemetry import context as otel_context
+from opentelemetry import propagate
 
 from lockgate.common.errors import (
     FailedPrecondition,
@@ -50,6 +52,10 @@ _T = TypeVar("_T")
 #: How long AbortCheckpoint waits for a running batch of the checkpoint when the call has
 #: no deadline.
 _ABORT_WAIT_DEFAULT_S = 30.0
+
+
+#: The most triggers one TriggerCheckpoints call may carry (the leader sends fewer).
+MAX_TRIGGERS_PER_CALL = 1024
 
 
 def _required(value: str, field: str, what: str) -> str:
@@ -134,6 +140,7 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         self,
         rpc: str,
         request: executor_pb2.TriggerCheckpointRequest
+        | executor_pb2.TriggerCheckpointsRequest
         | executor_pb2.CommitCheckpointRequest
         | executor_pb2.AbortCheckpointRequest
         | executor_pb2.NotifyAssignmentRequest,
@@ -151,43 +158,61 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         self, request: executor_pb2.TriggerCheckpointRequest, context: grpc.ServicerContext
     ) -> executor_pb2.TriggerCheckpointResponse:
         """Start the pre-commit of checkpoint N on the listed tasks (step 1)."""
-        rpc = "TriggerCheckpoint"
-        self._fenced_control(rpc, request)
-        pipeline = _required(request.pipeline_name, "pipeline_name", "the pipeline's name")
-        if request.checkpoint_id <= 0:
-            raise InvalidArgument.for_field("checkpoint_id", "must be >= 1")
-        if not request.tasks:
-            raise InvalidArgument.for_field("tasks", "must list at least one task")
-        tasks: list[TriggerTask] = []
-        for index, task in enumerate(request.tasks):
-            field = f"tasks[{index}]"
-            if task.task_id.pipeline_name not in ("", pipeline):
-                raise InvalidArgument.for_field(
-                    f"{field}.task_id.pipeline_name",
-                    f"must be {pipeline!r} (the request's pipeline_name) or empty",
-                )
-            if task.task_generation <= 0:
-                raise InvalidArgument.for_field(f"{field}.task_generation", "must be >= 1")
-            _required(
-                task.transactional_id_prefix,
-                f"{field}.transactional_id_prefix",
-                "the leader allocates the transactional.id prefix of the task's writers",
+        self._fenced_control("TriggerCheckpoint", request)
+        return self._trigger(
+            *_trigger_tasks(request, field=""), leader=request.leader_epoch, trace_context=None
+        )
+
+    def TriggerCheckpoints(
+        self, request: executor_pb2.TriggerCheckpointsRequest, context: grpc.ServicerContext
+    ) -> executor_pb2.TriggerCheckpointsResponse:
+        """TriggerCheckpoint for several pipelines in one call: fenced once, checked whole,
+        then each trigger run in request order, in its own trace (`trace_context`)."""
+        self._fenced_control("TriggerCheckpoints", request)
+        if not request.triggers:
+            raise InvalidArgument.for_field("triggers", "must list at least one trigger")
+        if len(request.triggers) > MAX_TRIGGERS_PER_CALL:
+            raise InvalidArgument.for_field(
+                "triggers",
+                f"lists {len(request.triggers)} triggers, over the limit of"
+                f" {MAX_TRIGGERS_PER_CALL}: split them over several calls",
             )
-            tasks.append(
-                TriggerTask(
-                    task=TaskRef(pipeline, task.task_id.task_index),
-                    task_generation=Generation(task.task_generation),
-                    start_offsets={(p.topic, p.partition): p.offset for p in task.start_offsets},
-                    transactional_id_prefix=task.transactional_id_prefix,
+        parsed = []
+        for index, trigger in enumerate(request.triggers):
+            field = f"triggers[{index}]."
+            _unset_or_same(trigger, request, field)
+            parsed.append(_trigger_tasks(trigger, field=field))
+        return executor_pb2.TriggerCheckpointsResponse(
+            responses=[
+                self._trigger(
+                    *one,
+                    leader=request.leader_epoch,
+                    trace_context=propagate.extract(dict(trigger.trace_context))
+                    if trigger.trace_context
+                    else None,
                 )
-            )
+                for one, trigger in zip(parsed, request.triggers, strict=True)
+            ]
+        )
+
+    def _trigger(
+        self,
+        request: executor_pb2.TriggerCheckpointRequest,
+        tasks: list[TriggerTask],
+        *,
+        leader: common_pb2.LeaderEpoch,
+        trace_context: otel_context.Context | None,
+    ) -> executor_pb2.TriggerCheckpointResponse:
+        """Run one trigger whose call was fenced with `leader`; `trace_context`: the
+        leader's trigger step to continue (None: the call's own)."""
         results = self._runtime.trigger_checkpoint(
-            pipeline_name=pipeline,
+            pipeline_name=request.pipeline_name,
             checkpoint_id=request.checkpoint_id,
             config_version=request.config_version,
-            leader_epoch=leader_from_proto(request.leader_epoch),
+            leader_epoch=leader_from_proto(leader),
             tasks=tasks,
             timeout_ms=request.timeout_ms,
+            trace_context=trace_context,
         )
         return executor_pb2.TriggerCheckpointResponse(
             results=[
@@ -296,3 +321,56 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
 
 
 __all__ = ["ExecutorServicer"]
+
+
+def _trigger_tasks(
+    request: executor_pb2.TriggerCheckpointRequest, *, field: str
+) -> tuple[executor_pb2.TriggerCheckpointRequest, list[TriggerTask]]:
+    """A trigger's tasks, checked; `field`: the prefix of its fields' names in errors."""
+    pipeline = _required(request.pipeline_name, f"{field}pipeline_name", "the pipeline's name")
+    if request.checkpoint_id <= 0:
+        raise InvalidArgument.for_field(f"{field}checkpoint_id", "must be >= 1")
+    if not request.tasks:
+        raise InvalidArgument.for_field(f"{field}tasks", "must list at least one task")
+    tasks: list[TriggerTask] = []
+    for index, task in enumerate(request.tasks):
+        task_field = f"{field}tasks[{index}]"
+        if task.task_id.pipeline_name not in ("", pipeline):
+            raise InvalidArgument.for_field(
+                f"{task_field}.task_id.pipeline_name",
+                f"must be {pipeline!r} (the request's pipeline_name) or empty",
+            )
+        if task.task_generation <= 0:
+            raise InvalidArgument.for_field(f"{task_field}.task_generation", "must be >= 1")
+        _required(
+            task.transactional_id_prefix,
+            f"{task_field}.transactional_id_prefix",
+            "the leader allocates the transactional.id prefix of the task's writers",
+        )
+        tasks.append(
+            TriggerTask(
+                task=TaskRef(pipeline, task.task_id.task_index),
+                task_generation=Generation(task.task_generation),
+                start_offsets={(p.topic, p.partition): p.offset for p in task.start_offsets},
+                transactional_id_prefix=task.transactional_id_prefix,
+            )
+        )
+    return request, tasks
+
+
+def _unset_or_same(
+    trigger: executor_pb2.TriggerCheckpointRequest,
+    call: executor_pb2.TriggerCheckpointsRequest,
+    field: str,
+) -> None:
+    """A trigger of a TriggerCheckpoints call leaves the fencing fields to the call; one it
+    sets must match the call's, or the call could carry a trigger fenced by nothing."""
+    for name, own, calls in (
+        ("leader_epoch", trigger.leader_epoch.epoch, call.leader_epoch.epoch),
+        ("executor_id", trigger.executor_id, call.executor_id),
+        ("executor_generation", trigger.executor_generation, call.executor_generation),
+    ):
+        if own and own != calls:
+            raise InvalidArgument.for_field(
+                f"{field}{name}", f"is {own!r} but the call's is {calls!r}: leave it unset"
+            )

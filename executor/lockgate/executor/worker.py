@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from lockgate.common.failpoints import Failpoints
@@ -198,14 +199,17 @@ class Worker:
         leader_epoch: LeaderStamp,
         tasks: Sequence[TriggerTask],
         timeout_ms: int,
+        trace_context: otel_context.Context | None = None,
     ) -> list[TriggerResult]:
-        """Start the pre-commit of checkpoint N on each task that may take it (step 1)."""
+        """Start the pre-commit of checkpoint N on each task that may take it (step 1);
+        its batches continue `trace_context` (None: the current one)."""
         return self._checkpoints.trigger(
             checkpoint_id=checkpoint_id,
             config_version=config_version,
             leader=leader_epoch,
             tasks=tasks,
             timeout_ms=timeout_ms,
+            trace_context=trace_context,
         )
 
     def commit_handles(

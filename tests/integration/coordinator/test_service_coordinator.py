@@ -211,6 +211,8 @@ class PeerScript:
     `hold` each unanswered until `release_held` is set, then ack it."""
     trigger: str = "answer"
     """`answer` triggers at once, or `hold` each unanswered until `release_held` is set."""
+    trigger_batches: bool = True
+    """False: answer TriggerCheckpoints UNIMPLEMENTED, as an executor without it would."""
 
 
 @dataclass
@@ -218,6 +220,8 @@ class PeerLog:
     """Every call the peer received, in order."""
 
     triggers: list[executor_pb2.TriggerCheckpointRequest] = field(default_factory=list)
+    trigger_rpcs: list[str] = field(default_factory=list)
+    """The trigger RPCs received, in order (TriggerCheckpoint or TriggerCheckpoints)."""
     silenced: list[executor_pb2.TriggerCheckpointRequest] = field(default_factory=list)
     """The triggers a `silent` script left unreported, in order."""
     commits: list[executor_pb2.CommitCheckpointRequest] = field(default_factory=list)
@@ -361,10 +365,33 @@ class ScriptedExecutor(executor_pb2_grpc.ExecutorServiceServicer):
 
     # -- ExecutorService -------------------------------------------------------------
 
+    def TriggerCheckpoints(
+        self, request: executor_pb2.TriggerCheckpointsRequest, context: grpc.ServicerContext
+    ) -> executor_pb2.TriggerCheckpointsResponse:
+        with self.lock:
+            self.log.trigger_rpcs.append("TriggerCheckpoints")
+            batches = self.script.trigger_batches
+        if not batches:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        self._fenced(context, request.leader_epoch.epoch, request.executor_generation)
+        responses = []
+        for trigger in request.triggers:
+            trigger.leader_epoch.CopyFrom(request.leader_epoch)
+            trigger.executor_generation = request.executor_generation
+            responses.append(self._trigger(trigger))
+        return executor_pb2.TriggerCheckpointsResponse(responses=responses)
+
     def TriggerCheckpoint(
         self, request: executor_pb2.TriggerCheckpointRequest, context: grpc.ServicerContext
     ) -> executor_pb2.TriggerCheckpointResponse:
+        with self.lock:
+            self.log.trigger_rpcs.append("TriggerCheckpoint")
         self._fenced(context, request.leader_epoch.epoch, request.executor_generation)
+        return self._trigger(request)
+
+    def _trigger(
+        self, request: executor_pb2.TriggerCheckpointRequest
+    ) -> executor_pb2.TriggerCheckpointResponse:
         with self.lock:
             self.log.triggers.append(request)
             mode = self.script.precommit
@@ -873,15 +900,20 @@ def checkpoint_setup(
     new_topic: Callable[..., str],
     *,
     replicas: int,
+    unbatched: frozenset[str] = frozenset(),
 ) -> Iterator[CheckpointSetup]:
-    """Start `replicas` coordinators and two peers (e1, e2), wait until both peers are
-    registered, then create a pipeline whose two tasks spread over them."""
+    """Start `replicas` coordinators and two peers (e1, e2; those in `unbatched` without
+    TriggerCheckpoints), wait until both peers are registered, then create a pipeline
+    whose two tasks spread over them."""
     members = cluster.start(replicas)
     addresses = [m.address for m in members]
     bootstrap = kafka_broker.bootstrap_servers
     source, sink = new_topic(partitions=2), new_topic()
     name = unique_name("ckpt")
-    peers = [ScriptedExecutor(f"e{i}", addresses).start() for i in (1, 2)]
+    peers = [ScriptedExecutor(f"e{i}", addresses) for i in (1, 2)]
+    for peer in peers:
+        peer.script.trigger_batches = peer.executor_id not in unbatched
+        peer.start()
     channel = open_channel(addresses)
     try:
         stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
@@ -1053,6 +1085,28 @@ def test_a_checkpoints_executors_are_called_at_once(
         wait_committed(
             setup, "a checkpoint committed after e1 answers again", after=held, timeout_s=30
         )
+
+
+def test_an_executor_without_batched_triggers_is_sent_one_trigger_per_pipeline(
+    cluster: CoordinatorCluster,
+    kafka_broker: KafkaBroker,
+    new_topic: Callable[..., str],
+) -> None:
+    """An executor that answers TriggerCheckpoints UNIMPLEMENTED (another language's, or
+    an older one) is asked once, then sent TriggerCheckpoint per pipeline; its checkpoints
+    commit like the batching executor's."""
+    with checkpoint_setup(
+        cluster, kafka_broker, new_topic, replicas=1, unbatched=frozenset({"e1"})
+    ) as setup:
+        e1, e2 = setup.peers
+        wait_committed(setup, "three committed checkpoints", after=2, timeout_s=30)
+        with e1.lock, e2.lock:
+            e1_rpcs, e2_rpcs = list(e1.log.trigger_rpcs), list(e2.log.trigger_rpcs)
+            e1_triggered = sorted({t.checkpoint_id for t in e1.log.triggers})
+    assert e1_rpcs[0] == "TriggerCheckpoints" and e1_rpcs.count("TriggerCheckpoints") == 1
+    assert set(e1_rpcs[1:]) == {"TriggerCheckpoint"}
+    assert e1_triggered[:3] == [1, 2, 3], "the refused first trigger was sent again, singly"
+    assert set(e2_rpcs) == {"TriggerCheckpoints"}
 
 
 def _abort_one_by_script(setup: CheckpointSetup, *, precommit: str) -> common_pb2.Checkpoint:

@@ -384,3 +384,96 @@ def test_only_a_control_call_of_this_registration_raises_the_leader_epoch(
     wait_for("a heartbeat answered", lambda: len(script.heartbeats) > seen + 1, timeout_s=10)
     assert "refused leader_epoch" not in executor.log_text()
     assert highest() == 1
+
+
+def _batch_of(
+    executor: ExecutorProcess,
+    script: ScriptedCoordinator,
+    triggers: list[executor_pb2.TriggerCheckpointRequest],
+    *,
+    executor_generation: int | None = None,
+) -> executor_pb2.TriggerCheckpointsRequest:
+    """A TriggerCheckpoints carrying `triggers` with their fencing fields moved to the call."""
+    for trigger in triggers:
+        for field in ("request_id", "leader_epoch", "executor_id", "executor_generation"):
+            trigger.ClearField(field)
+    return executor_pb2.TriggerCheckpointsRequest(
+        request_id="batch",
+        leader_epoch=script.epoch(),
+        executor_id=executor.executor_id,
+        executor_generation=(
+            script.executor_generation if executor_generation is None else executor_generation
+        ),
+        triggers=triggers,
+    )
+
+
+def test_one_trigger_call_starts_several_pipelines_checkpoints_and_is_checked_whole(
+    coordinator: CoordinatorServer, launch_executor: Callable[..., ExecutorProcess]
+) -> None:
+    script = coordinator.coordinator
+    script.set_assignments(
+        [
+            assignment(pipeline="p", task_index=0, generation=1),
+            assignment(pipeline="q", task_index=0, generation=1),
+        ]
+    )
+    executor = launch_executor("e1")
+    wait_for("p/0 RUNNING", lambda: _running(coordinator, "p", 0, 1), timeout_s=20)
+    wait_for("q/0 RUNNING", lambda: _running(coordinator, "q", 0, 1), timeout_s=20)
+
+    def trigger(
+        pipeline: str, tasks: list[tuple[int, int]]
+    ) -> executor_pb2.TriggerCheckpointRequest:
+        return trigger_request(executor, script, pipeline=pipeline, checkpoint_id=1, tasks=tasks)
+
+    # One malformed trigger refuses the call whole: nothing of p starts either.
+    bad = trigger("q", [(0, 1)])
+    bad.tasks[0].transactional_id_prefix = ""
+    with pytest.raises(grpc.RpcError) as refused:
+        executor.stub.TriggerCheckpoints(
+            _batch_of(executor, script, [trigger("p", [(0, 1)]), bad]), timeout=5
+        )
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "triggers[1].tasks[0].transactional_id_prefix" in (refused.value.details() or "")
+
+    # A trigger naming another registration than its call's is refused, not fenced by nothing.
+    mismatched = _batch_of(executor, script, [trigger("p", [(0, 1)])])
+    mismatched.triggers[0].executor_generation = script.executor_generation + 1
+    with pytest.raises(grpc.RpcError) as refused:
+        executor.stub.TriggerCheckpoints(mismatched, timeout=5)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "triggers[0].executor_generation" in (refused.value.details() or "")
+
+    # The call is fenced once, by its own registration.
+    with pytest.raises(grpc.RpcError) as refused:
+        executor.stub.TriggerCheckpoints(
+            _batch_of(
+                executor,
+                script,
+                [trigger("p", [(0, 1)])],
+                executor_generation=script.executor_generation + 5,
+            ),
+            timeout=5,
+        )
+    failure = fencing_failure_of(refused.value)
+    assert failure is not None and failure.token == common_pb2.FENCING_TOKEN_EXECUTOR_GENERATION
+    assert script.precommits == []
+
+    # Both pipelines' checkpoints start from one call; each trigger is answered in order.
+    response = executor.stub.TriggerCheckpoints(
+        _batch_of(executor, script, [trigger("p", [(0, 1)]), trigger("q", [(0, 1), (5, 1)])]),
+        timeout=5,
+    )
+    assert [[(r.task_id.task_index, r.outcome) for r in t.results] for t in response.responses] == [
+        [(0, executor_pb2.TRIGGER_OUTCOME_ACCEPTED)],
+        [
+            (0, executor_pb2.TRIGGER_OUTCOME_ACCEPTED),
+            (5, executor_pb2.TRIGGER_OUTCOME_NOT_ASSIGNED),
+        ],
+    ]
+    wait_for("both ReportPrecommits", lambda: len(script.precommits) == 2, timeout_s=20)
+    reports = sorted((r.task_id.pipeline_name, r.checkpoint_id) for r in script.precommits)
+    assert reports == [("p", 1), ("q", 1)]
+    # Each report carries the call's leader epoch (its triggers carry none of their own).
+    assert {r.leader_epoch.epoch for r in script.precommits} == {script.leader_epoch}

@@ -51,6 +51,7 @@ class AcceptingExecutors(ExecutorClient):
     def __init__(self) -> None:
         super().__init__()
         self.triggered: list[tuple[str, int]] = []
+        self.trigger_calls: list[list[str]] = []
 
     def send_commit(self, **kwargs: Any) -> Callable[[], int]:
         return lambda: len(kwargs["handles"])
@@ -58,13 +59,17 @@ class AcceptingExecutors(ExecutorClient):
     def abort_checkpoint(self, **kwargs: Any) -> int:
         return len(kwargs["transactions"])
 
-    def send_trigger(self, **kwargs: Any) -> Callable[[], list[TriggerResult]]:
-        self.triggered.append((kwargs["pipeline_name"], kwargs["checkpoint_id"]))
-        results = [
-            TriggerResult(task_index=t.task_index, accepted=True, outcome="", reason="")
-            for t in kwargs["tasks"]
-        ]
-        return lambda: results
+    def send_triggers(self, **kwargs: Any) -> list[Callable[[], list[TriggerResult]]]:
+        self.trigger_calls.append([t.pipeline_name for t in kwargs["triggers"]])
+        answers = []
+        for trigger in kwargs["triggers"]:
+            self.triggered.append((trigger.pipeline_name, trigger.checkpoint_id))
+            results = [
+                TriggerResult(task_index=t.task_index, accepted=True, outcome="", reason="")
+                for t in trigger.tasks
+            ]
+            answers.append(lambda r=results: r)
+        return answers
 
 
 def spec(name: str, *, interval_ms: int = 3_600_000, tasks_max: int = 2) -> PipelineSpec:
@@ -125,6 +130,20 @@ def counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[
 
     monkeypatch.setattr(owner, name, counted)
     return calls
+
+
+def test_the_pipelines_due_in_one_pass_reach_each_executor_in_one_trigger_call(
+    leader: Herder,
+) -> None:
+    for name in ("a", "b", "c"):
+        leader.pipelines.create(spec=spec(name), target_state=TargetState.RUNNING)
+    run_tasks(leader)  # one executor: every task of the three pipelines on it
+    executors = leader._executors
+    assert isinstance(executors, AcceptingExecutors)
+    executors.trigger_calls.clear()
+    leader.run_pass(leader.require_fence())
+    assert [sorted(call) for call in executors.trigger_calls] == [["a", "b", "c"]]
+    assert sorted(executors.triggered) == [("a", 1), ("b", 1), ("c", 1)]
 
 
 def test_a_stored_spec_is_parsed_once_per_config_version_across_passes(

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from lockgate.v1 import common_pb2 as lockgate_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1alockgate/v1/executor.proto\x12\x0blockgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lockgate/v1/common.proto\"\x96\x02\n\x18TriggerCheckpointRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\x12\x15\n\rpipeline_name\x18\x05 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x06 \x01(\x03\x12\x16\n\x0e\x63onfig_version\x18\x07 \x01(\x03\x12*\n\x05tasks\x18\x08 \x03(\x0b\x32\x1b.lockgate.v1.CheckpointTask\x12\x12\n\ntimeout_ms\x18\t \x01(\x03\"L\n\x19TriggerCheckpointResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.lockgate.v1.TaskTriggerResult\"\xf1\x02\n\x17\x43ommitCheckpointRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\x12\x15\n\rpipeline_name\x18\x05 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x06 \x01(\x03\x12(\n\x07handles\x18\x07 \x03(\x0b\x32\x17.lockgate.v1.SinkHandle\x12Q\n\x0fsink_properties\x18\x08 \x03(\x0b\x32\x38.lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntry\x1a\x35\n\x13SinkPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"Q\n\x18\x43ommitCheckpointResponse\x12\x19\n\x11handles_committed\x18\x01 \x01(\x05\x12\x1a\n\x12\x63ommit_duration_ms\x18\x02 \x01(\x03\"\xff\x02\n\x16\x41\x62ortCheckpointRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\x12\x15\n\rpipeline_name\x18\x05 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x06 \x01(\x03\x12(\n\x07handles\x18\x07 \x03(\x0b\x32\x17.lockgate.v1.SinkHandle\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12P\n\x0fsink_properties\x18\t \x03(\x0b\x32\x37.lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntry\x1a\x35\n\x13SinkPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"M\n\x17\x41\x62ortCheckpointResponse\x12\x17\n\x0fhandles_aborted\x18\x01 \x01(\x05\x12\x19\n\x11\x61\x62ort_duration_ms\x18\x02 \x01(\x03\"\x8f\x01\n\x17NotifyAssignmentRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\"\x1a\n\x18NotifyAssignmentResponse\"J\n\x18GetExecutorStatusRequest\x12.\n\x0cleader_epoch\x18\x01 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\"\xcf\x02\n\x19GetExecutorStatusResponse\x12\x13\n\x0b\x65xecutor_id\x18\x01 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12;\n\x19highest_leader_epoch_seen\x18\x04 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12&\n\x05tasks\x18\x05 \x03(\x0b\x32\x17.lockgate.v1.TaskStatus\x12\x14\n\x0cspark_master\x18\x06 \x01(\t\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tuptime_ms\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t\x12\x1d\n\x15\x63oordinator_addresses\x18\n \x03(\t\"\xa5\x01\n\x0e\x43heckpointTask\x12$\n\x07task_id\x18\x01 \x01(\x0b\x32\x13.lockgate.v1.TaskId\x12\x17\n\x0ftask_generation\x18\x02 \x01(\x03\x12\x33\n\rstart_offsets\x18\x03 \x03(\x0b\x32\x1c.lockgate.v1.PartitionOffset\x12\x1f\n\x17transactional_id_prefix\x18\x04 \x01(\t\"\x98\x01\n\x11TaskTriggerResult\x12$\n\x07task_id\x18\x01 \x01(\x0b\x32\x13.lockgate.v1.TaskId\x12,\n\x07outcome\x18\x02 \x01(\x0e\x32\x1b.lockgate.v1.TriggerOutcome\x12\x1f\n\x17\x63urrent_task_generation\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t*\xd5\x01\n\x0eTriggerOutcome\x12\x1f\n\x1bTRIGGER_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18TRIGGER_OUTCOME_ACCEPTED\x10\x01\x12\x1d\n\x19TRIGGER_OUTCOME_DUPLICATE\x10\x02\x12$\n TRIGGER_OUTCOME_STALE_GENERATION\x10\x03\x12 \n\x1cTRIGGER_OUTCOME_NOT_ASSIGNED\x10\x04\x12\x1d\n\x19TRIGGER_OUTCOME_NOT_READY\x10\x05\x32\xfe\x03\n\x0f\x45xecutorService\x12\x62\n\x11TriggerCheckpoint\x12%.lockgate.v1.TriggerCheckpointRequest\x1a&.lockgate.v1.TriggerCheckpointResponse\x12_\n\x10\x43ommitCheckpoint\x12$.lockgate.v1.CommitCheckpointRequest\x1a%.lockgate.v1.CommitCheckpointResponse\x12\\\n\x0f\x41\x62ortCheckpoint\x12#.lockgate.v1.AbortCheckpointRequest\x1a$.lockgate.v1.AbortCheckpointResponse\x12_\n\x10NotifyAssignment\x12$.lockgate.v1.NotifyAssignmentRequest\x1a%.lockgate.v1.NotifyAssignmentResponse\x12g\n\x11GetExecutorStatus\x12%.lockgate.v1.GetExecutorStatusRequest\x1a&.lockgate.v1.GetExecutorStatusResponse\"\x03\x90\x02\x01\x42^\n\x0f\x64\x65v.lockgate.v1B\rExecutorProtoP\x01Z:github.com/lockgate/lockgate/gen/go/lockgate/v1;lockgatev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1alockgate/v1/executor.proto\x12\x0blockgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lockgate/v1/common.proto\"\x9b\x03\n\x18TriggerCheckpointRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\x12\x15\n\rpipeline_name\x18\x05 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x06 \x01(\x03\x12\x16\n\x0e\x63onfig_version\x18\x07 \x01(\x03\x12*\n\x05tasks\x18\x08 \x03(\x0b\x32\x1b.lockgate.v1.CheckpointTask\x12\x12\n\ntimeout_ms\x18\t \x01(\x03\x12N\n\rtrace_context\x18\n \x03(\x0b\x32\x37.lockgate.v1.TriggerCheckpointRequest.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"L\n\x19TriggerCheckpointResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.lockgate.v1.TaskTriggerResult\"\xca\x01\n\x19TriggerCheckpointsRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\x12\x37\n\x08triggers\x18\x05 \x03(\x0b\x32%.lockgate.v1.TriggerCheckpointRequest\"W\n\x1aTriggerCheckpointsResponse\x12\x39\n\tresponses\x18\x01 \x03(\x0b\x32&.lockgate.v1.TriggerCheckpointResponse\"\xf1\x02\n\x17\x43ommitCheckpointRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\x12\x15\n\rpipeline_name\x18\x05 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x06 \x01(\x03\x12(\n\x07handles\x18\x07 \x03(\x0b\x32\x17.lockgate.v1.SinkHandle\x12Q\n\x0fsink_properties\x18\x08 \x03(\x0b\x32\x38.lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntry\x1a\x35\n\x13SinkPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"Q\n\x18\x43ommitCheckpointResponse\x12\x19\n\x11handles_committed\x18\x01 \x01(\x05\x12\x1a\n\x12\x63ommit_duration_ms\x18\x02 \x01(\x03\"\xff\x02\n\x16\x41\x62ortCheckpointRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\x12\x15\n\rpipeline_name\x18\x05 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x06 \x01(\x03\x12(\n\x07handles\x18\x07 \x03(\x0b\x32\x17.lockgate.v1.SinkHandle\x12\x0e\n\x06reason\x18\x08 \x01(\t\x12P\n\x0fsink_properties\x18\t \x03(\x0b\x32\x37.lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntry\x1a\x35\n\x13SinkPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"M\n\x17\x41\x62ortCheckpointResponse\x12\x17\n\x0fhandles_aborted\x18\x01 \x01(\x05\x12\x19\n\x11\x61\x62ort_duration_ms\x18\x02 \x01(\x03\"\x8f\x01\n\x17NotifyAssignmentRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x0cleader_epoch\x18\x02 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x04 \x01(\x03\"\x1a\n\x18NotifyAssignmentResponse\"J\n\x18GetExecutorStatusRequest\x12.\n\x0cleader_epoch\x18\x01 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\"\xcf\x02\n\x19GetExecutorStatusResponse\x12\x13\n\x0b\x65xecutor_id\x18\x01 \x01(\t\x12\x1b\n\x13\x65xecutor_generation\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12;\n\x19highest_leader_epoch_seen\x18\x04 \x01(\x0b\x32\x18.lockgate.v1.LeaderEpoch\x12&\n\x05tasks\x18\x05 \x03(\x0b\x32\x17.lockgate.v1.TaskStatus\x12\x14\n\x0cspark_master\x18\x06 \x01(\t\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tuptime_ms\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t\x12\x1d\n\x15\x63oordinator_addresses\x18\n \x03(\t\"\xa5\x01\n\x0e\x43heckpointTask\x12$\n\x07task_id\x18\x01 \x01(\x0b\x32\x13.lockgate.v1.TaskId\x12\x17\n\x0ftask_generation\x18\x02 \x01(\x03\x12\x33\n\rstart_offsets\x18\x03 \x03(\x0b\x32\x1c.lockgate.v1.PartitionOffset\x12\x1f\n\x17transactional_id_prefix\x18\x04 \x01(\t\"\x98\x01\n\x11TaskTriggerResult\x12$\n\x07task_id\x18\x01 \x01(\x0b\x32\x13.lockgate.v1.TaskId\x12,\n\x07outcome\x18\x02 \x01(\x0e\x32\x1b.lockgate.v1.TriggerOutcome\x12\x1f\n\x17\x63urrent_task_generation\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t*\xd5\x01\n\x0eTriggerOutcome\x12\x1f\n\x1bTRIGGER_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18TRIGGER_OUTCOME_ACCEPTED\x10\x01\x12\x1d\n\x19TRIGGER_OUTCOME_DUPLICATE\x10\x02\x12$\n TRIGGER_OUTCOME_STALE_GENERATION\x10\x03\x12 \n\x1cTRIGGER_OUTCOME_NOT_ASSIGNED\x10\x04\x12\x1d\n\x19TRIGGER_OUTCOME_NOT_READY\x10\x05\x32\xe5\x04\n\x0f\x45xecutorService\x12\x62\n\x11TriggerCheckpoint\x12%.lockgate.v1.TriggerCheckpointRequest\x1a&.lockgate.v1.TriggerCheckpointResponse\x12\x65\n\x12TriggerCheckpoints\x12&.lockgate.v1.TriggerCheckpointsRequest\x1a\'.lockgate.v1.TriggerCheckpointsResponse\x12_\n\x10\x43ommitCheckpoint\x12$.lockgate.v1.CommitCheckpointRequest\x1a%.lockgate.v1.CommitCheckpointResponse\x12\\\n\x0f\x41\x62ortCheckpoint\x12#.lockgate.v1.AbortCheckpointRequest\x1a$.lockgate.v1.AbortCheckpointResponse\x12_\n\x10NotifyAssignment\x12$.lockgate.v1.NotifyAssignmentRequest\x1a%.lockgate.v1.NotifyAssignmentResponse\x12g\n\x11GetExecutorStatus\x12%.lockgate.v1.GetExecutorStatusRequest\x1a&.lockgate.v1.GetExecutorStatusResponse\"\x03\x90\x02\x01\x42^\n\x0f\x64\x65v.lockgate.v1B\rExecutorProtoP\x01Z:github.com/lockgate/lockgate/gen/go/lockgate/v1;lockgatev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,42 +34,50 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'lockgate.v1.executor_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017dev.lockgate.v1B\rExecutorProtoP\001Z:github.com/lockgate/lockgate/gen/go/lockgate/v1;lockgatev1'
+  _globals['_TRIGGERCHECKPOINTREQUEST_TRACECONTEXTENTRY']._loaded_options = None
+  _globals['_TRIGGERCHECKPOINTREQUEST_TRACECONTEXTENTRY']._serialized_options = b'8\001'
   _globals['_COMMITCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._loaded_options = None
   _globals['_COMMITCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_options = b'8\001'
   _globals['_ABORTCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._loaded_options = None
   _globals['_ABORTCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_options = b'8\001'
   _globals['_EXECUTORSERVICE'].methods_by_name['GetExecutorStatus']._loaded_options = None
   _globals['_EXECUTORSERVICE'].methods_by_name['GetExecutorStatus']._serialized_options = b'\220\002\001'
-  _globals['_TRIGGEROUTCOME']._serialized_start=2293
-  _globals['_TRIGGEROUTCOME']._serialized_end=2506
+  _globals['_TRIGGEROUTCOME']._serialized_start=2720
+  _globals['_TRIGGEROUTCOME']._serialized_end=2933
   _globals['_TRIGGERCHECKPOINTREQUEST']._serialized_start=103
-  _globals['_TRIGGERCHECKPOINTREQUEST']._serialized_end=381
-  _globals['_TRIGGERCHECKPOINTRESPONSE']._serialized_start=383
-  _globals['_TRIGGERCHECKPOINTRESPONSE']._serialized_end=459
-  _globals['_COMMITCHECKPOINTREQUEST']._serialized_start=462
-  _globals['_COMMITCHECKPOINTREQUEST']._serialized_end=831
-  _globals['_COMMITCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_start=778
-  _globals['_COMMITCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_end=831
-  _globals['_COMMITCHECKPOINTRESPONSE']._serialized_start=833
-  _globals['_COMMITCHECKPOINTRESPONSE']._serialized_end=914
-  _globals['_ABORTCHECKPOINTREQUEST']._serialized_start=917
-  _globals['_ABORTCHECKPOINTREQUEST']._serialized_end=1300
-  _globals['_ABORTCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_start=778
-  _globals['_ABORTCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_end=831
-  _globals['_ABORTCHECKPOINTRESPONSE']._serialized_start=1302
-  _globals['_ABORTCHECKPOINTRESPONSE']._serialized_end=1379
-  _globals['_NOTIFYASSIGNMENTREQUEST']._serialized_start=1382
-  _globals['_NOTIFYASSIGNMENTREQUEST']._serialized_end=1525
-  _globals['_NOTIFYASSIGNMENTRESPONSE']._serialized_start=1527
-  _globals['_NOTIFYASSIGNMENTRESPONSE']._serialized_end=1553
-  _globals['_GETEXECUTORSTATUSREQUEST']._serialized_start=1555
-  _globals['_GETEXECUTORSTATUSREQUEST']._serialized_end=1629
-  _globals['_GETEXECUTORSTATUSRESPONSE']._serialized_start=1632
-  _globals['_GETEXECUTORSTATUSRESPONSE']._serialized_end=1967
-  _globals['_CHECKPOINTTASK']._serialized_start=1970
-  _globals['_CHECKPOINTTASK']._serialized_end=2135
-  _globals['_TASKTRIGGERRESULT']._serialized_start=2138
-  _globals['_TASKTRIGGERRESULT']._serialized_end=2290
-  _globals['_EXECUTORSERVICE']._serialized_start=2509
-  _globals['_EXECUTORSERVICE']._serialized_end=3019
+  _globals['_TRIGGERCHECKPOINTREQUEST']._serialized_end=514
+  _globals['_TRIGGERCHECKPOINTREQUEST_TRACECONTEXTENTRY']._serialized_start=463
+  _globals['_TRIGGERCHECKPOINTREQUEST_TRACECONTEXTENTRY']._serialized_end=514
+  _globals['_TRIGGERCHECKPOINTRESPONSE']._serialized_start=516
+  _globals['_TRIGGERCHECKPOINTRESPONSE']._serialized_end=592
+  _globals['_TRIGGERCHECKPOINTSREQUEST']._serialized_start=595
+  _globals['_TRIGGERCHECKPOINTSREQUEST']._serialized_end=797
+  _globals['_TRIGGERCHECKPOINTSRESPONSE']._serialized_start=799
+  _globals['_TRIGGERCHECKPOINTSRESPONSE']._serialized_end=886
+  _globals['_COMMITCHECKPOINTREQUEST']._serialized_start=889
+  _globals['_COMMITCHECKPOINTREQUEST']._serialized_end=1258
+  _globals['_COMMITCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_start=1205
+  _globals['_COMMITCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_end=1258
+  _globals['_COMMITCHECKPOINTRESPONSE']._serialized_start=1260
+  _globals['_COMMITCHECKPOINTRESPONSE']._serialized_end=1341
+  _globals['_ABORTCHECKPOINTREQUEST']._serialized_start=1344
+  _globals['_ABORTCHECKPOINTREQUEST']._serialized_end=1727
+  _globals['_ABORTCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_start=1205
+  _globals['_ABORTCHECKPOINTREQUEST_SINKPROPERTIESENTRY']._serialized_end=1258
+  _globals['_ABORTCHECKPOINTRESPONSE']._serialized_start=1729
+  _globals['_ABORTCHECKPOINTRESPONSE']._serialized_end=1806
+  _globals['_NOTIFYASSIGNMENTREQUEST']._serialized_start=1809
+  _globals['_NOTIFYASSIGNMENTREQUEST']._serialized_end=1952
+  _globals['_NOTIFYASSIGNMENTRESPONSE']._serialized_start=1954
+  _globals['_NOTIFYASSIGNMENTRESPONSE']._serialized_end=1980
+  _globals['_GETEXECUTORSTATUSREQUEST']._serialized_start=1982
+  _globals['_GETEXECUTORSTATUSREQUEST']._serialized_end=2056
+  _globals['_GETEXECUTORSTATUSRESPONSE']._serialized_start=2059
+  _globals['_GETEXECUTORSTATUSRESPONSE']._serialized_end=2394
+  _globals['_CHECKPOINTTASK']._serialized_start=2397
+  _globals['_CHECKPOINTTASK']._serialized_end=2562
+  _globals['_TASKTRIGGERRESULT']._serialized_start=2565
+  _globals['_TASKTRIGGERRESULT']._serialized_end=2717
+  _globals['_EXECUTORSERVICE']._serialized_start=2936
+  _globals['_EXECUTORSERVICE']._serialized_end=3549
 # @@protoc_insertion_point(module_scope)

@@ -72,6 +72,26 @@ class TriggerCheckpointRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TraceContextEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     EXECUTOR_ID_FIELD_NUMBER: _builtins.int
@@ -81,6 +101,7 @@ class TriggerCheckpointRequest(_message.Message):
     CONFIG_VERSION_FIELD_NUMBER: _builtins.int
     TASKS_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Caller-chosen id (UUID) for logs and deduplication; a repeat is also recognised by
     pipeline, checkpoint id and task generation.
@@ -107,6 +128,13 @@ class TriggerCheckpointRequest(_message.Message):
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___CheckpointTask]:
         """This executor's tasks taking part in N."""
 
+    @_builtins.property
+    def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """W3C trace context of the leader's trigger step of N (keys `traceparent`,
+        `tracestate`), set only in a TriggerCheckpoints call, whose own gRPC metadata cannot
+        carry one trace per pipeline; a TriggerCheckpoint call carries it as metadata.
+        """
+
     def __init__(
         self,
         *,
@@ -119,10 +147,11 @@ class TriggerCheckpointRequest(_message.Message):
         config_version: _builtins.int = ...,
         tasks: _abc.Iterable[Global___CheckpointTask] | None = ...,
         timeout_ms: _builtins.int = ...,
+        trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "config_version", b"config_version", "executor_generation", b"executor_generation", "executor_id", b"executor_id", "leader_epoch", b"leader_epoch", "pipeline_name", b"pipeline_name", "request_id", b"request_id", "tasks", b"tasks", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "config_version", b"config_version", "executor_generation", b"executor_generation", "executor_id", b"executor_id", "leader_epoch", b"leader_epoch", "pipeline_name", b"pipeline_name", "request_id", b"request_id", "tasks", b"tasks", "timeout_ms", b"timeout_ms", "trace_context", b"trace_context"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -151,6 +180,77 @@ class TriggerCheckpointResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TriggerCheckpointResponse: _TypeAlias = TriggerCheckpointResponse  # noqa: Y015
+
+@_typing.final
+class TriggerCheckpointsRequest(_message.Message):
+    """TriggerCheckpointsRequest carries several pipelines' triggers to one executor."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    EXECUTOR_ID_FIELD_NUMBER: _builtins.int
+    EXECUTOR_GENERATION_FIELD_NUMBER: _builtins.int
+    TRIGGERS_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """Caller-chosen id (UUID) for logs; a repeat of a trigger is recognised as in
+    TriggerCheckpoint, by pipeline, checkpoint id and task generation.
+    """
+    executor_id: _builtins.str
+    """Executor id the call is meant for."""
+    executor_generation: _builtins.int
+    """Registration of that executor the call is meant for."""
+    @_builtins.property
+    def leader_epoch(self) -> _common_pb2.LeaderEpoch:
+        """The calling leader's epoch; refused if lower than the highest the executor has seen."""
+
+    @_builtins.property
+    def triggers(self) -> _containers.RepeatedCompositeFieldContainer[Global___TriggerCheckpointRequest]:
+        """The triggers, at most 1024, each as TriggerCheckpoint carries it, with its own
+        request_id, leader_epoch, executor_id and executor_generation left unset (the call's
+        are used; one set to another value than the call's is refused).
+        """
+
+    def __init__(
+        self,
+        *,
+        request_id: _builtins.str = ...,
+        leader_epoch: _common_pb2.LeaderEpoch | None = ...,
+        executor_id: _builtins.str = ...,
+        executor_generation: _builtins.int = ...,
+        triggers: _abc.Iterable[Global___TriggerCheckpointRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor_generation", b"executor_generation", "executor_id", b"executor_id", "leader_epoch", b"leader_epoch", "request_id", b"request_id", "triggers", b"triggers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TriggerCheckpointsRequest: _TypeAlias = TriggerCheckpointsRequest  # noqa: Y015
+
+@_typing.final
+class TriggerCheckpointsResponse(_message.Message):
+    """TriggerCheckpointsResponse answers each trigger, in the order of the request."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___TriggerCheckpointResponse]:
+        """One response per trigger."""
+
+    def __init__(
+        self,
+        *,
+        responses: _abc.Iterable[Global___TriggerCheckpointResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["responses", b"responses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TriggerCheckpointsResponse: _TypeAlias = TriggerCheckpointsResponse  # noqa: Y015
 
 @_typing.final
 class CommitCheckpointRequest(_message.Message):

@@ -59,6 +59,11 @@ class ExecutorServiceStub:
                 request_serializer=lockgate_dot_v1_dot_executor__pb2.TriggerCheckpointRequest.SerializeToString,
                 response_deserializer=lockgate_dot_v1_dot_executor__pb2.TriggerCheckpointResponse.FromString,
                 _registered_method=True)
+        self.TriggerCheckpoints = channel.unary_unary(
+                '/lockgate.v1.ExecutorService/TriggerCheckpoints',
+                request_serializer=lockgate_dot_v1_dot_executor__pb2.TriggerCheckpointsRequest.SerializeToString,
+                response_deserializer=lockgate_dot_v1_dot_executor__pb2.TriggerCheckpointsResponse.FromString,
+                _registered_method=True)
         self.CommitCheckpoint = channel.unary_unary(
                 '/lockgate.v1.ExecutorService/CommitCheckpoint',
                 request_serializer=lockgate_dot_v1_dot_executor__pb2.CommitCheckpointRequest.SerializeToString,
@@ -112,6 +117,20 @@ class ExecutorServiceServicer:
         accepted trigger is answered DUPLICATE and starts nothing. Errors:
         FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
         generation), INVALID_ARGUMENT, UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TriggerCheckpoints(self, request, context):
+        """TriggerCheckpoints is TriggerCheckpoint for several pipelines' checkpoints on this
+        executor in one call: the leader sends one per executor per pass instead of one per
+        pipeline. The call is fenced once, by its own leader_epoch and executor registration;
+        then each trigger is answered as TriggerCheckpoint would answer it, in request order.
+        The call is checked whole: one malformed trigger refuses them all with
+        INVALID_ARGUMENT naming `triggers[i]`'s field, and nothing starts. An executor that
+        does not serve it answers UNIMPLEMENTED, and the leader then sends TriggerCheckpoint
+        per pipeline. Errors: as TriggerCheckpoint.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -176,6 +195,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.TriggerCheckpoint,
                     request_deserializer=lockgate_dot_v1_dot_executor__pb2.TriggerCheckpointRequest.FromString,
                     response_serializer=lockgate_dot_v1_dot_executor__pb2.TriggerCheckpointResponse.SerializeToString,
+            ),
+            'TriggerCheckpoints': grpc.unary_unary_rpc_method_handler(
+                    servicer.TriggerCheckpoints,
+                    request_deserializer=lockgate_dot_v1_dot_executor__pb2.TriggerCheckpointsRequest.FromString,
+                    response_serializer=lockgate_dot_v1_dot_executor__pb2.TriggerCheckpointsResponse.SerializeToString,
             ),
             'CommitCheckpoint': grpc.unary_unary_rpc_method_handler(
                     servicer.CommitCheckpoint,
@@ -245,6 +269,33 @@ class ExecutorService:
             '/lockgate.v1.ExecutorService/TriggerCheckpoint',
             lockgate_dot_v1_dot_executor__pb2.TriggerCheckpointRequest.SerializeToString,
             lockgate_dot_v1_dot_executor__pb2.TriggerCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TriggerCheckpoints(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lockgate.v1.ExecutorService/TriggerCheckpoints',
+            lockgate_dot_v1_dot_executor__pb2.TriggerCheckpointsRequest.SerializeToString,
+            lockgate_dot_v1_dot_executor__pb2.TriggerCheckpointsResponse.FromString,
             options,
             channel_credentials,
             insecure,

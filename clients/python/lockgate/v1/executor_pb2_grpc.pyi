@@ -67,6 +67,16 @@ class ExecutorServiceStub:
     FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
     generation), INVALID_ARGUMENT, UNAVAILABLE.
     """
+    TriggerCheckpoints: _grpc.UnaryUnaryMultiCallable[_executor_pb2.TriggerCheckpointsRequest, _executor_pb2.TriggerCheckpointsResponse]
+    """TriggerCheckpoints is TriggerCheckpoint for several pipelines' checkpoints on this
+    executor in one call: the leader sends one per executor per pass instead of one per
+    pipeline. The call is fenced once, by its own leader_epoch and executor registration;
+    then each trigger is answered as TriggerCheckpoint would answer it, in request order.
+    The call is checked whole: one malformed trigger refuses them all with
+    INVALID_ARGUMENT naming `triggers[i]`'s field, and nothing starts. An executor that
+    does not serve it answers UNIMPLEMENTED, and the leader then sends TriggerCheckpoint
+    per pipeline. Errors: as TriggerCheckpoint.
+    """
     CommitCheckpoint: _grpc.UnaryUnaryMultiCallable[_executor_pb2.CommitCheckpointRequest, _executor_pb2.CommitCheckpointResponse]
     """CommitCheckpoint commits the given sink handles of a COMPLETE checkpoint (step 4),
     through the resume path (FindCoordinator + EndTxn with the stored producer id and
@@ -137,6 +147,16 @@ class ExecutorServiceAsyncStub(ExecutorServiceStub):
     accepted trigger is answered DUPLICATE and starts nothing. Errors:
     FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
     generation), INVALID_ARGUMENT, UNAVAILABLE.
+    """
+    TriggerCheckpoints: _aio.UnaryUnaryMultiCallable[_executor_pb2.TriggerCheckpointsRequest, _executor_pb2.TriggerCheckpointsResponse]  # type: ignore[assignment]
+    """TriggerCheckpoints is TriggerCheckpoint for several pipelines' checkpoints on this
+    executor in one call: the leader sends one per executor per pass instead of one per
+    pipeline. The call is fenced once, by its own leader_epoch and executor registration;
+    then each trigger is answered as TriggerCheckpoint would answer it, in request order.
+    The call is checked whole: one malformed trigger refuses them all with
+    INVALID_ARGUMENT naming `triggers[i]`'s field, and nothing starts. An executor that
+    does not serve it answers UNIMPLEMENTED, and the leader then sends TriggerCheckpoint
+    per pipeline. Errors: as TriggerCheckpoint.
     """
     CommitCheckpoint: _aio.UnaryUnaryMultiCallable[_executor_pb2.CommitCheckpointRequest, _executor_pb2.CommitCheckpointResponse]  # type: ignore[assignment]
     """CommitCheckpoint commits the given sink handles of a COMPLETE checkpoint (step 4),
@@ -211,6 +231,22 @@ class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
         accepted trigger is answered DUPLICATE and starts nothing. Errors:
         FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
         generation), INVALID_ARGUMENT, UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def TriggerCheckpoints(
+        self,
+        request: _executor_pb2.TriggerCheckpointsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.TriggerCheckpointsResponse, _abc.Awaitable[_executor_pb2.TriggerCheckpointsResponse]]:
+        """TriggerCheckpoints is TriggerCheckpoint for several pipelines' checkpoints on this
+        executor in one call: the leader sends one per executor per pass instead of one per
+        pipeline. The call is fenced once, by its own leader_epoch and executor registration;
+        then each trigger is answered as TriggerCheckpoint would answer it, in request order.
+        The call is checked whole: one malformed trigger refuses them all with
+        INVALID_ARGUMENT naming `triggers[i]`'s field, and nothing starts. An executor that
+        does not serve it answers UNIMPLEMENTED, and the leader then sends TriggerCheckpoint
+        per pipeline. Errors: as TriggerCheckpoint.
         """
 
     @_abc_1.abstractmethod

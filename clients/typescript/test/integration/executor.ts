@@ -1,7 +1,8 @@
 // ExecutorService from TypeScript: GetExecutorStatus checked against GetClusterInfo and the
-// testbed; the control RPCs (Trigger/Commit/AbortCheckpoint) from a client holding an old
-// leader epoch are refused with FAILED_PRECONDITION and a FencingFailure detail. Runs after
-// the leader-following suite, which moved the cluster to a new epoch.
+// testbed; the control RPCs (TriggerCheckpoint(s), Commit/AbortCheckpoint, NotifyAssignment)
+// from a client holding an old leader epoch are refused with FAILED_PRECONDITION and a
+// FencingFailure detail. Runs after the leader-following suite, which moved the cluster to a
+// new epoch.
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
@@ -60,6 +61,19 @@ export function executorSuite(bed: () => Testbed): void {
     const calls: Record<string, () => Promise<unknown>> = {
       TriggerCheckpoint: () =>
         executor.triggerCheckpoint({ ...stale(), pipelineName: "ts-none", checkpointId: 1n, tasks: [task], timeoutMs: 1000n }),
+      TriggerCheckpoints: () =>
+        executor.triggerCheckpoints({
+          ...stale(),
+          triggers: [
+            {
+              pipelineName: "ts-none",
+              checkpointId: 1n,
+              configVersion: 1n,
+              tasks: [{ ...task, transactionalIdPrefix: "ts-none" }],
+              timeoutMs: 1000n,
+            },
+          ],
+        }),
       CommitCheckpoint: () => executor.commitCheckpoint({ ...stale(), pipelineName: "ts-none", checkpointId: 1n }),
       AbortCheckpoint: () =>
         executor.abortCheckpoint({ ...stale(), pipelineName: "ts-none", checkpointId: 1n, reason: "ts test" }),

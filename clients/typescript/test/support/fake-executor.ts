@@ -12,10 +12,13 @@ import {
   ExecutorService,
   type LeaderEpoch,
   TaskIdSchema,
+  type TriggerCheckpointRequest,
+  type TriggerCheckpointResponse,
+  TriggerCheckpointResponseSchema,
   TriggerOutcome,
 } from "../../src/index.js";
 
-/** One TriggerCheckpoint the leader sent. */
+/** One trigger the leader sent (a TriggerCheckpoint, or one item of a TriggerCheckpoints). */
 export interface ReceivedTrigger {
   readonly pipelineName: string;
   readonly checkpointId: bigint;
@@ -24,7 +27,7 @@ export interface ReceivedTrigger {
 }
 
 export class FakeExecutor {
-  /** Every TriggerCheckpoint received, in order; each was answered ACCEPTED. */
+  /** Every trigger received, in order; each was answered ACCEPTED. */
   readonly triggers: ReceivedTrigger[] = [];
   /** Every AbortCheckpoint received (acked). */
   readonly aborts: { pipelineName: string; checkpointId: bigint }[] = [];
@@ -57,21 +60,11 @@ export class FakeExecutor {
 
   private impl(): ServiceImpl<typeof ExecutorService> {
     return {
-      triggerCheckpoint: (request) => {
-        this.triggers.push({
-          pipelineName: request.pipelineName,
-          checkpointId: request.checkpointId,
-          leaderEpoch: request.leaderEpoch,
-          tasks: request.tasks,
-        });
-        return {
-          results: request.tasks.map((t) => ({
-            taskId: t.taskId ?? create(TaskIdSchema),
-            outcome: TriggerOutcome.ACCEPTED,
-            currentTaskGeneration: t.taskGeneration,
-          })),
-        };
-      },
+      triggerCheckpoint: (request) => this.accept(request, request.leaderEpoch),
+      // The call carries the leader epoch; its triggers leave theirs unset.
+      triggerCheckpoints: (request) => ({
+        responses: request.triggers.map((trigger) => this.accept(trigger, request.leaderEpoch)),
+      }),
       commitCheckpoint: (request) => ({ handlesCommitted: request.handles.length }),
       abortCheckpoint: (request) => {
         this.aborts.push({ pipelineName: request.pipelineName, checkpointId: request.checkpointId });
@@ -80,6 +73,26 @@ export class FakeExecutor {
       notifyAssignment: () => ({}),
       getExecutorStatus: () => ({ executorId: this.executorId }),
     };
+  }
+
+  /** Record a trigger and accept every task of it. */
+  private accept(
+    request: TriggerCheckpointRequest,
+    leaderEpoch: LeaderEpoch | undefined,
+  ): TriggerCheckpointResponse {
+    this.triggers.push({
+      pipelineName: request.pipelineName,
+      checkpointId: request.checkpointId,
+      leaderEpoch,
+      tasks: request.tasks,
+    });
+    return create(TriggerCheckpointResponseSchema, {
+      results: request.tasks.map((t) => ({
+        taskId: t.taskId ?? create(TaskIdSchema),
+        outcome: TriggerOutcome.ACCEPTED,
+        currentTaskGeneration: t.taskGeneration,
+      })),
+    });
   }
 
   /** Stop serving and drop the leader's open connections. */

@@ -41,6 +41,7 @@ Rules and known races:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections import defaultdict
@@ -48,13 +49,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
 
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.metrics import COMMIT_RETRIES, Instruments
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId, TaskId
-from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.pipeline_spec import KafkaSink
 from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
@@ -68,7 +69,7 @@ from lockgate.coordinator.domain.errors import FailedPrecondition, IllegalTransi
 from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
-from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
+from lockgate.coordinator.domain.pipelines import PipelineRecord
 from lockgate.coordinator.domain.precommits import CheckpointKey
 from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.transaction_timeout import near_timeout_warnings
@@ -77,9 +78,11 @@ from lockgate.coordinator.herder.call_pool import CallPool
 from lockgate.coordinator.herder.executors import (
     ExecutorCallFailed,
     ExecutorClient,
-    ExecutorRegistrationStale,
     LeaderEpochRefused,
+    PipelineTrigger,
+    TriggerResult,
     trigger_calls,
+    trigger_failure,
 )
 from lockgate.coordinator.herder.leader_commits import (
     CommitNotAcked,
@@ -89,9 +92,10 @@ from lockgate.coordinator.herder.leader_commits import (
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.membership import Membership, pick_executor
 from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
-from lockgate.coordinator.herder.traces import EXECUTOR_ID, CheckpointTraces
+from lockgate.coordinator.herder.traces import EXECUTOR_ID, CheckpointTraces, trace_context
 from lockgate.coordinator.herder.trigger_schedule import TriggerSchedule
 from lockgate.coordinator.store.sql_store import ClusterView, SqlStore
+from lockgate.coordinator.store.trigger_queries import TriggerInputs
 
 _LOG = logging.getLogger(__name__)
 #: Pipelines triggered, or checkpoints marked COMMITTED, per write transaction: one fsync
@@ -603,6 +607,23 @@ class CheckpointDriver:
                 ),
                 term=fence,
             )
+        self._send_triggers(fence, ready, triggered, inputs, alive, wait=wait)
+
+    def _send_triggers(
+        self,
+        fence: Fence,
+        ready: Sequence[PipelineRecord],
+        triggered: Mapping[PipelineId, CheckpointRecord | FailedPrecondition | NotFound],
+        inputs: TriggerInputs,
+        alive: Mapping[ExecutorId, ExecutorRecord],
+        *,
+        wait: bool,
+    ) -> None:
+        """Send the triggers written TRIGGERED: each executor's in one call, all at once (one
+        that is slow to answer delays no other's), then a job per pipeline waits for its
+        answers."""
+        by_executor: dict[ExecutorId, list[PipelineTrigger]] = defaultdict(list)
+        waits = []
         for pipeline in ready:
             checkpoint = triggered[pipeline.pipeline_id]
             if isinstance(checkpoint, FailedPrecondition | NotFound):
@@ -610,91 +631,66 @@ class CheckpointDriver:
                 continue
             self.schedule.triggered(pipeline, checkpoint)
             self.traces.triggered(
+                pipeline.pipeline_id, checkpoint.checkpoint_id, leader_epoch=int(fence.leader_epoch)
+            )
+            span = self.traces.start_step(
+                "lockgate.checkpoint.trigger",
                 pipeline.pipeline_id,
                 checkpoint.checkpoint_id,
                 leader_epoch=int(fence.leader_epoch),
             )
-            tasks = inputs.tasks.get(pipeline.pipeline_id, [])
-            starts = inputs.start_offsets.get(pipeline.pipeline_id, {})
+            calls = trigger_calls(
+                pipeline,
+                checkpoint,
+                inputs.tasks.get(pipeline.pipeline_id, []),
+                inputs.start_offsets.get(pipeline.pipeline_id, {}),
+                trace_context(span),
+            )
+            dead = next((f"executor {e} is not alive" for e in calls if e not in alive), None)
+            mine = []
+            for executor_id, call in calls.items() if dead is None else []:
+                mine.append((executor_id, len(by_executor[executor_id])))
+                by_executor[executor_id].append(call)
+            waits.append((pipeline, checkpoint, span, dead, mine))
+        answers = {
+            e: self._executors.send_triggers(fence=fence, executor=alive[e], triggers=t)
+            for e, t in by_executor.items()
+        }
+        for pipeline, checkpoint, span, dead, mine in waits:
+            mine_answered = [answers[e][i] for e, i in mine]
             self._calls.run(
                 ("trigger", pipeline.pipeline_id),
-                lambda p=pipeline, c=checkpoint, t=tasks, s=starts: self._traced_trigger(  # type: ignore[misc]
-                    fence, p, c, t, s, alive
+                functools.partial(
+                    self._await_trigger, pipeline, checkpoint, span, dead, mine_answered
                 ),
                 wait=wait,
                 wake=False,  # accepted, it leaves a pass nothing to do; refused, it wakes one
             )
 
-    def _traced_trigger(
+    def _await_trigger(
         self,
-        fence: Fence,
         pipeline: PipelineRecord,
         checkpoint: CheckpointRecord,
-        tasks: Iterable[TaskRecord],
-        starts: Mapping[TopicPartition, int],
-        alive: Mapping[ExecutorId, ExecutorRecord],
+        span: Span,
+        failure: str | None,
+        answers: Sequence[Callable[[], list[TriggerResult]]],
     ) -> None:
-        with self.traces.step(
-            "lockgate.checkpoint.trigger",
-            pipeline.pipeline_id,
+        """Wait for N's executors' answers, in N's trigger span (ended here); abort N when
+        one failed or refused (`failure`: why it could not be sent)."""
+        with trace.use_span(span, end_on_exit=True):
+            failure = failure or trigger_failure(pipeline.pipeline_id, answers)
+            if failure is None:
+                return
+            span.set_status(Status(StatusCode.ERROR, failure))
+        _LOG.warning(
+            "checkpoint %s of %s aborted at trigger: %s",
             checkpoint.checkpoint_id,
-            leader_epoch=int(fence.leader_epoch),
-        ) as span:
-            failure = self._send_trigger(fence, pipeline, checkpoint, tasks, starts, alive)
-            if failure is not None:
-                span.set_status(Status(StatusCode.ERROR, failure))
-
-    def _send_trigger(
-        self,
-        fence: Fence,
-        pipeline: PipelineRecord,
-        checkpoint: CheckpointRecord,
-        tasks: Iterable[TaskRecord],
-        starts: Mapping[TopicPartition, int],
-        alive: Mapping[ExecutorId, ExecutorRecord],
-    ) -> str | None:
-        """Send N's triggers to all its executors at once (one that is slow to answer
-        delays no other's); why they failed (N is then aborted), or None."""
-        calls = sorted(trigger_calls(checkpoint, tasks, starts).items())
-        failure = next((f"executor {e} is not alive" for e, _ in calls if e not in alive), None)
-        answers = [
-            self._executors.send_trigger(
-                fence=fence,
-                executor=alive[executor_id],
-                pipeline_name=pipeline.pipeline_id,
-                checkpoint_id=checkpoint.checkpoint_id,
-                config_version=pipeline.config_version,
-                tasks=task_calls,
-                timeout_ms=pipeline.spec.checkpoint.timeout_ms,
+            pipeline.pipeline_id,
+            failure,
+        )
+        # Every task may have reported already (IllegalTransition): then N is decided.
+        with contextlib.suppress(IllegalTransition):
+            self.abort_checkpoint(
+                pipeline.pipeline_id, checkpoint.checkpoint_id, f"trigger failed: {failure}"
             )
-            for executor_id, task_calls in (calls if failure is None else [])
-        ]
-        for answer in answers:
-            try:
-                results = answer()
-            except LeaderEpochRefused:
-                raise
-            except (ExecutorRegistrationStale, ExecutorCallFailed) as exc:
-                failure = failure or str(exc)
-                continue
-            refused = [r for r in results if not r.accepted]
-            if refused and failure is None:
-                failure = "; ".join(
-                    f"task {pipeline.pipeline_id}/{r.task_index} refused the trigger: "
-                    f"{r.outcome} {r.reason}".strip()
-                    for r in refused
-                )
-        if failure is not None:
-            _LOG.warning(
-                "checkpoint %s of %s aborted at trigger: %s",
-                checkpoint.checkpoint_id,
-                pipeline.pipeline_id,
-                failure,
-            )
-            # Every task may have reported already (IllegalTransition): then N is decided.
-            with contextlib.suppress(IllegalTransition):
-                self.abort_checkpoint(
-                    pipeline.pipeline_id, checkpoint.checkpoint_id, f"trigger failed: {failure}"
-                )
-            self._wake()  # a pass sends the aborts and triggers again
-        return failure
+        self._wake()  # a pass sends the aborts and triggers again

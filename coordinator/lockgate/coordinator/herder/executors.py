@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
+from opentelemetry import context as otel_context
+from opentelemetry import propagate
 
 from lockgate.common.grpc_client import error_details, open_channel
 from lockgate.common.model.handles import TransactionHandle
@@ -37,12 +39,14 @@ from lockgate.common.security import ClientSecurity
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, LingeringTransaction
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
-from lockgate.coordinator.domain.pipelines import TaskRecord
+from lockgate.coordinator.domain.pipelines import PipelineRecord, TaskRecord
 from lockgate.v1 import common_pb2, executor_pb2, executor_pb2_grpc
 
 _R = TypeVar("_R")
 
 DEFAULT_TRIGGER_TIMEOUT_S = 2.0
+#: Triggers per TriggerCheckpoints call (the executor takes up to 1024).
+TRIGGERS_PER_CALL = 256
 DEFAULT_COMMIT_TIMEOUT_S = 5.0
 
 # The executor's refusal reason for a stale token (executor/fencing.py StaleTokenError).
@@ -79,11 +83,26 @@ class CheckpointTaskCall:
     transactional_id_prefix: str
 
 
+@dataclass(frozen=True)
+class PipelineTrigger:
+    """One pipeline's checkpoint N on one executor, as `send_triggers` carries it."""
+
+    pipeline_name: str
+    checkpoint_id: int
+    config_version: int
+    tasks: Sequence[CheckpointTaskCall]
+    timeout_ms: int
+    trace_context: Mapping[str, str]
+    """W3C context of the leader's trigger step of N (empty: tracing off)."""
+
+
 def trigger_calls(
+    pipeline: PipelineRecord,
     checkpoint: CheckpointRecord,
     tasks: Iterable[TaskRecord],
     offsets: Mapping[TopicPartition, int],
-) -> dict[ExecutorId, list[CheckpointTaskCall]]:
+    trace_context: Mapping[str, str],
+) -> dict[ExecutorId, PipelineTrigger]:
     """What to ask each executor for checkpoint N: its tasks, where each starts
     (`offsets`: the pipeline's restore positions, read with the trigger decision)."""
     task_by_id = {t.task_id: t for t in tasks}
@@ -99,7 +118,17 @@ def trigger_calls(
                 transactional_id_prefix=trigger.transactional_id,
             )
         )
-    return calls
+    return {
+        executor_id: PipelineTrigger(
+            pipeline_name=pipeline.pipeline_id,
+            checkpoint_id=checkpoint.checkpoint_id,
+            config_version=pipeline.config_version,
+            tasks=task_calls,
+            timeout_ms=pipeline.spec.checkpoint.timeout_ms,
+            trace_context=trace_context,
+        )
+        for executor_id, task_calls in sorted(calls.items())
+    }
 
 
 @dataclass(frozen=True)
@@ -151,6 +180,8 @@ class ExecutorClient:
         self._commit_timeout_s = commit_timeout_s
         self._lock = threading.Lock()
         self._stubs: dict[str, tuple[grpc.Channel, executor_pb2_grpc.ExecutorServiceStub]] = {}
+        #: Addresses that answered TriggerCheckpoints UNIMPLEMENTED.
+        self._trigger_one_by_one: set[str] = set()
 
     def _stub(self, address: str) -> executor_pb2_grpc.ExecutorServiceStub:
         with self._lock:
@@ -170,60 +201,110 @@ class ExecutorClient:
         for channel in channels:
             channel.close()
 
-    def send_trigger(
-        self,
-        *,
-        fence: Fence,
-        executor: ExecutorRecord,
-        pipeline_name: str,
-        checkpoint_id: int,
-        config_version: int,
-        tasks: Sequence[CheckpointTaskCall],
-        timeout_ms: int,
-    ) -> Callable[[], list[TriggerResult]]:
-        """Ask `executor` to pre-commit checkpoint N on `tasks` (step 1); leader-only.
+    def send_triggers(
+        self, *, fence: Fence, executor: ExecutorRecord, triggers: Sequence[PipelineTrigger]
+    ) -> list[Callable[[], list[TriggerResult]]]:
+        """Ask `executor` to pre-commit each pipeline's checkpoint N on its tasks (step 1),
+        in one TriggerCheckpoints call per `TRIGGERS_PER_CALL`; leader-only.
 
-        Sends without waiting, so a checkpoint's executors are asked at once; the returned
-        call waits for the answer: each task's outcome (results arrive through
-        ReportPrecommits), or the classified failure raised.
+        Sends without waiting, so all executors are asked at once; each returned call (one
+        per trigger, in order) waits for its trigger's answer: each task's outcome (results
+        arrive through ReportPrecommits), or the call's classified failure raised. An
+        executor that answers UNIMPLEMENTED (another language's) is sent TriggerCheckpoint
+        per pipeline from then on.
         """
-        request = executor_pb2.TriggerCheckpointRequest(
-            **_addressed(fence, executor, pipeline_name),
-            checkpoint_id=checkpoint_id,
-            config_version=config_version,
-            timeout_ms=timeout_ms,
-            tasks=[
-                executor_pb2.CheckpointTask(
-                    task_id=common_pb2.TaskId(pipeline_name=pipeline_name, task_index=t.task_index),
-                    task_generation=t.task_generation,
-                    start_offsets=[
-                        common_pb2.PartitionOffset(topic=tp.topic, partition=tp.partition, offset=o)
-                        for tp, o in sorted(t.start_offsets.items())
-                    ],
-                    transactional_id_prefix=t.transactional_id_prefix,
-                )
-                for t in tasks
-            ],
+        answers: list[Callable[[], list[TriggerResult]]] = []
+        for start in range(0, len(triggers), TRIGGERS_PER_CALL):
+            chunk = triggers[start : start + TRIGGERS_PER_CALL]
+            batch = self._send_trigger_batch(fence, executor, chunk)
+            answers += [lambda b=batch, i=i: _raise_or_return(b()[i]) for i in range(len(chunk))]  # type: ignore[misc]
+        return answers
+
+    def _send_trigger_batch(
+        self, fence: Fence, executor: ExecutorRecord, triggers: Sequence[PipelineTrigger]
+    ) -> Callable[[], list[list[TriggerResult] | ExecutorCallFailed]]:
+        """One TriggerCheckpoints call (or, to an executor without it, one TriggerCheckpoint
+        per trigger); the returned call waits for every answer once, whichever thread
+        calls it first."""
+        if executor.address in self._trigger_one_by_one:
+            return _once(self._gather(self._send_each(fence, executor, triggers)))
+        request = executor_pb2.TriggerCheckpointsRequest(
+            request_id=uuid.uuid4().hex,
+            leader_epoch=leader_epoch_pb(fence),
+            executor_id=str(executor.executor_id),
+            executor_generation=int(executor.generation),
+            triggers=[_trigger_pb(t) for t in triggers],
         )
         sent = self._send(
             executor,
-            "TriggerCheckpoint",
-            lambda stub: stub.TriggerCheckpoint.future(request, timeout=self._trigger_timeout_s),
+            "TriggerCheckpoints",
+            lambda stub: stub.TriggerCheckpoints.future(request, timeout=self._trigger_timeout_s),
         )
 
-        def answer() -> list[TriggerResult]:
-            response = sent()
-            return [
-                TriggerResult(
-                    task_index=r.task_id.task_index,
-                    accepted=r.outcome in _TRIGGER_ACCEPTED,
-                    outcome=executor_pb2.TriggerOutcome.Name(r.outcome),
-                    reason=r.reason,
+        def gather() -> list[list[TriggerResult] | ExecutorCallFailed]:
+            try:
+                responses = sent().responses
+            except ExecutorCallFailed as failure:
+                if failure.code != grpc.StatusCode.UNIMPLEMENTED:
+                    return [failure] * len(triggers)
+                with self._lock:
+                    self._trigger_one_by_one.add(executor.address)
+                return self._gather(self._send_each(fence, executor, triggers))()
+            if len(responses) != len(triggers):
+                short = ExecutorCallFailed(
+                    f"TriggerCheckpoints on executor {executor.executor_id} answered"
+                    f" {len(responses)} of {len(triggers)} triggers"
                 )
-                for r in response.results
-            ]
+                return [short] * len(triggers)
+            return [_trigger_results(r) for r in responses]
 
-        return answer
+        return _once(gather)
+
+    def _send_each(
+        self, fence: Fence, executor: ExecutorRecord, triggers: Sequence[PipelineTrigger]
+    ) -> list[Callable[[], Any]]:
+        """One TriggerCheckpoint per trigger, each sent in its trigger's trace."""
+        sent = []
+        for trigger in triggers:
+            request = _trigger_pb(trigger)
+            request.MergeFrom(
+                executor_pb2.TriggerCheckpointRequest(
+                    request_id=uuid.uuid4().hex,
+                    leader_epoch=leader_epoch_pb(fence),
+                    executor_id=str(executor.executor_id),
+                    executor_generation=int(executor.generation),
+                )
+            )
+            request.ClearField("trace_context")  # the call's metadata carries it
+            token = otel_context.attach(propagate.extract(dict(trigger.trace_context)))
+            try:
+                sent.append(
+                    self._send(
+                        executor,
+                        "TriggerCheckpoint",
+                        lambda stub, r=request: stub.TriggerCheckpoint.future(  # type: ignore[misc]
+                            r, timeout=self._trigger_timeout_s
+                        ),
+                    )
+                )
+            finally:
+                otel_context.detach(token)
+        return sent
+
+    @staticmethod
+    def _gather(
+        sent: list[Callable[[], Any]],
+    ) -> Callable[[], list[list[TriggerResult] | ExecutorCallFailed]]:
+        def gather() -> list[list[TriggerResult] | ExecutorCallFailed]:
+            answers: list[list[TriggerResult] | ExecutorCallFailed] = []
+            for answer in sent:
+                try:
+                    answers.append(_trigger_results(answer()))
+                except ExecutorCallFailed as failure:
+                    answers.append(failure)
+            return answers
+
+        return gather
 
     def send_commit(
         self,
@@ -348,3 +429,84 @@ def _classify(err: grpc.RpcError, *, executor: ExecutorRecord, rpc: str) -> Exec
             text, highest_seen=int(current) if current and current.isdigit() else None
         )
     return ExecutorCallFailed(text, code=details.code)
+
+
+def trigger_failure(
+    pipeline_id: str, answers: Iterable[Callable[[], list[TriggerResult]]]
+) -> str | None:
+    """Wait for each of a checkpoint's trigger answers (`send_triggers`): why one failed or
+    refused a task, or None when every task accepted. `LeaderEpochRefused` is raised."""
+    failure: str | None = None
+    for answer in answers:
+        try:
+            results = answer()
+        except LeaderEpochRefused:
+            raise
+        except ExecutorCallFailed as exc:
+            failure = failure or str(exc)
+            continue
+        refused = [r for r in results if not r.accepted]
+        if refused and failure is None:
+            failure = "; ".join(
+                f"task {pipeline_id}/{r.task_index} refused the trigger: "
+                f"{r.outcome} {r.reason}".strip()
+                for r in refused
+            )
+    return failure
+
+
+def _trigger_pb(trigger: PipelineTrigger) -> executor_pb2.TriggerCheckpointRequest:
+    """A trigger as one item of a TriggerCheckpoints call (the call carries the fencing)."""
+    name = trigger.pipeline_name
+    return executor_pb2.TriggerCheckpointRequest(
+        pipeline_name=name,
+        checkpoint_id=trigger.checkpoint_id,
+        config_version=trigger.config_version,
+        timeout_ms=trigger.timeout_ms,
+        trace_context=dict(trigger.trace_context),
+        tasks=[
+            executor_pb2.CheckpointTask(
+                task_id=common_pb2.TaskId(pipeline_name=name, task_index=t.task_index),
+                task_generation=t.task_generation,
+                start_offsets=[
+                    common_pb2.PartitionOffset(topic=tp.topic, partition=tp.partition, offset=o)
+                    for tp, o in sorted(t.start_offsets.items())
+                ],
+                transactional_id_prefix=t.transactional_id_prefix,
+            )
+            for t in trigger.tasks
+        ],
+    )
+
+
+def _trigger_results(response: executor_pb2.TriggerCheckpointResponse) -> list[TriggerResult]:
+    return [
+        TriggerResult(
+            task_index=r.task_id.task_index,
+            accepted=r.outcome in _TRIGGER_ACCEPTED,
+            outcome=executor_pb2.TriggerOutcome.Name(r.outcome),
+            reason=r.reason,
+        )
+        for r in response.results
+    ]
+
+
+def _raise_or_return(answer: list[TriggerResult] | ExecutorCallFailed) -> list[TriggerResult]:
+    if isinstance(answer, ExecutorCallFailed):
+        raise answer
+    return answer
+
+
+def _once(compute: Callable[[], _R]) -> Callable[[], _R]:
+    """`compute`, run by the first caller only; later callers, on any thread, wait for it
+    and get the same value (`compute` returns its failures, it does not raise them)."""
+    lock = threading.Lock()
+    done: list[_R] = []
+
+    def once() -> _R:
+        with lock:
+            if not done:
+                done.append(compute())
+            return done[0]
+
+    return once

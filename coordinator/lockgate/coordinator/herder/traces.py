@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from lockgate.common.model.ids import CheckpointId, PipelineId
@@ -229,22 +229,37 @@ class CheckpointTraces:
         leader_epoch: int,
         attributes: Mapping[str, str | int] | None = None,
     ) -> Iterator[Span]:
-        """Run a leader step of N (`lockgate.checkpoint.trigger`, `.commit`, ...) as the
-        current span, a child of N's root: gRPC calls made inside carry its context."""
+        """Run a leader step of N (`lockgate.checkpoint.commit`, ...) as the current span,
+        a child of N's root: gRPC calls made inside carry its context."""
+        span = self.start_step(
+            name, pipeline_id, checkpoint_id, leader_epoch=leader_epoch, attributes=attributes
+        )
+        with trace.use_span(span, end_on_exit=True):
+            yield span
+
+    def start_step(
+        self,
+        name: str,
+        pipeline_id: PipelineId,
+        checkpoint_id: CheckpointId,
+        *,
+        leader_epoch: int,
+        attributes: Mapping[str, str | int] | None = None,
+    ) -> Span:
+        """`step`'s span, started and not made current: for the trigger, whose calls are
+        sent by the pass (`trace_context`) and whose job ends it later
+        (`trace.use_span(span, end_on_exit=True)`)."""
         if not records_spans(self._tracer):
-            yield trace.INVALID_SPAN
-            return
-        parent = self._parent((pipeline_id, checkpoint_id), leader_epoch=leader_epoch)
-        with self._tracer.start_as_current_span(
+            return trace.INVALID_SPAN
+        return self._tracer.start_span(
             name,
-            context=parent,
+            context=self._parent((pipeline_id, checkpoint_id), leader_epoch=leader_epoch),
             attributes={
                 PIPELINE: pipeline_id,
                 CHECKPOINT_ID: int(checkpoint_id),
                 **(attributes or {}),
             },
-        ) as span:
-            yield span
+        )
 
     @contextmanager
     def report(
@@ -312,3 +327,12 @@ class CheckpointTraces:
 
 
 __all__ = ["CheckpointTraces"]
+
+
+def trace_context(span: Span) -> dict[str, str]:
+    """The W3C context (`traceparent`, `tracestate`) that continues `span` in another
+    process; empty for a span that records nothing."""
+    carrier: dict[str, str] = {}
+    if span.get_span_context().is_valid:
+        propagate.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier

@@ -119,11 +119,13 @@ class CheckpointRunner:
         leader: LeaderStamp,
         tasks: Sequence[TriggerTask],
         timeout_ms: int,
+        trace_context: otel_context.Context | None = None,
     ) -> list[TriggerResult]:
-        """Start the pre-commit of checkpoint N on each task that may take it."""
+        """Start the pre-commit of checkpoint N on each task that may take it; its batches
+        continue `trace_context` (None: the current one, the TriggerCheckpoint call's)."""
         received = self._clock()
         deadline = received + (timeout_ms or 60_000) / 1000
-        trace_context = otel_context.get_current()
+        trace_context = trace_context or otel_context.get_current()
         results: list[TriggerResult] = []
         to_run: list[tuple[Task, PrecommitWork]] = []
         with self._board.lock:

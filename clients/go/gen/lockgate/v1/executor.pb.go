@@ -116,7 +116,11 @@ type TriggerCheckpointRequest struct {
 	Tasks []*CheckpointTask `protobuf:"bytes,8,rep,name=tasks,proto3" json:"tasks,omitempty"`
 	// Time from receipt within which the tasks must report, in milliseconds; after it the
 	// leader aborts N, so the executor may give up.
-	TimeoutMs     int64 `protobuf:"varint,9,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs int64 `protobuf:"varint,9,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// W3C trace context of the leader's trigger step of N (keys `traceparent`,
+	// `tracestate`), set only in a TriggerCheckpoints call, whose own gRPC metadata cannot
+	// carry one trace per pipeline; a TriggerCheckpoint call carries it as metadata.
+	TraceContext  map[string]string `protobuf:"bytes,10,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -214,6 +218,13 @@ func (x *TriggerCheckpointRequest) GetTimeoutMs() int64 {
 	return 0
 }
 
+func (x *TriggerCheckpointRequest) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
+}
+
 // TriggerCheckpointResponse says, per task, whether the pre-commit started.
 type TriggerCheckpointResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -260,6 +271,137 @@ func (x *TriggerCheckpointResponse) GetResults() []*TaskTriggerResult {
 	return nil
 }
 
+// TriggerCheckpointsRequest carries several pipelines' triggers to one executor.
+type TriggerCheckpointsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Caller-chosen id (UUID) for logs; a repeat of a trigger is recognised as in
+	// TriggerCheckpoint, by pipeline, checkpoint id and task generation.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The calling leader's epoch; refused if lower than the highest the executor has seen.
+	LeaderEpoch *LeaderEpoch `protobuf:"bytes,2,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	// Executor id the call is meant for.
+	ExecutorId string `protobuf:"bytes,3,opt,name=executor_id,json=executorId,proto3" json:"executor_id,omitempty"`
+	// Registration of that executor the call is meant for.
+	ExecutorGeneration int64 `protobuf:"varint,4,opt,name=executor_generation,json=executorGeneration,proto3" json:"executor_generation,omitempty"`
+	// The triggers, at most 1024, each as TriggerCheckpoint carries it, with its own
+	// request_id, leader_epoch, executor_id and executor_generation left unset (the call's
+	// are used; one set to another value than the call's is refused).
+	Triggers      []*TriggerCheckpointRequest `protobuf:"bytes,5,rep,name=triggers,proto3" json:"triggers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerCheckpointsRequest) Reset() {
+	*x = TriggerCheckpointsRequest{}
+	mi := &file_lockgate_v1_executor_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerCheckpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerCheckpointsRequest) ProtoMessage() {}
+
+func (x *TriggerCheckpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_executor_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerCheckpointsRequest.ProtoReflect.Descriptor instead.
+func (*TriggerCheckpointsRequest) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TriggerCheckpointsRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *TriggerCheckpointsRequest) GetLeaderEpoch() *LeaderEpoch {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return nil
+}
+
+func (x *TriggerCheckpointsRequest) GetExecutorId() string {
+	if x != nil {
+		return x.ExecutorId
+	}
+	return ""
+}
+
+func (x *TriggerCheckpointsRequest) GetExecutorGeneration() int64 {
+	if x != nil {
+		return x.ExecutorGeneration
+	}
+	return 0
+}
+
+func (x *TriggerCheckpointsRequest) GetTriggers() []*TriggerCheckpointRequest {
+	if x != nil {
+		return x.Triggers
+	}
+	return nil
+}
+
+// TriggerCheckpointsResponse answers each trigger, in the order of the request.
+type TriggerCheckpointsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One response per trigger.
+	Responses     []*TriggerCheckpointResponse `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TriggerCheckpointsResponse) Reset() {
+	*x = TriggerCheckpointsResponse{}
+	mi := &file_lockgate_v1_executor_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TriggerCheckpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TriggerCheckpointsResponse) ProtoMessage() {}
+
+func (x *TriggerCheckpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockgate_v1_executor_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TriggerCheckpointsResponse.ProtoReflect.Descriptor instead.
+func (*TriggerCheckpointsResponse) Descriptor() ([]byte, []int) {
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TriggerCheckpointsResponse) GetResponses() []*TriggerCheckpointResponse {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
 // CommitCheckpointRequest asks for the commit of a COMPLETE checkpoint's handles.
 type CommitCheckpointRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -288,7 +430,7 @@ type CommitCheckpointRequest struct {
 
 func (x *CommitCheckpointRequest) Reset() {
 	*x = CommitCheckpointRequest{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[2]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +442,7 @@ func (x *CommitCheckpointRequest) String() string {
 func (*CommitCheckpointRequest) ProtoMessage() {}
 
 func (x *CommitCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[2]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +455,7 @@ func (x *CommitCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CommitCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{2}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CommitCheckpointRequest) GetRequestId() string {
@@ -385,7 +527,7 @@ type CommitCheckpointResponse struct {
 
 func (x *CommitCheckpointResponse) Reset() {
 	*x = CommitCheckpointResponse{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[3]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -397,7 +539,7 @@ func (x *CommitCheckpointResponse) String() string {
 func (*CommitCheckpointResponse) ProtoMessage() {}
 
 func (x *CommitCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[3]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -410,7 +552,7 @@ func (x *CommitCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CommitCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{3}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CommitCheckpointResponse) GetHandlesCommitted() int32 {
@@ -455,7 +597,7 @@ type AbortCheckpointRequest struct {
 
 func (x *AbortCheckpointRequest) Reset() {
 	*x = AbortCheckpointRequest{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[4]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +609,7 @@ func (x *AbortCheckpointRequest) String() string {
 func (*AbortCheckpointRequest) ProtoMessage() {}
 
 func (x *AbortCheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[4]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +622,7 @@ func (x *AbortCheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortCheckpointRequest.ProtoReflect.Descriptor instead.
 func (*AbortCheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{4}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AbortCheckpointRequest) GetRequestId() string {
@@ -559,7 +701,7 @@ type AbortCheckpointResponse struct {
 
 func (x *AbortCheckpointResponse) Reset() {
 	*x = AbortCheckpointResponse{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[5]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +713,7 @@ func (x *AbortCheckpointResponse) String() string {
 func (*AbortCheckpointResponse) ProtoMessage() {}
 
 func (x *AbortCheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[5]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +726,7 @@ func (x *AbortCheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortCheckpointResponse.ProtoReflect.Descriptor instead.
 func (*AbortCheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{5}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AbortCheckpointResponse) GetHandlesAborted() int32 {
@@ -618,7 +760,7 @@ type NotifyAssignmentRequest struct {
 
 func (x *NotifyAssignmentRequest) Reset() {
 	*x = NotifyAssignmentRequest{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[6]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +772,7 @@ func (x *NotifyAssignmentRequest) String() string {
 func (*NotifyAssignmentRequest) ProtoMessage() {}
 
 func (x *NotifyAssignmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[6]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +785,7 @@ func (x *NotifyAssignmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyAssignmentRequest.ProtoReflect.Descriptor instead.
 func (*NotifyAssignmentRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{6}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NotifyAssignmentRequest) GetRequestId() string {
@@ -683,7 +825,7 @@ type NotifyAssignmentResponse struct {
 
 func (x *NotifyAssignmentResponse) Reset() {
 	*x = NotifyAssignmentResponse{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[7]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +837,7 @@ func (x *NotifyAssignmentResponse) String() string {
 func (*NotifyAssignmentResponse) ProtoMessage() {}
 
 func (x *NotifyAssignmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[7]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +850,7 @@ func (x *NotifyAssignmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotifyAssignmentResponse.ProtoReflect.Descriptor instead.
 func (*NotifyAssignmentResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{7}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{9}
 }
 
 // GetExecutorStatusRequest asks an executor about itself.
@@ -724,7 +866,7 @@ type GetExecutorStatusRequest struct {
 
 func (x *GetExecutorStatusRequest) Reset() {
 	*x = GetExecutorStatusRequest{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[8]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +878,7 @@ func (x *GetExecutorStatusRequest) String() string {
 func (*GetExecutorStatusRequest) ProtoMessage() {}
 
 func (x *GetExecutorStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[8]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +891,7 @@ func (x *GetExecutorStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExecutorStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetExecutorStatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{8}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetExecutorStatusRequest) GetLeaderEpoch() *LeaderEpoch {
@@ -788,7 +930,7 @@ type GetExecutorStatusResponse struct {
 
 func (x *GetExecutorStatusResponse) Reset() {
 	*x = GetExecutorStatusResponse{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[9]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +942,7 @@ func (x *GetExecutorStatusResponse) String() string {
 func (*GetExecutorStatusResponse) ProtoMessage() {}
 
 func (x *GetExecutorStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[9]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +955,7 @@ func (x *GetExecutorStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetExecutorStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetExecutorStatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{9}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetExecutorStatusResponse) GetExecutorId() string {
@@ -906,7 +1048,7 @@ type CheckpointTask struct {
 
 func (x *CheckpointTask) Reset() {
 	*x = CheckpointTask{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[10]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1060,7 @@ func (x *CheckpointTask) String() string {
 func (*CheckpointTask) ProtoMessage() {}
 
 func (x *CheckpointTask) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[10]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +1073,7 @@ func (x *CheckpointTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointTask.ProtoReflect.Descriptor instead.
 func (*CheckpointTask) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{10}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CheckpointTask) GetTaskId() *TaskId {
@@ -979,7 +1121,7 @@ type TaskTriggerResult struct {
 
 func (x *TaskTriggerResult) Reset() {
 	*x = TaskTriggerResult{}
-	mi := &file_lockgate_v1_executor_proto_msgTypes[11]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1133,7 @@ func (x *TaskTriggerResult) String() string {
 func (*TaskTriggerResult) ProtoMessage() {}
 
 func (x *TaskTriggerResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lockgate_v1_executor_proto_msgTypes[11]
+	mi := &file_lockgate_v1_executor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1146,7 @@ func (x *TaskTriggerResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskTriggerResult.ProtoReflect.Descriptor instead.
 func (*TaskTriggerResult) Descriptor() ([]byte, []int) {
-	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{11}
+	return file_lockgate_v1_executor_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TaskTriggerResult) GetTaskId() *TaskId {
@@ -1039,7 +1181,7 @@ var File_lockgate_v1_executor_proto protoreflect.FileDescriptor
 
 const file_lockgate_v1_executor_proto_rawDesc = "" +
 	"\n" +
-	"\x1alockgate/v1/executor.proto\x12\vlockgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lockgate/v1/common.proto\"\x8b\x03\n" +
+	"\x1alockgate/v1/executor.proto\x12\vlockgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18lockgate/v1/common.proto\"\xaa\x04\n" +
 	"\x18TriggerCheckpointRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +
@@ -1052,9 +1194,24 @@ const file_lockgate_v1_executor_proto_rawDesc = "" +
 	"\x0econfig_version\x18\a \x01(\x03R\rconfigVersion\x121\n" +
 	"\x05tasks\x18\b \x03(\v2\x1b.lockgate.v1.CheckpointTaskR\x05tasks\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\t \x01(\x03R\ttimeoutMs\"U\n" +
+	"timeout_ms\x18\t \x01(\x03R\ttimeoutMs\x12\\\n" +
+	"\rtrace_context\x18\n" +
+	" \x03(\v27.lockgate.v1.TriggerCheckpointRequest.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
 	"\x19TriggerCheckpointResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.lockgate.v1.TaskTriggerResultR\aresults\"\xea\x03\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.lockgate.v1.TaskTriggerResultR\aresults\"\x8c\x02\n" +
+	"\x19TriggerCheckpointsRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +
+	"\fleader_epoch\x18\x02 \x01(\v2\x18.lockgate.v1.LeaderEpochR\vleaderEpoch\x12\x1f\n" +
+	"\vexecutor_id\x18\x03 \x01(\tR\n" +
+	"executorId\x12/\n" +
+	"\x13executor_generation\x18\x04 \x01(\x03R\x12executorGeneration\x12A\n" +
+	"\btriggers\x18\x05 \x03(\v2%.lockgate.v1.TriggerCheckpointRequestR\btriggers\"b\n" +
+	"\x1aTriggerCheckpointsResponse\x12D\n" +
+	"\tresponses\x18\x01 \x03(\v2&.lockgate.v1.TriggerCheckpointResponseR\tresponses\"\xea\x03\n" +
 	"\x17CommitCheckpointRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +
@@ -1131,9 +1288,10 @@ const file_lockgate_v1_executor_proto_rawDesc = "" +
 	"\x19TRIGGER_OUTCOME_DUPLICATE\x10\x02\x12$\n" +
 	" TRIGGER_OUTCOME_STALE_GENERATION\x10\x03\x12 \n" +
 	"\x1cTRIGGER_OUTCOME_NOT_ASSIGNED\x10\x04\x12\x1d\n" +
-	"\x19TRIGGER_OUTCOME_NOT_READY\x10\x052\xfe\x03\n" +
+	"\x19TRIGGER_OUTCOME_NOT_READY\x10\x052\xe5\x04\n" +
 	"\x0fExecutorService\x12b\n" +
-	"\x11TriggerCheckpoint\x12%.lockgate.v1.TriggerCheckpointRequest\x1a&.lockgate.v1.TriggerCheckpointResponse\x12_\n" +
+	"\x11TriggerCheckpoint\x12%.lockgate.v1.TriggerCheckpointRequest\x1a&.lockgate.v1.TriggerCheckpointResponse\x12e\n" +
+	"\x12TriggerCheckpoints\x12&.lockgate.v1.TriggerCheckpointsRequest\x1a'.lockgate.v1.TriggerCheckpointsResponse\x12_\n" +
 	"\x10CommitCheckpoint\x12$.lockgate.v1.CommitCheckpointRequest\x1a%.lockgate.v1.CommitCheckpointResponse\x12\\\n" +
 	"\x0fAbortCheckpoint\x12#.lockgate.v1.AbortCheckpointRequest\x1a$.lockgate.v1.AbortCheckpointResponse\x12_\n" +
 	"\x10NotifyAssignment\x12$.lockgate.v1.NotifyAssignmentRequest\x1a%.lockgate.v1.NotifyAssignmentResponse\x12g\n" +
@@ -1153,64 +1311,73 @@ func file_lockgate_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_lockgate_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_lockgate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_lockgate_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_lockgate_v1_executor_proto_goTypes = []any{
-	(TriggerOutcome)(0),               // 0: lockgate.v1.TriggerOutcome
-	(*TriggerCheckpointRequest)(nil),  // 1: lockgate.v1.TriggerCheckpointRequest
-	(*TriggerCheckpointResponse)(nil), // 2: lockgate.v1.TriggerCheckpointResponse
-	(*CommitCheckpointRequest)(nil),   // 3: lockgate.v1.CommitCheckpointRequest
-	(*CommitCheckpointResponse)(nil),  // 4: lockgate.v1.CommitCheckpointResponse
-	(*AbortCheckpointRequest)(nil),    // 5: lockgate.v1.AbortCheckpointRequest
-	(*AbortCheckpointResponse)(nil),   // 6: lockgate.v1.AbortCheckpointResponse
-	(*NotifyAssignmentRequest)(nil),   // 7: lockgate.v1.NotifyAssignmentRequest
-	(*NotifyAssignmentResponse)(nil),  // 8: lockgate.v1.NotifyAssignmentResponse
-	(*GetExecutorStatusRequest)(nil),  // 9: lockgate.v1.GetExecutorStatusRequest
-	(*GetExecutorStatusResponse)(nil), // 10: lockgate.v1.GetExecutorStatusResponse
-	(*CheckpointTask)(nil),            // 11: lockgate.v1.CheckpointTask
-	(*TaskTriggerResult)(nil),         // 12: lockgate.v1.TaskTriggerResult
-	nil,                               // 13: lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntry
-	nil,                               // 14: lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntry
-	(*LeaderEpoch)(nil),               // 15: lockgate.v1.LeaderEpoch
-	(*SinkHandle)(nil),                // 16: lockgate.v1.SinkHandle
-	(*TaskStatus)(nil),                // 17: lockgate.v1.TaskStatus
-	(*timestamppb.Timestamp)(nil),     // 18: google.protobuf.Timestamp
-	(*TaskId)(nil),                    // 19: lockgate.v1.TaskId
-	(*PartitionOffset)(nil),           // 20: lockgate.v1.PartitionOffset
+	(TriggerOutcome)(0),                // 0: lockgate.v1.TriggerOutcome
+	(*TriggerCheckpointRequest)(nil),   // 1: lockgate.v1.TriggerCheckpointRequest
+	(*TriggerCheckpointResponse)(nil),  // 2: lockgate.v1.TriggerCheckpointResponse
+	(*TriggerCheckpointsRequest)(nil),  // 3: lockgate.v1.TriggerCheckpointsRequest
+	(*TriggerCheckpointsResponse)(nil), // 4: lockgate.v1.TriggerCheckpointsResponse
+	(*CommitCheckpointRequest)(nil),    // 5: lockgate.v1.CommitCheckpointRequest
+	(*CommitCheckpointResponse)(nil),   // 6: lockgate.v1.CommitCheckpointResponse
+	(*AbortCheckpointRequest)(nil),     // 7: lockgate.v1.AbortCheckpointRequest
+	(*AbortCheckpointResponse)(nil),    // 8: lockgate.v1.AbortCheckpointResponse
+	(*NotifyAssignmentRequest)(nil),    // 9: lockgate.v1.NotifyAssignmentRequest
+	(*NotifyAssignmentResponse)(nil),   // 10: lockgate.v1.NotifyAssignmentResponse
+	(*GetExecutorStatusRequest)(nil),   // 11: lockgate.v1.GetExecutorStatusRequest
+	(*GetExecutorStatusResponse)(nil),  // 12: lockgate.v1.GetExecutorStatusResponse
+	(*CheckpointTask)(nil),             // 13: lockgate.v1.CheckpointTask
+	(*TaskTriggerResult)(nil),          // 14: lockgate.v1.TaskTriggerResult
+	nil,                                // 15: lockgate.v1.TriggerCheckpointRequest.TraceContextEntry
+	nil,                                // 16: lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntry
+	nil,                                // 17: lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntry
+	(*LeaderEpoch)(nil),                // 18: lockgate.v1.LeaderEpoch
+	(*SinkHandle)(nil),                 // 19: lockgate.v1.SinkHandle
+	(*TaskStatus)(nil),                 // 20: lockgate.v1.TaskStatus
+	(*timestamppb.Timestamp)(nil),      // 21: google.protobuf.Timestamp
+	(*TaskId)(nil),                     // 22: lockgate.v1.TaskId
+	(*PartitionOffset)(nil),            // 23: lockgate.v1.PartitionOffset
 }
 var file_lockgate_v1_executor_proto_depIdxs = []int32{
-	15, // 0: lockgate.v1.TriggerCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	11, // 1: lockgate.v1.TriggerCheckpointRequest.tasks:type_name -> lockgate.v1.CheckpointTask
-	12, // 2: lockgate.v1.TriggerCheckpointResponse.results:type_name -> lockgate.v1.TaskTriggerResult
-	15, // 3: lockgate.v1.CommitCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	16, // 4: lockgate.v1.CommitCheckpointRequest.handles:type_name -> lockgate.v1.SinkHandle
-	13, // 5: lockgate.v1.CommitCheckpointRequest.sink_properties:type_name -> lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntry
-	15, // 6: lockgate.v1.AbortCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	16, // 7: lockgate.v1.AbortCheckpointRequest.handles:type_name -> lockgate.v1.SinkHandle
-	14, // 8: lockgate.v1.AbortCheckpointRequest.sink_properties:type_name -> lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntry
-	15, // 9: lockgate.v1.NotifyAssignmentRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	15, // 10: lockgate.v1.GetExecutorStatusRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
-	15, // 11: lockgate.v1.GetExecutorStatusResponse.highest_leader_epoch_seen:type_name -> lockgate.v1.LeaderEpoch
-	17, // 12: lockgate.v1.GetExecutorStatusResponse.tasks:type_name -> lockgate.v1.TaskStatus
-	18, // 13: lockgate.v1.GetExecutorStatusResponse.start_time:type_name -> google.protobuf.Timestamp
-	19, // 14: lockgate.v1.CheckpointTask.task_id:type_name -> lockgate.v1.TaskId
-	20, // 15: lockgate.v1.CheckpointTask.start_offsets:type_name -> lockgate.v1.PartitionOffset
-	19, // 16: lockgate.v1.TaskTriggerResult.task_id:type_name -> lockgate.v1.TaskId
-	0,  // 17: lockgate.v1.TaskTriggerResult.outcome:type_name -> lockgate.v1.TriggerOutcome
-	1,  // 18: lockgate.v1.ExecutorService.TriggerCheckpoint:input_type -> lockgate.v1.TriggerCheckpointRequest
-	3,  // 19: lockgate.v1.ExecutorService.CommitCheckpoint:input_type -> lockgate.v1.CommitCheckpointRequest
-	5,  // 20: lockgate.v1.ExecutorService.AbortCheckpoint:input_type -> lockgate.v1.AbortCheckpointRequest
-	7,  // 21: lockgate.v1.ExecutorService.NotifyAssignment:input_type -> lockgate.v1.NotifyAssignmentRequest
-	9,  // 22: lockgate.v1.ExecutorService.GetExecutorStatus:input_type -> lockgate.v1.GetExecutorStatusRequest
-	2,  // 23: lockgate.v1.ExecutorService.TriggerCheckpoint:output_type -> lockgate.v1.TriggerCheckpointResponse
-	4,  // 24: lockgate.v1.ExecutorService.CommitCheckpoint:output_type -> lockgate.v1.CommitCheckpointResponse
-	6,  // 25: lockgate.v1.ExecutorService.AbortCheckpoint:output_type -> lockgate.v1.AbortCheckpointResponse
-	8,  // 26: lockgate.v1.ExecutorService.NotifyAssignment:output_type -> lockgate.v1.NotifyAssignmentResponse
-	10, // 27: lockgate.v1.ExecutorService.GetExecutorStatus:output_type -> lockgate.v1.GetExecutorStatusResponse
-	23, // [23:28] is the sub-list for method output_type
-	18, // [18:23] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	18, // 0: lockgate.v1.TriggerCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	13, // 1: lockgate.v1.TriggerCheckpointRequest.tasks:type_name -> lockgate.v1.CheckpointTask
+	15, // 2: lockgate.v1.TriggerCheckpointRequest.trace_context:type_name -> lockgate.v1.TriggerCheckpointRequest.TraceContextEntry
+	14, // 3: lockgate.v1.TriggerCheckpointResponse.results:type_name -> lockgate.v1.TaskTriggerResult
+	18, // 4: lockgate.v1.TriggerCheckpointsRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	1,  // 5: lockgate.v1.TriggerCheckpointsRequest.triggers:type_name -> lockgate.v1.TriggerCheckpointRequest
+	2,  // 6: lockgate.v1.TriggerCheckpointsResponse.responses:type_name -> lockgate.v1.TriggerCheckpointResponse
+	18, // 7: lockgate.v1.CommitCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	19, // 8: lockgate.v1.CommitCheckpointRequest.handles:type_name -> lockgate.v1.SinkHandle
+	16, // 9: lockgate.v1.CommitCheckpointRequest.sink_properties:type_name -> lockgate.v1.CommitCheckpointRequest.SinkPropertiesEntry
+	18, // 10: lockgate.v1.AbortCheckpointRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	19, // 11: lockgate.v1.AbortCheckpointRequest.handles:type_name -> lockgate.v1.SinkHandle
+	17, // 12: lockgate.v1.AbortCheckpointRequest.sink_properties:type_name -> lockgate.v1.AbortCheckpointRequest.SinkPropertiesEntry
+	18, // 13: lockgate.v1.NotifyAssignmentRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	18, // 14: lockgate.v1.GetExecutorStatusRequest.leader_epoch:type_name -> lockgate.v1.LeaderEpoch
+	18, // 15: lockgate.v1.GetExecutorStatusResponse.highest_leader_epoch_seen:type_name -> lockgate.v1.LeaderEpoch
+	20, // 16: lockgate.v1.GetExecutorStatusResponse.tasks:type_name -> lockgate.v1.TaskStatus
+	21, // 17: lockgate.v1.GetExecutorStatusResponse.start_time:type_name -> google.protobuf.Timestamp
+	22, // 18: lockgate.v1.CheckpointTask.task_id:type_name -> lockgate.v1.TaskId
+	23, // 19: lockgate.v1.CheckpointTask.start_offsets:type_name -> lockgate.v1.PartitionOffset
+	22, // 20: lockgate.v1.TaskTriggerResult.task_id:type_name -> lockgate.v1.TaskId
+	0,  // 21: lockgate.v1.TaskTriggerResult.outcome:type_name -> lockgate.v1.TriggerOutcome
+	1,  // 22: lockgate.v1.ExecutorService.TriggerCheckpoint:input_type -> lockgate.v1.TriggerCheckpointRequest
+	3,  // 23: lockgate.v1.ExecutorService.TriggerCheckpoints:input_type -> lockgate.v1.TriggerCheckpointsRequest
+	5,  // 24: lockgate.v1.ExecutorService.CommitCheckpoint:input_type -> lockgate.v1.CommitCheckpointRequest
+	7,  // 25: lockgate.v1.ExecutorService.AbortCheckpoint:input_type -> lockgate.v1.AbortCheckpointRequest
+	9,  // 26: lockgate.v1.ExecutorService.NotifyAssignment:input_type -> lockgate.v1.NotifyAssignmentRequest
+	11, // 27: lockgate.v1.ExecutorService.GetExecutorStatus:input_type -> lockgate.v1.GetExecutorStatusRequest
+	2,  // 28: lockgate.v1.ExecutorService.TriggerCheckpoint:output_type -> lockgate.v1.TriggerCheckpointResponse
+	4,  // 29: lockgate.v1.ExecutorService.TriggerCheckpoints:output_type -> lockgate.v1.TriggerCheckpointsResponse
+	6,  // 30: lockgate.v1.ExecutorService.CommitCheckpoint:output_type -> lockgate.v1.CommitCheckpointResponse
+	8,  // 31: lockgate.v1.ExecutorService.AbortCheckpoint:output_type -> lockgate.v1.AbortCheckpointResponse
+	10, // 32: lockgate.v1.ExecutorService.NotifyAssignment:output_type -> lockgate.v1.NotifyAssignmentResponse
+	12, // 33: lockgate.v1.ExecutorService.GetExecutorStatus:output_type -> lockgate.v1.GetExecutorStatusResponse
+	28, // [28:34] is the sub-list for method output_type
+	22, // [22:28] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_lockgate_v1_executor_proto_init() }
@@ -1225,7 +1392,7 @@ func file_lockgate_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockgate_v1_executor_proto_rawDesc), len(file_lockgate_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

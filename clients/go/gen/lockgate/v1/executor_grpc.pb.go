@@ -25,11 +25,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ExecutorService_TriggerCheckpoint_FullMethodName = "/lockgate.v1.ExecutorService/TriggerCheckpoint"
-	ExecutorService_CommitCheckpoint_FullMethodName  = "/lockgate.v1.ExecutorService/CommitCheckpoint"
-	ExecutorService_AbortCheckpoint_FullMethodName   = "/lockgate.v1.ExecutorService/AbortCheckpoint"
-	ExecutorService_NotifyAssignment_FullMethodName  = "/lockgate.v1.ExecutorService/NotifyAssignment"
-	ExecutorService_GetExecutorStatus_FullMethodName = "/lockgate.v1.ExecutorService/GetExecutorStatus"
+	ExecutorService_TriggerCheckpoint_FullMethodName  = "/lockgate.v1.ExecutorService/TriggerCheckpoint"
+	ExecutorService_TriggerCheckpoints_FullMethodName = "/lockgate.v1.ExecutorService/TriggerCheckpoints"
+	ExecutorService_CommitCheckpoint_FullMethodName   = "/lockgate.v1.ExecutorService/CommitCheckpoint"
+	ExecutorService_AbortCheckpoint_FullMethodName    = "/lockgate.v1.ExecutorService/AbortCheckpoint"
+	ExecutorService_NotifyAssignment_FullMethodName   = "/lockgate.v1.ExecutorService/NotifyAssignment"
+	ExecutorService_GetExecutorStatus_FullMethodName  = "/lockgate.v1.ExecutorService/GetExecutorStatus"
 )
 
 // ExecutorServiceClient is the client API for ExecutorService service.
@@ -65,6 +66,15 @@ type ExecutorServiceClient interface {
 	// FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
 	// generation), INVALID_ARGUMENT, UNAVAILABLE.
 	TriggerCheckpoint(ctx context.Context, in *TriggerCheckpointRequest, opts ...grpc.CallOption) (*TriggerCheckpointResponse, error)
+	// TriggerCheckpoints is TriggerCheckpoint for several pipelines' checkpoints on this
+	// executor in one call: the leader sends one per executor per pass instead of one per
+	// pipeline. The call is fenced once, by its own leader_epoch and executor registration;
+	// then each trigger is answered as TriggerCheckpoint would answer it, in request order.
+	// The call is checked whole: one malformed trigger refuses them all with
+	// INVALID_ARGUMENT naming `triggers[i]`'s field, and nothing starts. An executor that
+	// does not serve it answers UNIMPLEMENTED, and the leader then sends TriggerCheckpoint
+	// per pipeline. Errors: as TriggerCheckpoint.
+	TriggerCheckpoints(ctx context.Context, in *TriggerCheckpointsRequest, opts ...grpc.CallOption) (*TriggerCheckpointsResponse, error)
 	// CommitCheckpoint commits the given sink handles of a COMPLETE checkpoint (step 4),
 	// through the resume path (FindCoordinator + EndTxn with the stored producer id and
 	// epoch), whichever executor pre-committed them. Idempotent: committing an already
@@ -111,6 +121,16 @@ func (c *executorServiceClient) TriggerCheckpoint(ctx context.Context, in *Trigg
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(TriggerCheckpointResponse)
 	err := c.cc.Invoke(ctx, ExecutorService_TriggerCheckpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executorServiceClient) TriggerCheckpoints(ctx context.Context, in *TriggerCheckpointsRequest, opts ...grpc.CallOption) (*TriggerCheckpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TriggerCheckpointsResponse)
+	err := c.cc.Invoke(ctx, ExecutorService_TriggerCheckpoints_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -190,6 +210,15 @@ type ExecutorServiceServer interface {
 	// FAILED_PRECONDITION with a FencingFailure (stale leader epoch or executor
 	// generation), INVALID_ARGUMENT, UNAVAILABLE.
 	TriggerCheckpoint(context.Context, *TriggerCheckpointRequest) (*TriggerCheckpointResponse, error)
+	// TriggerCheckpoints is TriggerCheckpoint for several pipelines' checkpoints on this
+	// executor in one call: the leader sends one per executor per pass instead of one per
+	// pipeline. The call is fenced once, by its own leader_epoch and executor registration;
+	// then each trigger is answered as TriggerCheckpoint would answer it, in request order.
+	// The call is checked whole: one malformed trigger refuses them all with
+	// INVALID_ARGUMENT naming `triggers[i]`'s field, and nothing starts. An executor that
+	// does not serve it answers UNIMPLEMENTED, and the leader then sends TriggerCheckpoint
+	// per pipeline. Errors: as TriggerCheckpoint.
+	TriggerCheckpoints(context.Context, *TriggerCheckpointsRequest) (*TriggerCheckpointsResponse, error)
 	// CommitCheckpoint commits the given sink handles of a COMPLETE checkpoint (step 4),
 	// through the resume path (FindCoordinator + EndTxn with the stored producer id and
 	// epoch), whichever executor pre-committed them. Idempotent: committing an already
@@ -234,6 +263,9 @@ type UnimplementedExecutorServiceServer struct{}
 
 func (UnimplementedExecutorServiceServer) TriggerCheckpoint(context.Context, *TriggerCheckpointRequest) (*TriggerCheckpointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TriggerCheckpoint not implemented")
+}
+func (UnimplementedExecutorServiceServer) TriggerCheckpoints(context.Context, *TriggerCheckpointsRequest) (*TriggerCheckpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TriggerCheckpoints not implemented")
 }
 func (UnimplementedExecutorServiceServer) CommitCheckpoint(context.Context, *CommitCheckpointRequest) (*CommitCheckpointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CommitCheckpoint not implemented")
@@ -282,6 +314,24 @@ func _ExecutorService_TriggerCheckpoint_Handler(srv interface{}, ctx context.Con
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ExecutorServiceServer).TriggerCheckpoint(ctx, req.(*TriggerCheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutorService_TriggerCheckpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TriggerCheckpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutorServiceServer).TriggerCheckpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutorService_TriggerCheckpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutorServiceServer).TriggerCheckpoints(ctx, req.(*TriggerCheckpointsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -368,6 +418,10 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TriggerCheckpoint",
 			Handler:    _ExecutorService_TriggerCheckpoint_Handler,
+		},
+		{
+			MethodName: "TriggerCheckpoints",
+			Handler:    _ExecutorService_TriggerCheckpoints_Handler,
 		},
 		{
 			MethodName: "CommitCheckpoint",

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file lockgate/v1/executor.proto.
  */
 export const file_lockgate_v1_executor: GenFile = /*@__PURE__*/
-  fileDesc("Chpsb2NrZ2F0ZS92MS9leGVjdXRvci5wcm90bxILbG9ja2dhdGUudjEilgIKGFRyaWdnZXJDaGVja3BvaW50UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEi4KDGxlYWRlcl9lcG9jaBgCIAEoCzIYLmxvY2tnYXRlLnYxLkxlYWRlckVwb2NoEhMKC2V4ZWN1dG9yX2lkGAMgASgJEhsKE2V4ZWN1dG9yX2dlbmVyYXRpb24YBCABKAMSFQoNcGlwZWxpbmVfbmFtZRgFIAEoCRIVCg1jaGVja3BvaW50X2lkGAYgASgDEhYKDmNvbmZpZ192ZXJzaW9uGAcgASgDEioKBXRhc2tzGAggAygLMhsubG9ja2dhdGUudjEuQ2hlY2twb2ludFRhc2sSEgoKdGltZW91dF9tcxgJIAEoAyJMChlUcmlnZ2VyQ2hlY2twb2ludFJlc3BvbnNlEi8KB3Jlc3VsdHMYASADKAsyHi5sb2NrZ2F0ZS52MS5UYXNrVHJpZ2dlclJlc3VsdCLxAgoXQ29tbWl0Q2hlY2twb2ludFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIuCgxsZWFkZXJfZXBvY2gYAiABKAsyGC5sb2NrZ2F0ZS52MS5MZWFkZXJFcG9jaBITCgtleGVjdXRvcl9pZBgDIAEoCRIbChNleGVjdXRvcl9nZW5lcmF0aW9uGAQgASgDEhUKDXBpcGVsaW5lX25hbWUYBSABKAkSFQoNY2hlY2twb2ludF9pZBgGIAEoAxIoCgdoYW5kbGVzGAcgAygLMhcubG9ja2dhdGUudjEuU2lua0hhbmRsZRJRCg9zaW5rX3Byb3BlcnRpZXMYCCADKAsyOC5sb2NrZ2F0ZS52MS5Db21taXRDaGVja3BvaW50UmVxdWVzdC5TaW5rUHJvcGVydGllc0VudHJ5GjUKE1NpbmtQcm9wZXJ0aWVzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJRChhDb21taXRDaGVja3BvaW50UmVzcG9uc2USGQoRaGFuZGxlc19jb21taXR0ZWQYASABKAUSGgoSY29tbWl0X2R1cmF0aW9uX21zGAIgASgDIv8CChZBYm9ydENoZWNrcG9pbnRSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSLgoMbGVhZGVyX2Vwb2NoGAIgASgLMhgubG9ja2dhdGUudjEuTGVhZGVyRXBvY2gSEwoLZXhlY3V0b3JfaWQYAyABKAkSGwoTZXhlY3V0b3JfZ2VuZXJhdGlvbhgEIAEoAxIVCg1waXBlbGluZV9uYW1lGAUgASgJEhUKDWNoZWNrcG9pbnRfaWQYBiABKAMSKAoHaGFuZGxlcxgHIAMoCzIXLmxvY2tnYXRlLnYxLlNpbmtIYW5kbGUSDgoGcmVhc29uGAggASgJElAKD3NpbmtfcHJvcGVydGllcxgJIAMoCzI3LmxvY2tnYXRlLnYxLkFib3J0Q2hlY2twb2ludFJlcXVlc3QuU2lua1Byb3BlcnRpZXNFbnRyeRo1ChNTaW5rUHJvcGVydGllc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiTQoXQWJvcnRDaGVja3BvaW50UmVzcG9uc2USFwoPaGFuZGxlc19hYm9ydGVkGAEgASgFEhkKEWFib3J0X2R1cmF0aW9uX21zGAIgASgDIo8BChdOb3RpZnlBc3NpZ25tZW50UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEi4KDGxlYWRlcl9lcG9jaBgCIAEoCzIYLmxvY2tnYXRlLnYxLkxlYWRlckVwb2NoEhMKC2V4ZWN1dG9yX2lkGAMgASgJEhsKE2V4ZWN1dG9yX2dlbmVyYXRpb24YBCABKAMiGgoYTm90aWZ5QXNzaWdubWVudFJlc3BvbnNlIkoKGEdldEV4ZWN1dG9yU3RhdHVzUmVxdWVzdBIuCgxsZWFkZXJfZXBvY2gYASABKAsyGC5sb2NrZ2F0ZS52MS5MZWFkZXJFcG9jaCLPAgoZR2V0RXhlY3V0b3JTdGF0dXNSZXNwb25zZRITCgtleGVjdXRvcl9pZBgBIAEoCRIbChNleGVjdXRvcl9nZW5lcmF0aW9uGAIgASgDEhIKCnNlc3Npb25faWQYAyABKAkSOwoZaGlnaGVzdF9sZWFkZXJfZXBvY2hfc2VlbhgEIAEoCzIYLmxvY2tnYXRlLnYxLkxlYWRlckVwb2NoEiYKBXRhc2tzGAUgAygLMhcubG9ja2dhdGUudjEuVGFza1N0YXR1cxIUCgxzcGFya19tYXN0ZXIYBiABKAkSLgoKc3RhcnRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJdXB0aW1lX21zGAggASgDEg8KB3ZlcnNpb24YCSABKAkSHQoVY29vcmRpbmF0b3JfYWRkcmVzc2VzGAogAygJIqUBCg5DaGVja3BvaW50VGFzaxIkCgd0YXNrX2lkGAEgASgLMhMubG9ja2dhdGUudjEuVGFza0lkEhcKD3Rhc2tfZ2VuZXJhdGlvbhgCIAEoAxIzCg1zdGFydF9vZmZzZXRzGAMgAygLMhwubG9ja2dhdGUudjEuUGFydGl0aW9uT2Zmc2V0Eh8KF3RyYW5zYWN0aW9uYWxfaWRfcHJlZml4GAQgASgJIpgBChFUYXNrVHJpZ2dlclJlc3VsdBIkCgd0YXNrX2lkGAEgASgLMhMubG9ja2dhdGUudjEuVGFza0lkEiwKB291dGNvbWUYAiABKA4yGy5sb2NrZ2F0ZS52MS5UcmlnZ2VyT3V0Y29tZRIfChdjdXJyZW50X3Rhc2tfZ2VuZXJhdGlvbhgDIAEoAxIOCgZyZWFzb24YBCABKAkq1QEKDlRyaWdnZXJPdXRjb21lEh8KG1RSSUdHRVJfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhwKGFRSSUdHRVJfT1VUQ09NRV9BQ0NFUFRFRBABEh0KGVRSSUdHRVJfT1VUQ09NRV9EVVBMSUNBVEUQAhIkCiBUUklHR0VSX09VVENPTUVfU1RBTEVfR0VORVJBVElPThADEiAKHFRSSUdHRVJfT1VUQ09NRV9OT1RfQVNTSUdORUQQBBIdChlUUklHR0VSX09VVENPTUVfTk9UX1JFQURZEAUy/gMKD0V4ZWN1dG9yU2VydmljZRJiChFUcmlnZ2VyQ2hlY2twb2ludBIlLmxvY2tnYXRlLnYxLlRyaWdnZXJDaGVja3BvaW50UmVxdWVzdBomLmxvY2tnYXRlLnYxLlRyaWdnZXJDaGVja3BvaW50UmVzcG9uc2USXwoQQ29tbWl0Q2hlY2twb2ludBIkLmxvY2tnYXRlLnYxLkNvbW1pdENoZWNrcG9pbnRSZXF1ZXN0GiUubG9ja2dhdGUudjEuQ29tbWl0Q2hlY2twb2ludFJlc3BvbnNlElwKD0Fib3J0Q2hlY2twb2ludBIjLmxvY2tnYXRlLnYxLkFib3J0Q2hlY2twb2ludFJlcXVlc3QaJC5sb2NrZ2F0ZS52MS5BYm9ydENoZWNrcG9pbnRSZXNwb25zZRJfChBOb3RpZnlBc3NpZ25tZW50EiQubG9ja2dhdGUudjEuTm90aWZ5QXNzaWdubWVudFJlcXVlc3QaJS5sb2NrZ2F0ZS52MS5Ob3RpZnlBc3NpZ25tZW50UmVzcG9uc2USZwoRR2V0RXhlY3V0b3JTdGF0dXMSJS5sb2NrZ2F0ZS52MS5HZXRFeGVjdXRvclN0YXR1c1JlcXVlc3QaJi5sb2NrZ2F0ZS52MS5HZXRFeGVjdXRvclN0YXR1c1Jlc3BvbnNlIgOQAgFCXgoPZGV2LmxvY2tnYXRlLnYxQg1FeGVjdXRvclByb3RvUAFaOmdpdGh1Yi5jb20vbG9ja2dhdGUvbG9ja2dhdGUvZ2VuL2dvL2xvY2tnYXRlL3YxO2xvY2tnYXRldjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_lockgate_v1_common]);
+  fileDesc("Chpsb2NrZ2F0ZS92MS9leGVjdXRvci5wcm90bxILbG9ja2dhdGUudjEimwMKGFRyaWdnZXJDaGVja3BvaW50UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEi4KDGxlYWRlcl9lcG9jaBgCIAEoCzIYLmxvY2tnYXRlLnYxLkxlYWRlckVwb2NoEhMKC2V4ZWN1dG9yX2lkGAMgASgJEhsKE2V4ZWN1dG9yX2dlbmVyYXRpb24YBCABKAMSFQoNcGlwZWxpbmVfbmFtZRgFIAEoCRIVCg1jaGVja3BvaW50X2lkGAYgASgDEhYKDmNvbmZpZ192ZXJzaW9uGAcgASgDEioKBXRhc2tzGAggAygLMhsubG9ja2dhdGUudjEuQ2hlY2twb2ludFRhc2sSEgoKdGltZW91dF9tcxgJIAEoAxJOCg10cmFjZV9jb250ZXh0GAogAygLMjcubG9ja2dhdGUudjEuVHJpZ2dlckNoZWNrcG9pbnRSZXF1ZXN0LlRyYWNlQ29udGV4dEVudHJ5GjMKEVRyYWNlQ29udGV4dEVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiTAoZVHJpZ2dlckNoZWNrcG9pbnRSZXNwb25zZRIvCgdyZXN1bHRzGAEgAygLMh4ubG9ja2dhdGUudjEuVGFza1RyaWdnZXJSZXN1bHQiygEKGVRyaWdnZXJDaGVja3BvaW50c1JlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIuCgxsZWFkZXJfZXBvY2gYAiABKAsyGC5sb2NrZ2F0ZS52MS5MZWFkZXJFcG9jaBITCgtleGVjdXRvcl9pZBgDIAEoCRIbChNleGVjdXRvcl9nZW5lcmF0aW9uGAQgASgDEjcKCHRyaWdnZXJzGAUgAygLMiUubG9ja2dhdGUudjEuVHJpZ2dlckNoZWNrcG9pbnRSZXF1ZXN0IlcKGlRyaWdnZXJDaGVja3BvaW50c1Jlc3BvbnNlEjkKCXJlc3BvbnNlcxgBIAMoCzImLmxvY2tnYXRlLnYxLlRyaWdnZXJDaGVja3BvaW50UmVzcG9uc2Ui8QIKF0NvbW1pdENoZWNrcG9pbnRSZXF1ZXN0EhIKCnJlcXVlc3RfaWQYASABKAkSLgoMbGVhZGVyX2Vwb2NoGAIgASgLMhgubG9ja2dhdGUudjEuTGVhZGVyRXBvY2gSEwoLZXhlY3V0b3JfaWQYAyABKAkSGwoTZXhlY3V0b3JfZ2VuZXJhdGlvbhgEIAEoAxIVCg1waXBlbGluZV9uYW1lGAUgASgJEhUKDWNoZWNrcG9pbnRfaWQYBiABKAMSKAoHaGFuZGxlcxgHIAMoCzIXLmxvY2tnYXRlLnYxLlNpbmtIYW5kbGUSUQoPc2lua19wcm9wZXJ0aWVzGAggAygLMjgubG9ja2dhdGUudjEuQ29tbWl0Q2hlY2twb2ludFJlcXVlc3QuU2lua1Byb3BlcnRpZXNFbnRyeRo1ChNTaW5rUHJvcGVydGllc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiUQoYQ29tbWl0Q2hlY2twb2ludFJlc3BvbnNlEhkKEWhhbmRsZXNfY29tbWl0dGVkGAEgASgFEhoKEmNvbW1pdF9kdXJhdGlvbl9tcxgCIAEoAyL/AgoWQWJvcnRDaGVja3BvaW50UmVxdWVzdBISCgpyZXF1ZXN0X2lkGAEgASgJEi4KDGxlYWRlcl9lcG9jaBgCIAEoCzIYLmxvY2tnYXRlLnYxLkxlYWRlckVwb2NoEhMKC2V4ZWN1dG9yX2lkGAMgASgJEhsKE2V4ZWN1dG9yX2dlbmVyYXRpb24YBCABKAMSFQoNcGlwZWxpbmVfbmFtZRgFIAEoCRIVCg1jaGVja3BvaW50X2lkGAYgASgDEigKB2hhbmRsZXMYByADKAsyFy5sb2NrZ2F0ZS52MS5TaW5rSGFuZGxlEg4KBnJlYXNvbhgIIAEoCRJQCg9zaW5rX3Byb3BlcnRpZXMYCSADKAsyNy5sb2NrZ2F0ZS52MS5BYm9ydENoZWNrcG9pbnRSZXF1ZXN0LlNpbmtQcm9wZXJ0aWVzRW50cnkaNQoTU2lua1Byb3BlcnRpZXNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIk0KF0Fib3J0Q2hlY2twb2ludFJlc3BvbnNlEhcKD2hhbmRsZXNfYWJvcnRlZBgBIAEoBRIZChFhYm9ydF9kdXJhdGlvbl9tcxgCIAEoAyKPAQoXTm90aWZ5QXNzaWdubWVudFJlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCRIuCgxsZWFkZXJfZXBvY2gYAiABKAsyGC5sb2NrZ2F0ZS52MS5MZWFkZXJFcG9jaBITCgtleGVjdXRvcl9pZBgDIAEoCRIbChNleGVjdXRvcl9nZW5lcmF0aW9uGAQgASgDIhoKGE5vdGlmeUFzc2lnbm1lbnRSZXNwb25zZSJKChhHZXRFeGVjdXRvclN0YXR1c1JlcXVlc3QSLgoMbGVhZGVyX2Vwb2NoGAEgASgLMhgubG9ja2dhdGUudjEuTGVhZGVyRXBvY2gizwIKGUdldEV4ZWN1dG9yU3RhdHVzUmVzcG9uc2USEwoLZXhlY3V0b3JfaWQYASABKAkSGwoTZXhlY3V0b3JfZ2VuZXJhdGlvbhgCIAEoAxISCgpzZXNzaW9uX2lkGAMgASgJEjsKGWhpZ2hlc3RfbGVhZGVyX2Vwb2NoX3NlZW4YBCABKAsyGC5sb2NrZ2F0ZS52MS5MZWFkZXJFcG9jaBImCgV0YXNrcxgFIAMoCzIXLmxvY2tnYXRlLnYxLlRhc2tTdGF0dXMSFAoMc3BhcmtfbWFzdGVyGAYgASgJEi4KCnN0YXJ0X3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXVwdGltZV9tcxgIIAEoAxIPCgd2ZXJzaW9uGAkgASgJEh0KFWNvb3JkaW5hdG9yX2FkZHJlc3NlcxgKIAMoCSKlAQoOQ2hlY2twb2ludFRhc2sSJAoHdGFza19pZBgBIAEoCzITLmxvY2tnYXRlLnYxLlRhc2tJZBIXCg90YXNrX2dlbmVyYXRpb24YAiABKAMSMwoNc3RhcnRfb2Zmc2V0cxgDIAMoCzIcLmxvY2tnYXRlLnYxLlBhcnRpdGlvbk9mZnNldBIfChd0cmFuc2FjdGlvbmFsX2lkX3ByZWZpeBgEIAEoCSKYAQoRVGFza1RyaWdnZXJSZXN1bHQSJAoHdGFza19pZBgBIAEoCzITLmxvY2tnYXRlLnYxLlRhc2tJZBIsCgdvdXRjb21lGAIgASgOMhsubG9ja2dhdGUudjEuVHJpZ2dlck91dGNvbWUSHwoXY3VycmVudF90YXNrX2dlbmVyYXRpb24YAyABKAMSDgoGcmVhc29uGAQgASgJKtUBCg5UcmlnZ2VyT3V0Y29tZRIfChtUUklHR0VSX09VVENPTUVfVU5TUEVDSUZJRUQQABIcChhUUklHR0VSX09VVENPTUVfQUNDRVBURUQQARIdChlUUklHR0VSX09VVENPTUVfRFVQTElDQVRFEAISJAogVFJJR0dFUl9PVVRDT01FX1NUQUxFX0dFTkVSQVRJT04QAxIgChxUUklHR0VSX09VVENPTUVfTk9UX0FTU0lHTkVEEAQSHQoZVFJJR0dFUl9PVVRDT01FX05PVF9SRUFEWRAFMuUECg9FeGVjdXRvclNlcnZpY2USYgoRVHJpZ2dlckNoZWNrcG9pbnQSJS5sb2NrZ2F0ZS52MS5UcmlnZ2VyQ2hlY2twb2ludFJlcXVlc3QaJi5sb2NrZ2F0ZS52MS5UcmlnZ2VyQ2hlY2twb2ludFJlc3BvbnNlEmUKElRyaWdnZXJDaGVja3BvaW50cxImLmxvY2tnYXRlLnYxLlRyaWdnZXJDaGVja3BvaW50c1JlcXVlc3QaJy5sb2NrZ2F0ZS52MS5UcmlnZ2VyQ2hlY2twb2ludHNSZXNwb25zZRJfChBDb21taXRDaGVja3BvaW50EiQubG9ja2dhdGUudjEuQ29tbWl0Q2hlY2twb2ludFJlcXVlc3QaJS5sb2NrZ2F0ZS52MS5Db21taXRDaGVja3BvaW50UmVzcG9uc2USXAoPQWJvcnRDaGVja3BvaW50EiMubG9ja2dhdGUudjEuQWJvcnRDaGVja3BvaW50UmVxdWVzdBokLmxvY2tnYXRlLnYxLkFib3J0Q2hlY2twb2ludFJlc3BvbnNlEl8KEE5vdGlmeUFzc2lnbm1lbnQSJC5sb2NrZ2F0ZS52MS5Ob3RpZnlBc3NpZ25tZW50UmVxdWVzdBolLmxvY2tnYXRlLnYxLk5vdGlmeUFzc2lnbm1lbnRSZXNwb25zZRJnChFHZXRFeGVjdXRvclN0YXR1cxIlLmxvY2tnYXRlLnYxLkdldEV4ZWN1dG9yU3RhdHVzUmVxdWVzdBomLmxvY2tnYXRlLnYxLkdldEV4ZWN1dG9yU3RhdHVzUmVzcG9uc2UiA5ACAUJeCg9kZXYubG9ja2dhdGUudjFCDUV4ZWN1dG9yUHJvdG9QAVo6Z2l0aHViLmNvbS9sb2NrZ2F0ZS9sb2NrZ2F0ZS9nZW4vZ28vbG9ja2dhdGUvdjE7bG9ja2dhdGV2MWIGcHJvdG8z", [file_google_protobuf_timestamp, file_lockgate_v1_common]);
 
 /**
  * TriggerCheckpointRequest asks for the pre-commit of checkpoint N on some tasks.
@@ -92,6 +92,15 @@ export type TriggerCheckpointRequest = Message<"lockgate.v1.TriggerCheckpointReq
    * @generated from field: int64 timeout_ms = 9;
    */
   timeoutMs: bigint;
+
+  /**
+   * W3C trace context of the leader's trigger step of N (keys `traceparent`,
+   * `tracestate`), set only in a TriggerCheckpoints call, whose own gRPC metadata cannot
+   * carry one trace per pipeline; a TriggerCheckpoint call carries it as metadata.
+   *
+   * @generated from field: map<string, string> trace_context = 10;
+   */
+  traceContext: { [key: string]: string };
 };
 
 /**
@@ -121,6 +130,79 @@ export type TriggerCheckpointResponse = Message<"lockgate.v1.TriggerCheckpointRe
  */
 export const TriggerCheckpointResponseSchema: GenMessage<TriggerCheckpointResponse> = /*@__PURE__*/
   messageDesc(file_lockgate_v1_executor, 1);
+
+/**
+ * TriggerCheckpointsRequest carries several pipelines' triggers to one executor.
+ *
+ * @generated from message lockgate.v1.TriggerCheckpointsRequest
+ */
+export type TriggerCheckpointsRequest = Message<"lockgate.v1.TriggerCheckpointsRequest"> & {
+  /**
+   * Caller-chosen id (UUID) for logs; a repeat of a trigger is recognised as in
+   * TriggerCheckpoint, by pipeline, checkpoint id and task generation.
+   *
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+
+  /**
+   * The calling leader's epoch; refused if lower than the highest the executor has seen.
+   *
+   * @generated from field: lockgate.v1.LeaderEpoch leader_epoch = 2;
+   */
+  leaderEpoch?: LeaderEpoch | undefined;
+
+  /**
+   * Executor id the call is meant for.
+   *
+   * @generated from field: string executor_id = 3;
+   */
+  executorId: string;
+
+  /**
+   * Registration of that executor the call is meant for.
+   *
+   * @generated from field: int64 executor_generation = 4;
+   */
+  executorGeneration: bigint;
+
+  /**
+   * The triggers, at most 1024, each as TriggerCheckpoint carries it, with its own
+   * request_id, leader_epoch, executor_id and executor_generation left unset (the call's
+   * are used; one set to another value than the call's is refused).
+   *
+   * @generated from field: repeated lockgate.v1.TriggerCheckpointRequest triggers = 5;
+   */
+  triggers: TriggerCheckpointRequest[];
+};
+
+/**
+ * Describes the message lockgate.v1.TriggerCheckpointsRequest.
+ * Use `create(TriggerCheckpointsRequestSchema)` to create a new message.
+ */
+export const TriggerCheckpointsRequestSchema: GenMessage<TriggerCheckpointsRequest> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_executor, 2);
+
+/**
+ * TriggerCheckpointsResponse answers each trigger, in the order of the request.
+ *
+ * @generated from message lockgate.v1.TriggerCheckpointsResponse
+ */
+export type TriggerCheckpointsResponse = Message<"lockgate.v1.TriggerCheckpointsResponse"> & {
+  /**
+   * One response per trigger.
+   *
+   * @generated from field: repeated lockgate.v1.TriggerCheckpointResponse responses = 1;
+   */
+  responses: TriggerCheckpointResponse[];
+};
+
+/**
+ * Describes the message lockgate.v1.TriggerCheckpointsResponse.
+ * Use `create(TriggerCheckpointsResponseSchema)` to create a new message.
+ */
+export const TriggerCheckpointsResponseSchema: GenMessage<TriggerCheckpointsResponse> = /*@__PURE__*/
+  messageDesc(file_lockgate_v1_executor, 3);
 
 /**
  * CommitCheckpointRequest asks for the commit of a COMPLETE checkpoint's handles.
@@ -193,7 +275,7 @@ export type CommitCheckpointRequest = Message<"lockgate.v1.CommitCheckpointReque
  * Use `create(CommitCheckpointRequestSchema)` to create a new message.
  */
 export const CommitCheckpointRequestSchema: GenMessage<CommitCheckpointRequest> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 2);
+  messageDesc(file_lockgate_v1_executor, 4);
 
 /**
  * CommitCheckpointResponse is the ack: every handle of the request is committed.
@@ -221,7 +303,7 @@ export type CommitCheckpointResponse = Message<"lockgate.v1.CommitCheckpointResp
  * Use `create(CommitCheckpointResponseSchema)` to create a new message.
  */
 export const CommitCheckpointResponseSchema: GenMessage<CommitCheckpointResponse> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 3);
+  messageDesc(file_lockgate_v1_executor, 5);
 
 /**
  * AbortCheckpointRequest asks for the abort of a checkpoint's handles.
@@ -299,7 +381,7 @@ export type AbortCheckpointRequest = Message<"lockgate.v1.AbortCheckpointRequest
  * Use `create(AbortCheckpointRequestSchema)` to create a new message.
  */
 export const AbortCheckpointRequestSchema: GenMessage<AbortCheckpointRequest> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 4);
+  messageDesc(file_lockgate_v1_executor, 6);
 
 /**
  * AbortCheckpointResponse is the ack: every handle of the request is aborted.
@@ -327,7 +409,7 @@ export type AbortCheckpointResponse = Message<"lockgate.v1.AbortCheckpointRespon
  * Use `create(AbortCheckpointResponseSchema)` to create a new message.
  */
 export const AbortCheckpointResponseSchema: GenMessage<AbortCheckpointResponse> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 5);
+  messageDesc(file_lockgate_v1_executor, 7);
 
 /**
  * NotifyAssignmentRequest says that the executor's assignment changed.
@@ -369,7 +451,7 @@ export type NotifyAssignmentRequest = Message<"lockgate.v1.NotifyAssignmentReque
  * Use `create(NotifyAssignmentRequestSchema)` to create a new message.
  */
 export const NotifyAssignmentRequestSchema: GenMessage<NotifyAssignmentRequest> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 6);
+  messageDesc(file_lockgate_v1_executor, 8);
 
 /**
  * NotifyAssignmentResponse: the executor's next heartbeat is on its way.
@@ -384,7 +466,7 @@ export type NotifyAssignmentResponse = Message<"lockgate.v1.NotifyAssignmentResp
  * Use `create(NotifyAssignmentResponseSchema)` to create a new message.
  */
 export const NotifyAssignmentResponseSchema: GenMessage<NotifyAssignmentResponse> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 7);
+  messageDesc(file_lockgate_v1_executor, 9);
 
 /**
  * GetExecutorStatusRequest asks an executor about itself.
@@ -407,7 +489,7 @@ export type GetExecutorStatusRequest = Message<"lockgate.v1.GetExecutorStatusReq
  * Use `create(GetExecutorStatusRequestSchema)` to create a new message.
  */
 export const GetExecutorStatusRequestSchema: GenMessage<GetExecutorStatusRequest> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 8);
+  messageDesc(file_lockgate_v1_executor, 10);
 
 /**
  * GetExecutorStatusResponse describes the executor and its tasks.
@@ -491,7 +573,7 @@ export type GetExecutorStatusResponse = Message<"lockgate.v1.GetExecutorStatusRe
  * Use `create(GetExecutorStatusResponseSchema)` to create a new message.
  */
 export const GetExecutorStatusResponseSchema: GenMessage<GetExecutorStatusResponse> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 9);
+  messageDesc(file_lockgate_v1_executor, 11);
 
 /**
  * CheckpointTask is one task taking part in checkpoint N.
@@ -536,7 +618,7 @@ export type CheckpointTask = Message<"lockgate.v1.CheckpointTask"> & {
  * Use `create(CheckpointTaskSchema)` to create a new message.
  */
 export const CheckpointTaskSchema: GenMessage<CheckpointTask> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 10);
+  messageDesc(file_lockgate_v1_executor, 12);
 
 /**
  * TaskTriggerResult is the answer for one task of a TriggerCheckpoint.
@@ -578,7 +660,7 @@ export type TaskTriggerResult = Message<"lockgate.v1.TaskTriggerResult"> & {
  * Use `create(TaskTriggerResultSchema)` to create a new message.
  */
 export const TaskTriggerResultSchema: GenMessage<TaskTriggerResult> = /*@__PURE__*/
-  messageDesc(file_lockgate_v1_executor, 11);
+  messageDesc(file_lockgate_v1_executor, 13);
 
 /**
  * TriggerOutcome says whether a task started its pre-commit.
@@ -676,6 +758,23 @@ export const ExecutorService: GenService<{
     methodKind: "unary";
     input: typeof TriggerCheckpointRequestSchema;
     output: typeof TriggerCheckpointResponseSchema;
+  },
+  /**
+   * TriggerCheckpoints is TriggerCheckpoint for several pipelines' checkpoints on this
+   * executor in one call: the leader sends one per executor per pass instead of one per
+   * pipeline. The call is fenced once, by its own leader_epoch and executor registration;
+   * then each trigger is answered as TriggerCheckpoint would answer it, in request order.
+   * The call is checked whole: one malformed trigger refuses them all with
+   * INVALID_ARGUMENT naming `triggers[i]`'s field, and nothing starts. An executor that
+   * does not serve it answers UNIMPLEMENTED, and the leader then sends TriggerCheckpoint
+   * per pipeline. Errors: as TriggerCheckpoint.
+   *
+   * @generated from rpc lockgate.v1.ExecutorService.TriggerCheckpoints
+   */
+  triggerCheckpoints: {
+    methodKind: "unary";
+    input: typeof TriggerCheckpointsRequestSchema;
+    output: typeof TriggerCheckpointsResponseSchema;
   },
   /**
    * CommitCheckpoint commits the given sink handles of a COMPLETE checkpoint (step 4),

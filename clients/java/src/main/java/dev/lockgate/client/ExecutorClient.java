@@ -6,10 +6,11 @@ import java.time.Duration;
 
 /**
  * One executor's {@code lockgate.v1.ExecutorService}, at one address. Only the coordinator leader
- * drives the checkpoint protocol: {@code triggerCheckpoint}, {@code commitCheckpoint} and {@code
- * abortCheckpoint} from anyone else are refused with FAILED_PRECONDITION and a {@link
- * dev.lockgate.v1.FencingFailure} ({@link LockgateException#fencingFailure()}) unless they carry
- * the current leader epoch and executor generation. {@code getExecutorStatus} without a leader
+ * drives the checkpoint protocol: {@code triggerCheckpoint}, {@code triggerCheckpoints}, {@code
+ * commitCheckpoint} and {@code abortCheckpoint} from anyone else are refused with
+ * FAILED_PRECONDITION and a {@link dev.lockgate.v1.FencingFailure} ({@link
+ * LockgateException#fencingFailure()}) unless they carry the current leader epoch and executor
+ * generation. {@code getExecutorStatus} without a leader
  * epoch is the read an operator makes. Thread-safe; get it from {@link
  * LockgateClient#executor(String)}.
  */
@@ -35,6 +36,15 @@ public final class ExecutorClient {
    */
   public TriggerCheckpointResponse triggerCheckpoint(TriggerCheckpointRequest request) {
     return calls.unary(request, ExecutorServiceBlockingStub::triggerCheckpoint);
+  }
+
+  /**
+   * TriggerCheckpoints is TriggerCheckpoint for several pipelines' checkpoints on this executor in
+   * one call, fenced once by the call's leader epoch and executor registration; each trigger is
+   * answered in request order.
+   */
+  public TriggerCheckpointsResponse triggerCheckpoints(TriggerCheckpointsRequest request) {
+    return calls.unary(request, ExecutorServiceBlockingStub::triggerCheckpoints);
   }
 
   /**

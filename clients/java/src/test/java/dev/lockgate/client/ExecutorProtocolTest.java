@@ -40,6 +40,7 @@ import dev.lockgate.v1.Task;
 import dev.lockgate.v1.TaskError;
 import dev.lockgate.v1.TaskState;
 import dev.lockgate.v1.TriggerCheckpointRequest;
+import dev.lockgate.v1.TriggerCheckpointsRequest;
 import io.grpc.Status;
 import java.time.Duration;
 import java.util.Optional;
@@ -52,8 +53,8 @@ import org.junit.jupiter.api.function.Executable;
 
 /**
  * The executor side of the protocol: CoordinatorService's membership and Report* RPCs, made as an
- * executor would, and ExecutorService's four RPCs, whose control calls a client without the
- * leader's tokens must see refused with a FencingFailure.
+ * executor would, and ExecutorService's RPCs, whose control calls a client without the leader's
+ * tokens must see refused with a FencingFailure.
  */
 @ExtendWith(TestbedExtension.class)
 class ExecutorProtocolTest {
@@ -286,6 +287,27 @@ class ExecutorProtocolTest {
                                 dev.lockgate.v1.TaskId.newBuilder().setPipelineName(pipeline))
                             .setTaskGeneration(1))
                     .build());
+    Executable triggers =
+        () ->
+            executor.triggerCheckpoints(
+                TriggerCheckpointsRequest.newBuilder()
+                    .setLeaderEpoch(epoch)
+                    .setExecutorId(status.getExecutorId())
+                    .setExecutorGeneration(staleGeneration)
+                    .addTriggers(
+                        TriggerCheckpointRequest.newBuilder()
+                            .setPipelineName(pipeline)
+                            .setCheckpointId(1)
+                            .setConfigVersion(1)
+                            .setTimeoutMs(1000)
+                            .addTasks(
+                                CheckpointTask.newBuilder()
+                                    .setTaskId(
+                                        dev.lockgate.v1.TaskId.newBuilder()
+                                            .setPipelineName(pipeline))
+                                    .setTaskGeneration(1)
+                                    .setTransactionalIdPrefix(pipeline)))
+                    .build());
     Executable commit =
         () ->
             executor.commitCheckpoint(
@@ -315,7 +337,7 @@ class ExecutorProtocolTest {
                     .setExecutorId(status.getExecutorId())
                     .setExecutorGeneration(staleGeneration)
                     .build());
-    for (Executable call : new Executable[] {trigger, commit, abort, notify}) {
+    for (Executable call : new Executable[] {trigger, triggers, commit, abort, notify}) {
       FencingFailure failure = fencingFailure(assertThrows(LockgateException.class, call));
       assertEquals(FencingToken.FENCING_TOKEN_EXECUTOR_GENERATION, failure.getToken());
       assertEquals(status.getExecutorId(), failure.getSubject());
