@@ -437,6 +437,14 @@ def test_one_trigger_call_starts_several_pipelines_checkpoints_and_is_checked_wh
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "triggers[1].tasks[0].transactional_id_prefix" in (refused.value.details() or "")
 
+    # Over the limit: refused whole, naming the limit.
+    with pytest.raises(grpc.RpcError) as refused:
+        executor.stub.TriggerCheckpoints(
+            _batch_of(executor, script, [trigger("p", [(0, 1)]) for _ in range(1025)]), timeout=5
+        )
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "over the limit of 1024" in (refused.value.details() or "")
+
     # A trigger naming another registration than its call's is refused, not fenced by nothing.
     mismatched = _batch_of(executor, script, [trigger("p", [(0, 1)])])
     mismatched.triggers[0].executor_generation = script.executor_generation + 1
