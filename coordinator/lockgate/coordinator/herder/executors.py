@@ -269,10 +269,7 @@ class ExecutorClient:
             request = _trigger_pb(trigger)
             request.MergeFrom(
                 executor_pb2.TriggerCheckpointRequest(
-                    request_id=uuid.uuid4().hex,
-                    leader_epoch=leader_epoch_pb(fence),
-                    executor_id=str(executor.executor_id),
-                    executor_generation=int(executor.generation),
+                    **_addressed(fence, executor, trigger.pipeline_name)
                 )
             )
             request.ClearField("trace_context")  # the call's metadata carries it
