@@ -82,8 +82,11 @@ def leader(tmp_path: Path, topics: CountedTopics) -> Iterator[Herder]:
     store.close()
 
 
-def progress_of(leader: Herder, topics: CountedTopics, clock: Clock) -> Progress:
-    """The leader's progress measurement over the counted topics, on `clock`."""
+def progress_of(
+    leader: Herder, topics: CountedTopics, clock: Clock, cpu_clock: Clock | None = None
+) -> Progress:
+    """The leader's progress measurement over the counted topics, on `clock` (and
+    `cpu_clock` for the CPU a refresh uses; default: `clock`)."""
     return Progress(
         store=leader.store,
         topics=topics,  # type: ignore[arg-type]
@@ -91,6 +94,7 @@ def progress_of(leader: Herder, topics: CountedTopics, clock: Clock) -> Progress
         membership=leader.membership,
         instruments=Instruments.disabled(),
         clock=clock,
+        cpu_clock=cpu_clock or clock,
     )
 
 
@@ -206,3 +210,22 @@ def test_a_slow_refresh_runs_less_often_so_measuring_stays_a_small_share_of_the_
     assert progress.status_progress(pipeline).warnings == ()
     clock.now += 4 * LAG_REFRESH_S
     assert len(progress.status_progress(pipeline).warnings) == 1
+
+
+def test_a_refresh_waiting_long_for_kafka_keeps_the_interval(
+    leader: Herder, topics: CountedTopics
+) -> None:
+    """Only the CPU a refresh uses stretches the interval: one that waited 3 s for a slow
+    broker (a first connection, an unreachable cluster's timeout) while using no CPU keeps
+    refreshing every `LAG_REFRESH_S`, so its figures are not a minute old."""
+    clock, cpu = Clock(), Clock()
+    progress = progress_of(leader, topics, clock, cpu_clock=cpu)
+    answer = topics.partition_bounds
+
+    def waiting_answer(*args: object) -> dict[TopicPartition, PartitionBounds]:
+        clock.now += 3.0  # the wall clock moves; the refresh thread's CPU time does not
+        return answer(*args)  # type: ignore[arg-type]
+
+    topics.partition_bounds = waiting_answer  # type: ignore[method-assign]
+    progress.refresh(leader.require_fence())
+    assert progress.refresh_every_s == LAG_REFRESH_S

@@ -7,8 +7,10 @@ The arithmetic is `domain/progress.py`; the Kafka offsets come from
 `LAG_REFRESH_S` seconds on a thread of its own (a slow or unreachable Kafka cluster must not
 hold up the work loop's triggers and commits). A refresh reads every pipeline, task and
 position, so at scale it costs the leader in proportion to the cluster: it then runs less
-often, so that it takes at most `LAG_REFRESH_SHARE` of the time (`refresh_interval_s`;
-issue 14, the leader under one core at 10,000 tasks). The lag gauge and the leader's status calls
+often, so that it takes at most `LAG_REFRESH_SHARE` of the leader's CPU (`refresh_interval_s`
+of the refresh thread's CPU time: issue 14, the leader under one core at 10,000 tasks). Time
+spent waiting for Kafka does not count: a slow or unreachable cluster must not make the
+figures older than its answers. The lag gauge and the leader's status calls
 show that measurement, so neither waits for Kafka (a status call warns when the figure is
 old: Kafka has not answered since). A follower's status call measures its pipeline now;
 followers report no lag, task or session gauge (the leader does), so summing over
@@ -54,18 +56,19 @@ from lockgate.coordinator.store.sql_store import SqlStore
 
 #: Seconds between two lag measurements of the leader (each asks Kafka for every pipeline).
 LAG_REFRESH_S = 2.0
-#: At most this share of the time goes to measuring: a refresh that took longer than
-#: `LAG_REFRESH_SHARE * LAG_REFRESH_S` waits longer than `LAG_REFRESH_S` for the next one.
+#: At most this share of the leader's CPU goes to measuring: a refresh that used more CPU
+#: than `LAG_REFRESH_SHARE * LAG_REFRESH_S` waits longer than `LAG_REFRESH_S` for the next one.
 LAG_REFRESH_SHARE = 0.05
 #: A status call warns that the lag is old past this many refreshes without a new figure.
 _STALE_AFTER_REFRESHES = 2
 _LOG = logging.getLogger(__name__)
 
 
-def refresh_interval_s(took_s: float) -> float:
-    """How long after a refresh that took `took_s` the next one starts: `LAG_REFRESH_S`,
-    or longer, so that refreshing takes at most `LAG_REFRESH_SHARE` of the time."""
-    return max(LAG_REFRESH_S, took_s / LAG_REFRESH_SHARE)
+def refresh_interval_s(cpu_s: float) -> float:
+    """How long after a refresh that used `cpu_s` of CPU the next one starts:
+    `LAG_REFRESH_S`, or longer, so that refreshing takes at most `LAG_REFRESH_SHARE` of the
+    leader's CPU."""
+    return max(LAG_REFRESH_S, cpu_s / LAG_REFRESH_SHARE)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class Progress:
         membership: Membership,
         instruments: Instruments,
         clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.thread_time,
     ) -> None:
         self._store = store
         self._topics = topics
@@ -115,6 +119,7 @@ class Progress:
         self._membership = membership
         self._lock = threading.Lock()
         self._clock = clock
+        self._cpu_clock = cpu_clock
         self._lags: dict[PipelineId, tuple[PartitionLag, ...]] = {}
         """The last refresh's lags, for the gauge: a pipeline Kafka did not answer for has none."""
         self._cache: dict[PipelineId, _MeasuredLag] = {}
@@ -199,12 +204,12 @@ class Progress:
         status calls. Leader-only; never raises (a pipeline whose cluster does not answer
         keeps its last figure, and status says how old it is). Three reads and one round of
         ListOffsets per source cluster, however many pipelines; sets `refresh_every_s` from
-        how long it took."""
-        began = self._clock()
+        the CPU it used (this thread's: waiting for Kafka does not count)."""
+        began = self._cpu_clock()
         try:
             self._refresh(fence)
         finally:
-            self.refresh_every_s = refresh_interval_s(self._clock() - began)
+            self.refresh_every_s = refresh_interval_s(self._cpu_clock() - began)
 
     def _refresh(self, fence: Fence) -> None:
         try:
