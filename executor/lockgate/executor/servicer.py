@@ -160,7 +160,10 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         """Start the pre-commit of checkpoint N on the listed tasks (step 1)."""
         self._fenced_control("TriggerCheckpoint", request)
         return self._trigger(
-            *_trigger_tasks(request, field=""), leader=request.leader_epoch, trace_context=None
+            request,
+            _trigger_tasks(request, field=""),
+            leader=request.leader_epoch,
+            trace_context=None,
         )
 
     def TriggerCheckpoints(
@@ -185,13 +188,14 @@ class ExecutorServicer(executor_pb2_grpc.ExecutorServiceServicer):
         return executor_pb2.TriggerCheckpointsResponse(
             responses=[
                 self._trigger(
-                    *one,
+                    trigger,
+                    tasks,
                     leader=request.leader_epoch,
                     trace_context=propagate.extract(dict(trigger.trace_context))
                     if trigger.trace_context
                     else None,
                 )
-                for one, trigger in zip(parsed, request.triggers, strict=True)
+                for trigger, tasks in zip(request.triggers, parsed, strict=True)
             ]
         )
 
@@ -325,7 +329,7 @@ __all__ = ["ExecutorServicer"]
 
 def _trigger_tasks(
     request: executor_pb2.TriggerCheckpointRequest, *, field: str
-) -> tuple[executor_pb2.TriggerCheckpointRequest, list[TriggerTask]]:
+) -> list[TriggerTask]:
     """A trigger's tasks, checked; `field`: the prefix of its fields' names in errors."""
     pipeline = _required(request.pipeline_name, f"{field}pipeline_name", "the pipeline's name")
     if request.checkpoint_id <= 0:
@@ -355,7 +359,7 @@ def _trigger_tasks(
                 transactional_id_prefix=task.transactional_id_prefix,
             )
         )
-    return request, tasks
+    return tasks
 
 
 def _unset_or_same(
