@@ -224,3 +224,88 @@ def test_a_batch_mixing_pipelines_and_checkpoints_completes_each_as_it_alone_wou
         record = store.checkpoints.get_checkpoint(pipeline_id=PipelineId("p"), checkpoint_id=C(n))
         assert record.state is CheckpointState.COMPLETE
     assert restore_points(store) == {**q_ends, **{("p", "in", n): (8, 2) for n in range(4)}}
+
+
+def test_a_checkpoint_with_nothing_to_commit_is_committed_by_its_last_report_in_order(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """A checkpoint no task left a transaction in (no handle: an idle input, or
+    `--data-plane none`) has nothing for step 4 to commit: the leader's report write marks
+    it COMMITTED with COMPLETE, unless an earlier checkpoint of its pipeline still waits for
+    its commit (commits go in order). Each is handed back once, to be counted once; a
+    retried report answers COMMITTED and hands back nothing. The history stays pruned."""
+    store = open_stores()
+    fence = lead(store)
+    p_tasks = pipeline_with_tasks(store, fence, "p")
+    q_tasks = pipeline_with_tasks(store, fence, "q")
+    store.executors.register_executor(fence=fence, executor_id=E1, address="e1:1")
+    store.executors.register_executor(fence=fence, executor_id=E2, address="e2:1")
+    store.pipelines.apply_assignment(
+        fence=fence, assignment={E1: {p_tasks[0], q_tasks[0]}, E2: {p_tasks[1], q_tasks[1]}}
+    )
+    for pipeline in ("p", "p", "q"):  # p: 1 and 2 in flight; q: 1
+        trigger(store, fence=fence, pipeline_id=PipelineId(pipeline))
+
+    def empty(reports: dict[TaskId, Precommit]) -> list[Precommit]:
+        return [dataclasses.replace(r, handles=()) for r in reports.values()]
+
+    p1 = list(reports_of(store, "p", 1, start=0, end=3).values())  # with handles
+    p2 = empty(reports_of(store, "p", 2, start=3, end=3))
+    q1 = empty(reports_of(store, "q", 1, start=0, end=4))
+    committed: list[CheckpointRecord] = []
+    answers = store.checkpoints.record_precommit_batch(
+        fence=fence, precommits=[*p1, *p2, *q1], committed=committed, keep_history=2
+    )
+
+    # p:1 has handles to commit, and p:2 waits for it; q:1 had nothing to commit.
+    assert states(answers) == [CheckpointState.COMPLETE] * 4 + [CheckpointState.COMMITTED] * 2
+    assert [(c.pipeline_id, c.checkpoint_id, c.state) for c in committed] == [
+        ("q", 1, CheckpointState.COMMITTED)
+    ]
+    assert committed[0].committed_at_ms is not None
+    assert committed[0].completed_at_ms is not None
+    assert committed[0].committed_at_ms >= committed[0].completed_at_ms
+    assert restore_points(store)[("q", "in", 0)] == (4, 1)  # COMPLETE's offsets, as ever
+    for n in (1, 2):
+        record = store.checkpoints.get_checkpoint(pipeline_id=PipelineId("p"), checkpoint_id=C(n))
+        assert record.state is CheckpointState.COMPLETE
+
+    # The retried batch: answered COMMITTED, handed back nothing (counted once).
+    again: list[CheckpointRecord] = []
+    retried = store.checkpoints.record_precommit_batch(
+        fence=fence, precommits=q1, committed=again, keep_history=2
+    )
+    assert states(retried) == [CheckpointState.COMMITTED] * 2 and again == []
+
+    # Without the list (the store's other callers), COMPLETE only, as before.
+    trigger(store, fence=fence, pipeline_id=PipelineId("q"))
+    plain = store.checkpoints.record_precommits(
+        fence=fence, precommits=empty(reports_of(store, "q", 2, start=4, end=4))
+    )
+    assert states(plain) == [CheckpointState.COMPLETE]  # one per checkpoint
+    store.checkpoints.mark_committed(fence=fence, keys=[(PipelineId("q"), C(2))])
+
+    # Each path of the leader's writes (a group of reports, a report alone), while the
+    # history is pruned to the newest 2 final checkpoints.
+    start = 4
+    for n in range(3, 7):
+        trigger(store, fence=fence, pipeline_id=PipelineId("q"))
+        reports = empty(reports_of(store, "q", n, start=start, end=start + 1))
+        start += 1
+        committed = []
+        if n % 2:
+            store.checkpoints.record_precommits(
+                fence=fence, precommits=reports, committed=committed, keep_history=2
+            )
+        else:
+            for report in reports:
+                store.checkpoints.record_precommit(
+                    fence=fence, precommit=report, committed=committed, keep_history=2
+                )
+        assert [(c.checkpoint_id, c.state) for c in committed] == [(n, CheckpointState.COMMITTED)]
+    kept = store.checkpoints.list_checkpoints(pipeline_id=PipelineId("q"))
+    assert [(c.checkpoint_id, c.state) for c in kept] == [  # newest first
+        (6, CheckpointState.COMMITTED),
+        (5, CheckpointState.COMMITTED),
+    ]
+    assert restore_points(store)[("q", "in", 0)] == (8, 6)

@@ -32,6 +32,7 @@ from lockgate.coordinator.domain.checkpoints import (
     abort_reason,
     check_handles_abortable,
     checkpoints_to_complete,
+    committed_on_completion,
     first_timed_out,
     next_timeout_at_ms,
     plan_abort,
@@ -182,6 +183,41 @@ def test_completion_is_in_order_and_only_of_fully_precommitted_checkpoints(
         for c in done:
             assert counts[c].precommitted == counts[c].tasks
             assert all(states[e] is not T for e in states if e < start)
+
+
+def test_a_completed_checkpoint_with_nothing_to_commit_commits_at_once_in_order() -> None:
+    # Nothing waits: 1 and 2 completed together, neither left a handle.
+    both = committed_on_completion([C(2), C(1)], states={C(1): T, C(2): T}, with_handles=set())
+    assert both == [1, 2]
+    # 1 has handles to commit: 1 waits for its commit, and 2 waits for 1.
+    assert committed_on_completion([C(1), C(2)], states={}, with_handles={C(1)}) == []
+    # 2 has handles: 1 commits now, 2 waits for its own commit.
+    assert committed_on_completion([C(1), C(2)], states={}, with_handles={C(2)}) == [1]
+    # An earlier COMPLETE checkpoint still committing holds back an empty later one.
+    assert committed_on_completion([C(4)], states={C(3): K, C(4): T}, with_handles=set()) == []
+    # An earlier ABORTED one does not (it commits nothing).
+    assert committed_on_completion([C(4)], states={C(3): A, C(4): T}, with_handles=set()) == [4]
+
+
+@given(
+    st.lists(st.sampled_from([K, A]), max_size=4),
+    st.integers(1, 4),
+    st.sets(st.integers(0, 9)),
+)
+def test_a_checkpoint_commits_at_completion_only_with_no_handle_and_no_earlier_commit_waiting(
+    before: list[CheckpointState], completing: int, handles: set[int]
+) -> None:
+    states = {C(n): s for n, s in enumerate(before)}
+    completed = [C(len(before) + n) for n in range(completing)]
+    with_handles = {C(n) for n in handles}
+    done = committed_on_completion(completed, states=states, with_handles=with_handles)
+    assert done == completed[: len(done)]  # a prefix, in order
+    for c in done:
+        assert c not in with_handles
+        assert all(s is not K for e, s in states.items() if e < c)
+    if len(done) < len(completed):  # stopped by a handle or a commit waiting
+        stopper = completed[len(done)]
+        assert stopper in with_handles or K in states.values()
 
 
 def test_abort_takes_later_in_flight_checkpoints_and_is_idempotent() -> None:

@@ -224,9 +224,16 @@ def test_the_rebalance_plans_only_when_what_it_reads_changed(
 
 
 def precommits_of(
-    leader: Herder, pipeline: str, checkpoint_id: int, *, start: int, end: int
+    leader: Herder,
+    pipeline: str,
+    checkpoint_id: int,
+    *,
+    start: int,
+    end: int,
+    with_handles: bool = True,
 ) -> list[Precommit]:
-    """Each task's report of the checkpoint: the range [start, end) of each partition."""
+    """Each task's report of the checkpoint: the range [start, end) of each partition, and
+    (`with_handles`) the transaction left open on the task's id."""
     store = leader.store
     record = store.checkpoints.get_checkpoint(
         pipeline_id=PipelineId(pipeline), checkpoint_id=CheckpointId(checkpoint_id)
@@ -248,7 +255,9 @@ def precommits_of(
                 offsets=tuple(
                     OffsetRange(tp.topic, tp.partition, start, end) for tp in task.partitions
                 ),
-                handles=(),
+                handles=(TransactionHandle(trigger.transactional_id, 7, 0),)
+                if with_handles
+                else (),
             )
         )
     return reports
@@ -843,6 +852,45 @@ def test_the_report_that_completes_a_checkpoint_starts_its_commit_without_a_pass
         timeout_s=30,
     )
     assert passes == []
+
+
+def test_a_checkpoint_with_nothing_to_commit_is_committed_by_its_last_report_alone(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No task left a transaction (no handle: an idle input, or `--data-plane none`): the
+    report that completes the checkpoint also writes COMMITTED, in its own transaction, on
+    both report paths (an executor's batch, and single reports grouped), with no commit
+    job at all; each checkpoint is counted COMMITTED once, a retried report too."""
+    for name in ("p", "q"):
+        leader.pipelines.create(spec=spec(name, tasks_max=2), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    commit_jobs = counting(monkeypatch, leader.checkpoints, "commit_pending")
+    counted = counting(monkeypatch, leader.checkpoints, "committed")
+    epoch = int(fence.leader_epoch)
+
+    def state(pipeline: str) -> CheckpointState:
+        return leader.store.checkpoints.get_checkpoint(
+            pipeline_id=PipelineId(pipeline), checkpoint_id=CheckpointId(1)
+        ).state
+
+    p_reports = precommits_of(leader, "p", 1, start=0, end=3, with_handles=False)
+    for _ in range(2):  # the batch, then the same batch retried
+        answers = leader.reports.report_precommits(
+            precommits=p_reports, leader_epochs=[epoch] * len(p_reports)
+        )
+        assert {getattr(a, "state", None) for a in answers} == {CheckpointState.COMMITTED}
+    assert state("p") is CheckpointState.COMMITTED
+
+    q_reports = precommits_of(leader, "q", 1, start=0, end=3, with_handles=False)
+    answered = [leader.reports.report_precommit(precommit=r, leader_epoch=epoch) for r in q_reports]
+    assert [a.state for a in answered] == [CheckpointState.TRIGGERED, CheckpointState.COMMITTED]
+    assert state("q") is CheckpointState.COMMITTED
+
+    assert commit_jobs == []
+    marked = [_key(r) for args, _ in counted for r in args[0]]
+    assert marked == [("p", 1), ("q", 1)]
 
 
 #: The read of pipelines' checkpoint states (`rows.checkpoint_states_of`).

@@ -1622,7 +1622,9 @@ class ReportPrecommitResponse(_message.Message):
     CHECKPOINT_STATE_FIELD_NUMBER: _builtins.int
     checkpoint_state: _common_pb2.CheckpointState.ValueType
     """State of N after this report: TRIGGERED (others pending), COMPLETE (this was the
-    last), or ABORTED (too late: the leader aborts the handles, the task may too).
+    last), COMMITTED (this was the last and no task left a transaction to commit, or N was
+    already committed), or ABORTED (too late: the leader aborts the handles, the task may
+    too).
     """
     def __init__(
         self,

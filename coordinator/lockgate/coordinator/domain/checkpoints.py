@@ -365,6 +365,33 @@ def checkpoints_to_complete(
     return done
 
 
+def committed_on_completion(
+    completed: Sequence[CheckpointId],
+    *,
+    states: Mapping[CheckpointId, CheckpointState],
+    with_handles: AbstractSet[CheckpointId],
+) -> list[CheckpointId]:
+    """Of the checkpoints just written COMPLETE (`checkpoints_to_complete`), those that are
+    COMMITTED in the same transaction, in order: the ones with nothing to commit (no task
+    left a transaction open: no handle, `with_handles`) while no earlier checkpoint of the
+    pipeline waits for its commit. Step 4 would call no executor for them, so a separate
+    commit would only write COMMITTED later (an idle pipeline's checkpoints, and every
+    checkpoint of `--data-plane none`).
+
+    `states` are the pipeline's checkpoints not yet COMMITTED as read before the
+    completion: a COMPLETE one earlier than the first completed here must commit first
+    (commits go in order: COMMITTED N+1 before N would leave N's records behind it). The
+    first completed checkpoint with handles stops the walk: the ones after it wait for it.
+    """
+    waiting = [c for c, state in states.items() if state is CheckpointState.COMPLETE]
+    done: list[CheckpointId] = []
+    for checkpoint_id in sorted(completed):
+        if checkpoint_id in with_handles or any(w < checkpoint_id for w in waiting):
+            break
+        done.append(checkpoint_id)
+    return done
+
+
 def plan_abort(
     checkpoint_id: CheckpointId,
     *,

@@ -151,7 +151,7 @@ class CheckpointDriver:
         self._duty_lock = duty_lock
         self._backoff = calls.backoff
         # Final checkpoints kept per pipeline; pruned as each one becomes final.
-        self._keep_history = keep_history
+        self.keep_history = keep_history
         self.traces = traces or CheckpointTraces()
         self.schedule = TriggerSchedule(store=store, lease=lease)
         self._marks: GroupCommit[CheckpointKey, CheckpointRecord] = GroupCommit(
@@ -294,7 +294,7 @@ class CheckpointDriver:
                     pipeline_id=pipeline_id,
                     checkpoint_id=checkpoint_id,
                     task_ids=acked,
-                    keep_history=self._keep_history,
+                    keep_history=self.keep_history,
                 )
             )
         return len(acked) == len({item.task_id for item in items})
@@ -457,17 +457,21 @@ class CheckpointDriver:
         return True
 
     def _mark_committed(self, commit: PendingCommit) -> None:
-        """Mark `commit` COMMITTED; commits of other pipelines marked at the same time
-        share its write transaction (`GroupCommit`)."""
-        committed = self._marks.submit((commit.pipeline_id, commit.checkpoint_id))
-        self._outcomes.committed(committed)
-        self.traces.committed(commit.pipeline_id, commit.checkpoint_id)
-        _LOG.info("checkpoint %s of %s COMMITTED", commit.checkpoint_id, commit.pipeline_id)
+        """Mark `commit` COMMITTED, in one write with others marked meanwhile (`GroupCommit`)."""
+        self.committed([self._marks.submit((commit.pipeline_id, commit.checkpoint_id))])
+
+    def committed(self, records: Iterable[CheckpointRecord]) -> None:
+        """Checkpoints this leader just marked COMMITTED, here or in their last report's
+        transaction (nothing to commit, `reports.py`): count, end the trace, log, once each."""
+        for record in records:
+            self._outcomes.committed(record)
+            self.traces.committed(record.pipeline_id, record.checkpoint_id)
+            _LOG.info("checkpoint %s of %s COMMITTED", record.checkpoint_id, record.pipeline_id)
 
     def _write_marks(self, keys: Sequence[CheckpointKey]) -> list[CheckpointRecord]:
         return self._lease.leader_call(
             lambda f: self._store.checkpoints.mark_committed(
-                fence=f, keys=keys, keep_history=self._keep_history
+                fence=f, keys=keys, keep_history=self.keep_history
             )
         )
 

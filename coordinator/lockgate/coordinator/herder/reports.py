@@ -23,7 +23,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeGuard
+from typing import TypeGuard, TypeVar
 
 from opentelemetry.trace import Status, StatusCode
 
@@ -36,12 +36,15 @@ from lockgate.coordinator.domain.errors import (
     NotLeader,
     StaleGeneration,
 )
+from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import CheckpointState, TaskState
 from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder.checkpoints import CheckpointDriver
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.traces import STATE, CheckpointTraces
 from lockgate.coordinator.store.sql_store import SqlStore
+
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -74,10 +77,7 @@ class Reports:
         self._wake = wake
         self._traces = traces or CheckpointTraces()
         self._precommits: GroupCommit[Precommit, CheckpointRecord] = GroupCommit(
-            write_batch=self._write_precommits,
-            write_one=lambda one: self._lease.leader_call(
-                lambda f: self._store.checkpoints.record_precommit(fence=f, precommit=one)
-            ),
+            write_batch=self._write_precommits, write_one=self._write_precommit
         )
 
     def report_precommit(self, *, precommit: Precommit, leader_epoch: int) -> CheckpointRecord:
@@ -120,10 +120,14 @@ class Reports:
                 answers.append(exc)
         checked = [p for p, a in zip(precommits, answers, strict=True) if a is None]
         started_ns = time.time_ns()
+        committed: list[CheckpointRecord] = []
         written = iter(
             self._lease.leader_call(
                 lambda f: self._store.checkpoints.record_precommit_batch(
-                    fence=f, precommits=checked
+                    fence=f,
+                    precommits=checked,
+                    committed=committed,
+                    keep_history=self._checkpoints.keep_history,
                 )
             )
             if checked
@@ -139,6 +143,7 @@ class Reports:
                     answer, _reporter_of(precommit), checkpoint_id=precommit.checkpoint_id
                 )
             results.append(answer)
+        self._committed_now(committed, started_ns=started_ns)
         self._commit_now(results)
         return results
 
@@ -186,11 +191,47 @@ class Reports:
     def _write_precommits(self, batch: Sequence[Precommit]) -> list[CheckpointRecord]:
         """Many reports in one transaction, all or nothing; each report's checkpoint as it
         is afterwards."""
-        records = self._lease.leader_call(
-            lambda f: self._store.checkpoints.record_precommits(fence=f, precommits=batch)
+        records = self._recording_commits(
+            lambda f, committed: self._store.checkpoints.record_precommits(
+                fence=f,
+                precommits=batch,
+                committed=committed,
+                keep_history=self._checkpoints.keep_history,
+            )
         )
         by_checkpoint = {(r.pipeline_id, r.checkpoint_id): r for r in records}
         return [by_checkpoint[(p.pipeline_id, p.checkpoint_id)] for p in batch]
+
+    def _write_precommit(self, precommit: Precommit) -> CheckpointRecord:
+        """One report in its own transaction (a failed batch's)."""
+        return self._recording_commits(
+            lambda f, committed: self._store.checkpoints.record_precommit(
+                fence=f,
+                precommit=precommit,
+                committed=committed,
+                keep_history=self._checkpoints.keep_history,
+            )
+        )
+
+    def _recording_commits(self, write: Callable[[Fence, list[CheckpointRecord]], _R]) -> _R:
+        """Run a leader write of reports that COMMITs the checkpoints with nothing to
+        commit (`record_precommit`'s `committed`), then account for those once."""
+        committed: list[CheckpointRecord] = []
+        started_ns = time.time_ns()
+        result = self._lease.leader_call(lambda f: write(f, committed))
+        self._committed_now(committed, started_ns=started_ns)
+        return result
+
+    def _committed_now(self, committed: Sequence[CheckpointRecord], *, started_ns: int) -> None:
+        """Checkpoints a report's transaction (begun at `started_ns`) COMMITTED itself, once
+        each: their `lockgate.checkpoint.complete` spans (a root ends with COMMITTED), their
+        counts, and a wake of the loop (the pipeline may trigger again)."""
+        if not committed:
+            return
+        for record in committed:
+            self._traces.completed(record.pipeline_id, record.checkpoint_id, started_ns=started_ns)
+        self._checkpoints.committed(committed)
+        self._wake()
 
     def report_checkpoint_failure(
         self,

@@ -11,7 +11,7 @@ are written in one transaction: that row is the commit point (DESIGN.md step 3).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -50,6 +50,7 @@ from lockgate.coordinator.store.history import prune_history
 from lockgate.coordinator.store.keyed import execute_keyed
 from lockgate.coordinator.store.offset_store import next_offsets_of
 from lockgate.coordinator.store.precommit_rows import (
+    commit_without_handles,
     complete_ready,
     precommit_snapshot,
     store_precommits,
@@ -64,6 +65,7 @@ from lockgate.coordinator.store.recovery_queries import (
 )
 from lockgate.coordinator.store.rows import (
     checkpoint_record,
+    commit_where,
     lock_pipelines,
     parsed_spec,
     read_checkpoint,
@@ -113,10 +115,20 @@ class CheckpointStore:
             return trigger_pipelines(conn, pipeline_ids, fence.leader_epoch)
 
     def record_precommit(
-        self, *, fence: Fence, precommit: Precommit, complete_if_ready: bool = True
+        self,
+        *,
+        fence: Fence,
+        precommit: Precommit,
+        complete_if_ready: bool = True,
+        committed: list[CheckpointRecord] | None = None,
+        keep_history: int | None = None,
     ) -> CheckpointRecord:
         """Store one task's pre-commit of N; write COMPLETE in the same transaction if it
-        was the last one and every earlier checkpoint is COMPLETE. Leader-only.
+        was the last one and every earlier checkpoint is COMPLETE. Leader-only. With a
+        `committed` list, a checkpoint so completed that has nothing to commit is COMMITTED
+        in the same transaction too, and appended to it (`_complete`; read the list only
+        when the call returns: a failed call committed nothing), its pipeline's history
+        pruned to `keep_history`.
 
         Idempotent: the same task pre-committing again is a no-op. StaleGeneration if the
         report comes from a replaced executor session or task assignment;
@@ -130,27 +142,49 @@ class CheckpointStore:
             read = store_precommits(conn, [precommit])
             if complete_if_ready:
                 key = (precommit.pipeline_id, precommit.checkpoint_id)
-                self._reach_inside_complete(complete_ready(conn, [key], read.checkpoint_states))
+                self._complete(
+                    conn,
+                    [key],
+                    read.checkpoint_states,
+                    committed=committed,
+                    keep_history=keep_history,
+                )
             return read_checkpoint(conn, precommit.pipeline_id, precommit.checkpoint_id)
 
     def record_precommits(
-        self, *, fence: Fence, precommits: Sequence[Precommit]
+        self,
+        *,
+        fence: Fence,
+        precommits: Sequence[Precommit],
+        committed: list[CheckpointRecord] | None = None,
+        keep_history: int | None = None,
     ) -> list[CheckpointRecord]:
         """`record_precommit` for many reports in ONE transaction (one fsync), as the
         leader batches the reports that arrived together. All or nothing: one stale or
         refused report fails the batch, so callers batch only reports already checked or
         retry the rest one by one. Returns each touched checkpoint's state and times as
         they are afterwards, without its tasks (a reporter needs only the state; reading a
-        100-task checkpoint again per batch was a third of the batch's cost)."""
+        100-task checkpoint again per batch was a third of the batch's cost). `committed`
+        and `keep_history` as for `record_precommit`."""
         touched = list(group_by_checkpoint(precommits))
         with self._db.transaction(fence=fence) as conn:
             read = store_precommits(conn, precommits)  # locks the pipelines first
-            completed = complete_ready(conn, touched, read.checkpoint_states)
-            self._reach_inside_complete(completed)
-            return summaries_after(read, touched, completed)
+            completed, moved = self._complete(
+                conn,
+                touched,
+                read.checkpoint_states,
+                committed=committed,
+                keep_history=keep_history,
+            )
+            return summaries_after(read, touched, completed, moved)
 
     def record_precommit_batch(
-        self, *, fence: Fence, precommits: Sequence[Precommit]
+        self,
+        *,
+        fence: Fence,
+        precommits: Sequence[Precommit],
+        committed: list[CheckpointRecord] | None = None,
+        keep_history: int | None = None,
     ) -> list[CheckpointRecord | PrecommitRefusal]:
         """One executor's batch of reports in ONE transaction, each checked on its own
         (`domain.precommits.sort_precommits`): the accepted ones are stored and COMPLETE is
@@ -158,7 +192,8 @@ class CheckpointStore:
         error and nothing of it is stored. Returns, per report and in order, its
         checkpoint's state and times afterwards (without its tasks) or its refusal.
         Leader-only. Idempotent as `record_precommit`: a retried batch stores nothing new.
-        The transaction is all or nothing: a lost lease or a failed write stores none."""
+        The transaction is all or nothing: a lost lease or a failed write stores none.
+        `committed` and `keep_history` as for `record_precommit`."""
         with self._db.transaction(fence=fence) as conn:
             # The snapshot locks the pipelines first; a deleted pipeline has no checkpoint:
             # the domain refuses its reports.
@@ -172,16 +207,47 @@ class CheckpointStore:
                     if i not in refused
                 }
             )
-            completed = complete_ready(conn, touched, read.checkpoint_states)
-            self._reach_inside_complete(completed)
+            completed, moved = self._complete(
+                conn,
+                touched,
+                read.checkpoint_states,
+                committed=committed,
+                keep_history=keep_history,
+            )
             states = {
                 (r.pipeline_id, r.checkpoint_id): r
-                for r in summaries_after(read, touched, completed)
+                for r in summaries_after(read, touched, completed, moved)
             }
         return [
             refused[i] if i in refused else states[(p.pipeline_id, p.checkpoint_id)]
             for i, p in enumerate(precommits)
         ]
+
+    def _complete(
+        self,
+        conn: Connection,
+        keys: Sequence[CheckpointKey],
+        read: Mapping[PipelineId, Mapping[CheckpointId, CheckpointState]],
+        *,
+        committed: list[CheckpointRecord] | None,
+        keep_history: int | None,
+    ) -> tuple[dict[CheckpointKey, int], dict[CheckpointKey, CheckpointRecord]]:
+        """Write COMPLETE for the checkpoints these reports made ready (`complete_ready`).
+        With a `committed` list, also COMMITTED for those of them with nothing to commit
+        (`commit_without_handles`), appended to the list (the caller counts each once: a
+        retried report answers COMMITTED too), pruning those pipelines' histories to
+        `keep_history` as `mark_committed` does. Returns when each became COMPLETE, and the
+        COMMITTED ones as written."""
+        completed = complete_ready(conn, keys, read)
+        self._reach_inside_complete(completed)
+        if committed is None:
+            return completed, {}
+        moved = commit_without_handles(conn, list(completed), read)
+        if keep_history is not None:
+            for pipeline_id in sorted({pipeline_id for pipeline_id, _ in moved}):
+                prune_history(conn, pipeline_id, keep=keep_history)
+        committed.extend(moved.values())
+        return completed, moved
 
     def _reach_inside_complete(self, completed: Iterable[CheckpointKey]) -> None:
         """The `inside_complete_transaction` failpoint: COMPLETE is written, not committed."""
@@ -214,7 +280,7 @@ class CheckpointStore:
         COMPLETE (a retried commit, or a refusal)."""
         with self._db.transaction(fence=fence) as conn:
             lock_pipelines(conn, (pipeline_id for pipeline_id, _ in keys))
-            rows = execute_keyed(conn, _commit_where, checkpoints, keys)
+            rows = execute_keyed(conn, commit_where, checkpoints, keys)
             marked = {(c.pipeline_id, c.checkpoint_id): c for c in map(checkpoint_record, rows)}
             moved = sorted({pipeline_id for pipeline_id, _ in marked})
             for key in sorted(set(keys) - marked.keys()):
@@ -522,17 +588,6 @@ _TRIGGERED_WITH_SPECS = (
     .join(pipelines, pipelines.c.pipeline_id == checkpoints.c.pipeline_id)
     .where(checkpoints.c.state == CheckpointState.TRIGGERED.value)
 )
-
-
-def _commit_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
-    """Move the checkpoints still COMPLETE to COMMITTED; returns the rows it moved, as
-    written (`keyed.py`)."""
-    return (
-        checkpoints.update()
-        .where(keys, checkpoints.c.state == CheckpointState.COMPLETE.value)
-        .values(state=CheckpointState.COMMITTED.value, committed_at_ms=db_now_ms())
-        .returning(*checkpoints.c)
-    )
 
 
 def triggered_checkpoints(conn: Connection) -> list[TriggeredCheckpoint]:

@@ -22,6 +22,7 @@ from lockgate.coordinator.domain.checkpoints import (
     Precommit,
     PrecommitCount,
     checkpoints_to_complete,
+    committed_on_completion,
 )
 from lockgate.coordinator.domain.precommits import (
     CheckpointKey,
@@ -35,7 +36,9 @@ from lockgate.coordinator.store.engine import db_now_ms
 from lockgate.coordinator.store.keyed import execute_keyed
 from lockgate.coordinator.store.offset_store import next_offsets_of, write_restore_points
 from lockgate.coordinator.store.rows import (
+    checkpoint_record,
     checkpoint_states_of,
+    commit_where,
     executor_generations,
     find_checkpoints_of_tasks,
     lock_pipelines,
@@ -195,22 +198,64 @@ def complete_ready(
     return _write_complete(conn, ready)
 
 
+def commit_without_handles(
+    conn: Connection,
+    completed: Sequence[CheckpointKey],
+    read: Mapping[PipelineId, Mapping[CheckpointId, CheckpointState]],
+) -> dict[CheckpointKey, CheckpointRecord]:
+    """Write COMMITTED at once for the checkpoints `complete_ready` just wrote COMPLETE that
+    have nothing to commit (`committed_on_completion`: no handle, no earlier commit
+    waiting); `read` as for `complete_ready`. Returns them as written, without their
+    tasks. Two statements whatever the batch mixes, none when nothing completed."""
+    if not completed:
+        return {}
+    with_handles: dict[PipelineId, set[CheckpointId]] = {}
+    for pipeline_id, checkpoint_id in execute_keyed(
+        conn, _with_handles_where, precommit_handles, completed
+    ):
+        with_handles.setdefault(PipelineId(pipeline_id), set()).add(
+            CheckpointId(int(checkpoint_id))
+        )
+    by_pipeline: dict[PipelineId, list[CheckpointId]] = {}
+    for pipeline_id, checkpoint_id in completed:
+        by_pipeline.setdefault(pipeline_id, []).append(checkpoint_id)
+    empty = [
+        (pipeline_id, checkpoint_id)
+        for pipeline_id, completed_ids in sorted(by_pipeline.items())
+        for checkpoint_id in committed_on_completion(
+            completed_ids,
+            states=read.get(pipeline_id, {}),
+            with_handles=with_handles.get(pipeline_id, set()),
+        )
+    ]
+    if not empty:
+        return {}
+    return {
+        (c.pipeline_id, c.checkpoint_id): c
+        for c in map(checkpoint_record, execute_keyed(conn, commit_where, checkpoints, empty))
+    }
+
+
 def summaries_after(
     snapshot: PrecommitSnapshot,
     keys: Sequence[CheckpointKey],
     completed: Mapping[CheckpointKey, int],
+    committed: Mapping[CheckpointKey, CheckpointRecord],
 ) -> list[CheckpointRecord]:
     """These checkpoints (those the snapshot found) without their tasks, as they are after
-    the batch: as read, the ones `complete_ready` wrote COMPLETE with their state and time.
-    Nothing else of a checkpoint's row changes in a report batch's transaction, so the batch
-    answers its reporters without reading the rows again."""
+    the batch: as read, the ones `complete_ready` wrote COMPLETE with their state and time,
+    those `commit_without_handles` then wrote COMMITTED as it wrote them. Nothing else of a
+    checkpoint's row changes in a report batch's transaction, so the batch answers its
+    reporters without reading the rows again."""
     summaries = []
     for key in keys:
         record = snapshot.checkpoints.get(key)
         if record is None:
             continue
         summary = record.summary()
-        if key in completed:
+        if key in committed:
+            summary = committed[key]
+        elif key in completed:
             summary = dataclasses.replace(
                 summary, state=CheckpointState.COMPLETE, completed_at_ms=completed[key]
             )
@@ -256,6 +301,15 @@ def _complete_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
         .returning(
             checkpoints.c.pipeline_id, checkpoints.c.checkpoint_id, checkpoints.c.completed_at_ms
         )
+    )
+
+
+def _with_handles_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
+    """The checkpoints, of these, that some task left a handle in."""
+    return (
+        sa.select(precommit_handles.c.pipeline_id, precommit_handles.c.checkpoint_id)
+        .where(keys)
+        .distinct()
     )
 
 
@@ -356,6 +410,7 @@ def write_precommits(
 
 
 __all__ = [
+    "commit_without_handles",
     "complete_ready",
     "precommit_snapshot",
     "store_precommits",

@@ -381,6 +381,17 @@ def _checkpoint_tasks_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
     return sa.select(checkpoint_tasks).where(keys).order_by(checkpoint_tasks.c.task_id)
 
 
+def commit_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
+    """Move the checkpoints still COMPLETE to COMMITTED; returns the rows it moved, as
+    written (`keyed.py`)."""
+    return (
+        checkpoints.update()
+        .where(keys, checkpoints.c.state == CheckpointState.COMPLETE.value)
+        .values(state=CheckpointState.COMMITTED.value, committed_at_ms=db_now_ms())
+        .returning(*checkpoints.c)
+    )
+
+
 def checkpoint_record(row: Any, task_rows: Sequence[Any] = ()) -> CheckpointRecord:
     """A `checkpoints` row with its `checkpoint_tasks` rows (none: a summary without tasks,
     for the decisions that read only states and times)."""

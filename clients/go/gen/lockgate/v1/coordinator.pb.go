@@ -3036,7 +3036,9 @@ func (x *ReportPrecommitRequest) GetPrecommitDurationMs() int64 {
 type ReportPrecommitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// State of N after this report: TRIGGERED (others pending), COMPLETE (this was the
-	// last), or ABORTED (too late: the leader aborts the handles, the task may too).
+	// last), COMMITTED (this was the last and no task left a transaction to commit, or N was
+	// already committed), or ABORTED (too late: the leader aborts the handles, the task may
+	// too).
 	CheckpointState CheckpointState `protobuf:"varint,1,opt,name=checkpoint_state,json=checkpointState,proto3,enum=lockgate.v1.CheckpointState" json:"checkpoint_state,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache

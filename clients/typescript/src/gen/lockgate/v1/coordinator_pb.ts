@@ -1655,7 +1655,9 @@ export const ReportPrecommitRequestSchema: GenMessage<ReportPrecommitRequest> = 
 export type ReportPrecommitResponse = Message<"lockgate.v1.ReportPrecommitResponse"> & {
   /**
    * State of N after this report: TRIGGERED (others pending), COMPLETE (this was the
-   * last), or ABORTED (too late: the leader aborts the handles, the task may too).
+   * last), COMMITTED (this was the last and no task left a transaction to commit, or N was
+   * already committed), or ABORTED (too late: the leader aborts the handles, the task may
+   * too).
    *
    * @generated from field: lockgate.v1.CheckpointState checkpoint_state = 1;
    */
