@@ -1026,6 +1026,60 @@ def test_commits_acked_together_share_a_write_transaction(
     assert len(marks[0]) == 1 and len(marks) < len(names), f"marks written as {marks}"
 
 
+def test_executors_report_batches_arriving_together_share_a_write_and_keep_their_answers(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At scale every executor's ReportPrecommits call waited for the others' writes; the
+    calls that arrive while one is written share the next transaction (group commit), each
+    report still checked on its own and each call answered with its own reports' answers
+    in its order. The first call's write is held until all three have asked."""
+    names = ["a", "b", "c"]
+    for name in names:
+        leader.pipelines.create(spec=spec(name), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    calls = {n: precommits_of(leader, n, 1, start=0, end=5, with_handles=False) for n in names}
+    calls["b"][0] = dataclasses.replace(  # another pipeline's transaction: refused alone
+        calls["b"][0], handles=(TransactionHandle("lockgate-another-pipeline-0-g1-0", 7, 0),)
+    )
+    asked = counting(monkeypatch, GroupCommit, "submit")
+    real_write = leader.store.checkpoints.record_precommit_batch
+    writes: list[list[str]] = []
+
+    def write(**kwargs: Any) -> Any:
+        if not writes:  # the first write waits for every call to ask for its own
+            wait_for("every call to ask for its write", lambda: len(asked) == 3, timeout_s=30)
+        writes.append(sorted({p.pipeline_id for p in kwargs["precommits"]}))
+        return real_write(**kwargs)
+
+    monkeypatch.setattr(leader.store.checkpoints, "record_precommit_batch", write)
+    answers: dict[str, list[object]] = {}
+
+    def report(name: str) -> None:
+        reports = calls[name]
+        answers[name] = [
+            getattr(a, "state", type(a).__name__)
+            for a in leader.reports.report_precommits(
+                precommits=reports, leader_epochs=[int(fence.leader_epoch)] * len(reports)
+            )
+        ]
+
+    threads = [threading.Thread(target=report, args=(n,)) for n in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert len(writes) == 2 and len(writes[0]) == 1, f"writes of {writes}"
+    assert sorted(n for w in writes for n in w) == names
+    assert answers == {
+        "a": [CheckpointState.COMMITTED] * 2,
+        "b": ["InvalidArgument", CheckpointState.TRIGGERED],
+        "c": [CheckpointState.COMMITTED] * 2,
+    }
+
+
 def test_triggering_many_pipelines_costs_the_statements_triggering_two_does(
     leader: Herder,
 ) -> None:

@@ -14,7 +14,9 @@ Rules and known races:
   fails is written one by one, so each caller gets its own answer.
 - An executor's own batch (ReportPrecommits) is one transaction in which each report is
   checked on its own: a refused report (stale, forged, too late) is answered with its
-  error and leaves the others recorded.
+  error and leaves the others recorded. Batches of several executors that arrive
+  together share that transaction (group commit again); if it fails, each batch is
+  written in its own, so each call gets its own answer.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from lockgate.coordinator.domain.errors import (
     StaleGeneration,
 )
 from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.domain.precommits import PrecommitRefusal
 from lockgate.coordinator.domain.states import CheckpointState, TaskState
 from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder.checkpoints import CheckpointDriver
@@ -45,6 +48,12 @@ from lockgate.coordinator.herder.traces import STATE, CheckpointTraces
 from lockgate.coordinator.store.sql_store import SqlStore
 
 _R = TypeVar("_R")
+#: A report's answer in an executor's batch: its checkpoint afterwards, or its refusal.
+_Answer = CheckpointRecord | PrecommitRefusal
+#: Executors' ReportPrecommits calls recorded in one transaction at most: one fsync and one
+#: round of statements for all of them, short enough that the lease's renewal, which waits
+#: for the replica's current write, never waits long.
+REPORT_CALLS_PER_TRANSACTION = 16
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,11 @@ class Reports:
         self._precommits: GroupCommit[Precommit, CheckpointRecord] = GroupCommit(
             write_batch=self._write_precommits, write_one=self._write_precommit
         )
+        self._report_calls: GroupCommit[Sequence[Precommit], list[_Answer]] = GroupCommit(
+            write_batch=self._write_report_calls,
+            write_one=lambda call: self._write_report_calls([call])[0],
+            max_batch=REPORT_CALLS_PER_TRANSACTION,
+        )
 
     def report_precommit(self, *, precommit: Precommit, leader_epoch: int) -> CheckpointRecord:
         """Record a task's pre-commit of N, answering the trigger of `leader_epoch`;
@@ -107,7 +121,8 @@ class Reports:
         self, *, precommits: Sequence[Precommit], leader_epochs: Sequence[int]
     ) -> list[CheckpointRecord | LockgateError]:
         """One executor's batch of pre-commits (each answering the trigger of its
-        `leader_epochs` entry), recorded in one transaction, each checked on its own:
+        `leader_epochs` entry), recorded in one transaction (with other executors' batches
+        that arrived meanwhile), each checked on its own:
         per report and in order, its checkpoint afterwards or why it was refused (nothing
         of a refused report is recorded). Leader-only; NotLeader if a report answers a
         newer leader than this one. Wakes the loop to commit at once when one is COMPLETE."""
@@ -120,19 +135,7 @@ class Reports:
                 answers.append(exc)
         checked = [p for p, a in zip(precommits, answers, strict=True) if a is None]
         started_ns = time.time_ns()
-        committed: list[CheckpointRecord] = []
-        written = iter(
-            self._lease.leader_call(
-                lambda f: self._store.checkpoints.record_precommit_batch(
-                    fence=f,
-                    precommits=checked,
-                    committed=committed,
-                    keep_history=self._checkpoints.keep_history,
-                )
-            )
-            if checked
-            else []
-        )
+        written = iter(self._report_calls.submit(checked) if checked else [])
         results: list[CheckpointRecord | LockgateError] = []
         for precommit, epoch, answer in zip(precommits, leader_epochs, answers, strict=True):
             if answer is None:
@@ -143,7 +146,6 @@ class Reports:
                     answer, _reporter_of(precommit), checkpoint_id=precommit.checkpoint_id
                 )
             results.append(answer)
-        self._committed_now(committed, started_ns=started_ns)
         self._commit_now(results)
         return results
 
@@ -201,6 +203,27 @@ class Reports:
         )
         by_checkpoint = {(r.pipeline_id, r.checkpoint_id): r for r in records}
         return [by_checkpoint[(p.pipeline_id, p.checkpoint_id)] for p in batch]
+
+    def _write_report_calls(self, calls: Sequence[Sequence[Precommit]]) -> list[list[_Answer]]:
+        """Executors' batches that arrived together, in one transaction whose reports are
+        each checked on its own (`record_precommit_batch`), as one executor's are: the same
+        answers as one transaction per batch, for one transaction's fixed cost (issue 14:
+        at scale every executor's batch waited for the others' writes anyway). Per batch,
+        per report, its answer."""
+        joined = [precommit for call in calls for precommit in call]
+        answers = self._recording_commits(
+            lambda f, committed: self._store.checkpoints.record_precommit_batch(
+                fence=f,
+                precommits=joined,
+                committed=committed,
+                keep_history=self._checkpoints.keep_history,
+            )
+        )
+        per_call: list[list[_Answer]] = []
+        for call in calls:
+            per_call.append(list(answers[: len(call)]))
+            answers = answers[len(call) :]
+        return per_call
 
     def _write_precommit(self, precommit: Precommit) -> CheckpointRecord:
         """One report in its own transaction (a failed batch's)."""
