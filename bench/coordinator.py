@@ -17,10 +17,12 @@ a KRaft broker, a throwaway PostgreSQL):
   few warm-up checkpoints, ``--checkpoints`` checkpoints' trigger -> COMMITTED durations
   are read from ``ListCheckpoints`` (the coordinator's own timings, on the database's
   clock). Printed: p50 and p99 and the ratio of p99 to the target (< 100 ms), split into
-  trigger -> COMPLETE and COMPLETE -> COMMITTED, with the CPU each process spent per
-  checkpoint and the leader's CPU with the pipeline paused (everything but checkpoints:
-  heartbeats, lease, work loop), so a miss says where the time goes. A pipeline that
-  commits nothing for ``--stall-s`` seconds is reported as STALLED with what was measured.
+  trigger -> COMPLETE and COMPLETE -> COMMITTED (no handle to commit: the report's write
+  marks both, so the second is the database clock's steps between them), with the CPU
+  each process spent per checkpoint and the leader's CPU with the pipeline paused
+  (everything but checkpoints: heartbeats, lease, work loop), so a miss says where the
+  time goes. A pipeline that commits nothing for ``--stall-s`` seconds is reported as
+  STALLED with what was measured.
 
 * **Scale** (``coordinator_scale.py``). One replica, ``--scale-executors`` control-only
   executors, ``--scale-pipelines`` pipelines of ``--scale-tasks`` tasks at
@@ -802,7 +804,8 @@ def print_round_trip(result: RoundTripResult) -> None:
         f"p99 {percentile(result.precommit_ms, 0.99):.0f} ms"
     )
     print(
-        "          COMPLETE -> COMMITTED (commit RPCs, mark COMMITTED)"
+        "          COMPLETE -> COMMITTED (the empty pre-commits leave no handle: COMMITTED"
+        " is written with COMPLETE, no commit RPC)"
         f" p50 {percentile(result.commit_ms, 0.5):.0f} ms  "
         f"p99 {percentile(result.commit_ms, 0.99):.0f} ms"
     )
@@ -824,8 +827,8 @@ def print_round_trip(result: RoundTripResult) -> None:
     per_report = percentile(result.precommit_ms, 0.5) / result.tasks
     print(
         f"          = {per_report:.1f} ms per task report at p50 (the {result.tasks} reports "
-        "go in one ReportPrecommits call per executor for those ready together, each call one "
-        "write transaction)"
+        "go in one ReportPrecommits call per executor for those ready together; calls that "
+        "reach the leader together share one write transaction)"
     )
     if result.leader_refusals:
         print(
