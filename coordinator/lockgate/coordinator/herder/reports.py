@@ -22,10 +22,11 @@ Rules and known races:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeGuard, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from opentelemetry.trace import Status, StatusCode
 
@@ -38,7 +39,6 @@ from lockgate.coordinator.domain.errors import (
     NotLeader,
     StaleGeneration,
 )
-from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.precommits import PrecommitRefusal
 from lockgate.coordinator.domain.states import CheckpointState, TaskState
 from lockgate.coordinator.group_commit import GroupCommit
@@ -194,12 +194,7 @@ class Reports:
         """Many reports in one transaction, all or nothing; each report's checkpoint as it
         is afterwards."""
         records = self._recording_commits(
-            lambda f, committed: self._store.checkpoints.record_precommits(
-                fence=f,
-                precommits=batch,
-                committed=committed,
-                keep_history=self._checkpoints.keep_history,
-            )
+            self._store.checkpoints.record_precommits, precommits=batch
         )
         by_checkpoint = {(r.pipeline_id, r.checkpoint_id): r for r in records}
         return [by_checkpoint[(p.pipeline_id, p.checkpoint_id)] for p in batch]
@@ -212,36 +207,31 @@ class Reports:
         per report, its answer."""
         joined = [precommit for call in calls for precommit in call]
         answers = self._recording_commits(
-            lambda f, committed: self._store.checkpoints.record_precommit_batch(
-                fence=f,
-                precommits=joined,
-                committed=committed,
-                keep_history=self._checkpoints.keep_history,
-            )
+            self._store.checkpoints.record_precommit_batch, precommits=joined
         )
-        per_call: list[list[_Answer]] = []
-        for call in calls:
-            per_call.append(list(answers[: len(call)]))
-            answers = answers[len(call) :]
-        return per_call
+        ends = list(itertools.accumulate(len(call) for call in calls))
+        return [list(answers[end - len(call) : end]) for call, end in zip(calls, ends, strict=True)]
 
     def _write_precommit(self, precommit: Precommit) -> CheckpointRecord:
         """One report in its own transaction (a failed batch's)."""
         return self._recording_commits(
-            lambda f, committed: self._store.checkpoints.record_precommit(
-                fence=f,
-                precommit=precommit,
-                committed=committed,
-                keep_history=self._checkpoints.keep_history,
-            )
+            self._store.checkpoints.record_precommit, precommit=precommit
         )
 
-    def _recording_commits(self, write: Callable[[Fence, list[CheckpointRecord]], _R]) -> _R:
-        """Run a leader write of reports that COMMITs the checkpoints with nothing to
-        commit (`record_precommit`'s `committed`), then account for those once."""
+    def _recording_commits(self, write: Callable[..., _R], **reports: Any) -> _R:
+        """Run a leader write of reports (`CheckpointStore.record_precommit` and its batch
+        forms) that also COMMITs the checkpoints with nothing to commit, pruning their
+        histories; then account for those once."""
         committed: list[CheckpointRecord] = []
         started_ns = time.time_ns()
-        result = self._lease.leader_call(lambda f: write(f, committed))
+        result = self._lease.leader_call(
+            lambda f: write(
+                fence=f,
+                committed=committed,
+                keep_history=self._checkpoints.keep_history,
+                **reports,
+            )
+        )
         self._committed_now(committed, started_ns=started_ns)
         return result
 
