@@ -170,6 +170,21 @@ def restore_points(store: SqlStore) -> dict[tuple[str, str, int], tuple[int, int
         }
 
 
+def two_pipelines_in_flight(store: SqlStore, fence: Fence) -> list[TaskId]:
+    """Pipelines p and q of two tasks each, task 0 of both on e1 and task 1 on e2; p's
+    checkpoints 1 and 2 and q's 1 triggered. Returns p's tasks."""
+    p_tasks = pipeline_with_tasks(store, fence, "p")
+    q_tasks = pipeline_with_tasks(store, fence, "q")
+    store.executors.register_executor(fence=fence, executor_id=E1, address="e1:1")
+    store.executors.register_executor(fence=fence, executor_id=E2, address="e2:1")
+    store.pipelines.apply_assignment(
+        fence=fence, assignment={E1: {p_tasks[0], q_tasks[0]}, E2: {p_tasks[1], q_tasks[1]}}
+    )
+    for pipeline in ("p", "p", "q"):
+        trigger(store, fence=fence, pipeline_id=PipelineId(pipeline))
+    return p_tasks
+
+
 def test_a_batch_mixing_pipelines_and_checkpoints_completes_each_as_it_alone_would(
     open_stores: Callable[..., SqlStore],
 ) -> None:
@@ -181,15 +196,7 @@ def test_a_batch_mixing_pipelines_and_checkpoints_completes_each_as_it_alone_wou
     latest COMPLETE checkpoint's ends, not another pipeline's or an older one's."""
     store = open_stores()
     fence = lead(store)
-    p_tasks = pipeline_with_tasks(store, fence, "p")
-    q_tasks = pipeline_with_tasks(store, fence, "q")
-    store.executors.register_executor(fence=fence, executor_id=E1, address="e1:1")
-    store.executors.register_executor(fence=fence, executor_id=E2, address="e2:1")
-    store.pipelines.apply_assignment(
-        fence=fence, assignment={E1: {p_tasks[0], q_tasks[0]}, E2: {p_tasks[1], q_tasks[1]}}
-    )
-    for pipeline in ("p", "p", "q"):  # p: 1 and 2 in flight; q: 1
-        trigger(store, fence=fence, pipeline_id=PipelineId(pipeline))
+    p_tasks = two_pipelines_in_flight(store, fence)
     p1 = reports_of(store, "p", 1, start=0, end=3)
     p2 = reports_of(store, "p", 2, start=3, end=8)
     q1 = reports_of(store, "q", 1, start=0, end=4)
@@ -236,15 +243,7 @@ def test_a_checkpoint_with_nothing_to_commit_is_committed_by_its_last_report_in_
     retried report answers COMMITTED and hands back nothing. The history stays pruned."""
     store = open_stores()
     fence = lead(store)
-    p_tasks = pipeline_with_tasks(store, fence, "p")
-    q_tasks = pipeline_with_tasks(store, fence, "q")
-    store.executors.register_executor(fence=fence, executor_id=E1, address="e1:1")
-    store.executors.register_executor(fence=fence, executor_id=E2, address="e2:1")
-    store.pipelines.apply_assignment(
-        fence=fence, assignment={E1: {p_tasks[0], q_tasks[0]}, E2: {p_tasks[1], q_tasks[1]}}
-    )
-    for pipeline in ("p", "p", "q"):  # p: 1 and 2 in flight; q: 1
-        trigger(store, fence=fence, pipeline_id=PipelineId(pipeline))
+    two_pipelines_in_flight(store, fence)
 
     def empty(reports: dict[TaskId, Precommit]) -> list[Precommit]:
         return [dataclasses.replace(r, handles=()) for r in reports.values()]
