@@ -38,6 +38,7 @@ from lockgate.coordinator.domain.assignment import ExecutorLiveness
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord
 from lockgate.coordinator.domain.errors import FencedError, StaleGeneration
 from lockgate.coordinator.domain.lease import Fence
+from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.states import LeaseRole, TargetState, TaskState
 from lockgate.coordinator.domain.tasks import split_partitions
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
@@ -374,10 +375,31 @@ def test_register_bumps_generation_and_zombie_reports_are_refused(
         fence=fence, executor_id=e1, address="127.0.0.1:8002"
     )
     assert second.generation == 2 and second.address == "127.0.0.1:8002"
+    checked: list[tuple[ExecutorId, Generation]] = []
+
+    def check(current: ExecutorRecord, generation: Generation, now_ms: int) -> None:
+        assert now_ms >= current.last_heartbeat_ms
+        checked.append((current.executor_id, generation))
+
+    def heartbeat(generation: int) -> list[ExecutorRecord]:
+        return store.executors.heartbeat_executors(
+            fence=fence, sessions=[(e1, Generation(generation))], check=check
+        )
+
     with pytest.raises(StaleGeneration, match="generation 1"):
-        store.executors.heartbeat_executor(fence=fence, executor_id=e1, generation=Generation(1))
-    beat = store.executors.heartbeat_executor(fence=fence, executor_id=e1, generation=Generation(2))
+        heartbeat(1)
+    assert store.executors.get_executor(executor_id=e1) == second, "a refusal writes nothing"
+    assert heartbeat(2) == [second], "each session's executor as it was before its heartbeat"
+    beat = store.executors.get_executor(executor_id=e1)
     assert beat.last_heartbeat_ms >= second.last_heartbeat_ms
+    assert checked == [(e1, 1), (e1, 2)]
+    with pytest.raises(NotFound, match="not registered"):
+        store.executors.heartbeat_executors(
+            fence=fence,
+            sessions=[(e1, Generation(2)), (ExecutorId("e9"), Generation(1))],
+            check=check,
+        )
+    assert store.executors.get_executor(executor_id=e1) == beat, "a refusal writes nothing"
 
     tasks = pipeline_with_tasks(store, fence, "members")
     store.pipelines.apply_assignment(fence=fence, assignment={e1: set(tasks)})

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from lockgate.common.errors import StaleTokenError
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import (
     CheckpointId,
@@ -476,13 +477,13 @@ def test_a_heartbeat_reads_its_own_executor_only(
     for i in range(2, 6):
         leader.membership.register_executor(executor_id=ExecutorId(f"e{i}"), address="e:1")
     every = counting(monkeypatch, leader.store.executors, "list_executors")
-    own = counting(monkeypatch, leader.store.executors, "find_executor")
+    own = counting(monkeypatch, leader.store.executors, "heartbeat_executors")
     answer = leader.membership.heartbeat(
         executor_id=ExecutorId("e1"), generation=generation, reports=[]
     )
     assert answer.executor.executor_id == "e1"
     assert every == [], "no heartbeat reads every executor"
-    assert [c[1] for c in own] == [{"executor_id": "e1"}]
+    assert [c[1]["sessions"] for c in own] == [[("e1", generation)]]
     with pytest.raises(NotFound, match="not registered"):
         leader.membership.heartbeat(executor_id=ExecutorId("e9"), generation=generation, reports=[])
 
@@ -496,6 +497,77 @@ def test_a_heartbeat_reads_its_own_executor_only(
     with pytest.raises(NotFound) as expired:
         leader.membership.heartbeat(executor_id=ExecutorId("e1"), generation=generation, reports=[])
     assert expired.value.reason == "SESSION_EXPIRED"
+
+
+def test_heartbeats_arriving_together_share_a_write_and_each_keeps_its_answer(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At scale each executor's heartbeat waited its own turn at writing; heartbeats that
+    arrive while one is written share the next transaction, each session still checked on
+    its own, so a zombie's (an older generation) is refused alone. In each round the first
+    heartbeat's write is held until every heartbeat of the round has asked."""
+    generation = {
+        name: leader.membership.register_executor(
+            executor_id=ExecutorId(name), address="e:1"
+        ).executor.generation
+        for name in ("e1", "e2", "e3")
+    }
+    zombie = generation["e3"]
+    generation["e3"] = leader.membership.register_executor(
+        executor_id=ExecutorId("e3"), address="e:2"
+    ).executor.generation
+    asked = counting(monkeypatch, GroupCommit, "submit")
+    real_write = leader.store.executors.heartbeat_executors
+    writes: list[list[str]] = []
+
+    def write(**kwargs: Any) -> Any:
+        # The round's first write waits until all have asked; the later ones find it so.
+        wait_for(
+            "every heartbeat to ask for its write", lambda: len(asked) == expected, timeout_s=30
+        )
+        writes.append([e for e, _ in kwargs["sessions"]])
+        return real_write(**kwargs)
+
+    monkeypatch.setattr(leader.store.executors, "heartbeat_executors", write)
+
+    def round_of(sessions: list[tuple[str, Generation]]) -> list[object]:
+        answers: dict[int, object] = {}
+
+        def beat(i: int) -> None:
+            name, session = sessions[i]
+            try:
+                answer = leader.membership.heartbeat(
+                    executor_id=ExecutorId(name), generation=session, reports=[]
+                )
+                answers[i] = answer.executor.generation
+            except StaleTokenError as exc:
+                answers[i] = type(exc).__name__
+
+        threads = [threading.Thread(target=beat, args=(i,)) for i in range(len(sessions))]
+        threads[0].start()  # the first asks alone, and its write waits for the others
+        wait_for(
+            "the first heartbeat to ask",
+            lambda: len(asked) == expected - len(threads) + 1,
+            timeout_s=30,
+        )
+        for thread in threads[1:]:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        return [answers[i] for i in range(len(sessions))]
+
+    expected = 3
+    assert round_of([(n, generation[n]) for n in ("e1", "e2", "e3")]) == [1, 1, 2]
+    assert writes == [["e1"], ["e2", "e3"]], "the two that came during a write share one"
+
+    writes.clear()
+    expected = 7
+    beats = [(n, generation[n]) for n in ("e1", "e2")] + [("e3", zombie), ("e3", generation["e3"])]
+    assert round_of(beats) == [1, 1, "StaleTokenError", 2]
+    assert writes[0] == ["e1"] and sorted(writes[1]) == ["e2", "e3", "e3"]
+    assert sorted(map(tuple, writes[2:])) == [("e2",), ("e3",), ("e3",)], (
+        "the shared write refused, each of its heartbeats is written alone for its answer"
+    )
 
 
 @contextlib.contextmanager

@@ -5,6 +5,8 @@ Rules written here (the api only converts):
 - A heartbeat from an executor that has seen a newer leader epoch ends this replica's
   term (NotLeader); one whose session expired must register again (NotFound
   SESSION_EXPIRED); one with an older generation is a zombie (`StaleTokenError`).
+  Heartbeats that arrive while one is written share the next write (`GroupCommit`), each
+  session still checked on its own.
 - A task report about an old assignment (other executor, other task generation) is
   ignored: the heartbeat's answer tells the executor its new assignment.
 - Tasks of STOPPED pipelines are released: neither assigned nor sent to an executor.
@@ -56,6 +58,7 @@ from lockgate.coordinator.domain.pipelines import (
 )
 from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import TargetState, TaskState
+from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.pipelines import all_pipelines, restored_checkpoint
@@ -63,6 +66,10 @@ from lockgate.coordinator.herder.settings import CoordinatorSettings
 from lockgate.coordinator.store.sql_store import ClusterView, SqlStore
 
 _LOG = logging.getLogger(__name__)
+
+#: At most this many executors' heartbeats share one write transaction, so the lease's
+#: renewal never waits long behind one (as `REPORT_CALLS_PER_TRANSACTION`).
+HEARTBEATS_PER_TRANSACTION = 32
 
 #: The rebalance plans at least this often (s) even when nothing it reads seems changed: a
 #: safety net under the fingerprint (a change it cannot see, e.g. a clock stepping back).
@@ -151,6 +158,13 @@ class Membership:
         self._lease = lease
         self._wake = wake
         self._outcomes = outcomes or CheckpointOutcomes()
+        # Heartbeats that arrive while one is written share the next write (group commit):
+        # at scale each executor's heartbeat otherwise waited its own turn at writing.
+        self._heartbeats: GroupCommit[tuple[ExecutorId, Generation], ExecutorRecord] = GroupCommit(
+            write_batch=self._write_heartbeats,
+            write_one=lambda session: self._write_heartbeats([session])[0],
+            max_batch=HEARTBEATS_PER_TRANSACTION,
+        )
         # What the last plan was made from, the plan, and when it was made (work loop only).
         self._planned: tuple[_RebalanceInputs, RebalanceResult, float] | None = None
 
@@ -272,13 +286,8 @@ class Membership:
             # The executor has seen a newer leader: this replica's term is over (its lease
             # keeper notices on its next attempt).
             raise NotLeader(leader_address=None)
-        current = self._check_session(executor_id, generation)
         try:
-            self._lease.leader_call(
-                lambda f: self._store.executors.heartbeat_executor(
-                    fence=f, executor_id=executor_id, generation=generation
-                )
-            )
+            current = self._heartbeats.submit((executor_id, generation))
         except StaleGeneration as exc:
             raise self._stale_executor(exc, executor_id, generation) from None
         assigned = self._store.pipelines.list_assigned(executor_id=executor_id)
@@ -307,25 +316,27 @@ class Membership:
             executor=executor, fence=fence, tasks=self._full(kept), version=version
         )
 
-    def _check_session(self, executor_id: ExecutorId, generation: Generation) -> ExecutorRecord:
-        current, now_ms = self._store.executors.find_executor(executor_id=executor_id)
-        if current is None:
-            raise NotFound(
-                f"executor {executor_id!r} is not registered (never, or it deregistered); "
-                "register again",
-                resource_type="executor",
-                resource_name=executor_id,
+    def _write_heartbeats(
+        self, sessions: Sequence[tuple[ExecutorId, Generation]]
+    ) -> list[ExecutorRecord]:
+        """The heartbeats that arrived together, in one write (`heartbeat_executors`)."""
+        return self._lease.leader_call(
+            lambda f: self._store.executors.heartbeat_executors(
+                fence=f, sessions=sessions, check=self._check_session
             )
+        )
+
+    def _check_session(self, current: ExecutorRecord, generation: Generation, now_ms: int) -> None:
+        """Refuse the heartbeat of a session that expired (NotFound: register again)."""
         if current.generation == generation and not self.is_alive(current, now_ms):
             raise NotFound(
-                f"the session of executor {executor_id!r} (generation {generation}) expired "
-                f"after {self._settings.session_timeout_ms} ms without a heartbeat; register "
-                "again",
+                f"the session of executor {current.executor_id!r} (generation {generation}) "
+                f"expired after {self._settings.session_timeout_ms} ms without a heartbeat; "
+                "register again",
                 resource_type="executor",
-                resource_name=executor_id,
+                resource_name=current.executor_id,
                 reason="SESSION_EXPIRED",
             )
-        return current
 
     def _apply_task_report(
         self,

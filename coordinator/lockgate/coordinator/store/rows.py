@@ -53,6 +53,11 @@ from lockgate.coordinator.store.tables import (
 # about twice what executing the built one does, and these run on every report, trigger and
 # commit (issue 14: `bench/coordinator.py`'s round trip is the leader's CPU).
 _EXECUTOR = sa.select(executors).where(executors.c.executor_id == sa.bindparam("executor_id"))
+_EXECUTORS_BY_ID = (
+    sa.select(executors)
+    .where(executors.c.executor_id.in_(sa.bindparam("executor_ids", expanding=True)))
+    .order_by(executors.c.executor_id)
+)
 _EXECUTOR_GENERATIONS = sa.select(executors.c.executor_id, executors.c.generation).where(
     executors.c.executor_id.in_(sa.bindparam("executor_ids", expanding=True))
 )
@@ -218,12 +223,27 @@ def read_executor(
     stmt = _EXECUTOR.with_for_update() if for_update else _EXECUTOR
     row = conn.execute(stmt, {"executor_id": executor_id}).first()
     if row is None:
-        raise NotFound(
-            f"executor {executor_id!r} is not registered; register it first",
-            resource_type="executor",
-            resource_name=executor_id,
-        )
+        raise executor_not_registered(executor_id)
     return executor_record(row)
+
+
+def executor_not_registered(executor_id: ExecutorId) -> NotFound:
+    """The refusal of a call naming an executor that is not registered."""
+    return NotFound(
+        f"executor {executor_id!r} is not registered (never, or it deregistered, or its "
+        "session was replaced); register it",
+        resource_type="executor",
+        resource_name=executor_id,
+    )
+
+
+def read_executors_by_id(
+    conn: Connection, executor_ids: Sequence[ExecutorId], *, for_update: bool = False
+) -> list[ExecutorRecord]:
+    """Those of these executors that are registered, in id order (the order their rows are
+    locked in with `for_update`, so two writers never wait for each other's)."""
+    stmt = _EXECUTORS_BY_ID.with_for_update() if for_update else _EXECUTORS_BY_ID
+    return [executor_record(r) for r in conn.execute(stmt, {"executor_ids": list(executor_ids)})]
 
 
 def executor_generations(
