@@ -43,6 +43,7 @@ from lockgate.coordinator.domain.assignment import (
     DEFAULT_SESSION_TIMEOUT_MS,
 )
 from lockgate.coordinator.domain.history import DEFAULT_CHECKPOINT_HISTORY
+from lockgate.coordinator.domain.lease import DEFAULT_LEASE_MS
 from lockgate.coordinator.herder import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     CoordinatorSettings,
@@ -50,7 +51,6 @@ from lockgate.coordinator.herder import (
 )
 from lockgate.coordinator.herder.executors import ExecutorClient
 from lockgate.coordinator.store import SqlStore, open_store
-from lockgate.coordinator.store.engine import DEFAULT_LEASE_MS
 from lockgate.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 SERVICE_NAME = "lockgate-coordinator"

@@ -38,6 +38,7 @@ from lockgate.common.model.ids import CoordinatorId, LeaderEpoch
 from lockgate.coordinator.domain.states import LeaseRole, transition_lease_role
 
 DEFAULT_LEASE_MS = 3_000
+"""The coordinator's default `--lease-ms`; the store's session timeouts are derived from it."""
 
 
 @dataclass(frozen=True)

@@ -49,9 +49,6 @@ from lockgate.coordinator.domain.lease import Fence, LeaseRecord
 from lockgate.coordinator.store.tables import LEASE_ROW_ID, leader_lease
 from lockgate.coordinator.store.write_turn import WriteTurn
 
-DEFAULT_LEASE_MS = 3_000
-"""The coordinator's default `--lease-ms`; the session timeouts below are derived from it."""
-
 _DATABASE_BUSY_SQLSTATES = frozenset({"57014", "55P03"})
 """PostgreSQL's query_canceled (statement_timeout) and lock_not_available (lock_timeout)."""
 

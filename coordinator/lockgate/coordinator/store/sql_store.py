@@ -26,13 +26,13 @@ from lockgate.coordinator.domain.checkpoints import (
     first_timed_out,
     next_timeout_at_ms,
 )
+from lockgate.coordinator.domain.lease import DEFAULT_LEASE_MS
 from lockgate.coordinator.domain.membership import ExecutorRecord
 from lockgate.coordinator.domain.pipelines import PipelineRecord, PipelinesFingerprint
 from lockgate.coordinator.store import migrate
 from lockgate.coordinator.store.checkpoint_store import CheckpointStore, triggered_checkpoints
 from lockgate.coordinator.store.data_loss_store import DataLossStore
 from lockgate.coordinator.store.engine import (
-    DEFAULT_LEASE_MS,
     Database,
     SessionTimeouts,
     create_engine,
