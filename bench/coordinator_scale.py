@@ -9,7 +9,10 @@ pipeline has committed a checkpoint, the run measures for ``duration_s`` seconds
   (the previous trigger plus the interval) it was triggered (the coordinator's own
   timings, on the database's clock); p50/p99 against the < 500 ms target;
 * the leader's CPU over the window, in cores, against the < 1 core target;
-* checkpoints committed and aborted in the window, per second.
+* checkpoints committed and aborted in the window, per second;
+* where the lag goes: each checkpoint's trigger -> COMPLETE, and how long after it was both
+  due and free to start (its predecessor COMPLETE: the leader triggers nothing while one is
+  in flight) it was triggered, the leader's own reaction.
 
 The issue's size is 1,000 pipelines x 10 tasks on 20 executors at 1 s; the sizes are flags
 so a machine that cannot hold that runs a smaller one and says so.
@@ -73,6 +76,10 @@ class ScaleResult:
     db: str
     size: ScaleSize
     lags_ms: list[float]
+    completions_ms: list[float]
+    """Trigger -> COMPLETE of each checkpoint triggered in the window that completed."""
+    reactions_ms: list[float]
+    """Trigger time - max(due, the predecessor's COMPLETE) of each triggered in the window."""
     leader_cores: float
     executor_cores: float
     committed: int
@@ -207,6 +214,8 @@ def run_scale(
         executors_after = sum(map(_cpu_seconds, executor_pids))
         end_wall_ms = time.time() * 1000
         lags: list[float] = []
+        completions: list[float] = []
+        reactions: list[float] = []
         committed = aborted = 0
         reasons: list[str] = []
         for name in names:
@@ -217,6 +226,11 @@ def run_scale(
                     continue
                 due = _ms(previous.trigger_time) + size.interval_ms
                 lags.append(max(0.0, triggered - due))
+                if previous.HasField("complete_time"):
+                    free = max(due, _ms(previous.complete_time))
+                    reactions.append(max(0.0, triggered - free))
+                if current.HasField("complete_time"):
+                    completions.append(_ms(current.complete_time) - triggered)
                 if current.state == common_pb2.CHECKPOINT_STATE_COMMITTED:
                     committed += 1
                 elif current.state == common_pb2.CHECKPOINT_STATE_ABORTED:
@@ -228,6 +242,8 @@ def run_scale(
         db=db,
         size=size,
         lags_ms=lags,
+        completions_ms=completions,
+        reactions_ms=reactions,
         leader_cores=(cpu_after - cpu_before) / window_s,
         executor_cores=(executors_after - executors_before) / window_s,
         committed=committed,
@@ -266,6 +282,13 @@ def print_scale(result: ScaleResult) -> None:
         f"          {result.committed / result.window_s:.0f} checkpoints committed per s "
         f"({result.committed} of the {wanted:.0f} the intervals ask for), "
         f"{result.aborted} aborted; setup took {result.setup_s:.0f} s"
+    )
+    print(
+        f"          where the lag goes: trigger -> COMPLETE p50 "
+        f"{_percentile(result.completions_ms, 0.5):.0f} ms, p99 "
+        f"{_percentile(result.completions_ms, 0.99):.0f} ms; triggered after due and its "
+        f"predecessor COMPLETE p50 {_percentile(result.reactions_ms, 0.5):.0f} ms, p99 "
+        f"{_percentile(result.reactions_ms, 0.99):.0f} ms (the leader's loop)"
     )
     if result.abort_reasons:
         print(f"          aborted, e.g.: {'; '.join(sorted(set(result.abort_reasons))[:3])}")
