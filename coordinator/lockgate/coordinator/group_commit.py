@@ -43,13 +43,15 @@ class GroupCommit(Generic[_In, _Out]):
         self,
         *,
         write_batch: Callable[[Sequence[_In]], Sequence[_Out]],
-        write_one: Callable[[_In], _Out],
+        write_one: Callable[[_In], _Out] | None = None,
         max_batch: int = 500,
     ) -> None:
+        """`write_one` writes an item alone (a lone caller's, or each of a failed batch's);
+        by default it is `write_batch` of that one item."""
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self._write_batch = write_batch
-        self._write_one = write_one
+        self._write_one = write_one or (lambda item: write_batch([item])[0])
         self._max_batch = max_batch
         self._lock = threading.Lock()
         self._queue: list[_Waiter[_In, _Out]] = []

@@ -88,6 +88,29 @@ def test_a_refused_item_fails_alone_and_the_rest_of_its_batch_succeeds() -> None
     assert sorted(writes.singles) == list(range(1, 9))  # 1 alone, then 2..8 one by one
 
 
+def test_without_write_one_an_item_is_written_as_a_batch_of_one() -> None:
+    """The default `write_one`: a lone caller, and each item of a refused batch, go through
+    `write_batch` alone, each with its own answer."""
+    writes = Writes(refuse=5)
+
+    def batch(items: Sequence[int]) -> list[int]:
+        if len(items) == 1:
+            writes._hold_first()
+        return writes.batch(items)
+
+    group: GroupCommit[int, int] = GroupCommit(write_batch=batch)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = _queue_behind_first_write(group, writes, list(range(1, 9)), pool)
+        outcomes: list[object] = []
+        for future in futures:
+            try:
+                outcomes.append(future.result(timeout=10))  # type: ignore[attr-defined]
+            except ValueError as exc:
+                outcomes.append(str(exc))
+    assert outcomes == [10, 20, 30, 40, "item 5 refused", 60, 70, 80]
+    assert writes.batches == [[1], list(range(2, 9)), *([i] for i in range(2, 9))]
+
+
 def test_batches_are_bounded_and_every_caller_is_answered() -> None:
     writes = Writes()
     group: GroupCommit[int, int] = GroupCommit(

@@ -156,7 +156,6 @@ class CheckpointDriver:
         self.schedule = TriggerSchedule(store=store, lease=lease)
         self._marks: GroupCommit[CheckpointKey, CheckpointRecord] = GroupCommit(
             write_batch=self._write_marks,
-            write_one=lambda key: self._write_marks([key])[0],
             max_batch=PIPELINES_PER_TRANSACTION,
         )
 

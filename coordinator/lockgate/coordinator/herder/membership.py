@@ -162,7 +162,6 @@ class Membership:
         # at scale each executor's heartbeat otherwise waited its own turn at writing.
         self._heartbeats: GroupCommit[tuple[ExecutorId, Generation], ExecutorRecord] = GroupCommit(
             write_batch=self._write_heartbeats,
-            write_one=lambda session: self._write_heartbeats([session])[0],
             max_batch=HEARTBEATS_PER_TRANSACTION,
         )
         # What the last plan was made from, the plan, and when it was made (work loop only).

@@ -90,7 +90,6 @@ class Reports:
         )
         self._report_calls: GroupCommit[Sequence[Precommit], list[_Answer]] = GroupCommit(
             write_batch=self._write_report_calls,
-            write_one=lambda call: self._write_report_calls([call])[0],
             max_batch=REPORT_CALLS_PER_TRANSACTION,
         )
 

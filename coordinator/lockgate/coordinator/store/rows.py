@@ -230,8 +230,7 @@ def read_executor(
 def executor_not_registered(executor_id: ExecutorId) -> NotFound:
     """The refusal of a call naming an executor that is not registered."""
     return NotFound(
-        f"executor {executor_id!r} is not registered (never, or it deregistered, or its "
-        "session was replaced); register it",
+        f"executor {executor_id!r} is not registered (never, or it deregistered); register it",
         resource_type="executor",
         resource_name=executor_id,
     )
