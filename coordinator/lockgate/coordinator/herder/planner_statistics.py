@@ -18,7 +18,7 @@ STATISTICS_CHECK_S = 5.0
 
 class PlannerStatistics:
     """Every `STATISTICS_CHECK_S`, while this replica leads, analyzes the tables that
-    changed enough since their last analysis (on PostgreSQL; nothing on SQLite)."""
+    grew or shrank enough since their last analysis (on PostgreSQL; nothing on SQLite)."""
 
     def __init__(self, *, store: SqlStore, lease: LeaseKeeper) -> None:
         self._store = store

@@ -142,7 +142,7 @@ class SqlStore:
         self.database.close()
 
     def refresh_statistics(self) -> list[str]:
-        """Analyze the tables that changed enough since their last analysis, on PostgreSQL
+        """Analyze the tables whose size moved enough since their last analysis, on PostgreSQL
         (`statistics.py`); the names of those analyzed."""
         return refresh_statistics(self.database.engine)
 

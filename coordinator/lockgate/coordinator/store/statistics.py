@@ -11,13 +11,20 @@ aborts walked all 4,000-9,000 task rows of its history, 36 ms a trigger at p50 (
 index); the report batch's read and update of its task rows, each a sequential scan of the
 table, 7 ms each.
 
-So the leader applies autovacuum's own rule itself, every few seconds
-(`herder/planner_statistics.py`): a table with at least `BASE_ROWS` plus `SHARE` of its
-rows at the last analysis changed since is analyzed now. ANALYZE takes a lock that neither
-reads nor writes wait for, and samples at most 30,000 rows of a table, so it costs
-milliseconds; a table that did not change costs nothing but the one read of the counters.
-SQLite's planner does not assume a table is as small as it was (and has no autovacuum to
-wait for): nothing is done there.
+So the leader looks every few seconds (`herder/planner_statistics.py`) and analyzes at once a
+table whose size moved away from the one the planner believes: by at least `BASE_ROWS` plus
+`SHARE` of the rows it was analyzed with, grown or shrunk (autovacuum's thresholds, applied
+to the size). A table that churns at a steady size is left to autovacuum's minute: once a
+pipeline's history is pruned (`checkpoint_history` checkpoints kept), each checkpoint deletes
+about as many rows as it inserts, and the planner's picture of the tables holds. By the
+churn rule, a 100-task pipeline's `checkpoint_tasks` (100,000 rows at the default 1,000
+checkpoints kept; each checkpoint inserts, updates and deletes 100) was analyzed again every
+34 checkpoints, at each 5 s look at a 100 ms interval, for as long as it ran (ANALYZE of
+`checkpoint_tasks` took 62 ms in the round-trip bench, where it is still growing). ANALYZE
+takes a lock that neither reads nor writes wait for, and samples at most 30,000 rows of a
+table; a table whose size holds costs nothing but the one read of the counters. SQLite's
+planner does not assume a table is as small as it was (and has no autovacuum to wait for):
+nothing is done there.
 """
 
 from __future__ import annotations
@@ -27,39 +34,41 @@ from sqlalchemy.engine import Connection, Engine
 
 from lockgate.coordinator.store.tables import metadata
 
-#: A table is analyzed once this many rows, plus `SHARE` of its rows at the last analysis,
-#: changed since: autovacuum's defaults (`autovacuum_analyze_threshold`, `..._scale_factor`).
+#: A table is analyzed once its size moved by this many rows, plus `SHARE` of its rows at the
+#: last analysis: autovacuum's defaults (`autovacuum_analyze_threshold`, `..._scale_factor`).
 BASE_ROWS = 50
 SHARE = 0.1
 
 _TABLES = sorted(table.name for table in metadata.sorted_tables)
 
-# Changed rows since the last analysis, and the rows the planner believes the table has
-# (-1 before the first analysis), of the coordinator's tables in the current schema.
-_CHANGED = sa.text(
+# The rows each of the coordinator's tables (in the current schema) holds now, as the server
+# counts them, and the rows the planner believes it has (-1 before the first analysis).
+_SIZES = sa.text(
     """
-    SELECT s.relname, s.n_mod_since_analyze, c.reltuples
+    SELECT s.relname, s.n_live_tup, c.reltuples
     FROM pg_stat_user_tables AS s JOIN pg_class AS c ON c.oid = s.relid
     WHERE s.schemaname = current_schema() AND s.relname IN :names
     """
 ).bindparams(sa.bindparam("names", expanding=True))
 
 
-def is_stale(changed_rows: int, planned_rows: float) -> bool:
-    """Whether a table whose planner statistics count `planned_rows` rows (negative: never
-    analyzed), with `changed_rows` rows inserted, updated or deleted since, needs ANALYZE."""
-    return changed_rows >= BASE_ROWS + SHARE * max(planned_rows, 0.0)
+def is_stale(live_rows: int, planned_rows: float) -> bool:
+    """Whether a table that holds `live_rows` rows now, and whose planner statistics count
+    `planned_rows` (negative: never analyzed), needs ANALYZE: its size moved by
+    `BASE_ROWS` plus `SHARE` of the planned rows, either way."""
+    planned = max(planned_rows, 0.0)
+    return abs(live_rows - planned) >= BASE_ROWS + SHARE * planned
 
 
 def stale_tables(conn: Connection) -> list[str]:
-    """The coordinator's tables that changed enough since their last analysis (`is_stale`),
-    by name."""
-    rows = conn.execute(_CHANGED, {"names": _TABLES})
-    return sorted(name for name, changed, planned in rows if is_stale(int(changed), planned))
+    """The coordinator's tables whose size moved enough since their last analysis
+    (`is_stale`), by name."""
+    rows = conn.execute(_SIZES, {"names": _TABLES})
+    return sorted(name for name, live, planned in rows if is_stale(int(live), planned))
 
 
 def refresh_statistics(engine: Engine) -> list[str]:
-    """Analyze the coordinator's tables that changed enough since their last analysis, on
+    """Analyze the coordinator's tables whose size moved enough since their last analysis, on
     PostgreSQL (nothing elsewhere); the names of those analyzed. Each ANALYZE commits on its
     own, outside the replica's write turn: it writes no state of Lockgate's."""
     if engine.dialect.name != "postgresql":
