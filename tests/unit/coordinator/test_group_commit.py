@@ -62,6 +62,21 @@ def _queue_behind_first_write(
     return [first, *rest]
 
 
+def _outcomes_behind_first_write(
+    group: GroupCommit[int, int], writes: Writes, items: list[int]
+) -> list[object]:
+    """Each item's answer, or its refusal's message, when all but the first queued behind
+    the first's write (`_queue_behind_first_write`)."""
+    outcomes: list[object] = []
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        for future in _queue_behind_first_write(group, writes, items, pool):
+            try:
+                outcomes.append(future.result(timeout=10))  # type: ignore[attr-defined]
+            except ValueError as exc:
+                outcomes.append(str(exc))
+    return outcomes
+
+
 def test_callers_that_arrive_during_a_write_share_the_next_one() -> None:
     writes = Writes()
     group: GroupCommit[int, int] = GroupCommit(write_batch=writes.batch, write_one=writes.one)
@@ -76,14 +91,7 @@ def test_callers_that_arrive_during_a_write_share_the_next_one() -> None:
 def test_a_refused_item_fails_alone_and_the_rest_of_its_batch_succeeds() -> None:
     writes = Writes(refuse=5)
     group: GroupCommit[int, int] = GroupCommit(write_batch=writes.batch, write_one=writes.one)
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = _queue_behind_first_write(group, writes, list(range(1, 9)), pool)
-        outcomes: list[object] = []
-        for future in futures:
-            try:
-                outcomes.append(future.result(timeout=10))  # type: ignore[attr-defined]
-            except ValueError as exc:
-                outcomes.append(str(exc))
+    outcomes = _outcomes_behind_first_write(group, writes, list(range(1, 9)))
     assert outcomes == [10, 20, 30, 40, "item 5 refused", 60, 70, 80]
     assert sorted(writes.singles) == list(range(1, 9))  # 1 alone, then 2..8 one by one
 
@@ -99,14 +107,7 @@ def test_without_write_one_an_item_is_written_as_a_batch_of_one() -> None:
         return writes.batch(items)
 
     group: GroupCommit[int, int] = GroupCommit(write_batch=batch)
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = _queue_behind_first_write(group, writes, list(range(1, 9)), pool)
-        outcomes: list[object] = []
-        for future in futures:
-            try:
-                outcomes.append(future.result(timeout=10))  # type: ignore[attr-defined]
-            except ValueError as exc:
-                outcomes.append(str(exc))
+    outcomes = _outcomes_behind_first_write(group, writes, list(range(1, 9)))
     assert outcomes == [10, 20, 30, 40, "item 5 refused", 60, 70, 80]
     assert writes.batches == [[1], list(range(2, 9)), *([i] for i in range(2, 9))]
 
