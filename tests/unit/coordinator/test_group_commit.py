@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -152,3 +153,83 @@ def test_many_concurrent_callers_each_get_their_own_result() -> None:
 def test_max_batch_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_batch"):
         GroupCommit(write_batch=lambda b: list(b), write_one=lambda i: i, max_batch=0)
+
+
+def _lingering(group: GroupCommit[int, int], queued: int) -> Callable[[], bool]:
+    """Whether `queued` items wait in the queue with no write started: the combiner lingers."""
+
+    def check() -> bool:
+        with group._lock:
+            return group._combining and len(group._queue) == queued
+
+    return check
+
+
+def test_a_lingering_write_waits_for_what_its_rule_awaits_and_writes_it_with_it() -> None:
+    """A rule that says item 1 is worth more with item 2 holds 1's write (for up to a
+    minute here) until 2 arrives; then both go in one batch, and the wait ended with the
+    arrival, not with the linger's bound."""
+    batches: list[list[int]] = []
+
+    def batch(items: Sequence[int]) -> list[int]:
+        batches.append(list(items))
+        return [i * 10 for i in items]
+
+    group: GroupCommit[int, int] = GroupCommit(
+        write_batch=batch, linger=lambda items: 2 not in items, linger_s=60
+    )
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(group.submit, 1)
+        wait_for("item 1's write to linger", _lingering(group, 1), timeout_s=10)
+        assert batches == []
+        second = pool.submit(group.submit, 2)
+        assert (first.result(timeout=30), second.result(timeout=30)) == (10, 20)
+    assert batches == [[1, 2]]
+    assert time.monotonic() - started < 60
+
+
+def test_a_linger_is_bounded_by_its_time_and_by_a_full_batch() -> None:
+    """A rule that always wants more: a lone item is written alone once `linger_s` passed;
+    items that fill a batch are written at once, however long the linger."""
+    batches: list[list[int]] = []
+
+    def batch(items: Sequence[int]) -> list[int]:
+        batches.append(list(items))
+        return [i * 10 for i in items]
+
+    alone: GroupCommit[int, int] = GroupCommit(
+        write_batch=batch, linger=lambda items: True, linger_s=0.2
+    )
+    started = time.monotonic()
+    assert alone.submit(1) == 10
+    assert time.monotonic() - started >= 0.2
+    assert batches == [[1]]
+
+    full: GroupCommit[int, int] = GroupCommit(
+        write_batch=batch, linger=lambda items: True, linger_s=60, max_batch=2
+    )
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(full.submit, 2)
+        wait_for("item 2's write to linger", _lingering(full, 1), timeout_s=10)
+        second = pool.submit(full.submit, 3)
+        assert (first.result(timeout=30), second.result(timeout=30)) == (20, 30)
+    assert batches == [[1], [2, 3]]
+    assert time.monotonic() - started < 60
+
+
+def test_a_rule_that_wants_nothing_more_writes_at_once() -> None:
+    group: GroupCommit[int, int] = GroupCommit(
+        write_batch=lambda items: [i * 10 for i in items],
+        linger=lambda items: False,
+        linger_s=60,
+    )
+    started = time.monotonic()
+    assert group.submit(4) == 40
+    assert time.monotonic() - started < 60
+
+
+def test_a_negative_linger_is_refused() -> None:
+    with pytest.raises(ValueError, match="linger_s must be >= 0, got -1"):
+        GroupCommit(write_batch=lambda items: list(items), linger=lambda items: True, linger_s=-1)

@@ -182,6 +182,18 @@ class LingeringTransaction:
 
 
 @dataclass(frozen=True)
+class RecoveryPlan:
+    """What a new leader found to do before triggering anything (DESIGN.md step 5)."""
+
+    aborted: tuple[tuple[PipelineId, CheckpointId], ...]
+    """In-flight checkpoints it aborted because it cannot know their outcome."""
+    to_commit: tuple[PendingCommit, ...]
+    """COMPLETE, not COMMITTED checkpoints, in creation order: commit them again."""
+    to_abort: tuple[LingeringTransaction, ...]
+    """Transactions of checkpoints that never became COMPLETE: abort them."""
+
+
+@dataclass(frozen=True)
 class RestoreState:
     """What a (re)assigned task needs before it reads a record (DESIGN.md step 5)."""
 

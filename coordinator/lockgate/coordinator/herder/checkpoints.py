@@ -46,7 +46,6 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 import grpc
 from opentelemetry import trace
@@ -61,6 +60,7 @@ from lockgate.coordinator.domain.checkpoints import (
     CheckpointRecord,
     LingeringTransaction,
     PendingCommit,
+    RecoveryPlan,
     checkpoints_allow_trigger,
     commit_order,
     trigger_due,
@@ -74,6 +74,7 @@ from lockgate.coordinator.domain.precommits import CheckpointKey
 from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.transaction_timeout import near_timeout_warnings
 from lockgate.coordinator.group_commit import GroupCommit
+from lockgate.coordinator.herder.awaited_reports import AwaitedReports
 from lockgate.coordinator.herder.call_pool import CallPool
 from lockgate.coordinator.herder.executors import (
     ExecutorCallFailed,
@@ -102,18 +103,6 @@ _LOG = logging.getLogger(__name__)
 #: for many, and short enough that the lease's renewal, which waits for the replica's
 #: current write, never waits long.
 PIPELINES_PER_TRANSACTION = 64
-
-
-@dataclass(frozen=True)
-class RecoveryPlan:
-    """What a new leader found to do before triggering anything (DESIGN.md step 5)."""
-
-    aborted: tuple[tuple[PipelineId, CheckpointId], ...]
-    """In-flight checkpoints it aborted because it cannot know their outcome."""
-    to_commit: tuple[PendingCommit, ...]
-    """COMPLETE, not COMMITTED checkpoints, in creation order: commit them again."""
-    to_abort: tuple[LingeringTransaction, ...]
-    """Transactions of checkpoints that never became COMPLETE: abort them."""
 
 
 class CheckpointDriver:
@@ -154,6 +143,7 @@ class CheckpointDriver:
         self.keep_history = keep_history
         self.traces = traces or CheckpointTraces()
         self.schedule = TriggerSchedule(store=store, lease=lease)
+        self.awaited = AwaitedReports()  # whose reports each trigger sent waits for
         self._marks: GroupCommit[CheckpointKey, CheckpointRecord] = GroupCommit(
             write_batch=self._write_marks,
             max_batch=PIPELINES_PER_TRANSACTION,
@@ -524,6 +514,7 @@ class CheckpointDriver:
     def finish_deleted(self, fence: Fence, pipeline_id: PipelineId) -> None:
         """Before a pipeline is deleted: abort its in-flight checkpoints and try once to
         commit its COMPLETE ones. Leader-only."""
+        self.awaited.forget(pipeline_id)
         with self._duty_lock:
             self.abort_triggered(pipeline_id, reason="pipeline deleted")
             self.send_aborts(fence, only=pipeline_id, wait=True)
@@ -650,8 +641,10 @@ class CheckpointDriver:
                 trace_context(span),
             )
             dead = next((f"executor {e} is not alive" for e in calls if e not in alive), None)
+            sent = {} if dead else calls
+            self.awaited.expect(pipeline.pipeline_id, checkpoint.checkpoint_id, sent)
             mine = []
-            for executor_id, call in calls.items() if dead is None else []:
+            for executor_id, call in sent.items():
                 mine.append((executor_id, len(by_executor[executor_id])))
                 by_executor[executor_id].append(call)
             waits.append((pipeline, checkpoint, span, dead, mine))

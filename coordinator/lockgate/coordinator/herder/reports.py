@@ -16,7 +16,9 @@ Rules and known races:
   checked on its own: a refused report (stale, forged, too late) is answered with its
   error and leaves the others recorded. Batches of several executors that arrive
   together share that transaction (group commit again); if it fails, each batch is
-  written in its own, so each call gets its own answer.
+  written in its own, so each call gets its own answer. A batch whose checkpoints all
+  await another executor's batch waits for it, briefly, to share its transaction
+  (`awaited_reports.py`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from lockgate.coordinator.domain.errors import (
 from lockgate.coordinator.domain.precommits import PrecommitRefusal
 from lockgate.coordinator.domain.states import CheckpointState, TaskState
 from lockgate.coordinator.group_commit import GroupCommit
+from lockgate.coordinator.herder.awaited_reports import REPORT_LINGER_S
 from lockgate.coordinator.herder.checkpoints import CheckpointDriver
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.traces import STATE, CheckpointTraces
@@ -91,6 +94,8 @@ class Reports:
         self._report_calls: GroupCommit[Sequence[Precommit], list[_Answer]] = GroupCommit(
             write_batch=self._write_report_calls,
             max_batch=REPORT_CALLS_PER_TRANSACTION,
+            linger=checkpoints.awaited.worth_waiting,
+            linger_s=REPORT_LINGER_S,
         )
 
     def report_precommit(self, *, precommit: Precommit, leader_epoch: int) -> CheckpointRecord:
@@ -133,6 +138,7 @@ class Reports:
             except StaleTokenError as exc:
                 answers.append(exc)
         checked = [p for p, a in zip(precommits, answers, strict=True) if a is None]
+        self._checkpoints.awaited.arrived(checked)
         started_ns = time.time_ns()
         written = iter(self._report_calls.submit(checked) if checked else [])
         results: list[CheckpointRecord | LockgateError] = []
