@@ -28,6 +28,7 @@ from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.domain.tasks import split_partitions
 from lockgate.coordinator.store import SqlStore
+from lockgate.coordinator.store.offset_store import next_offsets_of
 from lockgate.coordinator.store.tables import (
     checkpoint_tasks,
     checkpoints,
@@ -480,10 +481,54 @@ def test_out_of_order_precommits_complete_in_order(open_stores: Callable[..., Sq
         CheckpointState.COMPLETE
     )
     assert offsets_table(store) == {("in", p): 20 for p in range(4)}
+    assert restored_from(store) == {2}, "each partition names the newest checkpoint's end"
     assert [p.checkpoint_id for p in store.checkpoints.list_pending_commits(pipeline_id=pid)] == [
         1,
         2,
     ]
+
+
+def restored_from(store: SqlStore) -> set[int | None]:
+    """The checkpoints the pipelines' restore offsets come from."""
+    with store.engine.connect() as conn:
+        return {r.checkpoint_id for r in conn.execute(sa.select(source_offsets.c.checkpoint_id))}
+
+
+def test_start_offsets_are_read_for_the_partitions_asked_for_in_two_parameters(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """A report's start offsets are read for its own partitions only; on PostgreSQL the
+    partitions go as two array parameters, not two parameters per partition (a 50-partition
+    report bound 100, one at a time)."""
+    store = open_stores()
+    fence = lead(store)
+    t0, t1 = running_pipeline(store, fence)
+    pid = PipelineId("p")
+    trigger(store, fence=fence, pipeline_id=pid)
+    precommit(store, fence, 1, t0, start=0, end=10)
+    assert precommit(store, fence, 1, t1, start=0, end=10) is CheckpointState.COMPLETE
+    assert restored_from(store) == {1}
+    sent: list[tuple[str, object]] = []
+
+    def record(_conn: object, _cursor: object, statement: str, params: object, *_: object) -> None:
+        sent.append((statement, params))
+
+    asked = {TopicPartition("in", 1), TopicPartition("in", 3), TopicPartition("elsewhere", 0)}
+    sa.event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        with store.engine.connect() as conn:
+            found = next_offsets_of(conn, [pid], partitions=asked)
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", record)
+    assert found == {pid: {TopicPartition("in", 1): 10, TopicPartition("in", 3): 10}}
+    if store.engine.dialect.name == "postgresql":
+        statement, params = sent[-1]
+        assert "unnest" in statement
+        assert isinstance(params, dict) and sorted(params) == [
+            "bulk_partition",
+            "bulk_topic",
+            "pipeline_ids_1",
+        ], params
 
 
 def test_moving_a_task_aborts_its_in_flight_checkpoint(

@@ -988,11 +988,13 @@ def test_a_report_batch_costs_the_same_statements_however_many_pipelines_it_mixe
     executor runs tasks of hundreds). The batch reads each pipeline's lock and sink, its
     checkpoint, tasks and start offsets, writes the pre-commits, and completes the
     checkpoints they make ready, each step for the whole batch at once: a batch of 8
-    pipelines' reports sends the statements one of 2 does (15; before, 66 against 24:
-    seven more per pipeline). The pipelines' checkpoint states are read once, under their
-    locks, for the start offsets and the completion both (they were read twice), and the
-    answers are what the batch read and wrote, not a read of the rows again. Each report
-    is still checked on its own, and every checkpoint completes, as its answer says."""
+    pipelines' reports sends the statements one of 2 does (16 on SQLite; before, 66 against
+    24: seven more per pipeline). The restore offsets are written from the pre-committed
+    ranges in the database, not read and written back (one statement fewer). The
+    pipelines' checkpoint states are read once, under their locks, for the start offsets
+    and the completion both (they were read twice), and the answers are what the batch read
+    and wrote, not a read of the rows again. Each report is still checked on its own, and
+    every checkpoint completes, as its answer says."""
 
     def batch_statements(names: list[str]) -> int:
         reports = [r for n in names for r in precommits_of(leader, n, 1, start=0, end=5)]
@@ -1017,6 +1019,7 @@ def test_a_report_batch_costs_the_same_statements_however_many_pipelines_it_mixe
             [s for s in stored for _ in range(2)], key=_key
         ), "each answer is its checkpoint as stored, completion time included"
         assert all(a.completed_at_ms is not None and not a.tasks for a in answers), answers
+        assert not [s for s in statements if _READS_RANGES.match(s)], "no ranges read back"
         return len(statements)
 
     few = ["a", "b"]
@@ -1157,8 +1160,9 @@ def test_triggering_many_pipelines_costs_the_statements_triggering_two_does(
 ) -> None:
     """A pass at scale finds tens of pipelines due at once. Their triggers read the
     pipelines' locks, data losses, tasks, checkpoint states and slots, write the
-    checkpoints, their tasks and ids, and read the rows back, each step for all of them at
-    once: 8 pipelines cost the statements 2 do. Each still gets its own checkpoint."""
+    checkpoints (returning them as written: they were read back, one statement more), their
+    tasks and ids, each step for all of them at once: 8 pipelines cost the statements 2 do.
+    Each still gets its own checkpoint."""
 
     def trigger_statements(names: list[str]) -> int:
         ids = [PipelineId(n) for n in names]
@@ -1174,6 +1178,11 @@ def test_triggering_many_pipelines_costs_the_statements_triggering_two_does(
         assert {p: (a.checkpoint_id, len(a.tasks)) for p, a in answers.items()} == {
             p: (1, 2) for p in ids
         }, answers
+        assert all(
+            a.state is CheckpointState.TRIGGERED and a.triggered_at_ms for a in answers.values()
+        ), answers
+        row_reads = [s for s in statements if _READS_CHECKPOINT_ROWS.match(s)]
+        assert row_reads == [], "the rows as written come back from the INSERT itself"
         return len(statements)
 
     few = ["a", "b"]
@@ -1237,3 +1246,54 @@ def test_an_aborts_acks_are_recorded_in_one_write_and_only_the_acked_tasks_leave
             lambda: leader.checkpoints.send_aborts(fence, wait=True) or not lingering(),
             timeout_s=10,
         )
+
+
+def test_a_pass_reads_a_due_pipelines_newest_and_unfinished_checkpoints_in_one_statement(
+    leader: Herder,
+) -> None:
+    """Every pass that finds a pipeline due reads its newest checkpoint and its unfinished
+    ones (to find it in flight): one statement for both, two before."""
+    leader.pipelines.create(spec=spec("busy", interval_ms=1), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    assert triggered(leader) == [("busy", 1)]
+    statements = statements_of(leader, lambda: leader.run_pass(fence))  # due, 1 in flight
+    assert triggered(leader) == [("busy", 1)]
+    row_reads = [s for s in statements if _READS_CHECKPOINT_ROWS.match(s)]
+    assert len(row_reads) == 1 and "UNION ALL" in row_reads[0], row_reads
+
+
+_READS_RANGES = re.compile(r"SELECT precommit_offsets\.")
+_READS_HANDLES = re.compile(r"SELECT (DISTINCT )?precommit_handles\.")
+_READS_HISTORY_END = re.compile(r"(min|max)\(checkpoints\.checkpoint_id\)")
+
+
+@pytest.mark.parametrize("with_handles", [False, True])
+def test_a_completing_report_batch_reads_the_handles_with_the_counts_and_the_history_once(
+    leader: Herder, with_handles: bool
+) -> None:
+    """The report batch that completes a checkpoint learns whether it left any handle (so
+    whether it is COMMITTED at once) from the read of its counts, not a read of the
+    handles of its own; and the history it prunes then reads both ends of its span in one
+    statement. Each was one statement more in every such batch."""
+    leader.pipelines.create(spec=spec("a", interval_ms=1), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    reports = precommits_of(leader, "a", 1, start=0, end=5, with_handles=with_handles)
+    answers: list[Any] = []
+    statements = statements_of(
+        leader,
+        lambda: answers.extend(
+            leader.reports.report_precommits(
+                precommits=reports, leader_epochs=[int(fence.leader_epoch)] * len(reports)
+            )
+        ),
+    )
+    expected = CheckpointState.COMPLETE if with_handles else CheckpointState.COMMITTED
+    assert [a.state for a in answers] == [expected] * len(reports)
+    assert [s for s in statements if _READS_HANDLES.match(s)] == []
+    span_reads = [s for s in statements if _READS_HISTORY_END.search(s)]
+    assert len(span_reads) == (0 if with_handles else 1), span_reads
+    assert all("min(" in s and "max(" in s for s in span_reads), span_reads

@@ -238,11 +238,11 @@ class CheckpointStore:
         retried report answers COMMITTED too), pruning those pipelines' histories to
         `keep_history` as `mark_committed` does. Returns when each became COMPLETE, and the
         COMMITTED ones as written."""
-        completed = complete_ready(conn, keys, read)
+        completed, with_handles = complete_ready(conn, keys, read)
         self._reach_inside_complete(completed)
         if committed is None:
             return completed, {}
-        moved = commit_without_handles(conn, list(completed), read)
+        moved = commit_without_handles(conn, list(completed), read, with_handles)
         if keep_history is not None:
             for pipeline_id in sorted({pipeline_id for pipeline_id, _ in moved}):
                 prune_history(conn, pipeline_id, keep=keep_history)

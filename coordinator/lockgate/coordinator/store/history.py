@@ -14,11 +14,17 @@ from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.store.rows import of_checkpoints_in
 from lockgate.coordinator.store.tables import checkpoint_tasks, checkpoints
 
-_OLDEST = sa.select(sa.func.min(checkpoints.c.checkpoint_id)).where(
-    checkpoints.c.pipeline_id == sa.bindparam("pipeline_id")
-)
-_NEWEST = sa.select(sa.func.max(checkpoints.c.checkpoint_id)).where(
-    checkpoints.c.pipeline_id == sa.bindparam("pipeline_id")
+# The span of the pipeline's checkpoint ids: one scalar subquery per end, in one
+# statement. SQLite reads a min() or a max() alone off the index's end, but walks the whole
+# range for both in one aggregate; two statements cost a round trip more on PostgreSQL.
+# Built once (every commit reads it), as `rows`' keyed reads.
+_SPAN = sa.select(
+    *(
+        sa.select(end(checkpoints.c.checkpoint_id))
+        .where(checkpoints.c.pipeline_id == sa.bindparam("pipeline_id"))
+        .scalar_subquery()
+        for end in (sa.func.min, sa.func.max)
+    )
 )
 
 
@@ -29,13 +35,10 @@ def prune_history(conn: Connection, pipeline_id: PipelineId, *, keep: int) -> in
 
     The slack makes the read of the whole history (up to `keep` rows, several ms at the
     default 1,000) happen once per `keep // 10` commits, not on every commit once the
-    history is full; below it two index reads decide there is nothing to do."""
+    history is full; below it one read of both ends of the index decides there is nothing
+    to do."""
     limit = keep + history_slack(keep)
-    # One aggregate each: SQLite reads a min() or a max() alone off the index's end, but
-    # walks the whole range for both in one statement.
-    # Both built once (every commit reads them), as `rows`' keyed reads.
-    oldest = conn.execute(_OLDEST, {"pipeline_id": pipeline_id}).scalar_one()
-    newest = conn.execute(_NEWEST, {"pipeline_id": pipeline_id}).scalar_one()
+    oldest, newest = conn.execute(_SPAN, {"pipeline_id": pipeline_id}).one()
     if oldest is None or int(newest) - int(oldest) + 1 <= limit:
         return 0  # ids are unique: no more rows than the span
     total = conn.execute(

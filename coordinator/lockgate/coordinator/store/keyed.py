@@ -24,7 +24,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection, CursorResult, Row
 
 from lockgate.common.model.ids import TaskId
 from lockgate.coordinator.domain.precommits import CheckpointKey
@@ -46,22 +46,30 @@ def execute_keyed(
     task_ids: Mapping[CheckpointKey, AbstractSet[TaskId]] | None = None,
 ) -> list[AnyRow]:
     """The rows `build` returns over `table`'s rows of these checkpoints (with `task_ids`,
-    only those tasks' rows of each: a table keyed by task too), run a chunk at a time."""
+    only those tasks' rows of each: a table keyed by task too; none for a write without
+    RETURNING), run a chunk at a time."""
     named: list[tuple[Any, ...]] = sorted(set(keys))
     if task_ids is not None:
         named = [(*key, task) for key in named for task in sorted(task_ids[key])]
     if conn.dialect.name == "postgresql":
         columns = _KEY_COLUMNS[: 3 if task_ids is not None else 2]
         statement = _unnested_statement(build, table, task_ids is not None)
-        return list(conn.execute(statement, array_params(columns, named))) if named else []
+        return _rows(conn.execute(statement, array_params(columns, named))) if named else []
     rows: list[AnyRow] = []
     for start in range(0, len(named), CHUNK):
         chunk = named[start : start + CHUNK]
         size = 1 << (len(chunk) - 1).bit_length()
         padded = chunk + [chunk[-1]] * (size - len(chunk))
         values = {f"key_{i}_{j}": v for i, key in enumerate(padded) for j, v in enumerate(key)}
-        rows.extend(conn.execute(_statement(build, table, size, task_ids is not None), values))
+        rows.extend(
+            _rows(conn.execute(_statement(build, table, size, task_ids is not None), values))
+        )
     return rows
+
+
+def _rows(result: CursorResult[Any]) -> list[AnyRow]:
+    """A statement's rows; none for a write without RETURNING."""
+    return list(result) if result.returns_rows else []
 
 
 _KEY_COLUMNS = ("pipeline_id", "checkpoint_id", "task_id")

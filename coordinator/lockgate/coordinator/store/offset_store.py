@@ -12,6 +12,8 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import CheckpointId, PipelineId
@@ -22,15 +24,17 @@ from lockgate.coordinator.domain.pipelines import (
     check_offsets_resettable,
     check_reset_offsets,
 )
-from lockgate.coordinator.store.bulk import upsert
-from lockgate.coordinator.store.engine import Database
+from lockgate.coordinator.domain.precommits import CheckpointKey
+from lockgate.coordinator.store.bulk import array_params, unnested, upsert
+from lockgate.coordinator.store.engine import Database, db_now_ms
+from lockgate.coordinator.store.keyed import execute_keyed
 from lockgate.coordinator.store.rows import (
     checkpoint_states,
     opt_int,
     read_pipeline,
     resolve_data_loss,
 )
-from lockgate.coordinator.store.tables import source_offsets
+from lockgate.coordinator.store.tables import precommit_offsets, source_offsets
 
 # Read on every trigger and report: built once, as `rows`' keyed reads.
 _OF_PIPELINES = source_offsets.c.pipeline_id.in_(sa.bindparam("pipeline_ids", expanding=True))
@@ -48,6 +52,15 @@ _POSITIONS = sa.select(
 ).where(_OF_PIPELINES)
 _NEXT_OFFSETS = _POSITIONS.order_by(*_IN_ORDER)
 _NEXT_OFFSETS_OF_PARTITIONS = _POSITIONS.where(_OF_PARTITIONS).order_by(*_IN_ORDER)
+# On PostgreSQL the partitions are two array parameters (`bulk.unnested`), not a pair of
+# parameters each: a 50-partition report bound 100 of them, one at a time, on every read.
+_PARTITION_COLUMNS = ("topic", "partition")
+_PARTITION_KEYS = unnested(source_offsets, _PARTITION_COLUMNS)
+_NEXT_OFFSETS_OF_UNNESTED = _POSITIONS.where(
+    sa.tuple_(source_offsets.c.topic, source_offsets.c.partition).in_(
+        sa.select(*(_PARTITION_KEYS[c] for c in _PARTITION_COLUMNS))
+    )
+).order_by(*_IN_ORDER)
 
 
 def next_offsets_of(
@@ -61,8 +74,13 @@ def next_offsets_of(
     values: dict[str, Any] = {"pipeline_ids": sorted(set(pipeline_ids))}
     stmt = _NEXT_OFFSETS
     if partitions is not None:
-        values["partitions"] = sorted((tp.topic, tp.partition) for tp in partitions)
-        stmt = _NEXT_OFFSETS_OF_PARTITIONS
+        pairs = sorted((tp.topic, tp.partition) for tp in partitions)
+        if conn.dialect.name == "postgresql":
+            values |= array_params(_PARTITION_COLUMNS, pairs)
+            stmt = _NEXT_OFFSETS_OF_UNNESTED
+        else:
+            values["partitions"] = pairs
+            stmt = _NEXT_OFFSETS_OF_PARTITIONS
     result: dict[PipelineId, dict[TopicPartition, int]] = {}
     for pipeline_id, topic, partition, next_offset in conn.execute(stmt, values):
         positions = result.setdefault(PipelineId(pipeline_id), {})
@@ -122,6 +140,62 @@ def write_restore_points(
         ],
         key=("pipeline_id", "topic", "partition"),
     )
+
+
+def restore_from_checkpoints(conn: Connection, completed: Sequence[CheckpointKey]) -> None:
+    """Set where each pipeline resumes each partition these checkpoints pre-committed to
+    where the newest of them ended it, and from which checkpoint, straight from their
+    `precommit_offsets` rows: one statement, the ranges never leaving the database (read,
+    then written back as an upsert, they were two statements and 100 rows each way for a
+    100-task checkpoint)."""
+    build = _RESTORE_BUILDS[conn.dialect.name == "postgresql"]
+    execute_keyed(conn, build, precommit_offsets, completed)
+
+
+def _newest_ends(keys: sa.ColumnElement[bool]) -> sa.Select[Any]:
+    """Per pipeline and partition, where the newest of the keyed checkpoints ended it."""
+    ranked = (
+        sa.select(
+            *(precommit_offsets.c[c] for c in _RESTORE_KEY),
+            precommit_offsets.c.end_offset,
+            precommit_offsets.c.checkpoint_id,
+            sa.func.row_number()
+            .over(
+                partition_by=[precommit_offsets.c[c] for c in _RESTORE_KEY],
+                order_by=precommit_offsets.c.checkpoint_id.desc(),
+            )
+            .label("newest_first"),
+        )
+        .where(keys)
+        .subquery()
+    )
+    return sa.select(
+        *(ranked.c[c] for c in (*_RESTORE_KEY, "end_offset", "checkpoint_id")), db_now_ms()
+    ).where(ranked.c.newest_first == 1)
+
+
+def _restore_postgresql(keys: sa.ColumnElement[bool]) -> sa.Executable:
+    insert = pg_dialect.insert(source_offsets).from_select(_RESTORE_COLUMNS, _newest_ends(keys))
+    return insert.on_conflict_do_update(index_elements=_RESTORE_KEY, set_=_restored(insert))
+
+
+def _restore_sqlite(keys: sa.ColumnElement[bool]) -> sa.Executable:
+    # The SELECT's WHERE keeps SQLite from reading ON CONFLICT as a join's ON.
+    insert = sqlite_dialect.insert(source_offsets).from_select(_RESTORE_COLUMNS, _newest_ends(keys))
+    return insert.on_conflict_do_update(index_elements=_RESTORE_KEY, set_=_restored(insert))
+
+
+def _restored(insert: pg_dialect.Insert | sqlite_dialect.Insert) -> dict[str, Any]:
+    return {
+        "next_offset": insert.excluded.next_offset,
+        "checkpoint_id": insert.excluded.checkpoint_id,
+        "updated_at_ms": db_now_ms(),
+    }
+
+
+_RESTORE_KEY = ("pipeline_id", "topic", "partition")
+_RESTORE_COLUMNS = (*_RESTORE_KEY, "next_offset", "checkpoint_id", "updated_at_ms")
+_RESTORE_BUILDS = {True: _restore_postgresql, False: _restore_sqlite}
 
 
 class OffsetStore:

@@ -34,7 +34,7 @@ from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.store.bulk import insert_rows, update_rows
 from lockgate.coordinator.store.engine import db_now_ms
 from lockgate.coordinator.store.keyed import execute_keyed
-from lockgate.coordinator.store.offset_store import next_offsets_of, write_restore_points
+from lockgate.coordinator.store.offset_store import next_offsets_of, restore_from_checkpoints
 from lockgate.coordinator.store.rows import (
     checkpoint_record,
     checkpoint_states_of,
@@ -163,11 +163,12 @@ def complete_ready(
     conn: Connection,
     keys: Sequence[CheckpointKey],
     read: Mapping[PipelineId, Mapping[CheckpointId, CheckpointState]],
-) -> dict[CheckpointKey, int]:
+) -> tuple[dict[CheckpointKey, int], frozenset[CheckpointKey]]:
     """Write COMPLETE, with the pipeline's restore offsets, for each checkpoint from each
     of these on that `checkpoints_to_complete` says is ready: the commit point (DESIGN.md
     step 3). Returns the checkpoints it wrote COMPLETE, in order, each with the time it
-    became COMPLETE (the database's clock, in ms). The caller holds the
+    became COMPLETE (the database's clock, in ms), and those of them that some task left a
+    handle in (read with the counts: `commit_without_handles` needs it). The caller holds the
     pipelines' locks, and `read` is their checkpoints' states as it read them under those
     locks (`PrecommitSnapshot.checkpoint_states`: storing pre-commits changes no state). A
     handful of statements however many pipelines the keys span (a report batch at scale
@@ -176,7 +177,7 @@ def complete_ready(
     first: dict[PipelineId, CheckpointId] = {}  # each pipeline's earliest reported checkpoint
     for pipeline_id, checkpoint_id in keys:
         first[pipeline_id] = min(first.get(pipeline_id, checkpoint_id), checkpoint_id)
-    counts = _precommit_counts(
+    counts, with_handles = _precommit_counts(
         conn,
         [
             (pipeline_id, c)
@@ -194,28 +195,26 @@ def complete_ready(
             walked[done] = CheckpointState.COMPLETE
             ready.append((pipeline_id, done))
     if not ready:
-        return {}
-    return _write_complete(conn, ready)
+        return {}, frozenset()
+    return _write_complete(conn, ready), with_handles & frozenset(ready)
 
 
 def commit_without_handles(
     conn: Connection,
     completed: Sequence[CheckpointKey],
     read: Mapping[PipelineId, Mapping[CheckpointId, CheckpointState]],
+    with_handles: AbstractSet[CheckpointKey],
 ) -> dict[CheckpointKey, CheckpointRecord]:
     """Write COMMITTED at once for the checkpoints `complete_ready` just wrote COMPLETE that
     have nothing to commit (`committed_on_completion`: no handle, no earlier commit
-    waiting); `read` as for `complete_ready`. Returns them as written, without their
-    tasks. Two statements whatever the batch mixes, none when nothing completed."""
+    waiting); `read` as for `complete_ready`, `with_handles` what it found of handles.
+    Returns them as written, without their tasks. One statement whatever the batch mixes,
+    none when nothing completed."""
     if not completed:
         return {}
-    with_handles: dict[PipelineId, set[CheckpointId]] = {}
-    for pipeline_id, checkpoint_id in execute_keyed(
-        conn, _with_handles_where, precommit_handles, completed
-    ):
-        with_handles.setdefault(PipelineId(pipeline_id), set()).add(
-            CheckpointId(int(checkpoint_id))
-        )
+    handled: dict[PipelineId, set[CheckpointId]] = {}
+    for pipeline_id, checkpoint_id in with_handles:
+        handled.setdefault(pipeline_id, set()).add(checkpoint_id)
     by_pipeline: dict[PipelineId, list[CheckpointId]] = {}
     for pipeline_id, checkpoint_id in completed:
         by_pipeline.setdefault(pipeline_id, []).append(checkpoint_id)
@@ -225,7 +224,7 @@ def commit_without_handles(
         for checkpoint_id in committed_on_completion(
             completed_ids,
             states=read.get(pipeline_id, {}),
-            with_handles=with_handles.get(pipeline_id, set()),
+            with_handles=handled.get(pipeline_id, set()),
         )
     ]
     if not empty:
@@ -277,13 +276,7 @@ def _write_complete(conn: Connection, ready: Sequence[CheckpointKey]) -> dict[Ch
         # Unreachable under the pipelines' locks, which the states were read under: the
         # whole transaction is undone, and the reporter retries.
         raise Aborted(f"checkpoints {sorted(ready)} changed state while being completed; retry")
-    ends: dict[tuple[PipelineId, TopicPartition], tuple[int, CheckpointId | None]] = {}
-    for pipeline_id, checkpoint_id, topic, partition, end in execute_keyed(
-        conn, _ranges_where, precommit_offsets, ready
-    ):  # oldest first
-        key = (PipelineId(pipeline_id), TopicPartition(topic, int(partition)))
-        ends[key] = (int(end), CheckpointId(int(checkpoint_id)))
-    write_restore_points(conn, ends)
+    restore_from_checkpoints(conn, ready)
     return {key: moved[key] for key in ready}
 
 
@@ -304,23 +297,21 @@ def _complete_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
     )
 
 
-def _with_handles_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
-    """The checkpoints, of these, that some task left a handle in."""
-    return (
-        sa.select(precommit_handles.c.pipeline_id, precommit_handles.c.checkpoint_id)
-        .where(keys)
-        .distinct()
-    )
-
-
 def _counts_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
-    """Per checkpoint, its task rows and those pre-committed."""
+    """Per checkpoint, its task rows, those pre-committed, and whether some task left a
+    handle in it (in the same read: a read of the handles of its own was one more
+    statement in every report batch that completes a checkpoint)."""
+    handles = sa.exists().where(
+        precommit_handles.c.pipeline_id == checkpoint_tasks.c.pipeline_id,
+        precommit_handles.c.checkpoint_id == checkpoint_tasks.c.checkpoint_id,
+    )
     return (
         sa.select(
             checkpoint_tasks.c.pipeline_id,
             checkpoint_tasks.c.checkpoint_id,
             sa.func.count(),
             sa.func.count(checkpoint_tasks.c.precommitted_at_ms),
+            handles,
         )
         .where(keys)
         .group_by(checkpoint_tasks.c.pipeline_id, checkpoint_tasks.c.checkpoint_id)
@@ -329,21 +320,24 @@ def _counts_where(keys: sa.ColumnElement[bool]) -> sa.Executable:
 
 def _precommit_counts(
     conn: Connection, keys: Sequence[CheckpointKey]
-) -> dict[PipelineId, dict[CheckpointId, PrecommitCount]]:
+) -> tuple[dict[PipelineId, dict[CheckpointId, PrecommitCount]], frozenset[CheckpointKey]]:
     """Of each of these checkpoints, how many tasks it was triggered for and how many have
-    pre-committed it, in one read (no task rows: completion needs only the counts)."""
+    pre-committed it, in one read (no task rows: completion needs only the counts); and
+    which of them some task left a handle in."""
     counts: dict[PipelineId, dict[CheckpointId, PrecommitCount]] = {}
     for pipeline_id, checkpoint_id in keys:
         counts.setdefault(pipeline_id, {})[checkpoint_id] = PrecommitCount(0, 0)
     if not keys:
-        return counts
-    for pipeline_id, checkpoint_id, n, done in execute_keyed(
+        return counts, frozenset()
+    with_handles: set[CheckpointKey] = set()
+    for pipeline_id, checkpoint_id, n, done, handles in execute_keyed(
         conn, _counts_where, checkpoint_tasks, keys
     ):
-        counts[PipelineId(pipeline_id)][CheckpointId(int(checkpoint_id))] = PrecommitCount(
-            int(n), int(done)
-        )
-    return counts
+        key = (PipelineId(pipeline_id), CheckpointId(int(checkpoint_id)))
+        counts[key[0]][key[1]] = PrecommitCount(int(n), int(done))
+        if handles:
+            with_handles.add(key)
+    return counts, frozenset(with_handles)
 
 
 def write_precommits(

@@ -41,8 +41,13 @@ _NEWEST = sa.select(checkpoints).join(
     ),
 )
 _UNFINISHED = sa.select(checkpoints).where(checkpoints.c.state.in_([s.value for s in _OPEN_STATES]))
-_NEWEST_OF = _NEWEST.where(checkpoints.c.pipeline_id.in_(_IN_PIPELINES))
-_UNFINISHED_OF = _UNFINISHED.where(checkpoints.c.pipeline_id.in_(_IN_PIPELINES))
+# Both in one statement (a round trip less on every pass that finds a pipeline due), each
+# half still its own index read: an OR of the two conditions walked every checkpoint.
+_RECENT = sa.union_all(_NEWEST, _UNFINISHED)
+_RECENT_OF = sa.union_all(
+    _NEWEST.where(checkpoints.c.pipeline_id.in_(_IN_PIPELINES)),
+    _UNFINISHED.where(checkpoints.c.pipeline_id.in_(_IN_PIPELINES)),
+)
 _TASKS_OF = (
     sa.select(tasks)
     .where(tasks.c.pipeline_id.in_(_IN_PIPELINES))
@@ -74,15 +79,13 @@ def trigger_snapshot(
     every one in `_OPEN_STATES`. Every checkpoint in flight counts against the in-flight
     limit, however old."""
     if pipeline_ids is None:
-        statements, values = (_NEWEST, _UNFINISHED), {}
+        rows = conn.execute(_RECENT)
     else:
-        statements = (_NEWEST_OF, _UNFINISHED_OF)
-        values = {"pipeline_ids": sorted(set(pipeline_ids))}
+        rows = conn.execute(_RECENT_OF, {"pipeline_ids": sorted(set(pipeline_ids))})
     found: dict[tuple[PipelineId, CheckpointId], CheckpointRecord] = {}
-    for stmt in statements:
-        for row in conn.execute(stmt, values):
-            record = checkpoint_record(row)
-            found[(record.pipeline_id, record.checkpoint_id)] = record
+    for row in rows:  # the newest may be unfinished too: once
+        record = checkpoint_record(row)
+        found[(record.pipeline_id, record.checkpoint_id)] = record
     result: dict[PipelineId, list[CheckpointRecord]] = defaultdict(list)
     for (pipeline_id, _), record in sorted(found.items(), reverse=True):
         result[pipeline_id].append(record)

@@ -26,10 +26,10 @@ from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.store.bulk import insert_rows, upsert
 from lockgate.coordinator.store.engine import db_now_ms
 from lockgate.coordinator.store.rows import (
+    checkpoint_record,
     checkpoint_states_of,
     lock_pipelines,
     pipeline_not_found,
-    read_checkpoint_summaries,
     unresolved_data_losses,
 )
 from lockgate.coordinator.store.tables import (
@@ -67,8 +67,12 @@ _NEXT_CHECKPOINT_ID = (
     .where(pipelines.c.pipeline_id == sa.bindparam("the_pipeline_id"))
     .values(next_checkpoint_id=pipelines.c.next_checkpoint_id + 1)
 )
-_NEW_CHECKPOINT = checkpoints.insert().values(
-    state=CheckpointState.TRIGGERED.value, triggered_at_ms=db_now_ms()
+# Returns the rows as written (the times are the database's): a read of them again was
+# one more statement in every trigger.
+_NEW_CHECKPOINT = (
+    checkpoints.insert()
+    .values(state=CheckpointState.TRIGGERED.value, triggered_at_ms=db_now_ms())
+    .returning(*checkpoints.c)
 )
 
 
@@ -114,10 +118,10 @@ def trigger_pipelines(
         except FailedPrecondition as refused:  # nothing of it written
             answers[pipeline_id] = refused
     if plans:
-        _write_triggers(conn, plans, leader_epoch)
-        # The rows as written (the times are the database's), their tasks from the plans.
-        written = read_checkpoint_summaries(conn, [(p.pipeline_id, p.checkpoint_id) for p in plans])
-        by_key = {(c.pipeline_id, c.checkpoint_id): c for c in written}
+        # The rows as written, their tasks from the plans.
+        by_key = {
+            (c.pipeline_id, c.checkpoint_id): c for c in _write_triggers(conn, plans, leader_epoch)
+        }
         for plan in plans:
             answers[plan.pipeline_id] = dataclasses.replace(
                 by_key[(plan.pipeline_id, plan.checkpoint_id)],
@@ -145,11 +149,12 @@ def _slot_use(
 
 def _write_triggers(
     conn: Connection, plans: Sequence[TriggerPlan], leader_epoch: LeaderEpoch
-) -> None:
+) -> list[CheckpointRecord]:
     """Each plan's checkpoint N TRIGGERED, its tasks' rows and their slots' ids: one
-    statement per table for all of them."""
+    statement per table for all of them. Returns the checkpoints' rows as written, without
+    their tasks."""
     conn.execute(_NEXT_CHECKPOINT_ID, [{"the_pipeline_id": p.pipeline_id} for p in plans])
-    conn.execute(
+    written = conn.execute(
         _NEW_CHECKPOINT,
         [
             {
@@ -197,6 +202,7 @@ def _write_triggers(
         # one before (`transactional_ids.py`, the bound on distinct ids).
         key=["pipeline_id", "task_index", "slot"],
     )
+    return [checkpoint_record(row) for row in written]
 
 
 __all__ = ["Triggered", "trigger_pipelines"]
