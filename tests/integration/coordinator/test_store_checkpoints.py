@@ -124,6 +124,20 @@ def precommit(
     return result.state
 
 
+def first_checkpoint_complete(
+    open_stores: Callable[..., SqlStore],
+) -> tuple[SqlStore, Fence, list[TaskId]]:
+    """A led store whose pipeline "p" (`running_pipeline`) has checkpoint 1 COMPLETE over
+    [0, 10) of each partition; the store, its fence and the two tasks."""
+    store = open_stores()
+    fence = lead(store)
+    t0, t1 = running_pipeline(store, fence)
+    trigger(store, fence=fence, pipeline_id=PipelineId("p"))
+    precommit(store, fence, 1, t0, start=0, end=10)
+    assert precommit(store, fence, 1, t1, start=0, end=10) is CheckpointState.COMPLETE
+    return store, fence, [t0, t1]
+
+
 def offsets_table(store: SqlStore) -> dict[tuple[str, int], int]:
     with store.engine.connect() as conn:
         rows = conn.execute(sa.select(source_offsets)).all()
@@ -330,13 +344,8 @@ def test_stale_task_generation_precommit_is_refused(open_stores: Callable[..., S
 
 
 def test_overlap_slots_and_cascading_abort(open_stores: Callable[..., SqlStore]) -> None:
-    store = open_stores()
-    fence = lead(store)
-    t0, t1 = running_pipeline(store, fence)
+    store, fence, (t0, t1) = first_checkpoint_complete(open_stores)  # its commit pending
     pid = PipelineId("p")
-    trigger(store, fence=fence, pipeline_id=pid)
-    precommit(store, fence, 1, t0, start=0, end=10)
-    precommit(store, fence, 1, t1, start=0, end=10)  # N=1 COMPLETE, commit pending
     n2 = trigger(store, fence=fence, pipeline_id=pid)
     # N=1's ids may still need committing: N=2 writes with the next slot.
     assert sorted(t.transactional_id for t in n2.tasks) == [
@@ -500,13 +509,8 @@ def test_start_offsets_are_read_for_the_partitions_asked_for_in_two_parameters(
     """A report's start offsets are read for its own partitions only; on PostgreSQL the
     partitions go as two array parameters, not two parameters per partition (a 50-partition
     report bound 100, one at a time)."""
-    store = open_stores()
-    fence = lead(store)
-    t0, t1 = running_pipeline(store, fence)
+    store, _, _ = first_checkpoint_complete(open_stores)
     pid = PipelineId("p")
-    trigger(store, fence=fence, pipeline_id=pid)
-    precommit(store, fence, 1, t0, start=0, end=10)
-    assert precommit(store, fence, 1, t1, start=0, end=10) is CheckpointState.COMPLETE
     assert restored_from(store) == {1}
     sent: list[tuple[str, object]] = []
 
