@@ -7,7 +7,8 @@ Partitions without a row start from the pipeline's `starting_offsets`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -148,7 +149,7 @@ def restore_from_checkpoints(conn: Connection, completed: Sequence[CheckpointKey
     `precommit_offsets` rows: one statement, the ranges never leaving the database (read,
     then written back as an upsert, they were two statements and 100 rows each way for a
     100-task checkpoint)."""
-    build = _RESTORE_BUILDS[conn.dialect.name == "postgresql"]
+    build = _RESTORE_BUILDS[conn.dialect.name]
     execute_keyed(conn, build, precommit_offsets, completed)
 
 
@@ -174,14 +175,13 @@ def _newest_ends(keys: sa.ColumnElement[bool]) -> sa.Select[Any]:
     ).where(ranked.c.newest_first == 1)
 
 
-def _restore_postgresql(keys: sa.ColumnElement[bool]) -> sa.Executable:
-    insert = pg_dialect.insert(source_offsets).from_select(_RESTORE_COLUMNS, _newest_ends(keys))
-    return insert.on_conflict_do_update(index_elements=_RESTORE_KEY, set_=_restored(insert))
-
-
-def _restore_sqlite(keys: sa.ColumnElement[bool]) -> sa.Executable:
-    # The SELECT's WHERE keeps SQLite from reading ON CONFLICT as a join's ON.
-    insert = sqlite_dialect.insert(source_offsets).from_select(_RESTORE_COLUMNS, _newest_ends(keys))
+def _restore(
+    insert_into: Callable[[sa.Table], pg_dialect.Insert | sqlite_dialect.Insert],
+    keys: sa.ColumnElement[bool],
+) -> sa.Executable:
+    """The upsert of `restore_from_checkpoints` in the dialect of `insert_into` (the SELECT's
+    WHERE keeps SQLite from reading ON CONFLICT as a join's ON)."""
+    insert = insert_into(source_offsets).from_select(_RESTORE_COLUMNS, _newest_ends(keys))
     return insert.on_conflict_do_update(index_elements=_RESTORE_KEY, set_=_restored(insert))
 
 
@@ -195,7 +195,11 @@ def _restored(insert: pg_dialect.Insert | sqlite_dialect.Insert) -> dict[str, An
 
 _RESTORE_KEY = ("pipeline_id", "topic", "partition")
 _RESTORE_COLUMNS = (*_RESTORE_KEY, "next_offset", "checkpoint_id", "updated_at_ms")
-_RESTORE_BUILDS = {True: _restore_postgresql, False: _restore_sqlite}
+# One build per dialect, made once: `execute_keyed` caches statements by their build.
+_RESTORE_BUILDS = {
+    "postgresql": functools.partial(_restore, pg_dialect.insert),
+    "sqlite": functools.partial(_restore, sqlite_dialect.insert),
+}
 
 
 class OffsetStore:
