@@ -27,6 +27,7 @@ from lockgate.common.model.ids import (
 )
 from lockgate.common.model.offsets import OffsetRange
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
+from lockgate.coordinator.api.convert import assignments_to_proto
 from lockgate.coordinator.domain.checkpoints import Precommit
 from lockgate.coordinator.domain.errors import NotFound
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
@@ -624,6 +625,71 @@ def test_a_heartbeats_full_answer_costs_the_same_statements_however_many_pipelin
     many, many_tasks = full_answer_statements()
     assert (few_tasks, many_tasks) == (4, 16)
     assert many == few, f"{few} statements for 2 pipelines, {many} for 8"
+
+
+def heartbeat_knowing(leader: Herder, generation: Generation, version: int) -> Any:
+    """e1's heartbeat presenting assignment `version`."""
+    return leader.membership.heartbeat(
+        executor_id=ExecutorId("e1"),
+        generation=generation,
+        reports=[],
+        known_assignment_version=version,
+    )
+
+
+def test_a_changed_answer_reads_only_the_tasks_the_executor_does_not_hold(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new pipeline changes e1's assignment: the answer carries every task again, but
+    reads the spec, offsets and restore state of the new pipeline's tasks only (the setup
+    of many pipelines re-read every task of every executor at each one), and sends what a
+    read of everything sends."""
+    for name in ("a", "b"):
+        leader.pipelines.create(spec=spec(name), target_state=TargetState.RUNNING)
+    generation = run_tasks(leader)
+    held = heartbeat_knowing(leader, generation, 0)
+    leader.pipelines.create(spec=spec("c"), target_state=TargetState.RUNNING)
+    leader.run_pass(leader.require_fence())
+    restores = counting(monkeypatch, leader.store.checkpoints, "restore_states")
+    specs = counting(monkeypatch, leader.store.pipelines, "get_pipelines")
+    offsets = counting(monkeypatch, leader.store.offsets, "get_offsets_of")
+    changed = heartbeat_knowing(leader, generation, held.version)
+    assert not changed.unchanged
+    added = sorted(a.task.task_id for a in changed.tasks if a.task.pipeline_id == "c")
+    assert len(added) == 2 and len(changed.tasks) == 6
+    assert [sorted(kwargs["task_ids"]) for _, kwargs in restores] == [added]
+    assert [kwargs["pipeline_ids"] for _, kwargs in specs + offsets] == [["c"], ["c"]]
+    fresh = heartbeat_knowing(leader, generation, 0).tasks
+    assert assignments_to_proto(changed.tasks) == assignments_to_proto(fresh)
+
+
+def test_an_answer_is_read_afresh_for_the_tasks_the_executor_may_not_hold(
+    leader: Herder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version this leader did not last send (its answer was lost, or another leader's is
+    held) reads every task; a pipeline paused reads its own tasks again, whose target state
+    the executor does not hold; an executor that registers again holds nothing."""
+    leader.pipelines.create(spec=spec("a"), target_state=TargetState.RUNNING)
+    generation = run_tasks(leader)
+    held = heartbeat_knowing(leader, generation, 0)
+    leader.pipelines.create(spec=spec("b"), target_state=TargetState.RUNNING)
+    leader.run_pass(leader.require_fence())
+    restores = counting(monkeypatch, leader.store.checkpoints, "restore_states")
+
+    def read() -> list[str]:
+        (_, kwargs) = restores.pop()
+        assert restores == []
+        return sorted({task_id.split("/")[0] for task_id in kwargs["task_ids"]})
+
+    lost = heartbeat_knowing(leader, generation, held.version ^ 1)
+    assert len(lost.tasks) == 4 and read() == ["a", "b"]
+    leader.pipelines.set_target_state(PipelineId("a"), TargetState.PAUSED)
+    leader.run_pass(leader.require_fence())
+    paused = heartbeat_knowing(leader, generation, lost.version)
+    assert len(paused.tasks) == 4 and read() == ["a"]
+    again = leader.membership.register_executor(executor_id=ExecutorId("e1"), address="e:1")
+    assert len(again.tasks) == 4 and read() == ["a", "b"]
+    assert heartbeat_knowing(leader, again.executor.generation, again.version).unchanged
 
 
 def test_a_page_of_checkpoint_history_is_one_query_however_many_checkpoints(

@@ -15,6 +15,9 @@ Rules written here (the api only converts):
 - Time no leader could record heartbeats (a failover, this leader cut from its database:
   the lease keeper's `leader_gap`) is not an executor's silence: a session alive when the
   gap began gets a full session timeout from the start of this term.
+- A changed answer reads from SQL only the tasks the executor does not hold yet
+  (`SentAssignments`): those of the answer this term last sent its session, which it
+  presents the version of, still assigned alike, are sent again as they were.
 - The rebalance plans only when its inputs changed since the last plan: the term, the
   executors (id, generation, liveness) or the pipelines' fingerprint
   (`PipelinesFingerprint`); and every `FULL_REBALANCE_EVERY_S` whatever they say. A new
@@ -24,12 +27,13 @@ Rules written here (the api only converts):
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lockgate.common.errors import FencingToken, StaleTokenError
-from lockgate.common.model.ids import ExecutorId, Generation, TaskId
+from lockgate.common.model.ids import ExecutorId, Generation, PipelineId, TaskId
 from lockgate.coordinator.domain.assignment import (
     AssignmentPlan,
     ExecutorLiveness,
@@ -52,6 +56,7 @@ from lockgate.coordinator.domain.membership import (
     assignment_version,
 )
 from lockgate.coordinator.domain.pipelines import (
+    PartitionOffset,
     PipelineRecord,
     PipelinesFingerprint,
     TaskRecord,
@@ -95,6 +100,76 @@ class TaskAssignment:
     restore: RestoreState
     restored_checkpoint_id: int
     """The COMPLETE checkpoint the pipeline's offsets come from; 0 after a reset."""
+
+
+#: What makes an executor start a task anew: its id, generation, config version and target
+#: state (`assignment_version`'s fingerprint is made of the same four).
+AssignmentKey = tuple[TaskId, Generation, int, TargetState]
+
+
+def assignment_key(item: AssignedTask) -> AssignmentKey:
+    """The key of `item` in the answers sent (`SentAssignments`)."""
+    return (item.task.task_id, item.task.generation, item.config_version, item.target_state)
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """The last answer with tasks sent to one executor session in one term."""
+
+    generation: Generation
+    fence: Fence
+    version: int
+    tasks: Mapping[AssignmentKey, TaskAssignment]
+
+
+class SentAssignments:
+    """The last assignment this leader sent each executor session, by task.
+
+    An executor reads a task's spec, partitions and restore state only when it starts the
+    task, and starts one only when it does not run it at that generation yet
+    (`executor/runtime/tasks.py`, `TaskBoard.apply`; a config change or a move gives a new
+    generation). So when an executor presents the version of the answer this term last
+    sent its session, every task of it still assigned alike is running there, and its entry
+    is sent again as it was, read from SQL only once: a changed answer costs SQL reads for
+    what changed, not for every task of the executor. Any doubt reads everything afresh:
+    another session or term, or another version (that answer was lost, or another leader's
+    is held).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sent: dict[ExecutorId, _Sent] = {}
+
+    def held(
+        self, executor: ExecutorRecord, fence: Fence, known_version: int
+    ) -> Mapping[AssignmentKey, TaskAssignment]:
+        """The entries `executor` holds if it presents the version last sent to it; else none."""
+        with self._lock:
+            sent = self._sent.get(executor.executor_id)
+        if (
+            sent is None
+            or sent.generation != executor.generation
+            or sent.fence != fence
+            or sent.version != known_version
+        ):
+            return {}
+        return sent.tasks
+
+    def record(
+        self,
+        executor: ExecutorRecord,
+        fence: Fence,
+        version: int,
+        tasks: Mapping[AssignmentKey, TaskAssignment],
+    ) -> None:
+        """Remember the answer just built for `executor`'s session."""
+        with self._lock:
+            self._sent[executor.executor_id] = _Sent(executor.generation, fence, version, tasks)
+
+    def forget(self, executor_id: ExecutorId) -> None:
+        """The executor left: nothing of its answers is held any more."""
+        with self._lock:
+            self._sent.pop(executor_id, None)
 
 
 @dataclass(frozen=True)
@@ -164,6 +239,7 @@ class Membership:
             write_batch=self._write_heartbeats,
             max_batch=HEARTBEATS_PER_TRANSACTION,
         )
+        self._sent = SentAssignments()
         # What the last plan was made from, the plan, and when it was made (work loop only).
         self._planned: tuple[_RebalanceInputs, RebalanceResult, float] | None = None
 
@@ -311,8 +387,13 @@ class Membership:
             return ExecutorAssignment(
                 executor=executor, fence=fence, tasks=(), version=version, unchanged=True
             )
+        tasks = self._full(kept, self._sent.held(executor, fence, known_version))
+        self._sent.record(executor, fence, version, dict(tasks))
         return ExecutorAssignment(
-            executor=executor, fence=fence, tasks=self._full(kept), version=version
+            executor=executor,
+            fence=fence,
+            tasks=tuple(task for _, task in tasks),
+            version=version,
         )
 
     def _write_heartbeats(
@@ -385,6 +466,7 @@ class Membership:
             )
         except StaleGeneration as exc:
             raise self._stale_executor(exc, executor_id, generation) from None
+        self._sent.forget(executor_id)
         self._wake()
 
     def _stale_executor(
@@ -402,26 +484,46 @@ class Membership:
 
     # ------------------------------------------------------------------ assignment
 
-    def _full(self, assigned: Sequence[AssignedTask]) -> tuple[TaskAssignment, ...]:
-        """Each task with its pipeline and restore state: a few queries for the whole
-        assignment, however many tasks and pipelines (tasks or pipelines deleted since
-        `assigned` was read are left out: the next heartbeat's answer says so)."""
-        pipeline_ids = sorted({a.task.pipeline_id for a in assigned})
-        pipelines = self._store.pipelines.get_pipelines(pipeline_ids=pipeline_ids)
-        offsets = self._store.offsets.get_offsets_of(pipeline_ids=pipeline_ids)
-        restores = self._store.checkpoints.restore_states(
-            task_ids=[a.task.task_id for a in assigned]
-        )
-        return tuple(
-            TaskAssignment(
-                task=item.task,
-                pipeline=pipelines[item.task.pipeline_id],
-                restore=restores[item.task.task_id],
-                restored_checkpoint_id=restored_checkpoint(offsets[item.task.pipeline_id]),
+    def _full(
+        self,
+        assigned: Sequence[AssignedTask],
+        held: Mapping[AssignmentKey, TaskAssignment],
+    ) -> list[tuple[AssignmentKey, TaskAssignment]]:
+        """Each task with its pipeline and restore state, by key: those in `held` as they
+        were sent, the others read in a few queries for them all, however many tasks and
+        pipelines (tasks or pipelines deleted since `assigned` was read are left out: the
+        next heartbeat's answer says so)."""
+        keyed = [(assignment_key(item), item) for item in assigned]
+        fresh = [item for key, item in keyed if key not in held]
+        pipelines: Mapping[PipelineId, PipelineRecord] = {}
+        offsets: Mapping[PipelineId, Sequence[PartitionOffset]] = {}
+        restores: Mapping[TaskId, RestoreState] = {}
+        if fresh:
+            pipeline_ids = sorted({a.task.pipeline_id for a in fresh})
+            pipelines = self._store.pipelines.get_pipelines(pipeline_ids=pipeline_ids)
+            offsets = self._store.offsets.get_offsets_of(pipeline_ids=pipeline_ids)
+            restores = self._store.checkpoints.restore_states(
+                task_ids=[a.task.task_id for a in fresh]
             )
-            for item in assigned
-            if item.task.pipeline_id in pipelines and item.task.task_id in restores
-        )
+        result: list[tuple[AssignmentKey, TaskAssignment]] = []
+        for key, item in keyed:
+            if key in held:
+                result.append((key, replace(held[key], task=item.task)))
+            elif item.task.pipeline_id in pipelines and item.task.task_id in restores:
+                result.append(
+                    (
+                        key,
+                        TaskAssignment(
+                            task=item.task,
+                            pipeline=pipelines[item.task.pipeline_id],
+                            restore=restores[item.task.task_id],
+                            restored_checkpoint_id=restored_checkpoint(
+                                offsets[item.task.pipeline_id]
+                            ),
+                        ),
+                    )
+                )
+        return result
 
     def rebalance(self, fence: Fence, view: ClusterView | None = None) -> RebalanceResult:
         """Move tasks of executors dead past the reassignment delay, spread new tasks, and
