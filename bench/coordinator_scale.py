@@ -120,11 +120,19 @@ def _patiently(call: Callable[[], _T], *, timeout_s: float = 120.0) -> _T:
 
 
 def _checkpoints(
-    stub: coordinator_pb2_grpc.CoordinatorServiceStub, name: str
+    stub: coordinator_pb2_grpc.CoordinatorServiceStub,
+    name: str,
+    *,
+    states: Sequence[common_pb2.CheckpointState.ValueType] = (),
+    page_size: int = 1000,
 ) -> list[common_pb2.Checkpoint]:
+    """The pipeline's newest `page_size` checkpoints (of `states`, all if empty), oldest
+    first."""
     page = _patiently(
         lambda: stub.ListCheckpoints(
-            coordinator_pb2.ListCheckpointsRequest(pipeline_name=name, page_size=1000),
+            coordinator_pb2.ListCheckpointsRequest(
+                pipeline_name=name, states=states, page_size=page_size
+            ),
             timeout=30,
         )
     )
@@ -183,11 +191,13 @@ def run_scale(
         waiting = list(names)
         deadline = time.monotonic() + ready_timeout_s
         while waiting:
+            # One COMMITTED checkpoint each, not the whole history: at 1,000 pipelines with
+            # a checkpoint a second, reading the histories took minutes.
             waiting = [
                 n
                 for n in waiting
-                if not any(
-                    c.state == common_pb2.CHECKPOINT_STATE_COMMITTED for c in _checkpoints(stub, n)
+                if not _checkpoints(
+                    stub, n, states=[common_pb2.CHECKPOINT_STATE_COMMITTED], page_size=1
                 )
             ]
             if waiting and time.monotonic() > deadline:
