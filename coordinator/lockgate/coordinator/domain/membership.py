@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from lockgate.common.model.ids import ExecutorId, Generation
+from lockgate.common.model.ids import ExecutorId, Generation, TaskId
 from lockgate.coordinator.domain.errors import StaleGeneration
 from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.states import TargetState
@@ -79,6 +79,17 @@ class AssignedTask:
     target_state: TargetState
 
 
+#: What makes an executor start a task anew: its id, generation, config version and target
+#: state. The assignment's version is a fingerprint of these keys; the leader keeps what it
+#: sent each executor by them (`herder/membership.py`, `SentAssignments`).
+AssignmentKey = tuple[TaskId, Generation, int, TargetState]
+
+
+def assignment_key(item: AssignedTask) -> AssignmentKey:
+    """The key of one task of an assignment."""
+    return (item.task.task_id, item.task.generation, item.config_version, item.target_state)
+
+
 def assignment_version(tasks: Iterable[AssignedTask]) -> int:
     """The version of an executor's assignment: a fingerprint of each task's id,
     generation, config version and target state, never 0 (0 is "none held").
@@ -89,10 +100,9 @@ def assignment_version(tasks: Iterable[AssignedTask]) -> int:
     changes the version). A config change gives every task a new generation too.
     """
     digest = hashlib.blake2b(digest_size=8)
-    for item in sorted(tasks, key=lambda a: a.task.task_id):
-        line = (
-            f"{item.task.task_id}\x00{item.task.generation}\x00{item.config_version}"
-            f"\x00{item.target_state.value}\n"
-        )
+    for task_id, generation, config_version, target_state in sorted(
+        map(assignment_key, tasks), key=lambda key: key[0]
+    ):
+        line = f"{task_id}\x00{generation}\x00{config_version}\x00{target_state.value}\n"
         digest.update(line.encode())
     return int.from_bytes(digest.digest(), "big") >> 1 or 1

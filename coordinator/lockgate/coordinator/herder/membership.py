@@ -52,7 +52,9 @@ from lockgate.coordinator.domain.errors import (
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import (
     AssignedTask,
+    AssignmentKey,
     ExecutorRecord,
+    assignment_key,
     assignment_version,
 )
 from lockgate.coordinator.domain.pipelines import (
@@ -100,16 +102,6 @@ class TaskAssignment:
     restore: RestoreState
     restored_checkpoint_id: int
     """The COMPLETE checkpoint the pipeline's offsets come from; 0 after a reset."""
-
-
-#: What makes an executor start a task anew: its id, generation, config version and target
-#: state (`assignment_version`'s fingerprint is made of the same four).
-AssignmentKey = tuple[TaskId, Generation, int, TargetState]
-
-
-def assignment_key(item: AssignedTask) -> AssignmentKey:
-    """The key of `item` in the answers sent (`SentAssignments`)."""
-    return (item.task.task_id, item.task.generation, item.config_version, item.target_state)
 
 
 @dataclass(frozen=True)
@@ -388,12 +380,9 @@ class Membership:
                 executor=executor, fence=fence, tasks=(), version=version, unchanged=True
             )
         tasks = self._full(kept, self._sent.held(executor, fence, known_version))
-        self._sent.record(executor, fence, version, dict(tasks))
+        self._sent.record(executor, fence, version, tasks)
         return ExecutorAssignment(
-            executor=executor,
-            fence=fence,
-            tasks=tuple(task for _, task in tasks),
-            version=version,
+            executor=executor, fence=fence, tasks=tuple(tasks.values()), version=version
         )
 
     def _write_heartbeats(
@@ -488,13 +477,13 @@ class Membership:
         self,
         assigned: Sequence[AssignedTask],
         held: Mapping[AssignmentKey, TaskAssignment],
-    ) -> list[tuple[AssignmentKey, TaskAssignment]]:
-        """Each task with its pipeline and restore state, by key: those in `held` as they
-        were sent, the others read in a few queries for them all, however many tasks and
-        pipelines (tasks or pipelines deleted since `assigned` was read are left out: the
-        next heartbeat's answer says so)."""
-        keyed = [(assignment_key(item), item) for item in assigned]
-        fresh = [item for key, item in keyed if key not in held]
+    ) -> dict[AssignmentKey, TaskAssignment]:
+        """Each task with its pipeline and restore state, by key, in `assigned`'s order:
+        those in `held` as they were sent, the others read in a few queries for them all,
+        however many tasks and pipelines (tasks or pipelines deleted since `assigned` was
+        read are left out: the next heartbeat's answer says so)."""
+        keyed = {assignment_key(item): item for item in assigned}
+        fresh = [item for key, item in keyed.items() if key not in held]
         pipelines: Mapping[PipelineId, PipelineRecord] = {}
         offsets: Mapping[PipelineId, Sequence[PartitionOffset]] = {}
         restores: Mapping[TaskId, RestoreState] = {}
@@ -505,23 +494,17 @@ class Membership:
             restores = self._store.checkpoints.restore_states(
                 task_ids=[a.task.task_id for a in fresh]
             )
-        result: list[tuple[AssignmentKey, TaskAssignment]] = []
-        for key, item in keyed:
+        result: dict[AssignmentKey, TaskAssignment] = {}
+        for key, item in keyed.items():
+            task = item.task
             if key in held:
-                result.append((key, replace(held[key], task=item.task)))
-            elif item.task.pipeline_id in pipelines and item.task.task_id in restores:
-                result.append(
-                    (
-                        key,
-                        TaskAssignment(
-                            task=item.task,
-                            pipeline=pipelines[item.task.pipeline_id],
-                            restore=restores[item.task.task_id],
-                            restored_checkpoint_id=restored_checkpoint(
-                                offsets[item.task.pipeline_id]
-                            ),
-                        ),
-                    )
+                result[key] = replace(held[key], task=task)
+            elif task.pipeline_id in pipelines and task.task_id in restores:
+                result[key] = TaskAssignment(
+                    task=task,
+                    pipeline=pipelines[task.pipeline_id],
+                    restore=restores[task.task_id],
+                    restored_checkpoint_id=restored_checkpoint(offsets[task.pipeline_id]),
                 )
         return result
 
