@@ -11,7 +11,8 @@ input topic, then copies them several times, each into its own output topic:
 (a) a Lockgate pipeline with ``delivery: exactly_once`` (``--tasks-max``, default 1: one
     task, whose batches Spark runs as one task per slot);
 (b) the same pipeline with ``delivery: at_least_once``;
-(c) a plain confluent-kafka consume -> produce loop (no transactions, one process);
+(c) a plain confluent-kafka consume -> produce loop (no transactions, one process), its
+    consumer's prefetch set (``PLAIN_LOOP_PREFETCH``); (c0) the same with librdkafka's;
 (d) Kafka's ``TransactionalMessageCopier`` (kafka-tools jar), one per input partition,
     in parallel;
 (e) unless ``--no-streams``: a Kafka Streams copy topology, ``exactly_once_v2``, as many
@@ -35,11 +36,12 @@ warm-up pipeline, without which whichever of (a) and (b) runs first is about a t
 (e) and (f) are timed from the JVM's start until a ``read_committed`` consumer has seen every
 record, start-up included; (a)-(f) must each have copied every record, checked by a
 ``read_committed`` consumer. Then, unless ``--no-latency``, the latency run: an exactly_once
-pipeline fed at half of (a)'s records/s for ``--latency-seconds``, each record timed from
-produce to visible to ``read_committed`` (p50, p99 against 2 x the checkpoint interval), and
-unless ``--no-streams`` the same run through (e) Kafka Streams at the same rate; each prints
-the cores that the load generator and reader (this process), the broker and the copy used
-while records were produced, so a miss says whether the copy or the machine ran short.
+pipeline fed at half of (a)'s records/s for ``--latency-warmup-seconds``, not counted, then
+for ``--latency-seconds``, each record timed from produce to visible to ``read_committed``
+(p50, p99 against 2 x the checkpoint interval), and unless ``--no-streams`` the same run
+through (e) Kafka Streams at the same rate; each prints the cores that the load generator
+(this process), the reader (a process of its own), the broker and the copy used while the
+measured records were produced, so a miss says whether the copy or the machine ran short.
 Figures, not pass/fail.
 """
 
@@ -118,14 +120,25 @@ def produce_input(bootstrap: str, topic: str, *, records: int, partitions: int, 
     producer.flush(300)
 
 
-def run_plain_loop(bootstrap: str, source: str, sink: str, *, records: int) -> float:
-    """(c): consume -> produce with confluent-kafka, no transactions; returns seconds."""
+#: (c)'s consumer setting: librdkafka stops fetching for ``fetch.queue.backoff.ms`` (1 s) once
+#: the consumer's queue holds ``queued.min.messages`` (100,000 by default), which a loop
+#: slower than its fetcher reaches every second: with the default the same loop copied
+#: 92,000-129,000 records/s, with this 346,000-388,000 (alone with the broker; README, issue 13).
+PLAIN_LOOP_PREFETCH = {"queued.min.messages": 1_000_000}
+
+
+def run_plain_loop(
+    bootstrap: str, source: str, sink: str, *, records: int, prefetch: Mapping[str, int]
+) -> float:
+    """(c): consume -> produce with confluent-kafka, no transactions, the consumer's
+    ``prefetch`` settings added to librdkafka's defaults; returns seconds."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"bench-plain-{uuid.uuid4().hex}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            **prefetch,
         }
     )
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20})
@@ -487,6 +500,7 @@ def latency_section(
                 value_bytes=args.value_bytes,
                 rate=rate,
                 seconds=seconds,
+                warmup_s=args.latency_warmup_seconds,
                 watched={
                     **watched,
                     "executor (Spark JVM, Python workers)": services.executor.pid,
@@ -527,6 +541,7 @@ def latency_runs(
                 contenders,
                 rate=rate,
                 seconds=args.latency_seconds,
+                warmup_s=args.latency_warmup_seconds,
                 value_bytes=args.value_bytes,
                 watched=watched,
             )
@@ -584,7 +599,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--latency-seconds",
         type=float,
         default=30.0,
-        help="how long the latency run produces at its fixed rate",
+        help="how long the latency run produces at its fixed rate, its records measured",
+    )
+    parser.add_argument(
+        "--latency-warmup-seconds",
+        type=float,
+        default=10.0,
+        help="how long the latency run produces at the same rate before that, its records not"
+        " counted (their p99 is printed beside): the broker's first seconds under a new load"
+        " are slower (README, issue 13)",
     )
     parser.add_argument(
         "--spark-conf",
@@ -748,14 +771,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # The warm-up's records are counted too.
                 assert counted >= args.records, f"metrics on, but only {counted} records counted"
                 print(f"    metrics on: the executor counted {counted:,.0f} records written")
-            sink = new_topic("bench-out-c")
-            figures["c"] = Figure(
-                "(c) confluent-kafka loop",
-                args.records,
-                run_plain_loop(bootstrap, source, sink, records=args.records),
-                args.value_bytes,
-            )
-            check_output(bootstrap, sink, args.records, figures["c"].name)
+            for key, name, prefetch in (
+                ("c", "(c) confluent-kafka loop", PLAIN_LOOP_PREFETCH),
+                ("c0", "(c0) the same, librdkafka's prefetch", {}),
+            ):
+                sink = new_topic(f"bench-out-{key}")
+                seconds = run_plain_loop(
+                    bootstrap, source, sink, records=args.records, prefetch=prefetch
+                )
+                figures[key] = Figure(name, args.records, seconds, args.value_bytes)
+                check_output(bootstrap, sink, args.records, name)
             sink = new_topic("bench-out-d")
             figures["d"] = Figure(
                 "(d) TransactionalMessageCopier",

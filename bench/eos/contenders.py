@@ -121,12 +121,19 @@ def run_streams(setup: ContenderSetup) -> ContenderRun:
 
 
 def streams_latency(
-    setup: ContenderSetup, *, rate: float, seconds: float, value_bytes: int, watched: dict[str, int]
+    setup: ContenderSetup,
+    *,
+    rate: float,
+    seconds: float,
+    warmup_s: float,
+    value_bytes: int,
+    watched: dict[str, int],
 ) -> LatencyRun | None:
     """(e) under Lockgate's latency run: the Streams copy on fresh topics, running and
     committed once (`wait_until_copying`) before records are produced at ``rate`` for
-    ``seconds`` and each timed to ``read_committed``; ``watched``: process trees whose CPU the
-    run measures, the JVM's added. None (and why, printed) if it never started copying."""
+    ``warmup_s``, not counted, then ``seconds``, each timed to ``read_committed``;
+    ``watched``: process trees whose CPU the run measures, the JVM's added. None (and why,
+    printed) if it never started copying."""
     source, sink = (
         f"bench-latency-streams-{side}-{uuid.uuid4().hex[:6]}" for side in ("in", "out")
     )
@@ -151,6 +158,7 @@ def streams_latency(
                     value_bytes=value_bytes,
                     rate=rate,
                     seconds=seconds,
+                    warmup_s=warmup_s,
                     watched={**watched, "Kafka Streams JVM": proc.pid},
                 )
             )

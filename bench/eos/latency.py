@@ -2,30 +2,40 @@
 
 Each record's value starts with its sequence number (10 digits) and its produce time (16
 digits, microseconds since the epoch, taken just before ``produce()``); a ``read_committed``
-consumer of the output, in a thread of this process (one clock), takes the time each record
-became visible to it. Latency = visible - produced, so it covers the producer's batching, the
-pipeline's batch and two-phase commit, and the consumer's fetch.
+consumer of the output, in a process of its own on the same host (one wall clock), takes the
+time each record became visible to it. Latency = visible - produced, so it covers the
+producer's batching, the pipeline's batch and two-phase commit, and the consumer's fetch.
+
+The reader is a process, not a thread beside the load generator: neither waits for the
+other's turn at the interpreter lock (a record's stamp is taken when ``consume()`` returns, and
+the generator's when its burst starts), and the cores each uses are reported apart.
 
 The load generator, the reader and the system under test share the machine: the run also
-measures the cores each used over the produce phase (this process, and the process trees
-it is given), so a missed target says whether the copy or the machine ran out of time.
+measures the cores each used over the produce phase (this process, the reader's, and the
+process trees it is given), so a missed target says whether the copy or the machine ran out
+of time.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-import threading
 import time
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.synchronize import Event
 
 from confluent_kafka import Producer
 
 from eos.proctree import TreeCpu
 from eos.visibility import CommittedReader
 
-#: The name of this process (the load generator and the reader) in `LatencyRun.cores`.
-BENCH_PROCESS = "bench (load generator + reader)"
+#: The names of this process (the load generator) and of the reader's in `LatencyRun.cores`.
+BENCH_PROCESS = "bench (load generator)"
+READER_PROCESS = "reader"
 
 
 @dataclass(frozen=True)
@@ -41,9 +51,13 @@ class LatencyRun:
     p99_ms: float
     max_ms: float
     missing: int
-    """Records produced but not visible by the deadline."""
+    """Records produced but not visible by the deadline (the warm-up's included)."""
     cores: dict[str, float] = field(default_factory=dict)
-    """Cores each watched process tree used over the produce phase, this one's included."""
+    """Cores each watched process tree used over the measured phase, this one's included."""
+    warmup_records: int = 0
+    """Records produced at the same rate before the measured ones, not in the figures above."""
+    warmup_p99_ms: float = float("nan")
+    """The warm-up records' own p99, printed beside the measured one."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,11 @@ class LatencySetup:
     value_bytes: int
     rate: float
     seconds: float
+    warmup_s: float = 10.0
+    """How long the same load runs before the measured ``seconds``, its records not counted:
+    a broker fresh to this load pattern (many small produce requests, ``read_committed``
+    fetches) spends its first seconds compiling it, at up to 0.9 of a core against 0.3-0.5
+    afterwards, and every copy behind it is slower meanwhile (README, issue 13)."""
     settle_s: float = 30.0
     """How long past the produce phase records may take to become visible."""
     watched: Mapping[str, int] = field(default_factory=dict)
@@ -65,53 +84,115 @@ class LatencySetup:
 
 def run_latency(setup: LatencySetup) -> LatencyRun:
     """Produce at ``setup.rate`` records/s for ``setup.seconds`` and time each record's
-    visibility in ``setup.sink``."""
-    expected = int(setup.rate * setup.seconds)
-    reader = CommittedReader(
-        setup.bootstrap, setup.sink, partitions=setup.partitions, records=expected
+    visibility in ``setup.sink`` (read by a process of its own: the module's docstring)."""
+    warmup = int(setup.rate * setup.warmup_s)
+    expected = warmup + int(setup.rate * setup.seconds)
+    spawn = multiprocessing.get_context("spawn")  # not fork: this process holds gRPC channels
+    distinct, ready, stop = spawn.Value("q", 0), spawn.Event(), spawn.Event()
+    results, sent_results = spawn.Pipe(duplex=False)
+    reader = spawn.Process(
+        target=_read_visible,
+        args=(setup.bootstrap, setup.sink, setup.partitions, expected, warmup),
+        kwargs={"distinct": distinct, "ready": ready, "stop": stop, "results": sent_results},
+        name="latency-reader",
+        daemon=True,
     )
-    latencies_ms: list[float] = []
-
-    def on_record(value: bytes, now: float) -> None:
-        latencies_ms.append((now - int(value[10:26]) / 1e6) * 1000)
-
-    stop = threading.Event()
-
-    def consume() -> None:
-        while not stop.is_set():
-            reader.poll(on_record)
-
-    consumer = threading.Thread(target=consume, name="latency-reader", daemon=True)
-    consumer.start()
+    reader.start()
     try:
-        began = time.monotonic()
-        cpu = {BENCH_PROCESS: TreeCpu(os.getpid(), whole_tree=False)}
-        cpu.update((name, TreeCpu(pid)) for name, pid in setup.watched.items())
-        produced = _produce_at_rate(setup, expected)
-        achieved = produced / (time.monotonic() - began)
-        cores = {name: tree.cores() for name, tree in cpu.items()}
+        started = time.monotonic() + 60
+        while not ready.wait(timeout=1):
+            if not reader.is_alive() or time.monotonic() > started:
+                raise RuntimeError(
+                    f"the latency run's reader process did not start (exit code {reader.exitcode})"
+                )
+        measuring = _Measuring({BENCH_PROCESS: os.getpid(), READER_PROCESS: reader.pid or 0})
+        produced = _produce_at_rate(setup, expected, measured_from=warmup, measuring=measuring)
+        achieved = (produced - warmup) / (time.monotonic() - measuring.began)
+        cores = measuring.cores(setup.watched)
         deadline = time.monotonic() + setup.settle_s
-        while reader.distinct < produced and time.monotonic() < deadline:
-            time.sleep(0.1)  # the reader thread does the work; this only waits for it
+        while distinct.value < produced and time.monotonic() < deadline:
+            time.sleep(0.1)  # the reader process does the work; this only waits for it
     finally:
         stop.set()
-        consumer.join(timeout=10)
-        reader.close()
-    ordered = sorted(latencies_ms)
-
-    def pct(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
+    if not results.poll(timeout=60):
+        reader.kill()
+        raise RuntimeError("the latency run's reader process sent no results within 60 s")
+    measured_ms, warmup_ms = array("d"), array("d")
+    measured_ms.frombytes(results.recv_bytes())
+    warmup_ms.frombytes(results.recv_bytes())
+    seen = int(results.recv())
+    reader.join(timeout=10)
+    ordered = sorted(measured_ms)
     return LatencyRun(
         target_rate=setup.rate,
         achieved_rate=achieved,
-        records=produced,
-        p50_ms=pct(0.50),
-        p99_ms=pct(0.99),
+        records=produced - warmup,
+        p50_ms=_percentile(ordered, 0.50),
+        p99_ms=_percentile(ordered, 0.99),
         max_ms=ordered[-1] if ordered else float("nan"),
-        missing=produced - reader.distinct,
+        missing=produced - seen,
         cores=cores,
+        warmup_records=warmup,
+        warmup_p99_ms=_percentile(sorted(warmup_ms), 0.99),
     )
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+class _Measuring:
+    """The measured phase's start: its time and the CPU counters of the processes watched."""
+
+    def __init__(self, processes: Mapping[str, int]) -> None:
+        self._processes = processes
+        self.began = time.monotonic()
+        self._cpu: dict[str, TreeCpu] = {}
+
+    def start(self, watched: Mapping[str, int]) -> None:
+        self.began = time.monotonic()
+        self._cpu = {name: TreeCpu(pid, whole_tree=False) for name, pid in self._processes.items()}
+        self._cpu.update((name, TreeCpu(pid)) for name, pid in watched.items())
+
+    def cores(self, watched: Mapping[str, int]) -> dict[str, float]:
+        if not self._cpu:  # no warm-up record: the phase started with the first one
+            self.start(watched)
+        return {name: tree.cores() for name, tree in self._cpu.items()}
+
+
+def _read_visible(
+    bootstrap: str,
+    sink: str,
+    partitions: int,
+    records: int,
+    warmup: int,
+    *,
+    distinct: Synchronized[int],
+    ready: Event,
+    stop: Event,
+    results: Connection,
+) -> None:
+    """The reader process: read ``sink`` until ``stop``, keeping ``distinct`` current; then
+    send each measured record's latency and each warm-up record's (ms, an ``array('d')``'s
+    bytes; the records numbered below ``warmup`` are the warm-up's) and the distinct count."""
+    reader = CommittedReader(bootstrap, sink, partitions=partitions, records=records)
+    measured_ms, warmup_ms = array("d"), array("d")
+
+    def on_record(value: bytes, now: float) -> None:
+        into = measured_ms if int(value[:10]) >= warmup else warmup_ms
+        into.append((now - int(value[10:26]) / 1e6) * 1000)
+
+    try:
+        reader.poll(on_record)  # the first poll connects: from here on it reads as it comes
+        ready.set()
+        while not stop.is_set():
+            reader.poll(on_record)
+            distinct.value = reader.distinct
+    finally:
+        reader.close()
+    results.send_bytes(measured_ms.tobytes())
+    results.send_bytes(warmup_ms.tobytes())
+    results.send(reader.distinct)
 
 
 def wait_until_copying(
@@ -136,8 +217,11 @@ def wait_until_copying(
         reader.close()
 
 
-def _produce_at_rate(setup: LatencySetup, records: int) -> int:
-    """Produce ``records`` records, paced to ``setup.rate`` per second; returns how many.
+def _produce_at_rate(
+    setup: LatencySetup, records: int, *, measured_from: int, measuring: _Measuring
+) -> int:
+    """Produce ``records`` records, paced to ``setup.rate`` per second, starting ``measuring``
+    as record ``measured_from`` is due (the warm-up's end); returns how many.
 
     The generator shares the machine with what it measures, so it does little per record:
     the records due are produced in a burst every few ms, all stamped with the burst's start
@@ -150,6 +234,8 @@ def _produce_at_rate(setup: LatencySetup, records: int) -> int:
     sent = 0
     while sent < records:
         due = min(records, int((time.monotonic() - began) * setup.rate) + 1)
+        if sent <= measured_from < due:
+            measuring.start(setup.watched)
         stamp = b"%016d" % (time.time_ns() // 1000)
         while sent < due:
             try:

@@ -24,6 +24,14 @@ class CommittedReader:
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
                 "enable.partition.eof": False,
+                # librdkafka stops fetching a partition for fetch.queue.backoff.ms (1 s) once
+                # the queue holds queued.min.messages (100,000 by default; reached here by the
+                # sum over the partitions, whose messages share this consumer's one queue): a
+                # commit of more than that at once stalled this reader for a second, counted
+                # in the records' latency, and it drained a backlog at 175,000 records/s
+                # against about 900,000 with this (README, issue 13). Up to 1,000,000 records
+                # are queued.
+                "queued.min.messages": 1_000_000,
             }
         )
         self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
