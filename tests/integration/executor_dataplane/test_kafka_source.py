@@ -176,3 +176,46 @@ def test_records_deleted_before_they_were_read_are_a_named_error_not_a_skip(
         snapshot_offset_ranges(
             bootstrap_servers=bootstrap, topics=[topic], start_offsets={(topic, 0): 25}
         )
+
+
+def test_a_range_longer_than_librdkafkas_default_prefetch_is_read_without_a_fetch_pause(
+    kafka_broker: Any, new_topic: Callable[..., str], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """librdkafka pauses a partition's fetching for a second once its queue holds
+    ``queued.min.messages`` (100,000 by default): a 250,000-record range read as fast as it
+    is fetched met that pause twice (its fetch debug log says why: "not fetchable:
+    queued.min.messages"). The source's consumer raises the threshold, so it never pauses."""
+    from lockgate.common.model.pipeline_spec import RecordFormat
+    from lockgate.executor.dataplane.spark.kafka_source import SourceOptions
+    from lockgate.executor.dataplane.spark.kafka_source_read import read_messages
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = new_topic(partitions=1, prefix="long-range")
+    count = 250_000
+    for first in range(0, count, 50_000):  # a producer queues at most 100,000
+        produce(
+            bootstrap,
+            topic,
+            [(None, b"%06d" % n) for n in range(first, first + 50_000)],
+            partition=0,
+        )
+    whole = OffsetRange(topic, 0, 0, count)
+    options = SourceOptions(
+        bootstrap_servers=bootstrap,
+        ranges=(whole,),
+        value_format=RecordFormat.BYTES,
+        key_format=RecordFormat.BYTES,
+        on_bad_record="fail",
+        schema_registry_url="",
+        max_offsets_per_split=0,
+        stall_timeout_s=60,
+        kafka_properties=(("debug", "fetch"),),  # librdkafka logs why it does not fetch
+    )
+    capfd.readouterr()
+
+    offsets = [offset for _, batch in read_messages(options, whole) for offset in batch]
+
+    assert offsets == list(range(count))
+    fetch_log = capfd.readouterr().err
+    assert "is fetchable" in fetch_log  # the log is on: its absence below means something
+    assert "not fetchable: queued.min.messages" not in fetch_log
