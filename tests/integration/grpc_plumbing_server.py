@@ -121,6 +121,7 @@ def main() -> int:
         grace_seconds=5.0,
         max_workers=args.max_workers,
     )
+    server.catch_signals()  # before announcing it: a SIGTERM right after stops it gracefully
     print(f"LISTENING {server.address}", flush=True)
     server.serve_until_signal()
     return 0

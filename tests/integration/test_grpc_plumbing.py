@@ -280,6 +280,18 @@ def test_domain_errors_cross_the_wire(start_server: Callable[..., ServerProcess]
         assert (fenced_error.metadata["presented"], fenced_error.metadata["current"]) == ("2", "3")
 
 
+def test_a_sigterm_right_after_the_server_says_it_listens_stops_it_gracefully(
+    start_server: Callable[..., ServerProcess],
+) -> None:
+    """The signal is sent the moment the server announces itself. Before the server caught
+    its signals ahead of that announcement, it was still freezing its start-up heap then,
+    with Python's default SIGTERM action in place, and died of the signal (-15), skipping
+    its graceful stop."""
+    server = start_server("leader", tracing=False)
+    assert server.terminate() == 0
+    assert "SIGTERM received, stopping" in server.log_path.read_text()
+
+
 def test_unexpected_exception_is_internal_without_its_text(
     start_server: Callable[..., ServerProcess],
 ) -> None:

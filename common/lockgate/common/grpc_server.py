@@ -20,13 +20,11 @@ import collections
 import logging
 import re
 import signal
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
-from dataclasses import dataclass
-from types import FrameType
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -62,6 +60,7 @@ from lockgate.common.model.limits import can_exceed_limits, check_request_limits
 from lockgate.common.ports import describe_port_holder
 from lockgate.common.process_heap import freeze_startup_heap
 from lockgate.common.security import ServerSecurity
+from lockgate.common.server_signals import CaughtSignals
 from lockgate.common.telemetry import Telemetry
 from lockgate.v1 import common_pb2
 
@@ -488,6 +487,7 @@ class LockgateServer:
     service_full_names: tuple[str, ...]
     telemetry: Telemetry
     grace_seconds: float
+    _caught: CaughtSignals | None = field(default=None, init=False, repr=False)
 
     @property
     def address(self) -> str:
@@ -515,41 +515,38 @@ class LockgateServer:
         """Block until the server stops (True) or ``timeout`` seconds pass (False)."""
         return bool(self.server.wait_for_termination(timeout))
 
+    def catch_signals(
+        self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
+    ) -> None:
+        """From now on ``signals`` are recorded, not fatal; `serve_until_signal` stops on the
+        first (at once if it came before). Call it before announcing the service is up: a
+        SIGTERM between that and `serve_until_signal` killed it without its graceful stop.
+        Main thread only; a second call does nothing."""
+        if self._caught is None:
+            self._caught = CaughtSignals(signals)
+
     def serve_until_signal(
-        self,
-        signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT),
-        *,
-        on_signal: Callable[[signal.Signals], None] | None = None,
+        self, *, on_signal: Callable[[signal.Signals], None] | None = None
     ) -> signal.Signals:
-        """Serve until one of ``signals`` arrives, then stop gracefully and flush telemetry.
-
-        Must run in the main thread (Python only delivers signals there). ``on_signal``
-        runs there as soon as the signal is seen, before the server stops (the executor
-        starts its shutdown bound with it). Returns the signal that ended serving.
-        """
+        """Serve until SIGTERM or SIGINT (or what `catch_signals` caught) arrives, then
+        stop gracefully and flush telemetry. Main thread only (Python delivers signals
+        there). ``on_signal`` runs there as soon as the signal is seen, before the server
+        stops (the executor starts its shutdown bound with it). Returns the signal."""
+        self.catch_signals()
+        caught = self._caught
+        assert caught is not None
         freeze_startup_heap()  # serving: the start-up is over
-        received: list[signal.Signals] = []
-        arrived = threading.Event()
-
-        def record(signum: int, frame: FrameType | None) -> None:
-            received.append(signal.Signals(signum))
-            arrived.set()
-
-        previous = {sig: signal.signal(sig, record) for sig in signals}
         try:
-            # A timed wait keeps the main thread returning to the interpreter, where
-            # signal handlers run.
-            while not arrived.wait(timeout=0.5):
-                pass
-            _LOG.info("%s: %s received, stopping", self.service_name, received[0].name)
+            received = caught.wait()
+            _LOG.info("%s: %s received, stopping", self.service_name, received.name)
             if on_signal is not None:
-                on_signal(received[0])
+                on_signal(received)
             self.stop()
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            caught.restore()
+            self._caught = None
             self.telemetry.shutdown()
-        return received[0]
+        return received
 
 
 def _observing_interceptors(telemetry: Telemetry) -> list[grpc.ServerInterceptor]:

@@ -279,6 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         store.close()
         return 1
     herder.start()
+    server.catch_signals()  # before saying it serves: a SIGTERM from here stops it gracefully
     _LOG.info(
         "coordinator %s serving on %s (advertised as %s), lease %d ms",
         args.id,

@@ -300,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.stop(0)
         return 1
     runtime.start()
+    server.catch_signals()  # before saying it serves: a SIGTERM from here stops it gracefully
     _LOG.info(
         "executor %s serving on %s, coordinator %s, data plane %s",
         args.id,
