@@ -98,6 +98,10 @@ def test_the_demo_passes_on_a_postgres_backed_cluster(postgres_home: Path) -> No
                 "20000",
                 "--partitions",
                 "2",
+                # At the first checkpoint in flight: 20,000 records are one checkpoint, which
+                # can be committed before the default 2 s have passed, and then nothing is.
+                "--kill-after",
+                "0",
                 "--timeout",
                 "300",
             ],
