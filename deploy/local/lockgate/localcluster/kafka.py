@@ -26,7 +26,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from lockgate.localcluster.process import ProcessSpec, lockgate_home, repo_root
+from lockgate.localcluster.process import ProcessSpec, lockgate_home, repo_root, wait_until
 
 #: Main class of ``kafka-storage.sh``.
 STORAGE_TOOL = "kafka.tools.StorageTool"
@@ -341,7 +341,10 @@ def run_kafka_tool(
 def create_topic(
     bootstrap_servers: str, name: str, *, partitions: int = 1, timeout_s: float = 30.0
 ) -> None:
-    """Create topic ``name`` with replication factor 1 and wait until it is created."""
+    """Create topic ``name`` with replication factor 1 and wait until the broker's metadata
+    shows it with a leader for every partition. The controller answers CreateTopics once the
+    topic is in its metadata log; the broker serves it from its metadata cache a moment later,
+    so a client asking in between would be told the topic does not exist."""
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {partitions}")
     admin = AdminClient(client_config(bootstrap_servers))
@@ -351,6 +354,17 @@ def create_topic(
         request_timeout=timeout_s,
     )
     futures[name].result(timeout=timeout_s)
+
+    def served() -> bool:
+        topic = admin.list_topics(topic=name, timeout=timeout_s).topics.get(name)
+        return (
+            topic is not None
+            and topic.error is None
+            and len(topic.partitions) == partitions
+            and all(p.leader >= 0 for p in topic.partitions.values())
+        )
+
+    wait_until(served, timeout_s=timeout_s, description=f"topic {name!r} in the metadata")
 
 
 #: Prefix of the marker records :func:`read_visible` writes; readers skip them.
