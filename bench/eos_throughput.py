@@ -12,7 +12,7 @@ input topic, then copies them several times, each into its own output topic:
     task, whose batches Spark runs as one task per slot);
 (b) the same pipeline with ``delivery: at_least_once``;
 (c) a plain confluent-kafka consume -> produce loop (no transactions, one process), its
-    consumer's prefetch set (``PLAIN_LOOP_PREFETCH``); (c0) the same with librdkafka's;
+    consumer's prefetch set (``eos.visibility.PREFETCH``); (c0) the same with librdkafka's;
 (d) Kafka's ``TransactionalMessageCopier`` (kafka-tools jar), one per input partition,
     in parallel;
 (e) unless ``--no-streams``: a Kafka Streams copy topology, ``exactly_once_v2``, as many
@@ -74,6 +74,7 @@ from eos.contenders import (
 from eos.latency import LatencyRun, LatencySetup, run_latency
 from eos.proctree import tree_rss_mb
 from eos.report import Figure, print_figures, print_latency
+from eos.visibility import PREFETCH
 
 from lockgate.common.grpc_client import open_channel
 from lockgate.common.security import ClientSecurity
@@ -118,13 +119,6 @@ def produce_input(bootstrap: str, topic: str, *, records: int, partitions: int, 
             except BufferError:
                 producer.poll(0.05)
     producer.flush(300)
-
-
-#: (c)'s consumer setting: librdkafka stops fetching for ``fetch.queue.backoff.ms`` (1 s) once
-#: the consumer's queue holds ``queued.min.messages`` (100,000 by default), which a loop
-#: slower than its fetcher reaches every second: with the default the same loop copied
-#: 92,000-129,000 records/s, with this 346,000-388,000 (alone with the broker; README, issue 13).
-PLAIN_LOOP_PREFETCH = {"queued.min.messages": 1_000_000}
 
 
 def run_plain_loop(
@@ -772,7 +766,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 assert counted >= args.records, f"metrics on, but only {counted} records counted"
                 print(f"    metrics on: the executor counted {counted:,.0f} records written")
             for key, name, prefetch in (
-                ("c", "(c) confluent-kafka loop", PLAIN_LOOP_PREFETCH),
+                ("c", "(c) confluent-kafka loop", PREFETCH),
                 ("c0", "(c0) the same, librdkafka's prefetch", {}),
             ):
                 sink = new_topic(f"bench-out-{key}")

@@ -108,7 +108,7 @@ def run_latency(setup: LatencySetup) -> LatencyRun:
         measuring = _Measuring({BENCH_PROCESS: os.getpid(), READER_PROCESS: reader.pid or 0})
         produced = _produce_at_rate(setup, expected, measured_from=warmup, measuring=measuring)
         achieved = (produced - warmup) / (time.monotonic() - measuring.began)
-        cores = measuring.cores(setup.watched)
+        cores = measuring.cores()
         deadline = time.monotonic() + setup.settle_s
         while distinct.value < produced and time.monotonic() < deadline:
             time.sleep(0.1)  # the reader process does the work; this only waits for it
@@ -154,9 +154,8 @@ class _Measuring:
         self._cpu = {name: TreeCpu(pid, whole_tree=False) for name, pid in self._processes.items()}
         self._cpu.update((name, TreeCpu(pid)) for name, pid in watched.items())
 
-    def cores(self, watched: Mapping[str, int]) -> dict[str, float]:
-        if not self._cpu:  # no warm-up record: the phase started with the first one
-            self.start(watched)
+    def cores(self) -> dict[str, float]:
+        """The cores each process used since ``start`` (none before it)."""
         return {name: tree.cores() for name, tree in self._cpu.items()}
 
 
@@ -178,8 +177,8 @@ def _read_visible(
     reader = CommittedReader(bootstrap, sink, partitions=partitions, records=records)
     measured_ms, warmup_ms = array("d"), array("d")
 
-    def on_record(value: bytes, now: float) -> None:
-        into = measured_ms if int(value[:10]) >= warmup else warmup_ms
+    def on_record(sequence: int, value: bytes, now: float) -> None:
+        into = measured_ms if sequence >= warmup else warmup_ms
         into.append((now - int(value[10:26]) / 1e6) * 1000)
 
     try:

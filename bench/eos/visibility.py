@@ -12,6 +12,15 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+#: The bench's consumers' prefetch (its reader's and the plain loop's, (c)): librdkafka stops
+#: fetching a partition for ``fetch.queue.backoff.ms`` (1 s) once the consumer's queue holds
+#: ``queued.min.messages`` (100,000 by default, counted over the partitions, whose messages
+#: share the consumer's one queue), which a consumer slower than its fetcher reaches every
+#: second. With the default the reader drained a backlog at 175,000 records/s against about
+#: 900,000 with this, and the plain loop copied 92,000-129,000 records/s against
+#: 346,000-388,000 (alone with the broker; README, issue 13). Up to 1,000,000 records queued.
+PREFETCH = {"queued.min.messages": 1_000_000}
+
 
 class CommittedReader:
     """A ``read_committed`` consumer of every partition of ``topic``, from the beginning."""
@@ -24,14 +33,8 @@ class CommittedReader:
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
                 "enable.partition.eof": False,
-                # librdkafka stops fetching a partition for fetch.queue.backoff.ms (1 s) once
-                # the queue holds queued.min.messages (100,000 by default; reached here by the
-                # sum over the partitions, whose messages share this consumer's one queue): a
-                # commit of more than that at once stalled this reader for a second, counted
-                # in the records' latency, and it drained a backlog at 175,000 records/s
-                # against about 900,000 with this (README, issue 13). Up to 1,000,000 records
-                # are queued.
-                "queued.min.messages": 1_000_000,
+                # Not paused for a second with a commit's worth queued: PREFETCH.
+                **PREFETCH,
             }
         )
         self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -43,9 +46,9 @@ class CommittedReader:
         self.first_seen_at: float | None = None
         """``time.monotonic()`` when the first record became visible."""
 
-    def poll(self, on_record: Callable[[bytes, float], None] | None = None) -> int:
-        """Read what is visible now (up to 10,000 records); ``on_record(value, now)`` per
-        record read. Returns how many were read.
+    def poll(self, on_record: Callable[[int, bytes, float], None] | None = None) -> int:
+        """Read what is visible now (up to 10,000 records); ``on_record(sequence, value,
+        now)`` per input record read. Returns how many were read.
 
         ``now`` is taken when ``consume()`` returns, and librdkafka's ``consume()`` waits out
         its whole timeout unless it has ``num_messages`` records: the timeout is short (10 ms)
@@ -70,7 +73,7 @@ class CommittedReader:
                 self._seen[sequence] = 1
                 self.distinct += 1
             if on_record is not None:
-                on_record(value, now)
+                on_record(sequence, value, now)
         if messages and self.first_seen_at is None:
             self.first_seen_at = time.monotonic()
         return len(messages)

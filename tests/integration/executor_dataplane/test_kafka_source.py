@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -178,29 +179,30 @@ def test_records_deleted_before_they_were_read_are_a_named_error_not_a_skip(
         )
 
 
-def test_a_range_longer_than_librdkafkas_default_prefetch_is_read_without_a_fetch_pause(
-    kafka_broker: Any, new_topic: Callable[..., str], capfd: pytest.CaptureFixture[str]
-) -> None:
-    """librdkafka pauses a partition's fetching for a second once its queue holds
-    ``queued.min.messages`` (100,000 by default): a 250,000-record range read as fast as it
-    is fetched met that pause twice (its fetch debug log says why: "not fetchable:
-    queued.min.messages"). The source's consumer raises the threshold, so it never pauses."""
-    from lockgate.common.model.pipeline_spec import RecordFormat
-    from lockgate.executor.dataplane.spark.kafka_source import SourceOptions
-    from lockgate.executor.dataplane.spark.kafka_source_read import read_messages
+_FETCH_AT = re.compile(r"Fetch topic (\S+) \[0\] at offset (\d+)")
+_PAUSED = "not fetchable: queued.min.messages"
 
-    bootstrap = kafka_broker.bootstrap_servers
-    topic = new_topic(partitions=1, prefix="long-range")
-    count = 250_000
+
+def _fetched_offsets(fetch_log: str, topic: str) -> list[int]:
+    """The offsets librdkafka's fetch debug log says the consumer fetched ``topic`` at."""
+    return [int(o) for t, o in _FETCH_AT.findall(fetch_log) if t == topic]
+
+
+def _fill(bootstrap: str, topic: str, count: int) -> None:
     for first in range(0, count, 50_000):  # a producer queues at most 100,000
         produce(
             bootstrap,
             topic,
-            [(None, b"%06d" % n) for n in range(first, first + 50_000)],
+            [(None, b"%0100d" % n) for n in range(first, min(count, first + 50_000))],
             partition=0,
         )
-    whole = OffsetRange(topic, 0, 0, count)
-    options = SourceOptions(
+
+
+def _fetch_logged_options(bootstrap: str, whole: OffsetRange) -> Any:
+    from lockgate.common.model.pipeline_spec import RecordFormat
+    from lockgate.executor.dataplane.spark.kafka_source import SourceOptions
+
+    return SourceOptions(
         bootstrap_servers=bootstrap,
         ranges=(whole,),
         value_format=RecordFormat.BYTES,
@@ -209,13 +211,68 @@ def test_a_range_longer_than_librdkafkas_default_prefetch_is_read_without_a_fetc
         schema_registry_url="",
         max_offsets_per_split=0,
         stall_timeout_s=60,
-        kafka_properties=(("debug", "fetch"),),  # librdkafka logs why it does not fetch
+        kafka_properties=(("debug", "fetch"),),  # librdkafka logs what it fetches and why not
     )
+
+
+def test_a_range_longer_than_librdkafkas_default_prefetch_is_read_without_a_fetch_pause(
+    kafka_broker: Any, new_topic: Callable[..., str], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """librdkafka stops fetching a partition for a second once its queue holds
+    ``queued.min.messages`` (100,000 by default): a 250,000-record range read as fast as it
+    is fetched met that pause twice (its fetch debug log says why: "not fetchable:
+    queued.min.messages"). The source's consumer never pauses while the range still needs
+    records: no fetch of the range's records follows a pause."""
+    from lockgate.executor.dataplane.spark.kafka_source_read import read_messages
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = new_topic(partitions=1, prefix="long-range")
+    count = 250_000
+    _fill(bootstrap, topic, count)
+    whole = OffsetRange(topic, 0, 0, count)
     capfd.readouterr()
 
-    offsets = [offset for _, batch in read_messages(options, whole) for offset in batch]
+    offsets = [
+        o
+        for _, batch in read_messages(_fetch_logged_options(bootstrap, whole), whole)
+        for o in batch
+    ]
 
     assert offsets == list(range(count))
     fetch_log = capfd.readouterr().err
-    assert "is fetchable" in fetch_log  # the log is on: its absence below means something
-    assert "not fetchable: queued.min.messages" not in fetch_log
+    assert _fetched_offsets(fetch_log, topic)  # the log is on: what follows means something
+    if _PAUSED in fetch_log:
+        after_pause = fetch_log[fetch_log.index(_PAUSED) :]
+        assert [o for o in _fetched_offsets(after_pause, topic) if o < count] == []
+
+
+def test_a_range_is_not_prefetched_far_past_its_end(
+    kafka_broker: Any, new_topic: Callable[..., str], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A range of a backlog: the consumer stops fetching once its queue holds as many
+    records as the range has, not at librdkafka's 64 MB, which made a 50,000-record range of
+    a long backlog fetch (and decrypt) several times the range (README, issue 13). Held
+    after its first consume call, the range's consumer is seen to stop, having fetched
+    less than a fetch (1 MB, about 9,000 of these records) past twice the range."""
+    from lockgate.executor.dataplane.spark.kafka_source_read import read_messages
+    from tests.support.waits import wait_for
+
+    bootstrap = kafka_broker.bootstrap_servers
+    topic = new_topic(partitions=1, prefix="backlog")
+    _fill(bootstrap, topic, 200_000)
+    whole = OffsetRange(topic, 0, 0, 20_000)
+    capfd.readouterr()
+    log: list[str] = []
+
+    def paused() -> bool:
+        log.append(capfd.readouterr().err)
+        return _PAUSED in "".join(log)
+
+    reading = read_messages(_fetch_logged_options(bootstrap, whole), whole)
+    held = next(reading)[1]  # the first consume call's records; the consumer fetches on
+    wait_for("the range's consumer to stop fetching", paused, timeout_s=30)
+    offsets = held + [o for _, batch in reading for o in batch]
+
+    assert offsets == list(range(20_000))
+    fetched = _fetched_offsets("".join(log) + capfd.readouterr().err, topic)
+    assert 0 < max(fetched) < 2 * 20_000 + 10_000, fetched

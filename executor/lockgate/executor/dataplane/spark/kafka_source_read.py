@@ -29,8 +29,7 @@ from lockgate.executor.dataplane.spark.kafka_source import (
 from lockgate.executor.errors import RecordError, RecordLocation, SourceError, WorkerRecordError
 
 _ROWS_PER_ARROW_BATCH = 10_000
-#: The source consumer's queued.min.messages (read_messages): librdkafka's maximum, so that
-#: only queued.max.messages.kbytes bounds what it prefetches.
+#: librdkafka's largest queued.min.messages (read_messages sets it to the range's size).
 SOURCE_QUEUED_MIN_MESSAGES = 10_000_000
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -228,12 +227,13 @@ def read_messages(
         "auto.offset.reset": "error",
         "fetch.max.bytes": 52_428_800,
         "queued.max.messages.kbytes": 65_536,
-        # librdkafka stops fetching for fetch.queue.backoff.ms (1 s) once its queue holds
-        # queued.min.messages (100,000 by default): a range longer than that, read slower
-        # than it is fetched, paused for a second every 100,000 records (a 400,000-record
-        # range read at 172,000-177,000 records/s, against 840,000-873,000 with this; README,
-        # issue 13). The queue stays bounded by queued.max.messages.kbytes above.
-        "queued.min.messages": SOURCE_QUEUED_MIN_MESSAGES,
+        # librdkafka fetches while its queue holds fewer than queued.min.messages, then stops
+        # for fetch.queue.backoff.ms (1 s). The range's size: it never stops while the range
+        # still needs records (the default, 100,000, paused a longer range for a second every
+        # 100,000 records), and it does not prefetch past the range's end more than a fetch
+        # (up to 64 MB, queued.max.messages.kbytes above, cost a 50,000-record range of a
+        # backlog a third of its read time: README, issue 13).
+        "queued.min.messages": min(offset_range.size, SOURCE_QUEUED_MIN_MESSAGES),
         # The source's own properties, resolved in this worker; the parser refuses the
         # keys set above that exactly-once depends on.
         **resolved,
