@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,11 +170,12 @@ def test_a_packed_partition_reads_its_ranges_one_after_the_other(
 ) -> None:
     read: list[OffsetRange] = []
 
-    def read_range(_options: SourceOptions, offset_range: OffsetRange) -> Iterator[Any]:
-        read.append(offset_range)
-        yield from ()
+    def read_ranges(_options: SourceOptions, ranges: Iterable[OffsetRange]) -> Iterator[Any]:
+        for offset_range in ranges:
+            read.append(offset_range)
+            yield offset_range, iter(())
 
-    monkeypatch.setattr(kafka_source_read, "read_range", read_range)
+    monkeypatch.setattr(kafka_source_read, "read_ranges", read_ranges)
     ranges = [OffsetRange("in", p, 0, 5) for p in range(3)]
     options = SourceOptions.parse(
         {
@@ -224,3 +225,44 @@ def test_a_read_never_asks_for_more_messages_than_its_range_still_holds(
     batches = list(kafka_source_read.read_range(_options(), RANGE))
     assert sum(batch.num_rows for batch in batches) == RANGE.size
     assert consumer.asked == [RANGE.size]
+
+
+def test_the_next_ranges_consumer_is_open_while_a_range_is_read_and_none_is_left_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A range's consumer connects and fetches as the range before it is read, so its first
+    # fetch is not waited for; at most two are open, and every one is closed, also when the
+    # reader leaves early.
+    opened: list[FakeConsumer] = []
+    log: list[str] = []
+
+    class Tracked(FakeConsumer):
+        def assign(self, partitions: object) -> None:
+            log.append(f"open {len(opened) - 1}")
+
+        def close(self) -> None:
+            log.append(f"close {opened.index(self)}")
+
+    def consumer(_settings: object) -> FakeConsumer:
+        opened.append(Tracked(list(range(RANGE.start_offset, RANGE.end_offset))))
+        return opened[-1]
+
+    monkeypatch.setattr(kafka_source_read, "Consumer", consumer)
+    ranges = [RANGE, OffsetRange(RANGE.topic, RANGE.partition, 0, 0), RANGE, RANGE]
+    read: list[tuple[OffsetRange, int]] = []
+    for offset_range, messages in kafka_source_read.read_ranges(_options(), ranges):
+        log.append(f"read {len(read)}")
+        read.append((offset_range, sum(len(offsets) for _, offsets in messages)))
+    assert read == [(RANGE, RANGE.size)] * 3  # the empty range: no consumer, nothing to read
+    assert log == [
+        "open 0", "open 1", "read 0", "close 0",
+        "open 2", "read 1", "close 1",
+        "read 2", "close 2",
+    ]  # fmt: skip
+
+    opened.clear()
+    log.clear()
+    reading = kafka_source_read.read_ranges(_options(), [RANGE, RANGE, RANGE])
+    next(reading)
+    reading.close()
+    assert log == ["open 0", "open 1", "close 0", "close 1"]

@@ -57,7 +57,12 @@ from lockgate.executor.dataplane.spark.kafka_source import (
 )
 
 if TYPE_CHECKING:
+    from confluent_kafka import Message
+
     from lockgate.executor.dataplane.spark.kafka_sink_write import PartitionWriter
+
+    #: What ``kafka_source_read.read_ranges`` gives per consume call: messages and offsets.
+    _Messages = tuple[list[Message], list[int]]
 
 _LOG = logging.getLogger(__name__)
 _Headers = list[list[tuple[str, bytes | None]] | None]
@@ -106,6 +111,7 @@ def copy_partition(
     format goes through the source's Arrow batches, decoded, and the sink's codecs."""
     # Here, not at the top: a process that only plans never loads pyarrow or librdkafka.
     from lockgate.executor.dataplane.spark.kafka_sink_write import PartitionWriter
+    from lockgate.executor.dataplane.spark.kafka_source_read import read_ranges
 
     writer = PartitionWriter(sink, write_partition)
     raw_source = source.key_format is RecordFormat.BYTES and (
@@ -116,8 +122,8 @@ def copy_partition(
     try:
         if any(r.size for r in ranges):
             writer.open_early()
-        for offset_range in ranges:
-            copy(source, offset_range, writer, columns, read)
+        for offset_range, messages in read_ranges(source, ranges):
+            copy(source, offset_range, messages, writer, columns, read)
         message = writer.precommit(attempt)
     except BaseException:
         writer.abandon()
@@ -143,6 +149,7 @@ class _Read:
 def _copy_batches(
     source: SourceOptions,
     offset_range: OffsetRange,
+    messages: Iterable[_Messages],
     writer: PartitionWriter,
     columns: Sequence[str],
     read: _Read,
@@ -150,10 +157,10 @@ def _copy_batches(
     import pyarrow.compute as pc  # type: ignore[import-untyped]
 
     from lockgate.executor.dataplane.spark.kafka_sink_write import column_bytes
-    from lockgate.executor.dataplane.spark.kafka_source_read import read_range
+    from lockgate.executor.dataplane.spark.kafka_source_read import range_batches
 
     selected = list(columns)
-    for batch in read_range(source, offset_range):
+    for batch in range_batches(source, offset_range, messages):
         read.records += batch.num_rows
         read.bytes += column_bytes(batch, "key") + column_bytes(batch, "value")
         read.saw_timestamp(pc.min(batch.column("timestamp").cast("int64")).as_py())
@@ -163,17 +170,16 @@ def _copy_batches(
 def _copy_messages(
     source: SourceOptions,
     offset_range: OffsetRange,
+    consumed: Iterable[_Messages],
     writer: PartitionWriter,
     columns: Sequence[str],
     read: _Read,
 ) -> None:
     """Produce each message's selected parts as the source read them: one list per part
     and consume call, and no Arrow batch (5-10 % of a copying task's CPU: README, issue 13)."""
-    from lockgate.executor.dataplane.spark.kafka_source_read import read_messages
-
     with_keys, with_headers = "key" in columns, "headers" in columns
     with_timestamps = "timestamp" in columns
-    for messages, _ in read_messages(source, offset_range):
+    for messages, _ in consumed:
         keys = [m.key() for m in messages]
         values = [m.value() for m in messages]
         # librdkafka gives -1 for a record without a timestamp.

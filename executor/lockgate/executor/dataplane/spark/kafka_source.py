@@ -221,12 +221,15 @@ class KafkaSourceReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read a partition's ranges, in order, as Arrow record batches."""
         # Here, not at the top: the planner workers that unpickle this module never read.
-        from lockgate.executor.dataplane.spark.kafka_source_read import read_range
+        from lockgate.executor.dataplane.spark.kafka_source_read import (
+            range_batches,
+            read_ranges,
+        )
 
         # With no range at all Spark still runs one task with a placeholder partition.
         if isinstance(partition, KafkaRangePartition):
-            for offset_range in partition.offset_ranges:
-                yield from read_range(self._options, offset_range)
+            for offset_range, messages in read_ranges(self._options, partition.offset_ranges):
+                yield from range_batches(self._options, offset_range, messages)
 
 
 class KafkaSource(DataSource):

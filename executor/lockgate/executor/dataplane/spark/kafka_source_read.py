@@ -1,4 +1,4 @@
-"""The Kafka source's reading half: one offset range with confluent-kafka into Arrow batches.
+"""The Kafka source's reading half: offset ranges with confluent-kafka, into Arrow batches.
 
 Imported only inside the Spark task that reads (``KafkaSourceReader.read``), so Spark's
 Python planner workers, which unpickle ``kafka_source.py`` to plan a read, load neither
@@ -8,7 +8,8 @@ pyarrow nor librdkafka (about 60 MB of resident memory each, README issue 13).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -192,8 +193,19 @@ def messages_in_range(
 def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Read exactly the committed records with offsets in ``offset_range``, in order, as
     Arrow batches of the source's columns (``read_messages``, decoded by ``BatchBuilder``)."""
+    for _, messages in read_ranges(options, (offset_range,)):
+        yield from range_batches(options, offset_range, messages)
+
+
+def range_batches(
+    options: SourceOptions,
+    offset_range: OffsetRange,
+    messages: Iterable[tuple[list[Message], list[int]]],
+) -> Iterator[pa.RecordBatch]:
+    """``messages`` of ``offset_range`` (one of ``read_ranges``) as Arrow batches of the
+    source's columns, decoded by ``BatchBuilder``."""
     builder = BatchBuilder(options, offset_range)
-    for data, offsets in read_messages(options, offset_range):
+    for data, offsets in messages:
         builder.extend(data, offsets)
         if len(builder) >= _ROWS_PER_ARROW_BATCH:
             yield builder.build()
@@ -204,17 +216,42 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
 def read_messages(
     options: SourceOptions, offset_range: OffsetRange
 ) -> Iterator[tuple[list[Message], list[int]]]:
-    """Read exactly the committed records with offsets in ``offset_range``, in order: the
-    data messages of each consume call that had any, and their offsets.
+    """The messages of one range: ``read_ranges`` of it alone."""
+    for _, messages in read_ranges(options, (offset_range,)):
+        yield from messages
 
-    Stops when the consumer's position reaches the range's end. A range may end on
-    control records or aborted data that is never delivered, so besides delivered
-    offsets the position and the partition-EOF event (whose offset is the last stable
-    offset under read_committed) also count as progress. No progress for
-    ``stall_timeout_s`` is a ``SourceError`` naming where it stuck.
-    """
-    if offset_range.size == 0:
-        return
+
+#: How many ranges' consumers ``read_ranges`` has open at once: the range being read, and
+#: the next, whose connection and first fetches overlap that reading.
+_OPEN_RANGES = 2
+
+
+def read_ranges(
+    options: SourceOptions, ranges: Iterable[OffsetRange]
+) -> Iterator[tuple[OffsetRange, Iterator[tuple[list[Message], list[int]]]]]:
+    """Each of ``ranges`` that is not empty, in order, with an iterator over its committed
+    records: the data messages of each consume call that had any, and their offsets. Read
+    each range's iterator before asking for the next range.
+
+    Each range has a consumer of its own, opened (connected, assigned, fetching) as the
+    range before it starts to be read, so a range's first fetch is not waited for; it is
+    closed once the caller asks for the next range, or leaves."""
+    pending = [r for r in ranges if r.size]
+    opened: deque[Consumer] = deque()
+    try:
+        for index, offset_range in enumerate(pending):
+            for ahead in pending[index + len(opened) : index + _OPEN_RANGES]:
+                opened.append(_range_consumer(options, ahead))
+            yield offset_range, _consume(opened[0], options, offset_range)
+            opened.popleft().close()
+    finally:
+        for consumer in opened:
+            consumer.close()
+
+
+def _range_consumer(options: SourceOptions, offset_range: OffsetRange) -> Consumer:
+    """A consumer of ``offset_range``'s partition, assigned at its start: librdkafka
+    connects and fetches from here on, in its own threads."""
     resolved = resolve_properties(options.kafka_properties)
     settings: dict[str, Any] = {
         "bootstrap.servers": options.bootstrap_servers,
@@ -246,35 +283,53 @@ def read_messages(
             f"cannot build a Kafka consumer of {options.bootstrap_servers} with"
             f" source.kafka.properties: {redact(str(exc), resolved)}"
         ) from None
+    try:
+        consumer.assign(
+            [TopicPartition(offset_range.topic, offset_range.partition, offset_range.start_offset)]
+        )
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer
+
+
+def _consume(
+    consumer: Consumer, options: SourceOptions, offset_range: OffsetRange
+) -> Iterator[tuple[list[Message], list[int]]]:
+    """Read exactly the committed records with offsets in ``offset_range`` from its
+    ``consumer`` (``_range_consumer``), in order.
+
+    Stops when the consumer's position reaches the range's end. A range may end on
+    control records or aborted data that is never delivered, so besides delivered
+    offsets the position and the partition-EOF event (whose offset is the last stable
+    offset under read_committed) also count as progress. No progress for
+    ``stall_timeout_s`` is a ``SourceError`` naming where it stuck.
+    """
     tp = TopicPartition(offset_range.topic, offset_range.partition, offset_range.start_offset)
     where = f"{offset_range.topic}[{offset_range.partition}]"
     position = offset_range.start_offset
     last_progress = time.monotonic()
-    try:
-        consumer.assign([tp])
-        while position < offset_range.end_offset:
-            # No more than the range still holds: librdkafka's consume() waits out its
-            # timeout unless it has that many, which cost every range 0.5 s at its end.
-            wanted = min(_ROWS_PER_ARROW_BATCH, offset_range.end_offset - position)
-            messages = consumer.consume(num_messages=wanted, timeout=0.5)
-            before = position
-            data, offsets, position = messages_in_range(
-                messages, position, offset_range.end_offset, where
+    while position < offset_range.end_offset:
+        # No more than the range still holds: librdkafka's consume() waits out its
+        # timeout unless it has that many, which cost every range 0.5 s at its end.
+        wanted = min(_ROWS_PER_ARROW_BATCH, offset_range.end_offset - position)
+        messages = consumer.consume(num_messages=wanted, timeout=0.5)
+        before = position
+        data, offsets, position = messages_in_range(
+            messages, position, offset_range.end_offset, where
+        )
+        if data:
+            yield data, offsets
+        if not messages:
+            # Skipped control records and aborted data move the position only.
+            current = consumer.position([tp])[0].offset
+            if current >= 0:
+                position = max(position, current)
+        if position > before:
+            last_progress = time.monotonic()
+        elif time.monotonic() - last_progress > options.stall_timeout_s:
+            raise SourceError(
+                f"reading {offset_range.topic}[{offset_range.partition}] made no progress"
+                f" for {options.stall_timeout_s:.0f}s at offset {position}, range end"
+                f" {offset_range.end_offset}: is the range beyond the last stable offset?"
             )
-            if data:
-                yield data, offsets
-            if not messages:
-                # Skipped control records and aborted data move the position only.
-                current = consumer.position([tp])[0].offset
-                if current >= 0:
-                    position = max(position, current)
-            if position > before:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > options.stall_timeout_s:
-                raise SourceError(
-                    f"reading {offset_range.topic}[{offset_range.partition}] made no progress"
-                    f" for {options.stall_timeout_s:.0f}s at offset {position}, range end"
-                    f" {offset_range.end_offset}: is the range beyond the last stable offset?"
-                )
-    finally:
-        consumer.close()
