@@ -266,3 +266,40 @@ def test_the_next_ranges_consumer_is_open_while_a_range_is_read_and_none_is_left
     next(reading)
     reading.close()
     assert log == ["open 0", "open 1", "close 0", "close 1"]
+
+
+def test_a_read_that_fails_closes_its_consumers_before_its_error_is_handled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The error's traceback keeps the reading generator alive: its consumers must not wait
+    # for it to be collected.
+    opened: list[FakeConsumer] = []
+    closed: list[FakeConsumer] = []
+
+    class Failing(FakeConsumer):
+        def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+            raise RuntimeError("broker gone")
+
+        def close(self) -> None:
+            closed.append(self)
+
+    def consumer(_settings: object) -> FakeConsumer:
+        opened.append(Failing([]))
+        return opened[-1]
+
+    monkeypatch.setattr(kafka_source_read, "Consumer", consumer)
+    ranges = [OffsetRange("in", p, 0, 5) for p in range(3)]
+    options = SourceOptions.parse(
+        {
+            "bootstrap_servers": "k:9092",
+            "offset_ranges": ranges_to_option(ranges),
+            "pack_offsets": "100",
+        }
+    )
+    reader = kafka_source.KafkaSourceReader(options)
+    (partition,) = reader.partitions()
+    with pytest.raises(RuntimeError, match="broker gone") as failed:
+        list(reader.read(partition))
+    assert failed.value.__traceback__ is not None
+    assert len(opened) == 2
+    assert sorted(map(id, closed)) == sorted(map(id, opened))

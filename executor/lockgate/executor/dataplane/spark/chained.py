@@ -32,6 +32,7 @@ fenced (``init_transactions``) before the error is raised, as the data source's
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
@@ -122,8 +123,11 @@ def copy_partition(
     try:
         if any(r.size for r in ranges):
             writer.open_early()
-        for offset_range, messages in read_ranges(source, ranges):
-            copy(source, offset_range, messages, writer, columns, read)
+        # Closed here, not when the generator is collected: a failed copy's traceback keeps
+        # it alive, and its consumers with it.
+        with contextlib.closing(read_ranges(source, ranges)) as ranges_read:
+            for offset_range, messages in ranges_read:
+                copy(source, offset_range, messages, writer, columns, read)
         message = writer.precommit(attempt)
     except BaseException:
         writer.abandon()

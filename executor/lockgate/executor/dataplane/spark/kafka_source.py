@@ -15,6 +15,7 @@ confluent-kafka) is imported only by the task that reads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -228,8 +229,10 @@ class KafkaSourceReader(DataSourceReader):
 
         # With no range at all Spark still runs one task with a placeholder partition.
         if isinstance(partition, KafkaRangePartition):
-            for offset_range, messages in read_ranges(self._options, partition.offset_ranges):
-                yield from range_batches(self._options, offset_range, messages)
+            # Closed here, not when collected: an error's traceback keeps the generator alive.
+            with contextlib.closing(read_ranges(self._options, partition.offset_ranges)) as read:
+                for offset_range, messages in read:
+                    yield from range_batches(self._options, offset_range, messages)
 
 
 class KafkaSource(DataSource):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -228,14 +228,15 @@ _OPEN_RANGES = 2
 
 def read_ranges(
     options: SourceOptions, ranges: Iterable[OffsetRange]
-) -> Iterator[tuple[OffsetRange, Iterator[tuple[list[Message], list[int]]]]]:
+) -> Generator[tuple[OffsetRange, Iterator[tuple[list[Message], list[int]]]], None, None]:
     """Each of ``ranges`` that is not empty, in order, with an iterator over its committed
     records: the data messages of each consume call that had any, and their offsets. Read
     each range's iterator before asking for the next range.
 
     Each range has a consumer of its own, opened (connected, assigned, fetching) as the
     range before it starts to be read, so a range's first fetch is not waited for; it is
-    closed once the caller asks for the next range, or leaves."""
+    closed once the caller asks for the next range, or leaves (close the generator: one
+    kept alive by an error's traceback keeps its consumers open)."""
     pending = [r for r in ranges if r.size]
     opened: deque[Consumer] = deque()
     try:
