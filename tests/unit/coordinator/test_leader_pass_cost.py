@@ -1324,6 +1324,14 @@ def test_a_pass_reads_a_due_pipelines_newest_and_unfinished_checkpoints_in_one_s
     fence = leader.require_fence()
     leader.run_pass(fence)
     assert triggered(leader) == [("busy", 1)]
+    # Due again once the database's clock is past the trigger's time plus 1 ms: a pass in
+    # the same millisecond finds nothing due and reads no checkpoint (CI saw it once).
+    triggered_by = leader.store.db_now_ms()
+    wait_for(
+        "the database clock past the interval",
+        lambda: leader.store.db_now_ms() > triggered_by + 1,
+        timeout_s=5,
+    )
     statements = statements_of(leader, lambda: leader.run_pass(fence))  # due, 1 in flight
     assert triggered(leader) == [("busy", 1)]
     row_reads = [s for s in statements if _READS_CHECKPOINT_ROWS.match(s)]
