@@ -58,12 +58,8 @@ from lockgate.executor.dataplane.spark.kafka_source import (
 )
 
 if TYPE_CHECKING:
-    from confluent_kafka import Message
-
     from lockgate.executor.dataplane.spark.kafka_sink_write import PartitionWriter
-
-    #: What ``kafka_source_read.read_ranges`` gives per consume call: messages and offsets.
-    _Messages = tuple[list[Message], list[int]]
+    from lockgate.executor.dataplane.spark.kafka_source_read import ConsumedMessages
 
 _LOG = logging.getLogger(__name__)
 _Headers = list[list[tuple[str, bytes | None]] | None]
@@ -153,7 +149,7 @@ class _Read:
 def _copy_batches(
     source: SourceOptions,
     offset_range: OffsetRange,
-    messages: Iterable[_Messages],
+    messages: Iterable[ConsumedMessages],
     writer: PartitionWriter,
     columns: Sequence[str],
     read: _Read,
@@ -174,7 +170,7 @@ def _copy_batches(
 def _copy_messages(
     source: SourceOptions,
     offset_range: OffsetRange,
-    consumed: Iterable[_Messages],
+    consumed: Iterable[ConsumedMessages],
     writer: PartitionWriter,
     columns: Sequence[str],
     read: _Read,

@@ -30,6 +30,8 @@ from lockgate.executor.dataplane.spark.kafka_source import (
 from lockgate.executor.errors import RecordError, RecordLocation, SourceError, WorkerRecordError
 
 _ROWS_PER_ARROW_BATCH = 10_000
+#: One consume call's data messages of a range, and their offsets (``read_ranges``).
+ConsumedMessages = tuple[list[Message], list[int]]
 #: librdkafka's largest queued.min.messages (read_messages sets it to the range's size).
 SOURCE_QUEUED_MIN_MESSAGES = 10_000_000
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -200,7 +202,7 @@ def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa
 def range_batches(
     options: SourceOptions,
     offset_range: OffsetRange,
-    messages: Iterable[tuple[list[Message], list[int]]],
+    messages: Iterable[ConsumedMessages],
 ) -> Iterator[pa.RecordBatch]:
     """``messages`` of ``offset_range`` (one of ``read_ranges``) as Arrow batches of the
     source's columns, decoded by ``BatchBuilder``."""
@@ -213,9 +215,7 @@ def range_batches(
         yield builder.build()
 
 
-def read_messages(
-    options: SourceOptions, offset_range: OffsetRange
-) -> Iterator[tuple[list[Message], list[int]]]:
+def read_messages(options: SourceOptions, offset_range: OffsetRange) -> Iterator[ConsumedMessages]:
     """The messages of one range: ``read_ranges`` of it alone."""
     for _, messages in read_ranges(options, (offset_range,)):
         yield from messages
@@ -228,7 +228,7 @@ _OPEN_RANGES = 2
 
 def read_ranges(
     options: SourceOptions, ranges: Iterable[OffsetRange]
-) -> Generator[tuple[OffsetRange, Iterator[tuple[list[Message], list[int]]]], None, None]:
+) -> Generator[tuple[OffsetRange, Iterator[ConsumedMessages]], None, None]:
     """Each of ``ranges`` that is not empty, in order, with an iterator over its committed
     records: the data messages of each consume call that had any, and their offsets. Read
     each range's iterator before asking for the next range.
@@ -296,7 +296,7 @@ def _range_consumer(options: SourceOptions, offset_range: OffsetRange) -> Consum
 
 def _consume(
     consumer: Consumer, options: SourceOptions, offset_range: OffsetRange
-) -> Iterator[tuple[list[Message], list[int]]]:
+) -> Iterator[ConsumedMessages]:
     """Read exactly the committed records with offsets in ``offset_range`` from its
     ``consumer`` (``_range_consumer``), in order.
 
