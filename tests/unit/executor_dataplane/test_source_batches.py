@@ -227,27 +227,44 @@ def test_a_read_never_asks_for_more_messages_than_its_range_still_holds(
     assert consumer.asked == [RANGE.size]
 
 
+class TrackedConsumers:
+    """The consumers ``kafka_source_read`` builds, each a ``FakeConsumer`` over ``RANGE``
+    (or one whose ``consume`` raises, ``failing``), and a log of each one's ``open N`` (its
+    assignment) and ``close N``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, failing: bool = False) -> None:
+        self.opened: list[FakeConsumer] = []
+        self.log: list[str] = []
+        self._failing = failing
+        monkeypatch.setattr(kafka_source_read, "Consumer", self._build)
+
+    def _build(self, _settings: object) -> FakeConsumer:
+        tracked = self
+
+        class Tracked(FakeConsumer):
+            def assign(self, _partitions: object) -> None:
+                tracked.log.append(f"open {tracked.opened.index(self)}")
+
+            def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+                if tracked._failing:
+                    raise RuntimeError("broker gone")
+                return super().consume(num_messages, timeout)
+
+            def close(self) -> None:
+                tracked.log.append(f"close {tracked.opened.index(self)}")
+
+        self.opened.append(Tracked(list(range(RANGE.start_offset, RANGE.end_offset))))
+        return self.opened[-1]
+
+
 def test_the_next_ranges_consumer_is_open_while_a_range_is_read_and_none_is_left_open(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A range's consumer connects and fetches as the range before it is read, so its first
     # fetch is not waited for; at most two are open, and every one is closed, also when the
     # reader leaves early.
-    opened: list[FakeConsumer] = []
-    log: list[str] = []
-
-    class Tracked(FakeConsumer):
-        def assign(self, partitions: object) -> None:
-            log.append(f"open {len(opened) - 1}")
-
-        def close(self) -> None:
-            log.append(f"close {opened.index(self)}")
-
-    def consumer(_settings: object) -> FakeConsumer:
-        opened.append(Tracked(list(range(RANGE.start_offset, RANGE.end_offset))))
-        return opened[-1]
-
-    monkeypatch.setattr(kafka_source_read, "Consumer", consumer)
+    consumers = TrackedConsumers(monkeypatch)
+    log = consumers.log
     ranges = [RANGE, OffsetRange(RANGE.topic, RANGE.partition, 0, 0), RANGE, RANGE]
     read: list[tuple[OffsetRange, int]] = []
     for offset_range, messages in kafka_source_read.read_ranges(_options(), ranges):
@@ -260,12 +277,11 @@ def test_the_next_ranges_consumer_is_open_while_a_range_is_read_and_none_is_left
         "read 2", "close 2",
     ]  # fmt: skip
 
-    opened.clear()
-    log.clear()
+    consumers = TrackedConsumers(monkeypatch)
     reading = kafka_source_read.read_ranges(_options(), [RANGE, RANGE, RANGE])
     next(reading)
     reading.close()
-    assert log == ["open 0", "open 1", "close 0", "close 1"]
+    assert consumers.log == ["open 0", "open 1", "close 0", "close 1"]
 
 
 def test_a_read_that_fails_closes_its_consumers_before_its_error_is_handled(
@@ -273,21 +289,7 @@ def test_a_read_that_fails_closes_its_consumers_before_its_error_is_handled(
 ) -> None:
     # The error's traceback keeps the reading generator alive: its consumers must not wait
     # for it to be collected.
-    opened: list[FakeConsumer] = []
-    closed: list[FakeConsumer] = []
-
-    class Failing(FakeConsumer):
-        def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
-            raise RuntimeError("broker gone")
-
-        def close(self) -> None:
-            closed.append(self)
-
-    def consumer(_settings: object) -> FakeConsumer:
-        opened.append(Failing([]))
-        return opened[-1]
-
-    monkeypatch.setattr(kafka_source_read, "Consumer", consumer)
+    consumers = TrackedConsumers(monkeypatch, failing=True)
     ranges = [OffsetRange("in", p, 0, 5) for p in range(3)]
     options = SourceOptions.parse(
         {
@@ -301,5 +303,5 @@ def test_a_read_that_fails_closes_its_consumers_before_its_error_is_handled(
     with pytest.raises(RuntimeError, match="broker gone") as failed:
         list(reader.read(partition))
     assert failed.value.__traceback__ is not None
-    assert len(opened) == 2
-    assert sorted(map(id, closed)) == sorted(map(id, opened))
+    assert len(consumers.opened) == 2
+    assert sorted(e for e in consumers.log if e.startswith("close")) == ["close 0", "close 1"]
