@@ -1,9 +1,11 @@
 """A backlog several times `source.kafka.max_records_per_partition` drains in steps (issue
-14, hole 4): a coordinator and a Spark executor as processes, a real broker; every
-checkpoint reads at most the cap from each partition, and the output equals the input."""
+14, hole 4), back to back (issue 13): a coordinator and a Spark executor as processes, a
+real broker; every checkpoint reads at most the cap from each partition, the one after a
+capped checkpoint does not wait for the interval, and the output equals the input."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -28,9 +30,12 @@ pytestmark = [pytest.mark.spark]
 #: 5,000 records per partition under a cap of 1,500: four capped steps each, as many as
 #: 20,000 under 3,000 gave, for half the records to copy and read back.
 RECORDS, PARTITIONS, CAP = 10_000, 2, 1_500
+#: Longer than the whole drain takes back to back: a capped checkpoint's successor that
+#: waited for it would take the drain past three intervals.
+INTERVAL_MS = 30_000
 
 
-def test_a_backlog_larger_than_one_checkpoint_drains_in_capped_steps(
+def test_a_backlog_larger_than_one_checkpoint_drains_in_capped_steps_back_to_back(
     kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
     bootstrap = kafka_broker.bootstrap_servers
@@ -52,7 +57,7 @@ def test_a_backlog_larger_than_one_checkpoint_drains_in_capped_steps(
                 bootstrap_servers=bootstrap,
                 source_topic=source,
                 sink_topic=sink,
-                interval_ms=200,
+                interval_ms=INTERVAL_MS,
                 tasks_max=1,
                 extra_source={"max_records_per_partition": CAP},
             )
@@ -66,13 +71,18 @@ def test_a_backlog_larger_than_one_checkpoint_drains_in_capped_steps(
             explain=cluster.logs_tail,
         )
 
+        checkpoints = sorted(cluster.all_checkpoints(name), key=lambda c: c.checkpoint_id)
         committed = [
-            c.checkpoint_id
-            for c in cluster.all_checkpoints(name)
-            if c.state == common_pb2.CHECKPOINT_STATE_COMMITTED
+            c.checkpoint_id for c in checkpoints if c.state == common_pb2.CHECKPOINT_STATE_COMMITTED
         ]
+        # Every checkpoint but the first followed a capped one (the backlog was there before
+        # the pipeline): each was triggered as soon as the one before it was COMPLETE.
+        triggers_ms = [c.trigger_time.ToMilliseconds() for c in checkpoints]
+        gaps = [b - a for a, b in itertools.pairwise(triggers_ms)]
+        assert gaps, checkpoints
+        assert max(gaps) < INTERVAL_MS / 3, gaps
         sizes: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
-        for checkpoint_id in sorted(committed):
+        for checkpoint_id in committed:
             answer = cluster.call(
                 lambda s, c=checkpoint_id: s.GetCheckpoint(
                     coordinator_pb2.GetCheckpointRequest(pipeline_name=name, checkpoint_id=c),

@@ -265,11 +265,24 @@ def should_trigger(
     interval_ms: int,
     in_flight: int,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    behind: bool = False,
 ) -> bool:
-    """Whether the leader should trigger the pipeline's next checkpoint now."""
+    """Whether the leader should trigger the pipeline's next checkpoint now: once its
+    interval has passed, or at once when it is `behind` (`read_to_cap`: its newest
+    checkpoint left records unread), within the in-flight limit either way."""
     if in_flight >= max_in_flight:
         return False
-    return last_triggered_at_ms is None or now_ms - last_triggered_at_ms >= interval_ms
+    return behind or last_triggered_at_ms is None or now_ms - last_triggered_at_ms >= interval_ms
+
+
+def read_to_cap(pipeline: PipelineRecord, offsets: Iterable[OffsetRange]) -> bool:
+    """Whether a pre-commit read as many offsets of a partition as one checkpoint may
+    (`source.kafka.max_records_per_partition`): the executor cut the range short of the
+    partition's end, so a backlog is left (or the range ended exactly at the cap) and the
+    next checkpoint need not wait for the interval. A backlog then drains at the rate the
+    pre-commits allow, not at one capped checkpoint per interval."""
+    cap = pipeline.spec.source.max_records_per_partition
+    return cap > 0 and any(r.size >= cap for r in offsets)
 
 
 def commit_order(pending: Iterable[PendingCommit]) -> list[PendingCommit]:
@@ -515,6 +528,7 @@ def trigger_due(
     has_lingering: bool,
     now_ms: int,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    behind: bool = False,
 ) -> bool:
     """Whether the leader's trigger loop should start the pipeline's next checkpoint now.
 
@@ -537,6 +551,7 @@ def trigger_due(
             has_lingering=has_lingering,
             now_ms=now_ms,
             max_in_flight=max_in_flight,
+            behind=behind,
         )
     )
 
@@ -548,14 +563,15 @@ def checkpoints_allow_trigger(
     has_lingering: bool,
     now_ms: int,
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+    behind: bool = False,
 ) -> bool:
     """What `trigger_due` asks of everything but the tasks, so a pass need not read the
     tasks of a pipeline its checkpoints hold back. The pipeline is RUNNING; no transaction of
     an aborted checkpoint of it is still to be aborted (the next checkpoint's producers could
     otherwise find them open); none of `recent` (its latest checkpoints, newest first) is
     still TRIGGERED or an unresolved DATA_LOST one (the pipeline is FAILED until an operator
-    moves past it; nothing newer can exist); and `should_trigger` agrees (interval,
-    in-flight limit)."""
+    moves past it; nothing newer can exist); and `should_trigger` agrees (interval unless
+    `behind`, in-flight limit)."""
     if pipeline.target_state is not TargetState.RUNNING or has_lingering:
         return False
     if any(c.state is CheckpointState.TRIGGERED or c.blocks_pipeline for c in recent):
@@ -566,4 +582,5 @@ def checkpoints_allow_trigger(
         interval_ms=pipeline.spec.checkpoint.interval_ms,
         in_flight=sum(1 for c in recent if c.in_flight),
         max_in_flight=max_in_flight,
+        behind=behind,
     )

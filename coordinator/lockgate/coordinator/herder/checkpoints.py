@@ -17,7 +17,8 @@ Rules and known races:
   `DEFAULT_MAX_IN_FLIGHT` (domain/checkpoints.py), stated there only.
 - A pipeline is triggered only when every task runs on an alive executor that reported it
   RUNNING, and when it has no un-acked aborts. A pass reads only the pipelines whose
-  interval has passed (`trigger_schedule.py`).
+  interval has passed, or that are behind their source (their newest checkpoint read to
+  its cap: the next need not wait for the interval; `trigger_schedule.py`).
 - Aborting a handle whose producer id is unknown re-initialises the ids of its slot
   that have a transaction open, which would also abort a later transaction on them. The
   slot is reusable once its checkpoint is ABORTED, so the loop never triggers a pipeline
@@ -574,7 +575,11 @@ class CheckpointDriver:
         inputs = self._store.checkpoints.trigger_inputs(
             pipeline_ids=list(free),
             allowed=lambda p, recent, lingering: checkpoints_allow_trigger(
-                pipeline=free[p], recent=recent, has_lingering=lingering, now_ms=now_ms
+                pipeline=free[p],
+                recent=recent,
+                has_lingering=lingering,
+                now_ms=now_ms,
+                behind=self.schedule.behind(p),
             ),
         )
         ready = [
@@ -587,6 +592,7 @@ class CheckpointDriver:
                 recent=inputs.recent.get(pipeline.pipeline_id, []),
                 has_lingering=pipeline.pipeline_id in inputs.lingering,
                 now_ms=now_ms,
+                behind=self.schedule.behind(pipeline.pipeline_id),
             )
         ]
         if not ready:

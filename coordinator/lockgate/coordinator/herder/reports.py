@@ -117,6 +117,7 @@ class Reports:
         self._trace_report(precommit, leader_epoch, answer, started_ns=started_ns)
         if isinstance(answer, LockgateError):
             raise answer
+        self._checkpoints.schedule.precommitted(precommit)
         if _is_complete(answer):
             self._commit_now([answer])
         return answer
@@ -150,6 +151,8 @@ class Reports:
                 answer = self._stale_report(
                     answer, _reporter_of(precommit), checkpoint_id=precommit.checkpoint_id
                 )
+            elif isinstance(answer, CheckpointRecord):
+                self._checkpoints.schedule.precommitted(precommit)
             results.append(answer)
         self._commit_now(results)
         return results

@@ -13,16 +13,28 @@ Rules:
   its interval (only the leader triggers). One that is due but not triggered (its tasks
   not running, a checkpoint in flight, aborts still to send, a job still out) stays due:
   each pass reads it again until it is triggered.
+- A pipeline behind its source is due at once, not an interval after its newest checkpoint
+  (issue 13: a backlog drained at one capped checkpoint per interval, 200,000 records/s at
+  4 partitions and a 1 s interval, whatever the pre-commits allowed). It is behind when a
+  pre-commit of its newest checkpoint read to the cap (`read_to_cap`): executors' reports
+  say so (`precommitted`, from the report threads, under a lock; everything else is the
+  work loop's). The checkpoint still triggers only once the one behind is COMPLETE and
+  within the in-flight limit (`checkpoints_allow_trigger`), so back-to-back checkpoints
+  overlap one commit with the next pre-commit and no more. A report of a checkpoint older
+  than the newest is ignored; a new term's seed keeps what it knew of the newest one.
 - Times are the database's clock, as the checkpoints' trigger times; the work loop is its
-  only caller, and sleeps no longer than until the next due time (`next_due_in_ms`).
+  only caller but for `precommitted`, and sleeps no longer than until the next due time
+  (`next_due_in_ms`).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Set as AbstractSet
 
-from lockgate.common.model.ids import PipelineId
-from lockgate.coordinator.domain.checkpoints import CheckpointRecord
+from lockgate.common.model.ids import CheckpointId, PipelineId
+from lockgate.common.model.offsets import OffsetRange
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit, read_to_cap
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.pipelines import PipelineRecord, PipelinesFingerprint
 from lockgate.coordinator.domain.states import TargetState
@@ -45,8 +57,15 @@ class TriggerSchedule:
         self._seeded: tuple[Fence, tuple[int, ...], float] | None = None
         self._pipelines: dict[PipelineId, PipelineRecord] = {}
         self._due_ms: dict[PipelineId, int] = {}
+        # Each pipeline's newest checkpoint, and the pipelines a pre-commit of it read to cap.
+        self._newest: dict[PipelineId, CheckpointId] = {}
+        self._behind: set[PipelineId] = set()
         # Pipelines triggered since the pass began: in flight, though its view predates it.
         self._just_triggered: set[PipelineId] = set()
+        # Per pipeline, the newest reported checkpoint and its largest range, from the report
+        # threads; the loop takes them at its next pass.
+        self._reports_lock = threading.Lock()
+        self._reported: dict[PipelineId, tuple[CheckpointId, OffsetRange]] = {}
 
     def due(
         self, fence: Fence, fingerprint: PipelinesFingerprint, now_ms: int
@@ -57,6 +76,7 @@ class TriggerSchedule:
         self._just_triggered.clear()
         if self._stale(fence, fingerprint):
             self._seed(fence, fingerprint)
+        self._take_reports()
         return [self._pipelines[p] for p, at in sorted(self._due_ms.items()) if at <= now_ms]
 
     def next_due_in_ms(
@@ -76,9 +96,31 @@ class TriggerSchedule:
         ]
         return min(later) - now_ms if later else None
 
+    def behind(self, pipeline_id: PipelineId) -> bool:
+        """Whether a pre-commit of the pipeline's newest checkpoint read to the cap: its
+        next checkpoint need not wait for the interval (`should_trigger`)."""
+        return pipeline_id in self._behind
+
+    def precommitted(self, precommit: Precommit) -> None:
+        """A task's pre-commit was recorded; the next pass sees whether it read to the cap.
+        Called from the report threads."""
+        if not precommit.offsets:
+            return
+        largest = max(precommit.offsets, key=lambda r: r.size)
+        key = precommit.pipeline_id
+        with self._reports_lock:
+            known = self._reported.get(key)
+            if known is None or (precommit.checkpoint_id, largest.size) > (
+                known[0],
+                known[1].size,
+            ):
+                self._reported[key] = (precommit.checkpoint_id, largest)
+
     def triggered(self, pipeline: PipelineRecord, checkpoint: CheckpointRecord) -> None:
         """`checkpoint` of `pipeline` was triggered: its next is due an interval later."""
         self._just_triggered.add(pipeline.pipeline_id)
+        self._newest[pipeline.pipeline_id] = checkpoint.checkpoint_id
+        self._behind.discard(pipeline.pipeline_id)
         if pipeline.pipeline_id in self._due_ms:
             self._due_ms[pipeline.pipeline_id] = (
                 checkpoint.triggered_at_ms + pipeline.spec.checkpoint.interval_ms
@@ -104,4 +146,26 @@ class TriggerSchedule:
             self._due_ms[pipeline.pipeline_id] = (
                 newest[0].triggered_at_ms + pipeline.spec.checkpoint.interval_ms if newest else 0
             )
+        known = self._newest
+        self._newest = {p: c[0].checkpoint_id for p, c in recent.items() if c}
+        self._behind = {
+            p for p in self._behind if p in self._pipelines and known.get(p) == self._newest.get(p)
+        }
+        for pipeline_id in self._behind:
+            self._due_ms[pipeline_id] = 0
         self._seeded = (fence, fingerprint.pipelines, self._lease.monotonic())
+
+    def _take_reports(self) -> None:
+        """Mark behind, and due at once, each pipeline a pre-commit of whose newest
+        checkpoint read to the cap (reported since the last pass)."""
+        with self._reports_lock:
+            reported, self._reported = self._reported, {}
+        for pipeline_id, (checkpoint_id, largest) in reported.items():
+            pipeline = self._pipelines.get(pipeline_id)
+            if (
+                pipeline is not None
+                and self._newest.get(pipeline_id) == checkpoint_id
+                and read_to_cap(pipeline, [largest])
+            ):
+                self._behind.add(pipeline_id)
+                self._due_ms[pipeline_id] = 0
