@@ -1371,3 +1371,37 @@ def test_a_completing_report_batch_reads_the_handles_with_the_counts_and_the_his
     span_reads = [s for s in statements if _READS_HISTORY_END.search(s)]
     assert len(span_reads) == (0 if with_handles else 1), span_reads
     assert all("min(" in s and "max(" in s for s in span_reads), span_reads
+
+
+def test_a_pipeline_behind_its_source_is_triggered_as_soon_as_its_checkpoint_completes(
+    leader: Herder,
+) -> None:
+    """A pre-commit that read a partition to the cap (`max_records_per_partition`) leaves
+    its pipeline behind: the next checkpoint does not wait for the interval (an hour here).
+    One after a checkpoint that read less does, and a late report of an older checkpoint
+    changes nothing (issue 13)."""
+    leader.pipelines.create(spec=spec("p"), target_state=TargetState.RUNNING)
+    run_tasks(leader)
+    fence = leader.require_fence()
+    leader.run_pass(fence)
+    assert triggered(leader) == [("p", 1)]
+    cap = spec("p").source.max_records_per_partition
+
+    def report(checkpoint_id: int, start: int, end: int) -> None:
+        reports = precommits_of(leader, "p", checkpoint_id, start=start, end=end)
+        answers = leader.reports.report_precommits(
+            precommits=reports, leader_epochs=[int(fence.leader_epoch)] * len(reports)
+        )
+        assert {getattr(a, "state", None) for a in answers} == {CheckpointState.COMPLETE}
+
+    report(1, 0, cap)
+    leader.run_pass(fence)
+    assert triggered(leader) == [("p", 1), ("p", 2)]
+
+    report(2, cap, 2 * cap - 1)
+    leader.run_pass(fence)
+    assert triggered(leader) == [("p", 1), ("p", 2)]
+    late = precommits_of(leader, "p", 1, start=0, end=cap)[0]
+    leader.checkpoints.schedule.precommitted(late)
+    leader.run_pass(fence)
+    assert triggered(leader) == [("p", 1), ("p", 2)]
