@@ -233,9 +233,9 @@ def test_a_range_longer_than_librdkafkas_default_prefetch_is_read_without_a_fetc
     capfd.readouterr()
 
     offsets = [
-        o
-        for _, batch in read_messages(_fetch_logged_options(bootstrap, whole), whole)
-        for o in batch
+        m.offset()
+        for batch in read_messages(_fetch_logged_options(bootstrap, whole), whole)
+        for m in batch
     ]
 
     assert offsets == list(range(count))
@@ -269,9 +269,10 @@ def test_a_range_is_not_prefetched_far_past_its_end(
         return _PAUSED in "".join(log)
 
     reading = read_messages(_fetch_logged_options(bootstrap, whole), whole)
-    held = next(reading)[1]  # the first consume call's records; the consumer fetches on
+    # The first consume call's records; the consumer fetches on.
+    held = [m.offset() for m in next(reading)]
     wait_for("the range's consumer to stop fetching", paused, timeout_s=30)
-    offsets = held + [o for _, batch in reading for o in batch]
+    offsets = held + [m.offset() for batch in reading for m in batch]
 
     assert offsets == list(range(20_000))
     fetched = _fetched_offsets("".join(log) + capfd.readouterr().err, topic)

@@ -63,7 +63,7 @@ def _options(**extra: str) -> SourceOptions:
 
 
 def _rows(builder: BatchBuilder, messages: list[Any]) -> list[dict[str, Any]]:
-    builder.extend(messages, [m.offset() for m in messages])
+    builder.extend(messages)
     rows: list[dict[str, Any]] = builder.build().to_pylist()
     return rows
 
@@ -110,18 +110,18 @@ def _eof(offset: int) -> FakeMessage:
 
 def test_in_range_takes_every_data_message_below_the_end() -> None:
     messages: list[Any] = [FakeMessage(12), FakeMessage(13)]
-    data, offsets, position = messages_in_range(messages, 12, 20, "in[3]")
-    assert (len(data), offsets, position) == (2, [12, 13], 14)
+    data, position = messages_in_range(messages, 12, 20, "in[3]")
+    assert ([m.offset() for m in data], position) == ([12, 13], 14)
 
 
 def test_in_range_stops_at_the_end_and_counts_partition_eof_as_progress() -> None:
     messages: list[Any] = [FakeMessage(18), FakeMessage(19), FakeMessage(20), FakeMessage(21)]
-    _, offsets, position = messages_in_range(messages, 18, 20, "in[3]")
-    assert (offsets, position) == ([18, 19], 20)
+    data, position = messages_in_range(messages, 18, 20, "in[3]")
+    assert ([m.offset() for m in data], position) == ([18, 19], 20)
     # Control records before the EOF were never delivered: the EOF's offset is the position.
-    _, offsets, position = messages_in_range([FakeMessage(14), _eof(17)], 14, 20, "in[3]")
-    assert (offsets, position) == ([14], 17)
-    assert messages_in_range([], 15, 20, "in[3]") == ([], [], 15)
+    data, position = messages_in_range([FakeMessage(14), _eof(17)], 14, 20, "in[3]")
+    assert ([m.offset() for m in data], position) == ([14], 17)
+    assert messages_in_range([], 15, 20, "in[3]") == ([], 15)
 
 
 def test_in_range_fails_on_another_error_naming_the_partition() -> None:
@@ -269,7 +269,7 @@ def test_the_next_ranges_consumer_is_open_while_a_range_is_read_and_none_is_left
     read: list[tuple[OffsetRange, int]] = []
     for offset_range, messages in kafka_source_read.read_ranges(_options(), ranges):
         log.append(f"read {len(read)}")
-        read.append((offset_range, sum(len(offsets) for _, offsets in messages)))
+        read.append((offset_range, sum(map(len, messages))))
     assert read == [(RANGE, RANGE.size)] * 3  # the empty range: no consumer, nothing to read
     assert log == [
         "open 0", "open 1", "read 0", "close 0",

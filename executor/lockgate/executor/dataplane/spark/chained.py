@@ -179,13 +179,15 @@ def _copy_messages(
     and consume call, and no Arrow batch (5-10 % of a copying task's CPU: README, issue 13)."""
     with_keys, with_headers = "key" in columns, "headers" in columns
     with_timestamps = "timestamp" in columns
-    for messages, _ in consumed:
+    for messages in consumed:
         keys = [m.key() for m in messages]
         values = [m.value() for m in messages]
         # librdkafka gives -1 for a record without a timestamp.
         stamps = [m.timestamp()[1] for m in messages]
         read.records += len(messages)
-        read.bytes += sum(map(len, filter(None, keys))) + sum(map(len, filter(None, values)))
+        key_bytes = sum(map(len, filter(None, keys)))
+        value_bytes = sum(map(len, filter(None, values)))
+        read.bytes += key_bytes + value_bytes
         oldest_ms = min(filter((0).__le__, stamps), default=None)
         read.saw_timestamp(None if oldest_ms is None else oldest_ms * 1000)
         # A consumed message's headers: None or a list of (str, bytes) tuples. Rows with
@@ -197,6 +199,7 @@ def _copy_messages(
             headers if headers is not None and any(headers) else itertools.repeat(None),
             # 0: the producer stamps the record, as for a null timestamp column.
             [t if t > 0 else 0 for t in stamps] if with_timestamps else itertools.repeat(0),
+            size=value_bytes + key_bytes if with_keys else value_bytes,
         )
 
 

@@ -351,14 +351,19 @@ class PartitionWriter:
         values: list[bytes | None],
         headers: Iterable[list[tuple[str, bytes | None]] | None],
         timestamps: Iterable[int],
+        *,
+        size: int | None = None,
     ) -> None:
         """Produce rows to the sink topic as they are, in order: the per-record hot loop, for
         a sink that writes bytes keys and values (``passes_through``). ``headers`` and
         ``timestamps`` (ms, 0: the producer stamps) are a repeat of None and of 0 for rows
-        that have none, which takes the producer's plainest call."""
+        that have none, which takes the producer's plainest call. ``size``: the rows' key
+        and value bytes, if the caller has counted them already (the chained copy has)."""
         self.records_written += len(values)
-        self.bytes_written += sum(map(len, filter(None, keys))) + sum(
-            map(len, filter(None, values))
+        self.bytes_written += (
+            size
+            if size is not None
+            else sum(map(len, filter(None, keys))) + sum(map(len, filter(None, values)))
         )
         producer = self._ensure_producer()
         produce, topic, slow = producer.produce, self._options.topic, self._produce

@@ -30,8 +30,8 @@ from lockgate.executor.dataplane.spark.kafka_source import (
 from lockgate.executor.errors import RecordError, RecordLocation, SourceError, WorkerRecordError
 
 _ROWS_PER_ARROW_BATCH = 10_000
-#: One consume call's data messages of a range, and their offsets (``read_ranges``).
-ConsumedMessages = tuple[list[Message], list[int]]
+#: One consume call's data messages of a range, in offset order (``read_ranges``).
+ConsumedMessages = list[Message]
 #: librdkafka's largest queued.min.messages (read_messages sets it to the range's size).
 SOURCE_QUEUED_MIN_MESSAGES = 10_000_000
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -91,9 +91,10 @@ class BatchBuilder:
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def extend(self, messages: Sequence[Message], offsets: Sequence[int]) -> None:
-        """Decode and append ``messages`` (data messages, their ``offsets`` given); raises
-        ``WorkerRecordError`` on a bad record when not marking."""
+    def extend(self, messages: Sequence[Message]) -> None:
+        """Decode and append ``messages`` (data messages); raises ``WorkerRecordError`` on a
+        bad record when not marking."""
+        offsets = [m.offset() or 0 for m in messages]
         raw_keys = [m.key() for m in messages]
         raw_values = [m.value() for m in messages]
         if self._raw_keys and self._raw_values:
@@ -167,17 +168,20 @@ class BatchBuilder:
 
 def messages_in_range(
     messages: list[Message], position: int, end_offset: int, where: str
-) -> tuple[list[Message], list[int], int]:
-    """The data messages of one consume call below ``end_offset``, their offsets, and the
-    position after them. A partition-EOF event moves the position (its offset is the last
-    stable offset under read_committed); any other error is a ``SourceError``."""
-    offsets = [m.offset() or 0 for m in messages]
-    if all(m.error() is None for m in messages) and (not offsets or offsets[-1] < end_offset):
-        # The common case, in one comprehension per column: every message is data.
-        return messages, offsets, offsets[-1] + 1 if offsets else position
+) -> tuple[list[Message], int]:
+    """The data messages of one consume call below ``end_offset``, and the position after
+    them. A partition-EOF event moves the position (its offset is the last stable offset
+    under read_committed); any other error is a ``SourceError``."""
+    if not messages:
+        return messages, position
+    last = messages[-1].offset() or 0
+    if last < end_offset and all(m.error() is None for m in messages):
+        # The common case: every message is data (offsets increase), and only the last
+        # one's offset is read (one call per record less: README, issue 13).
+        return messages, last + 1
     data: list[Message] = []
-    data_offsets: list[int] = []
-    for msg, offset in zip(messages, offsets, strict=True):
+    for msg in messages:
+        offset = msg.offset() or 0
         error = msg.error()
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
@@ -185,11 +189,10 @@ def messages_in_range(
                 continue
             raise SourceError(f"reading {where} at offset {position}: {error.str()}")
         if offset >= end_offset:
-            return data, data_offsets, offset
+            return data, offset
         data.append(msg)
-        data_offsets.append(offset)
         position = offset + 1
-    return data, data_offsets, position
+    return data, position
 
 
 def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -207,8 +210,8 @@ def range_batches(
     """``messages`` of ``offset_range`` (one of ``read_ranges``) as Arrow batches of the
     source's columns, decoded by ``BatchBuilder``."""
     builder = BatchBuilder(options, offset_range)
-    for data, offsets in messages:
-        builder.extend(data, offsets)
+    for data in messages:
+        builder.extend(data)
         if len(builder) >= _ROWS_PER_ARROW_BATCH:
             yield builder.build()
     if len(builder):
@@ -230,7 +233,7 @@ def read_ranges(
     options: SourceOptions, ranges: Iterable[OffsetRange]
 ) -> Generator[tuple[OffsetRange, Iterator[ConsumedMessages]], None, None]:
     """Each of ``ranges`` that is not empty, in order, with an iterator over its committed
-    records: the data messages of each consume call that had any, and their offsets. Read
+    records: the data messages of each consume call that had any. Read
     each range's iterator before asking for the next range.
 
     Each range has a consumer of its own, opened (connected, assigned, fetching) as the
@@ -316,11 +319,9 @@ def _consume(
         wanted = min(_ROWS_PER_ARROW_BATCH, offset_range.end_offset - position)
         messages = consumer.consume(num_messages=wanted, timeout=0.5)
         before = position
-        data, offsets, position = messages_in_range(
-            messages, position, offset_range.end_offset, where
-        )
+        data, position = messages_in_range(messages, position, offset_range.end_offset, where)
         if data:
-            yield data, offsets
+            yield data
         if not messages:
             # Skipped control records and aborted data move the position only.
             current = consumer.position([tp])[0].offset
