@@ -32,7 +32,8 @@ executor's (its Python process plus the Spark JVM and Python workers under it), 
 (f) the JVM's; then the ratios of (a) to every other. A Lockgate run is timed from pipeline
 creation to the moment its committed offsets reach the end of the input (the executor's Spark
 start is excluded: an executor is long-lived; so is its first big batch, paid by an untimed
-warm-up pipeline, without which whichever of (a) and (b) runs first is about a third slower).
+warm-up pipeline of as many records as a timed run, without which whichever of (a) and (b)
+runs first is about a third slower, and with a fifth of them still a fifth slower).
 (e) and (f) are timed from the JVM's start until a ``read_committed`` consumer has seen every
 record, start-up included; (a)-(f) must each have copied every record, checked by a
 ``read_committed`` consumer. Then, unless ``--no-latency``, the latency run: an exactly_once
@@ -564,9 +565,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--warmup-records",
         type=int,
-        default=200_000,
+        default=None,
         help="records copied (exactly_once, untimed) before the timed runs, so that neither"
-        " pays the executor's first big batch (JIT, Python workers); 0: none",
+        " pays the executor's first big batches (JIT, Python workers); default: as many as"
+        " --records (with 200,000 of 1,000,000, whichever of (a) and (b) ran first was a"
+        " fifth slower: README, issue 13); 0: none",
     )
     parser.add_argument(
         "--order",
@@ -627,6 +630,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.records, args.partitions, args.tasks_max) < 1 or args.value_bytes < 10:
         parser.error("--records, --partitions and --tasks-max must be >= 1, --value-bytes >= 10")
+    if args.warmup_records is None:
+        args.warmup_records = args.records
+    elif args.warmup_records < 0:
+        parser.error("--warmup-records must be >= 0 (0: no warm-up)")
 
     if any("=" not in item for item in args.spark_conf):
         parser.error("--spark-conf takes KEY=VALUE, e.g. spark.driver.memory=768m")
