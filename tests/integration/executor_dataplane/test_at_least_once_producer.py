@@ -108,12 +108,12 @@ def test_a_failed_batch_drops_its_producer_and_the_next_builds_another(
     _, sink_options = _options(bootstrap, source, sink, 0)
 
     failed = PartitionWriter(sink_options, 0)
-    failed.write_rows([b"k"], [b"lost"], [None], [0])
+    failed.write_rows([b"k"], [b"lost"], [None], [0], size=5)
     failed.abandon()
     assert pool.closed == pool.built and len(pool.built) == 1
 
     writer = PartitionWriter(sink_options, 0)
-    writer.write_rows([b"k"], [b"kept"], [None], [0])
+    writer.write_rows([b"k"], [b"kept"], [None], [0], size=5)
     assert writer.precommit(attempt=0).records_written == 1
     assert len(pool.built) == 2 and pool.closed == pool.built[:1]
     assert [(r.key, r.value) for r in read_topic(bootstrap, sink, partitions=1)] == [

@@ -294,7 +294,8 @@ class PartitionWriter:
         target_column = batch.column(TARGET_TOPIC_COLUMN) if TARGET_TOPIC_COLUMN in names else None
         if (target_column is None or target_column.null_count == rows) and self._passthrough(batch):
             # The common case: no dead letter, bytes as they are.
-            self.write_rows(keys, values, headers, timestamps)
+            size = column_bytes(batch, "key") + column_bytes(batch, "value")
+            self.write_rows(keys, values, headers, timestamps, size=size)
             return
         targets = target_column.to_pylist() if target_column is not None else [None] * rows
         where = {
@@ -352,19 +353,16 @@ class PartitionWriter:
         headers: Iterable[list[tuple[str, bytes | None]] | None],
         timestamps: Iterable[int],
         *,
-        size: int | None = None,
+        size: int,
     ) -> None:
         """Produce rows to the sink topic as they are, in order: the per-record hot loop, for
         a sink that writes bytes keys and values (``passes_through``). ``headers`` and
         ``timestamps`` (ms, 0: the producer stamps) are a repeat of None and of 0 for rows
         that have none, which takes the producer's plainest call. ``size``: the rows' key
-        and value bytes, if the caller has counted them already (the chained copy has)."""
+        and value bytes, as the caller counted them (it has them at hand: the chained copy
+        from what it read, an Arrow batch from its columns)."""
         self.records_written += len(values)
-        self.bytes_written += (
-            size
-            if size is not None
-            else sum(map(len, filter(None, keys))) + sum(map(len, filter(None, values)))
-        )
+        self.bytes_written += size
         producer = self._ensure_producer()
         produce, topic, slow = producer.produce, self._options.topic, self._produce
         if isinstance(headers, itertools.repeat) and isinstance(timestamps, itertools.repeat):
