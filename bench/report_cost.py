@@ -6,7 +6,7 @@ At scale the leader's threads queue at one place: the replica's write turn
 (`store/write_turn.py`), and the transaction the executors' ReportPrecommits calls share
 (`CheckpointStore.record_precommit_batch`) held it 40-70 % of the time in the scale runs
 (README, issue 14). Those runs' figures swing from run to run with the machine; this one
-times that transaction alone, with nothing else running, so a change to it can be measured.
+times that transaction alone, in its own process, so a change to it can be measured.
 
 A leader replica over a fresh SQLite file (no Kafka, no executor processes, no gRPC):
 ``--pipelines`` pipelines of ``--tasks`` tasks (one source partition each) spread over
@@ -15,8 +15,8 @@ pipeline (one trigger transaction, as a pass does) and then records every task's
 without transaction handles, in one batch, the way the executors' calls that arrive together
 are written: every checkpoint turns COMPLETE and, having nothing to commit, COMMITTED in that
 transaction, with its history pruning (``--keep-history``). After ``--warmup`` rounds, prints
-the batch's time (p50, min) and per report, and the split of its CPU by step (cProfile, over
-the same rounds run again). Figures, not pass/fail.
+the batch's time (p50, min) and per report, and the split of its time by step (cProfile, over
+the same number of rounds run again). Figures, not pass/fail.
 """
 
 from __future__ import annotations
