@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from lockgate.common.model.ids import CheckpointId, CoordinatorId, ExecutorId, PipelineId
+from lockgate.common.model.ids import CoordinatorId, ExecutorId, PipelineId
 from lockgate.common.model.offsets import OffsetRange, TopicPartition
 from lockgate.common.model.pipeline_spec import PipelineSpec, parse_pipeline_spec
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit
@@ -152,7 +152,7 @@ class Leader:
                 reports.append(
                     Precommit(
                         pipeline_id=checkpoint.pipeline_id,
-                        checkpoint_id=CheckpointId(checkpoint.checkpoint_id),
+                        checkpoint_id=checkpoint.checkpoint_id,
                         task_id=trigger.task_id,
                         task_generation=trigger.task_generation,
                         executor_id=trigger.executor_id,
@@ -218,24 +218,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" {p50 * 1e6 / reports:.0f} us a report"
     )
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
-    total = sum(
-        cumulative
-        for (_, _, name), (_, _, _, cumulative, _) in stats.items()
-        if name == "record_precommit_batch"
-    )
-    shares = {
-        label: 100
-        * sum(
-            cumulative
-            for (_, _, name), (_, _, _, cumulative, _) in stats.items()
-            if name == function
-        )
-        / total
-        for label, function in STEPS.items()
-    }
+
+    def cumulative(function: str) -> float:
+        """The time spent in calls of `function`, the calls it made included."""
+        return float(sum(c for (_, _, name), (_, _, _, c, _) in stats.items() if name == function))
+
+    total = cumulative("record_precommit_batch")
+    shares = {label: 100 * cumulative(function) / total for label, function in STEPS.items()}
     split = "; ".join(f"{label} {share:.0f} %" for label, share in shares.items())
     rest = 100 - sum(shares.values())
-    print(f"    its time under cProfile: {split}; begin, fence check and commit {rest:.0f} %")
+    print(
+        f"    its time under cProfile: {split}; the rest (begin, fence check, answers, commit)"
+        f" {rest:.0f} %"
+    )
     return 0
 
 
