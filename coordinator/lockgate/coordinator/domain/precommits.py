@@ -254,24 +254,31 @@ def _range_violations(
     violations: list[FieldViolation] = []
     for i, r in enumerate(p.offsets):
         tp = r.topic_partition
-        where = f"{tp.topic}[{tp.partition}]"
+        resumes = resume_offsets.get(tp)
         if tp not in own:
-            mine = ", ".join(f"{o.topic}[{o.partition}]" for o in sorted(own)) or "none"
+            mine = ", ".join(_named(o) for o in sorted(own)) or "none"
             violations.append(
                 FieldViolation(
                     f"source_ranges[{i}]",
-                    f"{where} is not a partition of task {p.task_id} (its partitions: {mine})",
+                    f"{_named(tp)} is not a partition of task {p.task_id} (its partitions: {mine})",
                 )
             )
         elif tp in seen:
-            violations.append(FieldViolation(f"source_ranges[{i}]", f"{where} is reported twice"))
-        elif tp in resume_offsets and r.start_offset != resume_offsets[tp]:
+            violations.append(
+                FieldViolation(f"source_ranges[{i}]", f"{_named(tp)} is reported twice")
+            )
+        elif resumes is not None and r.start_offset != resumes:
             violations.append(
                 FieldViolation(
                     f"source_ranges[{i}].start_offset",
-                    f"is {r.start_offset}, but {where} resumes at {resume_offsets[tp]} (where "
+                    f"is {r.start_offset}, but {_named(tp)} resumes at {resumes} (where "
                     "the previous checkpoint ended, as the trigger said)",
                 )
             )
         seen.add(tp)
     return violations
+
+
+def _named(tp: TopicPartition) -> str:
+    """A partition as the violations name it: topic[partition]."""
+    return f"{tp.topic}[{tp.partition}]"

@@ -10,8 +10,9 @@ are written in one transaction: that row is the commit point (DESIGN.md step 3).
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -47,6 +48,7 @@ from lockgate.coordinator.domain.states import CheckpointState, transition_check
 from lockgate.coordinator.store.checkpoint_aborts import apply_abort
 from lockgate.coordinator.store.engine import Database, db_now_ms, read_now_ms
 from lockgate.coordinator.store.history import prune_history
+from lockgate.coordinator.store.in_flight import InFlightCheckpoints, Turn
 from lockgate.coordinator.store.keyed import execute_keyed
 from lockgate.coordinator.store.offset_store import next_offsets_of
 from lockgate.coordinator.store.precommit_rows import (
@@ -94,6 +96,7 @@ class CheckpointStore:
     def __init__(self, *, database: Database, failpoints: Failpoints | None = None) -> None:
         self._db = database
         self._failpoints = failpoints or Failpoints()
+        self._in_flight = InFlightCheckpoints()
 
     def trigger_checkpoints(
         self, *, fence: Fence, pipeline_ids: Sequence[PipelineId]
@@ -111,8 +114,10 @@ class CheckpointStore:
         checkpoint; NotFound when it was deleted. A few statements for all of them
         (`trigger_rows.py`).
         """
-        with self._db.transaction(fence=fence) as conn:
-            return trigger_pipelines(conn, pipeline_ids, fence.leader_epoch)
+        with self._leader_write(fence) as (conn, turn):
+            answers = trigger_pipelines(conn, pipeline_ids, fence.leader_epoch)
+            turn.note_triggered(a for a in answers.values() if isinstance(a, CheckpointRecord))
+            return answers
 
     def record_precommit(
         self,
@@ -137,13 +142,14 @@ class CheckpointStore:
         start offset, another task's partition, another transactional id or sink cluster
         (`domain/precommits.py`).
         """
-        with self._db.transaction(fence=fence) as conn:
+        with self._leader_write(fence) as (conn, turn):
             read_pipeline(conn, precommit.pipeline_id, for_update=True)
-            read = store_precommits(conn, [precommit])
+            read = store_precommits(conn, [precommit], turn)
             if complete_if_ready:
                 key = (precommit.pipeline_id, precommit.checkpoint_id)
                 self._complete(
                     conn,
+                    turn,
                     [key],
                     read.checkpoint_states,
                     committed=committed,
@@ -167,10 +173,11 @@ class CheckpointStore:
         100-task checkpoint again per batch was a third of the batch's cost). `committed`
         and `keep_history` as for `record_precommit`."""
         touched = list(group_by_checkpoint(precommits))
-        with self._db.transaction(fence=fence) as conn:
-            read = store_precommits(conn, precommits)  # locks the pipelines first
+        with self._leader_write(fence) as (conn, turn):
+            read = store_precommits(conn, precommits, turn)  # locks the pipelines first
             completed, moved = self._complete(
                 conn,
+                turn,
                 touched,
                 read.checkpoint_states,
                 committed=committed,
@@ -194,12 +201,12 @@ class CheckpointStore:
         Leader-only. Idempotent as `record_precommit`: a retried batch stores nothing new.
         The transaction is all or nothing: a lost lease or a failed write stores none.
         `committed` and `keep_history` as for `record_precommit`."""
-        with self._db.transaction(fence=fence) as conn:
+        with self._leader_write(fence) as (conn, turn):
             # The snapshot locks the pipelines first; a deleted pipeline has no checkpoint:
             # the domain refuses its reports.
-            read = precommit_snapshot(conn, precommits)
+            read = precommit_snapshot(conn, precommits, turn)
             accepted, refused = sort_precommits(precommits, read)
-            write_precommits(conn, accepted)
+            write_precommits(conn, accepted, turn)
             touched = sorted(
                 {
                     (p.pipeline_id, p.checkpoint_id)
@@ -209,6 +216,7 @@ class CheckpointStore:
             )
             completed, moved = self._complete(
                 conn,
+                turn,
                 touched,
                 read.checkpoint_states,
                 committed=committed,
@@ -223,9 +231,23 @@ class CheckpointStore:
             for i, p in enumerate(precommits)
         ]
 
+    @contextlib.contextmanager
+    def _leader_write(self, fence: Fence) -> Iterator[tuple[Connection, Turn]]:
+        """A fenced transaction that may read and change the leader's in-flight
+        checkpoints (`in_flight.py`): those of triggers and reports. The write turn is
+        held until its changes are applied, so the next write can read them."""
+        with (
+            self._db.write_turn(),
+            self._in_flight.turn(fence.leader_epoch) as turn,
+            self._db.transaction(fence=fence) as conn,
+        ):
+            turn.enter()
+            yield conn, turn
+
     def _complete(
         self,
         conn: Connection,
+        turn: Turn,
         keys: Sequence[CheckpointKey],
         read: Mapping[PipelineId, Mapping[CheckpointId, CheckpointState]],
         *,
@@ -239,6 +261,7 @@ class CheckpointStore:
         `keep_history` as `mark_committed` does. Returns when each became COMPLETE, and the
         COMMITTED ones as written."""
         completed, with_handles = complete_ready(conn, keys, read)
+        turn.note_left(completed)
         self._reach_inside_complete(completed)
         if committed is None:
             return completed, {}

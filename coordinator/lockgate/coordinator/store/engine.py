@@ -270,6 +270,12 @@ class Database:
                     _check_fence(conn, fence)
                 yield conn
 
+    def write_turn(self) -> contextlib.AbstractContextManager[None]:
+        """This replica's turn at writing alone (re-entrant: `transaction` inside it takes
+        it again), for a caller with work to finish after its transaction commits and
+        before the next write begins (`in_flight.py`)."""
+        return self._write_turn.held()
+
     @contextlib.contextmanager
     def _busy_as_unavailable(self) -> Iterator[None]:
         """A statement or lock wait cut short by the session timeouts is `Unavailable`

@@ -33,6 +33,7 @@ from lockgate.coordinator.domain.precommits import (
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.store.bulk import insert_rows, update_rows
 from lockgate.coordinator.store.engine import db_now_ms
+from lockgate.coordinator.store.in_flight import Turn
 from lockgate.coordinator.store.keyed import execute_keyed
 from lockgate.coordinator.store.offset_store import next_offsets_of, restore_from_checkpoints
 from lockgate.coordinator.store.rows import (
@@ -63,16 +64,20 @@ _RANGE_COLUMNS = (
 )
 
 
-def store_precommits(conn: Connection, precommits: Sequence[Precommit]) -> PrecommitSnapshot:
+def store_precommits(
+    conn: Connection, precommits: Sequence[Precommit], turn: Turn
+) -> PrecommitSnapshot:
     """Check and store pre-commits with a handful of statements, however many tasks and
     checkpoints report (a 100-task checkpoint is one round of bulk writes). Returns what it
     read, for `complete_ready`."""
-    snapshot = precommit_snapshot(conn, precommits)
-    write_precommits(conn, accept_precommits(precommits, snapshot))
+    snapshot = precommit_snapshot(conn, precommits, turn)
+    write_precommits(conn, accept_precommits(precommits, snapshot), turn)
     return snapshot
 
 
-def precommit_snapshot(conn: Connection, precommits: Sequence[Precommit]) -> PrecommitSnapshot:
+def precommit_snapshot(
+    conn: Connection, precommits: Sequence[Precommit], turn: Turn
+) -> PrecommitSnapshot:
     """What the pre-commit rules read (`domain/precommits.py`), for these reports.
 
     Only what concerns the reporting tasks: each checkpoint with their rows alone, and the
@@ -81,17 +86,20 @@ def precommit_snapshot(conn: Connection, precommits: Sequence[Precommit]) -> Pre
     partitions on every batch were most of a report's cost). And in the same few
     statements however many pipelines the batch mixes (at scale, an executor's batch holds
     many pipelines' reports; a handful of reads per pipeline was the leader's largest
-    cost in a report, issue 14)."""
+    cost in a report, issue 14). The checkpoints the leader keeps in flight (`turn`,
+    `in_flight.py`) are not read again."""
     groups = group_by_checkpoint(precommits)
     pipeline_ids = sorted({p.pipeline_id for p in precommits})
     sink_servers = _sink_servers(conn, pipeline_ids)
     tasks = read_tasks_by_id(conn, [p.task_id for p in precommits])
     # Read once, under the locks: the start offsets and then the completion walk them.
     states = checkpoint_states_of(conn, pipeline_ids)
+    kept = turn.lookup(groups, states)
+    found = find_checkpoints_of_tasks(
+        conn, {key: {p.task_id for p in group} for key, group in groups.items() if key not in kept}
+    )
     return PrecommitSnapshot(
-        checkpoints=find_checkpoints_of_tasks(
-            conn, {key: {p.task_id for p in group} for key, group in groups.items()}
-        ),
+        checkpoints={**found, **kept},
         executor_generations=executor_generations(conn, (p.executor_id for p in precommits)),
         tasks=tasks,
         resume_offsets=_start_offsets(
@@ -341,12 +349,14 @@ def _precommit_counts(
 
 
 def write_precommits(
-    conn: Connection, accepted: Mapping[CheckpointKey, Sequence[Precommit]]
+    conn: Connection, accepted: Mapping[CheckpointKey, Sequence[Precommit]], turn: Turn
 ) -> None:
-    """Store these accepted pre-commits: one bulk write per table for the whole batch."""
+    """Store these accepted pre-commits: one bulk write per table for the whole batch
+    (noted in `turn`, for the leader's in-flight checkpoints)."""
     fresh = [(key, p) for key, group in sorted(accepted.items()) for p in group]
     if not fresh:
         return
+    turn.note_precommitted({key: [p.task_id for p in group] for key, group in accepted.items()})
     offset_rows = [
         {
             "pipeline_id": pipeline_id,
