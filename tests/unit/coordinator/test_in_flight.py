@@ -3,24 +3,18 @@ transaction may read of it, and when its changes count."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from lockgate.common.model.ids import (
-    CheckpointId,
-    ExecutorId,
-    Generation,
-    LeaderEpoch,
-    PipelineId,
-    TaskId,
-)
-from lockgate.coordinator.domain.checkpoints import CheckpointRecord, TaskTrigger
+from lockgate.common.model.ids import CheckpointId, LeaderEpoch
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord
 from lockgate.coordinator.domain.states import CheckpointState
 from lockgate.coordinator.store.in_flight import InFlightCheckpoints
+from tests.unit.coordinator.test_precommits import T0, T1, P, checkpoint
 
 pytestmark = pytest.mark.unit
 
-P = PipelineId("p")
-T0, T1 = TaskId("p/0"), TaskId("p/1")
 E1, E2 = LeaderEpoch(1), LeaderEpoch(2)
 KEY = (P, CheckpointId(1))
 TRIGGERED = {P: {CheckpointId(1): CheckpointState.TRIGGERED}}
@@ -28,22 +22,7 @@ TRIGGERED = {P: {CheckpointId(1): CheckpointState.TRIGGERED}}
 
 def triggered(n: int = 1) -> CheckpointRecord:
     """Checkpoint n of p as its trigger wrote it, on two tasks."""
-    return CheckpointRecord(
-        pipeline_id=P,
-        checkpoint_id=CheckpointId(n),
-        state=CheckpointState.TRIGGERED,
-        leader_epoch=E1,
-        tasks=tuple(
-            TaskTrigger(t, Generation(1), ExecutorId("e1"), f"lockgate-p-{t[-1]}-g1-0", 0)
-            for t in (T0, T1)
-        ),
-        precommitted=frozenset(),
-        triggered_at_ms=0,
-        completed_at_ms=None,
-        committed_at_ms=None,
-        aborted_at_ms=None,
-        abort_reason=None,
-    )
+    return dataclasses.replace(checkpoint(), checkpoint_id=CheckpointId(n))
 
 
 def kept(record: InFlightCheckpoints, epoch: LeaderEpoch = E1) -> dict[object, CheckpointRecord]:

@@ -5,7 +5,9 @@ Tables `checkpoints`, `checkpoint_tasks`, `precommit_offsets`, `precommit_handle
 (`engine.Database.transaction`), let a pure function of `domain/` decide
 (`plan_trigger`, `accept_precommits`, `checkpoints_to_complete`, `plan_abort`,
 `first_timed_out`), write what it returned. COMPLETE and the pipeline's restore offsets
-are written in one transaction: that row is the commit point (DESIGN.md step 3).
+are written in one transaction: that row is the commit point (DESIGN.md step 3). Triggers
+and reports also keep the leader's copy of its in-flight checkpoints (`in_flight.py`),
+which a report's snapshot reads instead of those checkpoints' rows.
 """
 
 from __future__ import annotations
