@@ -308,3 +308,52 @@ def test_a_checkpoint_with_nothing_to_commit_is_committed_by_its_last_report_in_
         (5, CheckpointState.COMMITTED),
     ]
     assert restore_points(store)[("q", "in", 0)] == (8, 6)
+
+
+def test_a_batch_prunes_each_pipelines_history_that_it_made_final(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """Three pipelines' checkpoints committed by one report batch each round: each
+    pipeline's history is pruned to its own newest `keep_history` final checkpoints (their
+    spans read in one statement, padded to four rows, each row's pipeline its own), and a
+    pipeline the batch did not touch is left alone."""
+    store = open_stores()
+    fence = lead(store)
+    names = ["p", "q", "r", "idle"]
+    tasks = [t for name in names for t in pipeline_with_tasks(store, fence, name)]
+    store.executors.register_executor(fence=fence, executor_id=E1, address="e1:1")
+    store.executors.register_executor(fence=fence, executor_id=E2, address="e2:1")
+    store.pipelines.apply_assignment(
+        fence=fence, assignment={E1: set(tasks[0::2]), E2: set(tasks[1::2])}
+    )
+    for n in range(1, 7):
+        for name in names:
+            trigger(store, fence=fence, pipeline_id=PipelineId(name))
+        reports = [
+            dataclasses.replace(r, handles=())
+            for name in names[:3]
+            for r in reports_of(store, name, n, start=n - 1, end=n).values()
+        ]
+        committed: list[CheckpointRecord] = []
+        answers = store.checkpoints.record_precommit_batch(
+            fence=fence, precommits=reports, committed=committed, keep_history=2
+        )
+        assert states(answers) == [CheckpointState.COMMITTED] * 6
+        if n < 6:  # the idle pipeline's checkpoint n, never reported, aborted
+            store.checkpoints.abort_checkpoint(
+                fence=fence, pipeline_id=PipelineId("idle"), checkpoint_id=C(n), reason="test"
+            )
+
+    kept = {
+        name: [
+            c.checkpoint_id
+            for c in store.checkpoints.list_checkpoints(pipeline_id=PipelineId(name))
+        ]
+        for name in names
+    }
+    assert {name: sorted(ids) for name, ids in kept.items()} == {
+        "p": [5, 6],
+        "q": [5, 6],
+        "r": [5, 6],
+        "idle": [1, 2, 3, 4, 5, 6],
+    }

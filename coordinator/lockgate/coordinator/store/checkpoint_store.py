@@ -49,7 +49,7 @@ from lockgate.coordinator.domain.precommits import (
 from lockgate.coordinator.domain.states import CheckpointState, transition_checkpoint
 from lockgate.coordinator.store.checkpoint_aborts import apply_abort
 from lockgate.coordinator.store.engine import Database, db_now_ms, read_now_ms
-from lockgate.coordinator.store.history import prune_history
+from lockgate.coordinator.store.history import prune_histories
 from lockgate.coordinator.store.in_flight import InFlightCheckpoints, Turn
 from lockgate.coordinator.store.keyed import execute_keyed
 from lockgate.coordinator.store.offset_store import next_offsets_of
@@ -269,8 +269,7 @@ class CheckpointStore:
             return completed, {}
         moved = commit_without_handles(conn, list(completed), read, with_handles)
         if keep_history is not None:
-            for pipeline_id in sorted({pipeline_id for pipeline_id, _ in moved}):
-                prune_history(conn, pipeline_id, keep=keep_history)
+            prune_histories(conn, (pipeline_id for pipeline_id, _ in moved), keep=keep_history)
         committed.extend(moved.values())
         return completed, moved
 
@@ -313,8 +312,7 @@ class CheckpointStore:
                 transition_checkpoint(checkpoint.state, CheckpointState.COMMITTED)
                 marked[key] = checkpoint  # already COMMITTED: a retried commit
             if keep_history is not None:
-                for pipeline_id in moved:
-                    prune_history(conn, pipeline_id, keep=keep_history)
+                prune_histories(conn, moved, keep=keep_history)
             return [marked[key] for key in keys]
 
     def abort_checkpoint(
@@ -422,7 +420,7 @@ class CheckpointStore:
                 .values(abort_acked_at_ms=db_now_ms())
             )
             if keep_history is not None:
-                prune_history(conn, pipeline_id, keep=keep_history)
+                prune_histories(conn, [pipeline_id], keep=keep_history)
 
     def get_checkpoint(
         self, *, pipeline_id: PipelineId, checkpoint_id: CheckpointId

@@ -5,42 +5,77 @@ CASCADE)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from lockgate.common.model.ids import CheckpointId, PipelineId
 from lockgate.coordinator.domain.history import HistoryEntry, checkpoints_to_prune, history_slack
 from lockgate.coordinator.domain.states import CheckpointState
+from lockgate.coordinator.store.keyed import padded_chunks
 from lockgate.coordinator.store.rows import of_checkpoints_in
 from lockgate.coordinator.store.tables import checkpoint_tasks, checkpoints
 
-# The span of the pipeline's checkpoint ids: one scalar subquery per end, in one
-# statement. SQLite reads a min() or a max() alone off the index's end, but walks the whole
-# range for both in one aggregate; two statements cost a round trip more on PostgreSQL.
-# Built once (every commit reads it), as `rows`' keyed reads.
-_SPAN = sa.select(
-    *(
-        sa.select(end(checkpoints.c.checkpoint_id))
-        .where(checkpoints.c.pipeline_id == sa.bindparam("pipeline_id"))
-        .scalar_subquery()
-        for end in (sa.func.min, sa.func.max)
+
+# Of each pipeline, the span of its checkpoint ids: one scalar subquery per end. SQLite
+# reads a min() or a max() alone off the index's end, but walks the whole range for both in
+# one aggregate. The pipelines whose checkpoints a write made final are read in one
+# statement, a UNION ALL of one row per pipeline tagged with its position (a statement per
+# pipeline was most of the pruning's cost in a report batch mixing many, issue 14), built
+# once per size as `keyed.py`'s, padded as its keys (`padded_chunks`: at most 64 rows a
+# statement, and SQLite allows 500 terms in a compound SELECT).
+@functools.lru_cache(maxsize=16)
+def _spans(size: int) -> sa.Executable:
+    return sa.union_all(
+        *(
+            sa.select(
+                sa.literal_column(str(i)).label("position"),
+                *(
+                    sa.select(end(checkpoints.c.checkpoint_id))
+                    .where(checkpoints.c.pipeline_id == sa.bindparam(f"pipeline_{i}"))
+                    .scalar_subquery()
+                    for end in (sa.func.min, sa.func.max)
+                ),
+            )
+            for i in range(size)
+        )
     )
-)
 
 
-def prune_history(conn: Connection, pipeline_id: PipelineId, *, keep: int) -> int:
-    """Delete the pipeline's final checkpoints older than its newest `keep` final ones once
-    the pipeline holds more than `keep` plus a tenth of it (`history_slack`); return how
-    many. The caller holds the pipeline row's lock.
+def prune_histories(conn: Connection, pipeline_ids: Iterable[PipelineId], *, keep: int) -> int:
+    """Delete each of these pipelines' final checkpoints older than its newest `keep` final
+    ones once the pipeline holds more than `keep` plus a tenth of it (`history_slack`);
+    return how many. The caller holds the pipelines' row locks.
 
-    The slack makes the read of the whole history (up to `keep` rows, several ms at the
+    The slack makes the read of a whole history (up to `keep` rows, several ms at the
     default 1,000) happen once per `keep // 10` commits, not on every commit once the
     history is full; below it one read of both ends of the index decides there is nothing
-    to do."""
+    to do (one statement for all the pipelines)."""
     limit = keep + history_slack(keep)
-    oldest, newest = conn.execute(_SPAN, {"pipeline_id": pipeline_id}).one()
-    if oldest is None or int(newest) - int(oldest) + 1 <= limit:
-        return 0  # ids are unique: no more rows than the span
+    named = sorted(set(pipeline_ids))
+    pruned = 0
+    if not named:
+        return 0
+    for padded in padded_chunks(named):
+        spans = conn.execute(
+            _spans(len(padded)), {f"pipeline_{i}": p for i, p in enumerate(padded)}
+        ).all()
+        seen = set()
+        for position, oldest, newest in spans:
+            pipeline_id = padded[int(position)]
+            if pipeline_id in seen:
+                continue  # the padding repeats the last pipeline
+            seen.add(pipeline_id)
+            # ids are unique: no more rows than the span
+            if oldest is not None and int(newest) - int(oldest) + 1 > limit:
+                pruned += _prune(conn, pipeline_id, keep=keep, limit=limit)
+    return pruned
+
+
+def _prune(conn: Connection, pipeline_id: PipelineId, *, keep: int, limit: int) -> int:
+    """`prune_histories` of one pipeline whose span is past `limit`."""
     total = conn.execute(
         sa.select(sa.func.count()).where(checkpoints.c.pipeline_id == pipeline_id)
     ).scalar_one()
@@ -83,4 +118,4 @@ def prune_history(conn: Connection, pipeline_id: PipelineId, *, keep: int) -> in
     return len(doomed)
 
 
-__all__ = ["prune_history"]
+__all__ = ["prune_histories"]

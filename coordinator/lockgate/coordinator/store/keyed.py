@@ -19,9 +19,9 @@ the leader's CPU a read, most of it psycopg binding them).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, CursorResult, Row
@@ -35,6 +35,7 @@ AnyRow = Row[*tuple[Any, ...]]
 Build = Callable[[sa.ColumnElement[bool]], sa.Executable]
 
 CHUNK = 64
+T = TypeVar("T")
 
 
 def execute_keyed(
@@ -56,15 +57,21 @@ def execute_keyed(
         statement = _unnested_statement(build, table, task_ids is not None)
         return _rows(conn.execute(statement, array_params(columns, named))) if named else []
     rows: list[AnyRow] = []
-    for start in range(0, len(named), CHUNK):
-        chunk = named[start : start + CHUNK]
-        size = 1 << (len(chunk) - 1).bit_length()
-        padded = chunk + [chunk[-1]] * (size - len(chunk))
+    for padded in padded_chunks(named):
         values = {f"key_{i}_{j}": v for i, key in enumerate(padded) for j, v in enumerate(key)}
-        rows.extend(
-            _rows(conn.execute(_statement(build, table, size, task_ids is not None), values))
-        )
+        statement = _statement(build, table, len(padded), task_ids is not None)
+        rows.extend(_rows(conn.execute(statement, values)))
     return rows
+
+
+def padded_chunks(named: Sequence[T]) -> Iterator[list[T]]:
+    """`named` (not empty) at most `CHUNK` at a time, each chunk padded to a power of two
+    by repeating its last item: the sizes of the statements built once (see the module
+    docstring). A caller that reads a row per item skips the padding's."""
+    for start in range(0, len(named), CHUNK):
+        chunk = list(named[start : start + CHUNK])
+        size = 1 << (len(chunk) - 1).bit_length()
+        yield chunk + [chunk[-1]] * (size - len(chunk))
 
 
 def _rows(result: CursorResult[Any]) -> list[AnyRow]:
@@ -102,4 +109,4 @@ def _keys_filter(table: sa.Table, size: int, by_task: bool) -> sa.ColumnElement[
     )
 
 
-__all__ = ["CHUNK", "Build", "execute_keyed"]
+__all__ = ["CHUNK", "Build", "execute_keyed", "padded_chunks"]
