@@ -55,23 +55,17 @@ def prune_histories(conn: Connection, pipeline_ids: Iterable[PipelineId], *, kee
     to do (one statement for all the pipelines)."""
     limit = keep + history_slack(keep)
     named = sorted(set(pipeline_ids))
-    pruned = 0
-    if not named:
-        return 0
-    for padded in padded_chunks(named):
-        spans = conn.execute(
-            _spans(len(padded)), {f"pipeline_{i}": p for i, p in enumerate(padded)}
-        ).all()
-        seen = set()
-        for position, oldest, newest in spans:
-            pipeline_id = padded[int(position)]
-            if pipeline_id in seen:
-                continue  # the padding repeats the last pipeline
-            seen.add(pipeline_id)
-            # ids are unique: no more rows than the span
-            if oldest is not None and int(newest) - int(oldest) + 1 > limit:
-                pruned += _prune(conn, pipeline_id, keep=keep, limit=limit)
-    return pruned
+    spans = {}  # the padding's rows repeat the last pipeline's
+    for padded in padded_chunks(named) if named else ():
+        values = {f"pipeline_{i}": p for i, p in enumerate(padded)}
+        for position, oldest, newest in conn.execute(_spans(len(padded)), values):
+            spans[padded[int(position)]] = (oldest, newest)
+    # ids are unique: no more rows than the span
+    return sum(
+        _prune(conn, pipeline_id, keep=keep, limit=limit)
+        for pipeline_id, (oldest, newest) in sorted(spans.items())
+        if oldest is not None and int(newest) - int(oldest) + 1 > limit
+    )
 
 
 def _prune(conn: Connection, pipeline_id: PipelineId, *, keep: int, limit: int) -> int:

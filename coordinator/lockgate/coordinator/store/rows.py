@@ -420,7 +420,13 @@ def checkpoint_record(row: Any, task_rows: Sequence[Any] = ()) -> CheckpointReco
         state=CheckpointState(row.state),
         leader_epoch=LeaderEpoch(int(row.leader_epoch)),
         tasks=tuple(
-            _task_trigger(t.task_id, t.task_generation, t.executor_id, t.transactional_id, t.slot)
+            TaskTrigger(
+                task_id=TaskId(t.task_id),
+                task_generation=Generation(int(t.task_generation)),
+                executor_id=ExecutorId(t.executor_id) if t.executor_id else None,
+                transactional_id=t.transactional_id,
+                slot=int(t.slot),
+            )
             for t in task_rows
         ),
         precommitted=frozenset(
@@ -435,22 +441,6 @@ def checkpoint_record(row: Any, task_rows: Sequence[Any] = ()) -> CheckpointReco
         data_lost_at_ms=opt_int(row.data_lost_at_ms),
         data_loss_resolved=row.data_loss_resolved_at_ms is not None,
         lost_tasks=frozenset(TaskId(t.task_id) for t in task_rows if t.lost_at_ms is not None),
-    )
-
-
-@functools.lru_cache(maxsize=32_768)
-def _task_trigger(
-    task_id: str, generation: int, executor_id: str | None, transactional_id: str, slot: int
-) -> TaskTrigger:
-    """A `checkpoint_tasks` row's trigger, mapped once per distinct row as `task_record`:
-    a trigger row never changes once written, and a report batch reads each reporting
-    task's again (building them was a fifth of reading a batch's checkpoints)."""
-    return TaskTrigger(
-        task_id=TaskId(task_id),
-        task_generation=Generation(int(generation)),
-        executor_id=ExecutorId(executor_id) if executor_id else None,
-        transactional_id=transactional_id,
-        slot=int(slot),
     )
 
 
