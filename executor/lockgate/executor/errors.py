@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from lockgate.common.errors import FailedPrecondition, Internal, InvalidArgument
+from lockgate.common.model.offsets import record_name
 
 _RECORD_ERROR_MARK = "LOCKGATE_RECORD_ERROR"
 _RECORD_ERROR_RE = re.compile(_RECORD_ERROR_MARK + r"<<(\{.*?\})>>")
@@ -34,7 +35,8 @@ class RecordError(FailedPrecondition):
 
     def __init__(self, location: RecordLocation, reason: str) -> None:
         super().__init__(
-            f"bad record at {location.topic}[{location.partition}]@{location.offset}: {reason}"
+            f"bad record at {record_name(location.topic, location.partition, location.offset)}:"
+            f" {reason}"
             " (set errors.tolerance: all with a dead_letter_topic to route such records"
             " to a dead-letter topic instead of failing the task)",
             metadata={

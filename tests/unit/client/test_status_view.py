@@ -57,3 +57,20 @@ def test_set_fields_the_view_does_not_name_are_listed_by_proto_name() -> None:
     assert "in_flight_checkpoint_ids" not in extra, "unset fields are left out"
     task_extra = extra_fields(shown_by_header.tasks[0], frozenset({"task_id"}))
     assert task_extra == {"executor_id": "e1", "state": "TASK_STATE_RUNNING"}
+
+
+def test_a_failed_pipeline_names_its_partitions_lost_ranges_and_lags() -> None:
+    failed = status()
+    failed.tasks[0].source_partitions.add(topic="in", partition=2)
+    failed.health = coordinator_pb2.PIPELINE_HEALTH_FAILED
+    failed.data_lost_checkpoint.checkpoint_id = 7
+    failed.data_lost_checkpoint.data_loss_error = "transaction timed out"
+    failed.data_lost_checkpoint.lost_ranges.add(
+        topic="in", partition=2, start_offset=150, end_offset=170
+    )
+    failed.source_lags.add(topic="in", partition=2, lag=20)
+    text = render(failed)
+    assert "in[2]" in text.split("FAILED")[0], text  # the task's partition, in the table
+    assert "lost ranges (half-open): in[2] 150..170" in text, text
+    assert "--from-checkpoint 7" in text, text
+    assert "(in[2] 20)" in text, text

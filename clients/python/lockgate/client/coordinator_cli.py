@@ -52,6 +52,7 @@ from lockgate.client.output import (
 )
 from lockgate.client.pipeline_file import PipelineFile, SpecFileError, read_pipeline_file
 from lockgate.client.status_view import show_status, watch_status
+from lockgate.common.model.offsets import range_name
 from lockgate.common.model.pipeline_spec import invalid_spec
 from lockgate.common.model.proto import spec_from_proto, spec_violations
 from lockgate.common.model.spec_changes import SpecChange, spec_changes
@@ -598,7 +599,7 @@ def pipeline_checkpoints(
                 t.executor_id,
                 state_name(common_pb2.TaskCheckpointState, t.state),
                 ", ".join(
-                    f"{r.topic}[{r.partition}] {r.start_offset}..{r.end_offset}"
+                    range_name(r.topic, r.partition, r.start_offset, r.end_offset)
                     for r in t.source_ranges
                 ),
             )

@@ -31,6 +31,7 @@ from lockgate.client.output import (
     task_text,
     timestamp_text,
 )
+from lockgate.common.model.offsets import partition_name, range_name
 from lockgate.v1 import common_pb2, coordinator_pb2
 
 #: Status fields the header, the task table or the abort lines already say.
@@ -112,7 +113,7 @@ def _task_table(status: coordinator_pb2.GetPipelineStatusResponse) -> Table:
             state_name(common_pb2.TaskState, task.state),
             task.executor_id or "-",
             str(task.task_generation),
-            ", ".join(f"{p.topic}[{p.partition}]" for p in task.source_partitions),
+            ", ".join(partition_name(p.topic, p.partition) for p in task.source_partitions),
             *(_value_text(extra[n]) if n in extra else "-" for n in extra_names),
             task.last_error.message or "",
         )
@@ -153,7 +154,7 @@ def _health_lines(status: coordinator_pb2.GetPipelineStatusResponse) -> list[Tex
     if status.health == coordinator_pb2.PIPELINE_HEALTH_FAILED:
         lost = status.data_lost_checkpoint
         ranges = ", ".join(
-            f"{r.topic}[{r.partition}] {r.start_offset}..{r.end_offset}" for r in lost.lost_ranges
+            range_name(r.topic, r.partition, r.start_offset, r.end_offset) for r in lost.lost_ranges
         )
         lines.append(
             Text(
@@ -174,7 +175,9 @@ def _health_lines(status: coordinator_pb2.GetPipelineStatusResponse) -> list[Tex
 
 def _progress_line(status: coordinator_pb2.GetPipelineStatusResponse) -> Text:
     """Lag, total and per source partition, and records/s over the newest commits."""
-    per_partition = ", ".join(f"{p.topic}[{p.partition}] {p.lag}" for p in status.source_lags)
+    per_partition = ", ".join(
+        f"{partition_name(p.topic, p.partition)} {p.lag}" for p in status.source_lags
+    )
     lag = f"lag {status.total_source_lag} records" + (
         f" ({per_partition})" if per_partition else ""
     )

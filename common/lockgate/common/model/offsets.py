@@ -18,6 +18,24 @@ class TopicPartition:
     topic: str
     partition: int
 
+    def __str__(self) -> str:
+        return partition_name(self.topic, self.partition)
+
+
+def partition_name(topic: str, partition: int) -> str:
+    """A partition as every message and view names it: `topic[partition]`."""
+    return f"{topic}[{partition}]"
+
+
+def range_name(topic: str, partition: int, start_offset: int, end_offset: int) -> str:
+    """A half-open offset range as views name it: `topic[partition] start..end`."""
+    return f"{partition_name(topic, partition)} {start_offset}..{end_offset}"
+
+
+def record_name(topic: str, partition: int, offset: int) -> str:
+    """One record's place as errors name it: `topic[partition]@offset`."""
+    return f"{partition_name(topic, partition)}@{offset}"
+
 
 @dataclass(frozen=True, order=True)
 class OffsetRange:

@@ -23,7 +23,7 @@ from google.protobuf import field_mask_pb2
 
 from lockgate.common.errors import FieldViolation
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, PipelineId
-from lockgate.common.model.offsets import TopicPartition
+from lockgate.common.model.offsets import TopicPartition, record_name
 from lockgate.common.model.proto import (
     STARTING_OFFSETS_FROM_PB,
     STARTING_OFFSETS_TO_PB,
@@ -604,7 +604,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         message = request.error.message or "task failed"
         if request.error.HasField("record"):
             r = request.error.record
-            message = f"{message} (record {r.topic}[{r.partition}]@{r.offset})"
+            message = f"{message} (record {record_name(r.topic, r.partition, r.offset)})"
         self.herder.reports.report_task_failure(
             TaskReport(
                 task=task,

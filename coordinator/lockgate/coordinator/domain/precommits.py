@@ -256,29 +256,22 @@ def _range_violations(
         tp = r.topic_partition
         resumes = resume_offsets.get(tp)
         if tp not in own:
-            mine = ", ".join(_named(o) for o in sorted(own)) or "none"
+            mine = ", ".join(str(o) for o in sorted(own)) or "none"
             violations.append(
                 FieldViolation(
                     f"source_ranges[{i}]",
-                    f"{_named(tp)} is not a partition of task {p.task_id} (its partitions: {mine})",
+                    f"{tp} is not a partition of task {p.task_id} (its partitions: {mine})",
                 )
             )
         elif tp in seen:
-            violations.append(
-                FieldViolation(f"source_ranges[{i}]", f"{_named(tp)} is reported twice")
-            )
+            violations.append(FieldViolation(f"source_ranges[{i}]", f"{tp} is reported twice"))
         elif resumes is not None and r.start_offset != resumes:
             violations.append(
                 FieldViolation(
                     f"source_ranges[{i}].start_offset",
-                    f"is {r.start_offset}, but {_named(tp)} resumes at {resumes} (where "
+                    f"is {r.start_offset}, but {tp} resumes at {resumes} (where "
                     "the previous checkpoint ended, as the trigger said)",
                 )
             )
         seen.add(tp)
     return violations
-
-
-def _named(tp: TopicPartition) -> str:
-    """A partition as the violations name it: topic[partition]."""
-    return f"{tp.topic}[{tp.partition}]"

@@ -555,7 +555,7 @@ class Pipelines:
                 violations.append(
                     FieldViolation(
                         f"offsets.offsets[{i}]",
-                        f"{tp.topic}[{tp.partition}] is not a source partition of {pipeline_id!r}",
+                        f"{tp} is not a source partition of {pipeline_id!r}",
                     )
                 )
             if offset < 0:

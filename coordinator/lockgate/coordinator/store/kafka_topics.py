@@ -176,7 +176,7 @@ class KafkaTopics:
         bounds = self.partition_bounds(bootstrap_servers, partitions, properties)
         missing = [tp for tp in partitions if tp not in bounds]
         if missing:
-            names = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in missing[:10])
+            names = ", ".join(str(tp) for tp in missing[:10])
             raise FailedPrecondition(
                 f"the source Kafka cluster {bootstrap_servers} did not say where the logs of"
                 f" {names}{' ...' if len(missing) > 10 else ''}"

@@ -17,7 +17,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from lockgate.common.kafka_config import redact, resolve_properties
-from lockgate.common.model.offsets import OffsetRange
+from lockgate.common.model.offsets import OffsetRange, partition_name
 from lockgate.common.model.pipeline_spec import RecordFormat
 from lockgate.executor.dataplane.spark.formats import DecodeFailure, RecordCodec, codec_for
 from lockgate.executor.dataplane.spark.kafka_source import (
@@ -310,7 +310,7 @@ def _consume(
     ``stall_timeout_s`` is a ``SourceError`` naming where it stuck.
     """
     tp = TopicPartition(offset_range.topic, offset_range.partition, offset_range.start_offset)
-    where = f"{offset_range.topic}[{offset_range.partition}]"
+    where = partition_name(offset_range.topic, offset_range.partition)
     position = offset_range.start_offset
     last_progress = time.monotonic()
     while position < offset_range.end_offset:
@@ -331,7 +331,7 @@ def _consume(
             last_progress = time.monotonic()
         elif time.monotonic() - last_progress > options.stall_timeout_s:
             raise SourceError(
-                f"reading {offset_range.topic}[{offset_range.partition}] made no progress"
+                f"reading {where} made no progress"
                 f" for {options.stall_timeout_s:.0f}s at offset {position}, range end"
                 f" {offset_range.end_offset}: is the range beyond the last stable offset?"
             )

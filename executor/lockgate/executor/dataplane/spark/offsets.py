@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from lockgate.common.kafka_config import redact
 from lockgate.common.kept_clients import KeptClients
-from lockgate.common.model.offsets import OffsetRange
+from lockgate.common.model.offsets import OffsetRange, partition_name
 from lockgate.executor.errors import OffsetOutOfRangeError, SourceError
 
 
@@ -84,19 +84,20 @@ def check_in_log(topic: str, partition: int, *, start: int, low: int, stable: in
     """``OffsetOutOfRangeError`` naming the partition and offsets if ``start`` is below the
     log start (retention deleted the records: they would be skipped) or past the last
     stable offset (the log was truncated or the topic re-created: nothing would be read)."""
+    where = partition_name(topic, partition)
     fix = (
         "stop the pipeline, set where it resumes with `lockgate pipeline offsets NAME --set"
         f" {topic}:{partition}=OFFSET`, then resume it"
     )
     if start < low:
         raise OffsetOutOfRangeError(
-            f"{topic}[{partition}]: the pipeline resumes at offset {start}, but the log starts"
+            f"{where}: the pipeline resumes at offset {start}, but the log starts"
             f" at {low}: records {start}..{low - 1} were deleted (retention) before they were"
             f" read; {fix} (at {low} to accept the loss)"
         )
     if start > stable:
         raise OffsetOutOfRangeError(
-            f"{topic}[{partition}]: the pipeline resumes at offset {start}, past the log end"
+            f"{where}: the pipeline resumes at offset {start}, past the log end"
             f" ({stable}): the log was truncated or the topic re-created; {fix}"
         )
 
@@ -131,7 +132,7 @@ def snapshot_offset_ranges(
                     )
                 except KafkaException as exc:
                     raise SourceError(
-                        f"cannot read the end offsets of {topic}[{partition}]: {exc}"
+                        f"cannot read the end offsets of {partition_name(topic, partition)}: {exc}"
                     ) from exc
                 start = start_offsets.get((topic, partition))
                 if start is None:
