@@ -607,6 +607,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         " are slower (README, issue 13)",
     )
     parser.add_argument(
+        "--latency-rate",
+        type=float,
+        default=0.0,
+        help="records/s of the latency run (default 0: half of (a)'s), e.g. to compare two"
+        " versions of the code at the same load",
+    )
+    parser.add_argument(
         "--spark-conf",
         action="append",
         default=[],
@@ -634,6 +641,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.warmup_records = args.records
     elif args.warmup_records < 0:
         parser.error("--warmup-records must be >= 0 (0: no warm-up)")
+    if args.latency_rate < 0:
+        parser.error("--latency-rate must be >= 0 (0: half of (a)'s records/s)")
 
     if any("=" not in item for item in args.spark_conf):
         parser.error("--spark-conf takes KEY=VALUE, e.g. spark.driver.memory=768m")
@@ -751,7 +760,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     services,
                     contenders,
                     args=args,
-                    rate=figures["a"].records_per_s / 2,
+                    rate=args.latency_rate or figures["a"].records_per_s / 2,
                     broker_pid=broker.pid,
                 )
             if args.metrics_overhead:
