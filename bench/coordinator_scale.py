@@ -86,6 +86,8 @@ class ScaleResult:
     aborted: int
     window_s: float
     setup_s: float
+    creates_ms: list[float]
+    """Each CreatePipeline call of the setup, retries of a busy leader included."""
     abort_reasons: list[str]
 
 
@@ -165,6 +167,7 @@ def run_scale(
             processes.leader_channel([leader.address])
         )
         names = [f"scale-{suffix}-{i}" for i in range(size.pipelines)]
+        creates_ms: list[float] = []
         for name in names:
             spec = common_pb2.PipelineSpec(
                 name=name,
@@ -182,12 +185,14 @@ def run_scale(
             request = coordinator_pb2.CreatePipelineRequest(
                 request_id=uuid.uuid4().hex, spec=spec
             )  # the request id makes a retry safe
+            asked = time.monotonic()
             try:
                 _patiently(lambda r=request: stub.CreatePipeline(r, timeout=60))  # type: ignore[misc]
             except grpc.RpcError as exc:
                 # A retry of a create whose first attempt landed but was not answered.
                 if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
                     raise
+            creates_ms.append((time.monotonic() - asked) * 1000)
         waiting = list(names)
         deadline = time.monotonic() + ready_timeout_s
         while waiting:
@@ -260,6 +265,7 @@ def run_scale(
         aborted=aborted,
         window_s=window_s,
         setup_s=setup_s,
+        creates_ms=creates_ms,
         abort_reasons=reasons,
     )
 
@@ -291,7 +297,9 @@ def print_scale(result: ScaleResult) -> None:
     print(
         f"          {result.committed / result.window_s:.0f} checkpoints committed per s "
         f"({result.committed} of the {wanted:.0f} the intervals ask for), "
-        f"{result.aborted} aborted; setup took {result.setup_s:.0f} s"
+        f"{result.aborted} aborted; setup took {result.setup_s:.0f} s (CreatePipeline "
+        f"p50 {_percentile(result.creates_ms, 0.5):.0f} ms, max {max(result.creates_ms):.0f} ms, "
+        "each asked as the pipelines before it run)"
     )
     print(
         f"          where the lag goes: trigger -> COMPLETE p50 "

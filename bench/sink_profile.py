@@ -80,7 +80,7 @@ def bare_loop(bootstrap: str, topic: str, batches: list[pa.RecordBatch], *, txn:
     columns = [(b.column("key").to_pylist(), b.column("value").to_pylist()) for b in batches]
     config = {"linger.ms": 20, "batch.num.messages": 10_000, "partitioner": "murmur2_random"}
     if txn:
-        opened, _ = open_transactional_producer(
+        opened = open_transactional_producer(
             bootstrap_servers=bootstrap,
             transactional_id=f"bench-bare-{uuid.uuid4().hex[:6]}",
             config=config,

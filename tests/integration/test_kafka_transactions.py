@@ -120,7 +120,7 @@ def test_read_committed_sees_committed_only(
 ) -> None:
     topic = new_topic()
     tid = f"commit-abort-{uuid.uuid4().hex[:10]}"
-    wrapped, _ = open_transactional_producer(
+    wrapped = open_transactional_producer(
         bootstrap_servers=kafka_broker.bootstrap_servers, transactional_id=tid
     )
     producer = wrapped.producer
@@ -238,9 +238,10 @@ def test_resume_commit_with_stale_epoch_is_fenced(
     with _precommitted_then_killed(kafka_broker, topic, tmp_path) as old:
         # A new producer of the same id (e.g. a Spark retry of the task slot) fences A:
         # init_transactions aborts A's open transaction and bumps the epoch.
-        newer, newer_handle = open_transactional_producer(
+        newer = open_transactional_producer(
             bootstrap_servers=bootstrap, transactional_id=old.transactional_id
         )
+        newer_handle = newer.current_handle()
         assert newer_handle.producer_id == old.producer_id
         assert newer_handle.producer_epoch > old.producer_epoch
 
@@ -283,7 +284,7 @@ def test_closing_a_precommitted_producer_aborts_but_releasing_does_not(
     handles = []
     for how in ("close", "release"):
         tid = f"{how}-{uuid.uuid4().hex[:10]}"
-        wrapped, _ = open_transactional_producer(bootstrap_servers=bootstrap, transactional_id=tid)
+        wrapped = open_transactional_producer(bootstrap_servers=bootstrap, transactional_id=tid)
         wrapped.producer.begin_transaction()
         wrapped.producer.produce(topic, value=f"{how}".encode())
         handle = wrapped.precommit()
@@ -325,7 +326,7 @@ def test_released_producers_are_freed_and_their_transactions_survive(
     before = threads()
     handles = []
     for i in range(4):
-        wrapped, _ = open_transactional_producer(
+        wrapped = open_transactional_producer(
             bootstrap_servers=bootstrap, transactional_id=f"slot-{i}-{uuid.uuid4().hex[:8]}"
         )
         wrapped.producer.begin_transaction()
@@ -344,7 +345,7 @@ def test_released_producers_are_freed_and_their_transactions_survive(
 def _precommitted(bootstrap: str, topic: str, how_many: int) -> list[TransactionHandle]:
     handles = []
     for i in range(how_many):
-        wrapped, _ = open_transactional_producer(
+        wrapped = open_transactional_producer(
             bootstrap_servers=bootstrap, transactional_id=f"kept-{i}-{uuid.uuid4().hex[:8]}"
         )
         wrapped.producer.begin_transaction()

@@ -22,7 +22,7 @@ def left_open(
     """Write ``values`` to ``topic`` (``partition``; None: the partitioner's choice) in a
     transaction of ``transactional_id`` left open, and let the producer go without
     aborting it; returns its handle on ``bootstrap_servers``."""
-    txn, _ = open_transactional_producer(
+    txn = open_transactional_producer(
         bootstrap_servers=bootstrap_servers,
         transactional_id=transactional_id,
         config=dict(config or {}),

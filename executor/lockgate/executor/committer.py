@@ -233,7 +233,7 @@ class Committer:
             timeout_s=self._timeout_s,
             properties=properties,
         ):
-            txn, _ = open_transactional_producer(
+            txn = open_transactional_producer(
                 bootstrap_servers=handle.bootstrap_servers,
                 transactional_id=transactional_id,
                 timeout_s=self._timeout_s,

@@ -45,12 +45,14 @@ class KafkaTopics:
         # A topic created a moment ago may not be in every broker's metadata yet: look
         # again for this long before calling it missing.
         self._settle_s = settle_s
-        # One admin client per source cluster for the offsets the lag is measured from,
-        # kept (`kept_clients.py`): the lag refresh asks every pipeline's cluster every few
-        # seconds, and a client made and dropped per pipeline per refresh (400 a refresh at
-        # 200 pipelines) crashed the leader inside librdkafka's list_offsets at that size.
-        # librdkafka's clients serve several threads at once.
-        self._offset_clients: KeptClients[Any] = KeptClients(
+        # One admin client per cluster (and properties), kept (`kept_clients.py`), for
+        # both questions: the topics a spec names (each create, update and validation)
+        # and the offsets the lag is measured from. The lag refresh asks every pipeline's
+        # cluster every few seconds, and a client made and dropped per pipeline per
+        # refresh (400 a refresh at 200 pipelines) crashed the leader inside librdkafka's
+        # list_offsets at that size; a client made per create cost its connection and
+        # bootstrap round trip on each. librdkafka's clients serve several threads at once.
+        self._admins: KeptClients[Any] = KeptClients(
             _admin_client, close=lambda admin: None, shared=True
         )
 
@@ -81,24 +83,31 @@ class KafkaTopics:
         from confluent_kafka import KafkaException
 
         try:
-            admin = _admin_client(bootstrap_servers, _resolved(properties))
+            resolved = _resolved(properties)
+            with self._admins.using(
+                bootstrap_servers, dict(properties), resolved=resolved
+            ) as admin:
+                return self._settled(admin, bootstrap_servers, topics)
         except _ClientSettingsError as exc:
             return ClusterTopics(
                 bootstrap_servers=bootstrap_servers, partitions={}, unreachable=str(exc)
             )
+        except KafkaException as exc:  # the client is dropped: the next question starts afresh
+            error = exc.args[0] if exc.args else exc
+            reason = error.str() if hasattr(error, "str") else str(error)
+            return ClusterTopics(
+                bootstrap_servers=bootstrap_servers,
+                partitions={},
+                unreachable=f"no answer within {self._timeout_s:g} s: {reason}",
+            )
+
+    def _settled(self, admin: Any, bootstrap_servers: str, topics: Sequence[str]) -> ClusterTopics:
+        """The topics' partitions in the cluster's metadata, looked up again for `settle_s`
+        while some are not there yet. KafkaException if the cluster does not answer."""
         deadline = time.monotonic() + self._settle_s
         while True:
-            try:
-                # No topic argument: asking for one topic may auto-create it on the broker.
-                metadata = admin.list_topics(timeout=self._timeout_s)
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args else exc
-                reason = error.str() if hasattr(error, "str") else str(error)
-                return ClusterTopics(
-                    bootstrap_servers=bootstrap_servers,
-                    partitions={},
-                    unreachable=f"no answer within {self._timeout_s:g} s: {reason}",
-                )
+            # No topic argument: asking for one topic may auto-create it on the broker.
+            metadata = admin.list_topics(timeout=self._timeout_s)
             found = {
                 t: tuple(sorted(d.partitions))
                 for t in topics
@@ -128,7 +137,7 @@ class KafkaTopics:
         specs = {"start": OffsetSpec.earliest(), "end": OffsetSpec.latest()}  # type: ignore[no-untyped-call]
         try:
             resolved = _resolved(properties)
-            with self._offset_clients.using(
+            with self._admins.using(
                 bootstrap_servers, dict(properties), resolved=resolved
             ) as admin:
                 # Both questions at once: an unreachable cluster costs one timeout, not two.

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.records < 1:
         parser.error("--records must be >= 1")
 
-    producer, _ = open_transactional_producer(
+    producer = open_transactional_producer(
         bootstrap_servers=args.bootstrap_servers,
         transactional_id=args.transactional_id,
         transaction_timeout_ms=args.transaction_timeout_ms,

@@ -215,7 +215,7 @@ class PartitionWriter:
             Failpoints.from_env().reach(
                 Failpoint.BEFORE_INIT_TRANSACTIONS, detail=f"transactional.id {transactional_id}"
             )
-            txn, _ = open_transactional_producer(
+            txn = open_transactional_producer(
                 bootstrap_servers=options.bootstrap_servers,
                 transactional_id=transactional_id,
                 transaction_timeout_ms=options.transaction_timeout_ms,
@@ -465,7 +465,7 @@ def fence_transactional_id(
     ``init_transactions`` can end such a transaction without knowing its epoch. Never
     call it on an id whose transaction may still need committing.
     """
-    txn, _ = open_transactional_producer(
+    txn = open_transactional_producer(
         bootstrap_servers=bootstrap_servers, transactional_id=transactional_id, config=properties
     )
     # No transaction is open after init_transactions, so close() has nothing to abort.
