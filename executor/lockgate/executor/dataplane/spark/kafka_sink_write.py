@@ -172,8 +172,8 @@ class PartitionWriter:
         }
 
     def open_early(self) -> None:
-        """Open the exactly_once producer on a thread now: ``init_transactions`` and the
-        handle's statistics report are broker round trips (about 0.1 s) that then overlap
+        """Open the exactly_once producer on a thread now: its first metadata answer and
+        ``init_transactions`` are broker round trips (about 0.1 s) that then overlap
         the reader's first fetch instead of following it. The first write, or the
         pre-commit, waits for it and raises what it raised. Nothing to do for at_least_once,
         whose producer opens with no round trip."""
