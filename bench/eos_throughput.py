@@ -29,8 +29,9 @@ input topic, then copies them several times, each into its own output topic:
 
 For each it prints records/s, MB/s (of values) and peak RSS: for (a), (b) and (m) the
 executor's (its Python process plus the Spark JVM and Python workers under it), for (e) and
-(f) the JVM's; then the ratios of (a) to every other. A Lockgate run is timed from pipeline
-creation to the moment its committed offsets reach the end of the input (the executor's Spark
+(f) the JVM's; then the ratios of (a) to every other. A Lockgate run is timed from its
+``CreatePipeline`` call (in this process, as a control plane makes it) to the commit time the
+coordinator stamped on the checkpoint whose offsets reach the end of the input (the executor's Spark
 start is excluded: an executor is long-lived; so is its first big batch, paid by an untimed
 warm-up pipeline of as many records as a timed run, without which whichever of (a) and (b)
 runs first is about a third slower, and with a fifth of them still a fifth slower).
@@ -50,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import subprocess
 import sys
 import tempfile
@@ -62,7 +62,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-import yaml
 from confluent_kafka import Consumer, KafkaError, Producer
 from eos.contenders import (
     ContenderMissingError,
@@ -77,6 +76,7 @@ from eos.proctree import tree_rss_mb
 from eos.report import Figure, print_figures, print_latency
 from eos.visibility import PREFETCH
 
+from lockgate.client.pipeline_file import spec_from_mapping
 from lockgate.common.grpc_client import open_channel
 from lockgate.common.security import ClientSecurity
 from lockgate.localcluster.certs import ensure_local_pki
@@ -205,20 +205,21 @@ def run_copiers(bootstrap: str, source: str, sink: str, *, partitions: int, home
 
 
 def create_pipeline(
+    stub: coordinator_pb2_grpc.CoordinatorServiceStub,
     *,
     bootstrap: str,
     source: str,
     sink: str,
     delivery: str,
     tasks_max: int,
-    directory: Path,
-    coordinators: str,
-    security: ClientSecurity | None = None,
     transform_sql: str | None = None,
 ) -> str:
-    """Create a copy pipeline from ``source`` to ``sink`` with ``lockgate pipeline create -f``,
-    checkpointing every :data:`CHECKPOINT_INTERVAL_MS`, with ``transform_sql`` if given (none:
-    a plain copy, as the contenders make); returns its name."""
+    """Create a copy pipeline from ``source`` to ``sink`` through ``CreatePipeline``, as a
+    control plane does (the spec is the mapping a pipeline file holds, read by the CLI's own
+    `pipeline_file.spec_from_mapping`), checkpointing every :data:`CHECKPOINT_INTERVAL_MS`,
+    with ``transform_sql`` if given (none: a plain copy, as the contenders make); returns
+    its name. Not through a `lockgate pipeline create` process: its interpreter's start
+    (about 0.45 s) was charged to the copy's time."""
     name = f"bench-{delivery.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
     spec = {
         "name": name,
@@ -236,27 +237,12 @@ def create_pipeline(
         "tasks_max": tasks_max,
         "errors": {"tolerance": "none"},
     }
-    path = directory / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    created = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lockgate.client.cli",
-            "pipeline",
-            "create",
-            "-f",
-            str(path),
-            "-c",
-            coordinators,
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(security or ClientSecurity()).cli_environment()},
+    stub.CreatePipeline(
+        coordinator_pb2.CreatePipelineRequest(
+            request_id=uuid.uuid4().hex, spec=spec_from_mapping(spec)
+        ),
+        timeout=60,
     )
-    if created.returncode != 0:
-        raise RuntimeError(f"lockgate pipeline create failed:\n{created.stdout}{created.stderr}")
     return name
 
 
@@ -270,23 +256,20 @@ def run_pipeline(
     delivery: str,
     tasks_max: int,
     executor_pid: int,
-    directory: Path,
-    coordinators: str,
-    security: ClientSecurity | None = None,
     transform_sql: str | None = None,
 ) -> tuple[float, float]:
     """(a)/(b): create the pipeline, wait until its committed offsets reach the input's end.
-    Returns (seconds, peak executor RSS in MB)."""
-    began, began_wall = time.monotonic(), time.time()
+    Returns (seconds from the CreatePipeline call to the commit time the coordinator stamped
+    on the checkpoint that covers the input, peak executor RSS in MB). The commit time, not
+    the moment this process's polls saw it, ends the run, as (c) ends at its last flush."""
+    began_wall = time.time()
     name = create_pipeline(
+        stub,
         bootstrap=bootstrap,
         source=source,
         sink=sink,
         delivery=delivery,
         tasks_max=tasks_max,
-        directory=directory,
-        coordinators=coordinators,
-        security=security,
         transform_sql=transform_sql,
     )
     created_wall = time.time()
@@ -316,10 +299,12 @@ def run_pipeline(
     wait_until(
         done, timeout_s=3600, description=f"{name} to copy {records} records", interval_s=0.2
     )
-    seconds = time.monotonic() - began
+    seen_wall = time.time()
     stub.StopPipeline(coordinator_pb2.StopPipelineRequest(name=name), timeout=30)
-    print_checkpoints(stub, name, delivery, began=(began_wall, created_wall, began_wall + seconds))
-    return seconds, peak
+    committed_wall = print_checkpoints(
+        stub, name, delivery, began=(began_wall, created_wall, seen_wall), covering=complete_at
+    )
+    return (committed_wall or seen_wall) - began_wall, peak
 
 
 def print_checkpoints(
@@ -328,17 +313,19 @@ def print_checkpoints(
     delivery: str,
     *,
     began: tuple[float, float, float] | None = None,
-) -> None:
+    covering: int = 0,
+) -> float | None:
     """Where a Lockgate run's time went: its checkpoints, pre-commit and commit times; with
-    ``began`` (wall clock: the run's start, the CLI's return, the run's end), the time before
-    the first trigger, the gaps between a checkpoint's COMPLETE and the next trigger, and
-    after the last commit."""
+    ``began`` (wall clock: the run's start, CreatePipeline's return, the moment the run saw
+    the input committed), the time before the first trigger, the gaps between a checkpoint's
+    COMPLETE and the next trigger, and after the last commit. Returns the commit time (wall
+    clock, s) of checkpoint ``covering``, if it is committed."""
     history = stub.ListCheckpoints(
         coordinator_pb2.ListCheckpointsRequest(pipeline_name=name, page_size=1000), timeout=30
     ).checkpoints
     committed = [c for c in history if c.state == common_pb2.CHECKPOINT_STATE_COMMITTED]
     if not committed:
-        return
+        return None
     precommit = sorted(c.precommit_duration_ms for c in committed)
     commit = sorted(c.commit_duration_ms for c in committed)
     print(
@@ -357,9 +344,14 @@ def print_checkpoints(
         ]
         print(
             f"    {delivery}: {first - began[0]:.2f}s from pipeline create to the first trigger"
-            f" (the CLI returned after {began[1] - began[0]:.2f}s); COMPLETE to the next trigger"
-            f" ms {sorted(gaps)}; the last commit {began[2] - last:.2f}s before the run saw it"
+            f" (CreatePipeline returned after {began[1] - began[0]:.2f}s); COMPLETE to the next"
+            f" trigger ms {sorted(gaps)}; the last commit {began[2] - last:.2f}s before the run"
+            " saw it"
         )
+    return next(
+        (c.commit_time.ToMilliseconds() / 1000 for c in committed if c.checkpoint_id == covering),
+        None,
+    )
 
 
 @dataclass(frozen=True)
@@ -449,7 +441,6 @@ def latency_section(
     rate: float,
     seconds: float,
     args: argparse.Namespace,
-    home: Path,
     watched: dict[str, int],
 ) -> LatencyRun:
     """An exactly_once pipeline on fresh topics; once it has committed a checkpoint, records
@@ -459,19 +450,17 @@ def latency_section(
     source, sink = (f"bench-latency-{side}-{uuid.uuid4().hex[:6]}" for side in ("in", "out"))
     for topic in (source, sink):
         create_topic(bootstrap, topic, partitions=args.partitions)
-    name = create_pipeline(
-        bootstrap=bootstrap,
-        source=source,
-        sink=sink,
-        delivery="exactly_once",
-        tasks_max=args.tasks_max,
-        directory=home,
-        coordinators=services.coordinator,
-        security=services.security,
-        transform_sql=args.transform_sql,
-    )
     with open_channel([services.coordinator], security=services.security) as channel:
         stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+        name = create_pipeline(
+            stub,
+            bootstrap=bootstrap,
+            source=source,
+            sink=sink,
+            delivery="exactly_once",
+            tasks_max=args.tasks_max,
+            transform_sql=args.transform_sql,
+        )
 
         def committed_one() -> bool:
             try:
@@ -526,7 +515,6 @@ def latency_runs(
             rate=rate,
             seconds=args.latency_seconds,
             args=args,
-            home=contenders.home,
             watched=watched,
         )
     }
@@ -713,9 +701,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                             delivery=delivery,
                             tasks_max=args.tasks_max,
                             executor_pid=services.executor.pid,
-                            directory=home,
-                            coordinators=services.coordinator,
-                            security=services.security,
                             transform_sql=args.transform_sql,
                         )
 
