@@ -213,11 +213,13 @@ def create_pipeline(
     delivery: str,
     tasks_max: int,
     transform_sql: str | None = None,
+    max_records_per_partition: int = 0,
 ) -> str:
     """Create a copy pipeline from ``source`` to ``sink`` through ``CreatePipeline``, as a
     control plane does (the spec is the mapping a pipeline file holds, read by the CLI's own
     `pipeline_file.spec_from_mapping`), checkpointing every :data:`CHECKPOINT_INTERVAL_MS`,
-    with ``transform_sql`` if given (none: a plain copy, as the contenders make); returns
+    with ``transform_sql`` if given (none: a plain copy, as the contenders make) and
+    ``max_records_per_partition`` if not 0 (0: the spec's default); returns
     its name. Not through a `lockgate pipeline create` process: its interpreter's start
     (about 0.45 s) was charged to the copy's time."""
     name = f"bench-{delivery.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
@@ -228,6 +230,11 @@ def create_pipeline(
                 "bootstrap_servers": bootstrap,
                 "topics": [source],
                 "starting_offsets": "earliest",
+                **(
+                    {"max_records_per_partition": max_records_per_partition}
+                    if max_records_per_partition
+                    else {}
+                ),
             }
         },
         **({"transform": {"sql": transform_sql}} if transform_sql else {}),
@@ -257,6 +264,7 @@ def run_pipeline(
     tasks_max: int,
     executor_pid: int,
     transform_sql: str | None = None,
+    max_records_per_partition: int = 0,
 ) -> tuple[float, float]:
     """(a)/(b): create the pipeline, wait until its committed offsets reach the input's end.
     Returns (seconds from the CreatePipeline call to the commit time the coordinator stamped
@@ -271,6 +279,7 @@ def run_pipeline(
         delivery=delivery,
         tasks_max=tasks_max,
         transform_sql=transform_sql,
+        max_records_per_partition=max_records_per_partition,
     )
     created_wall = time.time()
     peak = 0.0
@@ -460,6 +469,7 @@ def latency_section(
             delivery="exactly_once",
             tasks_max=args.tasks_max,
             transform_sql=args.transform_sql,
+            max_records_per_partition=args.max_records_per_partition,
         )
 
         def committed_one() -> bool:
@@ -618,11 +628,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         " plain copy; a query Spark must run, e.g. with a WHERE, takes the data sources' path",
     )
     parser.add_argument(
+        "--max-records-per-partition",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the Lockgate pipelines' source.kafka.max_records_per_partition (default 0: the"
+        " spec's default, 50,000): the most records one checkpoint reads from a partition, so"
+        " the number of checkpoints a run takes",
+    )
+    parser.add_argument(
         "--insecure",
         action="store_true",
         help="plaintext, no authentication (default: TLS + tokens)",
     )
     args = parser.parse_args(argv)
+    if args.max_records_per_partition < 0:
+        parser.error("--max-records-per-partition must be >= 0 (0: the spec's default)")
     if min(args.records, args.partitions, args.tasks_max) < 1 or args.value_bytes < 10:
         parser.error("--records, --partitions and --tasks-max must be >= 1, --value-bytes >= 10")
     if args.warmup_records is None:
@@ -702,6 +723,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             tasks_max=args.tasks_max,
                             executor_pid=services.executor.pid,
                             transform_sql=args.transform_sql,
+                            max_records_per_partition=args.max_records_per_partition,
                         )
 
                     if args.warmup_records > 0:
