@@ -310,31 +310,44 @@ def run_pipeline(
     )
     seen_wall = time.time()
     stub.StopPipeline(coordinator_pb2.StopPipelineRequest(name=name), timeout=30)
-    committed_wall = print_checkpoints(
-        stub, name, delivery, began=(began_wall, created_wall, seen_wall), covering=complete_at
+    history = checkpoint_history(stub, name)
+    print_checkpoints(history, delivery, began=(began_wall, created_wall, seen_wall))
+    committed_wall = next(
+        (
+            c.commit_time.ToMilliseconds() / 1000
+            for c in history
+            if c.checkpoint_id == complete_at and c.state == common_pb2.CHECKPOINT_STATE_COMMITTED
+        ),
+        seen_wall,
     )
-    return (committed_wall or seen_wall) - began_wall, peak
+    return committed_wall - began_wall, peak
+
+
+def checkpoint_history(
+    stub: coordinator_pb2_grpc.CoordinatorServiceStub, name: str
+) -> list[common_pb2.Checkpoint]:
+    """The pipeline's checkpoints (its newest 1,000)."""
+    return list(
+        stub.ListCheckpoints(
+            coordinator_pb2.ListCheckpointsRequest(pipeline_name=name, page_size=1000),
+            timeout=30,
+        ).checkpoints
+    )
 
 
 def print_checkpoints(
-    stub: coordinator_pb2_grpc.CoordinatorServiceStub,
-    name: str,
+    history: Sequence[common_pb2.Checkpoint],
     delivery: str,
     *,
     began: tuple[float, float, float] | None = None,
-    covering: int = 0,
-) -> float | None:
+) -> None:
     """Where a Lockgate run's time went: its checkpoints, pre-commit and commit times; with
     ``began`` (wall clock: the run's start, CreatePipeline's return, the moment the run saw
     the input committed), the time before the first trigger, the gaps between a checkpoint's
-    COMPLETE and the next trigger, and after the last commit. Returns the commit time (wall
-    clock, s) of checkpoint ``covering``, if it is committed."""
-    history = stub.ListCheckpoints(
-        coordinator_pb2.ListCheckpointsRequest(pipeline_name=name, page_size=1000), timeout=30
-    ).checkpoints
+    COMPLETE and the next trigger, and after the last commit."""
     committed = [c for c in history if c.state == common_pb2.CHECKPOINT_STATE_COMMITTED]
     if not committed:
-        return None
+        return
     precommit = sorted(c.precommit_duration_ms for c in committed)
     commit = sorted(c.commit_duration_ms for c in committed)
     print(
@@ -357,10 +370,6 @@ def print_checkpoints(
             f" trigger ms {sorted(gaps)}; the last commit {began[2] - last:.2f}s before the run"
             " saw it"
         )
-    return next(
-        (c.commit_time.ToMilliseconds() / 1000 for c in committed if c.checkpoint_id == covering),
-        None,
-    )
 
 
 @dataclass(frozen=True)
@@ -503,7 +512,7 @@ def latency_section(
             )
         )
         stub.StopPipeline(coordinator_pb2.StopPipelineRequest(name=name), timeout=30)
-        print_checkpoints(stub, name, "latency run, exactly_once")
+        print_checkpoints(checkpoint_history(stub, name), "latency run, exactly_once")
     return measured
 
 
