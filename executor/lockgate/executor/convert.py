@@ -241,6 +241,7 @@ def precommit_report_to_proto(report: PrecommitReport) -> coordinator_pb2.Report
             records_dead_lettered=output.records_dead_lettered,
         ),
         precommit_duration_ms=report.precommit_duration_ms,
+        backlog_left=report.backlog_left,
     )
 
 

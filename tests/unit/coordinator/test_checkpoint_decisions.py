@@ -18,7 +18,7 @@ from lockgate.common.model.ids import (
     PipelineId,
     TaskId,
 )
-from lockgate.common.model.offsets import OffsetRange, TopicPartition
+from lockgate.common.model.offsets import TopicPartition
 from lockgate.common.model.pipeline_spec import parse_pipeline_spec
 from lockgate.coordinator.domain.checkpoints import (
     DEFAULT_MAX_IN_FLIGHT,
@@ -37,7 +37,6 @@ from lockgate.coordinator.domain.checkpoints import (
     next_timeout_at_ms,
     plan_abort,
     plan_trigger,
-    read_to_cap,
     restore_states_of,
     trigger_due,
 )
@@ -320,19 +319,10 @@ def test_the_trigger_loop_waits_for_running_tasks_lingering_aborts_and_the_inter
     assert not due(recent=[record(2, T, 1, 0), last])
     assert not due(recent=[record(n, K, 1, 1) for n in range(DEFAULT_MAX_IN_FLIGHT)])
     assert due(recent=[])
-    # Behind its source (its newest checkpoint read to the cap), the next one does not wait
-    # for the interval; it still waits for everything else.
+    # Behind its source (a pre-commit of its newest checkpoint left records), the next one
+    # does not wait for the interval; it still waits for everything else.
     assert due(now_ms=1_001, behind=True)
     assert not due(now_ms=1_001, behind=True, recent=[record(2, T, 1, 0), last])
     assert not due(behind=True, recent=[record(n, K, 1, 1) for n in range(DEFAULT_MAX_IN_FLIGHT)])
     assert not due(behind=True, has_lingering=True)
     assert not due(behind=True, pipeline=pipeline(TargetState.PAUSED))
-
-
-def test_a_precommit_reads_to_the_cap_when_a_range_is_as_long_as_the_cap() -> None:
-    cap = SPEC.source.max_records_per_partition
-    assert cap > 0
-    ranges = [OffsetRange("in", 0, 100, 100 + cap - 1), OffsetRange("in", 1, 7, 7)]
-    assert not read_to_cap(pipeline(), ranges)
-    assert not read_to_cap(pipeline(), [])
-    assert read_to_cap(pipeline(), [*ranges, OffsetRange("in", 2, 5, 5 + cap)])

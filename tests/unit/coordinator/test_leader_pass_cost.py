@@ -233,9 +233,11 @@ def precommits_of(
     start: int,
     end: int,
     with_handles: bool = True,
+    backlog_left: bool = False,
 ) -> list[Precommit]:
     """Each task's report of the checkpoint: the range [start, end) of each partition, and
-    (`with_handles`) the transaction left open on the task's id."""
+    (`with_handles`) the transaction left open on the task's id; the first task's says
+    `backlog_left`."""
     store = leader.store
     record = store.checkpoints.get_checkpoint(
         pipeline_id=PipelineId(pipeline), checkpoint_id=CheckpointId(checkpoint_id)
@@ -260,6 +262,7 @@ def precommits_of(
                 handles=(TransactionHandle(trigger.transactional_id, 7, 0),)
                 if with_handles
                 else (),
+                backlog_left=backlog_left and not reports,
             )
         )
     return reports
@@ -1377,32 +1380,34 @@ def test_a_completing_report_batch_reads_the_handles_with_the_counts_and_the_his
 def test_a_pipeline_behind_its_source_is_triggered_as_soon_as_its_checkpoint_completes(
     leader: Herder,
 ) -> None:
-    """A pre-commit that read a partition to the cap (`max_records_per_partition`) leaves
-    its pipeline behind: the next checkpoint does not wait for the interval (an hour here).
-    One after a checkpoint that read less does, and a late report of an older checkpoint
-    changes nothing (issue 13)."""
+    """A pre-commit that stopped a range at the limit its executor gave it (its report's
+    `backlog_left`, one task of several) leaves its pipeline behind: the next checkpoint
+    does not wait for the interval (an hour here). One after a checkpoint that left nothing
+    does, and a late report of an older checkpoint changes nothing (issue 13)."""
     leader.pipelines.create(spec=spec("p"), target_state=TargetState.RUNNING)
     run_tasks(leader)
     fence = leader.require_fence()
     leader.run_pass(fence)
     assert triggered(leader) == [("p", 1)]
-    cap = spec("p").source.max_records_per_partition
 
-    def report(checkpoint_id: int, start: int, end: int) -> None:
-        reports = precommits_of(leader, "p", checkpoint_id, start=start, end=end)
+    def report(checkpoint_id: int, start: int, end: int, *, backlog_left: bool) -> None:
+        reports = precommits_of(
+            leader, "p", checkpoint_id, start=start, end=end, backlog_left=backlog_left
+        )
+        assert len(reports) > 1
         answers = leader.reports.report_precommits(
             precommits=reports, leader_epochs=[int(fence.leader_epoch)] * len(reports)
         )
         assert {getattr(a, "state", None) for a in answers} == {CheckpointState.COMPLETE}
 
-    report(1, 0, cap)
+    report(1, 0, 100, backlog_left=True)
     leader.run_pass(fence)
     assert triggered(leader) == [("p", 1), ("p", 2)]
 
-    report(2, cap, 2 * cap - 1)
+    report(2, 100, 200, backlog_left=False)
     leader.run_pass(fence)
     assert triggered(leader) == [("p", 1), ("p", 2)]
-    late = precommits_of(leader, "p", 1, start=0, end=cap)[0]
+    late = precommits_of(leader, "p", 1, start=0, end=100, backlog_left=True)[0]
     leader.checkpoints.schedule.precommitted(late)
     leader.run_pass(fence)
     assert triggered(leader) == [("p", 1), ("p", 2)]

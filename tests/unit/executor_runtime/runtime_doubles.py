@@ -47,6 +47,10 @@ class BlockingDataPlane:
         self.honour_cancel = True
         self.records_written = 0
         """How many records each batch says it wrote."""
+        self.read_to_limit = False
+        """Whether each batch reads as many records of each partition as its work allows
+        (else none)."""
+        self.works: list[PrecommitWork] = []
         self.cancelled = threading.Event()
         self.timeline = timeline if timeline is not None else []
         self._lock = threading.Lock()
@@ -65,6 +69,7 @@ class BlockingDataPlane:
         started, release = self.events(work.checkpoint_id)
         with self._lock:
             self.ran.append(work.checkpoint_id)
+            self.works.append(work)
         started.set()
         try:
             assert release.wait(WAIT_S), "the test never released the batch"
@@ -72,8 +77,9 @@ class BlockingDataPlane:
                 raise SinkError(f"checkpoint {work.checkpoint_id}: job cancelled")
         finally:
             self.timeline.append(f"batch {work.checkpoint_id} ended")
+        read = work.max_records_per_partition if self.read_to_limit else 0
         return PrecommitOutput(
-            ranges=tuple(OffsetRange("in", p, 0, 0) for _, p in work.source_partitions),
+            ranges=tuple(OffsetRange("in", p, 0, read) for _, p in work.source_partitions),
             handles=(),
             records_written=self.records_written,
         )
@@ -100,6 +106,8 @@ class FakeCoordinator:
             assignment(generation=1, task_index=i) for i in range(tasks)
         ]
         self.precommits: list[int] = []
+        self.backlog_left: list[bool] = []
+        """Each report's `backlog_left`, in the order they came."""
         self.report_calls: list[list[int]] = []
         """The task indexes of each ReportPrecommits call's reports."""
         self.answer_state = common_pb2.CHECKPOINT_STATE_TRIGGERED
@@ -128,6 +136,7 @@ class FakeCoordinator:
 
     def ReportPrecommit(self, request: Any, timeout: float) -> Any:
         self.precommits.append(int(request.checkpoint_id))
+        self.backlog_left.append(bool(request.backlog_left))
         self.before_answer(int(request.checkpoint_id))
         return coordinator_pb2.ReportPrecommitResponse(checkpoint_state=self.answer_state)
 

@@ -1548,6 +1548,7 @@ class ReportPrecommitRequest(_message.Message):
     SINK_HANDLES_FIELD_NUMBER: _builtins.int
     COUNTS_FIELD_NUMBER: _builtins.int
     PRECOMMIT_DURATION_MS_FIELD_NUMBER: _builtins.int
+    BACKLOG_LEFT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Client-chosen id (UUID) making the call idempotent; empty disables deduplication
     (a repeat is still recognised by checkpoint, task and generation).
@@ -1563,6 +1564,11 @@ class ReportPrecommitRequest(_message.Message):
     precommit_duration_ms: _builtins.int
     """Time the executor spent on the pre-commit, from trigger received to report sent, in
     milliseconds.
+    """
+    backlog_left: _builtins.bool
+    """Whether a source range stopped at the most records a checkpoint of this task may read
+    (the executor sizes it, up to source.kafka.max_records_per_partition), so records may
+    be left: the leader triggers the next checkpoint at once, not an interval later.
     """
     @_builtins.property
     def leader_epoch(self) -> _common_pb2.LeaderEpoch:
@@ -1604,10 +1610,11 @@ class ReportPrecommitRequest(_message.Message):
         sink_handles: _abc.Iterable[_common_pb2.SinkHandle] | None = ...,
         counts: _common_pb2.RecordCounts | None = ...,
         precommit_duration_ms: _builtins.int = ...,
+        backlog_left: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "leader_epoch", b"leader_epoch", "task_id", b"task_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint_id", b"checkpoint_id", "counts", b"counts", "executor_generation", b"executor_generation", "executor_id", b"executor_id", "leader_epoch", b"leader_epoch", "precommit_duration_ms", b"precommit_duration_ms", "request_id", b"request_id", "sink_handles", b"sink_handles", "source_ranges", b"source_ranges", "task_generation", b"task_generation", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog_left", b"backlog_left", "checkpoint_id", b"checkpoint_id", "counts", b"counts", "executor_generation", b"executor_generation", "executor_id", b"executor_id", "leader_epoch", b"leader_epoch", "precommit_duration_ms", b"precommit_duration_ms", "request_id", b"request_id", "sink_handles", b"sink_handles", "source_ranges", b"source_ranges", "task_generation", b"task_generation", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -299,6 +299,7 @@ def precommit_from_proto(request: coordinator_pb2.ReportPrecommitRequest) -> Pre
         executor_generation=Generation(request.executor_generation),
         offsets=tuple(ranges),
         handles=tuple(handles),
+        backlog_left=request.backlog_left,
     )
 
 

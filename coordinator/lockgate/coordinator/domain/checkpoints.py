@@ -65,6 +65,10 @@ class Precommit:
     executor_generation: Generation
     offsets: tuple[OffsetRange, ...]
     handles: tuple[TransactionHandle, ...]
+    backlog_left: bool = False
+    """A range stopped at the most records the executor let this checkpoint read (its
+    sizing, up to `source.kafka.max_records_per_partition`): records may be left, so the
+    next checkpoint need not wait for the interval."""
 
 
 @dataclass(frozen=True)
@@ -268,21 +272,12 @@ def should_trigger(
     behind: bool = False,
 ) -> bool:
     """Whether the leader should trigger the pipeline's next checkpoint now: once its
-    interval has passed, or at once when it is `behind` (`read_to_cap`: its newest
-    checkpoint left records unread), within the in-flight limit either way."""
+    interval has passed, or at once when it is `behind` (a pre-commit of its newest
+    checkpoint left records unread: `Precommit.backlog_left`), within the in-flight limit
+    either way."""
     if in_flight >= max_in_flight:
         return False
     return behind or last_triggered_at_ms is None or now_ms - last_triggered_at_ms >= interval_ms
-
-
-def read_to_cap(pipeline: PipelineRecord, offsets: Iterable[OffsetRange]) -> bool:
-    """Whether a pre-commit read as many offsets of a partition as one checkpoint may
-    (`source.kafka.max_records_per_partition`): the executor cut the range short of the
-    partition's end, so a backlog is left (or the range ended exactly at the cap) and the
-    next checkpoint need not wait for the interval. A backlog then drains at the rate the
-    pre-commits allow, not at one capped checkpoint per interval."""
-    cap = pipeline.spec.source.max_records_per_partition
-    return cap > 0 and any(r.size >= cap for r in offsets)
 
 
 def commit_order(pending: Iterable[PendingCommit]) -> list[PendingCommit]:

@@ -16,9 +16,11 @@ Rules:
 - A pipeline behind its source is due at once, not an interval after its newest checkpoint
   (issue 13: a backlog drained at one capped checkpoint per interval, 200,000 records/s at
   4 partitions and a 1 s interval, whatever the pre-commits allowed). It is behind when a
-  pre-commit of its newest checkpoint read to the cap (`read_to_cap`): executors' reports
-  say so (`precommitted`, from the report threads, under a lock; everything else is the
-  work loop's). The checkpoint still triggers only once the one behind is COMPLETE and
+  pre-commit of its newest checkpoint stopped a range at the most records the executor let
+  it read (`Precommit.backlog_left`; the executor sizes each checkpoint, up to
+  `source.kafka.max_records_per_partition`, so only it knows where it stopped): executors'
+  reports say so (`precommitted`, from the report threads, under a lock; everything else
+  is the work loop's). The checkpoint still triggers only once the one behind is COMPLETE and
   within the in-flight limit (`checkpoints_allow_trigger`), so back-to-back checkpoints
   overlap one commit with the next pre-commit and no more. A report of a checkpoint older
   than the newest is ignored; a new term's seed keeps what it knew of the newest one.
@@ -33,8 +35,7 @@ import threading
 from collections.abc import Set as AbstractSet
 
 from lockgate.common.model.ids import CheckpointId, PipelineId
-from lockgate.common.model.offsets import OffsetRange
-from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit, read_to_cap
+from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.pipelines import PipelineRecord, PipelinesFingerprint
 from lockgate.coordinator.domain.states import TargetState
@@ -57,15 +58,16 @@ class TriggerSchedule:
         self._seeded: tuple[Fence, tuple[int, ...], float] | None = None
         self._pipelines: dict[PipelineId, PipelineRecord] = {}
         self._due_ms: dict[PipelineId, int] = {}
-        # Each pipeline's newest checkpoint, and the pipelines a pre-commit of it read to cap.
+        # Each pipeline's newest checkpoint, and the pipelines a pre-commit of it left records
+        # of (`Precommit.backlog_left`).
         self._newest: dict[PipelineId, CheckpointId] = {}
         self._behind: set[PipelineId] = set()
         # Pipelines triggered since the pass began: in flight, though its view predates it.
         self._just_triggered: set[PipelineId] = set()
-        # Per pipeline, the newest reported checkpoint and its largest range, from the report
+        # Per pipeline, the newest checkpoint a report left records of, from the report
         # threads; the loop takes them at its next pass.
         self._reports_lock = threading.Lock()
-        self._reported: dict[PipelineId, tuple[CheckpointId, OffsetRange]] = {}
+        self._reported: dict[PipelineId, CheckpointId] = {}
 
     def due(
         self, fence: Fence, fingerprint: PipelinesFingerprint, now_ms: int
@@ -97,24 +99,20 @@ class TriggerSchedule:
         return min(later) - now_ms if later else None
 
     def behind(self, pipeline_id: PipelineId) -> bool:
-        """Whether a pre-commit of the pipeline's newest checkpoint read to the cap: its
-        next checkpoint need not wait for the interval (`should_trigger`)."""
+        """Whether a pre-commit of the pipeline's newest checkpoint left records unread:
+        its next checkpoint need not wait for the interval (`should_trigger`)."""
         return pipeline_id in self._behind
 
     def precommitted(self, precommit: Precommit) -> None:
-        """A task's pre-commit was recorded; the next pass sees whether it read to the cap.
-        Called from the report threads."""
-        if not precommit.offsets:
+        """A task's pre-commit was recorded; the next pass sees whether it left records
+        (`Precommit.backlog_left`). Called from the report threads."""
+        if not precommit.backlog_left:
             return
-        largest = max(precommit.offsets, key=lambda r: r.size)
         key = precommit.pipeline_id
         with self._reports_lock:
             known = self._reported.get(key)
-            if known is None or (precommit.checkpoint_id, largest.size) > (
-                known[0],
-                known[1].size,
-            ):
-                self._reported[key] = (precommit.checkpoint_id, largest)
+            if known is None or precommit.checkpoint_id > known:
+                self._reported[key] = precommit.checkpoint_id
 
     def triggered(self, pipeline: PipelineRecord, checkpoint: CheckpointRecord) -> None:
         """`checkpoint` of `pipeline` was triggered: its next is due an interval later."""
@@ -157,15 +155,10 @@ class TriggerSchedule:
 
     def _take_reports(self) -> None:
         """Mark behind, and due at once, each pipeline a pre-commit of whose newest
-        checkpoint read to the cap (reported since the last pass)."""
+        checkpoint left records unread (reported since the last pass)."""
         with self._reports_lock:
             reported, self._reported = self._reported, {}
-        for pipeline_id, (checkpoint_id, largest) in reported.items():
-            pipeline = self._pipelines.get(pipeline_id)
-            if (
-                pipeline is not None
-                and self._newest.get(pipeline_id) == checkpoint_id
-                and read_to_cap(pipeline, [largest])
-            ):
+        for pipeline_id, checkpoint_id in reported.items():
+            if pipeline_id in self._pipelines and self._newest.get(pipeline_id) == checkpoint_id:
                 self._behind.add(pipeline_id)
                 self._due_ms[pipeline_id] = 0

@@ -256,12 +256,27 @@ class CheckpointRunner:
         # Before any producer opens: a late abort of an earlier checkpoint on this slot
         # must not re-initialise its ids from now on.
         self._committer.claim_slot(work.transactional_id_prefix, work.checkpoint_id)
+        started = self._clock()
+        timeout_s = trigger.deadline - trigger.received
         try:
             output = self._data_plane.run_precommit(work)
         except Exception as exc:
+            with self._board.lock:
+                task.size.failed(
+                    limit=work.max_records_per_partition,
+                    seconds=self._clock() - started,
+                    timeout_s=timeout_s,
+                )
             span.set_status(Status(StatusCode.ERROR, str(exc)))
             self._report_failure(task, trigger, exc)
             return
+        with self._board.lock:
+            backlog_left = task.size.observe(
+                limit=work.max_records_per_partition,
+                ranges=output.ranges,
+                seconds=self._clock() - started,
+                timeout_s=timeout_s,
+            )
         span.set_attribute("lockgate.spark.job_ids", list(output.spark_job_ids))
         span.set_attribute("lockgate.records.read", output.records_read)
         span.set_attribute("lockgate.records.written", output.records_written)
@@ -279,6 +294,7 @@ class CheckpointRunner:
             stamp=self._stamp(task, trigger, registration),
             output=output,
             precommit_duration_ms=int((self._clock() - trigger.received) * 1000),
+            backlog_left=backlog_left,
         )
         # Held before the report goes: N's commit can arrive before the answer does.
         self._progress.held(task.ref, work.checkpoint_id, output)
@@ -454,7 +470,7 @@ def _work(task: Task, requested: TriggerTask, checkpoint_id: int) -> PrecommitWo
         source_partitions=assignment.source_partitions,
         start_offsets={**assignment.restore_offsets, **requested.start_offsets},
         transactional_id_prefix=requested.transactional_id_prefix,
-        max_records_per_partition=assignment.max_records_per_partition,
+        max_records_per_partition=task.size.limit,
         transaction_timeout_ms=assignment.transaction_timeout_ms,
     )
 

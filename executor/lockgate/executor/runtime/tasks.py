@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from lockgate.common.errors import InvalidArgument, LockgateError
 from lockgate.common.model.ids import Generation
 from lockgate.executor.errors import OffsetOutOfRangeError, RecordError
+from lockgate.executor.runtime.checkpoint_size import CheckpointSize
 from lockgate.executor.runtime.values import Assignment, TaskError, TaskRef
 
 _LOG = logging.getLogger(__name__)
@@ -131,6 +132,8 @@ class Task:
     cancelled: set[int] = field(default_factory=set)
     #: Checkpoints whose batch has started and not yet ended (a subset of ``in_flight``).
     running: set[int] = field(default_factory=set)
+    #: How many records a partition its next checkpoint may read (`checkpoint_size.py`).
+    size: CheckpointSize = field(default_factory=lambda: CheckpointSize.first(0))
 
     @classmethod
     def of(cls, assignment: Assignment) -> Task:
@@ -139,6 +142,7 @@ class Task:
             assignment=assignment,
             target_running=assignment.target_running,
             queue=ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"task-{assignment.task}"),
+            size=CheckpointSize.first(assignment.max_records_per_partition),
         )
 
     @property

@@ -186,6 +186,8 @@ class PrecommitReport:
     stamp: ReportStamp
     output: PrecommitOutput
     precommit_duration_ms: int
+    #: A range stopped at the checkpoint's limit: records may be left (`checkpoint_size.py`).
+    backlog_left: bool = False
 
 
 @dataclass(frozen=True)

@@ -2921,8 +2921,12 @@ type ReportPrecommitRequest struct {
 	// Time the executor spent on the pre-commit, from trigger received to report sent, in
 	// milliseconds.
 	PrecommitDurationMs int64 `protobuf:"varint,11,opt,name=precommit_duration_ms,json=precommitDurationMs,proto3" json:"precommit_duration_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Whether a source range stopped at the most records a checkpoint of this task may read
+	// (the executor sizes it, up to source.kafka.max_records_per_partition), so records may
+	// be left: the leader triggers the next checkpoint at once, not an interval later.
+	BacklogLeft   bool `protobuf:"varint,12,opt,name=backlog_left,json=backlogLeft,proto3" json:"backlog_left,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportPrecommitRequest) Reset() {
@@ -3030,6 +3034,13 @@ func (x *ReportPrecommitRequest) GetPrecommitDurationMs() int64 {
 		return x.PrecommitDurationMs
 	}
 	return 0
+}
+
+func (x *ReportPrecommitRequest) GetBacklogLeft() bool {
+	if x != nil {
+		return x.BacklogLeft
+	}
+	return false
 }
 
 // ReportPrecommitResponse tells the task what became of checkpoint N so far.
@@ -4015,7 +4026,7 @@ const file_lockgate_v1_coordinator_proto_rawDesc = "" +
 	"\x15GetCheckpointResponse\x127\n" +
 	"\n" +
 	"checkpoint\x18\x01 \x01(\v2\x17.lockgate.v1.CheckpointR\n" +
-	"checkpoint\"\xa4\x04\n" +
+	"checkpoint\"\xc7\x04\n" +
 	"\x16ReportPrecommitRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12;\n" +
@@ -4030,7 +4041,8 @@ const file_lockgate_v1_coordinator_proto_rawDesc = "" +
 	"\fsink_handles\x18\t \x03(\v2\x17.lockgate.v1.SinkHandleR\vsinkHandles\x121\n" +
 	"\x06counts\x18\n" +
 	" \x01(\v2\x19.lockgate.v1.RecordCountsR\x06counts\x122\n" +
-	"\x15precommit_duration_ms\x18\v \x01(\x03R\x13precommitDurationMs\"b\n" +
+	"\x15precommit_duration_ms\x18\v \x01(\x03R\x13precommitDurationMs\x12!\n" +
+	"\fbacklog_left\x18\f \x01(\bR\vbacklogLeft\"b\n" +
 	"\x17ReportPrecommitResponse\x12G\n" +
 	"\x10checkpoint_state\x18\x01 \x01(\x0e2\x1c.lockgate.v1.CheckpointStateR\x0fcheckpointState\"\x98\x01\n" +
 	"\x17ReportPrecommitsRequest\x12\x1d\n" +
