@@ -8,6 +8,7 @@ test (or a cancellation) releases it. Nothing here opens a socket.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -182,7 +183,14 @@ def assignment(*, generation: int, task_index: int = 0) -> coordinator_pb2.TaskA
     )
 
 
-def trigger(runtime: Worker, checkpoint_id: int, generation: int = 1, *, tasks: int = 1) -> None:
+def trigger(
+    runtime: Worker,
+    checkpoint_id: int,
+    generation: int = 1,
+    *,
+    tasks: int = 1,
+    timeout_ms: int = 60_000,
+) -> None:
     """Trigger checkpoint ``checkpoint_id`` on tasks 0..tasks-1; each must accept it."""
     results = runtime.trigger_checkpoint(
         pipeline_name=PIPELINE,
@@ -198,7 +206,7 @@ def trigger(runtime: Worker, checkpoint_id: int, generation: int = 1, *, tasks: 
             )
             for i in range(tasks)
         ],
-        timeout_ms=60_000,
+        timeout_ms=timeout_ms,
     )
     assert [r.reason for r in results] == [""] * tasks
 
@@ -212,12 +220,17 @@ def start_batch(runtime: Worker, data_plane: BlockingDataPlane, n: int) -> threa
 
 
 def start_worker(
-    tracer: trace.Tracer | None = None, *, tasks: int = 1, instruments: Instruments | None = None
+    tracer: trace.Tracer | None = None,
+    *,
+    tasks: int = 1,
+    instruments: Instruments | None = None,
+    data_plane: BlockingDataPlane | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[Worker, FakeCoordinator, BlockingDataPlane]:
     """A registered runtime whose tasks 0..tasks-1 of pipeline ``p`` are RUNNING."""
-    timeline: list[str] = []
+    data_plane = data_plane or BlockingDataPlane()
+    timeline = data_plane.timeline
     coordinator = FakeCoordinator(timeline, tasks=tasks)
-    data_plane = BlockingDataPlane(timeline)
     runtime = Worker(
         ExecutorSettings(
             executor_id="e1",
@@ -230,6 +243,7 @@ def start_worker(
         data_plane=data_plane,
         tracer=tracer,
         instruments=instruments,
+        clock=clock,
     )
     runtime.start()
     wait_for(

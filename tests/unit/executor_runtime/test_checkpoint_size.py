@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 from lockgate.common.model.offsets import OffsetRange
 from lockgate.common.model.pipeline_spec import DEFAULT_MAX_RECORDS_PER_PARTITION
+from lockgate.executor.dataplane.protocol import PrecommitOutput, PrecommitWork
+from lockgate.executor.errors import SinkError
 from lockgate.executor.runtime.checkpoint_size import (
     FIRST_LIMIT,
     FLOOR,
@@ -13,9 +17,11 @@ from lockgate.executor.runtime.checkpoint_size import (
 from tests.support.waits import wait_for
 from tests.unit.executor_runtime.runtime_doubles import (
     WAIT_S,
+    BlockingDataPlane,
     start_batch,
     start_worker,
     stop_worker,
+    trigger,
 )
 
 TIMEOUT_S = 60.0
@@ -103,5 +109,54 @@ def test_a_task_reports_records_left_and_sizes_its_next_checkpoint() -> None:
         limits = [w.max_records_per_partition for w in data_plane.works]
         assert limits == [FIRST_LIMIT, DEFAULT_MAX_RECORDS_PER_PARTITION]
         assert coordinator.backlog_left == [True, False]
+    finally:
+        stop_worker(runtime, data_plane)
+
+
+class _SteppedClock:
+    """The monotonic clock plus what the test's batches add to it."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+
+class _SlowFailingFirst(BlockingDataPlane):
+    """Checkpoint 1's batch takes `seconds` by the clock and fails; the rest block as
+    `BlockingDataPlane`'s do."""
+
+    def __init__(self, clock: _SteppedClock, seconds: float) -> None:
+        super().__init__()
+        self._clock = clock
+        self._seconds = seconds
+
+    def run_precommit(self, work: PrecommitWork) -> PrecommitOutput:
+        if work.checkpoint_id != 1:
+            return super().run_precommit(work)
+        self.works.append(work)
+        self._clock.offset += self._seconds
+        raise SinkError("checkpoint 1: the broker did not answer")
+
+
+def test_a_task_whose_batch_failed_past_the_target_retries_smaller() -> None:
+    """Through the runtime: a pre-commit that failed after more than a tenth of its
+    timeout (0.5 s of 1 s) sizes the task's next checkpoint as if it had read its whole
+    limit in that time: about a fifth of it."""
+    clock = _SteppedClock()
+    data_plane = _SlowFailingFirst(clock, seconds=0.5)
+    runtime, _, _ = start_worker(data_plane=data_plane, clock=clock)
+    try:
+        trigger(runtime, 1, timeout_ms=1_000)
+        wait_for(
+            "checkpoint 1 to end",
+            lambda: 1 not in runtime.statuses()[0].in_flight_checkpoint_ids,
+            timeout_s=WAIT_S,
+        )
+        start_batch(runtime, data_plane, 2).set()
+        first, second = (w.max_records_per_partition for w in data_plane.works)
+        assert first == FIRST_LIMIT
+        assert FLOOR <= second <= FIRST_LIMIT // 5, second
     finally:
         stop_worker(runtime, data_plane)

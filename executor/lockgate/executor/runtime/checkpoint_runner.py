@@ -41,6 +41,7 @@ from lockgate.common.errors import LockgateError, Unavailable
 from lockgate.common.failpoints import Failpoint, Failpoints
 from lockgate.common.metrics import Instruments
 from lockgate.common.model.handles import TransactionHandle
+from lockgate.common.model.offsets import OffsetRange
 from lockgate.common.model.pipeline_spec import PipelineSpec
 from lockgate.common.telemetry import records_spans
 from lockgate.executor.committer import Committer
@@ -257,29 +258,19 @@ class CheckpointRunner:
         # must not re-initialise its ids from now on.
         self._committer.claim_slot(work.transactional_id_prefix, work.checkpoint_id)
         started = self._clock()
-        timeout_s = trigger.deadline - trigger.received
         try:
             output = self._data_plane.run_precommit(work)
         except Exception as exc:
-            with self._board.lock:
-                task.size.failed(
-                    limit=work.max_records_per_partition,
-                    seconds=self._clock() - started,
-                    timeout_s=timeout_s,
-                )
+            self._size_next(task, trigger, started, None)
             span.set_status(Status(StatusCode.ERROR, str(exc)))
             self._report_failure(task, trigger, exc)
             return
-        with self._board.lock:
-            backlog_left = task.size.observe(
-                limit=work.max_records_per_partition,
-                ranges=output.ranges,
-                seconds=self._clock() - started,
-                timeout_s=timeout_s,
-            )
+        backlog_left = self._size_next(task, trigger, started, output.ranges)
         span.set_attribute("lockgate.spark.job_ids", list(output.spark_job_ids))
         span.set_attribute("lockgate.records.read", output.records_read)
         span.set_attribute("lockgate.records.written", output.records_written)
+        span.set_attribute("lockgate.records.limit", work.max_records_per_partition)
+        span.set_attribute("lockgate.backlog_left", backlog_left)
         self._failpoints.reach(Failpoint.AFTER_PRECOMMIT_BEFORE_REPORT, detail=what)
         if not self._board.is_current(task, work.checkpoint_id):
             # Never reported, so never COMPLETE: safe to abort here.
@@ -311,11 +302,13 @@ class CheckpointRunner:
             if not answer.aborted:
                 self._progress.precommitted(task.ref, report.precommit_duration_ms / 1000)
             _LOG.debug(  # per task and checkpoint: the commit's line is the INFO one
-                "%s pre-committed in %d ms: %d records read, %d written, %d handles; leader"
-                " says %s",
+                "%s pre-committed in %d ms: %d records read (at most %d a partition, records"
+                " left: %s), %d written, %d handles; leader says %s",
                 what,
                 report.precommit_duration_ms,
                 output.records_read,
+                work.max_records_per_partition,
+                backlog_left,
                 output.records_written,
                 len(output.handles),
                 answer.checkpoint_state,
@@ -325,6 +318,27 @@ class CheckpointRunner:
                 self._abort_quietly(output.handles, what=what, spec=work.spec)
         elif outcome is ReportOutcome.REFUSED:
             self._abort_quietly(output.handles, what=what, spec=work.spec)
+
+    def _size_next(
+        self,
+        task: Task,
+        trigger: _Trigger,
+        started: float,
+        ranges: Sequence[OffsetRange] | None,
+    ) -> bool:
+        """Size the task's next checkpoint from this pre-commit, begun at `started`, which
+        read `ranges` (None: it failed); returns whether it may have left records
+        (`checkpoint_size.py`)."""
+        limit = trigger.work.max_records_per_partition
+        seconds = self._clock() - started
+        timeout_s = trigger.deadline - trigger.received
+        with self._board.lock:
+            if ranges is None:
+                task.size.failed(limit=limit, seconds=seconds, timeout_s=timeout_s)
+                return False
+            return task.size.observe(
+                limit=limit, ranges=ranges, seconds=seconds, timeout_s=timeout_s
+            )
 
     def _stamp(self, task: Task, trigger: _Trigger, registration: Registration) -> ReportStamp:
         return ReportStamp(
