@@ -312,6 +312,7 @@ def run_pipeline(
     stub.StopPipeline(coordinator_pb2.StopPipelineRequest(name=name), timeout=30)
     history = checkpoint_history(stub, name)
     print_checkpoints(history, delivery, began=(began_wall, created_wall, seen_wall))
+    print_checkpoint_sizes(stub, name, history, delivery)
     committed_wall = next(
         (
             c.commit_time.ToMilliseconds() / 1000
@@ -333,6 +334,31 @@ def checkpoint_history(
             timeout=30,
         ).checkpoints
     )
+
+
+def print_checkpoint_sizes(
+    stub: coordinator_pb2_grpc.CoordinatorServiceStub,
+    name: str,
+    history: Sequence[common_pb2.Checkpoint],
+    delivery: str,
+) -> None:
+    """Each committed checkpoint's records (the sum of its tasks' source ranges) and its
+    longest range of one partition, in order: how the executor sized them (issue 13)."""
+    sizes = []
+    for summary in sorted(history, key=lambda c: c.checkpoint_id):
+        if summary.state != common_pb2.CHECKPOINT_STATE_COMMITTED:
+            continue
+        checkpoint = stub.GetCheckpoint(
+            coordinator_pb2.GetCheckpointRequest(
+                pipeline_name=name, checkpoint_id=summary.checkpoint_id
+            ),
+            timeout=30,
+        ).checkpoint
+        ranges = [r for t in checkpoint.tasks for r in t.source_ranges]
+        records = sum(r.end_offset - r.start_offset for r in ranges)
+        longest = max((r.end_offset - r.start_offset for r in ranges), default=0)
+        sizes.append(f"{records:,} ({longest:,})")
+    print(f"    {delivery}: records a checkpoint (longest range of one partition): {sizes}")
 
 
 def print_checkpoints(
