@@ -123,6 +123,8 @@ class Task:
     #: One thread per task: its restore, then its pre-commits in trigger order (N+1's
     #: input starts where N's ended, so they must not run side by side within a task).
     queue: ThreadPoolExecutor
+    #: How many records a partition its next checkpoint may read (`checkpoint_size.py`).
+    size: CheckpointSize
     phase: TaskPhase = TaskPhase.RESTORING
     state_change_time: datetime.datetime = field(default_factory=_now)
     last_error: TaskError | None = None
@@ -132,8 +134,6 @@ class Task:
     cancelled: set[int] = field(default_factory=set)
     #: Checkpoints whose batch has started and not yet ended (a subset of ``in_flight``).
     running: set[int] = field(default_factory=set)
-    #: How many records a partition its next checkpoint may read (`checkpoint_size.py`).
-    size: CheckpointSize = field(default_factory=lambda: CheckpointSize.first(0))
 
     @classmethod
     def of(cls, assignment: Assignment) -> Task:
