@@ -5,8 +5,8 @@ path only, its checkpoints read and write nothing) run a pipeline. The leader is
 a new one is elected and the executor learns its epoch from its heartbeats. A call carrying
 the paused leader's epoch -- what it would send if it woke in the middle of one -- is
 refused by the executor, which logs the refusal. After SIGCONT the old replica follows:
-every checkpoint from the pause on is written under the new epoch, and the lease row
-names the new leader.
+no checkpoint under its epoch was triggered after the pause, another replica leads, and
+checkpoints commit under the new epoch.
 
 The replicas share a PostgreSQL database, as in production: the SIGSTOP may land inside one
 of the leader's write transactions (it writes every 200 ms here), and only a server can end
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import grpc
@@ -49,6 +50,18 @@ def _committed(cluster: ServiceCluster, pipeline: str) -> int:
         return int(cluster.pipeline_status(pipeline).last_committed_checkpoint_id)
     except grpc.RpcError:  # a change of leader in progress: ask again
         return -1
+
+
+def _committed_under(cluster: ServiceCluster, pipeline: str, epoch: int) -> bool:
+    """Whether a checkpoint triggered under ``epoch`` or later has committed."""
+    try:
+        checkpoints = cluster.checkpoints(pipeline)
+    except grpc.RpcError:  # a change of leader in progress: ask again
+        return False
+    return any(
+        c.leader_epoch.epoch >= epoch and c.state == common_pb2.CHECKPOINT_STATE_COMMITTED
+        for c in checkpoints
+    )
 
 
 def test_paused_leader_writes_nothing_and_the_executor_refuses_its_epoch(
@@ -97,6 +110,7 @@ def test_paused_leader_writes_nothing_and_the_executor_refuses_its_epoch(
         old_pid = cluster.pid(f"coordinator-{old_id}")
         assert old_pid is not None
         before_pause = max(c.checkpoint_id for c in cluster.checkpoints(pipeline))
+        paused_at_ms = int(time.time() * 1000)
         os.kill(old_pid, signal.SIGSTOP)
         try:
             wait_for(
@@ -141,26 +155,31 @@ def test_paused_leader_writes_nothing_and_the_executor_refuses_its_epoch(
 
         # Woken, the old replica follows; checkpoints go on under the new epoch only.
         wait_for(
-            "a checkpoint committed after the pause",
-            lambda: _committed(cluster, pipeline) > before_pause,
+            "a checkpoint of the new epoch committed",
+            lambda: _committed_under(cluster, pipeline, new_epoch),
             timeout_s=60,
             explain=cluster.logs_tail,
         )
         info = cluster.cluster_info()
         assert info.leader_epoch.epoch >= new_epoch and info.leader_epoch.leader_id != old_id
-        # One the old leader triggered just before the pause may follow `before_pause`:
-        # the new leader aborted it. Every other one is the new epoch's.
+        # The old leader may trigger one between `before_pause` and the SIGSTOP; the new
+        # leader then aborts it, or commits it if every task had pre-committed it, under
+        # the epoch that triggered it. Woken, the old replica triggers nothing more: every
+        # checkpoint under its epoch was triggered before the pause.
         later = [
             c
             for c in cluster.checkpoints(pipeline)
             if c.checkpoint_id > before_pause and c.state != common_pb2.CHECKPOINT_STATE_ABORTED
         ]
-        assert later and all(c.leader_epoch.epoch >= new_epoch for c in later), [
-            (c.checkpoint_id, c.leader_epoch.epoch) for c in later
+        after_pause = [
+            (c.checkpoint_id, c.leader_epoch.epoch, c.trigger_time.ToMilliseconds())
+            for c in later
+            if c.leader_epoch.epoch < new_epoch and c.trigger_time.ToMilliseconds() > paused_at_ms
         ]
+        assert not after_pause, (paused_at_ms, after_pause)
         print(
             f"\npaused leader {old_id} (epoch {old_epoch}); {new_id} led with epoch {new_epoch};"
-            f" {len(later)} checkpoints since, none under epoch {old_epoch}"
+            f" {len(later)} checkpoints since, none triggered by {old_id} after the pause"
         )
     finally:
         cluster.stop_all()
