@@ -165,18 +165,22 @@ def test_paused_leader_writes_nothing_and_the_executor_refuses_its_epoch(
         # The old leader may trigger one between `before_pause` and the SIGSTOP; the new
         # leader then aborts it, or commits it if every task had pre-committed it, under
         # the epoch that triggered it. Woken, the old replica triggers nothing more: every
-        # checkpoint under its epoch was triggered before the pause.
-        later = [
-            c
-            for c in cluster.checkpoints(pipeline)
-            if c.checkpoint_id > before_pause and c.state != common_pb2.CHECKPOINT_STATE_ABORTED
+        # checkpoint under its epoch was triggered before the pause, and precedes the new
+        # epoch's first.
+        checkpoints = cluster.checkpoints(pipeline)
+        old = [c for c in checkpoints if c.leader_epoch.epoch < new_epoch]
+        new = [c for c in checkpoints if c.leader_epoch.epoch >= new_epoch]
+        assert new and old
+        assert max(c.checkpoint_id for c in old) < min(c.checkpoint_id for c in new), [
+            (c.checkpoint_id, c.leader_epoch.epoch) for c in checkpoints
         ]
         after_pause = [
             (c.checkpoint_id, c.leader_epoch.epoch, c.trigger_time.ToMilliseconds())
-            for c in later
-            if c.leader_epoch.epoch < new_epoch and c.trigger_time.ToMilliseconds() > paused_at_ms
+            for c in old
+            if c.trigger_time.ToMilliseconds() > paused_at_ms
         ]
         assert not after_pause, (paused_at_ms, after_pause)
+        later = [c for c in new if c.state != common_pb2.CHECKPOINT_STATE_ABORTED]
         print(
             f"\npaused leader {old_id} (epoch {old_epoch}); {new_id} led with epoch {new_epoch};"
             f" {len(later)} checkpoints since, none triggered by {old_id} after the pause"
