@@ -27,6 +27,11 @@ input topic, then copies them several times, each into its own output topic:
     The run ends by scraping the executor's /metrics: its records-written counter must
     cover the input, so (m) really measured metrics on.
 
+(a), (b) and (c) run ``--rounds`` times (default 3) in turn, the first two's order alternating
+from round to round; the table shows each one's median round (with the peak RSS of all its
+rounds), and every round's records/s and (a)'s ratios to (b) and (c) round by round are
+printed beneath it: one round's figures on two shared cores move by a fifth.
+
 For each it prints records/s, MB/s (of values) and peak RSS: for (a), (b) and (m) the
 executor's (its Python process plus the Spark JVM and Python workers under it), for (e) and
 (f) the JVM's; then the ratios of (a) to every other. A Lockgate run is timed from its
@@ -73,7 +78,7 @@ from eos.contenders import (
 )
 from eos.latency import LatencyRun, LatencySetup, run_latency
 from eos.proctree import tree_rss_mb
-from eos.report import Figure, print_figures, print_latency
+from eos.report import Figure, median_round, print_figures, print_latency, print_rounds
 from eos.visibility import PREFETCH
 
 from lockgate.client.pipeline_file import spec_from_mapping
@@ -608,8 +613,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--order",
         choices=("ab", "ba"),
         default="ab",
-        help="which Lockgate run goes first (the first also warms the executor's JIT and"
-        " Python workers up)",
+        help="which Lockgate run goes first in the first round (later rounds alternate)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="how many times (a), (b) and (c) run, in turn; the table shows each one's median"
+        " round and every round is printed (one round's figures on two shared cores move by"
+        " a fifth: README, issue 13)",
     )
     parser.add_argument(
         "--no-metrics-overhead",
@@ -685,6 +697,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.warmup_records = args.records
     elif args.warmup_records < 0:
         parser.error("--warmup-records must be >= 0 (0: no warm-up)")
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
     if args.latency_rate < 0:
         parser.error("--latency-rate must be >= 0 (0: half of (a)'s records/s)")
 
@@ -740,52 +754,71 @@ def main(argv: Sequence[str] | None = None) -> int:
             figures: dict[str, Figure] = {}
             warmup_in = new_topic("bench-warmup-in", args.warmup_records)
 
-            def lockgate_runs(services: Services, runs: dict[str, str], label: str) -> None:
-                """Warm ``services`` up, then time each of ``runs`` (key -> delivery)."""
+            def lockgate_run(services: Services, key: str, delivery: str, label: str) -> Figure:
+                """One timed copy of the input by ``services``, checked: ``key``'s figure."""
                 with open_channel([services.coordinator], security=services.security) as channel:
-                    stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+                    sink = new_topic(f"bench-out-{key}")
+                    seconds, rss = run_pipeline(
+                        coordinator_pb2_grpc.CoordinatorServiceStub(channel),
+                        bootstrap=bootstrap,
+                        source=source,
+                        sink=sink,
+                        records=args.records,
+                        delivery=delivery,
+                        tasks_max=args.tasks_max,
+                        executor_pid=services.executor.pid,
+                        transform_sql=args.transform_sql,
+                        max_records_per_partition=args.max_records_per_partition,
+                    )
+                out = len(read_visible(bootstrap, sink, timeout_s=300))
+                assert out >= args.records, f"{delivery}: only {out} records visible"
+                return Figure(
+                    f"({key}) lockgate {delivery}{label}",
+                    args.records,
+                    seconds,
+                    args.value_bytes,
+                    rss,
+                )
 
-                    def copy(
-                        source: str, sink: str, records: int, delivery: str
-                    ) -> tuple[float, float]:
-                        return run_pipeline(
-                            stub,
-                            bootstrap=bootstrap,
-                            source=source,
-                            sink=sink,
-                            records=records,
-                            delivery=delivery,
-                            tasks_max=args.tasks_max,
-                            executor_pid=services.executor.pid,
-                            transform_sql=args.transform_sql,
-                            max_records_per_partition=args.max_records_per_partition,
-                        )
+            def warm_up(services: Services) -> None:
+                """An untimed exactly_once copy, so that no timed run pays the executor's
+                first big batches (JIT, Python workers)."""
+                if args.warmup_records <= 0:
+                    return
+                with open_channel([services.coordinator], security=services.security) as channel:
+                    seconds, _ = run_pipeline(
+                        coordinator_pb2_grpc.CoordinatorServiceStub(channel),
+                        bootstrap=bootstrap,
+                        source=warmup_in,
+                        sink=new_topic("bench-warmup-out"),
+                        records=args.warmup_records,
+                        delivery="exactly_once",
+                        tasks_max=args.tasks_max,
+                        executor_pid=services.executor.pid,
+                        transform_sql=args.transform_sql,
+                        max_records_per_partition=args.max_records_per_partition,
+                    )
+                print(f"warm-up: {args.warmup_records:,} records in {seconds:.1f}s (untimed)")
 
-                    if args.warmup_records > 0:
-                        seconds, _ = copy(
-                            warmup_in,
-                            new_topic("bench-warmup-out"),
-                            args.warmup_records,
-                            "exactly_once",
-                        )
-                        print(
-                            f"warm-up: {args.warmup_records:,} records in {seconds:.1f}s (untimed)"
-                        )
-                    for key, delivery in runs.items():
-                        sink = new_topic(f"bench-out-{key}")
-                        seconds, rss = copy(source, sink, args.records, delivery)
-                        out = len(read_visible(bootstrap, sink, timeout_s=300))
-                        assert out >= args.records, f"{delivery}: only {out} records visible"
-                        figures[key] = Figure(
-                            f"({key}) lockgate {delivery}{label}",
-                            args.records,
-                            seconds,
-                            args.value_bytes,
-                            rss,
-                        )
+            def plain_loop(key: str, name: str, prefetch: Mapping[str, int]) -> Figure:
+                sink = new_topic(f"bench-out-{key}")
+                seconds = run_plain_loop(
+                    bootstrap, source, sink, records=args.records, prefetch=prefetch
+                )
+                check_output(bootstrap, sink, args.records, name)
+                return Figure(name, args.records, seconds, args.value_bytes)
 
-            runs = {"a": "exactly_once", "b": "at_least_once"}
-            lockgate_runs(services, {key: runs[key] for key in args.order}, "")
+            # (a), (b) and (c) in turn, round after round: a slower minute of the machine
+            # then lands on all three, and the ratios are read round by round.
+            warm_up(services)
+            deliveries = {"a": "exactly_once", "b": "at_least_once"}
+            rounds: dict[str, list[Figure]] = {"a": [], "b": [], "c": []}
+            for n in range(args.rounds):
+                order = args.order if n % 2 == 0 else args.order[::-1]
+                for key in order:
+                    rounds[key].append(lockgate_run(services, key, deliveries[key], ""))
+                rounds["c"].append(plain_loop("c", "(c) confluent-kafka loop", PREFETCH))
+            figures.update({key: median_round(runs) for key, runs in rounds.items()})
             contenders = ContenderSetup(
                 bootstrap=bootstrap,
                 source=source,
@@ -817,22 +850,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     metrics=True,
                     secure=not args.insecure,
                 )
-                lockgate_runs(services, {"m": "exactly_once"}, ", metrics on")
+                warm_up(services)
+                figures["m"] = lockgate_run(services, "m", "exactly_once", ", metrics on")
                 assert services.executor_metrics is not None
                 counted = records_written_counter(services.executor_metrics)
                 # The warm-up's records are counted too.
                 assert counted >= args.records, f"metrics on, but only {counted} records counted"
                 print(f"    metrics on: the executor counted {counted:,.0f} records written")
-            for key, name, prefetch in (
-                ("c", "(c) confluent-kafka loop", PREFETCH),
-                ("c0", "(c0) the same, librdkafka's prefetch", {}),
-            ):
-                sink = new_topic(f"bench-out-{key}")
-                seconds = run_plain_loop(
-                    bootstrap, source, sink, records=args.records, prefetch=prefetch
-                )
-                figures[key] = Figure(name, args.records, seconds, args.value_bytes)
-                check_output(bootstrap, sink, args.records, name)
+            figures["c0"] = plain_loop("c0", "(c0) the same, librdkafka's prefetch", {})
             sink = new_topic("bench-out-d")
             figures["d"] = Figure(
                 "(d) TransactionalMessageCopier",
@@ -851,6 +876,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stop_process(home=where, name=process.name)
 
     print_figures(figures)
+    print_rounds(rounds)
     for label, run in latencies.items():
         print_latency(run, label=label, checkpoint_interval_ms=CHECKPOINT_INTERVAL_MS)
     return 0

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from eos.latency import LatencyRun
 
@@ -29,6 +31,34 @@ class Figure:
     def mb_per_s(self) -> float:
         """Throughput in MB (10^6 bytes) of values per second."""
         return self.records * self.value_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+
+def median_round(rounds: Sequence[Figure]) -> Figure:
+    """The round of median records/s (the lower middle of an even count), with the peak RSS
+    of every round: one round on two shared cores moves by a fifth (README, issue 13)."""
+    ordered = sorted(rounds, key=lambda f: f.records_per_s)
+    middle = ordered[(len(ordered) - 1) // 2]
+    peaks = [f.rss_mb for f in rounds if f.rss_mb is not None]
+    return replace(middle, rss_mb=max(peaks) if peaks else None)
+
+
+def print_rounds(rounds: Mapping[str, Sequence[Figure]]) -> None:
+    """Every round's records/s of each contender run more than once, and (a)'s ratio to
+    each of them round by round (the table shows the median round)."""
+    if max((len(r) for r in rounds.values()), default=0) < 2:
+        return
+    print("\nrecords/s by round (the table shows the median round, with the peak RSS of all):")
+    for key, figures in rounds.items():
+        print(f"    ({key}) " + " · ".join(f"{f.records_per_s:,.0f}" for f in figures))
+    a = rounds.get("a", ())
+    for key, figures in rounds.items():
+        if key != "a" and len(figures) == len(a):
+            ratios = [x.records_per_s / y.records_per_s for x, y in zip(a, figures, strict=True)]
+            print(
+                f"    a/{key} by round "
+                + " · ".join(f"{r:.3f}" for r in ratios)
+                + f" (median {statistics.median(ratios):.3f})"
+            )
 
 
 def print_figures(figures: dict[str, Figure]) -> None:
