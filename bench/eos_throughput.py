@@ -754,22 +754,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             figures: dict[str, Figure] = {}
             warmup_in = new_topic("bench-warmup-in", args.warmup_records)
 
-            def lockgate_run(services: Services, key: str, delivery: str, label: str) -> Figure:
+            def lockgate_copy(
+                stub: coordinator_pb2_grpc.CoordinatorServiceStub,
+                services: Services,
+                source: str,
+                sink: str,
+                records: int,
+                delivery: str,
+            ) -> tuple[float, float]:
+                return run_pipeline(
+                    stub,
+                    bootstrap=bootstrap,
+                    source=source,
+                    sink=sink,
+                    records=records,
+                    delivery=delivery,
+                    tasks_max=args.tasks_max,
+                    executor_pid=services.executor.pid,
+                    transform_sql=args.transform_sql,
+                    max_records_per_partition=args.max_records_per_partition,
+                )
+
+            def lockgate_run(
+                stub: coordinator_pb2_grpc.CoordinatorServiceStub,
+                services: Services,
+                key: str,
+                delivery: str,
+                label: str,
+            ) -> Figure:
                 """One timed copy of the input by ``services``, checked: ``key``'s figure."""
-                with open_channel([services.coordinator], security=services.security) as channel:
-                    sink = new_topic(f"bench-out-{key}")
-                    seconds, rss = run_pipeline(
-                        coordinator_pb2_grpc.CoordinatorServiceStub(channel),
-                        bootstrap=bootstrap,
-                        source=source,
-                        sink=sink,
-                        records=args.records,
-                        delivery=delivery,
-                        tasks_max=args.tasks_max,
-                        executor_pid=services.executor.pid,
-                        transform_sql=args.transform_sql,
-                        max_records_per_partition=args.max_records_per_partition,
-                    )
+                sink = new_topic(f"bench-out-{key}")
+                seconds, rss = lockgate_copy(stub, services, source, sink, args.records, delivery)
                 out = len(read_visible(bootstrap, sink, timeout_s=300))
                 assert out >= args.records, f"{delivery}: only {out} records visible"
                 return Figure(
@@ -780,24 +795,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                     rss,
                 )
 
-            def warm_up(services: Services) -> None:
+            def warm_up(
+                stub: coordinator_pb2_grpc.CoordinatorServiceStub, services: Services
+            ) -> None:
                 """An untimed exactly_once copy, so that no timed run pays the executor's
-                first big batches (JIT, Python workers)."""
+                first big batches (JIT, Python workers), nor its channel's first call."""
                 if args.warmup_records <= 0:
                     return
-                with open_channel([services.coordinator], security=services.security) as channel:
-                    seconds, _ = run_pipeline(
-                        coordinator_pb2_grpc.CoordinatorServiceStub(channel),
-                        bootstrap=bootstrap,
-                        source=warmup_in,
-                        sink=new_topic("bench-warmup-out"),
-                        records=args.warmup_records,
-                        delivery="exactly_once",
-                        tasks_max=args.tasks_max,
-                        executor_pid=services.executor.pid,
-                        transform_sql=args.transform_sql,
-                        max_records_per_partition=args.max_records_per_partition,
-                    )
+                seconds, _ = lockgate_copy(
+                    stub,
+                    services,
+                    warmup_in,
+                    new_topic("bench-warmup-out"),
+                    args.warmup_records,
+                    "exactly_once",
+                )
                 print(f"warm-up: {args.warmup_records:,} records in {seconds:.1f}s (untimed)")
 
             def plain_loop(key: str, name: str, prefetch: Mapping[str, int]) -> Figure:
@@ -810,14 +822,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             # (a), (b) and (c) in turn, round after round: a slower minute of the machine
             # then lands on all three, and the ratios are read round by round.
-            warm_up(services)
             deliveries = {"a": "exactly_once", "b": "at_least_once"}
             rounds: dict[str, list[Figure]] = {"a": [], "b": [], "c": []}
-            for n in range(args.rounds):
-                order = args.order if n % 2 == 0 else args.order[::-1]
-                for key in order:
-                    rounds[key].append(lockgate_run(services, key, deliveries[key], ""))
-                rounds["c"].append(plain_loop("c", "(c) confluent-kafka loop", PREFETCH))
+            with open_channel([services.coordinator], security=services.security) as channel:
+                stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+                warm_up(stub, services)
+                for n in range(args.rounds):
+                    order = args.order if n % 2 == 0 else args.order[::-1]
+                    for key in order:
+                        figure = lockgate_run(stub, services, key, deliveries[key], "")
+                        rounds[key].append(figure)
+                    rounds["c"].append(plain_loop("c", "(c) confluent-kafka loop", PREFETCH))
             figures.update({key: median_round(runs) for key, runs in rounds.items()})
             contenders = ContenderSetup(
                 bootstrap=bootstrap,
@@ -850,8 +865,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     metrics=True,
                     secure=not args.insecure,
                 )
-                warm_up(services)
-                figures["m"] = lockgate_run(services, "m", "exactly_once", ", metrics on")
+                with open_channel([services.coordinator], security=services.security) as channel:
+                    stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+                    warm_up(stub, services)
+                    figures["m"] = lockgate_run(stub, services, "m", "exactly_once", ", metrics on")
                 assert services.executor_metrics is not None
                 counted = records_written_counter(services.executor_metrics)
                 # The warm-up's records are counted too.
