@@ -55,6 +55,7 @@ Figures, not pass/fail.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import subprocess
 import sys
@@ -62,7 +63,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -795,22 +796,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                     rss,
                 )
 
-            def warm_up(
-                stub: coordinator_pb2_grpc.CoordinatorServiceStub, services: Services
-            ) -> None:
-                """An untimed exactly_once copy, so that no timed run pays the executor's
-                first big batches (JIT, Python workers), nor its channel's first call."""
-                if args.warmup_records <= 0:
-                    return
-                seconds, _ = lockgate_copy(
-                    stub,
-                    services,
-                    warmup_in,
-                    new_topic("bench-warmup-out"),
-                    args.warmup_records,
-                    "exactly_once",
-                )
-                print(f"warm-up: {args.warmup_records:,} records in {seconds:.1f}s (untimed)")
+            @contextlib.contextmanager
+            def warmed(services: Services) -> Iterator[coordinator_pb2_grpc.CoordinatorServiceStub]:
+                """A stub on one channel to ``services``' coordinator, after an untimed
+                exactly_once copy, so that no timed run pays the executor's first big batches
+                (JIT, Python workers), nor the channel's first call."""
+                with open_channel([services.coordinator], security=services.security) as channel:
+                    stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
+                    if args.warmup_records > 0:
+                        seconds, _ = lockgate_copy(
+                            stub,
+                            services,
+                            warmup_in,
+                            new_topic("bench-warmup-out"),
+                            args.warmup_records,
+                            "exactly_once",
+                        )
+                        print(
+                            f"warm-up: {args.warmup_records:,} records in {seconds:.1f}s (untimed)"
+                        )
+                    yield stub
 
             def plain_loop(key: str, name: str, prefetch: Mapping[str, int]) -> Figure:
                 sink = new_topic(f"bench-out-{key}")
@@ -824,9 +829,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # then lands on all three, and the ratios are read round by round.
             deliveries = {"a": "exactly_once", "b": "at_least_once"}
             rounds: dict[str, list[Figure]] = {"a": [], "b": [], "c": []}
-            with open_channel([services.coordinator], security=services.security) as channel:
-                stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
-                warm_up(stub, services)
+            with warmed(services) as stub:
                 for n in range(args.rounds):
                     order = args.order if n % 2 == 0 else args.order[::-1]
                     for key in order:
@@ -865,9 +868,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     metrics=True,
                     secure=not args.insecure,
                 )
-                with open_channel([services.coordinator], security=services.security) as channel:
-                    stub = coordinator_pb2_grpc.CoordinatorServiceStub(channel)
-                    warm_up(stub, services)
+                with warmed(services) as stub:
                     figures["m"] = lockgate_run(stub, services, "m", "exactly_once", ", metrics on")
                 assert services.executor_metrics is not None
                 counted = records_written_counter(services.executor_metrics)
