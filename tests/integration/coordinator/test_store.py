@@ -560,6 +560,67 @@ def test_resplit_bumps_only_changed_tasks(open_stores: Callable[..., SqlStore]) 
     assert [t.generation for t in same] == [2, 2]
 
 
+def test_the_assignment_stamp_moves_with_every_change_a_heartbeat_answers_from(
+    open_stores: Callable[..., SqlStore],
+) -> None:
+    """The database's own triggers move the stamp (migration 0008), whichever statement
+    changes a task or a pipeline, the store's or one written by hand; a checkpoint's
+    trigger and a heartbeat do not. Unmoved, `list_assigned_since` reads no task."""
+    store = open_stores()
+    fence = lead(store)
+    e1 = ExecutorId("e1")
+    executor = store.executors.register_executor(fence=fence, executor_id=e1, address="e:1")
+    stamps = [store.pipelines.list_assigned_since(executor_id=e1, stamp=None)[0]]
+
+    def moved(what: str) -> None:
+        now, tasks = store.pipelines.list_assigned_since(executor_id=e1, stamp=stamps[-1])
+        assert now > stamps[-1] and tasks is not None, f"{what} did not move the stamp"
+        assert store.pipelines.list_assigned_since(executor_id=e1, stamp=now) == (now, None)
+        stamps.append(now)
+
+    def unmoved(what: str) -> None:
+        answer = store.pipelines.list_assigned_since(executor_id=e1, stamp=stamps[-1])
+        assert answer == (stamps[-1], None), f"{what} moved the stamp"
+
+    tasks = pipeline_with_tasks(store, fence, "p")
+    moved("a pipeline and its tasks created")
+    store.pipelines.apply_assignment(fence=fence, assignment={e1: set(tasks)})
+    moved("an assignment")
+    assert [
+        a.task.task_id
+        for a in store.pipelines.list_assigned_since(executor_id=e1, stamp=None)[1] or []
+    ] == tasks
+    for task_id in tasks:
+        task = store.pipelines.get_task(task_id=task_id)
+        store.pipelines.report_task_state(
+            fence=fence,
+            task_id=task_id,
+            task_generation=task.generation,
+            executor_id=e1,
+            executor_generation=executor.generation,
+            state=TaskState.RUNNING,
+        )
+    moved("a task's state reported")
+    store.executors.heartbeat_executors(
+        fence=fence, sessions=[(e1, executor.generation)], check=lambda *_: None
+    )
+    unmoved("a heartbeat")
+    trigger(store, fence=fence, pipeline_id=PipelineId("p"))
+    unmoved("a checkpoint's trigger")
+    store.pipelines.set_target_state(
+        fence=fence, pipeline_id=PipelineId("p"), target_state=TargetState.PAUSED
+    )
+    moved("a pause")
+    store.pipelines.update_pipeline(fence=fence, spec=spec("p", tasks_max=3))
+    moved("a config change")
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE tasks SET last_error = 'by hand'"))
+    moved("a statement written by hand")
+    store.pipelines.delete_pipeline(fence=fence, pipeline_id=PipelineId("p"))
+    moved("a pipeline deleted")
+    assert store.pipelines.list_assigned_since(executor_id=e1, stamp=None)[1] == []
+
+
 # ---------------------------------------------------------------------------- offsets
 
 

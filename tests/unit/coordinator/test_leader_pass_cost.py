@@ -41,7 +41,7 @@ from lockgate.coordinator.herder.executors import (
 )
 from lockgate.coordinator.herder.membership import HeartbeatTaskReport
 from lockgate.coordinator.store import rows, trigger_queries
-from lockgate.coordinator.store.tables import executors
+from lockgate.coordinator.store.tables import executors, tasks
 from tests.support.herders import sqlite_leader
 from tests.support.topics import FixedTopics
 from tests.support.waits import wait_for
@@ -664,6 +664,53 @@ def test_a_changed_answer_reads_only_the_tasks_the_executor_does_not_hold(
     assert [kwargs["pipeline_ids"] for _, kwargs in specs + offsets] == [["c"], ["c"]]
     fresh = heartbeat_knowing(leader, generation, 0).tasks
     assert assignments_to_proto(changed.tasks) == assignments_to_proto(fresh)
+
+
+def test_an_unchanged_heartbeat_reads_no_task_and_a_change_anywhere_reads_them_again(
+    leader: Herder,
+) -> None:
+    """Heartbeat cost proportional to changes (issue 14): while no task or pipeline changes,
+    a heartbeat reads the assignment stamp, not its executor's tasks; a change made behind
+    the leader's back (a state written straight into SQL) or by it (a pause) is read and
+    answered at the next heartbeat."""
+    for name in ("a", "b"):
+        leader.pipelines.create(spec=spec(name), target_state=TargetState.RUNNING)
+    generation = run_tasks(leader)
+    held = heartbeat_knowing(leader, generation, 0)
+
+    def task_reads(version: int) -> tuple[list[str], Any]:
+        answers: list[Any] = []
+        statements = statements_of(
+            leader, lambda: answers.append(heartbeat_knowing(leader, generation, version))
+        )
+        return [s for s in statements if re.search(r"\bFROM tasks\b", s)], answers[0]
+
+    for _ in range(3):
+        reads, answer = task_reads(held.version)
+        assert reads == [] and answer.unchanged, "an unchanged heartbeat reads no task"
+    task = held.tasks[0].task
+    with leader.store.engine.begin() as conn:
+        conn.execute(
+            sa.update(tasks)
+            .where(tasks.c.task_id == task.task_id)
+            .values(state=TaskState.PAUSED.value)
+        )
+    reads, answer = task_reads(held.version)
+    assert len(reads) == 1 and answer.unchanged, "a state changed: read again, same tasks"
+    report = HeartbeatTaskReport(
+        task_id=task.task_id, task_generation=task.generation, state=TaskState.RUNNING, error=None
+    )
+    leader.membership.heartbeat(
+        executor_id=ExecutorId("e1"), generation=generation, reports=[report]
+    )
+    assert leader.store.pipelines.get_task(task_id=task.task_id).state is TaskState.RUNNING, (
+        "the report is checked against the state read again, not the one read before"
+    )
+    leader.pipelines.set_target_state(PipelineId("a"), TargetState.STOPPED)
+    reads, stopped = task_reads(held.version)
+    assert len(reads) == 1 and not stopped.unchanged
+    assert sorted({a.task.pipeline_id for a in stopped.tasks}) == ["b"], "a's tasks released"
+    assert task_reads(stopped.version)[0] == []
 
 
 def test_an_answer_is_read_afresh_for_the_tasks_the_executor_may_not_hold(

@@ -65,6 +65,8 @@ from lockgate.coordinator.store.rows import (
     task_record,
 )
 from lockgate.coordinator.store.tables import (
+    ASSIGNMENT_STAMP_ROW_ID,
+    assignment_stamp,
     checkpoint_tasks,
     checkpoints,
     pipelines,
@@ -194,6 +196,20 @@ _ASSIGNED = (
     .where(tasks.c.executor_id == sa.bindparam("executor_id"))
     .order_by(tasks.c.pipeline_id, tasks.c.task_index)
 )
+_ASSIGNMENT_STAMP = sa.select(assignment_stamp.c.stamp).where(
+    assignment_stamp.c.id == ASSIGNMENT_STAMP_ROW_ID
+)
+
+
+def _assigned(conn: Connection, executor_id: ExecutorId) -> list[AssignedTask]:
+    return [
+        AssignedTask(
+            task=task_record(r),
+            config_version=int(r.config_version),
+            target_state=TargetState(r.target_state),
+        )
+        for r in conn.execute(_ASSIGNED, {"executor_id": executor_id})
+    ]
 
 
 class PipelineStore:
@@ -386,19 +402,19 @@ class PipelineStore:
         with self._db.read() as conn:
             return read_tasks(conn, pipeline_id)
 
-    def list_assigned(self, *, executor_id: ExecutorId) -> list[AssignedTask]:
-        """The tasks assigned to one executor, each with its pipeline's config version and
-        target state, in (pipeline, index) order: one indexed read of that executor's rows,
-        whatever the size of the cluster (a heartbeat's read)."""
+    def list_assigned_since(
+        self, *, executor_id: ExecutorId, stamp: int | None
+    ) -> tuple[int, list[AssignedTask] | None]:
+        """The assignment stamp now (`tables.assignment_stamp`) and, unless it is still
+        `stamp` (nothing a heartbeat's answer is made of changed since), the tasks assigned
+        to the executor, each with its pipeline's config version and target state, in
+        (pipeline, index) order: one indexed read of that executor's rows, whatever the
+        size of the cluster, and one row read when nothing changed. The stamp
+        is read first, so tasks are never labelled with a stamp older than what they show
+        was written after (at worst, read again next time)."""
         with self._db.read() as conn:
-            return [
-                AssignedTask(
-                    task=task_record(r),
-                    config_version=int(r.config_version),
-                    target_state=TargetState(r.target_state),
-                )
-                for r in conn.execute(_ASSIGNED, {"executor_id": executor_id})
-            ]
+            now = int(conn.execute(_ASSIGNMENT_STAMP).scalar_one())
+            return now, None if now == stamp else _assigned(conn, executor_id)
 
     def get_task(self, *, task_id: TaskId) -> TaskRecord:
         """One task; NotFound if it does not exist."""

@@ -82,6 +82,20 @@ tasks = sa.Table(
     sa.Index("ix_tasks_executor_id", "executor_id"),
 )
 
+ASSIGNMENT_STAMP_ROW_ID = 1
+
+# One row whose `stamp` grows in every transaction that changes what a heartbeat's answer
+# is made of: a task created, deleted, moved, restarted or its state reported, a pipeline
+# created, deleted, updated or paused/resumed/stopped. Kept by the database's own triggers
+# (migration 0008), so no write path can forget it; a heartbeat that finds it unchanged
+# reuses its executor's tasks as read before instead of reading them again (issue 14).
+assignment_stamp = sa.Table(
+    "assignment_stamp",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("stamp", sa.BigInteger, nullable=False),
+)
+
 checkpoints = sa.Table(
     "checkpoints",
     metadata,
