@@ -586,10 +586,8 @@ def test_the_assignment_stamp_moves_with_every_change_a_heartbeat_answers_from(
     moved("a pipeline and its tasks created")
     store.pipelines.apply_assignment(fence=fence, assignment={e1: set(tasks)})
     moved("an assignment")
-    assert [
-        a.task.task_id
-        for a in store.pipelines.list_assigned_since(executor_id=e1, stamp=None)[1] or []
-    ] == tasks
+    _, assigned = store.pipelines.list_assigned_since(executor_id=e1, stamp=None)
+    assert [a.task.task_id for a in assigned or []] == tasks
     for task_id in tasks:
         task = store.pipelines.get_task(task_id=task_id)
         store.pipelines.report_task_state(
