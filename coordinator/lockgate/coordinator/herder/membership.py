@@ -174,12 +174,24 @@ class _Assigned:
     from them."""
 
     stamp: int
-    tasks: Sequence[AssignedTask]
     by_id: Mapping[TaskId, TaskRecord]
+    """Every task assigned to the executor, by id (what its state reports are checked
+    against)."""
     kept: Sequence[AssignedTask]
-    """`tasks` without those of STOPPED pipelines (released: never sent)."""
+    """Those not of STOPPED pipelines (released: never sent)."""
     version: int
     """`assignment_version` of `kept`."""
+
+    @classmethod
+    def read_at(cls, stamp: int, tasks: Sequence[AssignedTask]) -> _Assigned:
+        """`tasks`, as read at `stamp`, with what a heartbeat derives from them."""
+        kept = [a for a in tasks if a.target_state is not TargetState.STOPPED]
+        return cls(
+            stamp=stamp,
+            by_id={a.task.task_id: a.task for a in tasks},
+            kept=kept,
+            version=assignment_version(kept),
+        )
 
 
 class AssignedTasks:
@@ -203,7 +215,7 @@ class AssignedTasks:
         if fresh is None:
             assert known is not None  # the stamp it was read at is the one it still is
             return known
-        assigned = _assigned(stamp, fresh)
+        assigned = _Assigned.read_at(stamp, fresh)
         with self._lock:
             latest = self._read.get(executor_id)
             if latest is None or latest.stamp <= stamp:
@@ -214,17 +226,6 @@ class AssignedTasks:
         """The executor left: its tasks are read afresh if it comes back."""
         with self._lock:
             self._read.pop(executor_id, None)
-
-
-def _assigned(stamp: int, tasks: Sequence[AssignedTask]) -> _Assigned:
-    kept = [a for a in tasks if a.target_state is not TargetState.STOPPED]
-    return _Assigned(
-        stamp=stamp,
-        tasks=tasks,
-        by_id={a.task.task_id: a.task for a in tasks},
-        kept=kept,
-        version=assignment_version(kept),
-    )
 
 
 @dataclass(frozen=True)
