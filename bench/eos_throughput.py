@@ -46,9 +46,10 @@ record, start-up included; (a)-(f) must each have copied every record, checked b
 pipeline fed at half of (a)'s records/s for ``--latency-warmup-seconds``, not counted, then
 for ``--latency-seconds``, each record timed from produce to visible to ``read_committed``
 (p50, p99 against 2 x the checkpoint interval), and unless ``--no-streams`` the same run
-through (e) Kafka Streams at the same rate; each prints the cores that the load generator
-(this process), the reader (a process of its own), the broker and the copy used while the
-measured records were produced, so a miss says whether the copy or the machine ran short.
+through (e) Kafka Streams at the same rate; the load generator and the reader are
+``bench/latencygen`` (Go, built here: ``eos/latency.py`` says why), and each run prints the
+cores that they, the broker and the copy used while the measured records were produced, so a
+miss says whether the copy or the machine ran short.
 Figures, not pass/fail.
 """
 
@@ -77,10 +78,11 @@ from eos.contenders import (
     spark_cores,
     streams_latency,
 )
-from eos.latency import LatencyRun, LatencySetup, run_latency
+from eos.latency import LATENCYGEN_DIR, LatencyRun, LatencySetup, run_latency
 from eos.proctree import tree_rss_mb
 from eos.report import Figure, median_round, print_figures, print_latency, print_rounds
 from eos.visibility import PREFETCH
+from gobuild import GoBuildError, go_binary
 
 from lockgate.client.pipeline_file import spec_from_mapping
 from lockgate.common.grpc_client import open_channel
@@ -557,7 +559,13 @@ def latency_runs(
     broker_pid: int,
 ) -> dict[str, LatencyRun]:
     """Lockgate's latency run and, unless ``--no-streams``, (e) Kafka Streams' at the same
-    rate on the same machine, each with the cores of the broker and of what copies."""
+    rate on the same machine, each with the cores of the broker and of what copies; none
+    (and why, printed) when the load generator cannot be built."""
+    try:
+        go_binary(LATENCYGEN_DIR)
+    except GoBuildError as unbuilt:
+        print(f"    latency run skipped: {unbuilt}")
+        return {}
     watched = {"broker": broker_pid}
     runs = {
         "(a) lockgate exactly_once": latency_section(

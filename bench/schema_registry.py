@@ -32,7 +32,6 @@ import json
 import os
 import queue
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -45,6 +44,7 @@ from pathlib import Path
 
 import grpc
 import httpx
+from gobuild import GoBuildError, go_binary  # bench/ is the script's own directory
 
 from lockgate.localcluster.commands import registry_command
 from lockgate.v1 import schema_registry_pb2 as pb
@@ -53,7 +53,6 @@ from lockgate.v1 import schema_registry_pb2_grpc as pb_grpc
 TARGET_LOOKUPS_PER_S = 5000
 TARGET_P99_MS = 5.0
 LOADGEN_DIR = Path(__file__).resolve().parent / "loadgen"
-LOADGEN_BINARY = LOADGEN_DIR / "build" / "loadgen"
 GO_CLIENT_DIR = LOADGEN_DIR.parent.parent / "clients" / "go"
 
 
@@ -265,34 +264,14 @@ def bench_grpc_registrations(address: str, count: int, tag: str) -> Result:
 
 
 def build_loadgen() -> tuple[Path | None, str]:
-    """Build ``bench/loadgen`` unless its binary is newer than its sources.
-
-    Returns (binary or None, a note for the output when it is None).
-    """
-    sources = [*LOADGEN_DIR.glob("*.go"), LOADGEN_DIR / "go.mod", LOADGEN_DIR / "go.sum"]
+    """``bench/loadgen``'s binary, built if its sources changed: (binary or None, a note for
+    the output when it is None)."""
     # The generated Go client it imports through its replace directive.
-    sources += [GO_CLIENT_DIR / "go.mod", *GO_CLIENT_DIR.glob("gen/**/*.go")]
-    newest_source = max(path.stat().st_mtime for path in sources)
-    if LOADGEN_BINARY.exists() and LOADGEN_BINARY.stat().st_mtime >= newest_source:
-        return LOADGEN_BINARY, ""
-    go = shutil.which("go")
-    if go is None:
-        return None, "Go is not installed; it shares the cores with the server"
-    built = subprocess.run(
-        [go, "build", "-o", str(LOADGEN_BINARY), "."],
-        cwd=LOADGEN_DIR,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if built.returncode != 0:
-        reason = (built.stderr.strip().splitlines() or ["no output"])[-1]
-        return (
-            None,
-            f"go build of bench/loadgen failed: {reason}; it shares the cores with the server",
-        )
-    return LOADGEN_BINARY, ""
+    client = [GO_CLIENT_DIR / "go.mod", *GO_CLIENT_DIR.glob("gen/**/*.go")]
+    try:
+        return go_binary(LOADGEN_DIR, also=client), ""
+    except GoBuildError as unbuilt:
+        return None, f"{unbuilt}; it shares the cores with the server"
 
 
 def run_loadgen(

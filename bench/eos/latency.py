@@ -1,40 +1,42 @@
 """End-to-end visibility latency: a fixed produce rate through a running pipeline.
 
-Each record's value starts with its sequence number (10 digits) and its produce time (16
-digits, microseconds since the epoch, taken just before ``produce()``); a ``read_committed``
-consumer of the output, in a process of its own on the same host (one wall clock), takes the
-time each record became visible to it. Latency = visible - produced, so it covers the
-producer's batching, the pipeline's batch and two-phase commit, and the consumer's fetch.
+The load generator and the reader are ``bench/latencygen`` (Go, franz-go), each a process of
+its own on the same host (one wall clock): each record's value starts with its sequence
+number (10 digits) and its produce time (16 digits, microseconds since the epoch, taken as
+its burst of a few milliseconds' records starts); the ``read_committed`` reader takes the time
+each record became visible to it. Latency = visible - produced, so it covers the producer's
+batching, the pipeline's batch and two-phase commit, and the consumer's fetch.
 
-The reader is a process, not a thread beside the load generator: neither waits for the
-other's turn at the interpreter lock (a record's stamp is taken when ``consume()`` returns, and
-the generator's when its burst starts), and the cores each uses are reported apart.
-
-The load generator, the reader and the system under test share the machine: the run also
-measures the cores each used over the produce phase (this process, the reader's, and the
-process trees it is given), so a missed target says whether the copy or the machine ran out
-of time.
+Why Go: the load generator, the reader and the system under test share the machine, and the
+Python generator and reader this replaced used 0.34 of a core at 93,000 records/s and 0.78 at
+150,000 on the 2-core machine (README, issue 13), cores the copy under test lacked. The run
+also measures the cores each used over the measured phase (the generator's, the reader's,
+and the process trees it is given), so a missed target says whether the copy or the machine
+ran out of time.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
+import json
+import math
+import subprocess
+import threading
 import time
-from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
-from multiprocessing.sharedctypes import Synchronized
-from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import IO, Any
 
 from confluent_kafka import Producer
+from gobuild import go_binary
 
 from eos.proctree import TreeCpu
 from eos.visibility import CommittedReader
 
-#: The names of this process (the load generator) and of the reader's in `LatencyRun.cores`.
-BENCH_PROCESS = "bench (load generator)"
+LATENCYGEN_DIR = Path(__file__).resolve().parent.parent / "latencygen"
+
+#: The names of the load generator's and the reader's processes in `LatencyRun.cores`.
+GENERATOR_PROCESS = "load generator"
 READER_PROCESS = "reader"
 
 
@@ -53,7 +55,8 @@ class LatencyRun:
     missing: int
     """Records produced but not visible by the deadline (the warm-up's included)."""
     cores: dict[str, float] = field(default_factory=dict)
-    """Cores each watched process tree used over the measured phase, this one's included."""
+    """Cores each watched process tree used over the measured phase, the load generator's and
+    the reader's included."""
     warmup_records: int = 0
     """Records produced at the same rate before the measured ones, not in the figures above."""
     warmup_p99_ms: float = float("nan")
@@ -79,119 +82,145 @@ class LatencySetup:
     settle_s: float = 30.0
     """How long past the produce phase records may take to become visible."""
     watched: Mapping[str, int] = field(default_factory=dict)
-    """Process trees (name -> root pid) whose CPU the run measures, beside this process."""
+    """Process trees (name -> root pid) whose CPU the run measures, beside the load generator
+    and the reader."""
 
 
 def run_latency(setup: LatencySetup) -> LatencyRun:
-    """Produce at ``setup.rate`` records/s for ``setup.seconds`` and time each record's
-    visibility in ``setup.sink`` (read by a process of its own: the module's docstring)."""
+    """Produce at ``setup.rate`` records/s for ``setup.seconds`` (after ``setup.warmup_s`` at
+    the same rate) and time each record's visibility in ``setup.sink`` (the module's
+    docstring). Raises GoBuildError if ``bench/latencygen`` cannot be built."""
+    binary = go_binary(LATENCYGEN_DIR)
     warmup = int(setup.rate * setup.warmup_s)
     expected = warmup + int(setup.rate * setup.seconds)
-    spawn = multiprocessing.get_context("spawn")  # not fork: this process holds gRPC channels
-    distinct, ready, stop = spawn.Value("q", 0), spawn.Event(), spawn.Event()
-    results, sent_results = spawn.Pipe(duplex=False)
-    reader = spawn.Process(
-        target=_read_visible,
-        args=(setup.bootstrap, setup.sink, setup.partitions, expected, warmup),
-        kwargs={"distinct": distinct, "ready": ready, "stop": stop, "results": sent_results},
-        name="latency-reader",
-        daemon=True,
+    common = [
+        f"-bootstrap={setup.bootstrap}",
+        f"-partitions={setup.partitions}",
+        f"-records={expected}",
+        f"-measured-from={warmup}",
+    ]
+    reader = _Latencygen(
+        binary, "read", [*common, f"-topic={setup.sink}", f"-settle={setup.settle_s}s"]
     )
-    reader.start()
     try:
-        started = time.monotonic() + 60
-        while not ready.wait(timeout=1):
-            if not reader.is_alive() or time.monotonic() > started:
-                raise RuntimeError(
-                    f"the latency run's reader process did not start (exit code {reader.exitcode})"
-                )
-        measuring = _Measuring({BENCH_PROCESS: os.getpid(), READER_PROCESS: reader.pid or 0})
-        produced = _produce_at_rate(setup, expected, measured_from=warmup, measuring=measuring)
-        achieved = (produced - warmup) / (time.monotonic() - measuring.began)
-        cores = measuring.cores()
-        deadline = time.monotonic() + setup.settle_s
-        while distinct.value < produced and time.monotonic() < deadline:
-            time.sleep(0.1)  # the reader process does the work; this only waits for it
+        reader.expect_line("ready", timeout_s=60)
+        generator = _Latencygen(
+            binary,
+            "produce",
+            [
+                *common,
+                f"-topic={setup.source}",
+                f"-rate={setup.rate}",
+                f"-value-bytes={setup.value_bytes}",
+            ],
+        )
+        try:
+            generator.expect_line("measuring", timeout_s=setup.warmup_s + 60)
+            cpu = {GENERATOR_PROCESS: generator.pid, READER_PROCESS: reader.pid}
+            counters = {name: TreeCpu(pid, whole_tree=False) for name, pid in cpu.items()}
+            counters.update((name, TreeCpu(pid)) for name, pid in setup.watched.items())
+            produced = generator.result(timeout_s=setup.seconds + 120)
+            cores = {name: tree.cores() for name, tree in counters.items()}
+        finally:
+            generator.stop()
+        if produced["errors"]:
+            raise RuntimeError(
+                f"the latency run's load generator failed {produced['errors']} records:"
+                f" {produced.get('first_error')}"
+            )
+        reader.tell(f"{produced['produced']}\n")
+        seen = reader.result(timeout_s=setup.settle_s + 60)
     finally:
-        stop.set()
-    if not results.poll(timeout=60):
-        reader.kill()
-        raise RuntimeError("the latency run's reader process sent no results within 60 s")
-    measured_ms, warmup_ms = array("d"), array("d")
-    measured_ms.frombytes(results.recv_bytes())
-    warmup_ms.frombytes(results.recv_bytes())
-    seen = int(results.recv())
-    reader.join(timeout=10)
-    ordered = sorted(measured_ms)
+        reader.stop()
     return LatencyRun(
         target_rate=setup.rate,
-        achieved_rate=achieved,
-        records=produced - warmup,
-        p50_ms=_percentile(ordered, 0.50),
-        p99_ms=_percentile(ordered, 0.99),
-        max_ms=ordered[-1] if ordered else float("nan"),
-        missing=produced - seen,
+        achieved_rate=produced["measured_rate"],
+        records=produced["produced"] - warmup,
+        p50_ms=_ms(seen["p50_ms"]),
+        p99_ms=_ms(seen["p99_ms"]),
+        max_ms=_ms(seen["max_ms"]),
+        missing=produced["produced"] - seen["distinct"],
         cores=cores,
         warmup_records=warmup,
-        warmup_p99_ms=_percentile(sorted(warmup_ms), 0.99),
+        warmup_p99_ms=_ms(seen["warmup_p99_ms"]),
     )
 
 
-def _percentile(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+def _ms(figure: float) -> float:
+    """latencygen's -1 (no record) as NaN."""
+    return figure if figure >= 0 else math.nan
 
 
-class _Measuring:
-    """The measured phase's start: its time and the CPU counters of the processes watched."""
+class _Latencygen:
+    """One ``latencygen`` process: its lines of output as they come, its last one its result."""
 
-    def __init__(self, processes: Mapping[str, int]) -> None:
-        self._processes = processes
-        self.began = time.monotonic()
-        self._cpu: dict[str, TreeCpu] = {}
+    def __init__(self, binary: Path, command: str, args: list[str]) -> None:
+        self._proc = subprocess.Popen(
+            [str(binary), command, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.pid = self._proc.pid
+        self._name = f"latencygen {command}"
+        self._lines: list[str] = []
+        self._changed = threading.Condition()
+        self._stderr: list[str] = []
+        threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True).start()
+        threading.Thread(target=self._drain, args=(self._proc.stderr,), daemon=True).start()
 
-    def start(self, watched: Mapping[str, int]) -> None:
-        self.began = time.monotonic()
-        self._cpu = {name: TreeCpu(pid, whole_tree=False) for name, pid in self._processes.items()}
-        self._cpu.update((name, TreeCpu(pid)) for name, pid in watched.items())
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            with self._changed:
+                self._lines.append(line.strip())
+                self._changed.notify_all()
+        with self._changed:
+            self._lines.append("")  # end of output
+            self._changed.notify_all()
 
-    def cores(self) -> dict[str, float]:
-        """The cores each process used since ``start`` (none before it)."""
-        return {name: tree.cores() for name, tree in self._cpu.items()}
+    def _drain(self, stream: IO[str]) -> None:
+        self._stderr.extend(stream)
 
+    def _next_line(self, timeout_s: float, what: str) -> str:
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not self._lines:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeError(f"{self._name} did not {what} within {timeout_s:.0f} s")
+                self._changed.wait(timeout=left)
+            line = self._lines.pop(0)
+        if not line:
+            self._proc.wait(timeout=10)
+            said = "".join(self._stderr).strip() or "nothing on stderr"
+            raise RuntimeError(
+                f"{self._name} exited ({self._proc.returncode}) before it could {what}: {said}"
+            )
+        return line
 
-def _read_visible(
-    bootstrap: str,
-    sink: str,
-    partitions: int,
-    records: int,
-    warmup: int,
-    *,
-    distinct: Synchronized[int],
-    ready: Event,
-    stop: Event,
-    results: Connection,
-) -> None:
-    """The reader process: read ``sink`` until ``stop``, keeping ``distinct`` current; then
-    send each measured record's latency and each warm-up record's (ms, an ``array('d')``'s
-    bytes; the records numbered below ``warmup`` are the warm-up's) and the distinct count."""
-    reader = CommittedReader(bootstrap, sink, partitions=partitions, records=records)
-    measured_ms, warmup_ms = array("d"), array("d")
+    def expect_line(self, expected: str, *, timeout_s: float) -> None:
+        """Wait for the line ``expected``."""
+        line = self._next_line(timeout_s, f"say {expected!r}")
+        if line != expected:
+            raise RuntimeError(f"{self._name} said {line!r} where {expected!r} was expected")
 
-    def on_record(sequence: int, value: bytes, now: float) -> None:
-        into = measured_ms if sequence >= warmup else warmup_ms
-        into.append((now - int(value[10:26]) / 1e6) * 1000)
+    def tell(self, text: str) -> None:
+        """Write ``text`` to its standard input."""
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(text)
+        self._proc.stdin.flush()
 
-    try:
-        reader.poll(on_record)  # the first poll connects: from here on it reads as it comes
-        ready.set()
-        while not stop.is_set():
-            reader.poll(on_record)
-            distinct.value = reader.distinct
-    finally:
-        reader.close()
-    results.send_bytes(measured_ms.tobytes())
-    results.send_bytes(warmup_ms.tobytes())
-    results.send(reader.distinct)
+    def result(self, *, timeout_s: float) -> dict[str, Any]:
+        """Its JSON result line."""
+        answer: dict[str, Any] = json.loads(self._next_line(timeout_s, "print its result"))
+        return answer
+
+    def stop(self) -> None:
+        """Kill it unless it has exited."""
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait(timeout=10)
 
 
 def wait_until_copying(
@@ -214,41 +243,3 @@ def wait_until_copying(
         return True
     finally:
         reader.close()
-
-
-def _produce_at_rate(
-    setup: LatencySetup, records: int, *, measured_from: int, measuring: _Measuring
-) -> int:
-    """Produce ``records`` records, paced to ``setup.rate`` per second, starting ``measuring``
-    as record ``measured_from`` is due (the warm-up's end); returns how many.
-
-    The generator shares the machine with what it measures, so it does little per record:
-    the records due are produced in a burst every few ms, all stamped with the burst's start
-    (a record produced later in its burst is counted a little late, never early)."""
-    producer = Producer({"bootstrap.servers": setup.bootstrap, "linger.ms": 5})
-    produce, topic, partitions = producer.produce, setup.source, setup.partitions
-    pad = b"x" * max(0, setup.value_bytes - 26)
-    keys = [str(k).encode() for k in range(1000)]
-    began = time.monotonic()
-    sent = 0
-    while sent < records:
-        due = min(records, int((time.monotonic() - began) * setup.rate) + 1)
-        if sent <= measured_from < due:
-            measuring.start(setup.watched)
-        stamp = b"%016d" % (time.time_ns() // 1000)
-        while sent < due:
-            try:
-                produce(
-                    topic,
-                    b"%010d" % sent + stamp + pad,
-                    keys[sent % 1000],
-                    partition=sent % partitions,
-                )
-            except BufferError:
-                producer.poll(0.01)
-                continue
-            sent += 1
-        producer.poll(0)
-        time.sleep(0.002)  # pacing: the next batch is due in a few milliseconds
-    producer.flush(60)
-    return sent
