@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -46,16 +45,10 @@ class CommittedReader:
         self.first_seen_at: float | None = None
         """``time.monotonic()`` when the first record became visible."""
 
-    def poll(self, on_record: Callable[[int, bytes, float], None] | None = None) -> int:
-        """Read what is visible now (up to 10,000 records); ``on_record(sequence, value,
-        now)`` per input record read. Returns how many were read.
-
-        ``now`` is taken when ``consume()`` returns, and librdkafka's ``consume()`` waits out
-        its whole timeout unless it has ``num_messages`` records: the timeout is short (10 ms)
-        so records are not stamped later than they were read (with 0.2 s, as before, the
-        latency run counted up to 0.2 s of this reader's wait in a record's latency)."""
+    def poll(self) -> int:
+        """Read what is visible now (up to 10,000 records, waiting at most 10 ms); returns
+        how many were read."""
         messages = self._consumer.consume(num_messages=10_000, timeout=0.01)
-        now = time.time()
         for message in messages:
             error = message.error()
             if error is not None:
@@ -72,8 +65,6 @@ class CommittedReader:
             else:
                 self._seen[sequence] = 1
                 self.distinct += 1
-            if on_record is not None:
-                on_record(sequence, value, now)
         if messages and self.first_seen_at is None:
             self.first_seen_at = time.monotonic()
         return len(messages)
