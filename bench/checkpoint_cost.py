@@ -49,8 +49,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from eos.proctree import descendants
 from eos_throughput import produce_input  # bench/ is the script's own directory
+from proctree import descendants
 from pyspark.sql import SparkSession
 
 from lockgate.common.model.ids import CheckpointId, PipelineId, TaskId

@@ -65,6 +65,7 @@ from typing import TypeVar
 
 import grpc
 from coordinator_scale import ScaleResult, ScaleSize, print_scale, run_scale
+from proctree import cpu_seconds
 
 from lockgate.common.grpc_client import open_channel
 from lockgate.common.security import ClientSecurity
@@ -126,16 +127,6 @@ def load_average() -> str:
     except OSError:
         return "load unknown"
     return f"load {one_minute:.1f} on {os.cpu_count()} cores"
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds process ``pid`` has used (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def poll(what: str, condition: Callable[[], _T | None], *, timeout_s: float) -> _T:
@@ -334,6 +325,11 @@ class Databases:
         if self._postgres is None:
             self._postgres = PostgresCluster().start()
         return self._postgres.create_database(unique_database_name(f"bench_{label}"))
+
+    def server_pid(self, kind: str) -> int | None:
+        """The pid of the database server of ``kind`` (PostgreSQL's postmaster, once
+        started); None for SQLite, which runs in its callers' processes."""
+        return self._postgres.pid if kind == "postgres" and self._postgres else None
 
     def close(self) -> None:
         """Stop PostgreSQL if it was started (its directory goes with it)."""
@@ -935,6 +931,7 @@ def run_scale_on(
         processes,
         bootstrap,
         db=kind,
+        database_pid=databases.server_pid(kind),
         size=ScaleSize(
             pipelines=args.scale_pipelines,
             tasks=args.scale_tasks,

@@ -8,7 +8,10 @@ pipeline has committed a checkpoint, the run measures for ``duration_s`` seconds
 * trigger lag: for each checkpoint triggered in the window, how long after it was due
   (the previous trigger plus the interval) it was triggered (the coordinator's own
   timings, on the database's clock); p50/p99 against the < 500 ms target;
-* the leader's CPU over the window, in cores, against the < 1 core target;
+* the leader's CPU over the window, in cores, against the < 1 core target, and the CPU a
+  committed checkpoint cost the leader, the executors and (PostgreSQL) the database
+  server, with how busy the machine's cores were and how often the executors' threads
+  switched (each wake-up of a thread is one: a task's thread hops are most of its cost);
 * checkpoints committed and aborted in the window, per second;
 * where the lag goes: each checkpoint's trigger -> COMPLETE, and how long after it was both
   due and free to start (its predecessor COMPLETE: the leader triggers nothing while one is
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import grpc
+from proctree import MachineCpu, TreeCpu, context_switches, cpu_seconds
 
 from lockgate.localcluster.kafka import create_topic
 from lockgate.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
@@ -41,6 +45,9 @@ _T = TypeVar("_T")
 #: Targets of issue 14.
 TRIGGER_LAG_P99_TARGET_MS = 500.0
 LEADER_CORES_TARGET = 1.0
+#: The issue's full size, 1,000 pipelines checkpointing every second, with the leader
+#: under one core: the leader's CPU a checkpoint this size needs, in ms.
+FULL_SIZE_LEADER_MS_A_CHECKPOINT = LEADER_CORES_TARGET * 1000 / 1000
 
 
 class _Processes(Protocol):
@@ -82,6 +89,13 @@ class ScaleResult:
     """Trigger time - max(due, the predecessor's COMPLETE) of each triggered in the window."""
     leader_cores: float
     executor_cores: float
+    database_cores: float | None
+    """The database server's process tree (PostgreSQL); None for SQLite, whose work is
+    the leader's own."""
+    machine_cores: float
+    """How many of the machine's cores were busy over the window, every process counted."""
+    executor_switches: int
+    """The executors' context switches over the window (their threads alive at its end)."""
     committed: int
     aborted: int
     window_s: float
@@ -96,15 +110,6 @@ def _percentile(values: Sequence[float], fraction: float) -> float:
         return math.nan
     ordered = sorted(values)
     return ordered[max(1, math.ceil(fraction * len(ordered))) - 1]
-
-
-def _cpu_seconds(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _patiently(call: Callable[[], _T], *, timeout_s: float = 120.0) -> _T:
@@ -152,8 +157,10 @@ def run_scale(
     db: str,
     size: ScaleSize,
     ready_timeout_s: float,
+    database_pid: int | None = None,
 ) -> ScaleResult:
-    """Set the cluster up, wait until every pipeline committed once, measure a window."""
+    """Set the cluster up, wait until every pipeline committed once, measure a window.
+    ``database_pid``: the database server's, whose process tree's CPU is measured too."""
     began = time.monotonic()
     suffix = uuid.uuid4().hex[:8]
     source, sink = f"scale-src-{suffix}", f"scale-sink-{suffix}"
@@ -220,13 +227,19 @@ def run_scale(
         )
         start_wall_ms = time.time() * 1000
         executor_pids = [e.pid for e in processes.executors]
-        cpu_before = _cpu_seconds(leader.process.pid)
-        executors_before = sum(map(_cpu_seconds, executor_pids))
+        cpu_before = cpu_seconds(leader.process.pid)
+        executors_before = sum(map(cpu_seconds, executor_pids))
+        switches_before = sum(map(context_switches, executor_pids))
+        database = TreeCpu(database_pid) if database_pid is not None else None
+        machine = MachineCpu()
         window_began = time.monotonic()
         time.sleep(size.duration_s)  # the measured window
         window_s = time.monotonic() - window_began
-        cpu_after = _cpu_seconds(leader.process.pid)
-        executors_after = sum(map(_cpu_seconds, executor_pids))
+        cpu_after = cpu_seconds(leader.process.pid)
+        executors_after = sum(map(cpu_seconds, executor_pids))
+        executor_switches = sum(map(context_switches, executor_pids)) - switches_before
+        database_cores = database.cores() if database is not None else None
+        machine_cores = machine.cores()
         end_wall_ms = time.time() * 1000
         lags: list[float] = []
         completions: list[float] = []
@@ -261,12 +274,38 @@ def run_scale(
         reactions_ms=reactions,
         leader_cores=(cpu_after - cpu_before) / window_s,
         executor_cores=(executors_after - executors_before) / window_s,
+        database_cores=database_cores,
+        machine_cores=machine_cores,
+        executor_switches=executor_switches,
         committed=committed,
         aborted=aborted,
         window_s=window_s,
         setup_s=setup_s,
         creates_ms=creates_ms,
         abort_reasons=reasons,
+    )
+
+
+def cpu_a_checkpoint(result: ScaleResult) -> str:
+    """What a committed checkpoint cost in CPU, process by process, against what the full
+    size needs of the leader, and how busy the machine was (a run whose machine was busy
+    throughout was held back by the cores it had, not by one process)."""
+    if not result.committed:
+        return "no checkpoint committed in the window: no CPU a checkpoint"
+    per = result.window_s / result.committed * 1000  # ms of the window a checkpoint
+    parts = [
+        f"leader {result.leader_cores * per:.2f} ms (the full size needs < "
+        f"{FULL_SIZE_LEADER_MS_A_CHECKPOINT:.0f} ms)",
+        f"the {result.size.executors} executors {result.executor_cores * per:.2f} ms",
+    ]
+    if result.database_cores is not None:
+        parts.append(f"the database server {result.database_cores * per:.2f} ms")
+    cores = os.cpu_count() or 1
+    switches = result.executor_switches / (result.committed * result.size.tasks)
+    return (
+        f"CPU a checkpoint committed: {', '.join(parts)}; the machine's {cores} cores "
+        f"{result.machine_cores:.2f} busy; the executors' threads switched {switches:.1f} "
+        "times a task"
     )
 
 
@@ -308,5 +347,6 @@ def print_scale(result: ScaleResult) -> None:
         f"predecessor COMPLETE p50 {_percentile(result.reactions_ms, 0.5):.0f} ms, p99 "
         f"{_percentile(result.reactions_ms, 0.99):.0f} ms (the leader's loop)"
     )
+    print(f"          {cpu_a_checkpoint(result)}")
     if result.abort_reasons:
         print(f"          aborted, e.g.: {'; '.join(sorted(set(result.abort_reasons))[:3])}")

@@ -79,10 +79,10 @@ from eos.contenders import (
     streams_latency,
 )
 from eos.latency import LATENCYGEN_DIR, LatencyRun, LatencySetup, run_latency
-from eos.proctree import tree_rss_mb
 from eos.report import Figure, median_round, print_figures, print_latency, print_rounds
 from eos.visibility import PREFETCH
 from gobuild import GoBuildError, go_binary
+from proctree import tree_rss_mb
 
 from lockgate.client.pipeline_file import spec_from_mapping
 from lockgate.common.grpc_client import open_channel

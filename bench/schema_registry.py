@@ -45,6 +45,7 @@ from pathlib import Path
 import grpc
 import httpx
 from gobuild import GoBuildError, go_binary  # bench/ is the script's own directory
+from proctree import cpu_seconds, descendants
 
 from lockgate.localcluster.commands import registry_command
 from lockgate.v1 import schema_registry_pb2 as pb
@@ -108,39 +109,6 @@ def from_latencies(name: str, seconds: float, latencies_s: list[float]) -> Resul
 
 
 # --- the registry's processes ------------------------------------------------------------------
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its live descendants (the supervisor and its workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    tree, pending = [], [pid]
-    while pending:
-        current = pending.pop()
-        tree.append(current)
-        pending.extend(children.get(current, []))
-    return tree
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds these processes have used so far (Linux /proc)."""
-    total = 0.0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def memory_mib(pids: list[int]) -> tuple[float, float]:
@@ -457,10 +425,10 @@ def run_once(args: argparse.Namespace, loadgen: Path | None, tag: str, home: str
     process, grpc_address, http_address = start_registry(db_url, extra)
     lookups: list[Result] = []
     try:
-        pids = process_tree(process.pid)
+        pids = [process.pid, *descendants(process.pid)]  # the supervisor and its workers
 
         def measure() -> float:
-            return cpu_seconds(pids)
+            return sum(map(cpu_seconds, pids))
 
         print(
             f"[run {tag}] registry grpc={grpc_address} http={http_address}"
@@ -504,7 +472,7 @@ def run_once(args: argparse.Namespace, loadgen: Path | None, tag: str, home: str
                     measure,
                 )
             )
-        rss, pss = memory_mib(process_tree(process.pid))
+        rss, pss = memory_mib([process.pid, *descendants(process.pid)])
         for result in lookups:
             print("  " + report(result, lookup=True))
         print("  " + report(rest_reg, lookup=False))

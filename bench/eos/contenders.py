@@ -19,8 +19,9 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from proctree import tree_rss_mb
+
 from eos.latency import LatencyRun, LatencySetup, run_latency, wait_until_copying
-from eos.proctree import tree_rss_mb
 from eos.report import Figure
 from eos.visibility import CommittedReader
 from lockgate.localcluster.kafka import create_topic, read_visible

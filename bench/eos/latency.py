@@ -29,8 +29,8 @@ from typing import IO, Any
 
 from confluent_kafka import Producer
 from gobuild import go_binary
+from proctree import TreeCpu
 
-from eos.proctree import TreeCpu
 from eos.visibility import CommittedReader
 
 LATENCYGEN_DIR = Path(__file__).resolve().parent.parent / "latencygen"

@@ -14,6 +14,15 @@ leader writes one transaction instead of one for the first report and one for th
 peers are all queued, waits for nothing; nor does a report wait for a task that is
 reporting already (its later pre-commit queues behind this report's answer).
 
+Wake-ups are what a report costs an executor at scale: each is a context switch and a
+hand-over of the GIL (the scale run switched an executor's threads 16-18 times a task, a
+third of its CPU in the kernel). So each waiting caller sleeps on its own event and is woken
+once: when its answer is in, or when it is its turn to send the next call (the oldest
+queued report's caller, so calls keep their order). One condition for all woke every
+waiting caller after every call, and those queued for the next call went back to sleep. A
+sender lingering for announced reports is woken once too, by the arrival that ends its
+wait, not by every arrival (14 switches a task then, docs/benchmarks.md).
+
 Each caller keeps its own retry loop (`Reporter`): a call that fails as a whole (no
 leader, deadline exceeded) fails every report in it, and each caller sends its report
 again; the retries gather into a batch again. Sending a report twice is harmless: the
@@ -26,7 +35,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lockgate.executor.runtime.coordinator import CoordinatorCallError
 from lockgate.executor.runtime.values import PrecommitAnswer, PrecommitReport, TaskRef
@@ -44,6 +53,10 @@ class _Pending:
     done: bool = False
     answer: PrecommitAnswer | None = None
     error: Exception | None = None
+    #: Its caller sends the next call (set under the batcher's lock, as `done` is).
+    turn: bool = False
+    #: Set when `done` or `turn` becomes true: the caller's one wake-up.
+    woken: threading.Event = field(default_factory=threading.Event)
 
 
 #: How long a report waits at most for the reports still announced (s).
@@ -78,30 +91,27 @@ class PrecommitBatcher:
         self._send = send
         self._max_batch = max_batch
         self._linger_s = linger_s
-        lock = threading.Lock()
-        # Two conditions on one lock, so each wakes only who needs it: an arrival wakes
-        # the one sender lingering for it (`_arrivals`), a sent batch wakes the callers
-        # waiting for an answer or their turn (`_cond`). One condition for both woke every
-        # waiting caller on every arrival: a 50-task checkpoint's reports cost 50 x 50
-        # thread wake-ups.
-        self._cond = threading.Condition(lock)
-        self._arrivals = threading.Condition(lock)
+        self._lock = threading.Lock()
+        # Only the sender lingering for announced reports waits on it; a sent call wakes
+        # its callers and the next sender through their own events (`_Pending.woken`).
+        self._arrivals = threading.Condition(self._lock)
         self._queue: list[_Pending] = []
         self._sending = False
+        self._lingering = False
         self._coming: Counter[TaskRef] = Counter()
 
     def announce(self, task: TaskRef) -> Coming:
         """Announce a report of `task` (a pre-commit triggered): reports of other tasks
         ready meanwhile wait for it, up to `linger_s`, until it is submitted with it or
         `withdraw`n."""
-        with self._cond:
+        with self._lock:
             self._coming[task] += 1
         return Coming(task)
 
     def withdraw(self, coming: Coming) -> None:
         """The announced report will not come (the pre-commit failed or was skipped); a
         no-op once it was submitted."""
-        with self._cond:
+        with self._lock:
             self._arrive_locked(coming)
 
     def submit(
@@ -111,19 +121,22 @@ class PrecommitBatcher:
         announcement it fulfils); its answer, or the :class:`CoordinatorCallError` of its
         refusal or of the failed call."""
         me = _Pending(report, timeout_s)
-        with self._cond:
+        with self._lock:
             self._queue.append(me)
             if coming is not None:
                 self._arrive_locked(coming)
-        while True:
-            with self._cond:
-                while self._sending and not me.done:
-                    self._cond.wait()
-                if me.done:
-                    break
-                self._sending = True  # this caller sends what is queued, its own included
+            if not self._sending:
+                self._sending = True
+                me.turn = True  # no call in flight: this caller sends at once
+        while not me.done:
+            if not me.turn:
+                me.woken.wait()  # set once `done` or `turn` is
+                continue
+            with self._lock:
+                me.turn = False
+                me.woken.clear()
                 self._linger_locked()
-                batch = self._queue[: self._max_batch]
+                batch = self._queue[: self._max_batch]  # the oldest first, its own included
                 del self._queue[: len(batch)]
             self._send_batch(batch)
         if me.error is not None:
@@ -137,17 +150,25 @@ class PrecommitBatcher:
             self._coming[coming.task] -= 1
             if not self._coming[coming.task]:
                 del self._coming[coming.task]
-            self._arrivals.notify()  # the one lingering sender, if any
+            if self._lingering and not self._lingers_locked():
+                self._arrivals.notify()  # the sender's wait is over: its one wake-up
 
     def _linger_locked(self) -> None:
         """Wait while reports of tasks not reporting now are coming, up to `linger_s`,
         unless a call is full."""
         until = time.monotonic() + self._linger_s
-        while len(self._queue) < self._max_batch and self._awaited_locked():
-            left = until - time.monotonic()
-            if left <= 0:
-                return
-            self._arrivals.wait(left)
+        self._lingering = True
+        try:
+            while self._lingers_locked():
+                left = until - time.monotonic()
+                if left <= 0:
+                    return
+                self._arrivals.wait(left)
+        finally:
+            self._lingering = False
+
+    def _lingers_locked(self) -> bool:
+        return len(self._queue) < self._max_batch and self._awaited_locked()
 
     def _awaited_locked(self) -> bool:
         reporting = {p.report.stamp.task for p in self._queue}
@@ -165,11 +186,15 @@ class PrecommitBatcher:
             for pending in batch:
                 pending.error = exc
         finally:
-            with self._cond:
+            with self._lock:
                 for pending in batch:
                     pending.done = True
-                self._sending = False
-                self._cond.notify_all()
+                    pending.woken.set()
+                if self._queue:  # queued meanwhile: the oldest one's caller sends them next
+                    self._queue[0].turn = True
+                    self._queue[0].woken.set()
+                else:
+                    self._sending = False
 
 
 __all__ = ["LINGER_S", "Coming", "PrecommitBatcher", "SendPrecommits"]

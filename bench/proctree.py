@@ -1,4 +1,6 @@
-"""What /proc says of a process tree: its pids, its resident memory, the CPU it used."""
+"""What /proc says of processes for the benchmarks: a process tree's pids, its resident
+memory, the CPU a process or a tree used, and how busy the machine's cores were. The one
+home of these readings for every ``bench/*.py``."""
 
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ def tree_rss_mb(pid: int) -> float:
     return sum(_rss_kb(p) for p in {pid} | descendants(pid)) / 1024
 
 
-def _cpu_s(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system) ``pid`` has used; 0 if it is gone."""
     try:
         stat = (Path("/proc") / str(pid) / "stat").read_text()
@@ -55,6 +57,19 @@ def _cpu_s(pid: int) -> float:
         return 0.0
     fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def context_switches(pid: int) -> int:
+    """Context switches, voluntary and not, of ``pid``'s threads alive now (a thread that
+    has ended takes its own with it); 0 if it is gone."""
+    total = 0
+    for status in (Path("/proc") / str(pid) / "task").glob("*/status"):
+        try:
+            lines = status.read_text().splitlines()
+        except OSError:
+            continue
+        total += sum(int(line.split()[1]) for line in lines if "ctxt_switches:" in line)
+    return total
 
 
 class TreeCpu:
@@ -66,13 +81,42 @@ class TreeCpu:
         self._pid = pid
         self._whole_tree = whole_tree
         self._began = time.monotonic()
-        self._start = {p: _cpu_s(p) for p in self._pids()}
+        self._start = {p: cpu_seconds(p) for p in self._pids()}
 
     def _pids(self) -> set[int]:
         return {self._pid} | descendants(self._pid) if self._whole_tree else {self._pid}
 
+    def seconds(self) -> float:
+        """CPU seconds used since the start."""
+        now = {p: cpu_seconds(p) for p in self._pids() | set(self._start)}
+        return sum(cpu - self._start.get(p, 0.0) for p, cpu in now.items() if cpu)
+
     def cores(self) -> float:
         """Cores used on average since the start (CPU seconds per wall second)."""
-        now = {p: _cpu_s(p) for p in self._pids() | set(self._start)}
-        used = sum(cpu - self._start.get(p, 0.0) for p, cpu in now.items() if cpu)
-        return used / max(time.monotonic() - self._began, 1e-9)
+        return self.seconds() / max(time.monotonic() - self._began, 1e-9)
+
+
+class MachineCpu:
+    """How busy the machine's cores are from now on: every process's CPU, this
+    benchmark's own and the kernel's included (``/proc/stat``: all but idle and I/O
+    wait)."""
+
+    def __init__(self) -> None:
+        self._began = time.monotonic()
+        self._start = _busy_seconds()
+
+    def seconds(self) -> float:
+        """CPU seconds the machine's cores were busy since the start."""
+        return _busy_seconds() - self._start
+
+    def cores(self) -> float:
+        """Cores busy on average since the start."""
+        return self.seconds() / max(time.monotonic() - self._began, 1e-9)
+
+
+def _busy_seconds() -> float:
+    """CPU seconds the machine's cores have been busy since boot."""
+    with open("/proc/stat") as stat:
+        # cpu user nice system idle iowait irq softirq steal (guest time is in user already)
+        ticks = [int(n) for n in stat.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / _CLOCK_TICKS
