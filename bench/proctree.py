@@ -33,6 +33,11 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def tree_pids(pid: int) -> set[int]:
+    """``pid`` and the pids of every process under it."""
+    return {pid} | descendants(pid)
+
+
 def _rss_kb(pid: int) -> int:
     try:
         status = (Path("/proc") / str(pid) / "status").read_text()
@@ -46,7 +51,7 @@ def _rss_kb(pid: int) -> int:
 
 def tree_rss_mb(pid: int) -> float:
     """Resident memory of ``pid`` and all its descendants, in MB."""
-    return sum(_rss_kb(p) for p in {pid} | descendants(pid)) / 1024
+    return sum(_rss_kb(p) for p in tree_pids(pid)) / 1024
 
 
 def cpu_seconds(pid: int) -> float:
@@ -84,7 +89,7 @@ class TreeCpu:
         self._start = {p: cpu_seconds(p) for p in self._pids()}
 
     def _pids(self) -> set[int]:
-        return {self._pid} | descendants(self._pid) if self._whole_tree else {self._pid}
+        return tree_pids(self._pid) if self._whole_tree else {self._pid}
 
     def seconds(self) -> float:
         """CPU seconds used since the start."""

@@ -45,7 +45,7 @@ from pathlib import Path
 import grpc
 import httpx
 from gobuild import GoBuildError, go_binary  # bench/ is the script's own directory
-from proctree import cpu_seconds, descendants
+from proctree import cpu_seconds, tree_pids
 
 from lockgate.localcluster.commands import registry_command
 from lockgate.v1 import schema_registry_pb2 as pb
@@ -425,7 +425,7 @@ def run_once(args: argparse.Namespace, loadgen: Path | None, tag: str, home: str
     process, grpc_address, http_address = start_registry(db_url, extra)
     lookups: list[Result] = []
     try:
-        pids = [process.pid, *descendants(process.pid)]  # the supervisor and its workers
+        pids = sorted(tree_pids(process.pid))  # the supervisor and its workers
 
         def measure() -> float:
             return sum(map(cpu_seconds, pids))
@@ -472,7 +472,7 @@ def run_once(args: argparse.Namespace, loadgen: Path | None, tag: str, home: str
                     measure,
                 )
             )
-        rss, pss = memory_mib([process.pid, *descendants(process.pid)])
+        rss, pss = memory_mib(sorted(tree_pids(process.pid)))
         for result in lookups:
             print("  " + report(result, lookup=True))
         print("  " + report(rest_reg, lookup=False))
