@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from lockgate.common.errors import StaleTokenError
+from lockgate.common.group_commit import GroupCommit
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import (
     CheckpointId,
@@ -31,7 +32,6 @@ from lockgate.coordinator.api.convert import assignments_to_proto
 from lockgate.coordinator.domain.checkpoints import Precommit
 from lockgate.coordinator.domain.errors import NotFound
 from lockgate.coordinator.domain.states import CheckpointState, TargetState, TaskState
-from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder import CoordinatorSettings, Herder, membership
 from lockgate.coordinator.herder import checkpoints as checkpoint_driver
 from lockgate.coordinator.herder.executors import (

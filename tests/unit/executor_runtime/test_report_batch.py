@@ -96,7 +96,7 @@ def test_reports_ready_during_a_call_go_together_in_the_next_with_their_own_answ
     first = submit_in_thread(batcher, 0, outcomes)
     assert leader.entered.wait(5)
     others = [submit_in_thread(batcher, i, outcomes) for i in (1, 2, 3)]
-    wait_for("three reports queued", lambda: len(batcher._queue) == 3, timeout_s=5)
+    wait_for("three reports queued", lambda: len(batcher._group._queue) == 3, timeout_s=5)
     leader.release.set()
     for thread in [first, *others]:
         thread.join(10)
@@ -148,7 +148,7 @@ def test_a_withdrawn_report_ends_the_wait() -> None:
     outcomes: dict[int, object] = {}
     reported, failing = batcher.announce(TaskRef("p", 0)), batcher.announce(TaskRef("p", 1))
     waiting = submit_in_thread(batcher, 0, outcomes, reported)
-    wait_for("the report queued", lambda: len(batcher._queue) == 1, timeout_s=5)
+    wait_for("the report queued", lambda: len(batcher._group._queue) == 1, timeout_s=5)
     batcher.withdraw(failing)  # a pre-commit that failed: its report never comes
     waiting.join(10)
     assert not waiting.is_alive()

@@ -53,6 +53,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from lockgate.common.failpoints import Failpoint, Failpoints
+from lockgate.common.group_commit import GroupCommit
 from lockgate.common.metrics import COMMIT_RETRIES, Instruments
 from lockgate.common.model.handles import TransactionHandle
 from lockgate.common.model.ids import CheckpointId, ExecutorId, PipelineId, TaskId
@@ -74,7 +75,6 @@ from lockgate.coordinator.domain.pipelines import PipelineRecord
 from lockgate.coordinator.domain.precommits import CheckpointKey
 from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.transaction_timeout import near_timeout_warnings
-from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder.awaited_reports import AwaitedReports
 from lockgate.coordinator.herder.call_pool import CallPool
 from lockgate.coordinator.herder.executors import (

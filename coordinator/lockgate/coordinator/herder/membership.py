@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from lockgate.common.errors import FencingToken, StaleTokenError
+from lockgate.common.group_commit import GroupCommit
 from lockgate.common.model.ids import ExecutorId, Generation, PipelineId, TaskId
 from lockgate.coordinator.domain.assignment import (
     AssignmentPlan,
@@ -69,7 +70,6 @@ from lockgate.coordinator.domain.pipelines import (
 )
 from lockgate.coordinator.domain.progress import AbortKind
 from lockgate.coordinator.domain.states import TargetState, TaskState
-from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper
 from lockgate.coordinator.herder.outcomes import CheckpointOutcomes
 from lockgate.coordinator.herder.pipelines import all_pipelines, restored_checkpoint

@@ -33,6 +33,7 @@ from typing import Any, TypeGuard, TypeVar
 from opentelemetry.trace import Status, StatusCode
 
 from lockgate.common.errors import FencingToken, LockgateError, StaleTokenError
+from lockgate.common.group_commit import GroupCommit
 from lockgate.common.model.ids import CheckpointId, ExecutorId, Generation, TaskId, split_task_id
 from lockgate.coordinator.domain.checkpoints import CheckpointRecord, Precommit
 from lockgate.coordinator.domain.errors import (
@@ -43,7 +44,6 @@ from lockgate.coordinator.domain.errors import (
 )
 from lockgate.coordinator.domain.precommits import PrecommitRefusal
 from lockgate.coordinator.domain.states import CheckpointState, TaskState
-from lockgate.coordinator.group_commit import GroupCommit
 from lockgate.coordinator.herder.awaited_reports import REPORT_LINGER_S
 from lockgate.coordinator.herder.checkpoints import CheckpointDriver
 from lockgate.coordinator.herder.lease_keeper import LeaseKeeper

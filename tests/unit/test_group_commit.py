@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from lockgate.coordinator.group_commit import GroupCommit
+from lockgate.common.group_commit import GroupCommit
 from tests.support.waits import wait_for
 
 
@@ -233,3 +233,93 @@ def test_a_rule_that_wants_nothing_more_writes_at_once() -> None:
 def test_a_negative_linger_is_refused() -> None:
     with pytest.raises(ValueError, match="linger_s must be >= 0, got -1"):
         GroupCommit(write_batch=lambda items: list(items), linger=lambda items: True, linger_s=-1)
+
+
+def test_without_retry_alone_a_failed_batch_fails_each_caller_with_its_error() -> None:
+    """The executor's calls: a call that failed as a whole is not sent again item by item;
+    each caller gets the error and retries on its own schedule."""
+    writes = Writes()
+    failing = {"next": True}
+
+    def batch(items: Sequence[int]) -> list[int]:
+        writes.batches.append(list(items))
+        if items[0] == 0:
+            writes._hold_first()
+        if failing["next"] and items[0] != 0:
+            failing["next"] = False
+            raise ConnectionError("no leader")
+        return [item * 10 for item in items]
+
+    group: GroupCommit[int, int] = GroupCommit(write_batch=batch, retry_alone=False)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        first = pool.submit(group.submit, 0)
+        assert writes.first_started.wait(10)
+        rest = [pool.submit(group.submit, item) for item in (1, 2)]
+        wait_for("two callers queued", lambda: len(group._queue) == 2, timeout_s=10)
+        writes.release_first.set()
+        assert first.result(timeout=30) == 0
+        for future in rest:
+            with pytest.raises(ConnectionError, match="no leader"):
+                future.result(timeout=30)
+    assert writes.batches == [[0], [1, 2]]  # never one by one
+    assert group.submit(1) == 10  # a retry goes through
+
+
+def test_write_one_needs_retry_alone() -> None:
+    with pytest.raises(ValueError, match="write_one is only used with retry_alone"):
+        GroupCommit(write_batch=lambda b: list(b), write_one=lambda i: i, retry_alone=False)
+
+
+class _CountingCondition(threading.Condition):
+    """Counts the notifications a lingering combiner gets."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        super().__init__(lock)
+        self.notified = 0
+
+    def notify(self, n: int = 1) -> None:
+        self.notified += 1
+        super().notify(n)
+
+
+def test_a_lingering_combiner_is_woken_once_by_the_arrival_that_ends_its_wait() -> None:
+    """Arrivals the rule still wants more after do not wake the combiner (a wake-up is a
+    context switch and a GIL hand-over: what a batch costs at scale); the one after which it
+    wants nothing more does, once."""
+    group: GroupCommit[int, int] = GroupCommit(
+        write_batch=lambda items: [i * 10 for i in items],
+        linger=lambda items: 3 not in items,
+        linger_s=60,
+    )
+    counted = _CountingCondition(group._lock)
+    group._arrivals = counted
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        first = pool.submit(group.submit, 1)
+        wait_for("item 1's write to linger", _lingering(group, 1), timeout_s=10)
+        second = pool.submit(group.submit, 2)
+        wait_for("item 2 queued behind the linger", _lingering(group, 2), timeout_s=10)
+        assert counted.notified == 0
+        third = pool.submit(group.submit, 3)
+        assert [f.result(timeout=30) for f in (first, second, third)] == [10, 20, 30]
+    assert counted.notified == 1
+
+
+def test_recheck_ends_a_linger_once_the_rule_reads_that_nothing_more_comes() -> None:
+    """What the rule reads changed without a submit (an announced item withdrawn): `recheck`
+    lets the lingering combiner write at once instead of at the linger's bound."""
+    coming = {"item 2": True}
+    group: GroupCommit[int, int] = GroupCommit(
+        write_batch=lambda items: [i * 10 for i in items],
+        linger=lambda items: coming["item 2"],
+        linger_s=60,
+    )
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        first = pool.submit(group.submit, 1)
+        wait_for("item 1's write to linger", _lingering(group, 1), timeout_s=10)
+        group.recheck()  # nothing changed: it still lingers
+        assert _lingering(group, 1)()
+        coming["item 2"] = False
+        group.recheck()
+        assert first.result(timeout=30) == 10
+    assert time.monotonic() - started < 60
