@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from lockgate.common.security import (
-    ClientSecurity,
     SecurityConfigError,
     add_client_security_arguments,
     add_server_security_arguments,
@@ -76,12 +75,3 @@ def test_a_service_ignores_the_cli_token_variable(monkeypatch: pytest.MonkeyPatc
     add_client_security_arguments(parser)
     assert client_security(parser.parse_args([]), from_home=False).token is None
     assert client_security(parser.parse_args([])).token == "the-admin-token-of-this-shell"
-
-
-def test_cli_environment_hands_the_same_security_to_a_child_cli(tmp_path: Path) -> None:
-    secure = ClientSecurity(tls=True, ca=tmp_path / "ca.pem", token="tok")
-    assert secure.cli_environment() == {
-        "LOCKGATE_TLS_CA": str(tmp_path / "ca.pem"),
-        "LOCKGATE_TOKEN": "tok",
-    }
-    assert ClientSecurity().cli_environment() == {"LOCKGATE_INSECURE": "1"}

@@ -148,21 +148,6 @@ class ClientSecurity:
             root_certificates=ca, private_key=key, certificate_chain=cert
         )
 
-    def cli_environment(self) -> dict[str, str]:
-        """The variables that give a ``lockgate`` command started as a child this security
-        (plaintext and no home lookup when there is none)."""
-        if not self.tls:
-            return {INSECURE_ENV: "1"}
-        env = {"LOCKGATE_TLS_CA": str(self.ca)} if self.ca else {}
-        if self.client_cert and self.client_key:
-            env |= {
-                "LOCKGATE_TLS_CLIENT_CERT": str(self.client_cert),
-                "LOCKGATE_TLS_CLIENT_KEY": str(self.client_key),
-            }
-        if self.token:
-            env[TOKEN_ENV] = self.token
-        return env
-
     def ssl_context(self) -> ssl.SSLContext:
         """The same trust and client certificate for an HTTPS client."""
         context = ssl.create_default_context(cafile=str(self.ca) if self.ca else None)

@@ -39,6 +39,7 @@ from lockgate.coordinator.domain.checkpoints import CheckpointRecord
 from lockgate.coordinator.domain.errors import FencedError, StaleGeneration
 from lockgate.coordinator.domain.lease import Fence
 from lockgate.coordinator.domain.membership import ExecutorRecord
+from lockgate.coordinator.domain.pipelines import TaskRecord
 from lockgate.coordinator.domain.states import LeaseRole, TargetState, TaskState
 from lockgate.coordinator.domain.tasks import split_partitions
 from lockgate.coordinator.herder import CoordinatorSettings, Herder
@@ -145,12 +146,11 @@ def spec(name: str, *, tasks_max: int = 2, timeout_ms: int = 60_000) -> Pipeline
 def pipeline_with_tasks(
     store: SqlStore, fence: Fence, name: str, *, partitions: int = 4, tasks_max: int = 2
 ) -> list[TaskId]:
-    store.pipelines.create_pipeline(fence=fence, spec=spec(name, tasks_max=tasks_max))
     splits = split_partitions([TopicPartition("in", p) for p in range(partitions)], tasks_max)
-    records = store.pipelines.set_pipeline_tasks(
-        fence=fence, pipeline_id=PipelineId(name), splits=splits
+    store.pipelines.create_pipeline(
+        fence=fence, spec=spec(name, tasks_max=tasks_max), splits=splits
     )
-    return [t.task_id for t in records]
+    return [t.task_id for t in store.pipelines.list_tasks(pipeline_id=PipelineId(name))]
 
 
 # ---------------------------------------------------------------------------- lease
@@ -539,25 +539,31 @@ def test_configs_are_refused_with_field_errors(open_stores: Callable[..., SqlSto
 
 
 def test_resplit_bumps_only_changed_tasks(open_stores: Callable[..., SqlStore]) -> None:
+    """A restart re-splits the tasks (`write_task_split`, as an update with new topics
+    does): a task whose partitions changed gets a new generation, an unchanged one keeps
+    its own."""
     store = open_stores()
     fence = lead(store)
-    store.pipelines.create_pipeline(fence=fence, spec=spec("grow", tasks_max=2))
+    grow = PipelineId("grow")
     parts = [TopicPartition("in", p) for p in range(2)]
-    before = store.pipelines.set_pipeline_tasks(
-        fence=fence, pipeline_id=PipelineId("grow"), splits=split_partitions(parts, 2)
+    store.pipelines.create_pipeline(
+        fence=fence, spec=spec("grow", tasks_max=2), splits=split_partitions(parts, 2)
     )
+
+    def resplit() -> list[TaskRecord]:
+        store.pipelines.restart_pipeline(
+            fence=fence, pipeline_id=grow, splits=split_partitions(parts, 2), restart_tasks=False
+        )
+        return store.pipelines.list_tasks(pipeline_id=grow)
+
+    before = store.pipelines.list_tasks(pipeline_id=grow)
     parts.append(TopicPartition("in", 2))
-    after = store.pipelines.set_pipeline_tasks(
-        fence=fence, pipeline_id=PipelineId("grow"), splits=split_partitions(parts, 2)
-    )
+    after = resplit()
     assert [t.generation for t in before] == [1, 1]
     # Task 0 got partitions 0-1 (changed), task 1 got partition 2 (changed from 1).
     assert [[tp.partition for tp in t.partitions] for t in after] == [[0, 1], [2]]
     assert [t.generation for t in after] == [2, 2]
-    same = store.pipelines.set_pipeline_tasks(
-        fence=fence, pipeline_id=PipelineId("grow"), splits=split_partitions(parts, 2)
-    )
-    assert [t.generation for t in same] == [2, 2]
+    assert [t.generation for t in resplit()] == [2, 2]
 
 
 def test_the_assignment_stamp_moves_with_every_change_a_heartbeat_answers_from(

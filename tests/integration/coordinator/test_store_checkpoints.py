@@ -53,18 +53,18 @@ E1, E2 = ExecutorId("e1"), ExecutorId("e2")
 C = CheckpointId
 
 
+#: The tasks of `running_pipeline`'s pipelines: partitions in-0..3 split over two tasks.
+SPLITS = split_partitions([TopicPartition("in", p) for p in range(4)], 2)
+
+
 def running_pipeline(
     store: SqlStore, fence: Fence, name: str = "p", *, timeout_ms: int = 60_000
 ) -> list[TaskId]:
     """A pipeline over partitions in-0..3 with two tasks, task 0 on e1 and task 1 on e2."""
     store.pipelines.create_pipeline(
-        fence=fence, spec=spec(name, tasks_max=2, timeout_ms=timeout_ms)
+        fence=fence, spec=spec(name, tasks_max=2, timeout_ms=timeout_ms), splits=SPLITS
     )
-    splits = split_partitions([TopicPartition("in", p) for p in range(4)], 2)
-    records = store.pipelines.set_pipeline_tasks(
-        fence=fence, pipeline_id=PipelineId(name), splits=splits
-    )
-    ids = [t.task_id for t in records]
+    ids = [t.task_id for t in store.pipelines.list_tasks(pipeline_id=PipelineId(name))]
     store.executors.register_executor(fence=fence, executor_id=E1, address="e1:1")
     store.executors.register_executor(fence=fence, executor_id=E2, address="e2:1")
     store.pipelines.apply_assignment(fence=fence, assignment={E1: {ids[0]}, E2: {ids[1]}})
@@ -204,11 +204,8 @@ def test_triggers_of_many_pipelines_share_a_transaction_and_a_refused_one_is_ans
     store = open_stores()
     fence = lead(store)
     p0, p1 = running_pipeline(store, fence)
-    store.pipelines.create_pipeline(fence=fence, spec=spec("q", tasks_max=2))
-    splits = split_partitions([TopicPartition("in", n) for n in range(4)], 2)
-    q0, q1 = store.pipelines.set_pipeline_tasks(
-        fence=fence, pipeline_id=PipelineId("q"), splits=splits
-    )
+    store.pipelines.create_pipeline(fence=fence, spec=spec("q", tasks_max=2), splits=SPLITS)
+    q0, q1 = store.pipelines.list_tasks(pipeline_id=PipelineId("q"))
     store.pipelines.apply_assignment(
         fence=fence, assignment={E1: {p0, q0.task_id}, E2: {p1, q1.task_id}}
     )
@@ -243,9 +240,8 @@ def test_commits_of_many_pipelines_are_marked_together_and_one_refused_undoes_th
     fence = lead(store)
     p, q = PipelineId("p"), PipelineId("q")
     t0, t1 = running_pipeline(store, fence)
-    store.pipelines.create_pipeline(fence=fence, spec=spec("q", tasks_max=2))
-    splits = split_partitions([TopicPartition("in", n) for n in range(4)], 2)
-    q0, q1 = store.pipelines.set_pipeline_tasks(fence=fence, pipeline_id=q, splits=splits)
+    store.pipelines.create_pipeline(fence=fence, spec=spec("q", tasks_max=2), splits=SPLITS)
+    q0, q1 = store.pipelines.list_tasks(pipeline_id=q)
     store.pipelines.apply_assignment(
         fence=fence, assignment={E1: {t0, q0.task_id}, E2: {t1, q1.task_id}}
     )
@@ -771,11 +767,8 @@ def test_triggers_allot_ids_under_the_pipelines_transactional_id_prefix(
     fence = lead(store)
     raw = spec("q", tasks_max=2).to_json()
     raw["sink"]["kafka"]["transactional_id_prefix"] = "team-a.q"
-    store.pipelines.create_pipeline(fence=fence, spec=parse_pipeline_spec(raw))
-    splits = split_partitions([TopicPartition("in", p) for p in range(4)], 2)
-    tasks = store.pipelines.set_pipeline_tasks(
-        fence=fence, pipeline_id=PipelineId("q"), splits=splits
-    )
+    store.pipelines.create_pipeline(fence=fence, spec=parse_pipeline_spec(raw), splits=SPLITS)
+    tasks = store.pipelines.list_tasks(pipeline_id=PipelineId("q"))
     store.executors.register_executor(fence=fence, executor_id=E1, address="e1:1")
     store.pipelines.apply_assignment(fence=fence, assignment={E1: {t.task_id for t in tasks}})
     n1 = trigger(store, fence=fence, pipeline_id=PipelineId("q"))

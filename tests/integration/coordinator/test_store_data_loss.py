@@ -21,6 +21,7 @@ from tests.integration.coordinator.test_store import (
     trigger,
 )
 from tests.integration.coordinator.test_store_checkpoints import (
+    SPLITS,
     C,
     offsets_table,
     precommit,
@@ -106,12 +107,22 @@ def test_restart_from_the_lost_checkpoint_moves_past_it_and_nothing_else_does(
     with pytest.raises(FailedPrecondition, match="is FAILED: checkpoint 1 lost") as refused:
         trigger(store, fence=fence, pipeline_id=P)
     assert refused.value.reason == "PIPELINE_FAILED"
+
+    def restart_from(checkpoint_id: int) -> None:
+        store.pipelines.restart_pipeline(
+            fence=fence,
+            pipeline_id=P,
+            splits=SPLITS,
+            restart_tasks=False,
+            past_data_loss=C(checkpoint_id),
+        )
+
     with pytest.raises(FailedPrecondition, match="--from-checkpoint 1"):
-        store.data_loss.move_past(fence=fence, pipeline_id=P, checkpoint_id=C(2))
-    store.data_loss.move_past(fence=fence, pipeline_id=P, checkpoint_id=C(1))
+        restart_from(2)
+    restart_from(1)
     assert store.data_loss.blocking_loss(pipeline_id=P) is None
     with pytest.raises(FailedPrecondition, match="no DATA_LOST checkpoint"):
-        store.data_loss.move_past(fence=fence, pipeline_id=P, checkpoint_id=C(1))
+        restart_from(1)
     # The pipeline triggers again, from the rewound offsets.
     n3 = trigger(store, fence=fence, pipeline_id=P)
     assert n3.checkpoint_id == 3

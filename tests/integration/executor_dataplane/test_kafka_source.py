@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -215,6 +215,15 @@ def _fetch_logged_options(bootstrap: str, whole: OffsetRange) -> Any:
     )
 
 
+def _read_messages(options: Any, offset_range: OffsetRange) -> Iterator[list[Any]]:
+    """The messages of one range, a consume call's at a time, as the source reads them
+    (`read_ranges` of that range alone)."""
+    from lockgate.executor.dataplane.spark.kafka_source_read import read_ranges
+
+    for _, messages in read_ranges(options, (offset_range,)):
+        yield from messages
+
+
 def test_a_range_longer_than_librdkafkas_default_prefetch_is_read_without_a_fetch_pause(
     kafka_broker: Any, new_topic: Callable[..., str], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -223,8 +232,6 @@ def test_a_range_longer_than_librdkafkas_default_prefetch_is_read_without_a_fetc
     is fetched met that pause twice (its fetch debug log says why: "not fetchable:
     queued.min.messages"). The source's consumer never pauses while the range still needs
     records: no fetch of the range's records follows a pause."""
-    from lockgate.executor.dataplane.spark.kafka_source_read import read_messages
-
     bootstrap = kafka_broker.bootstrap_servers
     topic = new_topic(partitions=1, prefix="long-range")
     count = 250_000
@@ -234,7 +241,7 @@ def test_a_range_longer_than_librdkafkas_default_prefetch_is_read_without_a_fetc
 
     offsets = [
         m.offset()
-        for batch in read_messages(_fetch_logged_options(bootstrap, whole), whole)
+        for batch in _read_messages(_fetch_logged_options(bootstrap, whole), whole)
         for m in batch
     ]
 
@@ -254,7 +261,6 @@ def test_a_range_is_not_prefetched_far_past_its_end(
     a long backlog fetch (and decrypt) several times the range (README, issue 13). Held
     after its first consume call, the range's consumer is seen to stop, having fetched
     less than a fetch (1 MB, about 9,000 of these records) past twice the range."""
-    from lockgate.executor.dataplane.spark.kafka_source_read import read_messages
     from tests.support.waits import wait_for
 
     bootstrap = kafka_broker.bootstrap_servers
@@ -268,7 +274,7 @@ def test_a_range_is_not_prefetched_far_past_its_end(
         log.append(capfd.readouterr().err)
         return _PAUSED in "".join(log)
 
-    reading = read_messages(_fetch_logged_options(bootstrap, whole), whole)
+    reading = _read_messages(_fetch_logged_options(bootstrap, whole), whole)
     # The first consume call's records; the consumer fetches on.
     held = [m.offset() for m in next(reading)]
     wait_for("the range's consumer to stop fetching", paused, timeout_s=30)

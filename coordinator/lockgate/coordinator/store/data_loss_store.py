@@ -145,22 +145,14 @@ class DataLossStore:
                 if task in lost
             ]
 
-    def move_past(
-        self, *, fence: Fence, pipeline_id: PipelineId, checkpoint_id: CheckpointId
-    ) -> CheckpointRecord:
-        """Let the pipeline trigger again after DATA_LOST checkpoint N; it resumes from the
-        offsets `record_data_loss` wrote (the lost ranges are read again). Leader-only;
-        FailedPrecondition unless N is its unresolved DATA_LOST checkpoint."""
-        with self._db.transaction(fence=fence) as conn:
-            read_pipeline(conn, pipeline_id, for_update=True)
-            return move_past_data_loss(conn, pipeline_id, checkpoint_id)
-
 
 def move_past_data_loss(
     conn: Connection, pipeline_id: PipelineId, checkpoint_id: CheckpointId
 ) -> CheckpointRecord:
-    """`DataLossStore.move_past` inside the caller's transaction, which holds the pipeline
-    row (a pipeline restart's)."""
+    """Let the pipeline trigger again after DATA_LOST checkpoint N: it resumes from the
+    offsets `record_data_loss` wrote (the lost ranges are read again). FailedPrecondition
+    unless N is its unresolved DATA_LOST checkpoint. Inside the caller's transaction, which
+    holds the pipeline row (`PipelineStore.restart_pipeline`'s)."""
     lost = check_restart_from(
         unresolved_data_loss(conn, pipeline_id), checkpoint_id, pipeline=pipeline_id
     )

@@ -277,7 +277,7 @@ class PipelineStore:
         new config with a new generation (`domain.pipelines.restarts_for_new_config`) and
         the TRIGGERED checkpoints, which ran the old one, abort, in the same transaction;
         with `splits` (the topics or `tasks_max` changed) the tasks are re-split there too
-        (as `set_pipeline_tasks`).
+        (`write_task_split`, as `create_pipeline` and `restart_pipeline` do).
         """
         pipeline_id = PipelineId(spec.name)
         with self._db.transaction(fence=fence) as conn:
@@ -381,21 +381,6 @@ class PipelineStore:
         records = [pipeline_record(r) for r in rows[:page_size]]
         next_token = records[-1].pipeline_id if len(rows) > page_size else ""
         return records, next_token
-
-    def set_pipeline_tasks(
-        self, *, fence: Fence, pipeline_id: PipelineId, splits: Sequence[TaskSplit]
-    ) -> list[TaskRecord]:
-        """Make the pipeline's tasks match `splits` (from `split_partitions`). Leader-only.
-
-        A task whose partitions changed keeps its executor but its generation grows and its
-        state becomes UNASSIGNED until the executor restarts it; removed tasks are deleted,
-        new ones start UNASSIGNED with no executor. Unchanged tasks are untouched
-        (`domain.pipelines.plan_task_split`).
-        """
-        with self._db.transaction(fence=fence) as conn:
-            read_pipeline(conn, pipeline_id, for_update=True)
-            write_task_split(conn, pipeline_id, splits)
-            return read_tasks(conn, pipeline_id)
 
     def list_tasks(self, *, pipeline_id: PipelineId | None = None) -> list[TaskRecord]:
         """Tasks of one pipeline, or of all, in (pipeline, index) order."""

@@ -32,7 +32,7 @@ from lockgate.executor.errors import RecordError, RecordLocation, SourceError, W
 _ROWS_PER_ARROW_BATCH = 10_000
 #: One consume call's data messages of a range, in offset order (``read_ranges``).
 ConsumedMessages = list[Message]
-#: librdkafka's largest queued.min.messages (read_messages sets it to the range's size).
+#: librdkafka's largest queued.min.messages (read_ranges sets it to the range's size).
 SOURCE_QUEUED_MIN_MESSAGES = 10_000_000
 _HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -197,7 +197,7 @@ def messages_in_range(
 
 def read_range(options: SourceOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Read exactly the committed records with offsets in ``offset_range``, in order, as
-    Arrow batches of the source's columns (``read_messages``, decoded by ``BatchBuilder``)."""
+    Arrow batches of the source's columns (``read_ranges``, decoded by ``BatchBuilder``)."""
     for _, messages in read_ranges(options, (offset_range,)):
         yield from range_batches(options, offset_range, messages)
 
@@ -216,12 +216,6 @@ def range_batches(
             yield builder.build()
     if len(builder):
         yield builder.build()
-
-
-def read_messages(options: SourceOptions, offset_range: OffsetRange) -> Iterator[ConsumedMessages]:
-    """The messages of one range: ``read_ranges`` of it alone."""
-    for _, messages in read_ranges(options, (offset_range,)):
-        yield from messages
 
 
 #: How many ranges' consumers ``read_ranges`` has open at once: the range being read, and
