@@ -145,23 +145,30 @@ def test_dead_executor_keeps_tasks_until_the_delay_passes() -> None:
     )
     assert in_grace.assignment[e2] == frozenset({tasks[2], tasks[3]})
     assert in_grace.assignment[e1] == frozenset({tasks[0], tasks[1]})
-    assert in_grace.moved == frozenset()
     # The grace period of e2 ends at its heartbeat + timeout + delay.
-    assert in_grace.recheck_at_ms == 100_000 - 10_500 + 13_000 + 1
-    assert in_grace.recheck_at_ms is not None
-    later = plan_assignment(
-        current=current,
-        last_heartbeats_ms=heartbeats,
-        all_tasks=tasks,
-        now_ms=in_grace.recheck_at_ms,
+    grace_ends_ms = liveness_changes_at_ms(
+        last_heartbeat_ms=heartbeats[e2],
+        now_ms=100_000,
         session_timeout_ms=10_000,
         reassign_delay_ms=3_000,
     )
-    assert later.assignment == {e1: frozenset(tasks)}
-    assert later.moved == frozenset({tasks[2], tasks[3]})
+    assert grace_ends_ms == 100_000 - 10_500 + 13_000 + 1
+
+    def plan_at(now_ms: int) -> dict[ExecutorId, frozenset[TaskId]]:
+        return plan_assignment(
+            current=current,
+            last_heartbeats_ms=heartbeats,
+            all_tasks=tasks,
+            now_ms=now_ms,
+            session_timeout_ms=10_000,
+            reassign_delay_ms=3_000,
+        ).assignment
+
+    assert plan_at(grace_ends_ms - 1) == in_grace.assignment
+    assert plan_at(grace_ends_ms) == {e1: frozenset(tasks)}
 
 
-def test_new_tasks_are_reported_as_newly_assigned() -> None:
+def test_new_tasks_are_assigned_to_a_live_executor() -> None:
     e1 = ExecutorId("e1")
     plan = plan_assignment(
         current={},
@@ -169,7 +176,6 @@ def test_new_tasks_are_reported_as_newly_assigned() -> None:
         all_tasks=[TaskId("p/0")],
         now_ms=5,
     )
-    assert plan.newly_assigned == frozenset({TaskId("p/0")})
     assert plan.assignment == {e1: frozenset({TaskId("p/0")})}
 
 

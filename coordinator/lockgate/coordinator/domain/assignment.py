@@ -162,13 +162,9 @@ class AssignmentPlan:
     """What the leader should write after one rebalance decision."""
 
     assignment: dict[ExecutorId, frozenset[TaskId]]
-    """Every assigned task's executor, grace-period executors' tasks included."""
-    moved: frozenset[TaskId]
-    """Tasks whose executor changed (their task generation must grow)."""
-    newly_assigned: frozenset[TaskId]
-    """Tasks that had no executor before and have one now (generation grows too)."""
-    recheck_at_ms: int | None
-    """Database time at which a grace period ends and the plan may change; None if never."""
+    """Every assigned task's executor, grace-period executors' tasks included. Which tasks
+    it moves (their generation grows) is `assignment_changes`'; when a grace period ends and
+    the plan may change, the herder's `next_liveness_change_at_ms`."""
 
 
 def plan_assignment(
@@ -188,34 +184,19 @@ def plan_assignment(
     tasks = set(all_tasks)
     alive: list[ExecutorId] = []
     held: dict[ExecutorId, frozenset[TaskId]] = {}
-    recheck: int | None = None
     for executor, heartbeat in last_heartbeats_ms.items():
-        timing = {
-            "last_heartbeat_ms": heartbeat,
-            "now_ms": now_ms,
-            "session_timeout_ms": session_timeout_ms,
-            "reassign_delay_ms": reassign_delay_ms,
-        }
-        state = executor_liveness(**timing)
+        state = executor_liveness(
+            last_heartbeat_ms=heartbeat,
+            now_ms=now_ms,
+            session_timeout_ms=session_timeout_ms,
+            reassign_delay_ms=reassign_delay_ms,
+        )
         if state is ExecutorLiveness.ALIVE:
             alive.append(executor)
         elif state is ExecutorLiveness.DEAD_IN_GRACE:
             held[executor] = frozenset(set(current.get(executor, ())) & tasks)
-        expires = liveness_changes_at_ms(**timing)
-        if expires is not None:
-            recheck = expires if recheck is None else min(recheck, expires)
     held_tasks = {t for ts in held.values() for t in ts}
-    balanced = assign(current, alive, tasks - held_tasks)
-    new_assignment = {**balanced, **held}
-    before_owner = {t: e for e, ts in current.items() for t in ts}
-    after_owner = {t: e for e, ts in new_assignment.items() for t in ts}
-    moved = frozenset(
-        t for t, e in after_owner.items() if t in before_owner and before_owner[t] != e
-    )
-    newly = frozenset(t for t in after_owner if t not in before_owner)
-    return AssignmentPlan(
-        assignment=new_assignment, moved=moved, newly_assigned=newly, recheck_at_ms=recheck
-    )
+    return AssignmentPlan(assignment={**assign(current, alive, tasks - held_tasks), **held})
 
 
 def assignment_changes(

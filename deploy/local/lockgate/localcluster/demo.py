@@ -119,7 +119,6 @@ class PipelineProgress:
 
     committed: int
     in_flight: bool
-    checkpoints_committed: int
 
 
 def pipeline_progress(
@@ -138,7 +137,6 @@ def pipeline_progress(
     return PipelineProgress(
         committed=sum(int(o.offset) for o in offsets.offsets),
         in_flight=bool(status.in_flight_checkpoint_ids),
-        checkpoints_committed=int(status.last_committed_checkpoint_id),
     )
 
 

@@ -32,8 +32,6 @@ from lockgate.localcluster.process import ProcessSpec, lockgate_home, repo_root,
 STORAGE_TOOL = "kafka.tools.StorageTool"
 #: Main class of ``kafka-transactions.sh``.
 TRANSACTIONS_COMMAND = "org.apache.kafka.tools.TransactionsCommand"
-#: Main class of ``kafka-topics.sh``.
-TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
 
 _LOG4J2_PROPERTIES = """\
 # Written by lockgate.localcluster.kafka: the broker logs to a file, at INFO, and keeps the
