@@ -135,24 +135,6 @@ def test_dead_executor_keeps_tasks_until_the_delay_passes() -> None:
     tasks = [TaskId(f"p/{i}") for i in range(4)]
     current = {e1: {tasks[0], tasks[1]}, e2: {tasks[2], tasks[3]}}
     heartbeats = {e1: 100_000, e2: 100_000 - 10_500}  # e2 silent for 10.5 s
-    in_grace = plan_assignment(
-        current=current,
-        last_heartbeats_ms=heartbeats,
-        all_tasks=tasks,
-        now_ms=100_000,
-        session_timeout_ms=10_000,
-        reassign_delay_ms=3_000,
-    )
-    assert in_grace.assignment[e2] == frozenset({tasks[2], tasks[3]})
-    assert in_grace.assignment[e1] == frozenset({tasks[0], tasks[1]})
-    # The grace period of e2 ends at its heartbeat + timeout + delay.
-    grace_ends_ms = liveness_changes_at_ms(
-        last_heartbeat_ms=heartbeats[e2],
-        now_ms=100_000,
-        session_timeout_ms=10_000,
-        reassign_delay_ms=3_000,
-    )
-    assert grace_ends_ms == 100_000 - 10_500 + 13_000 + 1
 
     def plan_at(now_ms: int) -> dict[ExecutorId, frozenset[TaskId]]:
         return plan_assignment(
@@ -164,7 +146,18 @@ def test_dead_executor_keeps_tasks_until_the_delay_passes() -> None:
             reassign_delay_ms=3_000,
         ).assignment
 
-    assert plan_at(grace_ends_ms - 1) == in_grace.assignment
+    in_grace = plan_at(100_000)
+    assert in_grace[e2] == frozenset({tasks[2], tasks[3]})
+    assert in_grace[e1] == frozenset({tasks[0], tasks[1]})
+    # The grace period of e2 ends at its heartbeat + timeout + delay.
+    grace_ends_ms = liveness_changes_at_ms(
+        last_heartbeat_ms=heartbeats[e2],
+        now_ms=100_000,
+        session_timeout_ms=10_000,
+        reassign_delay_ms=3_000,
+    )
+    assert grace_ends_ms == 100_000 - 10_500 + 13_000 + 1
+    assert plan_at(grace_ends_ms - 1) == in_grace
     assert plan_at(grace_ends_ms) == {e1: frozenset(tasks)}
 
 
