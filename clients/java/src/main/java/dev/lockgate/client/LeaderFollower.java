@@ -4,6 +4,7 @@ import io.grpc.Channel;
 import io.grpc.Deadline;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
+import java.nio.channels.ClosedChannelException;
 import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.TimeUnit;
@@ -19,8 +20,12 @@ import java.util.function.BiFunction;
  * <p>An attempt that fails with UNAVAILABLE and a {@code lockgate-leader} trailer naming another
  * address moves the calls there and is resent at once (at most {@link RetryPolicy#maxRedirects()}
  * times per call). Any other UNAVAILABLE moves to the next seed address (or back to the first, from
- * a leader learned by redirect) after a capped exponential pause. Every attempt shares the call's
- * one deadline. Every other status fails the call at once. Mutating calls carry one request_id
+ * a leader learned by redirect) after a capped exponential pause. So does UNKNOWN caused by the
+ * connection being closed under the call ({@link #connectionClosed}): grpc-java's Netty transport
+ * reports a call started on a connection that its peer's death just closed as {@code UNKNOWN:
+ * channel closed}, not UNAVAILABLE (grpc/grpc-java#10120), and a leader SIGKILLed between two
+ * calls left the next one failing that way. Every attempt shares the call's one deadline. Every
+ * other status fails the call at once. Mutating calls carry one request_id
  * across their attempts ({@link RequestIds}); the schema registry answers a repeat with its first
  * answer, the coordinators' verbs are idempotent by state, except CreatePipeline, whose retry
  * after a lost answer reads ALREADY_EXISTS (the coordinators do not deduplicate by request_id
@@ -60,7 +65,8 @@ final class LeaderFollower {
         return attempt.apply(channels.channel(address), deadline);
       } catch (StatusRuntimeException error) {
         LockgateException failure = LockgateException.from(error);
-        if (failure.getStatus().getCode() != Status.Code.UNAVAILABLE) {
+        Status.Code code = failure.getStatus().getCode();
+        if (code != Status.Code.UNAVAILABLE && !connectionClosed(error)) {
           throw failure;
         }
         Optional<String> leader = failure.leaderAddress();
@@ -80,6 +86,27 @@ final class LeaderFollower {
         backoffNanos = Math.min(backoffNanos * 2, policy.maxBackoff().toNanos());
       }
     }
+  }
+
+  /**
+   * Whether a call failed UNKNOWN because its connection was closed under it: a {@link
+   * ClosedChannelException} among the causes, which is how grpc-java's Netty transport says "the
+   * connection died" on some paths. Retried as UNAVAILABLE is, with the same caveat: the request
+   * may have reached the server before the connection closed.
+   */
+  static boolean connectionClosed(StatusRuntimeException error) {
+    if (error.getStatus().getCode() != Status.Code.UNKNOWN) {
+      return false;
+    }
+    for (Throwable cause = error.getCause(); cause != null; cause = cause.getCause()) {
+      if (cause instanceof ClosedChannelException) {
+        return true;
+      }
+      if (cause.getCause() == cause) {
+        break;
+      }
+    }
+    return false;
   }
 
   /**
