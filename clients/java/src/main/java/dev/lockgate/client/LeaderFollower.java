@@ -102,9 +102,6 @@ final class LeaderFollower {
       if (cause instanceof ClosedChannelException) {
         return true;
       }
-      if (cause.getCause() == cause) {
-        break;
-      }
     }
     return false;
   }
